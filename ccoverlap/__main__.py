@@ -1,0 +1,3 @@
+from ccoverlap.cli import main
+
+raise SystemExit(main())
