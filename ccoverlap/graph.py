@@ -1,0 +1,273 @@
+"""Operations of a training step and the graph that orders them on GPU streams.
+
+An :class:`Op` is one kernel-like unit of work on one stream of one simulated rank: a
+GEMM, an attention kernel, a memory-bound (elementwise) kernel, a collective, a
+point-to-point transfer or a copy. Its *spec* says what it computes or moves; the cost
+model turns a spec into seconds. Ops on the same ``(rank, stream)`` run in the order they
+were added (CUDA stream semantics); ``deps`` add cross-stream / cross-rank edges
+(CUDA events, or a receive waiting for a send).
+
+Ranks here are *simulated* ranks: ranks with identical roles (all members of a DP or TP
+group doing the same thing at the same time) are simulated once, so a graph of a
+1024-GPU job usually holds one rank per pipeline stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Union
+
+from ccoverlap.errors import ConfigError
+
+# Op kinds, the same vocabulary as a Timeline's ``kind`` column.
+COMPUTE = "compute"
+COMM = "comm"
+MEMCPY = "memcpy"
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
+PROTOCOLS = ("simple", "ll", "ll128")
+TRANSPORTS = ("sm", "dma")  # SM-driven kernels (NCCL) or copy engines (cudaMemcpyAsync)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmSpec:
+    """C[m, n] = A[m, k] @ B[k, n], ``batch`` independent times; operands ``dtype_bytes`` wide."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    dtype_bytes: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("m", "n", "k", "batch", "dtype_bytes"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"GEMM {name} must be positive, got {getattr(self, name)}")
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.batch
+
+    @property
+    def bytes(self) -> float:
+        """Minimum HBM traffic: read A and B once, write C once."""
+        return float(self.batch * (self.m * self.k + self.k * self.n + self.m * self.n) * self.dtype_bytes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionSpec:
+    """A fused (flash) attention kernel: its FLOPs and HBM bytes, computed by the model builder."""
+
+    flops: float
+    bytes: float
+    dtype_bytes: int = 2
+
+    def __post_init__(self) -> None:
+        if self.flops < 0 or self.bytes < 0:
+            raise ConfigError("attention FLOPs and bytes must be non-negative")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemorySpec:
+    """A memory-bound kernel (norm, activation, residual add, optimizer step): bytes read + written."""
+
+    bytes: float
+    flops: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.bytes < 0:
+            raise ConfigError(f"memory-bound op bytes must be non-negative, got {self.bytes}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupSpec:
+    """A process group's shape on the cluster: ``size`` ranks, ``local_size`` of them per node.
+
+    ``size == local_size`` means the group lives inside one node (intra-node fabric only);
+    otherwise it spans ``size // local_size`` nodes. ``name`` is the parallelism it serves
+    (``"tp"``, ``"dp"``, ``"ep"``, ...) and shows up in timelines and reports.
+    """
+
+    name: str
+    size: int
+    local_size: int
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or self.local_size < 1:
+            raise ConfigError(f"group {self.name!r}: size and local_size must be >= 1")
+        if self.local_size > self.size or self.size % self.local_size:
+            raise ConfigError(
+                f"group {self.name!r}: local_size {self.local_size} must divide size {self.size}"
+            )
+
+    @property
+    def nodes(self) -> int:
+        return self.size // self.local_size
+
+    @property
+    def intra_node(self) -> bool:
+        return self.nodes == 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommConfig:
+    """The resource knobs NCCL exposes for one collective (lagom §2.2, Table 1).
+
+    ``channels`` NC (one SM / thread block each), ``threads`` NT per block, ``chunk_bytes`` C,
+    ``protocol`` (simple | ll | ll128), ``algorithm`` (``"auto"`` lets the cost model choose
+    ring/tree/... as NCCL's tuner would). ``None`` for a knob means the library default.
+    """
+
+    channels: int | None = None
+    threads: int | None = None
+    chunk_bytes: int | None = None
+    protocol: str | None = None
+    algorithm: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.channels is not None and self.channels < 1:
+            raise ConfigError(f"channels (NC) must be >= 1, got {self.channels}")
+        if self.threads is not None and self.threads < 32:
+            raise ConfigError(f"threads (NT) must be >= 32, got {self.threads}")
+        if self.chunk_bytes is not None and self.chunk_bytes < 1:
+            raise ConfigError(f"chunk size (C) must be >= 1 byte, got {self.chunk_bytes}")
+        if self.protocol is not None and self.protocol not in PROTOCOLS:
+            raise ConfigError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectiveSpec:
+    """A collective on ``group``. ``bytes`` is the message size as nccl-tests' ``size``:
+    the full (output) buffer of all-gather, the input of reduce-scatter, the buffer of
+    all-reduce / broadcast / reduce, the per-rank send buffer of all-to-all."""
+
+    collective: str
+    bytes: float
+    group: GroupSpec
+    config: CommConfig = field(default_factory=CommConfig)
+    transport: str = "sm"
+
+    def __post_init__(self) -> None:
+        if self.collective not in COLLECTIVES:
+            raise ConfigError(f"unknown collective {self.collective!r}; expected one of {COLLECTIVES}")
+        if self.bytes < 0:
+            raise ConfigError(f"collective bytes must be non-negative, got {self.bytes}")
+        if self.transport not in TRANSPORTS:
+            raise ConfigError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class P2PSpec:
+    """A point-to-point transfer of ``bytes`` (pipeline activations / gradients)."""
+
+    bytes: float
+    inter_node: bool
+    config: CommConfig = field(default_factory=CommConfig)
+    transport: str = "sm"
+
+    def __post_init__(self) -> None:
+        if self.bytes < 0:
+            raise ConfigError(f"p2p bytes must be non-negative, got {self.bytes}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopySpec:
+    """A device copy on a copy engine (e.g. offload, or a DMA-driven collective piece)."""
+
+    bytes: float
+    direction: str = "d2d"  # d2d | h2d | d2h
+
+
+Spec = Union[GemmSpec, AttentionSpec, MemorySpec, CollectiveSpec, P2PSpec, CopySpec]
+
+
+def kind_of(spec: Spec) -> str:
+    """The Timeline kind (compute | comm | memcpy) of an op with this spec."""
+    if isinstance(spec, (CollectiveSpec, P2PSpec)):
+        return COMM
+    if isinstance(spec, CopySpec):
+        return MEMCPY
+    return COMPUTE
+
+
+@dataclass(kw_only=True)
+class Op:
+    """One unit of work on one stream of one simulated rank.
+
+    ``duration_s`` overrides the cost model (used for measured or synthetic ops in tests).
+    ``layer``, ``microbatch`` and ``phase`` (fwd | bwd | opt | ...) are labels for reports.
+    """
+
+    op_id: int
+    name: str
+    rank: int
+    stream: str
+    spec: Spec | None
+    deps: tuple[int, ...] = ()
+    duration_s: float | None = None
+    layer: int = -1
+    microbatch: int = -1
+    phase: str = ""
+
+    @property
+    def kind(self) -> str:
+        return COMPUTE if self.spec is None else kind_of(self.spec)
+
+
+class OpGraph:
+    """Ops in issue order, per (rank, stream) FIFO, plus explicit dependencies.
+
+    Builders call :meth:`add`, which returns the new op's id to use in later ``deps``.
+    ``rank_weights`` maps a simulated rank to how many real ranks it stands for.
+    """
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self.meta: dict[str, object] = {}
+
+    def add(
+        self,
+        name: str,
+        spec: Spec | None,
+        *,
+        rank: int = 0,
+        stream: str = "compute",
+        deps: Iterable[int | None] = (),
+        duration_s: float | None = None,
+        layer: int = -1,
+        microbatch: int = -1,
+        phase: str = "",
+    ) -> int:
+        """Append an op; ``None`` entries in ``deps`` are ignored (convenient for optional edges)."""
+        op_id = len(self.ops)
+        clean = tuple(sorted({d for d in deps if d is not None}))
+        for d in clean:
+            if not 0 <= d < op_id:
+                raise ConfigError(f"op {name!r}: dependency {d} does not name an earlier op")
+        if duration_s is not None and duration_s < 0:
+            raise ConfigError(f"op {name!r}: duration must be non-negative")
+        self.ops.append(
+            Op(
+                op_id=op_id,
+                name=name,
+                rank=rank,
+                stream=stream,
+                spec=spec,
+                deps=clean,
+                duration_s=duration_s,
+                layer=layer,
+                microbatch=microbatch,
+                phase=phase,
+            )
+        )
+        return op_id
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def streams(self) -> list[tuple[int, str]]:
+        """The (rank, stream) pairs in first-use order."""
+        seen: dict[tuple[int, str], None] = {}
+        for op in self.ops:
+            seen.setdefault((op.rank, op.stream), None)
+        return list(seen)

@@ -1,0 +1,299 @@
+"""GPUs, links and clusters as data, every number with its source.
+
+Peak numbers here are the vendor's datasheet values (dense, i.e. without 2:4 sparsity).
+What fraction of a peak is achievable is *not* baked in here: those are named factors in
+:mod:`ccoverlap.cost.params` so a calibration (``ccoverlap calibrate``) can replace them.
+
+Bandwidths are bytes/s **per direction**; a link's ``bandwidth_bytes_per_s`` is what one GPU
+can send to the fabric (intra-node) or through its share of the node's NICs (inter-node).
+Users add their own GPU / cluster with a JSON, TOML or YAML file (:func:`load_cluster_file`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ccoverlap.errors import ConfigError
+
+GB = 1e9
+TB = 1e12
+MiB = 1 << 20
+
+FABRICS = ("nvswitch", "pcie", "full_mesh", "nvlink_pair", "infiniband", "roce", "ethernet")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPUSpec:
+    """One accelerator. ``peak_flops`` maps dtype name (bf16, fp16, fp32) to dense FLOP/s;
+    ``sms`` is the SM count (CUs on AMD); ``copy_engines`` the asynchronous DMA engines
+    usable for copies beside kernels."""
+
+    name: str
+    vendor: str
+    sms: int
+    peak_flops: dict
+    hbm_bytes_per_s: float
+    memory_bytes: float
+    l2_bytes: float
+    copy_engines: int
+    max_threads_per_sm: int = 2048
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.sms <= 0:
+            raise ConfigError(f"GPU {self.name!r}: sms must be positive")
+        for dt in ("bf16", "fp16", "fp32"):
+            if dt not in self.peak_flops:
+                raise ConfigError(f"GPU {self.name!r}: peak_flops needs an entry for {dt!r}")
+            if self.peak_flops[dt] <= 0:
+                raise ConfigError(f"GPU {self.name!r}: peak_flops[{dt!r}] must be positive")
+        for name in ("hbm_bytes_per_s", "memory_bytes", "l2_bytes"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"GPU {self.name!r}: {name} must be positive")
+        if self.copy_engines < 0:
+            raise ConfigError(f"GPU {self.name!r}: copy_engines must be >= 0")
+
+    def flops_for(self, dtype_bytes: int) -> float:
+        """Dense peak FLOP/s for operands of ``dtype_bytes`` (2 -> bf16, 4 -> fp32)."""
+        return self.peak_flops["fp32" if dtype_bytes >= 4 else "bf16"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkSpec:
+    """A fabric as one GPU sees it: per-direction bandwidth per GPU and one-hop latency."""
+
+    fabric: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.fabric not in FABRICS:
+            raise ConfigError(f"link fabric must be one of {FABRICS}, got {self.fabric!r}")
+        if self.bandwidth_bytes_per_s <= 0:
+            raise ConfigError(f"link {self.fabric}: bandwidth must be positive")
+        if self.latency_s < 0:
+            raise ConfigError(f"link {self.fabric}: latency must be non-negative")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterSpec:
+    """``nodes`` × ``gpus_per_node`` GPUs; ``intra`` inside a node, ``inter`` between nodes."""
+
+    name: str
+    gpu: GPUSpec
+    nodes: int
+    gpus_per_node: int
+    intra: LinkSpec
+    inter: LinkSpec
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1 or self.gpus_per_node < 1:
+            raise ConfigError(f"cluster {self.name!r}: nodes and gpus_per_node must be >= 1")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def with_nodes(self, nodes: int) -> "ClusterSpec":
+        return replace(self, nodes=nodes)
+
+
+# ----------------------------------------------------------------------------- GPU catalog
+# Sources:
+#  [H100]   NVIDIA H100 Tensor Core GPU datasheet (SXM5 column) and "NVIDIA H100 Tensor Core
+#           GPU Architecture" whitepaper (132 SMs on SXM5, 50 MB L2).
+#  [H200]   NVIDIA H200 Tensor Core GPU datasheet (SXM column): same Hopper compute as H100 SXM,
+#           141 GB HBM3e at 4.8 TB/s.
+#  [A100]   NVIDIA A100 Tensor Core GPU datasheet (80GB SXM column) and "NVIDIA A100 Tensor Core
+#           GPU Architecture" whitepaper (108 SMs, 40 MB L2).
+#  [A40]    NVIDIA A40 datasheet (84 SMs, 48 GB GDDR6 696 GB/s, 6 MB L2, BF16 tensor 149.7 TF dense).
+#  [MI300X] AMD Instinct MI300X datasheet and CDNA 3 whitepaper (304 CUs, 192 GB HBM3 at
+#           5.3 TB/s, 256 MB Infinity Cache, 4 MB L2 per XCD x 8).
+#  [CE]     copy engines: cudaDeviceProp::asyncEngineCount as printed by CUDA's deviceQuery on
+#           these parts; MI300X: SDMA engines per the CDNA 3 whitepaper (ficco §IV-D uses them).
+GPUS: dict[str, GPUSpec] = {
+    "H100-SXM": GPUSpec(
+        name="H100-SXM", vendor="nvidia", sms=132,
+        peak_flops={"bf16": 989.4 * TB, "fp16": 989.4 * TB, "fp32": 66.9 * TB},  # [H100]
+        hbm_bytes_per_s=3.35 * TB, memory_bytes=80 * GB, l2_bytes=50 * MiB,  # [H100]
+        copy_engines=3,  # [CE]
+        source="NVIDIA H100 datasheet (SXM5), Hopper whitepaper",
+    ),
+    "H200": GPUSpec(
+        name="H200", vendor="nvidia", sms=132,
+        peak_flops={"bf16": 989.4 * TB, "fp16": 989.4 * TB, "fp32": 66.9 * TB},  # [H200]
+        hbm_bytes_per_s=4.8 * TB, memory_bytes=141 * GB, l2_bytes=50 * MiB,  # [H200]
+        copy_engines=3,  # [CE]
+        source="NVIDIA H200 datasheet (SXM)",
+    ),
+    "A100-80GB-SXM": GPUSpec(
+        name="A100-80GB-SXM", vendor="nvidia", sms=108,
+        peak_flops={"bf16": 312 * TB, "fp16": 312 * TB, "fp32": 19.5 * TB},  # [A100]
+        hbm_bytes_per_s=2.039 * TB, memory_bytes=80 * GB, l2_bytes=40 * MiB,  # [A100]
+        copy_engines=3,  # [CE]
+        source="NVIDIA A100 datasheet (80GB SXM), Ampere whitepaper",
+    ),
+    "A40": GPUSpec(
+        name="A40", vendor="nvidia", sms=84,
+        peak_flops={"bf16": 149.7 * TB, "fp16": 149.7 * TB, "fp32": 37.4 * TB},  # [A40]
+        hbm_bytes_per_s=696 * GB, memory_bytes=48 * GB, l2_bytes=6 * MiB,  # [A40]
+        copy_engines=2,  # [CE]
+        max_threads_per_sm=1536,  # Ampere GA102 (compute capability 8.6)
+        source="NVIDIA A40 datasheet",
+    ),
+    "MI300X": GPUSpec(
+        name="MI300X", vendor="amd", sms=304,
+        peak_flops={"bf16": 1307.4 * TB, "fp16": 1307.4 * TB, "fp32": 163.4 * TB},  # [MI300X]
+        hbm_bytes_per_s=5.3 * TB, memory_bytes=192 * GB, l2_bytes=32 * MiB,  # [MI300X]
+        copy_engines=16,  # [CE]
+        source="AMD Instinct MI300X datasheet, CDNA 3 whitepaper",
+    ),
+}
+
+_ALIASES = {"h100": "H100-SXM", "h100-sxm5": "H100-SXM", "h200-sxm": "H200", "a100": "A100-80GB-SXM",
+            "a100-80gb": "A100-80GB-SXM", "a100-sxm": "A100-80GB-SXM", "mi300": "MI300X"}
+
+# ----------------------------------------------------------------------------- links
+# Sources:
+#  [NVL4]  H100 datasheet: NVLink 900 GB/s bidirectional per GPU -> 450 GB/s per direction.
+#  [NVL3]  A100 datasheet: NVLink 600 GB/s bidirectional per GPU -> 300 GB/s per direction.
+#  [PCIe4] PCI Express 4.0 x16: 16 GT/s x 16 lanes, 128b/130b -> 31.5 GB/s per direction.
+#  [IF]    ficco §III: MI300X fully connected by Infinity Fabric links of 64 GB/s per direction,
+#          7 peers -> 448 GB/s per direction per GPU.
+#  [NDR]   InfiniBand NDR 400 Gb/s = 50 GB/s per direction per NIC (one NIC per GPU on DGX H100).
+#  [HDR]   InfiniBand HDR 200 Gb/s = 25 GB/s per direction per NIC (one per GPU on DGX A100).
+#  [LAT]   one-hop latencies: NCCL's tuning model uses a few microseconds per step for NVLink and
+#          PCIe and ~5-10 µs for IB (nccl src/graph/tuning.cc base latencies); values here are
+#          those orders of magnitude and are replaced by calibration.
+NVSWITCH_H100 = LinkSpec(fabric="nvswitch", bandwidth_bytes_per_s=450 * GB, latency_s=2.0e-6, source="[NVL4][LAT]")
+NVSWITCH_A100 = LinkSpec(fabric="nvswitch", bandwidth_bytes_per_s=300 * GB, latency_s=2.0e-6, source="[NVL3][LAT]")
+PCIE4 = LinkSpec(fabric="pcie", bandwidth_bytes_per_s=31.5 * GB, latency_s=3.0e-6, source="[PCIe4][LAT]")
+IF_MESH = LinkSpec(fabric="full_mesh", bandwidth_bytes_per_s=448 * GB, latency_s=2.0e-6, source="[IF][LAT]")
+IB_NDR_PER_GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=50 * GB, latency_s=5.0e-6, source="[NDR][LAT]")
+IB_HDR_PER_GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=25 * GB, latency_s=5.0e-6, source="[HDR][LAT]")
+# lagom §4.1 cluster B: 2 nodes x 8 A40, PCIe 4.0 inside, 100 Gb/s InfiniBand between nodes:
+# one 100 Gb/s NIC = 12.5 GB/s per direction, shared by the node's 8 GPUs.
+IB_100G_PER_NODE_8GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=12.5 * GB / 8, latency_s=5.0e-6,
+                                 source="lagom §4.1 cluster B (100 Gb/s IB per node)[LAT]")
+
+CLUSTERS: dict[str, ClusterSpec] = {
+    "dgx-h100": ClusterSpec(name="dgx-h100", gpu=GPUS["H100-SXM"], nodes=1, gpus_per_node=8,
+                            intra=NVSWITCH_H100, inter=IB_NDR_PER_GPU),
+    "hgx-h200": ClusterSpec(name="hgx-h200", gpu=GPUS["H200"], nodes=1, gpus_per_node=8,
+                            intra=NVSWITCH_H100, inter=IB_NDR_PER_GPU),
+    "dgx-a100": ClusterSpec(name="dgx-a100", gpu=GPUS["A100-80GB-SXM"], nodes=1, gpus_per_node=8,
+                            intra=NVSWITCH_A100, inter=IB_HDR_PER_GPU),
+    "a40-pcie": ClusterSpec(name="a40-pcie", gpu=GPUS["A40"], nodes=2, gpus_per_node=8,
+                            intra=PCIE4, inter=IB_100G_PER_NODE_8GPU),
+    "mi300x": ClusterSpec(name="mi300x", gpu=GPUS["MI300X"], nodes=1, gpus_per_node=8,
+                          intra=IF_MESH, inter=IB_NDR_PER_GPU),
+}
+DEFAULT_CLUSTER_FOR_GPU = {"H100-SXM": "dgx-h100", "H200": "hgx-h200", "A100-80GB-SXM": "dgx-a100",
+                           "A40": "a40-pcie", "MI300X": "mi300x"}
+
+
+def get_gpu(name: str) -> GPUSpec:
+    """The catalog GPU called ``name`` (case-insensitive; a few aliases), else ConfigError."""
+    for key in GPUS:
+        if key.lower() == name.lower():
+            return GPUS[key]
+    alias = _ALIASES.get(name.lower())
+    if alias:
+        return GPUS[alias]
+    raise ConfigError(f"unknown GPU {name!r}; known: {', '.join(GPUS)} (or give a file with --cluster)")
+
+
+def get_cluster(name: str, *, nodes: int | None = None) -> ClusterSpec:
+    """A catalog cluster by name, or the default cluster of a catalog GPU; ``nodes`` overrides."""
+    key = name.lower()
+    if key in CLUSTERS:
+        c = CLUSTERS[key]
+    else:
+        gpu = get_gpu(name)  # raises with the list of names
+        c = CLUSTERS[DEFAULT_CLUSTER_FOR_GPU[gpu.name]]
+    if nodes is not None:
+        if nodes < 1:
+            raise ConfigError(f"nodes must be >= 1, got {nodes}")
+        c = c.with_nodes(nodes)
+    return c
+
+
+# ----------------------------------------------------------------------------- user files
+
+def read_config_file(path: str | os.PathLike) -> dict:
+    """Parse a JSON, TOML or YAML file into a dict; ConfigError names the file on any problem."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: no such file")
+    text = p.read_text(errors="replace")
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".json":
+            data = json.loads(text)
+        elif suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            raise ConfigError(f"{p}: unknown config format {suffix!r} (use .json, .toml, .yaml)")
+    except ConfigError:
+        raise
+    except Exception as exc:  # the parsers' own errors: name file and position, no traceback
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{p}: not valid {suffix[1:].upper()}: {msg}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def _build(cls, data: Any, where: str):
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
+    names = {f.name for f in fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; expected some of {sorted(names)}")
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
+    """A GPUSpec from a mapping (numbers in base units: FLOP/s, bytes/s, bytes)."""
+    return _build(GPUSpec, data, where)
+
+
+def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
+    """A ClusterSpec from a mapping; ``gpu`` may be a catalog name or a full GPU mapping,
+    ``intra``/``inter`` full link mappings."""
+    data = dict(data)
+    gpu = data.get("gpu")
+    if isinstance(gpu, str):
+        data["gpu"] = get_gpu(gpu)
+    elif isinstance(gpu, dict):
+        data["gpu"] = gpu_from_dict(gpu, f"{where}.gpu")
+    else:
+        raise ConfigError(f"{where}.gpu: expected a GPU name or mapping")
+    for link in ("intra", "inter"):
+        if link not in data:
+            raise ConfigError(f"{where}: missing field {link!r}")
+        data[link] = _build(LinkSpec, data[link], f"{where}.{link}")
+    return _build(ClusterSpec, data, where)
+
+
+def load_cluster_file(path: str | os.PathLike) -> ClusterSpec:
+    """A cluster from a JSON/TOML/YAML file (top level, or under a ``cluster`` key)."""
+    data = read_config_file(path)
+    if "cluster" in data and isinstance(data["cluster"], dict):
+        data = data["cluster"]
+    return cluster_from_dict(data, where=str(path))
