@@ -1,0 +1,107 @@
+"""``ccoverlap plan``: compare the configuration as given, no overlap, the best overlap knobs
+and the deciders' strategies on one simulated training step."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ccoverlap.workload import add_workload_arguments, workload_from_args
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="predict step time under overlap strategies and recommend one",
+                       description=__doc__)
+    add_workload_arguments(p)
+    p.add_argument("--out", default="ccoverlap-out/plan", help="directory for the PNG and Chrome traces")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--no-png", action="store_true", help="skip the timeline picture")
+    p.add_argument("--strategies", help="comma-separated decider strategies to add (default: all available)")
+    p.set_defaults(run=run)
+
+
+def _progress_reporter(enabled: bool):
+    """A progress bar on stderr, shown only once a search has run for more than a second."""
+    if not enabled:
+        return None, lambda: None
+    import time
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    state = {"bar": None, "task": None, "t0": time.perf_counter()}
+
+    def update(done: int, total: int, what: str) -> None:
+        if state["bar"] is None:
+            if time.perf_counter() - state["t0"] < 1.0:
+                return
+            from rich.console import Console
+
+            state["bar"] = Progress(TextColumn("searching overlap knobs"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                                    TextColumn("{task.description}"), TimeElapsedColumn(),
+                                    console=Console(stderr=True), transient=True)
+            state["bar"].start()
+            state["task"] = state["bar"].add_task(what, total=total)
+        state["bar"].update(state["task"], completed=done, total=total, description=what)
+
+    def close() -> None:
+        if state["bar"] is not None:
+            state["bar"].stop()
+
+    return update, close
+
+
+def run(args: argparse.Namespace) -> int:
+    from ccoverlap import plan as planner
+    from ccoverlap.chrome_trace import write_chrome_traces
+    from ccoverlap.report import plan_table
+
+    planner.load_decider_strategies()
+    w = workload_from_args(args)
+    extra = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
+    if extra:
+        unknown = [s for s in extra if s not in planner.EXTRA_STRATEGIES]
+        if unknown:
+            from ccoverlap.errors import ConfigError
+
+            raise ConfigError(f"unknown strategy {unknown[0]!r}; available: {', '.join(planner.EXTRA_STRATEGIES) or 'none'}")
+    update, close = _progress_reporter(sys.stderr.isatty() or not args.json)
+    try:
+        result = planner.plan(w, progress=update, extra=extra)
+    finally:
+        close()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+    given_tl = result.as_given.timeline
+    best_res = result.best()
+    best_tl = next((s.timeline for s in result.strategies if s.name == "best-knobs"), None)
+    files["chrome_trace_as_given"] = str(out / "as-given")
+    write_chrome_traces(given_tl, out / "as-given", world_size=w.cluster.world_size, gpu_name=w.cluster.gpu.name)
+    if best_tl is not None:
+        files["chrome_trace_best_knobs"] = str(out / "best-knobs")
+        write_chrome_traces(best_tl, out / "best-knobs", world_size=w.cluster.world_size, gpu_name=w.cluster.gpu.name)
+    if not args.no_png:
+        from ccoverlap.plots import save_plan_figure
+
+        tls = [("as-given", given_tl)] + ([("best-knobs", best_tl)] if best_tl is not None else [])
+        files["png"] = save_plan_figure(out / "plan.png", tls, [s.as_dict() for s in result.strategies])
+    payload = {
+        "workload": w.describe(),
+        "source": w.source,
+        "world_size": w.cluster.world_size,
+        "compute_comm_ratio": result.as_given.compute_comm_ratio,
+        "recommendation": planner.recommendation(result),
+        "best": best_res.name,
+        "strategies": [s.as_dict() for s in result.strategies],
+        "simulations": result.simulations,
+        "search_seconds": result.seconds,
+        "files": files,
+    }
+    if args.json:
+        json.dump(payload, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        plan_table(payload)
+    return 0

@@ -1,0 +1,228 @@
+"""A workload = model + cluster + parallelism + batch + overlap knobs, from flags or a config file.
+
+Shared by ``plan``, ``simulate`` and ``tune``. A config file (JSON, TOML or YAML) looks like::
+
+    model: llama-3-8b            # a catalog name, or a mapping of ModelSpec fields
+    cluster: a40-pcie            # a catalog cluster / GPU name, or a mapping (see hardware.py)
+    nodes: 2
+    parallel: {dp: 16, data_parallel: fsdp}
+    batch: {global_batch: 32, micro_batch: 1, seq_len: 4096}
+    knobs: {fsdp_prefetch: 1, fsdp_limit_all_gathers: 2}
+    calibration: calibrations/h100.json   # optional
+
+Flags given on the command line override the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from ccoverlap.errors import ConfigError
+from ccoverlap.hardware import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_file, read_config_file
+
+# The built-in example (issue 2): Llama-3-8B, FSDP over 2 nodes x 8 A40 (lagom §4.1 cluster B,
+# lagom Table 2: micro-batch 1, global batch 2 x 16).
+DEFAULT_EXAMPLE = {
+    "model": "llama-3-8b",
+    "cluster": "a40-pcie",
+    "nodes": 2,
+    "parallel": {"dp": 16, "data_parallel": "fsdp"},
+    "batch": {"global_batch": 32, "micro_batch": 1, "seq_len": 4096},
+    "knobs": {},
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Everything a step simulation needs, validated."""
+
+    model: Any
+    cluster: ClusterSpec
+    parallel: Any
+    batch: Any
+    knobs: Any
+    calibration: str | None = None
+    source: str = "built-in example"
+
+    def describe(self) -> str:
+        p = self.parallel
+        dims = [f"{k.upper()}{getattr(p, k)}" for k in ("tp", "pp", "dp", "ep") if getattr(p, k) > 1] or ["1 GPU"]
+        extra = [p.data_parallel.upper()] if p.dp > 1 else []
+        if p.pp > 1:
+            extra.append(p.pp_schedule)
+        return (f"{self.model.name} on {self.cluster.nodes}x{self.cluster.gpus_per_node} {self.cluster.gpu.name} "
+                f"({' x '.join(dims)}{', ' + ', '.join(extra) if extra else ''}; global batch "
+                f"{self.batch.global_batch} x {self.batch.seq_len} tokens, micro-batch {self.batch.micro_batch})")
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that describe a workload (all optional: defaults are the built-in example)."""
+    g = parser.add_argument_group("workload (defaults: the built-in example)")
+    g.add_argument("--config", help="JSON/TOML/YAML file describing the workload (flags override it)")
+    g.add_argument("--model", help="model name (e.g. llama-3-70b) or a model file")
+    g.add_argument("--cluster", help="cluster or GPU name (dgx-h100, a40-pcie, H100-SXM, ...) or a cluster file")
+    g.add_argument("--nodes", type=int, help="number of nodes")
+    for dim in ("tp", "pp", "dp", "ep"):
+        g.add_argument(f"--{dim}", type=int, help=f"{dim.upper()} degree")
+    g.add_argument("--data-parallel", choices=["ddp", "fsdp"], help="data-parallel flavour")
+    g.add_argument("--sequence-parallel", action="store_true", default=None, help="TP with sequence parallelism")
+    g.add_argument("--pp-schedule", choices=["gpipe", "1f1b", "interleaved", "dualpipe"])
+    g.add_argument("--virtual-stages", type=int, help="virtual stages per rank (interleaved 1F1B)")
+    g.add_argument("--recompute", choices=["none", "selective", "full"])
+    g.add_argument("--global-batch", type=int, help="global batch (sequences)")
+    g.add_argument("--micro-batch", type=int, help="micro-batch size (sequences)")
+    g.add_argument("--seq-len", type=int, help="sequence length (tokens)")
+    g.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                   help="overlap knob as given, e.g. --knob fsdp_prefetch=2 --knob bucket_cap_mb=50")
+    g.add_argument("--calibration", help="calibration file written by `ccoverlap calibrate`")
+
+
+def _parse_scalar(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _dataclass_from(cls, data: Any, where: str):
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {unknown}; expected some of {sorted(names)}")
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _model(value: Any, where: str):
+    from ccoverlap.models import get_model, model_from_dict
+
+    if isinstance(value, dict):
+        return model_from_dict(value)
+    if isinstance(value, str) and value.lower().endswith((".json", ".toml", ".yaml", ".yml")):
+        data = read_config_file(value)
+        return model_from_dict(data.get("model", data) if isinstance(data.get("model"), dict) else data)
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a model name or mapping")
+    return get_model(value)
+
+
+def _cluster(value: Any, nodes: int | None) -> ClusterSpec:
+    if isinstance(value, dict):
+        c = cluster_from_dict(value)
+    elif isinstance(value, str) and value.lower().endswith((".json", ".toml", ".yaml", ".yml")):
+        c = load_cluster_file(value)
+    elif isinstance(value, str):
+        return get_cluster(value, nodes=nodes)
+    else:
+        raise ConfigError("cluster: expected a cluster name, GPU name or mapping")
+    if nodes is not None:
+        if nodes < 1:
+            raise ConfigError(f"nodes must be >= 1, got {nodes}")
+        c = c.with_nodes(nodes)
+    return c
+
+
+def workload_from_mapping(data: dict, *, source: str = "config") -> Workload:
+    """Validate a workload mapping (the config-file schema above) into a :class:`Workload`."""
+    from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, validate
+
+    allowed = {"model", "cluster", "nodes", "parallel", "batch", "knobs", "calibration"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(f"{source}: unknown top-level key(s) {unknown}; expected some of {sorted(allowed)}")
+    model = _model(data.get("model", DEFAULT_EXAMPLE["model"]), f"{source}: model")
+    cluster = _cluster(data.get("cluster", DEFAULT_EXAMPLE["cluster"]), data.get("nodes"))
+    parallel = _dataclass_from(ParallelConfig, data.get("parallel"), f"{source}: parallel")
+    batch = _dataclass_from(BatchConfig, data.get("batch"), f"{source}: batch")
+    knobs = _dataclass_from(OverlapKnobs, data.get("knobs"), f"{source}: knobs")
+    validate(model, parallel, batch, cluster)
+    return Workload(model=model, cluster=cluster, parallel=parallel, batch=batch, knobs=knobs,
+                    calibration=data.get("calibration"), source=source)
+
+
+def workload_from_args(args: argparse.Namespace) -> Workload:
+    """The workload described by the command line (config file first, then flags)."""
+    if args.config:
+        data = read_config_file(args.config)
+        source = args.config
+    else:
+        data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in DEFAULT_EXAMPLE.items()}
+        source = "built-in example"
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    flags_given = False
+    if args.model:
+        data["model"] = args.model
+        flags_given = True
+    if args.cluster:
+        data["cluster"] = args.cluster
+        data.pop("nodes", None) if args.nodes is None and not args.config else None
+        flags_given = True
+    if args.nodes is not None:
+        data["nodes"] = args.nodes
+        flags_given = True
+    par = dict(data.get("parallel") or {})
+    for dim in ("tp", "pp", "dp", "ep"):
+        v = getattr(args, dim)
+        if v is not None:
+            par[dim] = v
+    for flag, key in (("data_parallel", "data_parallel"), ("sequence_parallel", "sequence_parallel"),
+                      ("pp_schedule", "pp_schedule"), ("virtual_stages", "virtual_stages"),
+                      ("recompute", "recompute")):
+        v = getattr(args, flag)
+        if v is not None:
+            par[key] = v
+    if par != (data.get("parallel") or {}):
+        flags_given = True
+    data["parallel"] = par
+    batch = dict(data.get("batch") or {})
+    for flag, key in (("global_batch", "global_batch"), ("micro_batch", "micro_batch"), ("seq_len", "seq_len")):
+        v = getattr(args, flag)
+        if v is not None:
+            batch[key] = v
+            flags_given = True
+    data["batch"] = batch
+    knobs = dict(data.get("knobs") or {})
+    for item in args.knob:
+        if "=" not in item:
+            raise ConfigError(f"--knob {item!r}: expected NAME=VALUE")
+        name, value = item.split("=", 1)
+        knobs[name.strip()] = _parse_scalar(value.strip())
+        flags_given = True
+    data["knobs"] = knobs
+    if args.calibration:
+        data["calibration"] = args.calibration
+    if flags_given and source == "built-in example":
+        source = "command line"
+    _fill_world_size(data)
+    return workload_from_mapping(data, source=source)
+
+
+def _fill_world_size(data: dict) -> None:
+    """If DP is not given, make it fill the cluster (world / (tp * pp)), as launchers do."""
+    par = data["parallel"]
+    if "dp" in par:
+        return
+    cluster = _cluster(data.get("cluster", DEFAULT_EXAMPLE["cluster"]), data.get("nodes"))
+    tp, pp = int(par.get("tp", 1)), int(par.get("pp", 1))
+    if tp > 0 and pp > 0 and cluster.world_size % (tp * pp) == 0:
+        par["dp"] = cluster.world_size // (tp * pp)
+
+
+def with_knobs(w: Workload, **changes: Any) -> Workload:
+    """The same workload with some overlap knobs changed."""
+    return replace(w, knobs=replace(w.knobs, **changes))
