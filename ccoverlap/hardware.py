@@ -266,6 +266,8 @@ def _build(cls, data: Any, where: str):
         return cls(**data)
     except TypeError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
