@@ -1,0 +1,295 @@
+"""Every achievable-fraction, derating and contention factor of the cost model, by name.
+
+Datasheet peaks live in :mod:`ccoverlap.hardware`; what fraction of them a real kernel gets,
+and how much one kernel slows another, lives here, so that ``ccoverlap calibrate`` can fit
+these numbers on a real GPU and write them to a JSON calibration file::
+
+    {"params": {"gemm_peak_fraction": 0.78, ...}, "gpu": "H100-SXM", "fit_error": 0.04}
+
+which ``plan`` / ``simulate`` read back with :meth:`CostParams.load`.
+
+Each field is fittable from one family of microbenchmarks (the ``fit:`` note in its comment):
+
+* GEMM sweep (shapes × sizes, alone)               -> ``gemm_*``, ``kernel_launch_overhead_s``
+* memcpy / streaming-kernel bandwidth              -> ``mem_*``, ``host_link_bytes_per_s``
+* nccl-tests-like sweeps over NC, NT, C, protocol  -> ``link_efficiency_*``, ``channel_*``, ``proto_*``,
+                                                      ``chunk_*``, ``comm_base_latency_s``, ``tree_*``
+* a copy kernel with NC blocks and chunk C beside a GEMM (lagom §3.2, Fig. 3)
+                                                   -> ``comm_sm_fraction_per_channel``, ``comm_hbm_*``,
+                                                      ``l2_*``, ``nt_contention_coeff``, ``comm_compute_interference``
+* copy-engine copies beside a GEMM (ficco §IV-D)   -> ``dma_*``
+
+Values marked *assumption* are modelling guesses of the right order of magnitude, to be
+replaced by calibration.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ccoverlap.errors import ConfigError
+from ccoverlap.hardware import GPUSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostParams:
+    """Named factors of the cost model (see the module docstring for how each is fitted).
+
+    Units: fractions are in [0, 1] unless stated; times in seconds; bandwidths in bytes/s.
+    """
+
+    # ------------------------------------------------------------------ compute (compute.py)
+    # Fraction of the datasheet dense peak one SM sustains inside a large, well-shaped GEMM tile
+    # loop. Public cuBLAS bf16 numbers on H100 SXM are ~700-800 TFLOP/s of 989 (~0.75-0.8 end to
+    # end, this factor excludes wave/tile losses modelled separately). fit: GEMM sweep.
+    gemm_peak_fraction: float = 0.82
+    # Output tile (CTA) shape of the main GEMM kernel, and the K step of its main loop.
+    # Hopper cuBLAS/CUTLASS warp-specialised kernels: 128x256x64, one CTA per SM. fit: GEMM sweep
+    # (wave steps appear at multiples of sms*tiles_per_sm tiles).
+    gemm_tile_m: int = 128
+    gemm_tile_n: int = 256
+    gemm_tile_k: int = 64
+    gemm_tiles_per_sm: int = 1
+    # Libraries also ship half-size tiles (tile_m x tile_n/2, tile_m/2 x tile_n, ...) and pick one
+    # per shape; each halving costs this much per-SM efficiency (lower reuse in shared memory).
+    # 0 disables the smaller tiles. assumption; fit: GEMM sweep of skinny shapes.
+    gemm_small_tile_efficiency: float = 0.85
+    # Per-tile prologue/epilogue (pipeline fill, output store), in units of main-loop K steps:
+    # a tile with K/tile_k steps costs (K/tile_k + this) steps. Makes small-K (K-split) GEMMs
+    # inefficient (ficco §IV-C1). assumption; fit: GEMM sweep over K.
+    gemm_tile_overhead_ksteps: float = 2.0
+    # Fraction of the shorter of (compute, memory) time per wave hidden under the longer.
+    # 0 is lagom eq. 6 literally (f = theta + D/B); 1 is a pure roofline per wave. assumption.
+    gemm_mem_overlap: float = 0.9
+    # Fixed cost of every kernel (launch gap + ramp/tail), seconds. ficco §IV-A "other losses".
+    # assumption (~2-5 us on recent GPUs); fit: intercept of the GEMM / memcpy sweeps.
+    kernel_launch_overhead_s: float = 3.0e-6
+    # Fused (flash) attention: fraction of dense peak. FlashAttention-2 reaches ~50-70% on A100,
+    # FlashAttention-3 ~60-75% on H100 forward, less backward. assumption; fit: attention sweep.
+    attention_peak_fraction: float = 0.55
+
+    # ------------------------------------------------------------------ memory
+    # Achievable fraction of datasheet HBM bandwidth for streaming kernels (~3.0 of 3.35 TB/s
+    # on H100 in STREAM-like copies). fit: memcpy bandwidth.
+    mem_bw_fraction: float = 0.90
+    # Fraction of the SMs a streaming kernel needs to saturate HBM; with fewer SMs (taken by
+    # communication) its bandwidth falls proportionally. assumption; fit: memcpy with NC blocks beside.
+    mem_sm_saturation_fraction: float = 0.5
+    # Host link for h2d / d2h copies (PCIe 5.0 x16 on H100 SXM: 63 GB/s raw, ~55 achieved).
+    # fit: pinned-memory memcpy.
+    host_link_bytes_per_s: float = 55e9
+
+    # ------------------------------------------------------------------ communication (comm.py)
+    # Achieved fraction of a link's per-direction line rate with the Simple protocol and
+    # enough channels. NVLink: NCCL reaches ~370 of 450 GB/s on H100 ("protocol overhead ~20%",
+    # NVIDIA/nccl-tests#212). Network: 46-48 GB/s per NDR 400G NIC (NVIDIA/nccl-tests#290).
+    # PCIe / xGMI / Ethernet: assumption. fit: nccl-tests busbw at large sizes.
+    link_efficiency_nvlink: float = 0.83
+    link_efficiency_pcie: float = 0.80
+    link_efficiency_xgmi: float = 0.80
+    link_efficiency_network: float = 0.93
+    link_efficiency_ethernet: float = 0.70
+    # One channel (one thread block on one SM) moves at most this many bytes/s; NC channels
+    # approach the link rate with diminishing returns (lagom §3.2, Fig. 3b). assumption
+    # (NCCL reaches ~370 GB/s with 16 channels on H100, so >= ~25 GB/s each); fit: NC sweep.
+    channel_bytes_per_s: float = 45e9
+    # Sharpness p of the soft minimum min(NC*channel_bw, link_bw) = x / (1 + x^p)^(1/p).
+    # Larger -> sharper knee. assumption; fit: NC sweep.
+    channel_saturation_sharpness: float = 4.0
+    # NT threads per channel: per-channel bandwidth scales as (NT/512)^exponent below 512
+    # threads (lagom §3.2: NT has a small effect). assumption; fit: NT sweep.
+    threads_bw_exponent: float = 0.15
+    # Protocols (NVIDIA/nccl#281, sjeaugey): LL carries 4 B of flag per 8 B -> 50% of link
+    # bandwidth; LL128 carries 8 B of flag per 128 B -> 120/128. Their latency per step is a
+    # fraction of Simple's (NCCL's tuning model gives LL/LL128 ~0.2/0.5 of Simple's per-hop
+    # latency on NVLink). fit: nccl-tests with NCCL_PROTO forced.
+    proto_ll_bw_factor: float = 0.5
+    proto_ll128_bw_factor: float = 120.0 / 128.0
+    proto_ll_latency_factor: float = 0.25
+    proto_ll128_latency_factor: float = 0.55
+    # Fixed cost of one collective launch + final synchronisation, seconds (NCCL's tuning model
+    # base latencies are ~5-10 us). fit: nccl-tests time at 8 bytes.
+    comm_base_latency_s: float = 6.0e-6
+    # Every chunk step of a channel pays this handshake (flag write / poll), seconds: small
+    # chunks C pay it more often (lagom §3.2, Fig. 3c). assumption; fit: C sweep.
+    chunk_step_overhead_s: float = 1.0e-6
+    # Pipeline fill + drain of the chunk pipeline, in chunk steps per channel: with k chunk
+    # steps per channel the bandwidth term is (k + depth) / k of ideal, so very large chunks
+    # (k small) lose pipelining. assumption; fit: C sweep at fixed size.
+    chunk_pipeline_depth: float = 0.5
+    # NCCL's tuner rates tree lower than ring in bandwidth; fraction of ring's achieved
+    # bandwidth a (double binary) tree reaches. assumption; fit: nccl-tests with NCCL_ALGO=Tree.
+    tree_bw_efficiency: float = 0.8
+    # Copy-engine (DMA) transport: fraction of link rate a cudaMemcpyPeerAsync / hipMemcpy
+    # reaches, bandwidth of one copy engine, and per-copy issue+completion latency
+    # (ficco §IV-D, DMA-latte: DMA is latency-bound for small copies). assumption; fit:
+    # copy-engine peer copies over a size sweep.
+    dma_link_efficiency: float = 0.85
+    dma_engine_bytes_per_s: float = 200e9
+    dma_copy_latency_s: float = 8.0e-6
+
+    # ------------------------------------------------------------------ contention (contention.py)
+    # SMs one channel removes from a GEMM beside it (lagom eq. 5 uses 1). fit: GEMM with a
+    # copy kernel of NC blocks beside it, over NC.
+    comm_sm_fraction_per_channel: float = 1.0
+    # NT's effect on SM and memory contention: factor 1 + coeff*(NT/512 - 1) (lagom §3.2:
+    # negligible). fit: same, over NT.
+    nt_contention_coeff: float = 0.02
+    # HBM bytes an SM-driven collective moves per byte it sends on the wire: read what it sends,
+    # write what it receives; reductions also read the local operand (+extra). assumption;
+    # fit: GEMM slowdown beside a copy kernel vs its rate.
+    comm_hbm_bytes_per_wire_byte: float = 2.0
+    comm_reduce_extra_hbm_bytes: float = 1.0
+    dma_hbm_bytes_per_wire_byte: float = 2.0
+    # In-flight chunks per channel held in L2 (their footprint NC*C*this evicts GEMM operands:
+    # lagom §3.2 "larger C amplifies contention"), and the GEMM traffic growth when comm
+    # buffers fill all of L2. assumption; fit: GEMM beside copy kernel over C.
+    l2_inflight_chunks: float = 2.0
+    l2_pollution_penalty: float = 0.5
+    # Copy engines pollute L2 less than SM copies (ficco §IV-A: DMA removes "a portion of cache
+    # interference"). assumption; fit: GEMM beside copy-engine copies.
+    dma_l2_pollution_fraction: float = 0.25
+    # Communication slowed by compute beside it: time x (1 + coeff * u), u = the other ops' HBM
+    # utilisation. ficco §IV-D2 measures geomean 1.03 (shard-based) to 1.12 (FiCCO) slowdowns.
+    # fit: collective time beside GEMMs of growing memory traffic.
+    comm_compute_interference: float = 0.3
+    dma_compute_interference: float = 0.3
+    # Floor on the HBM share any op keeps, fraction of achievable bandwidth (keeps eq. 6's
+    # B - V positive). assumption.
+    min_bandwidth_share: float = 0.1
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ConfigError(f"cost parameter {f.name}: expected a finite number, got {v!r}")
+            if v < 0:
+                raise ConfigError(f"cost parameter {f.name} must be non-negative, got {v}")
+        for name in ("gemm_tile_m", "gemm_tile_n", "gemm_tile_k", "gemm_tiles_per_sm"):
+            v = getattr(self, name)
+            if int(v) != v or v < 1:
+                raise ConfigError(f"cost parameter {name} must be a positive integer, got {v}")
+            object.__setattr__(self, name, int(v))
+        for name in ("gemm_peak_fraction", "attention_peak_fraction", "mem_bw_fraction",
+                     "dma_link_efficiency", "tree_bw_efficiency", "proto_ll_bw_factor",
+                     "proto_ll128_bw_factor", "mem_sm_saturation_fraction", "min_bandwidth_share",
+                     "channel_bytes_per_s", "host_link_bytes_per_s", "dma_engine_bytes_per_s",
+                     "channel_saturation_sharpness") + tuple(
+                         f.name for f in fields(self) if f.name.startswith("link_efficiency_")):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"cost parameter {name} must be positive, got {getattr(self, name)}")
+        for name in ("gemm_peak_fraction", "attention_peak_fraction", "mem_bw_fraction",
+                     "gemm_mem_overlap", "gemm_small_tile_efficiency", "dma_link_efficiency",
+                     "tree_bw_efficiency", "proto_ll_bw_factor", "proto_ll128_bw_factor",
+                     "mem_sm_saturation_fraction", "min_bandwidth_share",
+                     "dma_l2_pollution_fraction") + tuple(
+                         f.name for f in fields(self) if f.name.startswith("link_efficiency_")):
+            if getattr(self, name) > 1:
+                raise ConfigError(f"cost parameter {name} is a fraction, must be <= 1, got {getattr(self, name)}")
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to_dict(self) -> dict[str, float]:
+        """All fields as a plain ``{name: number}`` mapping (JSON-ready)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, base: "CostParams | None" = None,
+                  where: str = "cost params") -> "CostParams":
+        """Parameters from a mapping; missing fields come from ``base`` (default: class defaults).
+
+        Unknown keys raise :class:`ConfigError` naming them (a typo must not silently fall
+        back to a default).
+        """
+        if not isinstance(d, dict):
+            raise ConfigError(f"{where}: expected a mapping of cost parameters, got {type(d).__name__}")
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"{where}: unknown cost parameter(s) {unknown}")
+        start = base if base is not None else cls()
+        try:
+            return replace(start, **d)
+        except TypeError as exc:  # pragma: no cover - unknown keys are caught above
+            raise ConfigError(f"{where}: {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, base: "CostParams | None" = None) -> "CostParams":
+        """Parameters from a JSON file: a calibration file ``{"params": {...}, "gpu": ...,
+        "fit_error": ...}`` or a bare ``{name: value}`` mapping. Fields it lacks come from
+        ``base`` (e.g. :func:`default_params` of the GPU)."""
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: no such calibration file")
+        try:
+            data = json.loads(p.read_text(errors="replace"))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{p}: not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: expected a JSON object at the top level")
+        if "params" in data:
+            extra = sorted(set(data) - {"params", "gpu", "fit_error", "source", "notes", "version"})
+            if extra:
+                raise ConfigError(f"{p}: unknown calibration key(s) {extra}")
+            data = data["params"]
+        return cls.from_dict(data, base=base, where=str(p))
+
+    def save(self, path: str | os.PathLike, **meta: Any) -> None:
+        """Write a calibration file ``{"params": ..., **meta}`` (meta: ``gpu``, ``fit_error``)."""
+        Path(path).write_text(json.dumps({"params": self.to_dict(), **meta}, indent=2, sort_keys=True) + "\n")
+
+    def with_overrides(self, **kw: Any) -> "CostParams":
+        """A copy with some fields replaced; unknown names raise :class:`ConfigError`."""
+        return self.from_dict(kw, base=self, where="with_overrides")
+
+    def link_efficiency(self, fabric: str) -> float:
+        """Achieved fraction of line rate (Simple protocol) on a fabric of :data:`hardware.FABRICS`."""
+        if fabric in ("nvswitch", "nvlink_pair"):
+            return self.link_efficiency_nvlink
+        if fabric == "pcie":
+            return self.link_efficiency_pcie
+        if fabric == "full_mesh":
+            return self.link_efficiency_xgmi
+        if fabric in ("infiniband", "roce"):
+            return self.link_efficiency_network
+        return self.link_efficiency_ethernet
+
+
+# ----------------------------------------------------------------------------- defaults per GPU
+# Per-GPU overrides of the class defaults (which are the H100 values). Sources:
+#  [A100]  cuBLAS bf16 large GEMMs ~260-280 of 312 TFLOP/s; NCCL ring busbw ~230 of 300 GB/s on
+#          DGX A100 (NVIDIA/nccl-tests#100 discussion); HBM2e ~1.8-1.9 of 2.04 TB/s.
+#  [A40]   GA102, 100 KB shared memory per SM -> 128x128 tiles; board power limits sustained
+#          tensor throughput (assumption ~0.7 of peak); GDDR6 ~0.85 of 696 GB/s; PCIe 4.0 host.
+#  [MI300X] hipBLASLt bf16 GEMMs reach roughly half of the 1307 TFLOP/s datasheet peak in public
+#          benchmarks; 256x256 macro tiles; ~4.0-4.3 of 5.3 TB/s HBM3; one SDMA engine per
+#          xGMI link at ~50 GB/s (ficco §IV-B1, 64 GB/s links).
+_GPU_OVERRIDES: dict[str, dict[str, float]] = {
+    "H100-SXM": {},
+    "H200": {"mem_bw_fraction": 0.88},
+    "A100-80GB-SXM": {"gemm_peak_fraction": 0.88, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
+                      "link_efficiency_nvlink": 0.78, "host_link_bytes_per_s": 25e9,
+                      "attention_peak_fraction": 0.6},
+    "A40": {"gemm_peak_fraction": 0.72, "gemm_tile_m": 128, "gemm_tile_n": 128, "gemm_tile_k": 32,
+            "mem_bw_fraction": 0.85, "channel_bytes_per_s": 12e9, "host_link_bytes_per_s": 25e9,
+            "attention_peak_fraction": 0.5},
+    "MI300X": {"gemm_peak_fraction": 0.55, "gemm_tile_m": 256, "gemm_tile_n": 256,
+               "mem_bw_fraction": 0.80, "channel_bytes_per_s": 20e9, "attention_peak_fraction": 0.4,
+               "dma_engine_bytes_per_s": 50e9, "dma_link_efficiency": 0.8},
+}
+_VENDOR_OVERRIDES: dict[str, dict[str, float]] = {"nvidia": {}, "amd": _GPU_OVERRIDES["MI300X"]}
+
+
+def default_params(gpu: GPUSpec | None = None) -> CostParams:
+    """The default :class:`CostParams` for ``gpu`` (catalog name match first, then vendor),
+    or the H100-based class defaults when ``gpu`` is None or unknown."""
+    if gpu is None:
+        return CostParams()
+    over = _GPU_OVERRIDES.get(gpu.name)
+    if over is None:
+        over = _VENDOR_OVERRIDES.get(gpu.vendor.lower(), {})
+    return CostParams(**over)
