@@ -1,0 +1,470 @@
+"""Collective and point-to-point times: alpha-beta per algorithm, with NCCL's knobs.
+
+Closed forms (``M`` bytes as nccl-tests' ``size``, ``n`` ranks, ``B`` bytes/s per direction
+per GPU, ``α`` seconds per step) — the textbook costs of Thakur et al. / NCCL:
+
+* ring all-reduce            2(n−1)/n · M/B + 2(n−1)·α
+* ring all-gather / RS       (n−1)/n · M/B + (n−1)·α
+* double binary tree AR      2(n−1)/n · M/B + 2·ceil(log2 n)·α   (full bandwidth, log latency)
+* pairwise all-to-all        (n−1)/n · M/B + (n−1)·α
+* pipelined chain bcast/red  M/B + (n−1)·α
+* point-to-point             M/B + α
+
+Bus bandwidth (nccl-tests doc/PERFORMANCE.md): ``busbw = algbw × factor`` with ``algbw =
+M / t`` and factor 2(n−1)/n (all-reduce), (n−1)/n (all-gather, reduce-scatter, all-to-all),
+1 (broadcast, reduce).
+
+``B`` in a real collective is what the knobs let it reach (lagom §2.2, §3.2):
+
+* link line rate × ``link_efficiency_<fabric>`` × protocol factor (LL 1/2, LL128 120/128);
+* NC channels, each limited to ``channel_bytes_per_s`` (× (NT/512)^e below 512 threads),
+  approach that rate with diminishing returns: soft-min of NC·b_ch and the link rate;
+* chunks of C bytes: each chunk step pays ``chunk_step_overhead_s`` (small C slow) and the
+  pipeline fill/drain costs ``chunk_pipeline_depth`` chunk steps (huge C, few steps, slow).
+
+Topology: a group of ``size`` ranks with ``local_size`` per node spans ``nodes`` nodes. A flat
+ring crosses each node boundary once per direction, so its inter-node hop carries one ring
+link's traffic through the node's NICs — ``local_size`` per-GPU shares of ``cluster.inter``.
+Hierarchical algorithms run an intra-node phase on ``cluster.intra`` and an inter-node phase
+in which every GPU uses its own NIC share. The DMA path (``transport="dma"``) copies pieces
+peer to peer with copy engines: no SMs, no reductions, intra-node only (ficco §IV-B, §IV-D).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ccoverlap.errors import ConfigError
+from ccoverlap.graph import COLLECTIVES, CollectiveSpec, CommConfig, CopySpec, GroupSpec, P2PSpec
+from ccoverlap.hardware import ClusterSpec, LinkSpec
+
+from ccoverlap.cost.params import CostParams
+
+KiB = 1 << 10
+MiB = 1 << 20
+
+ALGORITHMS = ("auto", "ring", "tree", "pairwise", "hierarchical", "hierarchical_intra_first",
+              "hierarchical_inter_first", "direct")
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+
+# NCCL defaults (config defaults, not fitted parameters). Sources:
+#  channels  8x H800 on NVSwitch: "16 coll channels ... 16 p2p channels per peer" (NCCL INFO log in
+#            NVIDIA/nccl#892); lagom §4.3: NC=8 for an FSDP all-gather on A40 NVLink (cluster A);
+#            PCIe: NCCL opens few rings (2 is typical; assumption); xGMI: RCCL opens many (assumption);
+#            inter-node p2p: NCCL_NCHANNELS_PER_NET_PEER default 2.
+#  threads   NCCL_NTHREADS default 512 on recent GPUs.
+#  chunk     Simple: NCCL_BUFFSIZE 4 MiB / NCCL_STEPS 8 steps x 4 chunk steps = 2 MiB (lagom §4.3 sees
+#            C=2 MB); LL / LL128 buffers are smaller (order of magnitude, assumption).
+DEFAULT_CHANNELS = {"nvswitch": 16, "nvlink_pair": 8, "pcie": 2, "full_mesh": 32,
+                    "infiniband": 2, "roce": 2, "ethernet": 2}
+DEFAULT_P2P_INTER_CHANNELS = 2
+DEFAULT_THREADS = 512
+DEFAULT_CHUNK = {"simple": 2 * MiB, "ll": 32 * KiB, "ll128": 512 * KiB}
+LL128_FABRICS = ("nvswitch", "nvlink_pair", "full_mesh")  # NCCL/RCCL enable LL128 by default only there
+
+
+# ----------------------------------------------------------------------------- closed forms
+
+def ring_all_reduce_time_s(nbytes: float, n: int, bw: float, latency: float) -> float:
+    """Ring all-reduce: ``2(n−1)/n · M/B + 2(n−1)·α`` seconds (reduce-scatter + all-gather)."""
+    if n <= 1:
+        return 0.0
+    return 2.0 * (n - 1) / n * nbytes / bw + 2.0 * (n - 1) * latency
+
+
+def ring_all_gather_time_s(nbytes: float, n: int, bw: float, latency: float) -> float:
+    """Ring all-gather of an ``M``-byte output: ``(n−1)/n · M/B + (n−1)·α`` seconds."""
+    if n <= 1:
+        return 0.0
+    return (n - 1) / n * nbytes / bw + (n - 1) * latency
+
+
+def ring_reduce_scatter_time_s(nbytes: float, n: int, bw: float, latency: float) -> float:
+    """Ring reduce-scatter of an ``M``-byte input: ``(n−1)/n · M/B + (n−1)·α`` seconds."""
+    return ring_all_gather_time_s(nbytes, n, bw, latency)
+
+
+def tree_all_reduce_time_s(nbytes: float, n: int, bw: float, latency: float) -> float:
+    """Double binary tree all-reduce (NCCL ≥ 2.4): ``2(n−1)/n · M/B + 2·ceil(log2 n)·α``.
+
+    Each rank is interior in one tree and a leaf in the other, so across both trees it sends
+    ≈ 2M (M for n = 2): ring's bandwidth term, with logarithmic instead of linear latency.
+    """
+    if n <= 1:
+        return 0.0
+    return 2.0 * (n - 1) / n * nbytes / bw + 2.0 * math.ceil(math.log2(n)) * latency
+
+
+def pairwise_all_to_all_time_s(nbytes: float, n: int, bw: float, latency: float) -> float:
+    """Pairwise-exchange all-to-all of an ``M``-byte send buffer per rank:
+    ``(n−1)/n · M/B + (n−1)·α`` seconds."""
+    if n <= 1:
+        return 0.0
+    return (n - 1) / n * nbytes / bw + (n - 1) * latency
+
+
+def chain_broadcast_time_s(nbytes: float, n: int, bw: float, latency: float) -> float:
+    """Pipelined chain (ring) broadcast or reduce: ``M/B + (n−1)·α`` seconds."""
+    if n <= 1:
+        return 0.0
+    return nbytes / bw + (n - 1) * latency
+
+
+def p2p_transfer_time_s(nbytes: float, bw: float, latency: float) -> float:
+    """One point-to-point transfer: ``M/B + α`` seconds."""
+    return nbytes / bw + latency
+
+
+def bus_bandwidth_factor(collective: str, n: int) -> float:
+    """nccl-tests' busbw/algbw factor (doc/PERFORMANCE.md): all_reduce 2(n−1)/n; all_gather,
+    reduce_scatter, all_to_all (n−1)/n; broadcast, reduce 1."""
+    if n < 1:
+        raise ConfigError(f"group size must be >= 1, got {n}")
+    if collective == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    if collective in ("broadcast", "reduce"):
+        return 1.0
+    raise ConfigError(f"unknown collective {collective!r}; expected one of {COLLECTIVES}")
+
+
+def algorithm_bandwidth(nbytes: float, seconds: float) -> float:
+    """nccl-tests' algbw: ``size / time`` in bytes/s."""
+    return nbytes / seconds if seconds > 0 else float("inf")
+
+
+def bus_bandwidth(collective: str, nbytes: float, n: int, seconds: float) -> float:
+    """nccl-tests' busbw in bytes/s: ``algbw × bus_bandwidth_factor``."""
+    return algorithm_bandwidth(nbytes, seconds) * bus_bandwidth_factor(collective, n)
+
+
+_RING_FORMS = {"all_reduce": ring_all_reduce_time_s, "all_gather": ring_all_gather_time_s,
+               "reduce_scatter": ring_reduce_scatter_time_s, "all_to_all": pairwise_all_to_all_time_s,
+               "broadcast": chain_broadcast_time_s, "reduce": chain_broadcast_time_s}
+
+
+# ----------------------------------------------------------------------------- knobs -> bandwidth
+
+def proto_bw_factor(protocol: str, params: CostParams) -> float:
+    """Fraction of link bandwidth left to payload under ``protocol`` (NVIDIA/nccl#281)."""
+    return {"simple": 1.0, "ll": params.proto_ll_bw_factor, "ll128": params.proto_ll128_bw_factor}[protocol]
+
+
+def proto_latency_factor(protocol: str, params: CostParams) -> float:
+    """Per-step latency of ``protocol`` relative to Simple."""
+    return {"simple": 1.0, "ll": params.proto_ll_latency_factor,
+            "ll128": params.proto_ll128_latency_factor}[protocol]
+
+
+def channel_bandwidth(params: CostParams, threads: int, protocol: str = "simple") -> float:
+    """Bytes/s one channel (thread block) can move with ``threads`` threads."""
+    nt = min(1.0, threads / DEFAULT_THREADS)
+    return params.channel_bytes_per_s * nt ** params.threads_bw_exponent * proto_bw_factor(protocol, params)
+
+
+def effective_link_bandwidth(line_bytes_per_s: float, fabric: str, channels: int, threads: int,
+                             protocol: str, params: CostParams) -> float:
+    """Bytes/s ``channels`` channels reach on a link of ``line_bytes_per_s`` per direction:
+    the soft minimum of ``NC × channel bandwidth`` and ``line × link_efficiency × protocol``
+    (diminishing returns, saturating at the link: lagom §3.2, Fig. 3b)."""
+    link = line_bytes_per_s * params.link_efficiency(fabric) * proto_bw_factor(protocol, params)
+    x = channels * channel_bandwidth(params, threads, protocol) / link
+    p = params.channel_saturation_sharpness
+    return link * x / (1.0 + x ** p) ** (1.0 / p)
+
+
+def chunk_efficiency(bytes_per_channel: float, chunk_bytes: float, channel_bw: float,
+                     protocol: str, params: CostParams) -> float:
+    """Fraction of the channel bandwidth left after chunking (lagom §3.2, Fig. 3c):
+    ``1 / (1 + depth/k + σ·b_ch/C)`` with ``k = ceil(bytes/C)`` chunk steps per channel,
+    σ the per-step handshake (scaled by the protocol's latency factor)."""
+    if bytes_per_channel <= 0:
+        return 1.0
+    c = min(float(chunk_bytes), bytes_per_channel)
+    k = math.ceil(bytes_per_channel / c)
+    sigma = params.chunk_step_overhead_s * proto_latency_factor(protocol, params)
+    return 1.0 / (1.0 + params.chunk_pipeline_depth / k + sigma * channel_bw / c)
+
+
+# ----------------------------------------------------------------------------- config defaults
+
+def _check_group(group: GroupSpec, cluster: ClusterSpec) -> None:
+    if group.local_size > cluster.gpus_per_node:
+        raise ConfigError(f"group {group.name!r}: {group.local_size} ranks per node but the cluster has "
+                          f"{cluster.gpus_per_node} GPUs per node")
+    if group.nodes > cluster.nodes:
+        raise ConfigError(f"group {group.name!r} spans {group.nodes} nodes; the cluster has {cluster.nodes}")
+
+
+def _allowed_protocols(fabrics: tuple[str, ...]) -> tuple[str, ...]:
+    ll128 = all(f in LL128_FABRICS or f in ("infiniband", "roce") for f in fabrics) and \
+        any(f in LL128_FABRICS for f in fabrics)
+    return ("simple", "ll128", "ll") if ll128 else ("simple", "ll")
+
+
+def _allowed_algorithms(collective: str, group: GroupSpec) -> tuple[str, ...]:
+    if collective == "all_reduce":
+        algs = ("ring", "tree")
+    elif collective == "all_to_all":
+        algs = ("pairwise",)
+    else:
+        algs = ("ring",)
+    return algs
+
+
+def default_comm_config(collective: str, group: GroupSpec, cluster: ClusterSpec, *,
+                        nbytes: float | None = None, params: CostParams | None = None,
+                        transport: str = "sm") -> CommConfig:
+    """The knobs NCCL would use by default for ``collective`` on ``group`` (sources at
+    :data:`DEFAULT_CHANNELS`): channels by intra-node fabric (NVSwitch 16, NVLink pairs 8,
+    PCIe 2), 512 threads, Simple's 2 MiB chunk. With ``nbytes``, protocol and algorithm are
+    chosen as NCCL's tuner does: the fastest by this model (LL128 only where NCCL enables
+    it); without, Simple and ``"auto"``."""
+    _check_group(group, cluster)
+    fabric = cluster.intra.fabric if group.local_size > 1 else cluster.inter.fabric
+    cfg = CommConfig(channels=DEFAULT_CHANNELS.get(fabric, 2), threads=DEFAULT_THREADS,
+                     chunk_bytes=DEFAULT_CHUNK["simple"], protocol="simple",
+                     algorithm="direct" if transport == "dma" else "auto")
+    if nbytes is None or transport == "dma":
+        return cfg
+    spec = CollectiveSpec(collective=collective, bytes=nbytes, group=group,
+                          config=CommConfig(channels=cfg.channels, threads=cfg.threads))
+    return collective_profile(spec, cluster, params).config
+
+
+def default_p2p_config(inter_node: bool, cluster: ClusterSpec) -> CommConfig:
+    """NCCL's default knobs for a send/recv pair: p2p channels per peer (NVSwitch 16, inter-node
+    NCCL_NCHANNELS_PER_NET_PEER = 2), 512 threads, Simple, 2 MiB chunks."""
+    ch = DEFAULT_P2P_INTER_CHANNELS if inter_node else DEFAULT_CHANNELS.get(cluster.intra.fabric, 2)
+    return CommConfig(channels=ch, threads=DEFAULT_THREADS, chunk_bytes=DEFAULT_CHUNK["simple"],
+                      protocol="simple", algorithm="direct")
+
+
+# ----------------------------------------------------------------------------- collective time
+
+@dataclass(frozen=True)
+class CommProfile:
+    """A communication op alone: ``time_s``; ``wire_bytes`` each GPU sends (all phases);
+    ``levels`` it uses ("intra", "inter"); the resolved ``config`` (every knob set)."""
+
+    time_s: float
+    wire_bytes: float
+    levels: frozenset
+    config: CommConfig
+    algorithm: str
+
+
+def _level(link: LinkSpec, share: float, nbytes_wire: float, cfg: CommConfig,
+           params: CostParams) -> tuple[float, float]:
+    """(effective bytes/s after channel + chunk limits, per-step latency) of one link level."""
+    bw = effective_link_bandwidth(link.bandwidth_bytes_per_s * share, link.fabric, cfg.channels,
+                                  cfg.threads, cfg.protocol, params)
+    eta = chunk_efficiency(nbytes_wire / cfg.channels, cfg.chunk_bytes, bw / cfg.channels, cfg.protocol, params)
+    return bw * eta, link.latency_s * proto_latency_factor(cfg.protocol, params)
+
+
+def _flat_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg: CommConfig,
+               params: CostParams, alg: str) -> tuple[float, float, frozenset]:
+    """Ring / tree / pairwise over the whole group. Returns (time, wire bytes, levels)."""
+    n, local, nodes = group.size, group.local_size, group.nodes
+    wire = bus_bandwidth_factor(coll, n) * m
+    if nodes == 1:
+        bw, lat = _level(cluster.intra, 1.0, wire, cfg, params)
+        if alg == "tree":
+            return tree_all_reduce_time_s(m, n, bw * params.tree_bw_efficiency, lat), wire, frozenset({"intra"})
+        return _RING_FORMS[coll](m, n, bw, lat), wire, frozenset({"intra"})
+    levels = frozenset({"intra", "inter"}) if local > 1 else frozenset({"inter"})
+    if coll == "all_to_all":  # every GPU sends its own off-node share through its own NIC share
+        intra_b = m * (local - 1) / n
+        inter_b = m * (n - local) / n
+        bi, li = _level(cluster.intra, 1.0, intra_b, cfg, params) if local > 1 else (1.0, 0.0)
+        bo, lo = _level(cluster.inter, 1.0, inter_b, cfg, params)
+        t = max(intra_b / bi, inter_b / bo) + (local - 1) * li + (n - local) * lo
+        return t, intra_b + inter_b, levels
+    if alg == "tree":  # NCCL: chain inside each node, double binary tree across nodes
+        inter_wire = bus_bandwidth_factor("all_reduce", nodes) * m
+        bo, lo = _level(cluster.inter, float(local), inter_wire, cfg, params)
+        t_bw = inter_wire / bo
+        lat = 2 * math.ceil(math.log2(nodes)) * lo
+        if local > 1:
+            bi, li = _level(cluster.intra, 1.0, m, cfg, params)
+            t_bw = max(t_bw, m / bi)
+            lat += 2 * (local - 1) * li
+        return t_bw / params.tree_bw_efficiency + lat, wire, levels
+    # flat ring across nodes: each node boundary is crossed once per direction, through the
+    # node's NICs (local_size per-GPU shares); every step waits for the slowest hop
+    bo, lo = _level(cluster.inter, float(local), wire, cfg, params)
+    bw, lat = bo, lo
+    if local > 1:
+        bi, li = _level(cluster.intra, 1.0, wire, cfg, params)
+        bw, lat = min(bi, bo), max(li, lo)
+    return _RING_FORMS[coll](m, n, bw, lat), wire, levels
+
+
+def _hier_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg: CommConfig,
+               params: CostParams, order: str) -> tuple[float, float, frozenset]:
+    """Two-level algorithm (Centauri §3.1.2 group partition): ring phases on the intra-node
+    sub-group and on the inter-node sub-group (each GPU on its own NIC share); ``order`` is
+    "intra_first" or "inter_first". Every phase is its own launch."""
+    local, nodes = group.local_size, group.nodes
+    phases: list[tuple[str, str, float, int]] = []  # (level, collective, message bytes, ranks)
+    if coll == "all_reduce":
+        phases = [("intra", "reduce_scatter", m, local), ("inter", "all_reduce", m / local, nodes),
+                  ("intra", "all_gather", m, local)] if order == "intra_first" else \
+                 [("inter", "reduce_scatter", m, nodes), ("intra", "all_reduce", m / nodes, local),
+                  ("inter", "all_gather", m, nodes)]
+    elif coll == "all_gather":
+        phases = [("inter", "all_gather", m / local, nodes), ("intra", "all_gather", m, local)] \
+            if order == "inter_first" else [("intra", "all_gather", m / nodes, local), ("inter", "all_gather", m, nodes)]
+    elif coll == "reduce_scatter":
+        phases = [("intra", "reduce_scatter", m, local), ("inter", "reduce_scatter", m / local, nodes)] \
+            if order == "intra_first" else [("inter", "reduce_scatter", m, nodes), ("intra", "reduce_scatter", m / nodes, local)]
+    elif coll == "all_to_all":
+        first, second = ("intra", "inter") if order == "intra_first" else ("inter", "intra")
+        phases = [(first, "all_to_all", m, local if first == "intra" else nodes),
+                  (second, "all_to_all", m, local if second == "intra" else nodes)]
+    else:  # broadcast / reduce: chain on each level
+        levels = [("inter", nodes), ("intra", local)] if order == "inter_first" else [("intra", local), ("inter", nodes)]
+        phases = [(lv, coll, m, r) for lv, r in levels]
+    t = wire = 0.0
+    for level, pc, pm, ranks in phases:
+        if ranks <= 1:
+            continue
+        link = cluster.intra if level == "intra" else cluster.inter
+        pw = bus_bandwidth_factor(pc, ranks) * pm
+        bw, lat = _level(link, 1.0, pw, cfg, params)
+        t += params.comm_base_latency_s + _RING_FORMS[pc](pm, ranks, bw, lat)
+        wire += pw
+    return t - params.comm_base_latency_s, wire, frozenset({"intra", "inter"})
+
+
+def _dma_time(coll: str, m: float, n: int, cluster: ClusterSpec, params: CostParams) -> tuple[float, float]:
+    engines = cluster.gpu.copy_engines
+    if engines < 1:
+        raise ConfigError(f"GPU {cluster.gpu.name} has no copy engines for transport='dma'")
+    bw = min(cluster.intra.bandwidth_bytes_per_s * params.dma_link_efficiency,
+             engines * params.dma_engine_bytes_per_s)
+    wire = (n - 1) * m if coll == "broadcast" else (n - 1) / n * m
+    copies = n - 1
+    return wire / bw + math.ceil(copies / engines) * params.dma_copy_latency_s, wire
+
+
+def _one(spec: CollectiveSpec, cluster: ClusterSpec, params: CostParams, cfg: CommConfig,
+         alg: str) -> CommProfile:
+    coll, m, group = spec.collective, float(spec.bytes), spec.group
+    if group.size == 1 or m == 0:
+        return CommProfile(params.comm_base_latency_s, 0.0, frozenset(), cfg, alg)
+    if alg in ("hierarchical", "hierarchical_intra_first", "hierarchical_inter_first") and group.nodes > 1 \
+            and group.local_size > 1:
+        order = alg.removeprefix("hierarchical_") if alg != "hierarchical" else \
+            ("inter_first" if coll in ("all_gather", "broadcast") else "intra_first")
+        t, wire, levels = _hier_time(coll, m, group, cluster, cfg, params, order)
+    else:
+        flat = "ring" if alg.startswith("hierarchical") else alg
+        t, wire, levels = _flat_time(coll, m, group, cluster, cfg, params, flat)
+    return CommProfile(params.comm_base_latency_s + t, wire, levels, cfg, alg)
+
+
+def _check_alg(coll: str, alg: str) -> None:
+    if alg not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {alg!r}; expected one of {ALGORITHMS}")
+    if alg == "tree" and coll != "all_reduce":
+        raise ConfigError(f"algorithm 'tree' is for all_reduce only (NCCL), not {coll}")
+    if alg == "pairwise" and coll != "all_to_all":
+        raise ConfigError(f"algorithm 'pairwise' is for all_to_all only, not {coll}")
+    if alg == "ring" and coll == "all_to_all":
+        raise ConfigError("all_to_all has no ring algorithm; use 'pairwise' or 'hierarchical'")
+
+
+def collective_profile(spec: CollectiveSpec, cluster: ClusterSpec,
+                       params: CostParams | None = None) -> CommProfile:
+    """The collective alone on an idle GPU: time, wire bytes and resolved knobs. Unset knobs
+    take :func:`default_comm_config`'s values; an unset protocol and ``algorithm="auto"`` are
+    chosen as the fastest allowed by this model (as NCCL's tuner does)."""
+    p = params if params is not None else CostParams()
+    group = spec.group
+    _check_group(group, cluster)
+    c = spec.config
+    if spec.transport == "dma":
+        if spec.collective in REDUCING:
+            raise ConfigError(f"{spec.collective} cannot run on copy engines (DMA has no arithmetic; ficco §IV-B2)")
+        if group.nodes > 1:
+            raise ConfigError("transport='dma' needs an intra-node group (copy engines do not drive the NIC)")
+        if group.size == 1 or spec.bytes == 0:
+            return CommProfile(0.0, 0.0, frozenset(), replace(c, algorithm="direct"), "direct")
+        t, wire = _dma_time(spec.collective, float(spec.bytes), group.size, cluster, p)
+        return CommProfile(t, wire, frozenset({"intra"}), replace(c, algorithm="direct"), "direct")
+    fabric = cluster.intra.fabric if group.local_size > 1 else cluster.inter.fabric
+    channels = c.channels if c.channels is not None else DEFAULT_CHANNELS.get(fabric, 2)
+    threads = c.threads if c.threads is not None else DEFAULT_THREADS
+    _check_alg(spec.collective, c.algorithm)
+    fabrics = (cluster.intra.fabric,) if group.nodes == 1 else \
+        ((cluster.intra.fabric, cluster.inter.fabric) if group.local_size > 1 else (cluster.inter.fabric,))
+    protos = (c.protocol,) if c.protocol is not None else _allowed_protocols(fabrics)
+    algs = (c.algorithm,) if c.algorithm != "auto" else _allowed_algorithms(spec.collective, group)
+    best: CommProfile | None = None
+    for proto in protos:
+        chunk = c.chunk_bytes if c.chunk_bytes is not None else DEFAULT_CHUNK[proto]
+        cfg = CommConfig(channels=channels, threads=threads, chunk_bytes=chunk, protocol=proto, algorithm="auto")
+        for alg in algs:
+            prof = _one(spec, cluster, p, replace(cfg, algorithm=alg), alg)
+            if best is None or prof.time_s < best.time_s:
+                best = prof
+    assert best is not None
+    return best
+
+
+def collective_time_s(spec: CollectiveSpec, cluster: ClusterSpec, params: CostParams | None = None) -> float:
+    """Seconds ``spec`` takes alone on ``cluster`` (alpha-beta per algorithm with NCCL's knobs;
+    see the module docstring). Contention with ops beside it is in :mod:`.contention`."""
+    return collective_profile(spec, cluster, params).time_s
+
+
+def p2p_profile(spec: P2PSpec, cluster: ClusterSpec, params: CostParams | None = None) -> CommProfile:
+    """A send/recv of ``spec.bytes`` alone: ``M/B + α`` (plus launch) on the intra-node link
+    or the GPU's NIC share, ``B`` limited by channels/chunks as for collectives."""
+    p = params if params is not None else CostParams()
+    link = cluster.inter if spec.inter_node else cluster.intra
+    level = frozenset({"inter" if spec.inter_node else "intra"})
+    m = float(spec.bytes)
+    d = default_p2p_config(spec.inter_node, cluster)
+    c = spec.config
+    cfg = CommConfig(channels=c.channels or d.channels, threads=c.threads or d.threads,
+                     protocol=c.protocol or "simple", algorithm="direct",
+                     chunk_bytes=c.chunk_bytes or DEFAULT_CHUNK[c.protocol or "simple"])
+    if spec.transport == "dma":
+        if spec.inter_node:
+            raise ConfigError("transport='dma' needs an intra-node peer (copy engines do not drive the NIC)")
+        if cluster.gpu.copy_engines < 1:
+            raise ConfigError(f"GPU {cluster.gpu.name} has no copy engines for transport='dma'")
+        bw = min(link.bandwidth_bytes_per_s * p.dma_link_efficiency, cluster.gpu.copy_engines * p.dma_engine_bytes_per_s)
+        return CommProfile(p2p_transfer_time_s(m, bw, p.dma_copy_latency_s), m, level, cfg, "direct")
+    if m == 0:
+        return CommProfile(p.comm_base_latency_s, 0.0, level, cfg, "direct")
+    bw, lat = _level(link, 1.0, m, cfg, p)
+    return CommProfile(p.comm_base_latency_s + p2p_transfer_time_s(m, bw, lat), m, level, cfg, "direct")
+
+
+def p2p_time_s(spec: P2PSpec, cluster: ClusterSpec, params: CostParams | None = None) -> float:
+    """Seconds of a point-to-point transfer alone (see :func:`p2p_profile`)."""
+    return p2p_profile(spec, cluster, params).time_s
+
+
+def copy_bandwidth(spec: CopySpec, cluster: ClusterSpec, params: CostParams) -> float:
+    """Bytes/s of a copy-engine copy: host link for h2d/d2h; for d2d the smaller of the copy
+    engines' rate and half the achievable HBM bandwidth (each byte is read and written)."""
+    if spec.direction in ("h2d", "d2h"):
+        return params.host_link_bytes_per_s
+    if spec.direction != "d2d":
+        raise ConfigError(f"copy direction must be d2d, h2d or d2h, got {spec.direction!r}")
+    gpu = cluster.gpu
+    hbm = gpu.hbm_bytes_per_s * params.mem_bw_fraction / 2.0
+    return min(hbm, max(gpu.copy_engines, 1) * params.dma_engine_bytes_per_s)
+
+
+def copy_time_s(spec: CopySpec, cluster: ClusterSpec, params: CostParams | None = None) -> float:
+    """Seconds of a copy-engine copy alone: ``bytes / copy bandwidth + dma_copy_latency_s``."""
+    p = params if params is not None else CostParams()
+    return float(spec.bytes) / copy_bandwidth(spec, cluster, p) + p.dma_copy_latency_s
