@@ -1,0 +1,142 @@
+"""How ops running at the same time on one GPU slow each other (lagom §3.2, eqs. 4–6; ficco §IV-D).
+
+Communication beside computation (lagom §3.2):
+
+* **SM competition** (eq. 5): an SM-driven collective on NC channels holds NC thread blocks,
+  one SM each (``comm_sm_fraction_per_channel``), so a GEMM beside it has ``λ − NC`` SMs and
+  needs more waves. NT barely matters (``nt_contention_coeff``, lagom's finding).
+* **Global resource competition** (eq. 6): the collective moves HBM bytes at
+  ``V(NC, C) = rate × bytes-per-wire-byte``; its rate grows with NC and C (comm.py), so V
+  does, and the GEMM's per-wave memory time uses ``B̄ − V``. Its in-flight chunks
+  (``NC × C × l2_inflight_chunks``) occupy L2 and evict the GEMM's operands, growing the
+  GEMM's HBM traffic by up to ``l2_pollution_penalty`` — larger C, more contention even
+  where the rate has saturated.
+* **Copy engines** (ficco §IV-D): DMA communication takes no SMs but still takes memory
+  bandwidth, and pollutes L2 less (``dma_l2_pollution_fraction``).
+
+Computation beside communication (ficco §IV-D2): the collective's time grows by
+``1 + κ·u`` with u the HBM utilisation of the ops beside it, and by the shortfall when the
+bandwidth left to it is less than it needs. Collectives sharing a link level (intra/inter)
+share its bandwidth. Compute kernels beside each other split SMs and bandwidth evenly.
+
+Everything here is a pure function of specs and the ops' stand-alone profiles, so the
+simulator can cache by ``(spec, concurrent)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ccoverlap.graph import (AttentionSpec, CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec,
+                             Spec)
+from ccoverlap.hardware import ClusterSpec, GPUSpec
+
+from ccoverlap.cost.comm import DEFAULT_CHANNELS, DEFAULT_CHUNK, DEFAULT_THREADS, REDUCING
+from ccoverlap.cost.compute import attention_time_s, gemm_time_s, memory_time_s
+from ccoverlap.cost.params import CostParams
+
+COMPUTE_SPECS = (GemmSpec, AttentionSpec, MemorySpec)
+
+
+def is_sm_comm(spec: Spec) -> bool:
+    """True for a collective / p2p driven by SM thread blocks (NCCL kernels)."""
+    return isinstance(spec, (CollectiveSpec, P2PSpec)) and spec.transport == "sm"
+
+
+def is_dma(spec: Spec) -> bool:
+    """True for work done by copy engines: DMA collectives / p2p and CopySpec copies."""
+    return isinstance(spec, CopySpec) or (isinstance(spec, (CollectiveSpec, P2PSpec)) and spec.transport == "dma")
+
+
+def nt_factor(threads: int | None, params: CostParams) -> float:
+    """Tiny NT effect on contention (lagom §3.2): ``1 + coeff·(NT/512 − 1)``."""
+    nt = DEFAULT_THREADS if threads is None else threads
+    return max(0.0, 1.0 + params.nt_contention_coeff * (nt / DEFAULT_THREADS - 1.0))
+
+
+def _channels(spec: CollectiveSpec | P2PSpec, cluster: ClusterSpec | None) -> int:
+    if spec.config.channels is not None:
+        return spec.config.channels
+    if cluster is None:
+        return DEFAULT_CHANNELS["nvswitch"]
+    if isinstance(spec, P2PSpec):
+        return 2 if spec.inter_node else DEFAULT_CHANNELS.get(cluster.intra.fabric, 2)
+    fabric = cluster.intra.fabric if spec.group.local_size > 1 else cluster.inter.fabric
+    return DEFAULT_CHANNELS.get(fabric, 2)
+
+
+def comm_sms(spec: Spec, cluster: ClusterSpec | None = None, params: CostParams | None = None) -> float:
+    """SMs a communication op holds (lagom eq. 5's NC): ``NC × comm_sm_fraction_per_channel ×
+    nt_factor`` for SM-driven collectives and p2p; 0 for DMA, copies and compute. Unset NC
+    takes the cluster's NCCL default (16, NVSwitch's, when no cluster is given)."""
+    if not is_sm_comm(spec):
+        return 0.0
+    p = params if params is not None else CostParams()
+    return _channels(spec, cluster) * p.comm_sm_fraction_per_channel * nt_factor(spec.config.threads, p)
+
+
+def l2_footprint_fraction(spec: Spec, cluster: ClusterSpec, params: CostParams) -> float:
+    """Share of L2 a communication/copy op's in-flight data occupies, in [0, 1]:
+    ``NC × C × l2_inflight_chunks / L2`` for SM-driven ops (lagom §3.2: grows with NC and C);
+    copy engines stream ``min(bytes, L2)`` scaled by ``dma_l2_pollution_fraction``."""
+    l2 = cluster.gpu.l2_bytes
+    if is_sm_comm(spec):
+        chunk = spec.config.chunk_bytes or DEFAULT_CHUNK[spec.config.protocol or "simple"]
+        inflight = _channels(spec, cluster) * min(chunk, max(float(spec.bytes), 1.0)) * params.l2_inflight_chunks
+        return min(1.0, inflight * nt_factor(spec.config.threads, params) / l2)
+    if is_dma(spec):
+        return params.dma_l2_pollution_fraction * min(1.0, float(spec.bytes) / l2)
+    return 0.0
+
+
+def hbm_bytes_per_wire_byte(spec: Spec, params: CostParams) -> float:
+    """Local HBM bytes a communication op moves per byte it puts on the wire."""
+    if is_dma(spec):
+        return params.dma_hbm_bytes_per_wire_byte
+    extra = params.comm_reduce_extra_hbm_bytes if (
+        isinstance(spec, CollectiveSpec) and spec.collective in REDUCING) else 0.0
+    return params.comm_hbm_bytes_per_wire_byte + extra
+
+
+@dataclass(frozen=True)
+class Profile:
+    """An op alone on an idle GPU: ``time_s``, its HBM demand ``hbm_bytes_per_s`` (V for
+    communication), SMs held, L2 share its buffers take, and link ``levels`` it uses."""
+
+    time_s: float
+    hbm_bytes_per_s: float = 0.0
+    sms: float = 0.0
+    l2_fraction: float = 0.0
+    levels: frozenset = frozenset()
+
+
+def compute_time_under_s(spec: Spec, gpu: GPUSpec, params: CostParams, *, sms_taken: float,
+                         hbm_taken: float, l2_fraction: float, sharers: int) -> float:
+    """Seconds a compute op takes while communication holds ``sms_taken`` SMs (eq. 5),
+    moves ``hbm_taken`` bytes/s (eq. 6's V), fills ``l2_fraction`` of L2, and ``sharers``
+    compute kernels (itself included) split what is left evenly."""
+    k = max(1, sharers)
+    sms = max(1.0, gpu.sms - sms_taken) / k
+    b_ach = gpu.hbm_bytes_per_s * params.mem_bw_fraction
+    bw = max(params.min_bandwidth_share * b_ach, b_ach - hbm_taken) / k
+    if isinstance(spec, GemmSpec):
+        pollution = params.l2_pollution_penalty * min(1.0, l2_fraction)
+        return gemm_time_s(spec, gpu, params, sms_available=sms, hbm_bytes_per_s_available=bw,
+                           l2_pollution=pollution)
+    if isinstance(spec, AttentionSpec):
+        return attention_time_s(spec, gpu, params, sms_available=sms, hbm_bytes_per_s_available=bw)
+    return memory_time_s(spec, gpu, params, sms_available=sms, hbm_bytes_per_s_available=bw)
+
+
+def comm_time_under_s(alone_s: float, own_hbm: float, other_hbm: float, link_sharers: int,
+                      gpu: GPUSpec, params: CostParams, *, dma: bool) -> float:
+    """Seconds a communication/copy op takes beside others (ficco §IV-D2): its stand-alone
+    time × ``(1 + κ·u)`` (u = others' HBM demand / achievable bandwidth, capped at 1) ×
+    bandwidth shortfall ``max(1, own / left)`` × ``link_sharers`` (ops sharing its link level,
+    itself included, split the link)."""
+    b_ach = gpu.hbm_bytes_per_s * params.mem_bw_fraction
+    u = min(1.0, other_hbm / b_ach)
+    kappa = params.dma_compute_interference if dma else params.comm_compute_interference
+    left = max(params.min_bandwidth_share * b_ach, b_ach - other_hbm)
+    shortfall = max(1.0, own_hbm / left)
+    return alone_s * (1.0 + kappa * u) * shortfall * max(1, link_sharers)
