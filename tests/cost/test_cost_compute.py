@@ -1,0 +1,120 @@
+"""GEMM waves (lagom eq. 5), decomposition loss (ficco §IV-C1), attention / memory rooflines."""
+
+import pytest
+
+from ccoverlap.cost import (CostParams, attention_time_s, default_params, gemm_profile, gemm_time_s,
+                            gemm_waves, memory_time_s, split_gemm, split_gemm_time_s)
+from ccoverlap.graph import AttentionSpec, GemmSpec, MemorySpec
+from ccoverlap.hardware import GPUS
+
+H100 = GPUS["H100-SXM"]
+P = default_params(H100)
+TILE = (P.gemm_tile_m, P.gemm_tile_n)
+
+
+def test_wave_count_is_eq5():
+    assert gemm_waves(132, 132) == 1
+    assert gemm_waves(133, 132) == 2
+    assert gemm_waves(264, 132) == 2
+    assert gemm_waves(265, 132) == 3
+    assert gemm_waves(132, 116) == 2        # 16 SMs held by communication
+    assert gemm_waves(132, 66, tiles_per_sm=2) == 1
+    assert gemm_waves(0, 132) == 0
+
+
+def _gemm_with_tiles(tiles):
+    return GemmSpec(m=P.gemm_tile_m * tiles, n=P.gemm_tile_n, k=4096)
+
+
+def test_gemm_time_steps_at_wave_boundaries():
+    t = {n: gemm_time_s(_gemm_with_tiles(n), H100, P, tile=TILE) for n in (131, 132, 133, 264, 265)}
+    # inside a wave, one more tile costs (almost) nothing; across a boundary, a whole wave
+    assert t[132] / t[131] < 1.02
+    assert t[133] / t[132] > 1.6
+    assert t[264] / t[133] < 1.15
+    assert t[265] / t[264] > 1.4
+    # the library-style choice among tile sizes softens, but does not remove, the step
+    assert gemm_time_s(_gemm_with_tiles(133), H100, P) / gemm_time_s(_gemm_with_tiles(132), H100, P) > 1.3
+
+
+def test_fewer_sms_more_waves_slower():
+    s = GemmSpec(m=8192, n=14336, k=4096)
+    t = [gemm_time_s(s, H100, P, sms_available=n) for n in (132, 120, 100, 66)]
+    assert t == sorted(t) and t[-1] > 1.8 * t[0]
+
+
+def test_less_bandwidth_or_polluted_l2_is_slower():
+    s = GemmSpec(m=4096, n=4096, k=1024)
+    base = gemm_time_s(s, H100, P)
+    assert gemm_time_s(s, H100, P, hbm_bytes_per_s_available=1.0e12) > base
+    assert gemm_time_s(s, H100, P, l2_pollution=0.5) > base
+
+
+def test_large_gemm_is_compute_bound_near_calibrated_peak():
+    s = GemmSpec(m=8192, n=8192, k=8192)
+    eff = s.flops / gemm_time_s(s, H100, P) / H100.peak_flops["bf16"]
+    assert 0.7 < eff < P.gemm_peak_fraction
+
+
+def test_eq6_additive_form_is_slower_than_overlapped():
+    s = GemmSpec(m=8192, n=14336, k=4096)
+    lagom_literal = P.with_overrides(gemm_mem_overlap=0.0)
+    assert gemm_time_s(s, H100, lagom_literal) > gemm_time_s(s, H100, P) * 1.05
+
+
+FFN = GemmSpec(m=8192, n=14336, k=4096)       # M > K
+WIDE_K = GemmSpec(m=2048, n=8192, k=16384)    # M < K
+
+
+@pytest.mark.parametrize("spec", [FFN, WIDE_K])
+@pytest.mark.parametrize("dim", ["m", "k"])
+def test_splitting_costs_more_and_more_with_the_split_count(spec, dim):
+    whole = gemm_time_s(spec, H100, P)
+    t8 = split_gemm_time_s(spec, 8, dim, H100, P)
+    t64 = split_gemm_time_s(spec, 64, dim, H100, P)
+    assert whole < t8 < t64
+
+
+def test_k_split_worse_than_m_split_when_m_exceeds_k_and_vice_versa():
+    # ficco §IV-C1: row (M) sharding hurts more when M < K, column (K) sharding when M > K
+    for ways in (8, 64):
+        assert split_gemm_time_s(FFN, ways, "k", H100, P) > split_gemm_time_s(FFN, ways, "m", H100, P)
+        assert split_gemm_time_s(WIDE_K, ways, "m", H100, P) > split_gemm_time_s(WIDE_K, ways, "k", H100, P)
+
+
+def test_accumulate_reads_c_and_costs_more():
+    piece = GemmSpec(m=8192, n=14336, k=512)
+    t0, d0 = gemm_profile(piece, H100, P, accumulate=False)
+    t1, d1 = gemm_profile(piece, H100, P, accumulate=True)
+    assert d1 - d0 == pytest.approx(piece.m * piece.n * piece.dtype_bytes, rel=0.05)
+    assert t1 > t0
+
+
+def test_split_pieces_cover_the_dimension():
+    pieces = split_gemm(GemmSpec(m=1000, n=64, k=64), 3, "m")
+    assert [p.m for p in pieces] == [334, 333, 333]
+
+
+def test_launch_overhead_is_paid_per_kernel():
+    tiny = GemmSpec(m=16, n=16, k=16)
+    assert gemm_time_s(tiny, H100, P) >= P.kernel_launch_overhead_s
+    more = P.with_overrides(kernel_launch_overhead_s=P.kernel_launch_overhead_s + 1e-5)
+    assert gemm_time_s(tiny, H100, more) - gemm_time_s(tiny, H100, P) == pytest.approx(1e-5)
+
+
+def test_memory_bound_op_is_bytes_over_achievable_bandwidth():
+    spec = MemorySpec(bytes=3.0e9)
+    expect = 3.0e9 / (H100.hbm_bytes_per_s * P.mem_bw_fraction) + P.kernel_launch_overhead_s
+    assert memory_time_s(spec, H100, P) == pytest.approx(expect)
+    # fewer SMs than needed to saturate HBM, or less bandwidth: slower
+    assert memory_time_s(spec, H100, P, sms_available=20) > 1.5 * expect
+    assert memory_time_s(spec, H100, P, hbm_bytes_per_s_available=1e12) > 2.5 * expect
+
+
+def test_attention_is_max_of_flops_and_bytes():
+    p = CostParams(kernel_launch_overhead_s=0.0)
+    compute_bound = AttentionSpec(flops=1e12, bytes=1e6)
+    t = attention_time_s(compute_bound, H100, p)
+    assert t == pytest.approx(1e12 / (H100.peak_flops["bf16"] * p.attention_peak_fraction))
+    memory_bound = AttentionSpec(flops=1e6, bytes=3e9)
+    assert attention_time_s(memory_bound, H100, p) == pytest.approx(3e9 / (H100.hbm_bytes_per_s * p.mem_bw_fraction))

@@ -1,0 +1,71 @@
+"""CostParams: validation, JSON round-trip, calibration files, per-GPU defaults."""
+
+import json
+from dataclasses import fields
+
+import pytest
+
+from ccoverlap.cost import CostParams, default_params
+from ccoverlap.errors import ConfigError
+from ccoverlap.hardware import GPUS
+
+
+def test_round_trip_through_dict_preserves_every_field():
+    p = CostParams().with_overrides(gemm_peak_fraction=0.7, channel_bytes_per_s=12e9, gemm_tile_n=128)
+    d = p.to_dict()
+    assert set(d) == {f.name for f in fields(CostParams)}
+    q = CostParams.from_dict(json.loads(json.dumps(d)))
+    assert q == p
+    assert q.gemm_tile_n == 128 and isinstance(q.gemm_tile_n, int)
+
+
+def test_unknown_keys_raise_config_error_naming_them():
+    with pytest.raises(ConfigError, match="gemm_peak_fractoin"):
+        CostParams.from_dict({"gemm_peak_fractoin": 0.5})
+    with pytest.raises(ConfigError, match="nope"):
+        CostParams().with_overrides(nope=1.0)
+
+
+def test_invalid_values_raise():
+    with pytest.raises(ConfigError):
+        CostParams(gemm_peak_fraction=1.5)
+    with pytest.raises(ConfigError):
+        CostParams(link_efficiency_pcie=0.0)
+    with pytest.raises(ConfigError):
+        CostParams(gemm_tile_m=100.5)
+    with pytest.raises(ConfigError):
+        CostParams.from_dict({"chunk_step_overhead_s": "fast"})
+
+
+def test_load_calibration_file_over_a_base(tmp_path):
+    base = default_params(GPUS["A40"])
+    path = tmp_path / "calib.json"
+    path.write_text(json.dumps({"params": {"gemm_peak_fraction": 0.61}, "gpu": "A40", "fit_error": 0.05}))
+    p = CostParams.load(path, base=base)
+    assert p.gemm_peak_fraction == 0.61
+    assert p.gemm_tile_n == base.gemm_tile_n == 128  # untouched fields come from the base
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"mem_bw_fraction": 0.8}))
+    assert CostParams.load(bare).mem_bw_fraction == 0.8
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"params": {"foo": 1}}))
+    with pytest.raises(ConfigError, match="foo"):
+        CostParams.load(bad)
+    with pytest.raises(ConfigError):
+        CostParams.load(tmp_path / "missing.json")
+
+
+def test_save_then_load(tmp_path):
+    p = default_params(GPUS["MI300X"])
+    path = tmp_path / "c.json"
+    p.save(path, gpu="MI300X", fit_error=0.1)
+    data = json.loads(path.read_text())
+    assert data["gpu"] == "MI300X" and data["fit_error"] == 0.1
+    assert CostParams.load(path) == p
+
+
+def test_defaults_differ_per_gpu():
+    h100, a40, mi = (default_params(GPUS[n]) for n in ("H100-SXM", "A40", "MI300X"))
+    assert h100 == CostParams()
+    assert a40.gemm_tile_n < h100.gemm_tile_n  # GA102 has less shared memory
+    assert mi.gemm_tile_m == 256 and mi.gemm_peak_fraction < h100.gemm_peak_fraction
