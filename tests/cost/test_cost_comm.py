@@ -1,0 +1,246 @@
+"""Collective costs: closed forms, nccl-tests bus bandwidth, NCCL knobs, topology, DMA path."""
+
+import dataclasses
+import math
+
+import pytest
+
+from ccoverlap.cost import (CostParams, bus_bandwidth, bus_bandwidth_factor, chain_broadcast_time_s,
+                            collective_profile, collective_time_s, copy_time_s, default_comm_config,
+                            default_params, p2p_time_s, pairwise_all_to_all_time_s,
+                            ring_all_gather_time_s, ring_all_reduce_time_s, ring_reduce_scatter_time_s,
+                            tree_all_reduce_time_s)
+from ccoverlap.errors import ConfigError
+from ccoverlap.graph import COLLECTIVES, CollectiveSpec, CommConfig, CopySpec, GroupSpec, P2PSpec
+from ccoverlap.hardware import CLUSTERS
+
+H100 = CLUSTERS["dgx-h100"]
+A40 = CLUSTERS["a40-pcie"]
+PH = default_params(H100.gpu)
+PA = default_params(A40.gpu)
+NODE8 = GroupSpec(name="tp", size=8, local_size=8)
+TWO_NODES = GroupSpec(name="dp", size=16, local_size=8)
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def coll(c, nbytes, group=NODE8, **cfg):
+    return CollectiveSpec(collective=c, bytes=nbytes, group=group, config=CommConfig(**cfg))
+
+
+# ------------------------------------------------------------------ closed forms
+
+def test_ring_all_reduce_closed_form_numbers():
+    # 2(N-1)/N * M/B + 2(N-1) * alpha with M = 1 GB, N = 8, B = 100 GB/s, alpha = 1 us
+    assert ring_all_reduce_time_s(1e9, 8, 100e9, 1e-6) == pytest.approx(0.0175 + 14e-6)
+    assert ring_all_reduce_time_s(1e9, 2, 100e9, 0.0) == pytest.approx(0.01)
+    assert ring_all_reduce_time_s(1e9, 1, 100e9, 1e-6) == 0.0
+
+
+def test_other_closed_forms_numbers():
+    assert ring_all_gather_time_s(8e9, 8, 100e9, 1e-6) == pytest.approx(0.07 + 7e-6)
+    assert ring_reduce_scatter_time_s(8e9, 8, 100e9, 1e-6) == pytest.approx(0.07 + 7e-6)
+    assert pairwise_all_to_all_time_s(8e9, 8, 100e9, 1e-6) == pytest.approx(0.07 + 7e-6)
+    assert chain_broadcast_time_s(8e9, 8, 100e9, 1e-6) == pytest.approx(0.08 + 7e-6)
+    # double binary tree: ring's bandwidth term, 2*ceil(log2 n) latency steps instead of 2(n-1)
+    assert tree_all_reduce_time_s(1e9, 8, 100e9, 1e-6) == pytest.approx(0.0175 + 6e-6)
+    assert tree_all_reduce_time_s(1e3, 64, 100e9, 1e-6) < ring_all_reduce_time_s(1e3, 64, 100e9, 1e-6) / 10
+
+
+@pytest.mark.parametrize("n", [2, 8, 16, 64])
+def test_bus_bandwidth_factors_match_nccl_tests(n):
+    f = {c: bus_bandwidth_factor(c, n) for c in COLLECTIVES}
+    assert f["all_reduce"] == pytest.approx(2 * (n - 1) / n)
+    for c in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert f[c] == pytest.approx((n - 1) / n)
+    assert f["broadcast"] == 1.0 and f["reduce"] == 1.0
+    with pytest.raises(ConfigError):
+        bus_bandwidth_factor("allreduce", n)
+
+
+def _ideal(**kw):
+    """Parameters under which the model must reduce to the textbook closed forms."""
+    base = dict(link_efficiency_nvlink=1.0, channel_bytes_per_s=1e18, chunk_step_overhead_s=0.0,
+                chunk_pipeline_depth=0.0, comm_base_latency_s=0.0)
+    base.update(kw)
+    return CostParams(**base)
+
+
+def test_model_reduces_to_ring_closed_form():
+    p = _ideal()
+    B, a = H100.intra.bandwidth_bytes_per_s, H100.intra.latency_s
+    for m in (1 * MiB, 256 * MiB):
+        t = collective_time_s(coll("all_reduce", m, algorithm="ring", protocol="simple"), H100, p)
+        assert t == pytest.approx(ring_all_reduce_time_s(m, 8, B, a), rel=1e-6)
+
+
+@pytest.mark.parametrize("c", COLLECTIVES)
+def test_busbw_reaches_the_link_for_every_collective(c):
+    """nccl-tests' busbw is meant to equal the hardware bottleneck for any n (PERFORMANCE.md)."""
+    p = _ideal()
+    m = 4 * GiB
+    for group in (GroupSpec(name="g", size=4, local_size=4), NODE8):
+        t = collective_time_s(coll(c, m, group=group, protocol="simple"), H100, p)
+        assert bus_bandwidth(c, m, group.size, t) == pytest.approx(H100.intra.bandwidth_bytes_per_s, rel=5e-3)
+
+
+# ------------------------------------------------------------------ NCCL knobs
+
+def _ar_time(nc=16, nt=512, chunk=2 * MiB, proto="simple", m=4 * GiB, params=PH):
+    return collective_time_s(coll("all_reduce", m, channels=nc, threads=nt, chunk_bytes=chunk,
+                                  protocol=proto, algorithm="ring"), H100, params)
+
+
+def test_more_channels_faster_with_diminishing_returns_and_saturation():
+    ncs = [1, 2, 4, 8, 16, 32]
+    t = [_ar_time(nc=n) for n in ncs]
+    assert all(a > b for a, b in zip(t, t[1:]))
+    gains = [a / b for a, b in zip(t, t[1:])]
+    assert gains[0] > 1.9 and gains[-1] < 1.05 and gains == sorted(gains, reverse=True)
+    busbw = [bus_bandwidth("all_reduce", 4 * GiB, 8, x) for x in t]
+    link = H100.intra.bandwidth_bytes_per_s * PH.link_efficiency_nvlink
+    assert max(busbw) <= link and busbw[-1] > 0.95 * link
+    # one channel is limited by what one SM moves, not by the link
+    assert busbw[0] == pytest.approx(PH.channel_bytes_per_s, rel=0.05)
+
+
+def test_smaller_chunks_slower_and_huge_chunks_lose_pipelining():
+    m = 32 * MiB
+    t = {c: _ar_time(nc=4, chunk=c, m=m) for c in (4096, 16384, 65536, 1 * MiB, 64 * MiB)}
+    assert t[4096] > t[16384] > t[65536] > t[1 * MiB]
+    assert t[64 * MiB] > t[1 * MiB]
+    assert t[4096] > 3 * t[1 * MiB]
+
+
+def test_threads_have_a_small_effect():
+    t512, t128 = _ar_time(nt=512, nc=4), _ar_time(nt=128, nc=4)
+    assert t512 < t128 < 1.3 * t512
+
+
+def test_protocols_trade_bandwidth_for_latency():
+    big = {pr: _ar_time(proto=pr) for pr in ("simple", "ll128", "ll")}
+    assert big["simple"] < big["ll128"] < big["ll"]
+    assert big["ll"] / big["simple"] == pytest.approx(2.0, rel=0.15)  # LL: half the payload
+    small = {pr: _ar_time(proto=pr, m=4096) for pr in ("simple", "ll128", "ll")}
+    assert small["ll"] < small["ll128"] < small["simple"]
+
+
+def test_auto_protocol_and_algorithm_pick_the_fastest():
+    for m in (8, 64 * 1024, 16 * MiB, GiB):
+        auto = collective_time_s(coll("all_reduce", m), H100, PH)
+        forced = [collective_time_s(coll("all_reduce", m, protocol=pr, algorithm=al), H100, PH)
+                  for pr in ("simple", "ll", "ll128") for al in ("ring", "tree")]
+        assert auto == pytest.approx(min(forced))
+
+
+def test_tree_wins_small_ring_wins_large_on_one_node():
+    small = {al: collective_time_s(coll("all_reduce", 8192, algorithm=al, protocol="simple"), H100, PH)
+             for al in ("ring", "tree")}
+    big = {al: collective_time_s(coll("all_reduce", GiB, algorithm=al, protocol="simple"), H100, PH)
+           for al in ("ring", "tree")}
+    assert small["tree"] < small["ring"] and big["ring"] < big["tree"]
+
+
+def test_default_config_follows_nccl_defaults():
+    cfg = default_comm_config("all_gather", NODE8, H100)
+    assert (cfg.channels, cfg.threads, cfg.chunk_bytes, cfg.protocol) == (16, 512, 2 * MiB, "simple")
+    assert default_comm_config("all_gather", TWO_NODES, A40).channels == 2  # PCIe: few rings
+    assert default_comm_config("all_reduce", NODE8, H100, nbytes=8).protocol == "ll"
+    assert default_comm_config("all_reduce", NODE8, H100, nbytes=GiB).protocol == "simple"
+    assert default_comm_config("all_reduce", TWO_NODES, A40, nbytes=GiB).algorithm == "tree"
+    # NCCL enables LL128 on NVLink, not on PCIe
+    assert default_comm_config("all_reduce", TWO_NODES, A40, nbytes=8 * MiB).protocol != "ll128"
+
+
+# ------------------------------------------------------------------ topology
+
+def test_flat_ring_across_nodes_is_bound_by_the_node_nics():
+    m = 256 * MiB
+    t = collective_time_s(coll("all_gather", m, group=TWO_NODES, algorithm="ring"), A40, PA)
+    node_nic = A40.inter.bandwidth_bytes_per_s * TWO_NODES.local_size
+    busbw = bus_bandwidth("all_gather", m, 16, t)
+    assert 0.8 * node_nic < busbw <= node_nic
+    # the same group inside one (hypothetical) 16-GPU PCIe node is far faster
+    big_node = dataclasses.replace(A40, nodes=1, gpus_per_node=16)
+    one_node = collective_time_s(coll("all_gather", m, group=GroupSpec(name="dp", size=16, local_size=16),
+                                      algorithm="ring"), big_node, PA)
+    assert one_node < t / 1.5
+
+
+def test_tree_beats_ring_across_two_nodes():
+    # nccl-tests#196: on 2 nodes NCCL's tree all-reduce goes beyond the network bottleneck
+    ring = collective_time_s(coll("all_reduce", GiB, group=TWO_NODES, algorithm="ring"), A40, PA)
+    tree = collective_time_s(coll("all_reduce", GiB, group=TWO_NODES, algorithm="tree"), A40, PA)
+    assert tree < ring
+    assert bus_bandwidth("all_reduce", GiB, 16, tree) > A40.inter.bandwidth_bytes_per_s * 8
+
+
+def test_hierarchical_order_matters():
+    # Centauri §3.2.1: gather across nodes on the small shards first, then inside the node
+    m = 256 * MiB
+    inter_first = collective_time_s(coll("all_gather", m, group=TWO_NODES, algorithm="hierarchical_inter_first"), A40, PA)
+    intra_first = collective_time_s(coll("all_gather", m, group=TWO_NODES, algorithm="hierarchical_intra_first"), A40, PA)
+    assert collective_time_s(coll("all_gather", m, group=TWO_NODES, algorithm="hierarchical"), A40, PA) == inter_first
+    assert intra_first > 2 * inter_first
+    # the inter-node phase alone (each GPU on its 1/8 NIC share, half the shards) bounds it below
+    floor = (m / 8) * 0.5 / A40.inter.bandwidth_bytes_per_s
+    assert inter_first > floor
+    rs_intra = collective_time_s(coll("reduce_scatter", m, group=TWO_NODES, algorithm="hierarchical_intra_first"), A40, PA)
+    rs_inter = collective_time_s(coll("reduce_scatter", m, group=TWO_NODES, algorithm="hierarchical_inter_first"), A40, PA)
+    assert rs_inter > 2 * rs_intra
+
+
+def test_all_to_all_across_nodes_is_bound_by_each_gpus_nic_share():
+    m = 256 * MiB
+    t = collective_time_s(coll("all_to_all", m, group=TWO_NODES), A40, PA)
+    assert t > m * 8 / 16 / A40.inter.bandwidth_bytes_per_s
+
+
+def test_group_must_fit_the_cluster_and_algorithms_their_collective():
+    with pytest.raises(ConfigError):
+        collective_time_s(coll("all_gather", MiB, group=GroupSpec(name="x", size=16, local_size=16)), H100, PH)
+    with pytest.raises(ConfigError):
+        collective_time_s(coll("all_gather", MiB, algorithm="tree"), H100, PH)
+    with pytest.raises(ConfigError):
+        collective_time_s(coll("all_reduce", MiB, algorithm="pairwise"), H100, PH)
+
+
+def test_trivial_collectives_cost_only_launch():
+    one = GroupSpec(name="solo", size=1, local_size=1)
+    assert collective_time_s(coll("all_reduce", GiB, group=one), H100, PH) == PH.comm_base_latency_s
+    assert collective_time_s(coll("all_gather", 0), H100, PH) == PH.comm_base_latency_s
+
+
+# ------------------------------------------------------------------ p2p, DMA, copies
+
+def test_p2p_intra_faster_than_inter_and_above_wire_time():
+    m = 64 * MiB
+    intra = p2p_time_s(P2PSpec(bytes=m, inter_node=False), H100, PH)
+    inter = p2p_time_s(P2PSpec(bytes=m, inter_node=True), H100, PH)
+    assert intra < inter
+    assert inter > m / H100.inter.bandwidth_bytes_per_s
+    assert inter < 1.3 * m / (H100.inter.bandwidth_bytes_per_s * PH.link_efficiency_network)
+
+
+def test_dma_collectives():
+    m = 256 * MiB
+    dma = collective_profile(CollectiveSpec(collective="all_gather", bytes=m, group=NODE8, transport="dma"), H100, PH)
+    bw = min(H100.intra.bandwidth_bytes_per_s * PH.dma_link_efficiency,
+             H100.gpu.copy_engines * PH.dma_engine_bytes_per_s)
+    assert dma.time_s == pytest.approx(7 / 8 * m / bw + math.ceil(7 / 3) * PH.dma_copy_latency_s)
+    with pytest.raises(ConfigError, match="DMA"):
+        collective_time_s(CollectiveSpec(collective="all_reduce", bytes=m, group=NODE8, transport="dma"), H100, PH)
+    with pytest.raises(ConfigError):
+        collective_time_s(CollectiveSpec(collective="all_gather", bytes=m, group=TWO_NODES, transport="dma"), A40, PA)
+    # DMA is latency-bound for small pieces: slower than NCCL's LL there
+    small_dma = collective_time_s(CollectiveSpec(collective="all_gather", bytes=4096, group=NODE8, transport="dma"), H100, PH)
+    assert small_dma > collective_time_s(coll("all_gather", 4096), H100, PH)
+
+
+def test_copies_use_the_host_link_or_copy_engines():
+    m = 1e9
+    h2d = copy_time_s(CopySpec(bytes=m, direction="h2d"), H100, PH)
+    assert h2d == pytest.approx(m / PH.host_link_bytes_per_s + PH.dma_copy_latency_s)
+    assert copy_time_s(CopySpec(bytes=m, direction="d2d"), H100, PH) < h2d
+    with pytest.raises(ConfigError):
+        copy_time_s(CopySpec(bytes=m, direction="sideways"), H100, PH)
