@@ -118,3 +118,12 @@ def test_attention_is_max_of_flops_and_bytes():
     assert t == pytest.approx(1e12 / (H100.peak_flops["bf16"] * p.attention_peak_fraction))
     memory_bound = AttentionSpec(flops=1e6, bytes=3e9)
     assert attention_time_s(memory_bound, H100, p) == pytest.approx(3e9 / (H100.hbm_bytes_per_s * p.mem_bw_fraction))
+
+
+def test_k_split_pays_for_accumulating_into_c():
+    # ficco §IV-C1: column sharding needs C += A·B; each piece after the first reads C back
+    for ways in (8, 64):
+        pieces = split_gemm(FFN, ways, "k")
+        without = sum(gemm_time_s(piece, H100, P, accumulate=False) for piece in pieces)
+        extra_read = (ways - 1) * FFN.m * FFN.n * FFN.dtype_bytes / (H100.hbm_bytes_per_s * P.mem_bw_fraction)
+        assert split_gemm_time_s(FFN, ways, "k", H100, P) - without > 0.15 * extra_read

@@ -68,6 +68,18 @@ def test_dma_comm_slows_the_gemm_less_than_sm_comm(cluster):
     assert (dma - alone) < 0.5 * (sm - alone)
 
 
+def test_copy_engine_traffic_takes_memory_bandwidth_from_a_streaming_kernel():
+    # ficco §IV-A: DMA offload removes compute interference but memory interference remains
+    cm = CostModel(H100)
+    stream = MemorySpec(bytes=4e9)
+    dma = allgather(256 * MiB, transport="dma")
+    v = cm.profile(dma).hbm_bytes_per_s
+    b = H100.gpu.hbm_bytes_per_s * cm.params.mem_bw_fraction
+    expect = stream.bytes / (b - v) + cm.params.kernel_launch_overhead_s
+    assert cm.duration_s(stream, (dma,)) == pytest.approx(expect, rel=1e-6)
+    assert cm.duration_s(stream, (dma,)) > 1.1 * cm.duration_s(stream)
+
+
 def test_comm_beside_compute_is_slower_than_alone():
     cm = CostModel(H100)
     for op in (allreduce(), allgather(64 * MiB, transport="dma"), P2PSpec(bytes=64 * MiB, inter_node=True),
