@@ -26,7 +26,9 @@ Topology: a group of ``size`` ranks with ``local_size`` per node spans ``nodes``
 ring crosses each node boundary once per direction, so its inter-node hop carries one ring
 link's traffic through the node's NICs — ``local_size`` per-GPU shares of ``cluster.inter``.
 Hierarchical algorithms run an intra-node phase on ``cluster.intra`` and an inter-node phase
-in which every GPU uses its own NIC share. The DMA path (``transport="dma"``) copies pieces
+in which every GPU uses its own NIC share. On a full mesh (MI300X) each peer is one link,
+so groups smaller than the node, and point-to-point transfers, reach only the links to their
+peers (ficco §III-C). The DMA path (``transport="dma"``) copies pieces
 peer to peer with copy engines: no SMs, no reductions, intra-node only (ficco §IV-B, §IV-D).
 """
 
@@ -256,6 +258,17 @@ class CommProfile:
     algorithm: str
 
 
+def _intra_share(cluster: ClusterSpec, peers: int) -> float:
+    """Fraction of ``cluster.intra``'s per-GPU bandwidth reachable with ``peers`` peers in the
+    node. On a full mesh (MI300X) each peer has its own link (1/(G−1) of the total), so fewer
+    peers leave links idle (ficco §III-C: peer-to-peer on a mesh is up to 7x slower); a switch
+    gives any peer the full rate."""
+    g = cluster.gpus_per_node
+    if cluster.intra.fabric != "full_mesh" or g <= 1:
+        return 1.0
+    return min(1.0, max(peers, 1) / (g - 1))
+
+
 def _level(link: LinkSpec, share: float, nbytes_wire: float, cfg: CommConfig,
            params: CostParams) -> tuple[float, float]:
     """(effective bytes/s after channel + chunk limits, per-step latency) of one link level."""
@@ -270,8 +283,9 @@ def _flat_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg:
     """Ring / tree / pairwise over the whole group. Returns (time, wire bytes, levels)."""
     n, local, nodes = group.size, group.local_size, group.nodes
     wire = bus_bandwidth_factor(coll, n) * m
+    mesh = _intra_share(cluster, local - 1)
     if nodes == 1:
-        bw, lat = _level(cluster.intra, 1.0, wire, cfg, params)
+        bw, lat = _level(cluster.intra, mesh, wire, cfg, params)
         if alg == "tree":
             return tree_all_reduce_time_s(m, n, bw * params.tree_bw_efficiency, lat), wire, frozenset({"intra"})
         return _RING_FORMS[coll](m, n, bw, lat), wire, frozenset({"intra"})
@@ -279,7 +293,7 @@ def _flat_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg:
     if coll == "all_to_all":  # every GPU sends its own off-node share through its own NIC share
         intra_b = m * (local - 1) / n
         inter_b = m * (n - local) / n
-        bi, li = _level(cluster.intra, 1.0, intra_b, cfg, params) if local > 1 else (1.0, 0.0)
+        bi, li = _level(cluster.intra, mesh, intra_b, cfg, params) if local > 1 else (1.0, 0.0)
         bo, lo = _level(cluster.inter, 1.0, inter_b, cfg, params)
         t = max(intra_b / bi, inter_b / bo) + (local - 1) * li + (n - local) * lo
         return t, intra_b + inter_b, levels
@@ -289,7 +303,7 @@ def _flat_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg:
         t_bw = inter_wire / bo
         lat = 2 * math.ceil(math.log2(nodes)) * lo
         if local > 1:
-            bi, li = _level(cluster.intra, 1.0, m, cfg, params)
+            bi, li = _level(cluster.intra, _intra_share(cluster, 1), m, cfg, params)  # chain: one peer
             t_bw = max(t_bw, m / bi)
             lat += 2 * (local - 1) * li
         return t_bw / params.tree_bw_efficiency + lat, wire, levels
@@ -298,7 +312,7 @@ def _flat_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg:
     bo, lo = _level(cluster.inter, float(local), wire, cfg, params)
     bw, lat = bo, lo
     if local > 1:
-        bi, li = _level(cluster.intra, 1.0, wire, cfg, params)
+        bi, li = _level(cluster.intra, mesh, wire, cfg, params)
         bw, lat = min(bi, bo), max(li, lo)
     return _RING_FORMS[coll](m, n, bw, lat), wire, levels
 
@@ -334,7 +348,8 @@ def _hier_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg:
             continue
         link = cluster.intra if level == "intra" else cluster.inter
         pw = bus_bandwidth_factor(pc, ranks) * pm
-        bw, lat = _level(link, 1.0, pw, cfg, params)
+        share = _intra_share(cluster, ranks - 1) if level == "intra" else 1.0
+        bw, lat = _level(link, share, pw, cfg, params)
         t += params.comm_base_latency_s + _RING_FORMS[pc](pm, ranks, bw, lat)
         wire += pw
     return t - params.comm_base_latency_s, wire, frozenset({"intra", "inter"})
@@ -344,7 +359,7 @@ def _dma_time(coll: str, m: float, n: int, cluster: ClusterSpec, params: CostPar
     engines = cluster.gpu.copy_engines
     if engines < 1:
         raise ConfigError(f"GPU {cluster.gpu.name} has no copy engines for transport='dma'")
-    bw = min(cluster.intra.bandwidth_bytes_per_s * params.dma_link_efficiency,
+    bw = min(cluster.intra.bandwidth_bytes_per_s * _intra_share(cluster, n - 1) * params.dma_link_efficiency,
              engines * params.dma_engine_bytes_per_s)
     wire = (n - 1) * m if coll == "broadcast" else (n - 1) / n * m
     copies = n - 1
@@ -439,11 +454,12 @@ def p2p_profile(spec: P2PSpec, cluster: ClusterSpec, params: CostParams | None =
             raise ConfigError("transport='dma' needs an intra-node peer (copy engines do not drive the NIC)")
         if cluster.gpu.copy_engines < 1:
             raise ConfigError(f"GPU {cluster.gpu.name} has no copy engines for transport='dma'")
-        bw = min(link.bandwidth_bytes_per_s * p.dma_link_efficiency, cluster.gpu.copy_engines * p.dma_engine_bytes_per_s)
+        bw = min(link.bandwidth_bytes_per_s * _intra_share(cluster, 1) * p.dma_link_efficiency,
+                 cluster.gpu.copy_engines * p.dma_engine_bytes_per_s)
         return CommProfile(p2p_transfer_time_s(m, bw, p.dma_copy_latency_s), m, level, cfg, "direct")
     if m == 0:
         return CommProfile(p.comm_base_latency_s, 0.0, level, cfg, "direct")
-    bw, lat = _level(link, 1.0, m, cfg, p)
+    bw, lat = _level(link, 1.0 if spec.inter_node else _intra_share(cluster, 1), m, cfg, p)
     return CommProfile(p.comm_base_latency_s + p2p_transfer_time_s(m, bw, lat), m, level, cfg, "direct")
 
 

@@ -261,8 +261,9 @@ class CostParams:
 
 # ----------------------------------------------------------------------------- defaults per GPU
 # Per-GPU overrides of the class defaults (which are the H100 values). Sources:
-#  [A100]  cuBLAS bf16 large GEMMs ~260-280 of 312 TFLOP/s; NCCL ring busbw ~230 of 300 GB/s on
-#          DGX A100 (NVIDIA/nccl-tests#100 discussion); HBM2e ~1.8-1.9 of 2.04 TB/s.
+#  [A100]  cuBLAS bf16 large GEMMs ~260-280 of 312 TFLOP/s and NCCL ring busbw ~230 of 300 GB/s on
+#          DGX A100 are the commonly reported figures (assumption until calibrated); Ampere
+#          kernels use a 32-deep K step.
 #  [A40]   GA102, 100 KB shared memory per SM -> 128x128 tiles; board power limits sustained
 #          tensor throughput (assumption ~0.7 of peak); GDDR6 ~0.85 of 696 GB/s; PCIe 4.0 host.
 #  [MI300X] hipBLASLt bf16 GEMMs reach roughly half of the 1307 TFLOP/s datasheet peak in public

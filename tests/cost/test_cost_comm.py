@@ -244,3 +244,22 @@ def test_copies_use_the_host_link_or_copy_engines():
     assert copy_time_s(CopySpec(bytes=m, direction="d2d"), H100, PH) < h2d
     with pytest.raises(ConfigError):
         copy_time_s(CopySpec(bytes=m, direction="sideways"), H100, PH)
+
+
+def test_full_mesh_peers_each_have_one_link():
+    # ficco §III-C: on MI300X's fully connected mesh a peer-to-peer transfer uses one of 7
+    # links (up to 7x slower than all-to-all patterns); a 4-GPU group reaches 3 of the 7
+    mi = CLUSTERS["mi300x"]
+    p = default_params(mi.gpu)
+    m = GiB
+    ag8 = bus_bandwidth("all_gather", m, 8, collective_time_s(coll("all_gather", m), mi, p))
+    ag4 = bus_bandwidth("all_gather", m, 4, collective_time_s(
+        coll("all_gather", m, group=GroupSpec(name="tp", size=4, local_size=4)), mi, p))
+    p2p = m / p2p_time_s(P2PSpec(bytes=m, inter_node=False), mi, p)
+    assert ag4 / ag8 == pytest.approx(3 / 7, rel=0.1)
+    assert p2p / ag8 == pytest.approx(1 / 7, rel=0.25)
+    # a switch has no such loss
+    h4 = bus_bandwidth("all_gather", m, 4, collective_time_s(
+        coll("all_gather", m, group=GroupSpec(name="tp", size=4, local_size=4)), H100, PH))
+    h8 = bus_bandwidth("all_gather", m, 8, collective_time_s(coll("all_gather", m), H100, PH))
+    assert h4 / h8 == pytest.approx(1.0, rel=0.05)
