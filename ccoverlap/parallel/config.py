@@ -1,0 +1,314 @@
+"""Parallelism, batch and overlap-knob configurations, and their validation against a model and cluster.
+
+Conventions (documented choices, following Megatron-LM where it has a rule):
+
+* ``tp × pp × dp == world size``. Expert parallelism is carved out of data parallelism
+  (Megatron-LM's original MoE layout): ``ep`` must divide ``dp``; the experts of a layer are
+  split over the ``ep`` ranks of an EP group, and expert gradients are reduced over the
+  remaining ``dp / ep`` ranks (the "expert-data-parallel" group). Expert weights are also
+  sharded ``tp``-ways (expert tensor parallel = tp, Megatron's default).
+* Attention heads: ``tp`` must divide ``heads`` and ``kv_heads`` (Megatron-LM divides
+  ``num_query_groups`` by the TP size; KV-head replication as in inference engines is not
+  supported).
+* Layers: ``pp`` must divide ``layers``; with the interleaved schedule ``pp × virtual_stages``
+  must divide ``layers`` and the number of micro-batches must be a multiple of ``pp``
+  (Megatron-LM's interleaved-schedule requirement). DualPipe (DeepSeek-V3) needs an even
+  ``pp`` and an even number of micro-batches ≥ 2·pp (its reference implementation asserts
+  ``num_chunks >= num_ranks * 2``).
+* MoE with ``tp > 1`` needs sequence parallelism (Megatron-LM asserts it).
+* Sequence parallelism needs ``seq_len % tp == 0``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+from ccoverlap.errors import ConfigError
+from ccoverlap.graph import CommConfig, TRANSPORTS
+
+DATA_PARALLEL = ("ddp", "fsdp")
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
+RECOMPUTE = ("none", "selective", "full")
+TP_OVERLAP = ("none", "chunked")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelConfig:
+    """Degrees of parallelism and training-recipe choices.
+
+    ``data_parallel``: ``"ddp"`` (replicated weights, gradient all-reduce; with
+    ``distributed_optimizer`` the optimizer state is sharded ZeRO-1 style and gradients are
+    reduce-scattered, parameters all-gathered, as Megatron-LM's distributed optimizer) or
+    ``"fsdp"`` (ZeRO-3: parameters, gradients and optimizer state sharded over dp).
+    ``recompute``: activation recomputation (Korthikanti et al., 2022): ``"selective"``
+    recomputes the attention core, ``"full"`` the whole layer from its input.
+    ``dtype_bytes``: width of weights / activations in compute (2 = bf16).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    sequence_parallel: bool = False
+    data_parallel: str = "ddp"
+    distributed_optimizer: bool = False
+    pp_schedule: str = "1f1b"
+    virtual_stages: int = 1
+    recompute: str = "none"
+    dtype_bytes: int = 2
+
+    def __post_init__(self) -> None:
+        problems = []
+        for f in ("tp", "pp", "dp", "ep", "virtual_stages", "dtype_bytes"):
+            v = getattr(self, f)
+            if not _is_int(v) or v < 1:
+                problems.append(f"{f} must be a positive integer, got {v!r}")
+        if self.data_parallel not in DATA_PARALLEL:
+            problems.append(f"data_parallel must be one of {DATA_PARALLEL}, got {self.data_parallel!r}")
+        if self.pp_schedule not in PP_SCHEDULES:
+            problems.append(f"pp_schedule must be one of {PP_SCHEDULES}, got {self.pp_schedule!r}")
+        if self.recompute not in RECOMPUTE:
+            problems.append(f"recompute must be one of {RECOMPUTE}, got {self.recompute!r}")
+        if _is_int(self.virtual_stages) and self.virtual_stages > 1 and self.pp_schedule != "interleaved":
+            problems.append(f"virtual_stages={self.virtual_stages} needs pp_schedule='interleaved', "
+                            f"got {self.pp_schedule!r}")
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the configuration uses (EP is carved out of DP, so it does not multiply)."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def expert_dp(self) -> int:
+        """Size of the group that reduces expert gradients (dp / ep)."""
+        return self.dp // self.ep
+
+    @property
+    def chunks_per_rank(self) -> int:
+        """Model chunks held by one pipeline rank: V for interleaved, 2 for DualPipe, else 1."""
+        if self.pp_schedule == "interleaved":
+            return self.virtual_stages
+        if self.pp_schedule == "dualpipe":
+            return 2
+        return 1
+
+    def validate(self, model, cluster=None, batch: "BatchConfig | None" = None) -> None:
+        """Check this configuration against ``model`` (a ModelSpec), ``cluster`` (a
+        ClusterSpec, optional) and ``batch`` (optional). Raises one ConfigError whose message
+        lists every problem found, one sentence each."""
+        problems = config_problems(self, model, cluster, batch)
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def config_problems(p: ParallelConfig, model, cluster=None, batch: "BatchConfig | None" = None) -> list[str]:
+    """Every problem of ``p`` against model / cluster / batch, one sentence each (empty = valid)."""
+    out: list[str] = []
+    if model.heads % p.tp:
+        out.append(f"tp={p.tp} must divide the model's {model.heads} attention heads")
+    if model.kv_heads % p.tp:
+        out.append(f"tp={p.tp} must divide the model's {model.kv_heads} KV heads (Megatron-LM splits "
+                   f"query groups across TP; KV-head replication is not supported)")
+    if model.layers % p.pp:
+        out.append(f"pp={p.pp} must divide the model's {model.layers} layers")
+    if p.pp_schedule == "interleaved":
+        if p.pp < 2:
+            out.append("the interleaved schedule needs pp >= 2")
+        if model.layers % (p.pp * p.virtual_stages):
+            out.append(f"pp x virtual_stages = {p.pp * p.virtual_stages} must divide the model's "
+                       f"{model.layers} layers for the interleaved schedule")
+    if p.pp_schedule == "dualpipe" and p.pp % 2:
+        out.append(f"DualPipe needs an even pp, got pp={p.pp}")
+    if p.ep > 1 and not model.is_moe:
+        out.append(f"ep={p.ep} needs a mixture-of-experts model; {model.name} has no experts")
+    if p.dp % p.ep:
+        out.append(f"ep={p.ep} must divide dp={p.dp} (expert parallelism is carved out of data parallelism)")
+    if model.is_moe and model.experts % p.ep:
+        out.append(f"ep={p.ep} must divide the model's {model.experts} experts")
+    if model.is_moe and p.tp > 1 and not p.sequence_parallel:
+        out.append("a mixture-of-experts model with tp > 1 needs sequence_parallel=True (as in Megatron-LM)")
+    if p.sequence_parallel and p.tp == 1:
+        pass  # harmless: nothing to shard
+    if cluster is not None and p.world_size != cluster.world_size:
+        out.append(f"tp x pp x dp = {p.tp} x {p.pp} x {p.dp} = {p.world_size} must equal the cluster's "
+                   f"{cluster.world_size} GPUs ({cluster.nodes} nodes x {cluster.gpus_per_node})")
+    if batch is not None:
+        out.extend(batch.problems(p))
+    return out
+
+
+def validate(model, parallel: ParallelConfig, batch: "BatchConfig | None" = None, cluster=None) -> None:
+    """Check ``parallel`` (and ``batch``, ``cluster`` when given) against ``model``; one
+    ConfigError listing every problem. Same checks as :meth:`ParallelConfig.validate`."""
+    if not isinstance(parallel, ParallelConfig):
+        raise ConfigError(f"parallel must be a ParallelConfig, got {type(parallel).__name__}")
+    parallel.validate(model, cluster, batch)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchConfig:
+    """``global_batch`` sequences per optimizer step, ``micro_batch`` sequences per
+    forward/backward pass on one rank, ``seq_len`` tokens per sequence."""
+
+    global_batch: int
+    micro_batch: int = 1
+    seq_len: int = 2048
+
+    def __post_init__(self) -> None:
+        problems = [f"{f} must be a positive integer, got {getattr(self, f)!r}"
+                    for f in ("global_batch", "micro_batch", "seq_len")
+                    if not _is_int(getattr(self, f)) or getattr(self, f) < 1]
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per optimizer step (global)."""
+        return self.global_batch * self.seq_len
+
+    def microbatches(self, dp: int) -> int:
+        """Micro-batches per rank per step: global_batch / (dp × micro_batch), which must be integral."""
+        per = dp * self.micro_batch
+        if self.global_batch % per:
+            raise ConfigError(f"global_batch={self.global_batch} must be a multiple of dp x micro_batch = "
+                              f"{dp} x {self.micro_batch} = {per}")
+        return self.global_batch // per
+
+    def problems(self, p: ParallelConfig) -> list[str]:
+        """Problems of this batch under parallel config ``p`` (one sentence each)."""
+        out = []
+        per = p.dp * self.micro_batch
+        if self.global_batch % per:
+            out.append(f"global_batch={self.global_batch} must be a multiple of dp x micro_batch = "
+                       f"{p.dp} x {self.micro_batch} = {per}")
+            return out
+        m = self.global_batch // per
+        if p.sequence_parallel and self.seq_len % p.tp:
+            out.append(f"sequence parallelism needs seq_len ({self.seq_len}) divisible by tp={p.tp}")
+        if p.pp_schedule == "interleaved" and p.pp > 1 and m % p.pp:
+            out.append(f"the interleaved schedule needs the number of micro-batches ({m}) to be a multiple "
+                       f"of pp={p.pp}")
+        if p.pp_schedule == "dualpipe" and (m % 2 or m < 2 * p.pp):
+            out.append(f"DualPipe needs an even number of micro-batches >= 2 x pp = {2 * p.pp}, got {m}")
+        return out
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlapKnobs:
+    """The overlap knobs real frameworks expose.
+
+    ``overlap``: False = no overlap at all (every collective blocks on the compute stream).
+    ``bucket_cap_mb``: DDP gradient bucket size in MiB (PyTorch default 25; the first bucket
+    is 1 MiB as in PyTorch DDP). ``fsdp_prefetch``: how many units ahead an all-gather is
+    issued, forward and backward (0 = none: each unit's all-gather blocks its compute).
+    ``fsdp_limit_all_gathers``: most unsharded units alive at once (FSDP1
+    ``limit_all_gathers`` rate limiter / FSDP2 buffer reuse). ``fsdp_reshard_after_forward``:
+    free gathered parameters after forward (all-gather again in backward).
+    ``tp_overlap``: ``"chunked"`` decomposes AG+GEMM and GEMM+RS (or +AR) into ``tp_chunks``
+    pieces pipelined on two streams. ``ep_overlap``: split each micro-batch in two and
+    overlap one half's all-to-all with the other half's compute (DualPipe / two-batch
+    overlap). ``pp_p2p_overlap``: pipeline sends/receives on their own streams (False:
+    blocking on the compute stream). ``comm_config`` applies to every collective;
+    ``comm_config_overrides`` maps a group name (``tp``, ``dp``, ``ep``, ``edp``, ``pp``, ...)
+    to its own CommConfig (a dict is accepted and stored as sorted pairs, so knobs stay hashable).
+    """
+
+    overlap: bool = True
+    bucket_cap_mb: float = 25.0
+    fsdp_prefetch: int = 1
+    fsdp_limit_all_gathers: int = 2
+    fsdp_reshard_after_forward: bool = True
+    tp_overlap: str = "none"
+    tp_chunks: int = 4
+    ep_overlap: bool = False
+    pp_p2p_overlap: bool = True
+    comm_config: CommConfig = field(default_factory=CommConfig)
+    comm_config_overrides: tuple = ()
+    comm_transport: str = "sm"
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not isinstance(self.bucket_cap_mb, (int, float)) or isinstance(self.bucket_cap_mb, bool) \
+                or not self.bucket_cap_mb > 0:
+            problems.append(f"bucket_cap_mb must be a positive number of MiB, got {self.bucket_cap_mb!r}")
+        if not _is_int(self.fsdp_prefetch) or self.fsdp_prefetch < 0:
+            problems.append(f"fsdp_prefetch must be an integer >= 0, got {self.fsdp_prefetch!r}")
+        if not _is_int(self.fsdp_limit_all_gathers) or self.fsdp_limit_all_gathers < 1:
+            problems.append(f"fsdp_limit_all_gathers must be an integer >= 1, got {self.fsdp_limit_all_gathers!r}")
+        if self.tp_overlap not in TP_OVERLAP:
+            problems.append(f"tp_overlap must be one of {TP_OVERLAP}, got {self.tp_overlap!r}")
+        if not _is_int(self.tp_chunks) or self.tp_chunks < 1:
+            problems.append(f"tp_chunks must be a positive integer, got {self.tp_chunks!r}")
+        if self.comm_transport not in TRANSPORTS:
+            problems.append(f"comm_transport must be one of {TRANSPORTS}, got {self.comm_transport!r}")
+        if not isinstance(self.comm_config, CommConfig):
+            problems.append(f"comm_config must be a CommConfig, got {type(self.comm_config).__name__}")
+        ov = self.comm_config_overrides
+        if isinstance(ov, dict):
+            ov = tuple(sorted(ov.items()))
+        try:
+            ov = tuple((str(k), v) for k, v in ov)
+        except (TypeError, ValueError):
+            problems.append("comm_config_overrides must map group names to CommConfig")
+            ov = ()
+        for k, v in ov:
+            if not isinstance(v, CommConfig):
+                problems.append(f"comm_config_overrides[{k!r}] must be a CommConfig, got {type(v).__name__}")
+        if problems:
+            raise ConfigError("; ".join(problems))
+        object.__setattr__(self, "comm_config_overrides", ov)
+
+    def config_for(self, group: str) -> CommConfig:
+        """The CommConfig for collectives on group ``group``."""
+        for k, v in self.comm_config_overrides:
+            if k == group:
+                return v
+        return self.comm_config
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["comm_config"] = asdict(self.comm_config)
+        d["comm_config_overrides"] = {k: asdict(v) for k, v in self.comm_config_overrides}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "knobs") -> "OverlapKnobs":
+        """Knobs from a mapping (``comm_config`` and overrides may be nested mappings)."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(d).__name__}")
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; expected some of {sorted(names)}")
+        data = dict(d)
+
+        def cc(v, w):
+            if isinstance(v, CommConfig):
+                return v
+            if not isinstance(v, dict):
+                raise ConfigError(f"{where}.{w}: expected a mapping of CommConfig fields")
+            try:
+                return CommConfig(**v)
+            except TypeError as exc:
+                raise ConfigError(f"{where}.{w}: {exc}") from None
+
+        if "comm_config" in data:
+            data["comm_config"] = cc(data["comm_config"], "comm_config")
+        if "comm_config_overrides" in data:
+            ov = data["comm_config_overrides"]
+            if not isinstance(ov, dict):
+                raise ConfigError(f"{where}.comm_config_overrides: expected a mapping of group name to CommConfig")
+            data["comm_config_overrides"] = {k: cc(v, f"comm_config_overrides.{k}") for k, v in ov.items()}
+        return cls(**data)
