@@ -1,0 +1,140 @@
+"""Data parallelism with replicated weights: bucketed gradient all-reduce overlapped with backward.
+
+As PyTorch DDP (Li et al., VLDB 2020, "PyTorch Distributed"): parameters are assigned to
+buckets in *reverse* registration order (the order backward produces gradients), a new
+bucket starting once the current one holds at least ``bucket_cap_mb`` MiB of gradients (the
+first bucket of a model is 1 MiB, ``dist._DEFAULT_FIRST_BUCKET_BYTES``). A bucket's all-reduce
+is issued as soon as the last of its gradients is ready, on the DP communication stream, so
+it runs during the rest of the backward; the optimizer waits for every bucket. With gradient
+accumulation (several micro-batches) gradients are synchronised on the last micro-batch only
+(``no_sync`` / Megatron-LM's ``overlap_grad_reduce``). Each pipeline model chunk has its own
+buckets, and routed-expert gradients have their own, reduced over the expert-data-parallel group.
+
+With ``distributed_optimizer`` (Megatron-LM; ZeRO-1) a bucket is reduce-scattered instead,
+and parameters are all-gathered bucket by bucket after the optimizer step: with ``overlap`` at
+the start of the (next, steady-state) step, each layer's first forward waiting for its
+buckets (``overlap_param_gather``); without, blocking after the optimizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ccoverlap.parallel.layer import GRAD_BYTES
+from ccoverlap.parallel.units import unit_tensors
+
+MiB = 1 << 20
+FIRST_BUCKET_BYTES = 1 * MiB
+
+
+@dataclass
+class Bucket:
+    """Gradients reduced together: ``tensors`` = [(unit, name)], ``numel`` local elements."""
+
+    group: str
+    chunk: int
+    tensors: list = field(default_factory=list)
+    numel: int = 0
+
+
+def plan_buckets(model, parallel, units: list[str], chunk: int, cap_mb: float) -> list[Bucket]:
+    """Buckets of one model chunk (``units`` in forward order), in the order they fill."""
+    cap = cap_mb * MiB
+    out: list[Bucket] = []
+    current: dict[str, Bucket] = {}
+    first = {"dp": True, "edp": True}
+    for unit in reversed(units):
+        for t in reversed(unit_tensors(model, parallel, unit)):
+            if t.numel == 0:
+                continue
+            b = current.get(t.group)
+            if b is None:
+                b = current[t.group] = Bucket(group=t.group, chunk=chunk)
+                out.append(b)
+            b.tensors.append((t.unit, t.name))
+            b.numel += t.numel
+            limit = FIRST_BUCKET_BYTES if first[t.group] else cap
+            if b.numel * GRAD_BYTES >= limit:
+                first[t.group] = False
+                current.pop(t.group)
+    return out
+
+
+class DDPHook:
+    """Adds the DP gradient synchronisation of one simulated rank to the graph (see module doc)."""
+
+    def __init__(self, em, rank: int, chunks: list[tuple[int, list[str]]]):
+        self.em = em
+        self.rank = rank
+        p = em.parallel
+        self.sizes = {"dp": p.dp, "edp": p.expert_dp}
+        self.dist_opt = p.distributed_optimizer
+        self.buckets: dict[int, list[Bucket]] = {}
+        self.next: dict[int, int] = {}
+        self.ready: dict[tuple, int] = {}
+        self.param_ag: dict[tuple, int] = {}  # (chunk, unit) -> all-gather op its forward waits for
+        for chunk, units in chunks:
+            bs = [b for b in plan_buckets(em.model, p, units, chunk, em.knobs.bucket_cap_mb)
+                  if self.sizes[b.group] > 1]
+            self.buckets[chunk] = bs
+            self.next[chunk] = 0
+        self.last_comm: int | None = None
+
+    def _coll(self, b: Bucket, collective: str, dtype_bytes: int):
+        return self.em.ctx.coll(collective, b.numel * dtype_bytes, b.group)
+
+    def start(self) -> None:
+        """Distributed optimizer with overlap: the previous step's parameter all-gathers,
+        issued at step start in forward order."""
+        if not (self.dist_opt and self.em.knobs.overlap):
+            return
+        em = self.em
+        for chunk in sorted(self.buckets):
+            for b in reversed(self.buckets[chunk]):
+                op = em.g.add("param_ag", self._coll(b, "all_gather", em.parallel.dtype_bytes), rank=self.rank,
+                              stream=em.stream("dp_comm"), phase="dp")
+                for unit, _ in b.tensors:
+                    self.param_ag[(chunk, unit)] = op
+                self.last_comm = op
+
+    def before_unit(self, chunk: int, unit: str, phase: str, mb: int, first_use: bool) -> int | None:
+        """Dependency of a unit's first forward on its parameters' all-gather."""
+        if phase == "fwd" and first_use:
+            return self.param_ag.pop((chunk, unit), None)
+        return None
+
+    def unit_done(self, chunk: int, unit: str, phase: str, mb: int, end_id: int, producers: dict,
+                  last_mb: bool) -> None:
+        """After a unit's backward on the last micro-batch: record its gradient-producing ops
+        and issue every bucket that is now complete."""
+        if phase != "bwd" or not last_mb:
+            return
+        for t in unit_tensors(self.em.model, self.em.parallel, unit):
+            self.ready[(unit, t.name)] = producers.get(t.name, end_id)
+        bs = self.buckets.get(chunk, [])
+        i = self.next.get(chunk, 0)
+        em = self.em
+        while i < len(bs) and all(k in self.ready for k in bs[i].tensors):
+            b = bs[i]
+            dep = max(self.ready[k] for k in b.tensors)
+            coll = "reduce_scatter" if self.dist_opt else "all_reduce"
+            self.last_comm = em.g.add(f"grad_{'rs' if self.dist_opt else 'ar'}_{b.group}",
+                                      self._coll(b, coll, GRAD_BYTES), rank=self.rank,
+                                      stream=em.stream("dp_comm"), deps=(dep,), phase="dp")
+            i += 1
+        self.next[chunk] = i
+
+    def waits(self) -> list[int]:
+        """Ops the optimizer step must wait for."""
+        return [] if self.last_comm is None else [self.last_comm]
+
+    def after_optimizer(self, opt_id: int) -> None:
+        """Distributed optimizer without overlap: blocking parameter all-gathers after the step."""
+        if not self.dist_opt or self.em.knobs.overlap:
+            return
+        em = self.em
+        prev = opt_id
+        for chunk in sorted(self.buckets):
+            for b in reversed(self.buckets[chunk]):
+                prev = em.g.add("param_ag", self._coll(b, "all_gather", em.parallel.dtype_bytes), rank=self.rank,
+                                stream="compute", deps=(prev,), phase="opt")

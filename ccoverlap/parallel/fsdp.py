@@ -1,0 +1,93 @@
+"""Fully sharded data parallelism (ZeRO-3; PyTorch FSDP, Zhao et al., VLDB 2023): per-unit
+parameter all-gather before use, gradient reduce-scatter after each unit's backward.
+
+Model of one simulated rank (units = embedding, each layer, head):
+
+* A unit *execution* is one forward or backward of the unit for one micro-batch. Every
+  forward needs the unit's parameters gathered; a backward needs them again only with
+  ``fsdp_reshard_after_forward`` (otherwise they were kept since the forward).
+* All-gathers run in execution order on their own stream (``fsdp_ag``; FSDP's unshard / all-gather
+  stream), reduce-scatters on another (``fsdp_rs``), as FSDP1 and FSDP2 do.
+* Prefetch depth ``d`` = ``fsdp_prefetch``: the all-gather for gathering-execution ``j`` is issued
+  when execution ``j−d`` starts, i.e. it depends on the end of execution ``j−d−1``
+  (``d = 0``: it waits for the previous unit to finish, so the unit's compute waits for the
+  whole all-gather — no overlap).
+* Limit ``L`` = ``fsdp_limit_all_gathers``: at most ``L`` gathered units alive; the
+  all-gather for execution ``j`` also waits until execution ``j−L`` has finished and freed its
+  buffer (FSDP1's ``limit_all_gathers`` rate limiter; FSDP2's buffer reuse).
+* The reduce-scatter of a unit's gradients (fp32, the full local gradient as nccl size) is
+  issued after the unit's backward, every micro-batch (FSDP without ``no_sync``).
+* Routed-expert weights are sharded over the expert-data-parallel group (dp/ep) with their own
+  all-gather / reduce-scatter; with ``dp == 1`` (or ``dp/ep == 1``) nothing is sharded.
+"""
+
+from __future__ import annotations
+
+from ccoverlap.parallel.layer import GRAD_BYTES
+from ccoverlap.parallel.units import unit_tensors
+
+
+class FSDPHook:
+    """Adds FSDP's collectives for one simulated rank (see module doc)."""
+
+    def __init__(self, em, rank: int, chunks: list[tuple[int, list[str]]]):
+        self.em = em
+        self.rank = rank
+        p = em.parallel
+        self.sizes = {"dp": p.dp, "edp": p.expert_dp}
+        self.bytes: dict[str, dict[str, int]] = {}
+        for _, units in chunks:
+            for u in units:
+                per = {"dp": 0, "edp": 0}
+                for t in unit_tensors(em.model, p, u):
+                    per[t.group] += t.numel
+                self.bytes[u] = {g: n for g, n in per.items() if n and self.sizes[g] > 1}
+        self.ends: list[int | None] = []  # end op of each gathering execution, in order
+        self.pending: dict[tuple, int] = {}  # (chunk, unit, mb, phase) -> index into ends
+        self.last_rs: int | None = None
+
+    def start(self) -> None:
+        pass
+
+    def before_unit(self, chunk: int, unit: str, phase: str, mb: int, first_use: bool) -> int | None:
+        """Emit the unit's all-gather(s) for this execution; return the op its compute waits for."""
+        em, k = self.em, self.em.knobs
+        if phase == "bwd" and not k.fsdp_reshard_after_forward:
+            return None
+        sizes = self.bytes.get(unit)
+        if not sizes:
+            return None
+        j = len(self.ends)
+        deps = []
+        if j - k.fsdp_prefetch - 1 >= 0:
+            deps.append(self.ends[j - k.fsdp_prefetch - 1])
+        if j - k.fsdp_limit_all_gathers >= 0:
+            deps.append(self.ends[j - k.fsdp_limit_all_gathers])
+        op = None
+        for group, numel in sizes.items():
+            op = em.g.add(f"fsdp_ag_{group}", em.ctx.coll("all_gather", numel * em.parallel.dtype_bytes, group),
+                          rank=self.rank, stream=em.stream("fsdp_ag"), deps=deps, microbatch=mb,
+                          phase=phase, layer=em.layer_of(unit))
+        self.pending[(chunk, unit, mb, phase)] = j
+        self.ends.append(None)
+        return op
+
+    def unit_done(self, chunk: int, unit: str, phase: str, mb: int, end_id: int, producers: dict,
+                  last_mb: bool) -> None:
+        """Record the end of a gathering execution; after a backward, reduce-scatter the grads."""
+        j = self.pending.pop((chunk, unit, mb, phase), None)
+        if j is not None:
+            self.ends[j] = end_id
+        if phase != "bwd":
+            return
+        em = self.em
+        for group, numel in self.bytes.get(unit, {}).items():
+            self.last_rs = em.g.add(f"fsdp_rs_{group}", em.ctx.coll("reduce_scatter", numel * GRAD_BYTES, group),
+                                    rank=self.rank, stream=em.stream("fsdp_rs"), deps=(end_id,), microbatch=mb,
+                                    phase="bwd", layer=em.layer_of(unit))
+
+    def waits(self) -> list[int]:
+        return [] if self.last_rs is None else [self.last_rs]
+
+    def after_optimizer(self, opt_id: int) -> None:
+        pass

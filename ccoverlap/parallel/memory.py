@@ -1,0 +1,199 @@
+"""Per-GPU memory estimate: weights, gradients, optimizer state, activations, communication buffers.
+
+Model states (bytes per local parameter):
+
+* DDP, Megatron-LM mixed precision: bf16 weights (``dtype_bytes``), fp32 main gradients (4),
+  fp32 master weights + Adam moments (12): 18 bytes; with ``distributed_optimizer`` the 12
+  are divided by dp (ZeRO-1; Megatron-LM's "6 + 12/d").
+* FSDP (ZeRO-3): fp32 sharded parameters (they are the master copy), fp32 sharded gradients
+  and moments: 16 / dp bytes, plus the unsharded bf16 units alive (communication buffers).
+
+Routed-expert parameters are divided by tp·ep and their sharded states by dp/ep instead of dp.
+
+Activations follow Korthikanti et al., 2022, "Reducing Activation Recomputation in Large
+Transformer Models", §4 and Table 2, per layer per micro-batch (``s`` sequence, ``b``
+micro-batch, ``h`` hidden, ``a`` heads, ``t`` tp, 16-bit activations):
+
+* no recompute: ``sbh(34 + 5as/h)``; TP: ``sbh(10 + 24/t + 5as/(ht))``; TP+SP: ``sbh(34/t + 5as/(ht))``
+* selective recompute: the ``5as/h`` score terms vanish; full recompute: ``2sbh`` (``/t`` with SP)
+  for the layer input, plus one layer's full activations while it is recomputed.
+
+The formula is generalised term by term to the model's real shapes (the paper's GPT has a
+4h GELU MLP, multi-head attention and dropout): the two norm inputs and outputs, Q K V
+(GQA-sized K, V), the out-projection input, the fc1 output (2·ffn wide for SwiGLU) and the
+activation output; dropout masks (1 byte) only if the model uses dropout; the ``a·s²`` score
+terms (softmax output, and with dropout its mask and output) only when attention is not a
+fused flash kernel (``flash_attention=False``) — FlashAttention stores only the fp32
+log-sum-exp. With the paper's GPT shapes and ``flash_attention=False`` the numbers are the
+paper's exactly. MoE layers store router probabilities, permuted tokens, the expert
+inputs / fc1 outputs / activation outputs of ``T·k`` routed tokens (uniform routing), and
+the combine output.
+
+In-flight micro-batches come from the schedule itself: the most forward chunks a pipeline
+rank has run without their backward (1F1B: ``min(P − r, M)``, first stage P; GPipe: M;
+interleaved: Megatron's warm-up + 1 virtual micro-batches; DualPipe: P + 1).
+
+``fits`` compares the total with the GPU memory minus ``MEMORY_RESERVE_FRACTION`` (CUDA
+context, NCCL workspaces, caching-allocator fragmentation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ccoverlap.parallel.layer import GRAD_BYTES
+from ccoverlap.parallel.pp import in_flight, make_schedule
+from ccoverlap.parallel.units import layer_index, stage_units, unit_tensors
+
+MEMORY_RESERVE_FRACTION = 0.10
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per GPU on the most loaded pipeline rank (``worst_rank``); ``per_rank_total``
+    lists every pipeline rank's total."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    comm_buffers_bytes: float
+    total_bytes: float
+    capacity_bytes: float
+    usable_bytes: float
+    reserve_fraction: float
+    fits: bool
+    worst_rank: int
+    per_rank_total: tuple
+    inflight_microbatches: int
+    activation_per_layer_bytes: float
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["per_rank_total"] = list(self.per_rank_total)
+        return d
+
+
+def layer_activation_bytes(model, parallel, micro_batch: int, seq_len: int, layer: int, *,
+                           flash_attention: bool = True) -> float:
+    """Activation bytes one layer keeps for backward, per micro-batch, on one rank
+    (Korthikanti et al. 2022, generalised; see module doc)."""
+    t = parallel.tp
+    sp = parallel.sequence_parallel and t > 1
+    d = parallel.dtype_bytes
+    T = micro_batch * seq_len
+    Tl = T / t if sp else T  # tokens outside the TP region on this rank
+    h = model.hidden
+    drop = 1.0 if model.dropout else 0.0
+    if parallel.recompute == "full":
+        return d * Tl * h
+    # attention block
+    rep = 2 * d * Tl * h  # inputs of the two norms
+    rep += 2 * d * Tl * h if not model.parallel_attn_mlp else d * Tl * h  # norm outputs (QKV / fc1 input)
+    rep += 2 * drop * Tl * h  # residual dropout masks
+    split = d * T * (model.q_dim + 2 * model.kv_dim) / t + d * T * model.q_dim / t
+    a_local = model.heads / t
+    if flash_attention:
+        split += 4.0 * T * a_local  # fp32 log-sum-exp
+    elif parallel.recompute == "none":
+        scores = micro_batch * a_local * seq_len * seq_len
+        split += scores * (d + drop * (1 + d))
+    up = model.mlp_mats - 1
+    if model.is_moe_layer(layer):
+        k, e = model.top_k, model.experts
+        f = model.efh / t
+        split += 4.0 * Tl * e  # router probabilities (fp32)
+        split += 2 * d * Tl * k * h  # permuted tokens (dispatch input) and combine output
+        split += d * T * k * (h + up * f + f)  # expert inputs, fc1 outputs, activation outputs
+        if model.shared_experts:
+            fs = model.efh * model.shared_experts / t
+            split += d * T * (up * fs + fs)
+    else:
+        f = model.ffn_hidden / t
+        split += d * T * (up * f + f)
+    return rep + split
+
+
+def _rank_layers(model, parallel, sched, rank: int) -> tuple[list[list[str]], int]:
+    chunks = [stage_units(model, sched.stages, sched.stage_of(rank, c)) for c in range(len(sched.chunk_stage[rank]))]
+    return chunks, model.layers // sched.stages
+
+
+def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attention: bool = True) -> MemoryEstimate:
+    """Memory per GPU for ``model`` under ``parallel`` / ``batch`` on ``cluster`` (bytes).
+
+    ``knobs`` (OverlapKnobs) sets the DDP bucket size and the FSDP gathered units; see the
+    module docstring for every term and its source."""
+    from ccoverlap.parallel.config import OverlapKnobs
+
+    knobs = knobs or OverlapKnobs()
+    p = parallel
+    M = batch.microbatches(p.dp)
+    sched = make_schedule(p.pp_schedule, p.pp, M, p.virtual_stages)
+    d = p.dtype_bytes
+    T = batch.micro_batch * batch.seq_len
+    sp = p.sequence_parallel and p.tp > 1
+    capacity = float(cluster.gpu.memory_bytes)
+    usable = capacity * (1.0 - MEMORY_RESERVE_FRACTION)
+    rows = []
+    for r in range(p.pp):
+        chunks, per_chunk = _rank_layers(model, p, sched, r)
+        dense = expert = 0
+        unit_params: list[int] = []
+        for units in chunks:
+            for u in units:
+                n = 0
+                for tns in unit_tensors(model, p, u):
+                    n += tns.numel
+                    if tns.group == "edp":
+                        expert += tns.numel
+                    else:
+                        dense += tns.numel
+                unit_params.append(n)
+        n_local = dense + expert
+        sharded = dense / p.dp + expert / p.expert_dp
+        if p.data_parallel == "fsdp":
+            weights = 4.0 * sharded
+            grads = GRAD_BYTES * sharded
+            optim = 8.0 * sharded
+            if knobs.fsdp_reshard_after_forward:
+                alive = sorted(unit_params, reverse=True)[:knobs.fsdp_limit_all_gathers]
+                comm = d * sum(alive)
+            else:
+                comm = d * sum(unit_params)
+            comm += GRAD_BYTES * max(unit_params)  # unsharded gradients of the unit being reduced
+        else:
+            weights = float(d * n_local)
+            grads = float(GRAD_BYTES * n_local)
+            optim = 12.0 * (sharded if p.distributed_optimizer else n_local)
+            comm = 2.0 * knobs.bucket_cap_mb * MiB if p.dp > 1 else 0.0
+        if p.pp > 1:
+            comm += 2.0 * T * model.hidden * d / (p.tp if sp else 1)  # send + receive buffers
+        # activations: in-flight chunk-micro-batches x layers per chunk (first chunk's layers)
+        live = in_flight(sched, r)
+        layers = [layer_index(u) for u in chunks[0] if layer_index(u) >= 0]
+        per_layer = max(layer_activation_bytes(model, p, batch.micro_batch, batch.seq_len, li,
+                                               flash_attention=flash_attention) for li in layers)
+        act = live * per_chunk * per_layer
+        if p.recompute == "full":
+            full = type(p)(**{**p.to_dict(), "recompute": "none"})
+            act += max(layer_activation_bytes(model, full, batch.micro_batch, batch.seq_len, li,
+                                              flash_attention=flash_attention) for li in layers)
+        stages = [sched.stage_of(r, c) for c in range(len(chunks))]
+        Tl = T / p.tp if sp else T
+        if sched.stages - 1 in stages:  # logits (bf16) and fp32 softmax kept for the loss backward
+            act += min(live, M) * (T * model.vocab / p.tp * (d + 4) + 2 * d * Tl * model.hidden)
+        if 0 in stages:
+            act += live * d * Tl * model.hidden
+        total = weights + grads + optim + act + comm
+        rows.append((total, weights, grads, optim, act, comm, live, per_layer))
+    worst = max(range(len(rows)), key=lambda i: rows[i][0])
+    total, weights, grads, optim, act, comm, live, per_layer = rows[worst]
+    return MemoryEstimate(
+        weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=optim, activations_bytes=act,
+        comm_buffers_bytes=comm, total_bytes=total, capacity_bytes=capacity, usable_bytes=usable,
+        reserve_fraction=MEMORY_RESERVE_FRACTION, fits=total <= usable, worst_rank=worst,
+        per_rank_total=tuple(r[0] for r in rows), inflight_microbatches=live,
+        activation_per_layer_bytes=per_layer,
+    )

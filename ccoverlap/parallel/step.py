@@ -1,0 +1,344 @@
+"""Compose one training step (TP × PP × DP or FSDP, with EP for MoE) into an op graph.
+
+Ranks with identical roles are simulated once: one simulated rank per pipeline rank, standing
+for its ``tp × dp`` peers (all TP and DP peers run the same ops at the same time). Collectives
+on TP / DP / EP groups are single ops on that rank with the group's GroupSpec (size, and
+members per node from :mod:`ccoverlap.parallel.layout`).
+
+Streams (real frameworks use separate CUDA streams / NCCL communicators, and NCCL
+serialises the kernels of one communicator): ``compute``; ``tp_comm`` (TP / SP collectives);
+``ep_comm`` (expert all-to-all); ``dp_comm`` (DDP buckets, distributed-optimizer gathers,
+tied-embedding all-reduce); ``fsdp_ag`` and ``fsdp_rs`` (FSDP's all-gather and
+reduce-scatter streams); ``pp_send`` / ``pp_recv`` (pipeline point-to-point). With
+``overlap=False`` every collective and transfer goes on ``compute`` (blocking); with
+``pp_p2p_overlap=False`` only the pipeline transfers do.
+
+Per rank the step is: the schedule's forward/backward tasks (each a chain of layer templates
+from :mod:`~ccoverlap.parallel.layer` / :mod:`~ccoverlap.parallel.ep`, with receive before and
+send after), the DP hooks (:mod:`~ccoverlap.parallel.ddp`, :mod:`~ccoverlap.parallel.fsdp`),
+then the tied-embedding gradient all-reduce (first and last stage, pp > 1), gradient-norm
+(read every local gradient, all-reduce one float: gradient clipping) and the Adam step
+(memory-bound: fp32 master weight, gradient and both moments read, master and moments
+written, bf16 copy written: 30 bytes per local parameter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ccoverlap.errors import ConfigError
+from ccoverlap.graph import MemorySpec, OpGraph, P2PSpec
+from ccoverlap.parallel import ep as epm
+from ccoverlap.parallel import layer as lay
+from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig
+from ccoverlap.parallel.ddp import DDPHook
+from ccoverlap.parallel.fsdp import FSDPHook
+from ccoverlap.parallel.layout import Layout
+from ccoverlap.parallel.memory import MemoryEstimate, estimate_memory
+from ccoverlap.parallel.pp import Schedule, make_schedule
+from ccoverlap.parallel.segment import IN, Segment
+from ccoverlap.parallel.units import layer_index, stage_units, unit_tensors
+
+ADAM_BYTES_PER_PARAM = 30  # read master 4, grad 4, m 4, v 4; write master 4, m 4, v 4, bf16 copy 2
+
+
+@dataclass
+class StepGraph:
+    """A built step. ``simulated_ranks``: (sim rank, description, real ranks it stands for);
+    ``tokens_per_step`` and ``model_flops_per_step`` are global (for throughput and MFU: divide
+    by step time × world size × peak)."""
+
+    graph: OpGraph
+    world_size: int
+    tokens_per_step: int
+    model_flops_per_step: float
+    simulated_ranks: list
+    memory: MemoryEstimate
+    microbatches: int
+    schedule: Schedule
+    meta: dict = field(default_factory=dict)
+
+
+class _Compiled:
+    """A Segment flattened for fast stamping."""
+
+    __slots__ = ("ops", "out", "last_compute", "first_compute", "unit", "comm_only", "recompute")
+
+    def __init__(self, seg: Segment, stream_of, recompute: bool = False):
+        self.ops = []
+        for o in seg.ops:
+            local = tuple(d for d in o.deps if isinstance(d, int) and d != IN)
+            self.ops.append((o.name, o.spec, stream_of(o.stream), local, IN in o.deps,
+                             tuple(d for d in o.deps if isinstance(d, str)), o.tensor, o.export))
+        self.out = seg.out
+        comp = [i for i, o in enumerate(self.ops) if o[2] == "compute"]
+        self.last_compute = comp[-1] if comp else seg.out
+        self.first_compute = comp[0] if comp else 0
+        self.unit = seg.unit
+        self.comm_only = seg.comm_only
+        self.recompute = recompute
+
+
+class _Emitter:
+    def __init__(self, model, parallel: ParallelConfig, batch: BatchConfig, cluster, knobs: OverlapKnobs):
+        parallel.validate(model, cluster, batch)
+        self.model, self.parallel, self.batch, self.cluster, self.knobs = model, parallel, batch, cluster, knobs
+        self.M = batch.microbatches(parallel.dp)
+        self.layout = Layout.build(parallel, cluster.gpus_per_node)
+        self.sched = make_schedule(parallel.pp_schedule, parallel.pp, self.M, parallel.virtual_stages)
+        self.ctx = lay.LayerCtx(model, parallel, batch.micro_batch, batch.seq_len, self.layout, knobs)
+        self.two_batch = knobs.overlap and knobs.ep_overlap and model.is_moe and parallel.ep > 1
+        self.half_ctx = (lay.LayerCtx(model, parallel, batch.micro_batch, batch.seq_len, self.layout, knobs, 0.5)
+                         if self.two_batch else None)
+        ov, k = knobs.overlap, knobs
+        self._streams = {
+            "compute": "compute",
+            "tp": "tp_comm" if ov else "compute",
+            "ep": "ep_comm" if ov else "compute",
+            "dp_comm": "dp_comm" if ov else "compute",
+            "fsdp_ag": "fsdp_ag" if ov else "compute",
+            "fsdp_rs": "fsdp_rs" if ov else "compute",
+            "pp_send": "pp_send" if ov and k.pp_p2p_overlap else "compute",
+            "pp_recv": "pp_recv" if ov and k.pp_p2p_overlap else "compute",
+        }
+        self.g = OpGraph()
+        self._cache: dict = {}
+        self.stage_units = [stage_units(model, self.sched.stages, s) for s in range(self.sched.stages)]
+        tok = batch.micro_batch * batch.seq_len
+        self.p2p_bytes = tok * model.hidden * parallel.dtype_bytes // (parallel.tp if self.ctx.sp else 1)
+
+    # ------------------------------------------------------------------ helpers
+    def stream(self, name: str) -> str:
+        return self._streams[name]
+
+    def layer_of(self, unit: str) -> int:
+        return layer_index(unit)
+
+    def _segs(self, unit: str, phase: str, half: bool) -> list[_Compiled]:
+        """Compiled templates of a unit (cached per unit kind, phase and half)."""
+        li = layer_index(unit)
+        kind = unit if li < 0 else ("moe" if self.model.is_moe_layer(li) else "dense")
+        key = (kind, phase, half)
+        c = self._cache.get(key)
+        if c is None:
+            ctx = self.half_ctx if half else self.ctx
+            if kind == "emb":
+                f, b = [lay.embedding_fwd(ctx)], [lay.embedding_bwd(ctx)]
+            elif kind == "head":
+                f, b = [lay.head_fwd(ctx)], [lay.head_bwd(ctx)]
+            elif kind == "moe":
+                f, b = epm.moe_layer(ctx, "")
+            else:
+                f, b = lay.dense_layer(ctx, "")
+            st = self._streams.__getitem__
+            self._cache[(kind, "fwd", half)] = [_Compiled(s, st) for s in f]
+            bwd = [_Compiled(s, st) for s in b]
+            if self.parallel.recompute == "full" and li >= 0:
+                bwd = [_Compiled(s.renamed("recompute_"), st, recompute=True) for s in f] + bwd
+            self._cache[(kind, "bwd", half)] = bwd
+            c = self._cache[key]
+        return c
+
+    def _emit(self, cs: _Compiled, rank: int, in_id, extra, layer: int, mb: int, phase: str,
+              exports: dict, producers: dict | None) -> tuple[int, int]:
+        """Stamp one compiled segment; returns (output op id, last compute op id)."""
+        add = self.g.add
+        ids: list[int] = []
+        fc = cs.first_compute
+        for i, (name, spec, stream, local, use_in, sdeps, tensor, export) in enumerate(cs.ops):
+            deps = [ids[j] for j in local]
+            if use_in and in_id is not None:
+                deps.append(in_id)
+            for key in sdeps:
+                v = exports.get(key)
+                if v is not None:
+                    deps.append(v)
+            if extra is not None and (i == 0 or i == fc):
+                deps.append(extra)
+            oid = add(name, spec, rank=rank, stream=stream, deps=deps, layer=layer, microbatch=mb, phase=phase)
+            ids.append(oid)
+            if tensor and producers is not None:
+                producers[tensor] = oid
+            if export:
+                exports[export] = oid
+        return ids[cs.out], ids[cs.last_compute]
+
+    # ------------------------------------------------------------------ tasks
+    def _task(self, rank: int, task, hook, first_f: set, last_b: set, fwd_out: dict, bwd_out: dict) -> None:
+        kind, mb, chunk = task
+        sched, S = self.sched, self.sched.stages
+        stage = sched.stage_of(rank, chunk)
+        units = self.stage_units[stage]
+        phase = "fwd" if kind == "F" else "bwd"
+        g = self.g
+        in_id = None
+        inter = self.layout.pp_inter_node
+        if kind == "F" and stage > 0:
+            in_id = g.add("recv_fwd", P2PSpec(bytes=self.p2p_bytes, inter_node=inter, transport=self.knobs.comm_transport),
+                          rank=rank, stream=self.stream("pp_recv"), deps=fwd_out[(mb, stage - 1)], microbatch=mb,
+                          phase=phase)
+        elif kind == "B" and stage < S - 1:
+            in_id = g.add("recv_bwd", P2PSpec(bytes=self.p2p_bytes, inter_node=inter, transport=self.knobs.comm_transport),
+                          rank=rank, stream=self.stream("pp_recv"), deps=bwd_out[(mb, stage + 1)], microbatch=mb,
+                          phase=phase)
+        order = units if kind == "F" else units[::-1]
+        halves = 2 if self.two_batch else 1
+        chain: list[tuple[str, _Compiled]] = []
+        for u in order:
+            for cs in self._segs(u, phase, halves == 2):
+                chain.append((u, cs))
+        remaining: dict[str, int] = {}
+        for u, _ in chain:
+            remaining[u] = remaining.get(u, 0) + halves
+        started: set = set()
+        ends: dict[str, int] = {}
+        prods: dict[str, dict] = {u: {} for u in order} if kind == "B" else {}
+        first_use = (chunk, mb) in first_f
+        last_mb = (chunk, mb) in last_b
+        if halves == 1:
+            groups = [[chain]]
+        else:
+            cut = epm.two_batch_groups([cs for _, cs in chain])
+            groups, i = [], 0
+            for grp in cut:
+                groups.append([chain[i:i + len(grp)]] * 2)
+                i += len(grp)
+        cur = [in_id] * halves
+        exports = [{} for _ in range(halves)]
+        for grp in groups:
+            for h in range(halves):
+                for u, cs in grp[h]:
+                    extra = None
+                    if u not in started:
+                        started.add(u)
+                        extra = hook.before_unit(chunk, u, phase, mb, first_use)
+                    out, lc = self._emit(cs, rank, cur[h], extra, self.layer_of(u), mb, phase, exports[h],
+                                         prods.get(u))
+                    if not cs.recompute:
+                        cur[h] = out
+                    ends[u] = max(ends.get(u, lc), lc)
+                    remaining[u] -= 1
+                    if remaining[u] == 0:
+                        hook.unit_done(chunk, u, phase, mb, ends[u], prods.get(u, {}), last_mb)
+        outs = [c for c in cur if c is not None]
+        if kind == "F" and stage < S - 1:
+            fwd_out[(mb, stage)] = outs
+            g.add("send_fwd", P2PSpec(bytes=self.p2p_bytes, inter_node=inter, transport=self.knobs.comm_transport),
+                  rank=rank, stream=self.stream("pp_send"), deps=outs, microbatch=mb, phase=phase)
+        elif kind == "B" and stage > 0:
+            bwd_out[(mb, stage)] = outs
+            g.add("send_bwd", P2PSpec(bytes=self.p2p_bytes, inter_node=inter, transport=self.knobs.comm_transport),
+                  rank=rank, stream=self.stream("pp_send"), deps=outs, microbatch=mb, phase=phase)
+
+    def build(self) -> OpGraph:
+        sched, p, P = self.sched, self.parallel, self.parallel.pp
+        hooks = []
+        for r in range(P):
+            chunks = [(c, self.stage_units[sched.stage_of(r, c)]) for c in range(len(sched.chunk_stage[r]))]
+            hook = (FSDPHook if p.data_parallel == "fsdp" else DDPHook)(self, r, chunks)
+            hook.start()
+            hooks.append(hook)
+        first_f, last_b = [], []
+        for r in range(P):
+            ff, lb = {}, {}
+            for kind, mb, c in sched.orders[r]:
+                if kind == "F":
+                    ff.setdefault(c, mb)
+                else:
+                    lb[c] = mb
+            first_f.append({(c, m) for c, m in ff.items()})
+            last_b.append({(c, m) for c, m in lb.items()})
+        fwd_out: dict = {}
+        bwd_out: dict = {}
+        ptr = [0] * P
+        total = sum(len(o) for o in sched.orders)
+        done = 0
+        S = sched.stages
+        while done < total:
+            progressed = False
+            for r in range(P):
+                order = sched.orders[r]
+                while ptr[r] < len(order):
+                    kind, mb, c = order[ptr[r]]
+                    st = sched.stage_of(r, c)
+                    if kind == "F" and st > 0 and (mb, st - 1) not in fwd_out:
+                        break
+                    if kind == "B" and st < S - 1 and (mb, st + 1) not in bwd_out:
+                        break
+                    self._task(r, order[ptr[r]], hooks[r], first_f[r], last_b[r], fwd_out, bwd_out)
+                    ptr[r] += 1
+                    done += 1
+                    progressed = True
+            if not progressed:
+                raise ConfigError(f"pipeline schedule {sched.name!r} deadlocks (internal error)")
+        for r in range(P):
+            self._finish_rank(r, hooks[r])
+        return self.g
+
+    def _finish_rank(self, r: int, hook) -> None:
+        g, p, m = self.g, self.parallel, self.model
+        ctx = self.ctx
+        waits = list(hook.waits())
+        stages = [self.sched.stage_of(r, c) for c in range(len(self.sched.chunk_stage[r]))]
+        if m.tied_embeddings and p.pp > 1 and (0 in stages or self.sched.stages - 1 in stages):
+            n = m.vocab * m.hidden // p.tp
+            waits.append(g.add("embedding_grad_ar", ctx.coll("all_reduce", n * lay.GRAD_BYTES, "embd"), rank=r,
+                               stream=self.stream("dp_comm"), deps=waits, phase="opt"))
+        dense = expert = 0
+        for s in stages:
+            for u in self.stage_units[s]:
+                for t in unit_tensors(m, p, u):
+                    if t.group == "edp":
+                        expert += t.numel
+                    else:
+                        dense += t.numel
+        sharded = p.data_parallel == "fsdp" or p.distributed_optimizer
+        local = dense // p.dp + expert // p.expert_dp if sharded else dense + expert
+        norm = g.add("grad_norm", MemorySpec(bytes=float(local * lay.GRAD_BYTES)), rank=r, deps=waits, phase="opt")
+        norm = g.add("grad_norm_ar", ctx.coll("all_reduce", 4, "world" if sharded else "mp"), rank=r,
+                     deps=(norm,), phase="opt")
+        opt = g.add("optimizer_step", MemorySpec(bytes=float(local * ADAM_BYTES_PER_PARAM)), rank=r,
+                    deps=(norm,), phase="opt")
+        hook.after_optimizer(opt)
+
+    def describe_ranks(self) -> list:
+        out = []
+        sched = self.sched
+        for r in range(self.parallel.pp):
+            parts = []
+            for c in range(len(sched.chunk_stage[r])):
+                units = self.stage_units[sched.stage_of(r, c)]
+                layers = [layer_index(u) for u in units if layer_index(u) >= 0]
+                extra = "".join(f" + {u}" for u in units if layer_index(u) < 0)
+                parts.append(f"layers {layers[0]}-{layers[-1]}{extra}")
+            out.append((r, f"pipeline rank {r}: " + "; ".join(parts), self.parallel.tp * self.parallel.dp))
+        return out
+
+
+def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
+               knobs: OverlapKnobs | None = None) -> StepGraph:
+    """Build the op graph of one training step of ``model`` under ``parallel`` on ``cluster``.
+
+    Validates everything first (ConfigError lists every problem). Returns a :class:`StepGraph`
+    whose ``graph`` :func:`ccoverlap.sim.simulate` plays; one simulated rank per pipeline rank.
+    Model FLOPs follow PaLM's MFU definition (:meth:`ModelSpec.flops_per_token`).
+    """
+    knobs = knobs or OverlapKnobs()
+    em = _Emitter(model, parallel, batch, cluster, knobs)
+    graph = em.build()
+    graph.meta.update({
+        "model": model.name, "parallel": parallel.to_dict(), "batch": batch.to_dict(),
+        "knobs": knobs.to_dict(), "microbatches": em.M, "schedule": em.sched.name,
+        "rank_weights": {r: n for r, _, n in em.describe_ranks()},
+    })
+    tokens = batch.global_batch * batch.seq_len
+    return StepGraph(
+        graph=graph,
+        world_size=parallel.world_size,
+        tokens_per_step=tokens,
+        model_flops_per_step=model.flops_per_token(batch.seq_len) * tokens,
+        simulated_ranks=em.describe_ranks(),
+        memory=estimate_memory(model, parallel, batch, cluster, knobs),
+        microbatches=em.M,
+        schedule=em.sched,
+    )

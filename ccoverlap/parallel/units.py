@@ -1,0 +1,71 @@
+"""Which layers each pipeline stage holds, and each unit's weights as one rank holds them.
+
+A *unit* is what FSDP wraps and DDP buckets walk through: ``"emb"`` (input embedding, learned
+positions), ``"L<i>"`` (transformer layer i), ``"head"`` (final norm and LM head).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LocalTensor:
+    """A weight on one rank: ``numel`` local elements, gradients reduced over ``group``
+    (``"dp"``, or ``"edp"`` for routed-expert weights)."""
+
+    unit: str
+    name: str
+    numel: int
+    group: str
+
+
+def stage_units(model, stages: int, stage: int) -> list[str]:
+    """Units of model stage ``stage`` of ``stages`` (equal layer counts), in forward order."""
+    per = model.layers // stages
+    units = ["emb"] if stage == 0 else []
+    units += [f"L{i}" for i in range(stage * per, (stage + 1) * per)]
+    if stage == stages - 1:
+        units.append("head")
+    return units
+
+
+def layer_index(unit: str) -> int:
+    """Layer number of a unit (-1 for embedding / head)."""
+    return int(unit[1:]) if unit.startswith("L") else -1
+
+
+def unit_tensors(model, parallel, unit: str) -> list[LocalTensor]:
+    """The unit's weights on one rank, registration order: TP-split tensors divided by tp,
+    routed-expert tensors by tp·ep. A tied LM head on a separate pipeline stage is a copy of
+    the embedding (Megatron-LM keeps one on the last stage and all-reduces their gradients)."""
+    tp, ep = parallel.tp, parallel.ep
+    out: list[LocalTensor] = []
+    if unit in ("emb", "head"):
+        for t in model.embedding_tensors():
+            is_head = t.name in ("final_norm", "lm_head")
+            if is_head != (unit == "head"):
+                continue
+            out.append(LocalTensor(unit, t.name, t.numel // tp if t.tp_split else t.numel, "dp"))
+        if unit == "head" and model.tied_embeddings and parallel.pp > 1:
+            out.append(LocalTensor(unit, "lm_head", model.vocab * model.hidden // tp, "dp"))
+        return out
+    for t in model.layer_tensors(layer_index(unit)):
+        if t.expert:
+            out.append(LocalTensor(unit, t.name, t.numel // (tp * ep), "edp"))
+        else:
+            out.append(LocalTensor(unit, t.name, t.numel // tp if t.tp_split else t.numel, "dp"))
+    return out
+
+
+def stage_param_numel(model, parallel, stage_unit_lists: list[list[str]]) -> tuple[int, int]:
+    """(dense, expert) local parameter counts of a rank holding these stages' units."""
+    dense = expert = 0
+    for units in stage_unit_lists:
+        for u in units:
+            for t in unit_tensors(model, parallel, u):
+                if t.group == "edp":
+                    expert += t.numel
+                else:
+                    dense += t.numel
+    return dense, expert
