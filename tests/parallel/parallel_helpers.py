@@ -1,0 +1,45 @@
+"""Shared helpers for the parallel-builder tests (imported by name: pytest puts this folder on sys.path)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ccoverlap.graph import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
+from ccoverlap.hardware import CLUSTERS
+from ccoverlap.timeline import merge_intervals
+
+
+class ToyCost:
+    """duration = flops / flops_per_s for GEMMs and attention, bytes / mem_bw for memory-bound
+    ops, bytes / comm_bw for collectives and transfers; concurrency is ignored. Any of the
+    rates may be ``inf`` to make that kind free."""
+
+    def __init__(self, flops_per_s=1e14, mem_bw=1e12, comm_bw=1e11):
+        self.flops_per_s, self.mem_bw, self.comm_bw = flops_per_s, mem_bw, comm_bw
+
+    def duration_s(self, spec, concurrent):
+        if isinstance(spec, (CollectiveSpec, P2PSpec)):
+            return spec.bytes / self.comm_bw
+        if isinstance(spec, (GemmSpec, AttentionSpec)):
+            return spec.flops / self.flops_per_s
+        if isinstance(spec, MemorySpec):
+            return spec.bytes / self.mem_bw
+        return 0.0
+
+
+def cluster(gpus: int, gpus_per_node: int = 8):
+    """A DGX-H100-like cluster of ``gpus`` GPUs (``gpus_per_node`` per node, at most ``gpus``)."""
+    g = min(gpus, gpus_per_node)
+    return replace(CLUSTERS["dgx-h100"], gpus_per_node=g, nodes=gpus // g)
+
+
+def compute_busy_s(tl, rank: int) -> float:
+    """Length of the union of compute intervals of ``rank``."""
+    t = tl.for_rank(rank)
+    m = t.kind == "compute"
+    s, e = merge_intervals(t.start_s[m], t.end_s[m])
+    return float(np.sum(e - s))
+
+
