@@ -31,13 +31,17 @@ TRANSPORTS = ("sm", "dma")  # SM-driven kernels (NCCL) or copy engines (cudaMemc
 
 @dataclass(frozen=True, kw_only=True)
 class GemmSpec:
-    """C[m, n] = A[m, k] @ B[k, n], ``batch`` independent times; operands ``dtype_bytes`` wide."""
+    """C[m, n] = A[m, k] @ B[k, n], ``batch`` independent times; operands ``dtype_bytes`` wide.
+
+    ``accumulate`` marks a piece of a K-split GEMM that adds into an existing C (reads C as
+    well as writing it: the extra traffic of ficco §IV-C's K-decomposition)."""
 
     m: int
     n: int
     k: int
     batch: int = 1
     dtype_bytes: int = 2
+    accumulate: bool = False
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k", "batch", "dtype_bytes"):
