@@ -52,110 +52,47 @@ collective grows while another dominates ``X``; with the finishing moves, within
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import CollectiveSpec, CommConfig
+from ccoverlap.graph import CommConfig
 
+from .nccl_tuning import (ProgressFn, TuneResult, TuneStep, TuningSpace, _choose_implementations, _Counter,
+                          _with, autoccl_tune, config_dict, exhaustive_grid, exhaustive_tune,
+                          implementation_candidates, nccl_default_configs)
 from .overlap_group import OverlapGroup
 from .profiler import ProfileResult, Profiler, SimulatedProfiler
 
 __all__ = [
-    "TuningSpace",
-    "TuneStep",
-    "TuneResult",
-    "GroupTuning",
+    "INITIAL_H",
     "metric_h",
     "minimum_config",
     "step_config",
-    "implementation_candidates",
-    "nccl_default_configs",
     "lagom_tune",
+    "GroupTuning",
+    "tune_group",
+    "lagom_strategy",
+    "autoccl_strategy",
+    # re-exported from .nccl_tuning
+    "TuningSpace",
+    "TuneStep",
+    "TuneResult",
+    "config_dict",
+    "nccl_default_configs",
+    "implementation_candidates",
     "autoccl_tune",
     "exhaustive_grid",
     "exhaustive_tune",
-    "tune_group",
-    "INITIAL_H",
 ]
-
-KiB = 1 << 10
-MiB = 1 << 20
 
 #: Algorithm 1 line 3: "Initialize all H to 0.01".
 INITIAL_H = 0.01
 
-ProgressFn = Callable[[int, int, str], None]
 
-
-# ----------------------------------------------------------------------------- search space
-
-@dataclass(frozen=True, kw_only=True)
-class TuningSpace:
-    """The ranges of NCCL's resource knobs (lagom §2.2, Table 1).
-
-    ``nc`` channels NC in [``nc_min``, ``nc_max``] (NCCL's MAXCHANNELS is 64 in recent
-    versions; lagom §4.3 sees AutoCCL reach NC = 61); ``nt`` threads per channel NT in
-    [``nt_min``, ``nt_max``], multiples of 32 (NCCL_NTHREADS accepts 64..512); chunk C in
-    [``chunk_min``, ``chunk_max``] bytes, rounded to ``chunk_quantum`` (lagom Fig. 3 sweeps C
-    from 16 KB; NCCL's Simple default is 2 MiB). ``protocols`` / ``algorithms`` are the
-    implementation choices searched (those invalid for a collective are skipped).
-    """
-
-    nc_min: int = 1
-    nc_max: int = 64
-    nt_min: int = 64
-    nt_max: int = 512
-    chunk_min: int = 16 * KiB
-    chunk_max: int = 8 * MiB
-    chunk_quantum: int = 4 * KiB
-    protocols: tuple[str, ...] = ("simple", "ll128", "ll")
-    algorithms: tuple[str, ...] = ("ring", "tree", "pairwise")
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.nc_min < self.nc_max:
-            raise ConfigError(f"tuning space: need 1 <= nc_min < nc_max, got {self.nc_min}, {self.nc_max}")
-        if not 32 <= self.nt_min <= self.nt_max:
-            raise ConfigError(f"tuning space: need 32 <= nt_min <= nt_max, got {self.nt_min}, {self.nt_max}")
-        if not 0 < self.chunk_min < self.chunk_max:
-            raise ConfigError(f"tuning space: need 0 < chunk_min < chunk_max, got {self.chunk_min}, {self.chunk_max}")
-
-    @property
-    def nc_octaves(self) -> float:
-        """log2(nc_max / nc_min): the number of NC doublings the range holds."""
-        return math.log2(self.nc_max / self.nc_min)
-
-    def clamp(self, cfg: CommConfig) -> CommConfig:
-        """``cfg`` with NC, NT, C rounded and clipped into the space."""
-        return self.with_knobs(cfg, cfg.channels, cfg.threads, cfg.chunk_bytes)
-
-    def with_knobs(self, cfg: CommConfig, channels: float | None, threads: float | None,
-                   chunk_bytes: float | None) -> CommConfig:
-        """``cfg`` with NC, NT, C set to these (real-valued) amounts, rounded and clipped."""
-        return replace(cfg, channels=self._nc(channels), threads=self._nt(threads),
-                       chunk_bytes=self._chunk(chunk_bytes))
-
-    def _nc(self, v: float | None) -> int:
-        return int(min(self.nc_max, max(self.nc_min, round(v if v is not None else self.nc_min))))
-
-    def _nt(self, v: float | None) -> int:
-        v = self.nt_min if v is None else v
-        return int(min(self.nt_max, max(self.nt_min, 32 * round(v / 32))))
-
-    def _chunk(self, v: float | None) -> int:
-        v = self.chunk_min if v is None else v
-        q = self.chunk_quantum
-        return int(min(self.chunk_max, max(self.chunk_min, q * round(v / q))))
-
-    def _pos(self, v: float, lo: float, hi: float) -> float:
-        return math.log(max(v, lo) / lo) / math.log(hi / lo) if hi > lo else 0.0
-
-    def _val(self, u: float, lo: float, hi: float) -> float:
-        return lo * (hi / lo) ** min(1.0, max(0.0, u))
-
+# ----------------------------------------------------------------------------- Lagom (Alg. 1 + 2)
 
 def metric_h(y_before_s: float, y_after_s: float, x_before_s: float, x_after_s: float) -> float:
     """Priority metric ``H_j = (Y' - Y) / (x_j^{s_j} - x_j^{s'_j})`` (lagom eq. 7): seconds of
@@ -197,162 +134,6 @@ def step_config(cfg: CommConfig, lr: float, space: TuningSpace) -> CommConfig:
             out = replace(out, threads=min(space.nt_max, cfg.threads + 32))
     return out
 
-
-# ----------------------------------------------------------------------------- records
-
-@dataclass(frozen=True)
-class TuneStep:
-    """One profiling step of a search: which collective changed (``-1``: the starting point),
-    to which configuration, what was measured (seconds) and the decision taken."""
-
-    collective: int
-    config: CommConfig | None
-    result: ProfileResult
-    h: float | None = None
-    lr: float | None = None
-    decision: str = ""
-
-
-@dataclass
-class TuneResult:
-    """A search's answer: ``configs[j]`` for collective j, the profile of that set
-    (``result``: x_j, Y, Z in seconds), ``profiles`` = profiling steps the search used (the
-    cost of tuning live), and the ``steps`` themselves."""
-
-    method: str
-    configs: list[CommConfig]
-    result: ProfileResult
-    profiles: int
-    steps: list[TuneStep] = field(default_factory=list, repr=False)
-    seconds: float = 0.0
-    note: str = ""
-
-    @property
-    def makespan_s(self) -> float:
-        return self.result.makespan_s
-
-    def as_dict(self) -> dict:
-        return {
-            "method": self.method,
-            "makespan_s": self.result.makespan_s,
-            "compute_time_s": self.result.compute_time_s,
-            "comm_time_s": self.result.comm_time_s,
-            "comm_times_s": list(self.result.comm_times_s),
-            "profiles": self.profiles,
-            "search_seconds": self.seconds,
-            "configs": [config_dict(c) for c in self.configs],
-            "note": self.note,
-        }
-
-
-def config_dict(c: CommConfig) -> dict:
-    """A CommConfig as a plain dict (NC, NT, C in bytes, protocol, algorithm)."""
-    return {"channels": c.channels, "threads": c.threads, "chunk_bytes": c.chunk_bytes,
-            "protocol": c.protocol, "algorithm": c.algorithm}
-
-
-class _Counter:
-    """Counts profiles, reports progress, and turns cost-model ConfigErrors for invalid
-    implementation choices into ``None``."""
-
-    def __init__(self, profiler: Profiler, progress: ProgressFn | None, what: str, total: int) -> None:
-        self.profiler = profiler
-        self.progress = progress
-        self.what = what
-        self.total = total
-        self.n = 0
-        self.best: tuple[list[CommConfig], ProfileResult] | None = None
-
-    def __call__(self, configs: Sequence[CommConfig]) -> ProfileResult:
-        self.n += 1
-        if self.progress is not None:
-            self.progress(self.n, max(self.total, self.n), self.what)
-        res = self.profiler.profile(list(configs))
-        if self.best is None or res.makespan_s < self.best[1].makespan_s * (1 - 1e-12):
-            self.best = (list(configs), res)
-        return res
-
-    def maybe(self, configs: Sequence[CommConfig]) -> ProfileResult | None:
-        try:
-            return self(configs)
-        except ConfigError:
-            return None
-
-
-def _with(configs: Sequence[CommConfig], j: int, cfg: CommConfig) -> list[CommConfig]:
-    out = list(configs)
-    out[j] = cfg
-    return out
-
-
-# ----------------------------------------------------------------------------- defaults / implementations
-
-def nccl_default_configs(group: OverlapGroup, default_fn: Callable | None = None) -> list[CommConfig]:
-    """What NCCL would use for each collective of ``group`` (every knob set): the cost
-    model's :func:`ccoverlap.cost.default_comm_config` (channels by fabric, 512 threads,
-    Simple's 2 MiB chunks, protocol/algorithm as NCCL's tuner picks for the message size),
-    or ``default_fn(spec, cluster) -> CommConfig`` if given."""
-    out = []
-    for c in group.collectives:
-        spec = c.spec
-        if default_fn is not None:
-            cfg = default_fn(spec, group.cluster)
-        else:
-            from ccoverlap.cost import default_comm_config
-
-            cfg = default_comm_config(spec.collective, spec.group, group.cluster, nbytes=spec.bytes,
-                                      transport=spec.transport)
-        out.append(cfg)
-    return out
-
-
-def implementation_candidates(spec: CollectiveSpec, cluster, space: TuningSpace) -> list[tuple[str, str]]:
-    """(algorithm, protocol) pairs worth profiling for ``spec`` (AutoCCL's implementation
-    subspaces, lagom §2.2): NCCL's algorithms valid for the collective (tree only for
-    all-reduce, pairwise only for all-to-all, ring otherwise) x protocols, LL128 only on
-    NVLink-class fabrics where NCCL enables it."""
-    algs = []
-    for a in space.algorithms:
-        if a == "tree" and spec.collective != "all_reduce":
-            continue
-        if a == "pairwise" and spec.collective != "all_to_all":
-            continue
-        if a == "ring" and spec.collective == "all_to_all":
-            continue
-        algs.append(a)
-    if not algs:
-        algs = ["auto"]
-    nvlink = ("nvswitch", "nvlink_pair", "full_mesh")
-    fabrics = [cluster.intra.fabric] if spec.group.local_size > 1 else []
-    if spec.group.nodes > 1:
-        fabrics.append(cluster.inter.fabric)
-    ll128_ok = any(f in nvlink for f in fabrics) and all(f in nvlink or f in ("infiniband", "roce") for f in fabrics)
-    protos = [p for p in space.protocols if p != "ll128" or ll128_ok]
-    return [(a, p) for a in algs for p in protos]
-
-
-def _choose_implementations(group: OverlapGroup, count: _Counter, configs: list[CommConfig],
-                            current: ProfileResult, space: TuningSpace, steps: list[TuneStep]
-                            ) -> tuple[list[CommConfig], ProfileResult]:
-    """Per collective, the (algorithm, protocol) with the smallest own time x_j at its
-    current resources (AutoCCL's subspace choice, lagom §3.4). One profile per candidate."""
-    for j, coll in enumerate(group.collectives):
-        best_x = current.comm_times_s[j]
-        for alg, proto in implementation_candidates(coll.spec, group.cluster, space):
-            cand = replace(configs[j], algorithm=alg, protocol=proto)
-            if cand == configs[j]:
-                continue
-            res = count.maybe(_with(configs, j, cand))
-            if res is None:
-                continue
-            better = res.comm_times_s[j] < best_x * (1 - 1e-9)
-            steps.append(TuneStep(j, cand, res, decision="implementation kept" if better else "implementation rejected"))
-            if better:
-                configs[j], current, best_x = cand, res, res.comm_times_s[j]
-    return configs, current
-
-
-# ----------------------------------------------------------------------------- Lagom (Alg. 1 + 2)
 
 def _midpoint(lo: CommConfig, hi: CommConfig, space: TuningSpace) -> CommConfig:
     """Geometric midpoint of two configurations, knob by knob (for the crossing bisection)."""
@@ -516,125 +297,6 @@ def lagom_tune(group: OverlapGroup, profiler: Profiler, *, start: Sequence[CommC
         note = "returned the best configuration set profiled during the search"
     return TuneResult("lagom", configs, current, count.n, steps, time.perf_counter() - t0, note=note)
 
-
-# ----------------------------------------------------------------------------- AutoCCL-style baseline
-
-def _grid(space: TuningSpace, level: int) -> tuple[list[int], list[int], list[int]]:
-    """NC, NT, C candidate lists, finest at level 0."""
-    nc_all = [v for v in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
-              if space.nc_min <= v <= space.nc_max]
-    nc_pow = [v for v in nc_all if v & (v - 1) == 0]
-    nt_all = [v for v in (64, 128, 256, 512, 640, 1024) if space.nt_min <= v <= space.nt_max]
-    ch_all = [space._chunk(v) for v in (16 * KiB * 2**i for i in range(12)) if space.chunk_min <= v <= space.chunk_max]
-    if level == 0:
-        return nc_all, nt_all, ch_all
-    if level == 1:
-        return nc_all, [], ch_all
-    if level == 2:
-        return nc_all, [], ch_all[::2]
-    if level == 3:
-        return nc_pow, [], ch_all[::2]
-    if level == 4:
-        return nc_pow, [], ch_all[::4]
-    return nc_pow[::2], [], ch_all[::4]
-
-
-def autoccl_tune(group: OverlapGroup, profiler: Profiler, *, start: Sequence[CommConfig] | None = None,
-                 space: TuningSpace | None = None, rounds: int = 3,
-                 progress: ProgressFn | None = None) -> TuneResult:
-    """AutoCCL-style tuning (lagom §2.2, eq. 2): each collective in turn is tuned for **its own
-    time** ``x_j`` (measured online, in the group, so contention is included) by coordinate
-    descent: the (algorithm, protocol) subspace, then NC, NT and C over a grid, one knob at a
-    time with the others fixed, keeping any strictly faster value; rounds repeat until nothing
-    improves. Ignores what the configuration costs the computation (Y) — the behaviour lagom
-    §4.2-4.3 shows hurting compute-bound overlap. Returns configs, profile and profile count.
-    """
-    t0 = time.perf_counter()
-    space = space or TuningSpace()
-    n = group.n_collectives
-    configs = [space.clamp(c) for c in (list(start) if start is not None else nccl_default_configs(group))]
-    nc_vals, nt_vals, ch_vals = _grid(space, 0)
-    count = _Counter(profiler, progress, "autoccl", total=n * (len(nc_vals) + len(nt_vals) + len(ch_vals) + 4))
-    steps: list[TuneStep] = []
-    current = count(configs)
-    steps.append(TuneStep(-1, None, current, decision="start"))
-    for j, coll in enumerate(group.collectives):
-        impls = implementation_candidates(coll.spec, group.cluster, space)
-        for _ in range(rounds):
-            improved = False
-            for axis in range(4):
-                # each axis is built around the current best (earlier axes may have moved it)
-                if axis == 0:
-                    cands = [replace(configs[j], algorithm=a, protocol=p) for a, p in impls]
-                elif axis == 1:
-                    cands = [replace(configs[j], channels=v) for v in nc_vals]
-                elif axis == 2:
-                    cands = [replace(configs[j], threads=v) for v in nt_vals]
-                else:
-                    cands = [replace(configs[j], chunk_bytes=v) for v in ch_vals]
-                for cand in cands:
-                    if cand == configs[j]:
-                        continue
-                    res = count.maybe(_with(configs, j, cand))
-                    if res is None:
-                        continue
-                    if res.comm_times_s[j] < current.comm_times_s[j] * (1 - 1e-9):
-                        configs[j], current, improved = cand, res, True
-                        steps.append(TuneStep(j, cand, res, decision="faster: kept"))
-            if not improved:
-                break
-    return TuneResult("autoccl", configs, current, count.n, steps, time.perf_counter() - t0)
-
-
-# ----------------------------------------------------------------------------- exhaustive
-
-def exhaustive_grid(space: TuningSpace, n_collectives: int, max_profiles: int,
-                    base: CommConfig | None = None) -> list[CommConfig] | None:
-    """The finest per-collective grid of (NC, NT, C) whose joint size ``k^N`` fits in
-    ``max_profiles``, as configurations derived from ``base`` (its algorithm, protocol and
-    NT when NT is not gridded); ``None`` when even the coarsest does not fit."""
-    base = space.clamp(base or CommConfig())
-    for level in range(6):
-        nc_vals, nt_vals, ch_vals = _grid(space, level)
-        nts = nt_vals or [base.threads]
-        k = len(nc_vals) * len(nts) * len(ch_vals)
-        if k ** n_collectives <= max_profiles:
-            return [replace(base, channels=a, threads=b, chunk_bytes=c)
-                    for a in nc_vals for b in nts for c in ch_vals]
-    return None
-
-
-def exhaustive_tune(group: OverlapGroup, profiler: Profiler, *, base: Sequence[CommConfig] | None = None,
-                    space: TuningSpace | None = None, max_profiles: int = 20000,
-                    progress: ProgressFn | None = None) -> TuneResult:
-    """Every combination of a discretised (NC, NT, C) per collective (:func:`exhaustive_grid`),
-    keeping the lowest makespan Z (eq. 1) — the ``O(k^N)`` search lagom §2.3/§3.1 calls
-    intractable, feasible for 1-3 collectives. Algorithm and protocol stay those of ``base``
-    (default: NCCL's defaults). ConfigError if ``k^N`` exceeds ``max_profiles`` even on the
-    coarsest grid."""
-    t0 = time.perf_counter()
-    space = space or TuningSpace()
-    n = group.n_collectives
-    base = list(base) if base is not None else nccl_default_configs(group)
-    grids = [exhaustive_grid(space, n, max_profiles, b) for b in base]
-    if any(g is None for g in grids):
-        raise ConfigError(f"exhaustive search over {n} collectives does not fit in {max_profiles} profiles")
-    total = math.prod(len(g) for g in grids)
-    count = _Counter(profiler, progress, "exhaustive", total=total)
-    best: tuple[float, list[CommConfig], ProfileResult] | None = None
-    for combo in itertools.product(*grids):
-        res = count.maybe(combo)
-        if res is None:
-            continue
-        if best is None or res.makespan_s < best[0] * (1 - 1e-12):
-            best = (res.makespan_s, list(combo), res)
-    if best is None:
-        raise ConfigError("exhaustive search: no configuration could be profiled")
-    k = len(grids[0])
-    return TuneResult("exhaustive", best[1], best[2], count.n, [], time.perf_counter() - t0,
-                      note=f"{k} configurations per collective, {total} combinations")
-
-
 # ----------------------------------------------------------------------------- all methods on one group
 
 @dataclass
@@ -704,3 +366,85 @@ def tune_group(group: OverlapGroup, cost=None, *, profiler: Profiler | None = No
         results["exhaustive"] = exhaustive_tune(group, profiler, base=base, space=space,
                                                 max_profiles=max_exhaustive_profiles, progress=progress)
     return GroupTuning(group, results, time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------- planner strategies
+
+def _fmt_config(c: CommConfig) -> str:
+    chunk = c.chunk_bytes or 0
+    size = f"{chunk / 2**20:g} MiB" if chunk >= 2**20 and chunk % 2**18 == 0 else f"{chunk / 1024:g} KiB"
+    return f"NC={c.channels} NT={c.threads} C={size} {c.protocol}"
+
+
+def _tune_workload(w, cost, method: str, *, top: int = 2):
+    """Tune the main overlap groups of ``w`` with ``method`` ("lagom" or "autoccl"), then pick
+    per process group, among the configurations the tuner chose for its collectives, the one
+    that gives the fastest simulated step (the knobs hold one CommConfig per group name,
+    shared by every collective on it, while the tuners choose per collective). Returns a
+    :class:`ccoverlap.plan.StrategyResult` (seconds), or None when nothing overlaps."""
+    from ccoverlap.plan import evaluate
+    from ccoverlap.workload import with_knobs
+
+    from .overlap_group import overlap_groups_from_workload
+
+    if cost is None:
+        from ccoverlap.plan import cost_model_for
+
+        cost = cost_model_for(w)
+    groups = overlap_groups_from_workload(w, cost, top=top)
+    if not groups:
+        return None
+    tuner = lagom_tune if method == "lagom" else autoccl_tune
+    candidates: dict[str, list[CommConfig]] = {}
+    profiles = 0
+    for g in groups:
+        r = tuner(g, SimulatedProfiler(g, cost))
+        profiles += r.profiles
+        for coll, cfg in zip(g.collectives, r.configs):
+            lst = candidates.setdefault(coll.spec.group.name, [])
+            if cfg not in lst:
+                lst.append(cfg)
+    # one CommConfig per process group: among the configurations the tuner chose for the
+    # collectives on it, the one giving the fastest simulated step (NCCL's default is not a
+    # candidate: the strategy applies what the tuner chose, as the tuner would live)
+    best_w, best, sims = w, None, 0
+    chosen: dict[str, CommConfig] = {}
+    for pg, cands in candidates.items():
+        pg_best = None
+        for cfg in cands:
+            overrides = dict(best_w.knobs.comm_config_overrides)
+            overrides[pg] = cfg
+            cand_w = with_knobs(best_w, comm_config_overrides=overrides)
+            res = evaluate(cand_w, method, cost=cost)
+            sims += 1
+            key = (not res.fits_memory, res.step_time_s)
+            if pg_best is None or key < pg_best[0]:
+                pg_best = (key, cand_w, res, cfg)
+        _, best_w, best, chosen[pg] = pg_best
+    what = "Lagom" if method == "lagom" else "AutoCCL-style tuning"
+    best.note = ("; ".join(f"{pg}: {_fmt_config(c)}" for pg, c in chosen.items())
+                 + f" ({what} on {len(groups)} overlap group(s), {profiles} profiles, {sims} step simulations)")
+    return best
+
+
+def lagom_strategy(w, cost=None):
+    """The ``lagom`` planner strategy: Lagom (Algorithms 1-2, lagom §3.4) on the workload's
+    main overlap groups, the chosen NC/NT/C applied per process group through the knobs'
+    ``comm_config_overrides``, evaluated on the whole simulated step (seconds)."""
+    return _tune_workload(w, cost, "lagom")
+
+
+def autoccl_strategy(w, cost=None):
+    """The ``autoccl`` planner baseline: every collective tuned for its own speed (lagom §2.2,
+    eq. 2) on the same groups, applied and evaluated the same way as :func:`lagom_strategy`."""
+    return _tune_workload(w, cost, "autoccl")
+
+
+def _register() -> None:
+    from ccoverlap import plan
+
+    plan.EXTRA_STRATEGIES["lagom"] = lagom_strategy
+    plan.EXTRA_STRATEGIES["autoccl"] = autoccl_strategy
+
+
+_register()

@@ -88,10 +88,17 @@ class Computation:
 
 @dataclass(frozen=True, kw_only=True)
 class OverlapCollective:
-    """One collective ``j`` of the group; ``spec.config`` is the configuration it was given."""
+    """One collective ``j`` of the group; ``spec.config`` is the configuration it was given.
+    ``stream``: the communication stream it is issued on (lagom §3.1 has one; a step taken
+    from a framework may use several, e.g. FSDP's all-gather and reduce-scatter streams)."""
 
     name: str
     spec: CollectiveSpec
+    stream: str = "comm"
+
+    def __post_init__(self) -> None:
+        if self.stream == "compute":
+            raise ConfigError(f"collective {self.name!r}: stream 'compute' is the computations' stream")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,7 +140,8 @@ class OverlapGroup:
     def graph(self, configs: Sequence[CommConfig], *,
               computation_specs: Sequence[ComputeSpec] | None = None) -> OpGraph:
         """The group as an OpGraph: computations in order on ``compute``, collectives in order on
-        ``comm`` with ``configs[j]``, no dependencies (all issued at t = 0, lagom §3.1).
+        their streams (one ``comm`` stream unless given) with ``configs[j]``, no dependencies
+        (all issued at t = 0, lagom §3.1).
 
         ``computation_specs`` replaces the computations' specs (the profiler passes the
         equivalent specs of duration-only computations); else a duration-only computation
@@ -149,7 +157,7 @@ class OverlapGroup:
             g.add(comp.name, spec, stream=COMPUTE_STREAM, phase="overlap",
                   duration_s=None if spec is not None else comp.duration_s)
         for coll, cfg in zip(self.collectives, configs):
-            g.add(coll.name, replace(coll.spec, config=cfg), stream=COMM_STREAM, phase="overlap")
+            g.add(coll.name, replace(coll.spec, config=cfg), stream=coll.stream, phase="overlap")
         return g
 
     def with_collectives(self, n: int) -> "OverlapGroup":
@@ -295,7 +303,7 @@ def _comm_config(d: Any, w: str) -> CommConfig:
 def _collective(d: Any, i: int, cluster: ClusterSpec, where: str) -> OverlapCollective:
     w = f"{where}.collectives[{i}]"
     d = _check_keys(d, ("name", "collective", "type", "bytes", "group", "group_size", "group_name",
-                        "local_size", "config", "transport"), w)
+                        "local_size", "config", "transport", "stream"), w)
     kind = d.get("collective", d.get("type"))
     if kind is None:
         raise ConfigError(f"{w}: missing 'collective' (one of {', '.join(COLLECTIVES)})")
@@ -312,7 +320,7 @@ def _collective(d: Any, i: int, cluster: ClusterSpec, where: str) -> OverlapColl
     name = str(d.get("name", f"{kind}{i}"))
     spec = CollectiveSpec(collective=kind, bytes=nbytes, group=group, config=config,
                           transport=str(d.get("transport", "sm")))
-    return OverlapCollective(name=name, spec=spec)
+    return OverlapCollective(name=name, spec=spec, stream=str(d.get("stream", COMM_STREAM)))
 
 
 def overlap_group_from_mapping(data: dict, *, source: str = "overlap group",
@@ -332,7 +340,8 @@ def overlap_group_from_mapping(data: dict, *, source: str = "overlap group",
           - {name: ag, collective: all_gather, bytes: 400MiB, group_size: 8}
           - {name: rs, collective: reduce_scatter, bytes: 400MiB,
              group: {name: dp, size: 16, local_size: 8},
-             config: {nc: 8, nt: 256, chunk: 2MiB, protocol: simple}}  # as given; optional
+             config: {nc: 8, nt: 256, chunk: 2MiB, protocol: simple},  # as given; optional
+             stream: rs}               # optional: its own comm stream (default "comm")
 
     Raises ConfigError naming ``source`` and the field on any problem.
     """
@@ -408,7 +417,7 @@ def equivalent_spec(duration_s: float, cost, *, bound: str = "compute", dtype_by
 
 def _signature(comps: Sequence[Computation], colls: Sequence[OverlapCollective]) -> tuple:
     return (tuple(c.spec for c in comps),
-            tuple((c.spec.collective, c.spec.bytes, c.spec.group) for c in colls))
+            tuple((c.spec.collective, c.spec.bytes, c.spec.group, c.stream) for c in colls))
 
 
 def overlap_groups_from_step(graph: OpGraph, timeline, cluster: ClusterSpec, *, rank: int | None = None,
@@ -469,7 +478,8 @@ def overlap_groups_from_step(graph: OpGraph, timeline, cluster: ClusterSpec, *, 
         if not assigned[k]:
             continue
         comps = [Computation(name=ops[i].name, spec=ops[i].spec) for i in windows[k]]
-        cl = [OverlapCollective(name=f"{ops[c].name}#{n}", spec=ops[c].spec) for n, c in enumerate(assigned[k])]
+        cl = [OverlapCollective(name=f"{ops[c].name}#{n}", spec=ops[c].spec, stream=ops[c].stream)
+              for n, c in enumerate(assigned[k])]
         sig = _signature(comps, cl)
         entry = found.setdefault(sig, {"key": k, "comps": comps, "colls": cl, "count": 0, "span": 0.0})
         entry["count"] += 1

@@ -17,15 +17,14 @@ No torch at module level.
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.graph import AttentionSpec, CollectiveSpec, CommConfig, GemmSpec, MemorySpec
 
-from .overlap_group import COMM_STREAM, OverlapGroup, equivalent_spec
+from .overlap_group import OverlapGroup, equivalent_spec
 
 __all__ = ["ProfileResult", "Profiler", "SimulatedProfiler", "LiveNCCLProfiler", "ProfilerUnavailable"]
 

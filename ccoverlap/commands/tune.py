@@ -1,0 +1,204 @@
+"""``ccoverlap tune``: choose NCCL's NC / NT / C / protocol / algorithm per collective for an
+overlap group with Lagom, and predict its makespan against NCCL's defaults, AutoCCL-style
+tuning and (for small groups) exhaustive search.
+
+The group comes from a file (``--group FILE``, JSON / TOML / YAML; see
+docs/deciders-lagom.md) or from a workload's simulated step (the same flags as ``plan``):
+its main overlap groups, e.g. one FSDP layer's backward GEMMs with the all-gather and
+reduce-scatter beside them. Profiling is simulated on the cost model; the live NCCL
+profiler is not reachable from this command (it needs a torchrun job on GPUs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from ccoverlap.errors import ConfigError
+from ccoverlap.workload import add_workload_arguments
+
+
+def register(sub) -> None:
+    p = sub.add_parser("tune", help="tune NCCL configurations of an overlap group with Lagom",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--group", metavar="FILE", help="overlap group file (JSON/TOML/YAML); else the workload's groups")
+    p.add_argument("--top", type=int, default=2, help="how many of the workload's main overlap groups to tune (default 2)")
+    p.add_argument("--exhaustive", choices=["auto", "yes", "no"], default="auto",
+                   help="run exhaustive search: auto = when the grid fits --max-exhaustive (default)")
+    p.add_argument("--max-exhaustive", type=int, default=20000, metavar="N",
+                   help="largest number of profiles exhaustive search may use (default 20000)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--steps", action="store_true", help="also print Lagom's profiling steps")
+    add_workload_arguments(p)
+    p.set_defaults(run=run)
+
+
+def _cost_model(cluster, calibration: str | None):
+    from ccoverlap.cost import CostModel, CostParams, default_params
+
+    params = default_params(cluster.gpu)
+    if calibration:
+        params = CostParams.load(calibration, base=params)
+    return CostModel(cluster, params)
+
+
+def _groups(args):
+    """(groups, cost model, description of where they came from)."""
+    from ccoverlap.deciders.overlap_group import load_overlap_group, overlap_groups_from_workload
+
+    if args.group:
+        cluster = None
+        if args.cluster:
+            from ccoverlap.workload import _cluster
+
+            cluster = _cluster(args.cluster, args.nodes)
+        group = load_overlap_group(args.group, cluster=cluster)
+        return [group], _cost_model(group.cluster, args.calibration), args.group
+    from ccoverlap.workload import workload_from_args
+
+    if args.top < 1:
+        raise ConfigError(f"--top must be >= 1, got {args.top}")
+    w = workload_from_args(args)
+    cost = _cost_model(w.cluster, w.calibration)
+    groups = overlap_groups_from_workload(w, cost, top=args.top)
+    if not groups:
+        raise ConfigError(f"{w.describe()}: no collective overlaps computation in the simulated step "
+                          f"(nothing for Lagom to tune; is overlap enabled in the knobs?)")
+    return groups, cost, w.describe()
+
+
+class _Progress:
+    """A progress line on stderr, shown only once a search has run for more than a second."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.t0 = time.perf_counter()
+        self.bar = None
+        self.task = None
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if time.perf_counter() - self.t0 < 1.0:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("profiling"), TextColumn("{task.description}"), BarColumn(),
+                                TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                                console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(what, total=total)
+        self.bar.update(self.task, completed=done, total=total, description=what)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _kib(n) -> str:
+    if n is None:
+        return "-"
+    return f"{n / 2**20:g} MiB" if n >= 2**20 and n % 2**18 == 0 else f"{n / 1024:g} KiB"
+
+
+def _cfg(c) -> str:
+    return f"{c.channels}/{c.threads}/{_kib(c.chunk_bytes)} {c.protocol}"
+
+
+def _print(payload: dict, tunings, show_steps: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"[bold]Lagom tuning[/bold] — {payload['source']} (simulated profiling on the cost model)")
+    for t, g in zip(tunings, payload["groups"]):
+        con.print()
+        regime = "compute-bound" if g["regime_R"] >= 1 else "communication-bound"
+        con.print(f"[bold]{t.group.name}[/bold]: {len(t.group.computations)} computations, "
+                  f"{t.group.n_collectives} collectives on {t.group.cluster.name}"
+                  + (f", x{t.group.weight} per step" if t.group.weight > 1 else "")
+                  + f"; at NCCL defaults Y/X = {g['regime_R']:.2f} ({regime})")
+        cfg = Table(title="chosen configuration per collective: NC channels / NT threads / C chunk, protocol",
+                    title_justify="left")
+        cfg.add_column("collective")
+        cfg.add_column("MiB", justify="right")
+        for m in ("nccl-default", "autoccl", "lagom"):
+            cfg.add_column(m, style="bold green" if m == "lagom" else None)
+        for j, c in enumerate(t.group.collectives):
+            s = c.spec
+            cfg.add_row(f"{c.name} ({s.collective}, {s.group.name}{s.group.size})", f"{s.bytes / 2**20:.1f}",
+                        *[_cfg(t.results[m].configs[j]) for m in ("nccl-default", "autoccl", "lagom")])
+        con.print(cfg)
+        algs = sorted({c.algorithm for m in ("nccl-default", "autoccl", "lagom") for c in t.results[m].configs})
+        con.print(f"algorithm: {', '.join(algs)}")
+        tab = Table(title="predicted overlap (simulated)", title_justify="left")
+        for col, just in (("method", "left"), ("Z (ms)", "right"), ("X comm (ms)", "right"),
+                          ("Y compute (ms)", "right"), ("profiles", "right"), ("Lagom faster by", "right")):
+            tab.add_column(col, justify=just)
+        lag = t.results["lagom"].makespan_s
+        notes = []
+        for name, r in t.results.items():
+            tab.add_row(name, f"{r.makespan_s * 1e3:.3f}", f"{r.result.comm_time_s * 1e3:.3f}",
+                        f"{r.result.compute_time_s * 1e3:.3f}", str(r.profiles),
+                        "" if name == "lagom" else f"{r.makespan_s / lag:.3f}x",
+                        style="bold green" if name == "lagom" else None)
+            if r.note:
+                notes.append(f"  {name}: {r.note}")
+        con.print(tab)
+        for line in notes:
+            con.print(line)
+        if show_steps:
+            st = Table(title="Lagom's profiling steps", title_justify="left")
+            for col in ("#", "collective", "configuration", "x_j (ms)", "X (ms)", "Y (ms)", "Z (ms)", "H", "lr",
+                        "decision"):
+                st.add_column(col)
+            for i, s in enumerate(t.results["lagom"].steps):
+                name = t.group.collectives[s.collective].name if s.collective >= 0 else "-"
+                xj = s.result.comm_times_s[s.collective] if s.collective >= 0 else float("nan")
+                st.add_row(str(i + 1), name, _cfg(s.config) if s.config else "start",
+                           f"{xj * 1e3:.3f}", f"{s.result.comm_time_s * 1e3:.3f}",
+                           f"{s.result.compute_time_s * 1e3:.3f}", f"{s.result.makespan_s * 1e3:.3f}",
+                           "" if s.h is None else f"{s.h:.4g}", "" if s.lr is None else f"{s.lr:.3g}", s.decision)
+            con.print(st)
+    con.print(f"\n{payload['seconds']:.1f} s of search. Live NCCL profiling: not used here "
+              f"(LiveNCCLProfiler needs GPUs and a torchrun job; untested).")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ccoverlap.deciders.lagom import tune_group
+
+    if args.max_exhaustive < 1:
+        raise ConfigError(f"--max-exhaustive must be >= 1, got {args.max_exhaustive}")
+    t0 = time.perf_counter()
+    groups, cost, source = _groups(args)
+    progress = _Progress(sys.stderr.isatty())
+    exhaustive = {"auto": None, "yes": True, "no": False}[args.exhaustive]
+    tunings = []
+    try:
+        for g in groups:
+            tunings.append(tune_group(g, cost, exhaustive=exhaustive, max_exhaustive_profiles=args.max_exhaustive,
+                                      progress=progress))
+    finally:
+        progress.close()
+    payload_groups = []
+    for t in tunings:
+        d = t.as_dict()
+        base = t.results["nccl-default"].result
+        d["name"] = t.group.name
+        d["weight"] = t.group.weight
+        d["regime_R"] = base.compute_time_s / base.comm_time_s if base.comm_time_s > 0 else float("inf")
+        d["lagom_speedup"] = {m: r.makespan_s / t.results["lagom"].makespan_s
+                              for m, r in t.results.items() if m != "lagom"}
+        payload_groups.append(d)
+    payload = {"source": source, "profiler": "simulated", "groups": payload_groups,
+               "seconds": time.perf_counter() - t0}
+    if args.json:
+        json.dump(payload, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        _print(payload, tunings, args.steps)
+    return 0
