@@ -1,0 +1,73 @@
+"""``ccoverlap analyze``: measure overlap in real torch.profiler (Kineto) traces.
+
+One trace file per rank (``.json`` / ``.json.gz``), given as files or directories. Prints
+per-rank and per-step compute / communication / overlap (HolisticTraceAnalysis' definition)
+/ exposed communication / idle time, per-collective bandwidths, cross-rank skew and
+stragglers, the slowdown overlap causes compute, and a verdict; ``--json`` prints one JSON
+object instead; a PNG of one step is written too. ``--vs B`` compares with another run (for
+example a ``ccoverlap simulate`` output). Exit code 2 only when nothing could be analysed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEFAULT_OUT = "ccoverlap-out/analyze"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("analyze", help="measure overlap in torch.profiler traces (one file per rank)",
+                       description=__doc__)
+    p.add_argument("traces", nargs="+", help="trace files or directories (*.json, *.json.gz)")
+    p.add_argument("--steps", default="hta",
+                   help="profiler steps to analyse: 'hta' (default: HolisticTraceAnalysis' window, the last "
+                        "step dropped), 'all', or numbers like '3,4' / '3-5'")
+    p.add_argument("--time-resolution", choices=("hta", "exact"), default="hta",
+                   help="'hta' (default) rounds sub-microsecond timestamps inward to whole µs like HTA; "
+                        "'exact' keeps the trace's ns resolution")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--png", metavar="FILE", help=f"timeline picture (default {DEFAULT_OUT}/analyze.png)")
+    p.add_argument("--no-png", action="store_true", help="do not draw the picture")
+    p.add_argument("--png-step", type=int, help="profiler step drawn in the picture (default: first analysed)")
+    p.add_argument("--vs", nargs="+", metavar="TRACE", help="compare with these traces (e.g. a simulated run)")
+    p.add_argument("--jobs", type=int, default=None, help="processes for loading (default: automatic)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no warnings on stderr")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ccoverlap.errors import ConfigError
+    from ccoverlap.trace.analyze import analyze, compare
+    from ccoverlap.trace.report import print_comparison, print_problems, print_report, write_json, write_png
+
+    if args.jobs is not None and args.jobs < 1:
+        raise ConfigError("--jobs must be >= 1")
+    a = analyze(args.traces, steps=args.steps, time_resolution=args.time_resolution, jobs=args.jobs)
+    b = None
+    if args.vs:
+        b = analyze(args.vs, steps=args.steps if args.steps in ("hta", "all") else "hta",
+                    time_resolution=args.time_resolution, jobs=args.jobs)
+    if not args.quiet:
+        print_problems(a.problems, sys.stderr)
+        if b is not None:
+            print_problems([f"(--vs) {p}" for p in b.problems], sys.stderr)
+    png = None
+    if not args.no_png:
+        try:
+            png = write_png(a, Path(args.png) if args.png else Path(DEFAULT_OUT) / "analyze.png", step=args.png_step)
+        except OSError as exc:
+            raise ConfigError(f"cannot write the picture: {exc}") from None
+    extra = {"png": str(png) if png else None}
+    if b is not None:
+        extra["vs"] = {"files": b.files, "comparison": compare(a, b), "summary": b.to_dict()["summary"]}
+    if args.json:
+        write_json(a, sys.stdout, extra)
+        return 0
+    print_report(a)
+    if b is not None:
+        print_comparison(extra["vs"]["comparison"], " ".join(args.traces), " ".join(args.vs))
+    if png:
+        print(f"picture: {png}")
+    return 0

@@ -1,0 +1,448 @@
+"""Classify trace events and build one rank's :class:`~ccoverlap.timeline.Timeline`.
+
+Device events (GPU kernels, memcpy/memset, syncs) are sorted into the Timeline kinds with
+HolisticTraceAnalysis' name patterns (``hta/common/types.py``), so the overlap ratio is
+computed over the same two sets of kernels as HTA's ``get_comm_comp_overlap``:
+
+* ``comm``: names starting ``nccl`` / ``hccl`` / ``rccl``, or containing ``ncclKernel`` /
+  ``ncclDevKernel`` (legacy ``ncclKernel_AllReduce_RING_LL_Sum_float``, current
+  ``ncclDevKernel_AllGather_RING_LL``, ``ncclDevKernel_Generic``, RCCL's kernels);
+* ``memcpy``: ``gpu_memcpy`` / ``gpu_memset`` events and names starting ``Memcpy`` /
+  ``Memset`` / ``dma``;
+* ``other``: syncs, ``Stream Wait Event``, launches and the other non-compute names HTA
+  excludes from computation;
+* ``compute``: every other device event.
+
+A trace without device events but with gloo collectives (``gloo:all_reduce`` … run on the
+gloo worker threads) is analysed on its CPU threads: ``gloo:*`` intervals are
+communication, ``cpu_op`` events outside them are computation.
+
+Collective type, bytes, process group and its size come from the args Kineto attaches
+(``Collective name``, ``In msg nelems``, ``Out msg nelems``, ``dtype``, ``Group size``,
+``Process Group Name``), on the kernel itself or on the ``record_param_comms`` op it is
+joined to by External id or by its launch (correlation id) inside the op; failing that from
+``nccl:all_reduce``-style op names and ``Input Dims``, and last from the kernel name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ccoverlap.timeline import Timeline
+from ccoverlap.trace.load import DEVICE_CAT_LIST, KIND_CODES, RawTrace
+
+_COMM_RE = re.compile(r"(nccl)|(rccl)|(hccl)|(.*ncclKernel)|(.*ncclDevKernel)|(.*rcclKernel)")
+_MEM_RE = re.compile(r"((hip)?Memcpy)|((hip)?Memset)|(dma)")
+# HTA's ComputeKernelGroupingPattern, inverted: names that are not computation
+_NON_COMPUTE_RE = re.compile(
+    r"(nccl)|(.*Memcpy)|(.*Memset)|(.*dma)|(.*Sync)|(Stream Wait Event)|(cuda.*LaunchKernel)"
+    r"|(runFunction)|(hip)|(job_exe)|(packet)|(pe_exe)|(cpum_exe_subgraph)|(hccl)"
+    r"|(collective_subgraph_execution)")
+CPU_COMM_PREFIXES = ("gloo:", "mpi:", "ucc:")
+
+DTYPE_BYTES = {
+    "float": 4, "float32": 4, "int": 4, "int32": 4, "unsigned int": 4, "uint32": 4,
+    "double": 8, "float64": 8, "long": 8, "long int": 8, "int64": 8, "long long": 8, "uint64": 8,
+    "half": 2, "float16": 2, "c10::half": 2, "bfloat16": 2, "c10::bfloat16": 2, "short": 2,
+    "int16": 2, "uint16": 2,
+    "char": 1, "byte": 1, "signed char": 1, "unsigned char": 1, "int8": 1, "uint8": 1, "bool": 1,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+    "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1, "complexfloat": 8, "complexdouble": 16,
+}
+
+# canonical collective names, most specific first (reducescatter contains "reduce")
+_COLL_PATTERNS = (
+    ("reducescatter", "reduce_scatter"), ("allreduce", "all_reduce"), ("allgather", "all_gather"),
+    ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("sendrecv", "p2p"), ("send", "send"),
+    ("recv", "recv"), ("barrier", "barrier"), ("reduce", "reduce"), ("gather", "gather"),
+    ("scatter", "scatter"), ("generic", "unknown"),
+)
+
+
+def canonical_collective(text: str) -> str:
+    """``allreduce`` / ``nccl:all_reduce`` / ``ncclKernel_AllReduce_RING_LL`` … -> ``all_reduce``.
+
+    One of all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, send, recv,
+    p2p, barrier, gather, scatter, or ``unknown``.
+    """
+    t = re.sub(r"[^a-z]", "", text.lower())
+    for key, canon in _COLL_PATTERNS:
+        if key in t:
+            return canon
+    return "unknown"
+
+
+def _collective_from_kernel_name(name: str) -> str:
+    m = re.search(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", name)
+    if m:
+        return canonical_collective(m.group(1))
+    return canonical_collective(name)
+
+
+def dtype_bytes(dtype) -> int:
+    """Bytes per element of a Kineto/record_param_comms dtype name (``Float``, ``c10::BFloat16``…); 0 if unknown."""
+    if not isinstance(dtype, str):
+        return 0
+    return DTYPE_BYTES.get(dtype.strip().lower(), 0)
+
+
+def _nelems(dims) -> int:
+    """Elements of the first tensor (or tensor list) in an ``Input Dims`` arg."""
+    if not isinstance(dims, list) or not dims:
+        return 0
+    first = dims[0]
+    if isinstance(first, list) and first and isinstance(first[0], list):  # TensorList
+        return sum(_prod(d) for d in first if isinstance(d, list))
+    return _prod(first) if isinstance(first, list) and first else 0
+
+
+def _prod(dims: list) -> int:
+    n = 1
+    for d in dims:
+        if not isinstance(d, (int, float)) or isinstance(d, bool):
+            return 0
+        n *= int(d)
+    return max(n, 0)
+
+
+def kernel_kind(name: str, cat: str = "kernel") -> str:
+    """Timeline kind of a device event (HTA's patterns; see the module docstring)."""
+    if cat in ("gpu_memcpy", "gpu_memset"):
+        return "memcpy"
+    if cat == "cuda_sync":
+        return "other"
+    if _COMM_RE.match(name):
+        return "comm"
+    if _MEM_RE.match(name):
+        return "memcpy"
+    if _NON_COMPUTE_RE.match(name):
+        return "other"
+    return "compute"
+
+
+@dataclass
+class CollInfo:
+    """What is known about one communication row."""
+
+    collective: str = "unknown"
+    bytes: float = 0.0
+    group: str = ""
+    group_size: int = 0
+    source: str = ""
+
+
+def collective_info(infos: list[dict], op_names: list[str], kernel_name: str, pg_config: dict,
+                    world_size: int | None) -> CollInfo:
+    """Merge the args of the kernel and its enclosing comm ops into one :class:`CollInfo`.
+
+    ``bytes`` follows nccl-tests' "size": the larger of the input and output buffers
+    (all_gather: the gathered output, reduce_scatter: the full input).
+    """
+    out = CollInfo()
+    coll = ""
+    for d in infos:
+        c = d.get("Collective name")
+        if isinstance(c, str) and c:
+            coll = canonical_collective(c)
+            out.source = "args"
+            break
+    if not coll:
+        for n in op_names:  # nccl:all_reduce / gloo:all_gather before c10d::allreduce_
+            if n.startswith(("nccl:", "gloo:", "rccl:", "ucc:", "mpi:")):
+                coll = canonical_collective(n.split(":", 1)[1])
+                out.source = "op name"
+                break
+    if not coll:
+        for n in op_names:
+            if n.startswith("c10d::"):
+                coll = canonical_collective(n[6:])
+                out.source = "op name"
+                break
+    if not coll or coll == "unknown":
+        kc = _collective_from_kernel_name(kernel_name)
+        if kc != "unknown" or not coll:
+            coll = kc
+            out.source = out.source or "kernel name"
+    out.collective = coll
+    for d in infos:
+        g = d.get("Process Group Name")
+        if g is not None and g != "" and not out.group:
+            out.group = str(g)
+        gs = d.get("Group size")
+        if isinstance(gs, (int, float)) and not isinstance(gs, bool) and gs > 0 and not out.group_size:
+            out.group_size = int(gs)
+    nbytes = 0.0
+    for d in infos:
+        esize = dtype_bytes(d.get("dtype"))
+        n_in, n_out = d.get("In msg nelems"), d.get("Out msg nelems")
+        if esize and isinstance(n_in, (int, float)) and isinstance(n_out, (int, float)):
+            nbytes = max(float(n_in), float(n_out)) * esize
+            break
+        if esize and isinstance(n_in, (int, float)):
+            nbytes = float(n_in) * esize
+            break
+    if not nbytes:
+        for d in infos:
+            types = d.get("Input type")
+            esize = dtype_bytes(types[0]) if isinstance(types, list) and types else 0
+            n = _nelems(d.get("Input Dims"))
+            if esize and n:
+                nbytes = float(n * esize)
+                if coll == "all_gather":
+                    nbytes *= max(out.group_size or _pg_size(pg_config, out.group) or world_size or 1, 1)
+                break
+    out.bytes = nbytes
+    if not out.group:
+        out.group = "0" if len(pg_config) <= 1 else "?"
+        if len(pg_config) == 1:
+            out.group = next(iter(pg_config))
+    if not out.group_size:
+        out.group_size = _pg_size(pg_config, out.group) or int(world_size or 0)
+    return out
+
+
+def _pg_size(pg_config: dict, group: str) -> int:
+    entry = pg_config.get(group)
+    return int(entry["size"]) if entry and entry.get("size") else 0
+
+
+def pg_config_of(meta: dict) -> dict:
+    """``{pg_name: {"size": n, "desc": str, "ranks": [...]}}`` from ``distributedInfo.pg_config``."""
+    info = meta.get("distributedInfo")
+    out: dict = {}
+    if not isinstance(info, dict) or not isinstance(info.get("pg_config"), list):
+        return out
+    for pg in info["pg_config"]:
+        if isinstance(pg, dict) and "pg_name" in pg:
+            size = pg.get("pg_size")
+            out[str(pg["pg_name"])] = {"size": size if isinstance(size, int) else 0,
+                                       "desc": str(pg.get("pg_desc", "")), "ranks": pg.get("ranks")}
+    return out
+
+
+@dataclass
+class RankTrace:
+    """One rank, ready for the metrics: its Timeline (seconds from the job's origin) plus the
+    per-row facts the Timeline has no column for."""
+
+    rank: int
+    path: Path
+    mode: str                    # "gpu" (device kernels) or "cpu" (gloo on CPU threads)
+    timeline: Timeline
+    launch_s: np.ndarray         # when the row's CPU launch happened (nan: unknown)
+    group_size: np.ndarray
+    leaf: np.ndarray             # usable for per-kernel contention (CPU mode: outermost compute ops)
+    shape: np.ndarray            # launch-shape key (grid/block hash; 0 unknown) to compare like with like
+    name_id: np.ndarray          # interned name of each row (same name <=> same id within a rank)
+    steps: list[tuple[int, float, float]]   # CPU-side ProfilerStep#N (N, start_s, end_s)
+    cutoff_s: float | None       # start of the last ProfilerStep annotation (HTA's window end)
+    n_steps_names: set = field(default_factory=set)
+    meta: dict = field(default_factory=dict)
+
+
+def origin_us(raws: list[RawTrace]) -> float:
+    """Earliest timestamp over all traces (µs); every rank's seconds count from it (HTA aligns likewise)."""
+    best = math.inf
+    for r in raws:
+        for a in (r.k_ts, r.c_ts, r.l_ts):
+            if len(a):
+                best = min(best, float(a.min()))
+        for s in r.steps:
+            best = min(best, s[1])
+    return 0.0 if best == math.inf else best
+
+
+def _first_launch(raw: RawTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each kernel: (index into l_* of its earliest launch or -1)."""
+    n = len(raw.k_corr)
+    idx = np.full(n, -1, dtype=np.int64)
+    if n == 0 or len(raw.l_corr) == 0:
+        return idx, raw.l_corr, raw.l_ts
+    order = np.lexsort((raw.l_ts, raw.l_corr))
+    corr_sorted = raw.l_corr[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = corr_sorted[1:] != corr_sorted[:-1]
+    u_corr = corr_sorted[first]
+    u_idx = order[first]
+    pos = np.searchsorted(u_corr, raw.k_corr)
+    pos_c = np.minimum(pos, len(u_corr) - 1)
+    hit = (pos < len(u_corr)) & (u_corr[pos_c] == raw.k_corr) & (raw.k_corr >= 0)
+    idx[hit] = u_idx[pos_c[hit]]
+    return idx, raw.l_corr, raw.l_ts
+
+
+def build_rank(raw: RawTrace, origin: float, *, hta_rounding: bool = False) -> RankTrace | None:
+    """The :class:`RankTrace` of one loaded file, or None when it has nothing to measure
+    (no device events and no CPU-side gloo collectives).
+
+    ``hta_rounding``: round every event inward to whole µs (start up, end down) when the
+    file has fractional timestamps, as HTA does for ns-resolution traces.
+    """
+    rank = int(raw.rank if raw.rank is not None else 0)
+    pg = pg_config_of(raw.meta)
+    world = raw.world_size
+    names = raw.names
+    steps_all = [(n, (ts - origin) * 1e-6, (ts + dur - origin) * 1e-6, gpu) for n, ts, dur, gpu in raw.steps]
+    cpu_steps = [(n, s, e) for n, s, e, gpu in steps_all if not gpu]
+    cutoff = max((s for _, s, _, _ in steps_all), default=None)
+    step_names = {n for n, *_ in steps_all}
+    meta = {"file": str(raw.path), "rank_source": raw.rank_source, "world_size": world,
+            "displayTimeUnit": raw.meta.get("displayTimeUnit"), "events": raw.n_events,
+            "malformed_events": raw.n_malformed, "pg_config": pg}
+    info = raw.meta.get("distributedInfo")
+    if isinstance(info, dict):
+        meta["backend"] = info.get("backend")
+    devs = raw.meta.get("deviceProperties")
+    if isinstance(devs, list) and devs and isinstance(devs[0], dict):
+        meta["device"] = devs[0].get("name")
+    round_us = hta_rounding and raw.float_ts
+
+    if raw.has_device_events:
+        meta["mode"] = "gpu"
+        return _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_names, meta, round_us)
+    comm_nids = {i for i, n in enumerate(names) if n.startswith(CPU_COMM_PREFIXES)}
+    if not comm_nids or not np.isin(raw.c_nid, list(comm_nids)).any():
+        return None
+    meta["mode"] = "cpu"
+    return _build_cpu(raw, rank, origin, pg, world, names, comm_nids, cpu_steps, cutoff, step_names, meta,
+                      round_us)
+
+
+def _times(ts: np.ndarray, dur: np.ndarray, origin: float, round_us: bool) -> tuple[np.ndarray, np.ndarray]:
+    if round_us:
+        start = np.ceil(ts)
+        end = np.maximum(np.floor(ts + dur), start)
+    else:
+        start, end = ts, ts + dur
+    return (start - origin) * 1e-6, (end - origin) * 1e-6
+
+
+def _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_names, meta, round_us):
+    n = len(raw.k_ts)
+    pair = raw.k_nid * len(DEVICE_CAT_LIST) + raw.k_cat
+    uniq, inv = np.unique(pair, return_inverse=True)
+    ukinds = np.array([kernel_kind(names[int(u) // len(DEVICE_CAT_LIST)],
+                                   DEVICE_CAT_LIST[int(u) % len(DEVICE_CAT_LIST)]) for u in uniq], dtype=object)
+    kinds = ukinds[inv.reshape(-1)] if n else np.empty(0, dtype=object)
+    override = raw.k_kind >= 0
+    if override.any():
+        kinds[override] = np.array(KIND_CODES, dtype=object)[raw.k_kind[override]]
+    launch_idx, _, _ = _first_launch(raw)
+    launch_s = np.full(n, np.nan)
+    has = launch_idx >= 0
+    launch_s[has] = (raw.l_ts[launch_idx[has]] - origin) * 1e-6
+    start, end = _times(raw.k_ts, raw.k_dur, origin, round_us)
+    multi_dev = len(np.unique(raw.k_device)) > 1
+    ds, sinv = np.unique(np.stack([raw.k_device, raw.k_stream]), axis=1, return_inverse=True)
+    labels = np.array([f"dev {d} stream {s}" if multi_dev else f"stream {s}" for d, s in ds.T], dtype=object)
+    streams = labels[sinv.reshape(-1)] if n else np.empty(0, dtype=object)
+    collective = np.full(n, "", dtype=object)
+    group = np.full(n, "", dtype=object)
+    nbytes = np.zeros(n)
+    gsize = np.zeros(n, dtype=np.int64)
+    comm_rows = np.flatnonzero(kinds == "comm")
+    if len(comm_rows):
+        _join_collectives(raw, comm_rows, launch_idx, pg, world, names, collective, group, nbytes, gsize)
+    tl = Timeline(rank=np.full(n, rank), stream=streams, kind=kinds,
+                  name=np.array(names, dtype=object)[raw.k_nid] if n else np.empty(0, dtype=object),
+                  start_s=start, end_s=end, bytes=nbytes, collective=collective, group=group,
+                  meta={"rank": rank})
+    return RankTrace(rank=rank, path=raw.path, mode="gpu", timeline=tl, launch_s=launch_s, group_size=gsize,
+                     leaf=np.ones(n, dtype=bool), shape=raw.k_shape.copy(), name_id=raw.k_nid.copy(), steps=cpu_steps, cutoff_s=cutoff, n_steps_names=step_names,
+                     meta=meta)
+
+
+def _join_collectives(raw, rows, launch_idx, pg, world, names, collective, group, nbytes, gsize) -> None:
+    """Fill collective/group/bytes of the comm rows (kernel args > External id > launch enclosure > name)."""
+    comm_ops = np.flatnonzero(raw.c_info >= 0)
+    ext_to_op = {}
+    for j in comm_ops:
+        e = int(raw.c_ext[j])
+        if e >= 0:
+            ext_to_op.setdefault(e, j)
+    # comm ops per thread, for "which comm ops enclose this launch"
+    by_tid: dict[int, np.ndarray] = {}
+    for tid in np.unique(raw.c_tid[comm_ops]) if len(comm_ops) else []:
+        by_tid[int(tid)] = comm_ops[raw.c_tid[comm_ops] == tid]
+    for i in rows:
+        infos: list[dict] = []
+        op_names: list[str] = []
+        if raw.k_info[i] >= 0:
+            infos.append(raw.infos[raw.k_info[i]])
+        li = launch_idx[i]
+        if li >= 0:
+            ops = by_tid.get(int(raw.l_tid[li]))
+            if ops is not None:
+                t = raw.l_ts[li]
+                inside = ops[(raw.c_ts[ops] <= t) & (raw.c_ts[ops] + raw.c_dur[ops] >= t)]
+                for j in inside[np.argsort(-raw.c_ts[inside], kind="stable")]:  # innermost first
+                    infos.append(raw.infos[raw.c_info[j]])
+                    op_names.append(names[raw.c_nid[j]])
+        j = ext_to_op.get(int(raw.k_ext[i]))
+        if j is not None and names[raw.c_nid[j]] not in op_names:
+            infos.append(raw.infos[raw.c_info[j]])
+            op_names.append(names[raw.c_nid[j]])
+        ci = collective_info(infos, op_names, names[raw.k_nid[i]], pg, world)
+        collective[i] = ci.collective
+        group[i] = ci.group
+        nbytes[i] = ci.bytes
+        gsize[i] = ci.group_size
+
+
+def _build_cpu(raw, rank, origin, pg, world, names, comm_nids, cpu_steps, cutoff, step_names, meta, round_us):
+    nid = raw.c_nid
+    is_comm = np.isin(nid, list(comm_nids))
+    comm_prefixed = np.array([names[k].startswith(("record_param_comms", "nccl:", "c10d::", "rccl:"))
+                              for k in range(len(names))], dtype=bool)
+    n = len(nid)
+    kinds = np.full(n, "compute", dtype=object)
+    kinds[raw.c_annot] = "other"
+    if len(comm_prefixed):
+        kinds[comm_prefixed[nid]] = "other"
+    kinds[is_comm] = "comm"
+    start_us, end_us = raw.c_ts, raw.c_ts + raw.c_dur
+    leaf = np.zeros(n, dtype=bool)
+    # ops nested in a gloo collective on the same thread are part of the communication
+    for tid in np.unique(raw.c_tid):
+        rows = np.flatnonzero(raw.c_tid == tid)
+        rows = rows[np.lexsort((-end_us[rows], start_us[rows]))]
+        c = rows[is_comm[rows]]
+        if len(c):
+            cs, ce = start_us[c], end_us[c]
+            order = np.argsort(cs)
+            cs, ce = cs[order], np.maximum.accumulate(ce[order])
+            pos = np.searchsorted(cs, start_us[rows], side="right") - 1
+            nested = (pos >= 0) & (end_us[rows] <= ce[np.maximum(pos, 0)]) & ~is_comm[rows]
+            kinds[rows[nested]] = "other"
+        # outermost compute ops (aten::matmul, not the aten::mm inside it): the op a user called
+        comp = rows[kinds[rows] == "compute"]
+        if len(comp):
+            prev_end = np.concatenate([[-np.inf], np.maximum.accumulate(end_us[comp])[:-1]])
+            leaf[comp] = start_us[comp] >= prev_end
+    keep = (kinds == "compute") | (kinds == "comm")
+    idx = np.flatnonzero(keep)
+    start, end = _times(raw.c_ts[idx], raw.c_dur[idx], origin, round_us)
+    k = kinds[idx]
+    m = len(idx)
+    collective = np.full(m, "", dtype=object)
+    group = np.full(m, "", dtype=object)
+    nbytes = np.zeros(m)
+    gsize = np.zeros(m, dtype=np.int64)
+    for pos_i in np.flatnonzero(k == "comm"):
+        j = idx[pos_i]
+        infos = [raw.infos[raw.c_info[j]]] if raw.c_info[j] >= 0 else []
+        ci = collective_info(infos, [names[nid[j]]], names[nid[j]], pg, world)
+        collective[pos_i], group[pos_i], nbytes[pos_i], gsize[pos_i] = ci.collective, ci.group, ci.bytes, ci.group_size
+    streams = np.array(raw.threads, dtype=object)[raw.c_tid[idx]] if m else np.empty(0, dtype=object)
+    tl = Timeline(rank=np.full(m, rank), stream=streams, kind=k,
+                  name=np.array(names, dtype=object)[nid[idx]] if m else np.empty(0, dtype=object),
+                  start_s=start, end_s=end, bytes=nbytes, collective=collective, group=group,
+                  meta={"rank": rank})
+    return RankTrace(rank=rank, path=raw.path, mode="cpu", timeline=tl, launch_s=start.copy(), group_size=gsize,
+                     leaf=leaf[idx] & (k == "compute"), shape=np.zeros(m, dtype=np.int64), name_id=nid[idx], steps=cpu_steps, cutoff_s=cutoff,
+                     n_steps_names=step_names, meta=meta)

@@ -1,0 +1,115 @@
+"""Per-collective statistics: count, bytes, time, algorithm and bus bandwidth.
+
+Grouped by (collective type, process group) over the analysed rows of every rank.
+Bandwidths follow nccl-tests (doc/PERFORMANCE.md): ``algbw = size / time`` with ``size`` the
+larger of the input and output buffers, ``busbw = algbw × factor`` with factor 2(n−1)/n for
+all_reduce, (n−1)/n for all_gather / reduce_scatter / all_to_all, 1 for broadcast / reduce
+(and for point-to-point), ``n`` the group size. The factor comes from
+:func:`ccoverlap.cost.comm.bus_bandwidth_factor`, the cost model's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ccoverlap.timeline import merge_intervals
+from ccoverlap.trace.classify import RankTrace
+from ccoverlap.trace.contention import covered_length
+
+try:
+    from ccoverlap.cost.comm import bus_bandwidth_factor as _cost_factor
+except ImportError:  # pragma: no cover - the cost model is part of the package
+    _cost_factor = None
+
+_P2P = ("send", "recv", "p2p")
+
+
+def busbw_factor(collective: str, n: int) -> float | None:
+    """nccl-tests' busbw/algbw factor for ``collective`` over ``n`` ranks (None: not defined)."""
+    if n < 1:
+        return None
+    if collective in _P2P:
+        return 1.0
+    if _cost_factor is not None:
+        try:
+            return float(_cost_factor(collective, n))
+        except Exception:
+            return None
+    return {"all_reduce": 2.0 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
+            "all_to_all": (n - 1) / n, "broadcast": 1.0, "reduce": 1.0}.get(collective)
+
+
+@dataclass
+class CollectiveStats:
+    """One (collective, group) line. Times in seconds, sizes in bytes, bandwidths in bytes/s.
+
+    ``algbw`` / ``busbw`` are time-weighted (total bytes / total time) over the calls with a
+    known size; ``ranks`` is how many ranks ran it; ``exposed_s`` is the part of its time
+    during which no compute ran on the same rank (summed over ranks).
+    """
+
+    collective: str
+    group: str
+    group_size: int
+    count: int
+    ranks: int
+    bytes_total: float
+    bytes_mean: float
+    time_total_s: float
+    time_mean_s: float
+    time_max_s: float
+    algbw: float | None
+    busbw: float | None
+    exposed_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def collective_stats(rts: list[RankTrace], masks: dict[int, np.ndarray]) -> list[CollectiveStats]:
+    """Statistics of every communication row selected by ``masks[rank]``, all ranks pooled."""
+    colls, groups, sizes, nbytes, durs, ranks, exposed = [], [], [], [], [], [], []
+    for rt in rts:
+        tl = rt.timeline
+        m = masks[rt.rank] & (tl.kind == "comm")
+        colls.append(tl.collective[m])
+        groups.append(tl.group[m])
+        sizes.append(rt.group_size[m])
+        nbytes.append(tl.bytes[m])
+        durs.append(tl.end_s[m] - tl.start_s[m])
+        ranks.append(np.full(int(m.sum()), rt.rank))
+        comp = masks[rt.rank] & (tl.kind == "compute")
+        cs, ce = merge_intervals(tl.start_s[comp], tl.end_s[comp])
+        exposed.append(durs[-1] - covered_length(cs, ce, tl.start_s[m], tl.end_s[m]))
+    if not colls:
+        return []
+    coll = np.concatenate(colls)
+    grp = np.concatenate(groups)
+    size = np.concatenate(sizes)
+    b = np.concatenate(nbytes)
+    d = np.concatenate(durs)
+    rk = np.concatenate(ranks)
+    ex = np.concatenate(exposed)
+    out: list[CollectiveStats] = []
+    keys = sorted({(str(c) or "unknown", str(g)) for c, g in zip(coll, grp)})
+    for c, g in keys:
+        m = (coll == c) & (grp == g) if c != "unknown" else ((coll == c) | (coll == "")) & (grp == g)
+        n = int(m.sum())
+        if n == 0:
+            continue
+        gsize = int(np.max(size[m])) if n else 0
+        known = m & (b > 0)
+        t_known = float(d[known].sum())
+        algbw = float(b[known].sum() / t_known) if t_known > 0 else None
+        f = busbw_factor(c, gsize) if gsize else None
+        out.append(CollectiveStats(
+            collective=c, group=g, group_size=gsize, count=n, ranks=len(np.unique(rk[m])),
+            bytes_total=float(b[m].sum()), bytes_mean=float(b[m].mean()),
+            time_total_s=float(d[m].sum()), time_mean_s=float(d[m].mean()), time_max_s=float(d[m].max()),
+            algbw=algbw, busbw=algbw * f if (algbw is not None and f is not None) else None,
+            exposed_s=float(ex[m].sum()),
+        ))
+    out.sort(key=lambda s: -s.time_total_s)
+    return out

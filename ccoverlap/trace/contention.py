@@ -1,0 +1,152 @@
+"""Contention: how much slower compute runs while communication runs beside it.
+
+The measurement Lagom (§3.2, Fig. 3) and FiCCO (§IV-D, "contention inefficiency caused
+loss", CIL) make by hand - the same computation timed in isolation and overlapped with a
+collective - done on the trace itself: for every compute kernel name (and launch shape,
+``grid``/``block``, so a GEMM is compared with the same GEMM) that ran both *alone* (no
+communication running at any moment of it) and *overlapped* (communication running for at
+least ``overlapped_fraction`` of it, default half), at least ``min_samples`` times each and
+lasting at least 10 µs alone (shorter kernels are launch jitter and µs rounding), its
+slowdown is
+
+    median duration overlapped / median duration alone,
+
+and the per-kernel slowdowns are aggregated weighted by the overlapped kernels' time. The
+*time lost* is what the overlapped instances took beyond the median alone duration:
+``Σ_overlapped (d - median_alone)``, seconds of compute added by contention.
+
+Medians resist outliers but not confounders: a kernel that is overlapped only in one phase
+(e.g. backward) may also differ in its inputs there; ``coverage`` says which share of the
+compute time the comparison rests on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ccoverlap.timeline import merge_intervals
+from ccoverlap.trace.classify import RankTrace
+
+
+def covered_length(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """For each [a_i, b_i], the length covered by the disjoint sorted intervals (starts, ends) (seconds)."""
+    if len(starts) == 0:
+        return np.zeros(len(a))
+    lengths = ends - starts
+    prefix = np.concatenate([[0.0], np.cumsum(lengths)])
+
+    def upto(t):
+        k = np.searchsorted(starts, t, side="right") - 1
+        kc = np.maximum(k, 0)
+        inside = np.clip(t - starts[kc], 0.0, lengths[kc])
+        return np.where(k >= 0, prefix[kc] + inside, 0.0)
+
+    return np.maximum(upto(b) - upto(a), 0.0)
+
+
+@dataclass
+class KernelContention:
+    """One compute kernel (name + launch shape): alone vs overlapped durations (seconds)."""
+
+    name: str
+    n_alone: int
+    n_overlapped: int
+    median_alone_s: float
+    median_overlapped_s: float
+    slowdown: float
+    time_lost_s: float
+
+
+@dataclass
+class Contention:
+    """Time-weighted slowdown of compute under overlap, per rank and over the job.
+
+    ``slowdown`` is 1.0 (and ``kernels`` empty) when no kernel ran both ways; ``coverage`` is
+    the share of overlapped compute time whose kernels also ran alone.
+    """
+
+    slowdown: float
+    time_lost_s: float
+    coverage: float
+    kernels: list[KernelContention]
+    per_rank: dict[int, dict] = field(default_factory=dict)
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["per_rank"] = {str(k): v for k, v in self.per_rank.items()}
+        return d
+
+
+def _samples(rt: RankTrace, mask: np.ndarray, overlapped_fraction: float):
+    tl = rt.timeline
+    comm = mask & (tl.kind == "comm")
+    cs, ce = merge_intervals(tl.start_s[comm], tl.end_s[comm])
+    comp = np.flatnonzero(mask & (tl.kind == "compute") & rt.leaf)
+    a, b = tl.start_s[comp], tl.end_s[comp]
+    d = b - a
+    cov = covered_length(cs, ce, a, b)
+    frac = np.divide(cov, d, out=np.zeros_like(cov), where=d > 0)
+    alone = (cov == 0) & (d > 0)
+    over = (frac >= overlapped_fraction) & (d > 0)
+    # (name, shape) -> one int key per row, then to "name\x00shape" strings only per distinct key
+    pair = (rt.name_id[comp].astype(np.int64) << 32) ^ (rt.shape[comp].astype(np.int64) & 0xFFFFFFFF)
+    uniq, first, inv = np.unique(pair, return_index=True, return_inverse=True)
+    names_c, shapes_c = tl.name[comp], rt.shape[comp]
+    labels = np.array([f"{names_c[f]}\x00{shapes_c[f]}" for f in first], dtype=object)
+    keys = labels[inv.reshape(-1)] if len(comp) else np.empty(0, dtype=object)
+    return keys, d, alone, over
+
+
+def _aggregate(keys, d, alone, over, min_samples: int, min_duration_s: float = 10e-6) -> Contention:
+    kernels: list[KernelContention] = []
+    over_time = float(d[over].sum())
+    use = alone | over
+    if use.any():
+        uniq, inv = np.unique(keys[use], return_inverse=True)
+        inv = inv.reshape(-1)
+        du, au, ou = d[use], alone[use], over[use]
+        order = np.argsort(inv, kind="stable")
+        bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+        for g in range(len(uniq)):
+            rows = order[bounds[g]:bounds[g + 1]]
+            da, do = du[rows][au[rows]], du[rows][ou[rows]]
+            if len(da) < min_samples or len(do) < min_samples:
+                continue
+            ma, mo = float(np.median(da)), float(np.median(do))
+            if ma < min_duration_s:   # launch jitter and µs rounding dominate tiny kernels
+                continue
+            kernels.append(KernelContention(
+                name=str(uniq[g]).split("\x00")[0], n_alone=len(da), n_overlapped=len(do), median_alone_s=ma,
+                median_overlapped_s=mo, slowdown=mo / ma, time_lost_s=float(do.sum() - len(do) * ma)))
+    if not kernels:
+        note = ("no compute kernel ran both alone and overlapped with communication"
+                if over_time > 0 else "no compute ran overlapped with communication")
+        return Contention(slowdown=1.0, time_lost_s=0.0, coverage=0.0, kernels=[], note=note)
+    w = np.array([k.median_overlapped_s * k.n_overlapped for k in kernels])
+    s = np.array([k.slowdown for k in kernels])
+    covered = float(sum(k.median_overlapped_s * k.n_overlapped for k in kernels))
+    kernels.sort(key=lambda k: -k.time_lost_s)
+    return Contention(slowdown=float(np.sum(w * s) / np.sum(w)), time_lost_s=float(sum(k.time_lost_s for k in kernels)),
+                      coverage=min(1.0, covered / over_time) if over_time > 0 else 0.0, kernels=kernels)
+
+
+def contention(rts: list[RankTrace], masks: dict[int, np.ndarray], *, overlapped_fraction: float = 0.5,
+               min_samples: int = 3) -> Contention:
+    """Slowdown of compute kernels under overlap (see the module docstring), pooled over ranks;
+    ``per_rank[r]`` holds each rank's own slowdown / time lost / kernels compared."""
+    all_keys, all_d, all_alone, all_over = [], [], [], []
+    per_rank = {}
+    for rt in rts:
+        keys, d, alone, over = _samples(rt, masks[rt.rank], overlapped_fraction)
+        c = _aggregate(keys, d, alone, over, min_samples)
+        per_rank[rt.rank] = {"slowdown": c.slowdown, "time_lost_s": c.time_lost_s, "kernels": len(c.kernels)}
+        all_keys.append(keys); all_d.append(d); all_alone.append(alone); all_over.append(over)
+    if not rts:
+        return Contention(1.0, 0.0, 0.0, [], note="no ranks")
+    pooled = _aggregate(np.concatenate(all_keys), np.concatenate(all_d), np.concatenate(all_alone),
+                        np.concatenate(all_over), min_samples)
+    pooled.per_rank = per_rank
+    return pooled

@@ -1,0 +1,550 @@
+"""Stream torch.profiler (Kineto) Chrome-trace files into compact columns.
+
+One file per rank, ``.json`` or ``.json.gz`` (``export_chrome_trace``, or
+``tensorboard_trace_handler``'s ``<worker>.<ts>.pt.trace.json.gz``). The file is never
+loaded as a whole: the events are streamed with ijson (yajl2_c backend when installed) and
+only what the analysis needs is kept, in ``array``/numpy columns:
+
+* device events (GPU kernels, memcpy/memset, CUDA syncs): name, ts, dur, stream,
+  correlation, External id, collective args when Kineto attached them;
+* CPU ops and user annotations (``cpu_op``, ``user_annotation``): name, ts, dur, thread,
+  External id, and the collective args of ``record_param_comms`` / ``nccl:*`` /
+  ``gloo:*`` / ``c10d::*`` ops;
+* launches: every other CPU-side event that carries a ``correlation`` (``cudaLaunchKernel``
+  and friends), to join kernels to the CPU step that launched them;
+* ``ProfilerStep#N`` annotations.
+
+Times stay in the file's unit, microseconds: the Chrome trace format defines ``ts``/``dur``
+in µs and ``displayTimeUnit`` ("ms" or "ns") only says how a viewer should *display* them.
+Kineto writes ``"displayTimeUnit": "ns"`` when it records nanosecond resolution, i.e. µs
+with three decimals; that is kept (HolisticTraceAnalysis instead rounds every event inward
+to whole µs, see :mod:`ccoverlap.trace.steps`). Epoch-based µs timestamps (~1.7e15) hold
+about 0.25 µs of resolution in a float64, which bounds every time this module returns.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ccoverlap.errors import TraceError
+
+try:  # pragma: no cover - the import itself is exercised by every test
+    import ijson
+except ImportError as exc:  # pragma: no cover
+    raise ImportError("ccoverlap's trace analyser needs ijson (pip install ijson)") from exc
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+# categories of device-side events (HTA: stream >= 0 and correlation >= 0)
+DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events"})
+CPU_OP_CATS = frozenset({"cpu_op", "user_annotation"})
+SKIP_CATS = frozenset({"python_function", "Trace", "ac2g", "fwdbwd", "cuda_profiler_range"})
+# CPU ops that carry or describe a collective (args kept for the join to kernels)
+COMM_OP_PREFIXES = ("record_param_comms", "nccl:", "gloo:", "c10d::", "rccl:", "ucc:", "mpi:")
+COMM_ARG_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size",
+                 "Process Group Name", "Process Group Description", "Process Group Ranks",
+                 "Input Dims", "Input type", "In split size", "Out split size")
+HEADER_KEYS = ("distributedInfo", "deviceProperties", "displayTimeUnit", "baseTimeNanoseconds",
+               "traceName", "schemaVersion")
+_STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
+_NUM = (int, float)
+_EMPTY: dict = {}
+_TAIL_BYTES = 1 << 16
+
+
+@dataclass
+class RawTrace:
+    """What one trace file holds, in columns (times in µs as written in the file).
+
+    ``k_*``: device events; ``c_*``: CPU ops / annotations; ``l_*``: launches (CPU events with
+    a correlation id); ``steps``: ``(N, ts_us, dur_us, is_gpu_annotation)`` per
+    ``ProfilerStep#N``. ``names`` is the interned string table the ``*_nid`` columns index;
+    ``infos`` holds the kept collective args that ``k_info``/``c_info`` index (-1: none).
+    """
+
+    path: Path
+    meta: dict
+    names: list[str]
+    infos: list[dict]
+    threads: list[str]
+    k_nid: np.ndarray
+    k_ts: np.ndarray
+    k_dur: np.ndarray
+    k_stream: np.ndarray
+    k_device: np.ndarray
+    k_corr: np.ndarray
+    k_ext: np.ndarray
+    k_info: np.ndarray
+    k_kind: np.ndarray          # ccoverlap_kind written by ccoverlap.chrome_trace (-1: none)
+    k_cat: np.ndarray           # index into DEVICE_CAT_LIST
+    k_shape: np.ndarray         # hash of the launch (grid, block); 0 when not recorded
+    c_nid: np.ndarray
+    c_ts: np.ndarray
+    c_dur: np.ndarray
+    c_tid: np.ndarray
+    c_ext: np.ndarray
+    c_info: np.ndarray
+    c_annot: np.ndarray         # 1 for user_annotation, 0 for cpu_op
+    l_corr: np.ndarray
+    l_ts: np.ndarray
+    l_tid: np.ndarray
+    steps: list[tuple[int, float, float, bool]]
+    n_events: int = 0
+    n_malformed: int = 0
+    float_ts: bool = False
+    rank: int | None = None
+    world_size: int | None = None
+    rank_source: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def has_device_events(self) -> bool:
+        return len(self.k_ts) > 0
+
+
+DEVICE_CAT_LIST = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events", "other")
+KIND_CODES = ("compute", "comm", "memcpy", "other")
+
+
+# ----------------------------------------------------------------------------- files
+
+def discover(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
+    """Trace files named by ``paths`` (files, or directories searched one level deep).
+
+    Returns ``(files, problems)``; a path that does not exist or a directory without
+    ``*.json``/``*.json.gz`` files is a problem (one line naming it), not an exception.
+    """
+    files: list[Path] = []
+    problems: list[str] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            found = sorted(f for f in path.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+            if not found:
+                problems.append(f"{path}: no *.json or *.json.gz trace files in this directory")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            problems.append(f"{path}: no such file or directory")
+    seen: set[Path] = set()
+    unique = []
+    for f in files:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique, problems
+
+
+def _open(path: Path):
+    """A binary stream of the JSON text (gunzipped when the file is gzip), checked up front."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not head:
+        raise TraceError(f"{path}: file is empty")
+    if head == b"\x1f\x8b":
+        return gzip.open(path, "rb")
+    if path.name.endswith(".gz"):
+        raise TraceError(f"{path}: named .gz but is not gzip-compressed (first bytes {head!r})")
+    return open(path, "rb")
+
+
+class _TailReader:
+    """File wrapper that remembers the last bytes read (the keys after ``traceEvents``)."""
+
+    def __init__(self, fh) -> None:
+        self._fh = fh
+        self.tail = b""
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._fh.read(n)
+        if data:
+            self.tail = (self.tail + data)[-_TAIL_BYTES:]
+        return data
+
+
+def _read_header(path: Path) -> tuple[dict, bool, bool]:
+    """Top-level keys before ``traceEvents`` (HTA reads its metadata the same way).
+
+    Returns ``(header, is_array, has_events_key)``: ``is_array`` for the Chrome "JSON Array
+    Format" (a bare list of events, no metadata).
+    """
+    header: dict = {}
+    with _open(path) as fh:
+        first = b""
+        while not first:
+            chunk = fh.read(64)
+            if not chunk:
+                raise TraceError(f"{path}: contains only whitespace, not a JSON trace")
+            first = chunk.lstrip()[:1]
+        if first == b"[":
+            return header, True, True
+        if first != b"{":
+            raise TraceError(f"{path}: not JSON (starts with {chunk.lstrip()[:16]!r})")
+    with _open(path) as fh:
+        parser = ijson.parse(fh, use_float=True)
+        builder = None
+        key = None
+        depth_prefix = None
+        for prefix, event, value in parser:
+            if builder is not None:
+                builder.event(event, value)
+                if prefix == depth_prefix and event in ("end_map", "end_array"):
+                    header[key] = builder.value
+                    builder = None
+                continue
+            if prefix == "" and event == "map_key":
+                if value == "traceEvents":
+                    return header, False, True
+                key = value
+                continue
+            if prefix == key and key is not None:
+                if event in ("start_map", "start_array"):
+                    builder = ijson.ObjectBuilder()
+                    builder.event(event, value)
+                    depth_prefix = prefix
+                else:
+                    header[key] = value
+    return header, False, False
+
+
+def _tail_metadata(tail: bytes, header: dict) -> None:
+    """Fill keys written after ``traceEvents`` (Kineto puts displayTimeUnit etc. there)."""
+    try:
+        text = tail.decode("utf-8", errors="ignore")
+    except Exception:  # pragma: no cover - decode with errors="ignore" does not raise
+        return
+    dec = json.JSONDecoder()
+    for key in HEADER_KEYS:
+        if key in header:
+            continue
+        pos = text.rfind(f'"{key}"')
+        if pos < 0:
+            continue
+        m = re.compile(r'"' + re.escape(key) + r'"\s*:\s*').match(text, pos)
+        if not m:
+            continue
+        try:
+            header[key], _ = dec.raw_decode(text, m.end())
+        except ValueError:
+            continue
+
+
+# ----------------------------------------------------------------------------- parsing
+
+def load_trace(path: str | Path) -> RawTrace:
+    """Stream one trace file into a :class:`RawTrace`.
+
+    Raises :class:`TraceError` naming the file for: unreadable, empty, not JSON, truncated,
+    named ``.gz`` but not gzip, a broken gzip stream, no ``traceEvents``.
+    Malformed single events (wrong types, negative durations) are skipped and counted.
+    """
+    path = Path(path)
+    try:
+        header, is_array, has_events = _read_header(path)
+        if not has_events:
+            raise TraceError(f"{path}: no 'traceEvents' list - not a Chrome/Kineto trace")
+        raw = _parse_events(path, header, is_array)
+    except TraceError:
+        raise
+    except ijson.common.IncompleteJSONError as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else "incomplete JSON"
+        raise TraceError(f"{path}: truncated or invalid JSON ({msg})") from None
+    except ijson.common.JSONError as exc:
+        raise TraceError(f"{path}: invalid JSON ({str(exc).strip()[:120]})") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise TraceError(f"{path}: broken gzip stream ({exc or 'compressed file ended early'})") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except RecursionError:
+        raise TraceError(f"{path}: JSON nested too deeply") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc})") from None
+    return raw
+
+
+def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
+    # The loop below is the analyser's hot path (one pass of a possibly multi-GB file):
+    # subscripts instead of .get, bound appends, one chained comparison to validate ts/dur.
+    names: list[str] = []
+    name_ids: dict[str, int] = {}
+    infos: list[dict] = []
+    threads: list = []
+    thread_ids: dict = {}
+    thread_names: dict = {}
+    k_nid, k_stream, k_device, k_corr, k_ext, k_info, k_kind, k_cat, k_shape = (array("q") for _ in range(9))
+    k_ts, k_dur = array("d"), array("d")
+    c_nid, c_tid, c_ext, c_info = (array("q") for _ in range(4))
+    c_annot = array("b")
+    c_ts, c_dur = array("d"), array("d")
+    l_corr, l_tid = array("q"), array("q")
+    l_ts = array("d")
+    steps: list[tuple[int, float, float, bool]] = []
+    n_events = 0
+    n_bad = 0
+    float_ts = False
+    kind_code = {k: i for i, k in enumerate(KIND_CODES)}
+    dev_cat_code = {c: i for i, c in enumerate(DEVICE_CAT_LIST)}
+    c_nid_a, c_ts_a, c_dur_a, c_tid_a, c_ext_a, c_info_a, c_annot_a = (
+        c_nid.append, c_ts.append, c_dur.append, c_tid.append, c_ext.append, c_info.append, c_annot.append)
+    l_corr_a, l_ts_a, l_tid_a = l_corr.append, l_ts.append, l_tid.append
+    comm_prefixes = COMM_OP_PREFIXES
+    device_cats = DEVICE_CATS
+    skip_cats = SKIP_CATS
+    _int, _float, _dict, _str = int, float, dict, str
+
+    with _open(path) as fh:
+        reader = _TailReader(fh)
+        prefix = "item" if is_array else "traceEvents.item"
+        for ev in ijson.items(reader, prefix, use_float=True):
+            n_events += 1
+            try:
+                if ev["ph"] != "X":
+                    if ev["ph"] == "M" and ev.get("name") == "thread_name":
+                        a = ev.get("args")
+                        if isinstance(a, dict) and isinstance(a.get("name"), str):
+                            thread_names[(ev.get("pid"), ev.get("tid"))] = a["name"]
+                    continue
+                cat = ev.get("cat")
+                if cat in skip_cats:
+                    continue
+                ts = ev["ts"]
+                dur = ev["dur"] if "dur" in ev else 0
+                # one chained comparison rejects non-numbers (TypeError), NaN, negatives, absurd values
+                if not (0 <= dur < 1e15 and -1e18 < ts < 1e18):
+                    n_bad += 1
+                    continue
+                if ts.__class__ is _float:
+                    float_ts = True
+                if cat == "cpu_op" or cat == "user_annotation":
+                    name = ev["name"]
+                    if name.__class__ is not _str:
+                        n_bad += 1
+                        continue
+                    nid = name_ids.get(name)
+                    if nid is None:
+                        nid = name_ids[name] = len(names)
+                        names.append(name)
+                    key = (ev["pid"], ev["tid"])
+                    tid = thread_ids.get(key)
+                    if tid is None:
+                        tid = thread_ids[key] = len(threads)
+                        threads.append(key)
+                    if name.startswith(comm_prefixes):
+                        args = ev.get("args")
+                        if args.__class__ is not _dict:
+                            args = _EMPTY
+                        ext = args.get("External id", -1)
+                        c_ext_a(ext if ext.__class__ is _int else -1)
+                        c_info_a(len(infos))
+                        infos.append({k: args[k] for k in COMM_ARG_KEYS if k in args})
+                    else:
+                        c_ext_a(-1)
+                        c_info_a(-1)
+                        if name.startswith("ProfilerStep"):
+                            m = _STEP_RE.match(name)
+                            if m:
+                                steps.append((int(m.group(1)), _float(ts), _float(dur), False))
+                    c_nid_a(nid); c_ts_a(ts); c_dur_a(dur); c_tid_a(tid); c_annot_a(cat == "user_annotation")
+                    continue
+                args = ev.get("args")
+                if args.__class__ is not _dict:
+                    args = _EMPTY
+                if cat == "cuda_runtime" or cat == "cuda_driver":
+                    corr = args.get("correlation")
+                    if corr.__class__ is _int:
+                        key = (ev["pid"], ev["tid"])
+                        tid = thread_ids.get(key)
+                        if tid is None:
+                            tid = thread_ids[key] = len(threads)
+                            threads.append(key)
+                        l_corr_a(corr); l_ts_a(ts); l_tid_a(tid)
+                    continue
+                name = ev["name"]
+                if name.__class__ is not _str:
+                    n_bad += 1
+                    continue
+                stream = args.get("stream")
+                corr = args.get("correlation")
+                if cat in device_cats or (
+                        stream.__class__ is _int and stream >= 0 and corr.__class__ is _int and corr >= 0
+                        and cat != "gpu_user_annotation"):
+                    nid = name_ids.get(name)
+                    if nid is None:
+                        nid = name_ids[name] = len(names)
+                        names.append(name)
+                    info = -1
+                    if "Collective name" in args or "In msg nelems" in args:
+                        info = len(infos)
+                        infos.append({k: args[k] for k in COMM_ARG_KEYS if k in args})
+                    kk = args.get("ccoverlap_kind")
+                    dev = args.get("device", ev.get("pid"))
+                    ext = args.get("External id", -1)
+                    k_nid.append(nid); k_ts.append(ts); k_dur.append(dur)
+                    k_stream.append(stream if stream.__class__ is _int else -1)
+                    k_device.append(dev if dev.__class__ is _int else -1)
+                    k_corr.append(corr if corr.__class__ is _int else -1)
+                    k_ext.append(ext if ext.__class__ is _int else -1)
+                    k_info.append(info)
+                    k_kind.append(kind_code.get(kk, -1) if kk.__class__ is _str else -1)
+                    k_cat.append(dev_cat_code.get(cat, len(DEVICE_CAT_LIST) - 1))
+                    grid = args.get("grid")
+                    k_shape.append(zlib.crc32(f"{grid}{args.get('block')}".encode()) if grid is not None else 0)
+                    continue
+                if name.startswith("ProfilerStep"):
+                    m = _STEP_RE.match(name)
+                    if m:
+                        steps.append((int(m.group(1)), _float(ts), _float(dur), cat == "gpu_user_annotation"))
+                if corr.__class__ is _int:
+                    key = (ev.get("pid"), ev.get("tid"))
+                    tid = thread_ids.get(key)
+                    if tid is None:
+                        tid = thread_ids[key] = len(threads)
+                        threads.append(key)
+                    l_corr_a(corr); l_ts_a(ts); l_tid_a(tid)
+            except (AttributeError, TypeError, ValueError, KeyError, OverflowError):
+                n_bad += 1
+        tail = reader.tail
+    if not is_array:
+        _tail_metadata(tail, header)
+    if n_events == 0:
+        raise TraceError(f"{path}: 'traceEvents' is empty or not a list - nothing was recorded")
+
+    thread_labels = []
+    for key in threads:
+        pid, tid = key
+        label = thread_names.get(key) or f"thread {tid}"
+        thread_labels.append(f"{label} [pid {pid}]" if _many_pids(threads) else label)
+
+    def f64(a):
+        return np.frombuffer(a, dtype=np.float64).copy() if len(a) else np.empty(0, dtype=np.float64)
+
+    def i64(a):
+        return np.frombuffer(a, dtype=np.int64).copy() if len(a) else np.empty(0, dtype=np.int64)
+
+    raw = RawTrace(
+        path=path, meta=header, names=names, infos=infos, threads=thread_labels,
+        k_nid=i64(k_nid), k_ts=f64(k_ts), k_dur=f64(k_dur), k_stream=i64(k_stream),
+        k_device=i64(k_device), k_corr=i64(k_corr), k_ext=i64(k_ext), k_info=i64(k_info),
+        k_kind=i64(k_kind), k_cat=i64(k_cat), k_shape=i64(k_shape),
+        c_nid=i64(c_nid), c_ts=f64(c_ts), c_dur=f64(c_dur), c_tid=i64(c_tid), c_ext=i64(c_ext),
+        c_info=i64(c_info), c_annot=np.frombuffer(c_annot, dtype=np.int8).astype(bool), l_corr=i64(l_corr), l_ts=f64(l_ts), l_tid=i64(l_tid),
+        steps=sorted(steps, key=lambda s: s[1]), n_events=n_events, n_malformed=n_bad, float_ts=float_ts,
+    )
+    if n_bad:
+        raw.warnings.append(f"{path}: skipped {n_bad} malformed event(s) (missing or non-numeric ts/dur, "
+                            f"negative duration, non-string name)")
+    _rank_from_meta(raw)
+    return raw
+
+
+def _many_pids(threads: list) -> bool:
+    return len({p for p, _ in threads}) > 1
+
+
+# ----------------------------------------------------------------------------- ranks
+
+def _as_int(v) -> int | None:
+    if v.__class__ is int and v >= 0:
+        return v
+    if isinstance(v, float) and v.is_integer() and v >= 0:
+        return int(v)
+    if isinstance(v, str) and v.isdigit():
+        return int(v)
+    return None
+
+
+def _rank_from_meta(raw: RawTrace) -> None:
+    """Rank and world size from ``distributedInfo``, else the rank from the file name."""
+    info = raw.meta.get("distributedInfo")
+    if isinstance(info, dict):
+        raw.rank = _as_int(info.get("rank"))
+        raw.world_size = _as_int(info.get("world_size"))
+        if raw.rank is not None:
+            raw.rank_source = "distributedInfo"
+            return
+    m = None
+    for m in _RANK_IN_NAME.finditer(raw.path.name):
+        pass
+    if m is not None:
+        raw.rank = int(m.group(1))
+        raw.rank_source = "file name"
+
+
+def assign_ranks(raws: list[RawTrace]) -> tuple[list[RawTrace], list[str]]:
+    """Give every trace a unique rank; drop what cannot belong to the same job.
+
+    Order of evidence: ``distributedInfo.rank``, then ``rank-3`` / ``rank3`` / ``_rank_3`` in
+    the file name, then (said plainly, per file) the next free rank in file order. Traces
+    whose ``world_size`` differs from the most common one, and second files claiming an
+    already-taken rank, are dropped with a message naming the file.
+    """
+    problems: list[str] = []
+    sizes = [r.world_size for r in raws if r.world_size]
+    world = max(set(sizes), key=lambda s: (sizes.count(s), -s)) if sizes else None
+    kept: list[RawTrace] = []
+    for r in raws:
+        if world is not None and r.world_size is not None and r.world_size != world:
+            problems.append(f"{r.path}: world_size {r.world_size} differs from the other traces' {world} "
+                            f"- a different job? skipped")
+            continue
+        kept.append(r)
+    taken: set[int] = set()
+    out: list[RawTrace] = []
+    for r in kept:
+        if r.rank is not None:
+            if r.rank in taken:
+                problems.append(f"{r.path}: rank {r.rank} (from {r.rank_source}) is already taken by "
+                                f"another file - skipped")
+                continue
+            taken.add(r.rank)
+            out.append(r)
+    for r in kept:
+        if r.rank is None:
+            nxt = 0
+            while nxt in taken:
+                nxt += 1
+            r.rank = nxt
+            r.rank_source = "file order"
+            taken.add(nxt)
+            problems.append(f"{r.path}: no rank in distributedInfo or file name - assumed rank {nxt} "
+                            f"(file order)")
+            out.append(r)
+    for r in out:
+        if r.world_size is None:
+            r.world_size = world
+    if world is not None:
+        for r in out:
+            if r.rank is not None and r.rank >= world:
+                problems.append(f"{r.path}: rank {r.rank} is outside world_size {world}")
+    out.sort(key=lambda r: r.rank if r.rank is not None else -1)
+    return out, problems
+
+
+def load_all(paths: Iterable[str | Path]) -> tuple[list[RawTrace], list[str]]:
+    """Discover, stream and rank every trace; problems are collected, never raised."""
+    files, problems = discover(list(paths))
+    raws: list[RawTrace] = []
+    for f in files:
+        try:
+            raw = load_trace(f)
+        except TraceError as exc:
+            problems.append(str(exc))
+            continue
+        problems.extend(raw.warnings)
+        raws.append(raw)
+    raws, rank_problems = assign_ranks(raws)
+    return raws, problems + rank_problems

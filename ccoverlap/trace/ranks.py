@@ -1,0 +1,137 @@
+"""Across ranks: match collectives, measure their start skew, find who everyone waits for.
+
+Collectives on one process group are issued in the same order on every member rank (NCCL
+and gloo require it), so the N-th communication row of group ``g`` on each rank is the same
+collective. Its *start skew* is the latest minus the earliest start across the ranks; a
+rank's *lateness* is its start minus the earliest. A collective cannot finish before its
+last member arrives, so the latest starter is the rank the others wait for (the signal
+HolisticTraceAnalysis' ``get_potential_stragglers`` uses, "late start of communication
+kernels"). Times are compared on the job's clock: traces from different hosts are only as
+aligned as the hosts' clocks (NTP: typically well under a millisecond).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ccoverlap.trace.classify import RankTrace
+
+
+@dataclass
+class GroupSkew:
+    """Skew of the matched collectives of one process group (seconds)."""
+
+    group: str
+    ranks: list[int]
+    matched: int
+    mean_skew_s: float
+    max_skew_s: float
+    total_skew_s: float
+    unmatched: dict[int, int] = field(default_factory=dict)   # rank -> rows beyond the common count
+    type_mismatches: int = 0
+
+
+@dataclass
+class RankLateness:
+    """How often and by how much one rank arrived last at collectives (seconds)."""
+
+    rank: int
+    collectives: int
+    times_latest: int
+    total_lateness_s: float
+    mean_lateness_s: float
+
+
+@dataclass
+class CrossRank:
+    """Everything :func:`cross_rank` finds; ``stragglers`` are ranks ordered by total lateness
+    whose lateness stands out (see :func:`cross_rank`)."""
+
+    groups: list[GroupSkew]
+    lateness: list[RankLateness]
+    stragglers: list[int]
+    slowest_rank_per_step: dict[int, int]
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["slowest_rank_per_step"] = {str(k): v for k, v in self.slowest_rank_per_step.items()}
+        return d
+
+
+def cross_rank(rts: list[RankTrace], masks: dict[int, np.ndarray],
+               step_times: dict[int, dict[int, float]] | None = None) -> CrossRank:
+    """Match the selected communication rows across ranks (see the module docstring).
+
+    ``step_times[step][rank]`` (seconds) gives the slowest rank per step. A rank is called a
+    straggler when it is the latest arrival in more than half of the matched collectives it
+    took part in, or its total lateness is at least twice the median of the other ranks' and
+    above 1% of the skew summed over groups - and, either way, its mean lateness is at least 5%
+    of the mean duration of those collectives (microsecond jitter names no straggler).
+    """
+    slowest = {}
+    for step, per_rank in sorted((step_times or {}).items()):
+        if len(per_rank) > 1:
+            slowest[step] = max(per_rank, key=lambda r: per_rank[r])
+    if len(rts) < 2:
+        return CrossRank([], [], [], slowest, note="one rank: nothing to compare across ranks")
+    per_group: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
+    for rt in rts:
+        tl = rt.timeline
+        m = masks[rt.rank] & (tl.kind == "comm")
+        idx = np.flatnonzero(m)
+        idx = idx[np.argsort(tl.start_s[idx], kind="stable")]
+        for g in np.unique(tl.group[idx]) if len(idx) else []:
+            rows = idx[tl.group[idx] == g]
+            per_group.setdefault(str(g), {})[rt.rank] = (tl.start_s[rows], tl.collective[rows],
+                                                         tl.end_s[rows] - tl.start_s[rows])
+    late_total: dict[int, float] = {rt.rank: 0.0 for rt in rts}
+    late_count: dict[int, int] = {rt.rank: 0 for rt in rts}
+    seen: dict[int, int] = {rt.rank: 0 for rt in rts}
+    dur_total: dict[int, float] = {rt.rank: 0.0 for rt in rts}
+    groups: list[GroupSkew] = []
+    for g, by_rank in sorted(per_group.items()):
+        ranks = sorted(by_rank)
+        if len(ranks) < 2:
+            continue
+        n = min(len(by_rank[r][0]) for r in ranks)
+        if n == 0:
+            continue
+        starts = np.stack([by_rank[r][0][:n] for r in ranks])          # ranks x n
+        types = np.stack([by_rank[r][1][:n] for r in ranks])
+        mismatch = int(np.sum(np.any(types != types[0], axis=0)))
+        skew = starts.max(axis=0) - starts.min(axis=0)
+        late = starts - starts.min(axis=0)
+        latest = np.argmax(starts, axis=0)
+        for i, r in enumerate(ranks):
+            late_total[r] += float(late[i].sum())
+            late_count[r] += int(np.sum((latest == i) & (skew > 0)))
+            seen[r] += n
+            dur_total[r] += float(by_rank[r][2][:n].sum())
+        groups.append(GroupSkew(
+            group=g, ranks=ranks, matched=n, mean_skew_s=float(skew.mean()), max_skew_s=float(skew.max()),
+            total_skew_s=float(skew.sum()),
+            unmatched={r: len(by_rank[r][0]) - n for r in ranks if len(by_rank[r][0]) > n},
+            type_mismatches=mismatch))
+    lateness = [RankLateness(rank=r, collectives=seen[r], times_latest=late_count[r],
+                             total_lateness_s=late_total[r],
+                             mean_lateness_s=late_total[r] / seen[r] if seen[r] else 0.0)
+                for r in sorted(late_total)]
+    lateness.sort(key=lambda x: (-x.total_lateness_s, x.rank))
+    total_skew = sum(gs.total_skew_s for gs in groups)
+    stragglers = []
+    for x in lateness:
+        if x.collectives == 0 or x.total_lateness_s <= 0:
+            continue
+        others = [y.total_lateness_s for y in lateness if y.rank != x.rank and y.collectives]
+        med = float(np.median(others)) if others else 0.0
+        often = x.times_latest > x.collectives / 2
+        much = x.total_lateness_s >= 2 * med and x.total_lateness_s > 0.01 * total_skew
+        material = x.total_lateness_s >= 0.05 * dur_total[x.rank]
+        if (often or much) and material:
+            stragglers.append(x.rank)
+    note = "" if groups else "no process group has collectives on two or more of the loaded ranks"
+    return CrossRank(groups=groups, lateness=lateness, stragglers=stragglers, slowest_rank_per_step=slowest,
+                     note=note)

@@ -1,0 +1,269 @@
+"""Output of ``ccoverlap analyze``: a terminal report (rich), one JSON object, a PNG.
+
+The PNG shows one profiler step - per rank a compute lane and a communication lane, exposed
+communication (no compute running) marked in red - and per-rank bars of the analysed
+window: compute alone, compute overlapped with communication, exposed communication, idle.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from ccoverlap.timeline import merge_intervals
+from ccoverlap.trace.analyze import Analysis
+
+MAX_LANE_RANKS = 16
+
+
+def _ms(x) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{x * 1e3:.3f}" if abs(x) < 0.01 else f"{x * 1e3:.2f}"
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def _bytes(x: float) -> str:
+    if not x:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(x) < 1024 or unit == "TiB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{x:.1f}"
+
+
+def _gbs(x) -> str:
+    return "-" if x is None else f"{x / 1e9:.2f}"
+
+
+def steps_label(a: Analysis) -> str:
+    """How the analysed window was chosen, in words."""
+    spec = a.steps_spec
+    got = ",".join(map(str, a.analysed_steps)) or "none"
+    if spec == "hta":
+        return f"HTA default window (kernels launched before the last ProfilerStep; steps {got})"
+    if spec == "all":
+        return f"all profiler steps incl. the last ({got})"
+    return f"steps {got}"
+
+
+def print_report(a: Analysis, file: IO | None = None, *, width: int | None = None) -> None:
+    """Readable tables of :class:`Analysis` on ``file`` (default stdout)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(file=file, width=width or 120, highlight=False)
+    s = a.summary()
+    con.print(f"[bold]ccoverlap analyze[/bold] - {len(a.ranks)} rank(s), {steps_label(a)}; "
+              f"times in ms; time resolution: {a.time_resolution}")
+    t = Table(title="Per rank (analysed window)", title_justify="left")
+    for col in ("rank", "span", "compute", "comm", "memcpy", "overlap", "exposed comm", "compute only",
+                "idle", "R"):
+        t.add_column(col, justify="right")
+    for m in a.metrics:
+        t.add_row(str(m.rank), _ms(m.step_time_s), _ms(m.compute_s), _ms(m.comm_s), _ms(m.memcpy_s),
+                  _pct(m.overlap_ratio), _ms(m.exposed_comm_s), _ms(m.compute_only_s), _ms(m.idle_s),
+                  "-" if not math.isfinite(m.compute_comm_ratio) else f"{m.compute_comm_ratio:.2f}")
+    if len(a.metrics) > 1:
+        t.add_row("all", _ms(s["step_time_s"]), _ms(s["compute_s"]), _ms(s["comm_s"]), _ms(s["memcpy_s"]),
+                  _pct(s["overlap_ratio"]), _ms(s["exposed_comm_s"]), _ms(s["compute_only_s"]), _ms(s["idle_s"]),
+                  "-" if not math.isfinite(s["compute_comm_ratio"]) else f"{s['compute_comm_ratio']:.2f}",
+                  style="bold")
+    con.print(t)
+    if a.step_metrics:
+        t = Table(title="Per step (mean over ranks; slowest rank = longest step)", title_justify="left")
+        for col in ("step", "step time", "compute", "comm", "overlap", "exposed comm", "idle", "slowest rank"):
+            t.add_column(col, justify="right")
+        for st in a.analysed_steps:
+            per = list(a.step_metrics[st].values())
+            comm = sum(x.comm_s for x in per)
+            t.add_row(str(st), _ms(np.mean([x.step_time_s for x in per])), _ms(np.mean([x.compute_s for x in per])),
+                      _ms(np.mean([x.comm_s for x in per])),
+                      _pct(sum(x.overlap_s for x in per) / comm if comm else 0.0),
+                      _ms(np.mean([x.exposed_comm_s for x in per])), _ms(np.mean([x.idle_s for x in per])),
+                      str(a.cross.slowest_rank_per_step.get(st, "-")))
+        con.print(t)
+    if a.collectives:
+        t = Table(title="Collectives (all ranks; bandwidths in GB/s, nccl-tests definitions)", title_justify="left")
+        for col in ("collective", "group", "n", "calls", "mean size", "mean time", "total time", "exposed",
+                    "algbw", "busbw"):
+            t.add_column(col, justify="right")
+        for c in a.collectives:
+            t.add_row(c.collective, c.group, str(c.group_size or "-"), str(c.count), _bytes(c.bytes_mean),
+                      _ms(c.time_mean_s), _ms(c.time_total_s), _ms(c.exposed_s), _gbs(c.algbw), _gbs(c.busbw))
+        con.print(t)
+    cr = a.cross
+    if cr.groups:
+        t = Table(title="Across ranks (matched collectives: start skew)", title_justify="left")
+        for col in ("group", "ranks", "matched", "mean skew", "max skew"):
+            t.add_column(col, justify="right")
+        for g in cr.groups:
+            t.add_row(g.group, _ranges(g.ranks), str(g.matched), _ms(g.mean_skew_s), _ms(g.max_skew_s))
+        con.print(t)
+        top = ", ".join(f"rank {x.rank}: last {x.times_latest}/{x.collectives}, late {_ms(x.total_lateness_s)} ms"
+                        for x in cr.lateness[:3])
+        con.print(f"Latest arrivals: {top}")
+        con.print("Stragglers (everyone waits for): "
+                  + (", ".join(f"rank {r}" for r in cr.stragglers) if cr.stragglers else "none stands out"))
+    elif cr.note:
+        con.print(f"Across ranks: {cr.note}")
+    c = a.contention
+    if c.kernels:
+        con.print(f"Contention: compute runs [bold]{c.slowdown:.2f}x[/bold] slower while communication runs "
+                  f"(time-weighted over {len(c.kernels)} kernel(s) seen both alone and overlapped, "
+                  f"{c.coverage:.0%} of overlapped compute time); time lost {_ms(c.time_lost_s)} ms")
+        for k in c.kernels[:3]:
+            con.print(f"  {k.slowdown:.2f}x  {_short(k.name)}  ({k.n_alone} alone, {k.n_overlapped} overlapped, "
+                      f"median {_ms(k.median_alone_s)} -> {_ms(k.median_overlapped_s)} ms)")
+    else:
+        con.print(f"Contention: {c.note or 'not measurable'}")
+    v = a.verdict
+    colour = {"fine": "green", "overlap-limited": "yellow", "contention-limited": "yellow",
+              "communication-bound": "red"}.get(v.label, "white")
+    con.print(f"[bold {colour}]Verdict: {v.label}[/bold {colour}] - {v.why}.")
+    con.print(f"[bold]Most worth trying:[/bold] {v.try_next}.")
+
+
+def print_problems(problems: list[str], file: IO) -> None:
+    """One ``warning:`` line per problem (file name first)."""
+    for p in problems:
+        file.write(f"ccoverlap analyze: warning: {p}\n")
+
+
+def _short(name: str, n: int = 80) -> str:
+    return name if len(name) <= n else name[: n - 3] + "..."
+
+
+def _ranges(ranks: list[int]) -> str:
+    if len(ranks) <= 4:
+        return ",".join(map(str, ranks))
+    return f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
+
+
+def write_json(a: Analysis, file: IO, extra: dict | None = None) -> None:
+    """The analysis as one JSON object (strict JSON: no NaN / Infinity)."""
+    doc = a.to_dict()
+    if extra:
+        doc.update(extra)
+    json.dump(doc, file, indent=2, allow_nan=False)
+    file.write("\n")
+
+
+def print_comparison(cmp: dict, name_a: str, name_b: str, file: IO | None = None) -> None:
+    """``A --vs B`` table: per-step means, job level, then collectives."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(file=file, width=120, highlight=False)
+    t = Table(title=f"Per step, mean over ranks: A = {name_a}  vs  B = {name_b}", title_justify="left")
+    for col in ("metric", "A", "B", "B - A", "B / A"):
+        t.add_column(col, justify="right")
+    for r in cmp["job"] + cmp["collectives"]:
+        is_ratio = r["metric"] in ("overlap_ratio", "compute_comm_ratio")
+        fmt = (lambda x: "-" if x is None else f"{x:.3f}") if is_ratio else _ms
+        t.add_row(r["metric"].replace("_s", " (ms)") if not is_ratio else r["metric"], fmt(r["a"]), fmt(r["b"]),
+                  fmt(r["diff"]), "-" if r["ratio"] is None else f"{r['ratio']:.2f}x")
+    con.print(t)
+    if cmp.get("only_in_a") or cmp.get("only_in_b"):
+        con.print(f"ranks only in A: {cmp.get('only_in_a')}, only in B: {cmp.get('only_in_b')}")
+
+
+# ----------------------------------------------------------------------------- picture
+
+def write_png(a: Analysis, path: str | Path, *, step: int | None = None) -> Path:
+    """Draw one step's lanes and the per-rank bars to ``path`` (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if step is None and a.analysed_steps:
+        step = a.analysed_steps[0]
+    shown = a.ranks[:MAX_LANE_RANKS]
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(12, 2.2 + 0.55 * len(shown) + 2.6),
+                                 gridspec_kw={"height_ratios": [max(len(shown), 1) * 0.55 + 0.8, 2.6]})
+    t0 = None
+    lanes = []
+    for rt in shown:
+        mask = a.masks[rt.rank]
+        if step is not None and step in a.step_metrics:
+            mask = mask & (rt.timeline.step == step)
+        tl = rt.timeline
+        comp = merge_intervals(tl.start_s[mask & (tl.kind == "compute")], tl.end_s[mask & (tl.kind == "compute")])
+        comm = merge_intervals(tl.start_s[mask & (tl.kind == "comm")], tl.end_s[mask & (tl.kind == "comm")])
+        lanes.append((rt.rank, comp, comm, _subtract(comm, comp)))
+        starts = [x[0][0] for x in (comp, comm) if len(x[0])]
+        if starts:
+            t0 = min(starts) if t0 is None else min(t0, min(starts))
+    t0 = t0 or 0.0
+    y = 0
+    ticks, labels = [], []
+    for rank, comp, comm, exposed in lanes:
+        for iv, colour, lab in ((comm, "#4C72B0", "comm"), (comp, "#55A868", "compute")):
+            segs = [((s - t0) * 1e3, (e - s) * 1e3) for s, e in zip(*iv)]
+            ax.broken_barh(segs, (y, 0.8), facecolors=colour, linewidth=0)
+            ticks.append(y + 0.4)
+            labels.append(f"rank {rank} {lab}")
+            if lab == "comm" and len(exposed[0]):
+                ax.broken_barh([((s - t0) * 1e3, (e - s) * 1e3) for s, e in zip(*exposed)], (y, 0.8),
+                               facecolors="none", edgecolors="#C44E52", hatch="////", linewidth=0.8)
+            y += 1
+        y += 0.4
+    ax.set_yticks(ticks)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms")
+    title = f"step {step}" if step is not None else "analysed window"
+    more = f" (first {MAX_LANE_RANKS} of {len(a.ranks)} ranks)" if len(a.ranks) > MAX_LANE_RANKS else ""
+    ax.set_title(f"{title}{more}: compute (green), communication (blue), exposed communication (red hatch)",
+                 fontsize=10)
+    ranks = [m.rank for m in a.metrics]
+    overl = np.array([m.overlap_s for m in a.metrics]) * 1e3
+    alone = np.array([m.compute_only_s for m in a.metrics]) * 1e3
+    expo = np.array([m.exposed_comm_s for m in a.metrics]) * 1e3
+    idle = np.array([m.idle_s for m in a.metrics]) * 1e3
+    xs = np.arange(len(ranks))
+    bottom = np.zeros(len(ranks))
+    for vals, colour, lab in ((alone, "#55A868", "compute alone"), (overl, "#8172B2", "compute + comm"),
+                              (expo, "#C44E52", "exposed comm"), (idle, "#CCCCCC", "idle")):
+        bx.bar(xs, vals, bottom=bottom, color=colour, label=lab, width=0.7)
+        bottom += vals
+    bx.set_xticks(xs)
+    bx.set_xticklabels([str(r) for r in ranks], fontsize=8 if len(ranks) < 32 else 5)
+    bx.set_xlabel("rank")
+    bx.set_ylabel("ms (analysed window)")
+    bx.legend(fontsize=8, ncol=4, loc="upper right")
+    bx.set_title(f"verdict: {a.verdict.label}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _subtract(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Parts of the disjoint sorted intervals ``a`` not covered by the disjoint sorted ``b``."""
+    out_s, out_e = [], []
+    bs, be = b
+    for s, e in zip(*a):
+        cur = s
+        i = int(np.searchsorted(be, s, side="right"))
+        while i < len(bs) and bs[i] < e:
+            if bs[i] > cur:
+                out_s.append(cur)
+                out_e.append(bs[i])
+            cur = max(cur, be[i])
+            i += 1
+        if cur < e:
+            out_s.append(cur)
+            out_e.append(e)
+    return np.array(out_s, dtype=float), np.array(out_e, dtype=float)
