@@ -15,6 +15,7 @@ Further strategies (Lagom, Centauri, FiCCO) register through :data:`EXTRA_STRATE
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
@@ -137,6 +138,10 @@ def knob_space(w: Workload) -> dict[str, list[Any]]:
 ProgressFn = Callable[[int, int, str], None]
 
 
+def _knobs_key(w: Workload) -> str:
+    return json.dumps(w.knobs.to_dict(), sort_keys=True, default=str)
+
+
 def search_best_knobs(w: Workload, *, cost=None, progress: ProgressFn | None = None,
                       max_rounds: int = 2) -> tuple[Workload, StrategyResult, int]:
     """Coordinate descent over :func:`knob_space`: try each value of one knob with the others
@@ -145,7 +150,7 @@ def search_best_knobs(w: Workload, *, cost=None, progress: ProgressFn | None = N
     space = knob_space(w)
     best_w = replace(w, knobs=replace(w.knobs, overlap=True))
     best = evaluate(best_w, "best-knobs", cost=cost)
-    evaluated = {tuple(sorted(best_w.knobs.to_dict().items(), key=lambda kv: kv[0])): best}
+    evaluated = {_knobs_key(best_w): best}
     n_sims = 1
     total = sum(len(v) for v in space.values()) * max_rounds
     done = 0
@@ -157,7 +162,7 @@ def search_best_knobs(w: Workload, *, cost=None, progress: ProgressFn | None = N
                 if progress:
                     progress(done, total, f"{knob}={value}")
                 cand_w = replace(best_w, knobs=replace(best_w.knobs, **{knob: value}))
-                key = tuple(sorted(cand_w.knobs.to_dict().items(), key=lambda kv: kv[0]))
+                key = _knobs_key(cand_w)
                 if key in evaluated:
                     continue
                 res = evaluate(cand_w, "best-knobs", cost=cost)

@@ -17,7 +17,7 @@ def plan_table(payload: dict, console: Console | None = None) -> None:
     table = Table(show_lines=False)
     for col, justify in (("strategy", "left"), ("step (ms)", "right"), ("tokens/s", "right"), ("MFU", "right"),
                          ("exposed comm (ms)", "right"), ("overlap", "right"), ("peak mem (GiB)", "right"),
-                         ("vs as-given", "right"), ("notes", "left")):
+                         ("vs as-given", "right")):
         table.add_column(col, justify=justify)
     base = payload["strategies"][0]["step_time_s"]
     for s in payload["strategies"]:
@@ -26,8 +26,11 @@ def plan_table(payload: dict, console: Console | None = None) -> None:
         style = "bold green" if s["name"] == payload["best"] else None
         table.add_row(s["name"], f"{s['step_time_s'] * 1e3:.1f}", f"{s['tokens_per_s']:,.0f}", f"{s['mfu']:.1%}",
                       f"{s['exposed_comm_s'] * 1e3:.1f}", f"{s['overlap_ratio']:.0%}", mem, f"{speedup:.2f}x",
-                      s.get("note", ""), style=style)
+                      style=style)
     console.print(table)
+    for s in payload["strategies"]:
+        if s.get("note"):
+            console.print(f"  [bold]{s['name']}[/bold]: {s['note']}", highlight=False)
     r = payload["compute_comm_ratio"]
     console.print(f"compute-to-communication ratio R = {r:.2f} "
                   f"({'communication-bound' if r < 1 else 'compute can hide communication'})")
