@@ -46,7 +46,10 @@ ADAM_BYTES_PER_PARAM = 30  # read master 4, grad 4, m 4, v 4; write master 4, m 
 class StepGraph:
     """A built step. ``simulated_ranks``: (sim rank, description, real ranks it stands for);
     ``tokens_per_step`` and ``model_flops_per_step`` are global (for throughput and MFU: divide
-    by step time × world size × peak)."""
+    by step time × world size × peak). Op labels in ``graph``: ``layer`` is the transformer
+    layer (-1 for the embedding, ``model.layers`` for final norm / LM head / loss, -1 for the
+    optimizer and gradient-sync ops), ``microbatch`` the micro-batch (-1 outside them), ``phase``
+    ``fwd`` | ``bwd`` | ``dp`` (DDP bucket collectives) | ``opt``."""
 
     graph: OpGraph
     world_size: int
@@ -112,6 +115,9 @@ class _Emitter:
         return self._streams[name]
 
     def layer_of(self, unit: str) -> int:
+        """Layer label of a unit's ops: the layer index, -1 for the embedding, ``layers`` for the head."""
+        if unit == "head":
+            return self.model.layers
         return layer_index(unit)
 
     def _segs(self, unit: str, phase: str, half: bool) -> list[_Compiled]:
