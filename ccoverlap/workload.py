@@ -160,6 +160,9 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
     if args.config:
         data = read_config_file(args.config)
         source = args.config
+        for section in ("parallel", "batch", "knobs"):
+            if section in data and not isinstance(data[section], dict):
+                raise ConfigError(f"{source}: {section!r} must be a mapping, got {type(data[section]).__name__}")
     else:
         data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in DEFAULT_EXAMPLE.items()}
         source = "built-in example"

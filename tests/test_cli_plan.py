@@ -1,0 +1,92 @@
+"""`ccoverlap plan` / `simulate`: the built-in example, JSON output, and one-line errors on bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ccoverlap.cli import main
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--model", "llama-9"], "unknown model 'llama-9'"),
+    (["--cluster", "B300"], "unknown GPU 'B300'"),
+    (["--model", "llama-3-8b", "--cluster", "dgx-h100", "--nodes", "1", "--tp", "3", "--dp", "1", "--pp", "1"],
+     "tp"),
+    (["--cluster", "dgx-h100", "--nodes", "2", "--tp", "2", "--dp", "4"], "16"),
+    (["--seq-len", "-5"], "seq_len"),
+    (["--micro-batch", "0"], "micro_batch"),
+    (["--knob", "fsdp_prefetch=-1"], "fsdp_prefetch"),
+    (["--knob", "colour=red"], "colour"),
+    (["--nodes", "0"], "nodes"),
+])
+def test_bad_workloads_fail_with_one_line_and_exit_2(capsys, argv, needle, tmp_path):
+    code, out, err = _run(capsys, "plan", "--no-png", "--out", str(tmp_path), *argv)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert needle.lower() in lines[0].lower()
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("text,suffix,needle", [
+    ("model: [unclosed", ".yaml", "not valid YAML"),
+    ('{"model": "llama-3-8b",', ".json", "not valid JSON"),
+    ("parallel = 3", ".toml", "parallel"),
+    ("planets: 3", ".yaml", "unknown top-level key"),
+])
+def test_malformed_config_files(capsys, tmp_path, text, suffix, needle):
+    cfg = tmp_path / f"cfg{suffix}"
+    cfg.write_text(text)
+    code, _, err = _run(capsys, "plan", "--no-png", "--out", str(tmp_path), "--config", str(cfg))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert needle in err and str(cfg) in err
+
+
+def test_plan_json_has_as_given_first_and_required_fields(capsys, tmp_path):
+    code, out, _ = _run(capsys, "plan", "--json", "--out", str(tmp_path), "--model", "phi-2",
+                        "--cluster", "dgx-h100", "--nodes", "1", "--dp", "8", "--data-parallel", "ddp",
+                        "--global-batch", "16", "--micro-batch", "1", "--seq-len", "2048")
+    assert code == 0
+    doc = json.loads(out)
+    names = [s["name"] for s in doc["strategies"]]
+    assert names[:3] == ["as-given", "no-overlap", "best-knobs"]
+    for s in doc["strategies"]:
+        for key in ("name", "knobs", "step_time_s", "tokens_per_s", "mfu", "exposed_comm_s", "overlap_ratio",
+                    "peak_memory_bytes"):
+            assert key in s
+        assert s["step_time_s"] > 0 and 0 < s["mfu"] < 1
+    given, no_overlap = doc["strategies"][0], doc["strategies"][1]
+    # DDP overlaps the gradient all-reduce with backward: turning overlap off cannot be faster
+    assert no_overlap["step_time_s"] >= given["step_time_s"]
+    assert no_overlap["overlap_ratio"] == 0.0
+    assert (tmp_path / "plan.png").stat().st_size > 10_000
+    assert (tmp_path / "as-given" / "rank-0.json").exists()
+
+
+def test_simulate_writes_traces_that_the_metrics_agree_with(capsys, tmp_path):
+    code, out, _ = _run(capsys, "simulate", "--json", "--out", str(tmp_path / "sim"), "--model", "llama-3-8b",
+                        "--cluster", "dgx-h100", "--nodes", "1", "--tp", "2", "--pp", "2", "--dp", "2",
+                        "--pp-schedule", "1f1b", "--global-batch", "8", "--micro-batch", "1", "--seq-len", "1024")
+    assert code == 0
+    doc = json.loads(out)
+    assert len(doc["ranks"]) == 2  # one simulated rank per pipeline stage
+    trace = json.loads((tmp_path / "sim" / "rank-1.json").read_text())
+    kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
+    end_us = max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
+    assert end_us == pytest.approx(doc["ranks"][1]["step_time_s"] * 1e6, rel=1e-6)
+
+
+def test_no_traceback_from_the_console_entry_point():
+    proc = subprocess.run([sys.executable, "-m", "ccoverlap", "plan", "--model", "gpt-5"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "unknown model" in proc.stderr
