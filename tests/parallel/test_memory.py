@@ -1,0 +1,108 @@
+"""Memory estimate: Korthikanti et al. 2022 activation formulas, a hand-computed total, fits."""
+
+from __future__ import annotations
+
+import pytest
+
+from ccoverlap.models import get_model, model_from_dict
+from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, estimate_memory, layer_activation_bytes
+from ccoverlap.parallel.memory import MEMORY_RESERVE_FRACTION
+
+from parallel_helpers import cluster
+
+h, a, s, b = 4096, 32, 2048, 2
+# the paper's GPT: 4h GELU MLP, multi-head attention, dropout, 16-bit activations
+GPT = model_from_dict({"hidden": h, "ffn_hidden": 4 * h, "heads": a, "layers": 8, "vocab": 51200, "seq_len": s,
+                       "gated_mlp": False, "norm": "layernorm", "dropout": True})
+
+
+def act(**kw):
+    return layer_activation_bytes(GPT, ParallelConfig(**kw), b, s, 0, flash_attention=False)
+
+
+def test_korthikanti_table2_formulas():
+    sbh = s * b * h
+    t = 4
+    assert act() == pytest.approx(sbh * (34 + 5 * a * s / h))
+    assert act(tp=t) == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)))
+    assert act(tp=t, sequence_parallel=True) == pytest.approx(sbh * (34 / t + 5 * a * s / (h * t)))
+    assert act(tp=t, recompute="selective") == pytest.approx(sbh * (10 + 24 / t))
+    assert act(tp=t, sequence_parallel=True, recompute="selective") == pytest.approx(sbh * 34 / t)
+    assert act(recompute="full") == pytest.approx(2 * sbh)
+    assert act(tp=t, sequence_parallel=True, recompute="full") == pytest.approx(2 * sbh / t)
+    # FlashAttention keeps no a·s² scores, only the fp32 log-sum-exp
+    flash = layer_activation_bytes(GPT, ParallelConfig(), b, s, 0, flash_attention=True)
+    assert flash == pytest.approx(sbh * 34 + 4 * s * b * a)
+
+
+def test_hand_computed_total_llama3_8b_ddp():
+    m = get_model("Llama-3-8B")
+    n = 8_030_261_248
+    T = 4096
+    est = estimate_memory(m, ParallelConfig(dp=8), BatchConfig(global_batch=8, micro_batch=1, seq_len=T), cluster(8))
+    assert est.weights_bytes == 2 * n and est.gradients_bytes == 4 * n and est.optimizer_bytes == 12 * n
+    # per layer (bf16, flash attention, no dropout): norm inputs 2·2Th, norm outputs 2·2Th,
+    # Q K V 2T(4096 + 2·1024), out-proj input 2T·4096, lse 4T·32, fc1 out 2T·2·14336, act out 2T·14336
+    per_layer = T * (8 * 4096 + 2 * 6144 + 2 * 4096 + 4 * 32 + 2 * 3 * 14336)
+    assert est.activation_per_layer_bytes == per_layer
+    logits = T * 128256 * (2 + 4) + 2 * 2 * T * 4096  # bf16 logits + fp32 softmax, final norm in/out
+    embedding = 2 * T * 4096
+    assert est.activations_bytes == 32 * per_layer + logits + embedding
+    assert est.comm_buffers_bytes == 2 * 25 * 2**20  # two DDP buckets in flight
+    assert est.total_bytes == pytest.approx(18 * n + 32 * per_layer + logits + embedding + 50 * 2**20)
+    assert est.total_bytes > est.usable_bytes and not est.fits  # 18 bytes/param of 8B: > 80 GB
+    assert est.usable_bytes == pytest.approx(80e9 * (1 - MEMORY_RESERVE_FRACTION))
+
+
+def test_sharding_brings_it_under_and_too_big_does_not_fit():
+    m = get_model("Llama-3-8B")
+    bt = BatchConfig(global_batch=8, micro_batch=1, seq_len=4096)
+    ddp = estimate_memory(m, ParallelConfig(dp=8), bt, cluster(8))
+    zero1 = estimate_memory(m, ParallelConfig(dp=8, distributed_optimizer=True), bt, cluster(8))
+    fsdp = estimate_memory(m, ParallelConfig(dp=8, data_parallel="fsdp"), bt, cluster(8))
+    n = m.param_count().total
+    assert zero1.optimizer_bytes == pytest.approx(12 * n / 8)
+    assert fsdp.weights_bytes + fsdp.gradients_bytes + fsdp.optimizer_bytes == pytest.approx(16 * n / 8)
+    assert fsdp.total_bytes < zero1.total_bytes < ddp.total_bytes
+    assert fsdp.fits and not ddp.fits
+    big = estimate_memory(get_model("Llama-3-70B"), ParallelConfig(dp=8, data_parallel="fsdp"), bt, cluster(8))
+    assert not big.fits and big.total_bytes > 80e9
+
+
+def test_pipeline_in_flight_and_recompute():
+    m = get_model("Llama-3-8B")
+    c = cluster(8)
+    bt = BatchConfig(global_batch=8, micro_batch=1, seq_len=4096)
+    one = estimate_memory(m, ParallelConfig(tp=2, pp=4), bt, c)
+    gp = estimate_memory(m, ParallelConfig(tp=2, pp=4, pp_schedule="gpipe"), bt, c)
+    assert one.inflight_microbatches == 4 and gp.inflight_microbatches == 8
+    assert gp.activations_bytes > one.activations_bytes
+    assert one.worst_rank in (0, 3) and len(one.per_rank_total) == 4
+    sp = estimate_memory(m, ParallelConfig(tp=2, pp=4, sequence_parallel=True), bt, c)
+    full = estimate_memory(m, ParallelConfig(tp=2, pp=4, sequence_parallel=True, recompute="full"), bt, c)
+    assert full.activations_bytes < sp.activations_bytes < one.activations_bytes
+    dual = estimate_memory(m, ParallelConfig(tp=2, pp=4, pp_schedule="dualpipe"), bt, c)
+    assert dual.inflight_microbatches == 5 and dual.weights_bytes == pytest.approx(2 * one.weights_bytes, rel=0.1)
+
+
+def test_fsdp_buffers_follow_the_limit():
+    m = get_model("Llama-3-8B")
+    bt = BatchConfig(global_batch=8, micro_batch=1, seq_len=4096)
+    p = ParallelConfig(dp=8, data_parallel="fsdp")
+    e1 = estimate_memory(m, p, bt, cluster(8), OverlapKnobs(fsdp_limit_all_gathers=1))
+    e4 = estimate_memory(m, p, bt, cluster(8), OverlapKnobs(fsdp_limit_all_gathers=4))
+    keep = estimate_memory(m, p, bt, cluster(8), OverlapKnobs(fsdp_reshard_after_forward=False))
+    assert e1.comm_buffers_bytes < e4.comm_buffers_bytes < keep.comm_buffers_bytes
+    assert keep.comm_buffers_bytes >= 2 * m.param_count().total  # every unit stays gathered (bf16)
+
+
+def test_step_graph_carries_the_estimate():
+    from ccoverlap.parallel import build_step
+
+    m = get_model("Llama-3-8B")
+    p = ParallelConfig(tp=2, pp=2, dp=2)
+    bt = BatchConfig(global_batch=4, micro_batch=1, seq_len=2048)
+    sg = build_step(m, p, bt, cluster(8))
+    assert sg.memory == estimate_memory(m, p, bt, cluster(8))
+    d = sg.memory.to_dict()
+    assert d["total_bytes"] == sg.memory.total_bytes and isinstance(d["per_rank_total"], list)
