@@ -110,15 +110,16 @@ def minimum_config(cfg: CommConfig, space: TuningSpace) -> CommConfig:
     return replace(cfg, channels=space.nc_min, threads=space.nt_min, chunk_bytes=space.chunk_min)
 
 
-def step_config(cfg: CommConfig, lr: float, space: TuningSpace) -> CommConfig:
+def step_config(cfg: CommConfig, lr: float, space: TuningSpace, *, min_lr: float = 0.25) -> CommConfig:
     """Algorithm 2 lines 12-14, ``NC, NT, C <- NC, NT, C + lr``, on a normalised log scale:
     each knob's position ``u = log(v / min) / log(max / min)`` grows by ``lr / log2(nc_max /
     nc_min)``, so ``lr = 1`` doubles NC and moves NT and C by the same fraction of their
-    ranges. The result always differs from ``cfg`` unless every knob is at its maximum: NC
-    grows by at least one channel while below ``nc_max`` (else C or NT by one quantum).
-    ``lr`` <= 0 is treated as 0 (the minimum step)."""
+    ranges. ``lr`` below ``min_lr`` counts as ``min_lr`` (a quarter of an NC doubling), and NC
+    grows by at least one channel while below ``nc_max``, so every step changes the
+    configuration and minimum to maximum takes at most ~``4 log2(nc_max / nc_min)`` steps;
+    at the maximum of every knob the configuration is returned unchanged."""
     cfg = space.clamp(cfg)
-    du = max(0.0, lr) / space.nc_octaves
+    du = max(min_lr, lr) / space.nc_octaves
     new = {}
     for name, lo, hi in (("channels", space.nc_min, space.nc_max), ("threads", space.nt_min, space.nt_max),
                          ("chunk_bytes", space.chunk_min, space.chunk_max)):
