@@ -1,0 +1,560 @@
+"""Fit the cost model's parameters to measurements, and check it on held-back ones (numpy only).
+
+The model functions here *are* the cost model: each predicts a measured quantity with the
+functions of :mod:`ccoverlap.cost` (``gemm_time_s``, ``compute_time_under_s``, ...) under a
+candidate :class:`~ccoverlap.cost.params.CostParams`, so what is fitted is exactly what
+``plan`` / ``simulate`` use. No torch: this runs on any machine, on a calibration file's
+raw measurements.
+
+Observations (one record of :mod:`.microbench` gives one or two), fitted as
+``log(predicted) − log(measured)`` by bounded Levenberg–Marquardt (:func:`least_squares`):
+
+===============  ==========================================  ================================
+group            quantity (model)                              fitted CostParams fields
+===============  ==========================================  ================================
+copy_sm          SM copy time: bytes / (B̄·mem_bw_fraction)    mem_bw_fraction,
+                 + launch overhead                              kernel_launch_overhead_s
+copy_ce          copy-engine copy time (comm.copy_time_s)       dma_engine_bytes_per_s,
+                                                                host_link_bytes_per_s,
+                                                                dma_copy_latency_s
+gemm             GEMM time: tiles, waves (lagom eq. 5), per-    gemm_peak_fraction,
+                 wave max(θ, D/B) (eq. 6), K-step prologue,     gemm_small_tile_efficiency,
+                 smaller tiles (size-dependent efficiency)      gemm_tile_overhead_ksteps,
+                                                                gemm_mem_overlap, tile shape
+sm_victim        victim slowdown beside the NC/NT/C copy:       comm_sm_fraction_per_channel,
+                 λ − NC·f SMs (eq. 5), B̄ − V (eq. 6),           nt_contention_coeff,
+                 L2 pollution by NC·C in-flight bytes           comm_hbm_bytes_per_wire_byte,
+                                                                l2_inflight_chunks,
+                                                                l2_pollution_penalty,
+                                                                mem_sm_saturation_fraction
+sm_copy          copy slowdown beside the victim (1 + κ·u)      comm_compute_interference
+ce_victim        victim slowdown beside copy-engine copies      dma_hbm_bytes_per_wire_byte,
+                 (no SMs taken; ficco §IV-D, Fig. 9 left)       dma_l2_pollution_fraction
+ce_copy          copy slowdown beside the victim (Fig. 9 right) dma_compute_interference
+split            decomposition loss (ficco §IV-C1, Fig. 7):     fitted with ``gemm`` (the
+                 split time / whole time                        pieces are GEMMs too)
+channel          channel-copy throughput over NC, NT, C        reported, not written to
+                 (comm.py's channel model, HBM as the link)     ``params`` (NCCL's rate over
+                                                                NVLink needs nccl-tests)
+===============  ==========================================  ================================
+
+Records are split deterministically (:func:`ccoverlap.calibrate.grids.is_held_out`); the
+fit uses the training part and :func:`heldout_errors` reports the error on the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
+
+from ccoverlap.calibrate.grids import DTYPE_BYTES, is_held_out
+from ccoverlap.cost import comm as cm
+from ccoverlap.cost import contention as ct
+from ccoverlap.cost.compute import gemm_profile, gemm_time_s, memory_time_s, split_gemm
+from ccoverlap.cost.params import CostParams
+from ccoverlap.graph import CommConfig, CopySpec, GemmSpec, MemorySpec, P2PSpec
+from ccoverlap.hardware import ClusterSpec, GPUSpec, LinkSpec
+
+
+@dataclass(frozen=True)
+class Context:
+    """The GPU the measurements come from (catalog peaks) as a one-GPU cluster."""
+
+    gpu: GPUSpec
+    cluster: ClusterSpec
+
+
+def make_context(gpu: GPUSpec) -> Context:
+    """A :class:`Context` for ``gpu`` (the links are placeholders; nothing here crosses them)."""
+    link = LinkSpec(fabric="nvswitch", bandwidth_bytes_per_s=1e11, latency_s=0.0)
+    return Context(gpu, ClusterSpec(name="calibration", gpu=gpu, nodes=1, gpus_per_node=1, intra=link, inter=link))
+
+
+# ----------------------------------------------------------------------------- model functions
+
+def _victim(rec: dict):
+    v = rec["victim"]
+    if v["op"] == "gemm":
+        return GemmSpec(m=int(v["m"]), n=int(v["n"]), k=int(v["k"]), dtype_bytes=DTYPE_BYTES[v["dtype"]])
+    return MemorySpec(bytes=float(v["bytes"]))
+
+
+def _victim_alone(spec, p: CostParams, ctx: Context) -> tuple[float, float]:
+    """(seconds, HBM bytes/s) of a victim alone, as CostModel.profile computes them."""
+    if isinstance(spec, GemmSpec):
+        t, d = gemm_profile(spec, ctx.gpu, p)
+        return t, d / t
+    t = memory_time_s(spec, ctx.gpu, p)
+    return t, spec.bytes / t
+
+
+def _sm_comm(rec: dict) -> P2PSpec:
+    """The channel-copy kernel as the cost model's SM-driven transfer with its NC, NT, C."""
+    return P2PSpec(bytes=float(rec["copy_bytes"]), inter_node=False, transport="sm",
+                   config=CommConfig(channels=int(rec["nc"]), threads=int(rec["nt"]),
+                                     chunk_bytes=int(rec["chunk_bytes"])))
+
+
+def _ce_comm(rec: dict):
+    """A copy-engine copy: d2d as a DMA transfer (so ``dma_hbm_bytes_per_wire_byte`` applies, as
+    for DMA collectives), h2d / d2h as the cost model's CopySpec (one HBM byte per byte)."""
+    if rec["direction"] == "d2d":
+        return P2PSpec(bytes=float(rec["bytes"]), inter_node=False, transport="dma")
+    return CopySpec(bytes=float(rec["bytes"]), direction=rec["direction"])
+
+
+def _comm_pressure(comm, rate: float, p: CostParams, ctx: Context) -> tuple[float, float, float]:
+    """(SMs held, HBM bytes/s V, L2 fraction) of a copy moving ``rate`` bytes/s (lagom eqs. 5–6)."""
+    if isinstance(comm, CopySpec):
+        return 0.0, rate, ct.l2_footprint_fraction(comm, ctx.cluster, p)
+    return (ct.comm_sms(comm, ctx.cluster, p), rate * ct.hbm_bytes_per_wire_byte(comm, p),
+            ct.l2_footprint_fraction(comm, ctx.cluster, p))
+
+
+def predict_gemm(rec: dict, p: CostParams, ctx: Context) -> float:
+    """Seconds of a GEMM alone (lagom eqs. 4–6 via ``cost.compute.gemm_time_s``)."""
+    spec = GemmSpec(m=int(rec["m"]), n=int(rec["n"]), k=int(rec["k"]), dtype_bytes=DTYPE_BYTES[rec["dtype"]])
+    return gemm_time_s(spec, ctx.gpu, p)
+
+
+def split_time_s(spec: GemmSpec, ways: int, dim: str, gpu: GPUSpec, p: CostParams) -> float:
+    """``cost.compute.split_gemm_time_s`` evaluated once per distinct piece: the pieces of an
+    even split are equal (up to a remainder), so a 64-way split costs a few model calls."""
+    counts: dict[tuple, int] = {}
+    for i, piece in enumerate(split_gemm(spec, ways, dim)):
+        key = (piece, dim == "k" and i > 0)  # K pieces after the first accumulate into C
+        counts[key] = counts.get(key, 0) + 1
+    return sum(n * gemm_time_s(piece, gpu, p, accumulate=acc) for (piece, acc), n in counts.items())
+
+
+def predict_split(rec: dict, p: CostParams, ctx: Context) -> float:
+    """Decomposition loss (ficco §IV-C1, Fig. 7): time of the ``ways`` pieces split along
+    ``dim`` (M rows, or K accumulating) over the time of the whole GEMM."""
+    spec = GemmSpec(m=int(rec["m"]), n=int(rec["n"]), k=int(rec["k"]), dtype_bytes=DTYPE_BYTES[rec["dtype"]])
+    return split_time_s(spec, int(rec["ways"]), rec["dim"], ctx.gpu, p) / gemm_time_s(spec, ctx.gpu, p)
+
+
+def predict_copy(rec: dict, p: CostParams, ctx: Context) -> float:
+    """Seconds of one copy alone: SM-driven as a memory-bound kernel moving 2× the bytes
+    (read + write), copy-engine via ``cost.comm.copy_time_s``."""
+    if rec["engine"] == "sm":
+        return memory_time_s(MemorySpec(bytes=2.0 * float(rec["bytes"])), ctx.gpu, p)
+    return cm.copy_time_s(CopySpec(bytes=float(rec["bytes"]), direction=rec["direction"]), ctx.cluster, p)
+
+
+def predict_channel(rec: dict, p: CostParams, ctx: Context) -> float:
+    """Seconds of the channel-copy kernel alone, with comm.py's channel model (NC channels of
+    ``channel_bytes_per_s`` soft-saturating, NT exponent, chunk efficiency) and HBM copy
+    bandwidth (B̄·mem_bw_fraction / 2) standing in for the link (lagom §3.2, Fig. 3b/c)."""
+    nc, nt, c, nbytes = int(rec["nc"]), int(rec["nt"]), int(rec["chunk_bytes"]), float(rec["bytes"])
+    line = ctx.gpu.hbm_bytes_per_s * p.mem_bw_fraction / 2.0 / p.link_efficiency("nvswitch")
+    bw = cm.effective_link_bandwidth(line, "nvswitch", nc, nt, "simple", p)
+    eta = cm.chunk_efficiency(nbytes / nc, c, bw / nc, "simple", p)
+    return nbytes / (bw * eta) + p.kernel_launch_overhead_s
+
+
+def predict_sm_victim(rec: dict, p: CostParams, ctx: Context) -> float:
+    """Victim slowdown beside the channel copy (lagom eqs. 4–6): ``compute_time_under_s`` with
+    the copy's SMs, its HBM demand (measured copy rate × bytes per wire byte) and L2 share,
+    over the victim's time alone."""
+    victim = _victim(rec)
+    comm = _sm_comm(rec)
+    sms, hbm, l2 = _comm_pressure(comm, float(rec["copy_bytes"]) / float(rec["copy_alone_s"]), p, ctx)
+    under = ct.compute_time_under_s(victim, ctx.gpu, p, sms_taken=sms, hbm_taken=hbm, l2_fraction=l2, sharers=1)
+    return under / _victim_alone(victim, p, ctx)[0]
+
+
+def predict_ce_victim(rec: dict, p: CostParams, ctx: Context) -> float:
+    """Victim slowdown beside copy-engine copies (ficco §IV-D1, Fig. 9 left): no SMs taken,
+    bandwidth and (less) L2 still shared."""
+    victim = _victim(rec)
+    sms, hbm, l2 = _comm_pressure(_ce_comm(rec), float(rec["bytes"]) / float(rec["copy_alone_s"]), p, ctx)
+    under = ct.compute_time_under_s(victim, ctx.gpu, p, sms_taken=sms, hbm_taken=hbm, l2_fraction=l2, sharers=1)
+    return under / _victim_alone(victim, p, ctx)[0]
+
+
+def _copy_slowdown(rec: dict, comm, nbytes: float, p: CostParams, ctx: Context, dma: bool) -> float:
+    _, hbm, _ = _comm_pressure(comm, nbytes / float(rec["copy_alone_s"]), p, ctx)
+    other = _victim_alone(_victim(rec), p, ctx)[1]
+    return ct.comm_time_under_s(1.0, hbm, other, 1, ctx.gpu, p, dma=dma)
+
+
+def predict_sm_copy(rec: dict, p: CostParams, ctx: Context) -> float:
+    """Channel-copy slowdown beside the victim (ficco §IV-D2): ``comm_time_under_s`` ratio."""
+    return _copy_slowdown(rec, _sm_comm(rec), float(rec["copy_bytes"]), p, ctx, dma=False)
+
+
+def predict_ce_copy(rec: dict, p: CostParams, ctx: Context) -> float:
+    """Copy-engine copy slowdown beside the victim (ficco §IV-D2, Fig. 9 right)."""
+    return _copy_slowdown(rec, _ce_comm(rec), float(rec["bytes"]), p, ctx, dma=True)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One measured quantity of one record: ``group``, ``value`` (seconds or a ratio),
+    the function predicting it, the record and whether it is held out."""
+
+    group: str
+    value: float
+    predict: Callable[[dict, CostParams, Context], float]
+    record: dict
+    held_out: bool
+
+
+def observations(records: Iterable[dict], *, every: int = 4) -> list[Observation]:
+    """The fit/check observations of measurement records (uncovered overlap runs and
+    non-positive values are dropped). ``every``: 1 in ``every`` records is held out."""
+    out: list[Observation] = []
+    for rec in records:
+        kind = rec.get("kind")
+        ho = is_held_out(rec, every=every)
+
+        def add(group: str, value, fn) -> None:
+            if value is not None and math.isfinite(value) and value > 0:
+                out.append(Observation(group, float(value), fn, rec, ho))
+
+        if kind == "gemm":
+            add("gemm" if rec["dtype"] == "bf16" else f"gemm_{rec['dtype']}", rec["time_s"], predict_gemm)
+        elif kind == "gemm_split":
+            add("split", rec["time_s"] / rec["whole_s"], predict_split)
+        elif kind == "copy":
+            add("copy_sm" if rec["engine"] == "sm" else "copy_ce", rec["time_s"], predict_copy)
+        elif kind == "channel_copy":
+            add("channel", rec["time_s"], predict_channel)
+        elif kind in ("sm_contention", "ce_contention"):
+            pre = "sm" if kind == "sm_contention" else "ce"
+            if rec.get("covered_victim", True):
+                add(f"{pre}_victim", rec["victim_s"] / rec["victim_alone_s"],
+                    predict_sm_victim if pre == "sm" else predict_ce_victim)
+            if rec.get("covered_copy", True):
+                add(f"{pre}_copy", rec["copy_s"] / rec["copy_alone_s"],
+                    predict_sm_copy if pre == "sm" else predict_ce_copy)
+    return out
+
+
+# ----------------------------------------------------------------------------- least squares
+
+def _to_u(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    f = np.clip((x - lo) / (hi - lo), 1e-6, 1 - 1e-6)
+    return np.log(f / (1 - f))
+
+
+def _to_x(u: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    return lo + (hi - lo) / (1.0 + np.exp(-np.clip(u, -40, 40)))
+
+
+@dataclass
+class LSQResult:
+    """Result of :func:`least_squares`: ``x`` (best point), ``cost`` (½Σr²), ``stderr``
+    (linearised standard errors of x, NaN where not identifiable), ``iterations``."""
+
+    x: np.ndarray
+    cost: float
+    stderr: np.ndarray
+    iterations: int
+
+
+def least_squares(residuals: Callable[[np.ndarray], np.ndarray], x0, lo, hi, *,
+                  max_iter: int = 60, tol: float = 1e-9) -> LSQResult:
+    """Bounded Levenberg–Marquardt: minimise ½‖r(x)‖² for ``lo < x < hi`` (each bound
+    finite), through the logistic map x = lo + (hi − lo)·σ(u); forward-difference Jacobian.
+    Pure numpy (scipy is not a dependency)."""
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+    u = _to_u(np.asarray(x0, float), lo, hi)
+    r = residuals(_to_x(u, lo, hi))
+    cost = 0.5 * float(r @ r)
+    lam, it = 1e-2, 0
+    jac = np.zeros((r.size, u.size))
+    for it in range(1, max_iter + 1):
+        for j in range(u.size):
+            h = 1e-4 * max(1.0, abs(u[j]))
+            du = u.copy()
+            du[j] += h
+            jac[:, j] = (residuals(_to_x(du, lo, hi)) - r) / h
+        g = jac.T @ r
+        a = jac.T @ jac
+        improved = False
+        for _ in range(12):
+            step = np.linalg.solve(a + lam * (np.diag(np.diag(a)) + 1e-12 * np.eye(u.size)), -g)
+            u_new = u + step
+            r_new = residuals(_to_x(u_new, lo, hi))
+            c_new = 0.5 * float(r_new @ r_new)
+            if np.isfinite(c_new) and c_new < cost:
+                improved = True
+                rel = (cost - c_new) / max(cost, 1e-300)
+                u, r, cost = u_new, r_new, c_new
+                lam = max(lam / 3.0, 1e-9)
+                break
+            lam *= 4.0
+        if not improved or rel < tol:
+            break
+    x = _to_x(u, lo, hi)
+    dof = max(1, r.size - u.size)
+    s2 = 2.0 * cost / dof
+    # linearised covariance; pinv so one flat direction does not hide the others' errors
+    cov_u = np.linalg.pinv(jac.T @ jac) * s2
+    dxdu = (x - lo) * (hi - x) / (hi - lo)
+    stderr = np.sqrt(np.clip(np.diag(cov_u), 0, None)) * np.abs(dxdu)
+    stderr[np.abs(jac).sum(axis=0) == 0] = np.nan
+    return LSQResult(x=x, cost=cost, stderr=stderr, iterations=it)
+
+
+# ----------------------------------------------------------------------------- stages
+
+# (group(s) fitted, {CostParams field: (lower, upper)}) in fit order; later stages see the
+# earlier stages' values. Bounds are physical ranges, not priors.
+STAGES: tuple[tuple[str, tuple[str, ...], dict[str, tuple[float, float]]], ...] = (
+    ("copy_sm", ("copy_sm",), {"mem_bw_fraction": (0.2, 1.0), "kernel_launch_overhead_s": (1e-8, 5e-5)}),
+    ("copy_ce", ("copy_ce",), {"dma_engine_bytes_per_s": (1e9, 5e12), "host_link_bytes_per_s": (1e9, 5e11),
+                               "dma_copy_latency_s": (1e-8, 1e-4)}),
+    ("gemm", ("gemm", "split"), {"gemm_peak_fraction": (0.1, 1.0), "gemm_small_tile_efficiency": (0.3, 1.0),
+                         "gemm_tile_overhead_ksteps": (0.0, 16.0), "gemm_mem_overlap": (0.0, 1.0)}),
+    ("sm_contention", ("sm_victim",), {"comm_sm_fraction_per_channel": (0.0, 4.0),
+                                       "nt_contention_coeff": (0.0, 2.0),
+                                       "comm_hbm_bytes_per_wire_byte": (0.0, 8.0),
+                                       "l2_inflight_chunks": (0.0, 16.0), "l2_pollution_penalty": (0.0, 3.0),
+                                       "mem_sm_saturation_fraction": (0.02, 1.0)}),
+    ("sm_copy", ("sm_copy",), {"comm_compute_interference": (0.0, 5.0)}),
+    ("ce_contention", ("ce_victim",), {"dma_hbm_bytes_per_wire_byte": (0.0, 8.0),
+                                       "dma_l2_pollution_fraction": (0.0, 1.0)}),
+    ("ce_copy", ("ce_copy",), {"dma_compute_interference": (0.0, 5.0)}),
+)
+# Reported but not written to ``params`` (see the module docstring).
+INFO_STAGES = (
+    ("channel", ("channel",), {"channel_bytes_per_s": (1e8, 1e12), "channel_saturation_sharpness": (0.5, 20.0),
+                               "threads_bw_exponent": (0.0, 2.0), "chunk_step_overhead_s": (0.0, 1e-4),
+                               "chunk_pipeline_depth": (0.0, 8.0)}),
+)
+# Fields chosen by search over candidates inside their stage (see _fit_stage).
+STAGE_GRIDS: dict[str, dict[str, tuple[float, ...]]] = {
+    "sm_contention": {"comm_sm_fraction_per_channel": tuple(round(0.05 * i, 2) for i in range(41)),
+                      "nt_contention_coeff": (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0)},
+}
+# Tile shapes (tile_m, tile_n) and CTAs per SM tried by the GEMM stage.
+TILE_CHOICES = tuple((tm, tn, t) for tm in (64, 128, 256) for tn in (64, 128, 256) if tm * tn >= 64 * 128
+                     for t in (1, 2))
+
+
+@dataclass
+class FitResult:
+    """Fitted parameters (``params``: only the fields a stage fitted), the full
+    :class:`CostParams` (``cost_params``), per-stage details and the observations."""
+
+    params: dict
+    cost_params: CostParams
+    stages: dict = field(default_factory=dict)
+    observations: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+
+def _residual_fn(obs: list[Observation], names: list[str], base: CostParams, ctx: Context):
+    logs = np.log([o.value for o in obs])
+
+    def fn(x) -> np.ndarray:
+        try:
+            p = base.with_overrides(**dict(zip(names, (float(v) for v in x))))
+            pred = np.array([o.predict(o.record, p, ctx) for o in obs])
+        except Exception:  # a parameter combination the cost model rejects
+            return np.full(len(obs), 1e3)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.log(pred) - logs
+        return np.where(np.isfinite(r), r, 1e3)
+
+    return fn
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def _sensitivity(obs: list[Observation], name: str, value: float, bounds: tuple[float, float],
+                 p: CostParams, ctx: Context, candidates=None) -> float:
+    """RMS change of the log residuals when ``name`` moves ±5 % (of its value, or of its range
+    at 0), or to the neighbouring ``candidates`` of a searched field: ~0 means the
+    measurements do not constrain it."""
+    lo, hi = bounds
+    d = 0.05 * (abs(value) if value != 0 else (hi - lo))
+    trial = (max(lo, value - d), min(hi, value + d))
+    if candidates is not None:
+        c = sorted(candidates)
+        i = c.index(value) if value in c else int(np.argmin([abs(x - value) for x in c]))
+        trial = tuple(c[j] for j in (i - 1, i + 1) if 0 <= j < len(c))
+    fn = _residual_fn(obs, [name], p, ctx)
+    r0 = fn([value])
+    worst = 0.0
+    for v in trial:
+        if v != value:
+            worst = max(worst, float(np.sqrt(np.mean((fn([v]) - r0) ** 2))))
+    return worst
+
+
+def _fit_stage(obs: list[Observation], bounds: dict, base: CostParams, ctx: Context,
+               grid: dict | None = None, n_starts: int = 4) -> tuple[CostParams, dict]:
+    """Fit one stage. Fields in ``grid`` (name -> candidate values) enter the model through
+    ceilings (e.g. SMs per channel in eq. 5's wave count), where gradients are useless: they
+    are chosen by search over their candidates, alternating with Levenberg–Marquardt on the
+    other fields (from the base values and ``n_starts`` seeded random points), until the grid
+    choices settle."""
+    grid = dict(grid or {})
+    names = [n for n in bounds if n not in grid]
+    lo = np.array([bounds[n][0] for n in names])
+    hi = np.array([bounds[n][1] for n in names])
+    p = base
+    best = None
+    for rnd in range(4):
+        changed = False
+        for gname, values in grid.items():
+            fn = _residual_fn(obs, [gname], p, ctx)
+            costs = [float(np.sum(fn([v]) ** 2)) for v in values]
+            choice = float(values[int(np.argmin(costs))])
+            changed = changed or choice != getattr(p, gname)
+            p = p.with_overrides(**{gname: choice})
+        if names:
+            fn = _residual_fn(obs, names, p, ctx)
+            x_now = np.clip([float(getattr(p, n)) for n in names], lo + 1e-6 * (hi - lo), hi - 1e-6 * (hi - lo))
+            starts = [x_now]
+            if rnd == 0:  # kinks (max, min over tiles, ceilings) make local minima: more starts
+                rng = np.random.default_rng(12345)
+                starts += [lo + f * (hi - lo) for f in rng.uniform(0.1, 0.9, size=(n_starts, len(names)))]
+            best = None
+            for x0 in starts:
+                res = least_squares(fn, x0, lo, hi)
+                if best is None or res.cost < best.cost:
+                    best = res
+            p = p.with_overrides(**{n: float(v) for n, v in zip(names, best.x)})
+        if rnd > 0 and not changed:
+            break
+    r = _residual_fn(obs, [], p, ctx)([])
+    fitted = {n: float(getattr(p, n)) for n in bounds}
+    stderr = {n: (_finite(s) if best is not None else None) for n, s in
+              zip(names, best.stderr if best is not None else [])}
+    stderr.update({g: None for g in grid})
+    unconstrained = [n for n in bounds if _sensitivity(obs, n, fitted[n], bounds[n], p, ctx, grid.get(n)) < 1e-4]
+    # the data say nothing about these: keep the base values, leave them out of ``values``
+    p = p.with_overrides(**{n: getattr(base, n) for n in unconstrained})
+    fitted = {n: v for n, v in fitted.items() if n not in unconstrained}
+    info = {"values": fitted, "stderr": stderr, "unconstrained": unconstrained,
+            "rms_log_error": float(np.sqrt(np.mean(r ** 2))) if r.size else 0.0,
+            "observations": len(obs), "iterations": best.iterations if best is not None else 0}
+    return p, info
+
+
+def _fit_gemm(obs: list[Observation], bounds: dict, base: CostParams, ctx: Context,
+              tile_choices) -> tuple[CostParams, dict]:
+    """The GEMM stage, on GEMMs alone and split ones (the pieces are GEMMs too): every tile
+    shape / CTAs-per-SM choice, continuous fields fitted for each (a coarse pre-fit ranks the
+    choices; the three best are refined)."""
+    coarse = []
+    for tm, tn, t in tile_choices:
+        p0 = base.with_overrides(gemm_tile_m=tm, gemm_tile_n=tn, gemm_tiles_per_sm=t)
+        fn = _residual_fn(obs, ["gemm_peak_fraction"], p0, ctx)
+        res = least_squares(fn, [p0.gemm_peak_fraction], [0.1], [1.0], max_iter=15)
+        coarse.append((res.cost, (tm, tn, t)))
+    coarse.sort()
+    best = None
+    for _, (tm, tn, t) in coarse[:3]:
+        p0 = base.with_overrides(gemm_tile_m=tm, gemm_tile_n=tn, gemm_tiles_per_sm=t)
+        p, info = _fit_stage(obs, bounds, p0, ctx)
+        if best is None or info["rms_log_error"] < best[1]["rms_log_error"]:
+            info["values"].update(gemm_tile_m=tm, gemm_tile_n=tn, gemm_tiles_per_sm=t)
+            best = (p, info)
+    return best
+
+
+def _per_dtype_peak(obs: list[Observation], p: CostParams, ctx: Context) -> dict:
+    """gemm_peak_fraction refitted per non-bf16 dtype with the bf16 structure fixed (CostParams
+    has one fraction for all dtypes; this shows how far fp16 / fp32 are from it)."""
+    out = {}
+    for group in sorted({o.group for o in obs if o.group.startswith("gemm_")}):
+        sel = [o for o in obs if o.group == group and not o.held_out]
+        if len(sel) >= 2:
+            res = least_squares(_residual_fn(sel, ["gemm_peak_fraction"], p, ctx), [p.gemm_peak_fraction], [0.02], [1.0])
+            out[group.removeprefix("gemm_")] = float(res.x[0])
+    return out
+
+
+def fit(records: list[dict], gpu: GPUSpec, base: CostParams, *, every: int = 4,
+        tile_choices=TILE_CHOICES, stages=STAGES, info_stages=INFO_STAGES) -> FitResult:
+    """Fit the cost model to ``records`` measured on ``gpu``, stage by stage (:data:`STAGES`),
+    starting from ``base`` (e.g. ``default_params(gpu)``), on the records not held out.
+    A stage without training observations keeps the base values and adds a note."""
+    ctx = make_context(gpu)
+    obs = observations(records, every=every)
+    p = base
+    params: dict = {}
+    result = FitResult(params=params, cost_params=base, observations=obs)
+    for name, groups, bounds in tuple(stages) + tuple(info_stages):
+        train = [o for o in obs if o.group in groups and not o.held_out]
+        informational = name in {s[0] for s in info_stages}
+        if len(train) < len(bounds) + 1:
+            result.notes.append(f"{name}: {len(train)} training observation(s), too few to fit "
+                                f"{len(bounds)} parameter(s); kept the defaults")
+            continue
+        if name == "gemm":
+            p_new, info = _fit_gemm(train, bounds, p, ctx, tile_choices)
+            info["peak_fraction_by_dtype"] = _per_dtype_peak(obs, p_new, ctx)
+        else:
+            p_new, info = _fit_stage(train, bounds, p, ctx, STAGE_GRIDS.get(name))
+        for n in info.get("unconstrained", []):
+            result.notes.append(f"{name}: {n} is not constrained by these measurements; kept {getattr(p, n):.4g}")
+        info["written_to_params"] = not informational
+        result.stages[name] = info
+        if not informational:
+            p = p_new
+            params.update(info["values"])
+    result.cost_params = p
+    return result
+
+
+# ----------------------------------------------------------------------------- checking
+
+def heldout_errors(result: FitResult, gpu: GPUSpec, *, held_out: bool = True) -> list[dict]:
+    """Per group, the relative error |pred/meas − 1| of the fitted model on held-out
+    observations (``held_out=False``: on the training ones): n, median, 90th percentile, max."""
+    ctx = make_context(gpu)
+    rows = []
+    groups = sorted({o.group for o in result.observations})
+    for group in groups:
+        sel = [o for o in result.observations if o.group == group and o.held_out == held_out]
+        if not sel:
+            continue
+        params = result.cost_params
+        if group == "channel" and "channel" in result.stages:
+            params = params.with_overrides(**result.stages["channel"]["values"])
+        errs = np.array([abs(o.predict(o.record, params, ctx) / o.value - 1.0) for o in sel])
+        rows.append({"group": group, "n": len(sel), "median_rel_err": float(np.median(errs)),
+                     "p90_rel_err": float(np.percentile(errs, 90)), "max_rel_err": float(errs.max())})
+    return rows
+
+
+def overall_error(rows: list[dict]) -> float | None:
+    """Observation-weighted mean of the groups' median relative errors (one number for the
+    file's ``fit_error``), or None without rows."""
+    n = sum(r["n"] for r in rows)
+    return sum(r["median_rel_err"] * r["n"] for r in rows) / n if n else None
+
+
+def decomposition_table(result: FitResult, gpu: GPUSpec) -> list[dict]:
+    """ficco Fig. 7 rows: measured vs predicted decomposition loss per (shape, dim, ways)."""
+    ctx = make_context(gpu)
+    rows = []
+    for o in result.observations:
+        if o.group == "split":
+            r = o.record
+            rows.append({"name": r.get("name", ""), "m": r["m"], "n": r["n"], "k": r["k"], "dim": r["dim"],
+                         "ways": r["ways"], "measured": o.value,
+                         "predicted": o.predict(r, result.cost_params, ctx)})
+    return rows
+
+
+def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
+    """A plain-text table: ``columns`` are (key, header, format spec)."""
+    cells = [[h for _, h, _ in columns]] + [[format(r[k], f) if f else str(r[k]) for k, _, f in columns] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
+    lines = ["  ".join(c[i].rjust(widths[i]) if i else c[i].ljust(widths[i]) for i in range(len(columns)))
+             for c in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,198 @@
+"""The whole measurement run of ``ccoverlap calibrate``: every section of the plan in
+:mod:`ccoverlap.calibrate.grids`, timed with :mod:`ccoverlap.calibrate.microbench`.
+
+:func:`run_suite` returns the measurement records and notes (sections skipped and why).
+CUDA only; torch is imported by the callers' ``Bench``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ccoverlap.calibrate import grids
+from ccoverlap.calibrate import microbench as mb
+
+MiB = 1 << 20
+
+
+def _oom(bench: mb.Bench) -> type:
+    return getattr(bench.torch.cuda, "OutOfMemoryError", RuntimeError)
+
+
+def gemm_section(bench: mb.Bench, notes: list[str]) -> list[dict]:
+    """Each GEMM of :func:`grids.gemm_sweep` alone (kind ``gemm``)."""
+    out = []
+    shapes = grids.gemm_sweep(bench.grid.quick)
+    for i, (dtype, m, n, k) in enumerate(shapes):
+        bench.log(f"gemm {i + 1}/{len(shapes)}: {dtype} {m}x{n}x{k}")
+        try:
+            r = bench.time_loop(mb.make_gemm(bench, dtype, m, n, k))
+        except _oom(bench):
+            notes.append(f"gemm {dtype} {m}x{n}x{k}: out of memory, skipped")
+            continue
+        out.append({"kind": "gemm", "dtype": dtype, "m": m, "n": n, "k": k, **r})
+    bench.torch.cuda.empty_cache()
+    return out
+
+
+def split_section(bench: mb.Bench, notes: list[str]) -> list[dict]:
+    """ficco Table I GEMMs (scaled) whole and split 8/64-way along M and K (kind ``gemm_split``,
+    ficco §IV-C1, Fig. 7)."""
+    out = []
+    shapes = grids.ficco_shapes(bench.grid)
+    for i, (name, m, n, k, scale) in enumerate(shapes):
+        bench.log(f"decomposition {i + 1}/{len(shapes)}: {name} scaled x{scale:.3f} -> {m}x{n}x{k}")
+        try:
+            t = mb.gemm_tensors(bench, "bf16", m, n, k)
+            whole = bench.time_loop(mb.make_gemm(bench, "bf16", m, n, k, tensors=t))
+            for dim in ("m", "k"):
+                for ways in (8, 64):
+                    r = bench.time_loop(mb.make_split_gemm(bench, "bf16", m, n, k, dim, ways, tensors=t))
+                    out.append({"kind": "gemm_split", "name": name, "dtype": "bf16", "m": m, "n": n, "k": k,
+                                "scale": scale, "dim": dim, "ways": ways, "whole_s": whole["time_s"], **r})
+            del t
+        except _oom(bench):
+            notes.append(f"decomposition {name} {m}x{n}x{k}: out of memory, skipped")
+        bench.torch.cuda.empty_cache()
+    return out
+
+
+def copy_section(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]:
+    """Copy bandwidth over sizes (kind ``copy``): SM-driven (elementwise kernel; the channel
+    kernel with 4 blocks per SM when built) and copy-engine (d2d, pinned h2d / d2h; peer when
+    there are two GPUs)."""
+    torch = bench.torch
+    out = []
+    sizes = (1, 16, 256) if bench.grid.quick else (1, 4, 16, 64, 256, 1024)
+    sms = torch.cuda.get_device_properties(bench.dev).multi_processor_count
+    for mib in sizes:
+        nbytes = mib * MiB
+        bench.log(f"copy bandwidth: {mib} MiB")
+        src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=bench.dev).fill_(1.0)
+        dst = torch.empty_like(src)
+        r = bench.time_loop(lambda: torch.mul(src, 1.0, out=dst))
+        out.append({"kind": "copy", "engine": "sm", "method": "elementwise", "direction": "d2d", "bytes": nbytes, **r})
+        if kernel is not None:
+            stats = torch.zeros(4, dtype=torch.int64, device=bench.dev)
+            nc, nt, c = 4 * sms, 512, 64 * 1024
+            r = bench.time_loop(lambda: kernel.launch(src, dst, nc=nc, nt=nt, chunk_bytes=c,
+                                                      total_bytes=nbytes, stats=stats))
+            out.append({"kind": "copy", "engine": "sm", "method": "channel_kernel", "direction": "d2d",
+                        "nc": nc, "nt": nt, "chunk_bytes": c, "bytes": nbytes, **r})
+        del src, dst
+        directions = ["d2d"] + (["h2d", "d2h"] if mib <= 256 else [])
+        if torch.cuda.device_count() > 1:
+            directions.append("p2p")
+        for d in directions:
+            r = bench.time_loop(mb.make_ce_copy(bench, d, nbytes))
+            out.append({"kind": "copy", "engine": "ce", "method": "memcpy_async", "direction": d,
+                        "bytes": nbytes, **r})
+        torch.cuda.empty_cache()
+    return out
+
+
+def _copy_bytes(nc: int, chunk: int) -> int:
+    """Bytes one channel-copy launch moves: ≥ 64 MiB and ≥ 4 chunks per channel."""
+    return max(64 * MiB, 4 * nc * chunk)
+
+
+def _victims(bench: mb.Bench) -> list[tuple[dict, Callable[[], None]]]:
+    """Victims of the contention runs: a large compute-bound GEMM, (full plan) a lower-intensity
+    and a near-memory-bound GEMM, and a memory-bound elementwise op (``z = x + y``, 1.5 GiB)."""
+    shapes = [(8192, 8192, 8192)] if bench.grid.quick else [(8192, 8192, 8192), (32768, 4096, 1024),
+                                                            (65536, 512, 512)]
+    out = [({"op": "gemm", "dtype": "bf16", "m": m, "n": n, "k": k}, mb.make_gemm(bench, "bf16", m, n, k))
+           for m, n, k in shapes]
+    fn, nbytes = mb.make_memory_op(bench, 1536 * MiB)
+    out.append(({"op": "memory", "bytes": nbytes}, fn))
+    return out
+
+
+def contention_sections(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]:
+    """The channel copy alone over (NC, NT, C) (kind ``channel_copy``), then beside each victim
+    (kind ``sm_contention``, lagom §3.2 Fig. 3), then copy-engine copies beside each victim
+    (kind ``ce_contention``, ficco §IV-D Fig. 9)."""
+    torch = bench.torch
+    out = []
+    victims = _victims(bench)
+    alone = {}
+    for desc, fn in victims:
+        alone[id(fn)] = bench.time_loop(fn)["time_s"]
+    if kernel is not None:
+        half = bench.grid.copy_buffer_bytes // 4
+        src = torch.empty(half, dtype=torch.int32, device=bench.dev).fill_(7)
+        dst = torch.empty_like(src)
+        stats = torch.zeros(4, dtype=torch.int64, device=bench.dev)
+        points = grids.contention_points(bench.grid)
+        for i, (nc, nt, c) in enumerate(points):
+            nbytes = _copy_bytes(nc, c)
+            bench.log(f"channel copy {i + 1}/{len(points)}: NC={nc} NT={nt} C={c // 1024} KiB")
+
+            def copy(nc=nc, nt=nt, c=c, nbytes=nbytes) -> None:
+                kernel.launch(src, dst, nc=nc, nt=nt, chunk_bytes=c, total_bytes=nbytes, stats=stats)
+
+            r = bench.time_loop(copy)
+            base = {"nc": nc, "nt": nt, "chunk_bytes": c}
+            out.append({"kind": "channel_copy", **base, "bytes": nbytes, "backend": kernel.backend, **r})
+            copy_alone = r["time_s"]
+            for desc, fn in victims:
+                v = bench.overlap(fn, alone[id(fn)], copy, copy_alone)
+                cp = bench.overlap(copy, copy_alone, fn, alone[id(fn)])
+                out.append({"kind": "sm_contention", "victim": desc, **base, "copy_bytes": nbytes,
+                            "backend": kernel.backend, "victim_alone_s": alone[id(fn)], "victim_s": v["time_s"],
+                            "copy_alone_s": copy_alone, "copy_s": cp["time_s"],
+                            "covered_victim": v["covered"], "covered_copy": cp["covered"],
+                            "victim_samples_s": v["samples_s"], "copy_samples_s": cp["samples_s"]})
+        del src, dst
+        torch.cuda.empty_cache()
+    directions = ("d2d", "h2d", "d2h")
+    for d in directions:
+        nbytes = 256 * MiB
+        bench.log(f"copy-engine contention: {d}")
+        copy = mb.make_ce_copy(bench, d, nbytes)
+        copy_alone = bench.time_loop(copy)["time_s"]
+        for desc, fn in victims:
+            v = bench.overlap(fn, alone[id(fn)], copy, copy_alone)
+            cp = bench.overlap(copy, copy_alone, fn, alone[id(fn)])
+            out.append({"kind": "ce_contention", "victim": desc, "direction": d, "bytes": nbytes,
+                        "victim_alone_s": alone[id(fn)], "victim_s": v["time_s"], "copy_alone_s": copy_alone,
+                        "copy_s": cp["time_s"], "covered_victim": v["covered"], "covered_copy": cp["covered"],
+                        "victim_samples_s": v["samples_s"], "copy_samples_s": cp["samples_s"]})
+        torch.cuda.empty_cache()
+    uncovered = sum(1 for r in out if not (r.get("covered_victim", True) and r.get("covered_copy", True)))
+    if uncovered:
+        notes.append(f"{uncovered} overlap run(s) where the covering side ended first; their unequal "
+                     "side is left out of the fit")
+    return out
+
+
+def run_suite(dev, grid: grids.Grid, *, log: Callable[[str], None], kernel_prefer: str = "auto",
+              sections: tuple[str, ...] = ("gemm", "split", "copy", "contention")) -> tuple[list[dict], list[str], dict]:
+    """Run the measurement plan on ``dev``. Returns (records, notes, settings), settings
+    saying which channel-copy backend ran (or why none could be built)."""
+    from ccoverlap.calibrate.kernels import KernelUnavailable, load_channel_copy
+
+    bench = mb.Bench(dev, grid, log=log)
+    notes: list[str] = []
+    settings: dict = {"kernel_backend": None}
+    kernel = None
+    if "copy" in sections or "contention" in sections:
+        log("building the NC/NT/C channel-copy kernel (load_inline, else Triton) ...")
+        try:
+            kernel = load_channel_copy(prefer=kernel_prefer)
+            settings["kernel_backend"] = kernel.backend
+        except KernelUnavailable as exc:
+            msg = f"SM-driven contention not measured: {exc}"
+            notes.append(msg)
+            settings["kernel_error"] = str(exc)
+            log(msg)
+    records: list[dict] = []
+    if "gemm" in sections:
+        records += gemm_section(bench, notes)
+    if "split" in sections:
+        records += split_section(bench, notes)
+    if "copy" in sections:
+        records += copy_section(bench, kernel, notes)
+    if "contention" in sections:
+        records += contention_sections(bench, kernel, notes)
+    return records, notes, settings

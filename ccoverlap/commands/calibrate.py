@@ -1,0 +1,158 @@
+"""``ccoverlap calibrate``: measure this GPU and fit the cost model's parameters to it.
+
+Runs microbenchmarks on one CUDA GPU (GEMM sweep and decomposition loss, copy bandwidth,
+an NC/NT/C channel-copy kernel and copy-engine copies beside GEMMs and a memory-bound op),
+fits the cost model on part of the measurements, prints its error on the rest, and writes a
+calibration file for ``plan``, ``simulate``, ``tune`` and the runtime (``--calibration FILE``).
+``--refit FILE`` redoes only the fit from a calibration file's raw measurements (no GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import re
+import sys
+import time
+from pathlib import Path
+
+from ccoverlap.errors import ConfigError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="measure this GPU and fit the cost model (writes a calibration file)",
+                       description=__doc__)
+    p.add_argument("--out", help="calibration file to write (default: calibrations/<gpu-name>.json)")
+    p.add_argument("--quick", action="store_true", help="a smaller plan (a few minutes instead of ~20)")
+    p.add_argument("--device", default=None, help="CUDA device to measure: cuda, cuda:N or N (default: current)")
+    p.add_argument("--gpu", help="catalog GPU the parameters are for (default: recognised from the device name)")
+    p.add_argument("--kernel", choices=("auto", "cuda", "triton"), default="auto",
+                   help="channel-copy kernel backend: load_inline CUDA, Triton, or the first that builds")
+    p.add_argument("--refit", metavar="FILE", help="fit again from the measurements in FILE (no GPU needed)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(run=run)
+
+
+def slug(name: str) -> str:
+    """File-name form of a GPU name: ``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia-h100-80gb-hbm3"``."""
+    s = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return s or "gpu"
+
+
+def _log(quiet: bool):
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        if not quiet:
+            sys.stderr.write(f"[{time.perf_counter() - t0:7.1f}s] {msg}\n")
+            sys.stderr.flush()
+
+    return log
+
+
+def _resolve_gpu(name: str | None, device_name: str):
+    from ccoverlap.hardware import GPUS, get_gpu
+
+    if name:
+        return get_gpu(name)
+    raise ConfigError(f"GPU {device_name!r} is not in the catalog ({', '.join(GPUS)}); "
+                      "pass --gpu NAME with the closest catalog entry")
+
+
+def _measure(args, log) -> tuple[list, list, dict, dict, object]:
+    from ccoverlap.calibrate import grids, microbench
+    from ccoverlap.calibrate.suite import run_suite
+
+    dev = microbench.require_cuda(args.device)  # one-line ConfigError without CUDA
+    import torch
+
+    info = microbench.device_info(dev)
+    gpu = _resolve_gpu(args.gpu or info["catalog_gpu"], info["name"])
+    notes = []
+    if info["sms"] != gpu.sms:
+        notes.append(f"device has {info['sms']} SMs, catalog GPU {gpu.name} {gpu.sms}: the fit uses the catalog's")
+    free, _total = torch.cuda.mem_get_info(dev)
+    grid = grids.make_grid(args.quick, memory_bytes=free)
+    log(f"calibrating {info['name']} (as {gpu.name}), driver {info['driver']}, torch {info['torch']}, "
+        f"CUDA {info['cuda']}; {'quick' if args.quick else 'full'} plan")
+    records, run_notes, settings = run_suite(dev, grid, log=log, kernel_prefer=args.kernel)
+    settings.update({"quick": grid.quick, "reps": grid.reps, "warmup": grid.warmup,
+                     "min_window_s": grid.min_window_s, "statistic": "median of reps",
+                     "timing": "CUDA events around loops of back-to-back launches"})
+    return records, notes + run_notes, settings, info, gpu
+
+
+def _fit_and_report(records, gpu, log) -> tuple[object, list, list, list]:
+    from ccoverlap.calibrate import fit as F
+    from ccoverlap.cost.params import default_params
+
+    log(f"fitting {len(records)} measurements ...")
+    result = F.fit(records, gpu, default_params(gpu))
+    held = F.heldout_errors(result, gpu)
+    train = F.heldout_errors(result, gpu, held_out=False)
+    decomposition = F.decomposition_table(result, gpu)
+    return result, held, train, decomposition
+
+
+def print_report(result, held, decomposition, base, path: Path, out=sys.stdout) -> None:
+    """The fitted parameters (default -> fitted), the held-out error table and the
+    decomposition-loss comparison (ficco Fig. 7), on ``out``."""
+    from ccoverlap.calibrate.fit import format_table
+
+    rows = [{"name": k, "default": getattr(base, k), "fitted": v} for k, v in sorted(result.params.items())]
+    if rows:
+        out.write("fitted cost parameters:\n")
+        out.write(format_table(rows, [("name", "parameter", ""), ("default", "default", ".4g"),
+                                      ("fitted", "fitted", ".4g")]) + "\n\n")
+    if held:
+        out.write("model error on held-out measurements (|predicted/measured - 1|):\n")
+        out.write(format_table(held, [("group", "group", ""), ("n", "n", "d"), ("median_rel_err", "median", ".1%"),
+                                      ("p90_rel_err", "p90", ".1%"), ("max_rel_err", "max", ".1%")]) + "\n\n")
+    if decomposition:
+        out.write("decomposition loss (split time / whole time, ficco Fig. 7):\n")
+        out.write(format_table(decomposition, [("name", "gemm", ""), ("dim", "dim", ""), ("ways", "ways", "d"),
+                                               ("measured", "measured", ".3f"),
+                                               ("predicted", "predicted", ".3f")]) + "\n\n")
+    for note in result.notes:
+        out.write(f"note: {note}\n")
+    out.write(f"wrote {path}\n")
+    out.write(f"use it: ccoverlap plan --calibration {path}  (compare with plain `ccoverlap plan`)\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ccoverlap import __version__
+    from ccoverlap.calibrate import fileformat
+    from ccoverlap.cost.params import default_params
+
+    log = _log(args.quiet)
+    if args.refit:
+        old = fileformat.read(args.refit)
+        src = old.get("source") or {}
+        records = src.get("measurements") or []
+        if not records:
+            raise ConfigError(f"{args.refit}: field 'source.measurements': no measurements to fit")
+        from ccoverlap.hardware import get_gpu
+
+        gpu = get_gpu(args.gpu or old["gpu"])
+        device = src.get("device", {})
+        settings = dict(src.get("settings", {}), refit_of=str(args.refit))
+        notes = list(settings.get("measurement_notes", []))
+    else:
+        records, notes, settings, device, gpu = _measure(args, log)
+        settings["measurement_notes"] = list(notes)
+    settings["split"] = "held out: CRC-32 of the record's configuration divisible by 4"
+    path = Path(args.out) if args.out else Path("calibrations") / f"{slug(gpu.name)}.json"
+    created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    common = dict(gpu=gpu.name, device=device, settings=settings, measurements=records, created=created,
+                  tool=f"ccoverlap calibrate {__version__}")
+    if not args.refit:  # keep the measurements even if the fit fails: `--refit` can redo it
+        fileformat.write(path, fileformat.build(params={}, fit_error=None, fit={}, heldout=[], train=[],
+                                                decomposition=[], notes=notes + ["fit not done yet"], **common))
+    result, held, train, decomposition = _fit_and_report(records, gpu, log)
+    from ccoverlap.calibrate.fit import overall_error
+
+    data = fileformat.build(params=result.params, fit_error=overall_error(held), fit=result.stages, heldout=held,
+                            train=train, decomposition=decomposition, notes=notes + result.notes, **common)
+    fileformat.write(path, data)
+    print_report(result, held, decomposition, default_params(gpu), path)
+    return 0
