@@ -7,7 +7,8 @@ first bucket of a model is 1 MiB, ``dist._DEFAULT_FIRST_BUCKET_BYTES``). A bucke
 is issued as soon as the last of its gradients is ready, on the DP communication stream, so
 it runs during the rest of the backward; the optimizer waits for every bucket. With gradient
 accumulation (several micro-batches) gradients are synchronised on the last micro-batch only
-(``no_sync`` / Megatron-LM's ``overlap_grad_reduce``). Each pipeline model chunk has its own
+(``no_sync`` / Megatron-LM's ``overlap_grad_reduce``). With ``overlap=False`` every bucket is
+reduced after the whole backward, blocking the compute stream. Each pipeline model chunk has its own
 buckets, and routed-expert gradients have their own, reduced over the expert-data-parallel group.
 
 With ``distributed_optimizer`` (Megatron-LM; ZeRO-1) a bucket is reduce-scattered instead,
@@ -106,11 +107,15 @@ class DDPHook:
     def unit_done(self, chunk: int, unit: str, phase: str, mb: int, end_id: int, producers: dict,
                   last_mb: bool) -> None:
         """After a unit's backward on the last micro-batch: record its gradient-producing ops
-        and issue every bucket that is now complete."""
+        and (with overlap) issue every bucket that is now complete."""
         if phase != "bwd" or not last_mb:
             return
         for t in unit_tensors(self.em.model, self.em.parallel, unit):
             self.ready[(unit, t.name)] = producers.get(t.name, end_id)
+        if self.em.knobs.overlap:
+            self._issue(chunk)
+
+    def _issue(self, chunk: int) -> None:
         bs = self.buckets.get(chunk, [])
         i = self.next.get(chunk, 0)
         em = self.em
@@ -125,7 +130,11 @@ class DDPHook:
         self.next[chunk] = i
 
     def waits(self) -> list[int]:
-        """Ops the optimizer step must wait for."""
+        """Issue what is left (everything, without overlap: after the whole backward, as
+        Megatron-LM's ``finalize_model_grads`` without ``overlap_grad_reduce``); return the ops
+        the optimizer step must wait for."""
+        for chunk in sorted(self.buckets):
+            self._issue(chunk)
         return [] if self.last_comm is None else [self.last_comm]
 
     def after_optimizer(self, opt_id: int) -> None:
