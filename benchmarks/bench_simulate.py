@@ -32,6 +32,7 @@ class ToyCost:
     """flops / 800 TFLOP/s, bytes / 3 TB/s, collectives bytes / 50 GB/s (no contention)."""
 
     def duration_s(self, spec, concurrent):
+        """Seconds of ``spec`` (``concurrent`` ignored)."""
         if isinstance(spec, (CollectiveSpec, P2PSpec)):
             return spec.bytes / 50e9
         if isinstance(spec, (GemmSpec, AttentionSpec)):
@@ -42,6 +43,7 @@ class ToyCost:
 
 
 def cost_model(cluster):
+    """The real cost model when importable, else the toy one; with a label saying which."""
     try:
         from ccoverlap.cost import CostModel
     except ImportError:
@@ -50,6 +52,7 @@ def cost_model(cluster):
 
 
 def main(argv=None) -> int:
+    """Run the benchmark and print medians (seconds)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--sp", action="store_true", help="sequence parallelism (more TP collectives per layer)")

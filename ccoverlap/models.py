@@ -125,6 +125,7 @@ class ModelSpec:
 
     @property
     def is_moe(self) -> bool:
+        """Whether the model has routed experts."""
         return self.experts > 0
 
     @property
@@ -225,6 +226,7 @@ class ModelSpec:
         return 6.0 * self.matmul_params_per_token() + attn
 
     def to_dict(self) -> dict:
+        """Field name -> value (what :func:`model_from_dict` reads back)."""
         return asdict(self)
 
 

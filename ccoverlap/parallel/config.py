@@ -107,6 +107,7 @@ class ParallelConfig:
             raise ConfigError("; ".join(problems))
 
     def to_dict(self) -> dict:
+        """Plain-data form (field name -> value)."""
         return asdict(self)
 
 
@@ -202,6 +203,7 @@ class BatchConfig:
         return out
 
     def to_dict(self) -> dict:
+        """Plain-data form (field name -> value)."""
         return asdict(self)
 
 
@@ -278,6 +280,7 @@ class OverlapKnobs:
         return self.comm_config
 
     def to_dict(self) -> dict:
+        """Plain-data form; CommConfigs become mappings, overrides a group -> mapping dict."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["comm_config"] = asdict(self.comm_config)
         d["comm_config_overrides"] = {k: asdict(v) for k, v in self.comm_config_overrides}

@@ -47,7 +47,7 @@ class FSDPHook:
         self.last_rs: int | None = None
 
     def start(self) -> None:
-        pass
+        """Nothing to issue before the first unit (gathers are issued per unit)."""
 
     def before_unit(self, chunk: int, unit: str, phase: str, mb: int, first_use: bool) -> int | None:
         """Emit the unit's all-gather(s) for this execution; return the op its compute waits for."""
@@ -87,7 +87,8 @@ class FSDPHook:
                                     phase="bwd", layer=em.layer_of(unit))
 
     def waits(self) -> list[int]:
+        """Ops the optimizer step must wait for (the last reduce-scatter; the stream is FIFO)."""
         return [] if self.last_rs is None else [self.last_rs]
 
     def after_optimizer(self, opt_id: int) -> None:
-        pass
+        """Nothing: sharded parameters are updated in place."""

@@ -64,6 +64,7 @@ class LayerCtx:
                               config=self.knobs.config_for(group), transport=self.knobs.comm_transport)
 
     def mem(self, nbytes: float) -> MemorySpec:
+        """A memory-bound op moving ``nbytes`` (read + written)."""
         return MemorySpec(bytes=float(nbytes))
 
     # attention kernel specs ------------------------------------------------------------
@@ -89,12 +90,15 @@ class LayerCtx:
 
     @property
     def qkv_n(self) -> int:
+        """Local width of the fused QKV projection: (heads + 2·kv_heads)·head_dim / tp."""
         return (self.nq + 2 * self.nkv) * self.hd
 
     def ffn_local(self, ffn: int) -> int:
+        """Local share of an MLP inner size under TP."""
         return ffn // self.tp
 
     def up_mult(self) -> int:
+        """Matrices on the up side of the MLP: 2 (gate, up) for SwiGLU, 1 for GELU."""
         return self.model.mlp_mats - 1
 
 

@@ -70,6 +70,7 @@ class MemoryEstimate:
     activation_per_layer_bytes: float
 
     def to_dict(self) -> dict:
+        """Plain-data form (bytes, booleans, the per-rank list)."""
         d = asdict(self)
         d["per_rank_total"] = list(self.per_rank_total)
         return d

@@ -47,6 +47,7 @@ class Segment:
         return len(self.ops) - 1
 
     def last(self) -> int:
+        """Local index of the last op."""
         return len(self.ops) - 1
 
     def finish(self, out: int | None = None) -> "Segment":

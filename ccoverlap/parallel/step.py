@@ -112,6 +112,7 @@ class _Emitter:
 
     # ------------------------------------------------------------------ helpers
     def stream(self, name: str) -> str:
+        """The real stream for a logical one (everything is ``compute`` without overlap)."""
         return self._streams[name]
 
     def layer_of(self, unit: str) -> int:
@@ -237,6 +238,8 @@ class _Emitter:
                   rank=rank, stream=self.stream("pp_send"), deps=outs, microbatch=mb, phase=phase)
 
     def build(self) -> OpGraph:
+        """Play every rank's schedule into the graph (tasks emitted as soon as their input is),
+        then each rank's gradient sync tail and optimizer step."""
         sched, p, P = self.sched, self.parallel, self.parallel.pp
         hooks = []
         for r in range(P):
@@ -308,6 +311,7 @@ class _Emitter:
         hook.after_optimizer(opt)
 
     def describe_ranks(self) -> list:
+        """(simulated rank, what it holds, how many real ranks it stands for)."""
         out = []
         sched = self.sched
         for r in range(self.parallel.pp):
