@@ -490,7 +490,8 @@ def assign_ranks(raws: list[RawTrace]) -> tuple[list[RawTrace], list[str]]:
     Order of evidence: ``distributedInfo.rank``, then ``rank-3`` / ``rank3`` / ``_rank_3`` in
     the file name, then (said plainly, per file) the next free rank in file order. Traces
     whose ``world_size`` differs from the most common one, and second files claiming an
-    already-taken rank, are dropped with a message naming the file.
+    already-taken rank (a file stating the world size wins over one that does not), are
+    dropped with a message naming the file.
     """
     problems: list[str] = []
     sizes = [r.world_size for r in raws if r.world_size]
@@ -504,7 +505,8 @@ def assign_ranks(raws: list[RawTrace]) -> tuple[list[RawTrace], list[str]]:
         kept.append(r)
     taken: set[int] = set()
     out: list[RawTrace] = []
-    for r in kept:
+    # files that state the job's world size claim their rank before files that state none
+    for r in sorted(kept, key=lambda r: r.world_size is None):
         if r.rank is not None:
             if r.rank in taken:
                 problems.append(f"{r.path}: rank {r.rank} (from {r.rank_source}) is already taken by "

@@ -73,7 +73,7 @@ def cross_rank(rts: list[RankTrace], masks: dict[int, np.ndarray],
     """
     slowest = {}
     for step, per_rank in sorted((step_times or {}).items()):
-        if len(per_rank) > 1:
+        if len(per_rank) > 1 and max(per_rank.values()) - min(per_rank.values()) > 1e-9:
             slowest[step] = max(per_rank, key=lambda r: per_rank[r])
     if len(rts) < 2:
         return CrossRank([], [], [], slowest, note="one rank: nothing to compare across ranks")
