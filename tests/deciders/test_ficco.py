@@ -233,3 +233,59 @@ def test_command_bad_input_is_one_line_error(capsys):
     assert main(["ficco", "--m", "0"]) == 2
     assert "--m must be a positive integer" in capsys.readouterr().err
     assert main(["ficco", "--gpu", "TPU"]) == 2
+
+
+# ----------------------------------------------------------------------------- planner strategy
+
+
+@pytest.mark.parametrize("pattern", ["ag-gemm", "gemm-rs"])
+@pytest.mark.parametrize("schedule", ficco.SCHEDULES[1:])
+def test_spliced_pair_runs_like_its_estimate(pattern, schedule):
+    """A schedule spliced into a graph in place of its pair takes the estimator's time (plus
+    the two tiny ops around it): the splice keeps every dependency of the schedule."""
+    from ccoverlap.deciders.ficco_plan import splice_schedule
+    from ccoverlap.deciders.rewrite import GraphRewrite
+    from ccoverlap.graph import MemorySpec, OpGraph
+    from ccoverlap.sim import simulate
+    from ccoverlap.timeline import step_time_s
+
+    cl = ficco.machine("H100", None, 8)
+    cost = ficco.cost_model_for_cluster(cl)
+    m, n, k = (8192, 3584, 4096) if pattern == "ag-gemm" else (8192, 4096, 1792)
+    c = case(m, n, k, pattern=pattern, engine="sm", cluster=cl)
+    g = OpGraph()
+    a = g.add("norm", MemorySpec(bytes=1e3), phase="fwd")
+    if pattern == "ag-gemm":
+        cid = g.add("x_ag", CollectiveSpec(collective="all_gather", bytes=m * k * 2.0, group=c.group),
+                    stream="tp_comm", deps=[a], phase="fwd")
+        gid = g.add("x", GemmSpec(m=m, n=n, k=k), deps=[cid], phase="fwd")
+        g.add("next", MemorySpec(bytes=1e3), deps=[gid], phase="fwd")
+    else:
+        gid = g.add("x", GemmSpec(m=m, n=n, k=k), deps=[a], phase="fwd")
+        cid = g.add("x_rs", CollectiveSpec(collective="reduce_scatter", bytes=m * n * 2.0, group=c.group),
+                    stream="tp_comm", deps=[gid], phase="fwd")
+        g.add("next", MemorySpec(bytes=1e3), deps=[cid], phase="fwd")
+    rw = GraphRewrite(g)
+    splice_schedule(rw, pattern, cid, gid, ficco.schedule_graph(c, schedule))
+    t = step_time_s(simulate(rw.build(), cost))
+    est = ficco.estimate_schedule(c, schedule, cost).time_s
+    assert est < t < est + 20e-6
+
+
+def test_ficco_strategy_on_tp_sp_and_none_elsewhere():
+    from ccoverlap.hardware import get_cluster
+    from ccoverlap.models import get_model
+    from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig
+    from ccoverlap.plan import EXTRA_STRATEGIES, cost_model_for, load_decider_strategies
+    from ccoverlap.workload import Workload
+
+    load_decider_strategies()
+    w = Workload(model=get_model("phi-2"), cluster=get_cluster("dgx-h100"),
+                 parallel=ParallelConfig(tp=2, dp=4, sequence_parallel=True),
+                 batch=BatchConfig(global_batch=8, micro_batch=1, seq_len=2048), knobs=OverlapKnobs())
+    res = EXTRA_STRATEGIES["ficco"](w, cost_model_for(w))
+    assert res is not None and res.name == "ficco" and res.step_time_s > 0
+    assert "qkv ag-gemm" in res.note and "fc2 gemm-rs" in res.note and "estimator" in res.note
+    no_sp = Workload(model=w.model, cluster=w.cluster, parallel=ParallelConfig(tp=2, dp=4), batch=w.batch,
+                     knobs=w.knobs)
+    assert EXTRA_STRATEGIES["ficco"](no_sp, cost_model_for(no_sp)) is None

@@ -1,0 +1,178 @@
+"""FiCCO's heuristic against the estimator: the paper's 16 scenarios, a synthetic sweep, and
+how often the §V-C pick is the estimator's fastest schedule (FiCCO §VI-D), with the speedup lost
+when it is not. Re-exported by :mod:`ccoverlap.deciders.ficco`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ccoverlap.deciders.ficco import (SCHEDULES, FiccoCase, ScheduleEstimate, best_schedule, estimate_all,
+                                      heuristic_pick, machine)
+from ccoverlap.deciders.ficco_heuristic import FICCO_SCHEDULES
+from ccoverlap.hardware import ClusterSpec
+
+__all__ = ["PAPER_SCENARIOS", "SWEEP_M", "SWEEP_N", "SWEEP_K", "paper_cases", "synthetic_cases", "CaseVerdict",
+           "AccuracyReport", "judge", "accuracy", "rejudge", "fit_heuristic", "FIT_REFERENCE_TIMES_S",
+           "FIT_UNFUSED_FACTORS"]
+
+
+#: FiCCO §IV-B, Table I: (name, parallelism, model, (M, N, K)).
+PAPER_SCENARIOS: tuple[tuple[str, str, str, tuple[int, int, int]], ...] = (
+    ("g1", "SP+TP", "llama-3-405b", (16384, 16384, 131072)),
+    ("g2", "SP+TP", "llama-3-405b", (131072, 16384, 16384)),
+    ("g3", "SP+TP", "llama-3-405b", (53248, 16384, 131072)),
+    ("g4", "SP+TP", "llama-3-405b", (131072, 53248, 16384)),
+    ("g5", "SP+TP", "llama-2-70b", (8192, 8192, 262144)),
+    ("g6", "SP+TP", "llama-2-70b", (262144, 8192, 8192)),
+    ("g7", "SP+TP", "llama-2-70b", (28672, 8192, 262144)),
+    ("g8", "SP+TP", "llama-2-70b", (262144, 28672, 8192)),
+    ("g9", "SP+TP", "llama-3-405b", (196608, 18432, 16384)),
+    ("g10", "SP+TP", "llama-3-405b", (196608, 106496, 16384)),
+    ("g11", "SP+TP", "llama-2-70b", (1048576, 10240, 8192)),
+    ("g12", "SP+TP", "llama-2-70b", (1048576, 57344, 8192)),
+    ("g13", "EP", "DeepSeek", (1607680, 57344, 8192)),
+    ("g14", "EP", "Mixtral", (147456, 28672, 4096)),
+    ("g15", "EP", "Mixtral", (327680, 28672, 4096)),
+    ("g16", "EP", "Mixtral", (229376, 28672, 4096)),
+)
+
+
+def paper_cases(cluster: ClusterSpec | None = None, engine: str = "dma", world: int = 8) -> list[FiccoCase]:
+    """The 16 scenarios of FiCCO Table I (§IV-B) as cases: SP+TP ones as all-gather + GEMM,
+    EP ones as all-to-all + GEMM; by default on the paper's machine (8 x MI300X, full mesh,
+    DMA communication, §IV-B1)."""
+    cl = cluster or machine("MI300X", "full_mesh", world)
+    return [FiccoCase(m=m, n=n, k=k, world=world, cluster=cl, engine=engine, name=name,
+                      pattern="a2a-gemm" if par == "EP" else "ag-gemm")
+            for name, par, _model, (m, n, k) in PAPER_SCENARIOS]
+
+
+#: The synthetic sweep's sizes: a log grid spanning Table I's OTB and memory-traffic range.
+SWEEP_M = (8192, 32768, 131072, 524288)
+SWEEP_N = (4096, 16384, 57344)
+SWEEP_K = (4096, 16384, 65536)
+
+
+def synthetic_cases(cluster: ClusterSpec | None = None, engine: str = "dma", world: int = 8,
+                    pattern: str = "ag-gemm") -> list[FiccoCase]:
+    """A synthetic sweep (FiCCO §VI-D evaluates 16 unseen shapes "with diverse OTB and MT";
+    here the 36-point grid ``SWEEP_M x SWEEP_N x SWEEP_K``), on the paper machine by default."""
+    cl = cluster or machine("MI300X", "full_mesh", world)
+    return [FiccoCase(m=m, n=n, k=k, world=world, cluster=cl, engine=engine, pattern=pattern,
+                      name=f"s{m // 1024}k-{n // 1024}k-{k // 1024}k")
+            for m in SWEEP_M for n in SWEEP_N for k in SWEEP_K]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseVerdict:
+    """The heuristic against the estimator on one case (times in seconds).
+
+    ``best`` is the estimator's fastest among the schedules the heuristic chooses from
+    (the four FiCCO schedules; all six when the heuristic answers ``serial`` or ``ring``);
+    ``loss`` = 1 - best time / picked time: the fraction of the best schedule's speedup lost
+    by following the heuristic (FiCCO §VI-D reports ~14% on its misses).
+    """
+
+    case: FiccoCase
+    pick: str
+    reason: str
+    best: str
+    best_overall: str
+    pick_time_s: float
+    best_time_s: float
+    serial_time_s: float
+    estimates: tuple[ScheduleEstimate, ...] = field(repr=False)
+
+    @property
+    def match(self) -> bool:
+        return self.pick == self.best
+
+    @property
+    def loss(self) -> float:
+        return 1.0 - self.best_time_s / self.pick_time_s if self.pick_time_s > 0 else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AccuracyReport:
+    """Heuristic accuracy over a set of cases: matches / cases, and the loss on the misses."""
+
+    label: str
+    verdicts: tuple[CaseVerdict, ...]
+
+    @property
+    def cases(self) -> int:
+        return len(self.verdicts)
+
+    @property
+    def matches(self) -> int:
+        return sum(v.match for v in self.verdicts)
+
+    @property
+    def rate(self) -> float:
+        return self.matches / self.cases if self.cases else 0.0
+
+    @property
+    def mean_loss_on_miss(self) -> float:
+        miss = [v.loss for v in self.verdicts if not v.match]
+        return sum(miss) / len(miss) if miss else 0.0
+
+    @property
+    def max_loss(self) -> float:
+        return max((v.loss for v in self.verdicts), default=0.0)
+
+    @property
+    def mean_loss(self) -> float:
+        return sum(v.loss for v in self.verdicts) / self.cases if self.cases else 0.0
+
+
+def _verdict(case: FiccoCase, ests: Sequence[ScheduleEstimate], **tuning) -> CaseVerdict:
+    by = {e.schedule: e for e in ests}
+    pick, reason = heuristic_pick(case, **tuning)
+    among = FICCO_SCHEDULES if pick in FICCO_SCHEDULES else SCHEDULES
+    best = best_schedule(ests, among)
+    overall = best_schedule(ests)
+    return CaseVerdict(case=case, pick=pick, reason=reason, best=best.schedule, best_overall=overall.schedule,
+                       pick_time_s=by[pick].time_s, best_time_s=best.time_s, serial_time_s=by["serial"].time_s,
+                       estimates=tuple(ests))
+
+
+def judge(case: FiccoCase, cost, **tuning) -> CaseVerdict:
+    """Estimate every schedule of ``case`` and compare the §V-C heuristic's pick with the best
+    (``tuning``: optional heuristic constants, as :func:`heuristic_pick`)."""
+    return _verdict(case, estimate_all(case, cost), **tuning)
+
+
+def accuracy(cases: Sequence[FiccoCase], cost, label: str = "", **tuning) -> AccuracyReport:
+    """How often the §V-C heuristic picks the estimator's best schedule (FiCCO §VI-D) over
+    ``cases``, with the speedup lost where it does not."""
+    return AccuracyReport(label=label, verdicts=tuple(judge(c, cost, **tuning) for c in cases))
+
+
+def rejudge(report: AccuracyReport, label: str | None = None, **tuning) -> AccuracyReport:
+    """The same cases and estimates judged with other heuristic constants (no re-simulation)."""
+    return AccuracyReport(label=report.label if label is None else label,
+                          verdicts=tuple(_verdict(v.case, v.estimates, **tuning) for v in report.verdicts))
+
+
+#: Grid searched by :func:`fit_heuristic`: the reference time that turns the machine's peak
+#: FLOP/s into the uniform/hetero threshold (seconds), and the hetero-unfused factor (§V-C: 5).
+FIT_REFERENCE_TIMES_S = tuple(10.0 ** (e / 4.0) for e in range(-20, 2))
+FIT_UNFUSED_FACTORS = (2.0, 5.0, 10.0, 20.0, 50.0)
+
+
+def fit_heuristic(report: AccuracyReport) -> dict:
+    """Retune the §V-C thresholds to the estimator on ``report``'s cases (the "one-time tuning
+    cost for thresholds" of FiCCO §VIII-C): the grid point of ``FIT_REFERENCE_TIMES_S`` x
+    ``FIT_UNFUSED_FACTORS`` with the most matches, ties broken by the smaller mean loss.
+    Returns ``{"reference_time_s": .., "hetero_unfused_factor": .., "matches": ..}``."""
+    best: tuple | None = None
+    for t in FIT_REFERENCE_TIMES_S:
+        for h in FIT_UNFUSED_FACTORS:
+            r = rejudge(report, reference_time_s=t, hetero_unfused_factor=h)
+            key = (-r.matches, r.mean_loss, abs(math.log10(t)), h)
+            if best is None or key < best[0]:
+                best = (key, {"reference_time_s": t, "hetero_unfused_factor": h, "matches": r.matches})
+    assert best is not None
+    return best[1]

@@ -1,0 +1,157 @@
+"""The planner strategy ``ficco``: FiCCO schedules for a step's tensor-parallel collective + GEMM pairs.
+
+For a workload with tensor parallelism and sequence parallelism, every forward all-gather +
+GEMM (QKV, fc1, LM head) and GEMM + reduce-scatter (out-projection, fc2) pair of the built
+step is replaced by the FiCCO schedule the §V-C heuristic picks for its shape
+(:func:`ccoverlap.deciders.ficco.heuristic_pick`): the ops of
+:func:`ccoverlap.deciders.ficco.schedule_graph` are spliced into the step graph in place of
+the pair (transfers on the TP stream, GEMM pieces on the compute stream, gather/scatter copies
+on two extra streams), and the step is simulated. The note lists each pair's pick, the
+estimator's best schedule for the pair alone, and the estimated gain of the pick over serial.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ccoverlap.deciders import ficco
+from ccoverlap.deciders.rewrite import GraphRewrite, Piece
+from ccoverlap.graph import CollectiveSpec, GemmSpec, OpGraph, P2PSpec
+
+__all__ = ["tp_pairs", "splice_schedule", "ficco_strategy"]
+
+_STREAMS = {"compute": "compute", "gather": "ficco_gather", "scatter": "ficco_scatter"}
+
+
+def tp_pairs(graph: OpGraph) -> list[tuple[str, int, int]]:
+    """Forward TP+SP pairs of a step graph: ``(pattern, collective op id, GEMM op id)`` with
+    pattern ``ag-gemm`` (``<w>_ag`` all-gather feeding GEMM ``<w>``) or ``gemm-rs`` (GEMM ``<w>``
+    feeding ``<w>_rs``), found by the builders' names (:mod:`ccoverlap.parallel.tp`)."""
+    dependents: dict[int, list[int]] = {}
+    for op in graph.ops:
+        for d in op.deps:
+            dependents.setdefault(d, []).append(op.op_id)
+    out = []
+    for op in graph.ops:
+        if op.phase != "fwd" or not isinstance(op.spec, CollectiveSpec) or op.spec.group.name != "tp":
+            continue
+        if op.spec.collective == "all_gather" and op.name.endswith("_ag"):
+            gem = [i for i in dependents.get(op.op_id, []) if graph.ops[i].name == op.name[:-3]
+                   and isinstance(graph.ops[i].spec, GemmSpec)]
+            if gem:
+                out.append(("ag-gemm", op.op_id, gem[0]))
+        elif op.spec.collective == "reduce_scatter" and op.name.endswith("_rs"):
+            gem = [d for d in op.deps if graph.ops[d].name == op.name[:-3] and isinstance(graph.ops[d].spec, GemmSpec)]
+            if gem:
+                out.append(("gemm-rs", op.op_id, gem[0]))
+    return out
+
+
+def splice_schedule(rw: GraphRewrite, pattern: str, coll_id: int, gemm_id: int, sched: OpGraph) -> None:
+    """Replace the pair (``coll_id``, ``gemm_id`` in ``rw.src``) by the ops of the FiCCO schedule
+    graph ``sched``: its transfers become pieces of the collective op (on that op's stream, with
+    its CommConfig), its GEMM / copy / reduction ops pieces of the GEMM op; the schedule's
+    internal dependencies are kept and the pair's outside dependencies carried over."""
+    src = rw.src
+    coll, gemm = src.ops[coll_id], src.ops[gemm_id]
+    input_side = pattern != "gemm-rs"
+    # which schedule ops become pieces of the collective op: its transfers and, on the output
+    # side, whatever waits for a transfer (the reductions of DMA reduce-scatters, the ring's adds)
+    comm_idx: dict[int, int] = {}
+    comp_idx: dict[int, int] = {}
+    for op in sched.ops:
+        with_coll = isinstance(op.spec, (CollectiveSpec, P2PSpec)) or \
+            (not input_side and any(d in comm_idx for d in op.deps))
+        if with_coll:
+            comm_idx[op.op_id] = len(comm_idx)
+        else:
+            comp_idx[op.op_id] = len(comp_idx)
+    comm_pieces: list[Piece] = []
+    comp_pieces: list[Piece] = []
+    for op in sched.ops:
+        is_comm = op.op_id in comm_idx
+        spec = op.spec
+        if isinstance(spec, CollectiveSpec):
+            spec = replace(spec, config=coll.spec.config)
+        after, on = [], []
+        for d in op.deps:
+            same = (d in comm_idx) == is_comm
+            if same:
+                after.append(comm_idx[d] if is_comm else comp_idx[d])
+            else:
+                on.append((coll_id, comm_idx[d]) if d in comm_idx else (gemm_id, comp_idx[d]))
+        stream = coll.stream if op.stream == "comm" else _STREAMS.get(op.stream, gemm.stream)
+        if is_comm:
+            # input side: transfers inherit the collective's inputs; output side: they wait for
+            # their GEMM pieces only (the whole GEMM is no longer a dependency)
+            comm_pieces.append(Piece(name=f"{coll.name}.{op.name}", spec=spec, stream=stream,
+                                     inherit_deps=input_side, after=tuple(after), on=tuple(on)))
+        else:
+            comp_pieces.append(Piece(name=f"{gemm.name}.{op.name}", spec=spec, stream=stream,
+                                     inherit_deps=True, after=tuple(after), on=tuple(on)))
+    if input_side:
+        rw.drop_dep(gemm_id, coll_id)
+        for d in coll.deps:  # the local shard is the collective's input
+            rw.add_dep(gemm_id, d)
+    rw.replace(coll_id, comm_pieces)
+    rw.replace(gemm_id, comp_pieces)
+
+
+def _spliced(step, cluster, pairs, cost, tp: int, engine: str, use: str):
+    """Simulate ``step`` with every pair replaced by its FiCCO schedule: ``use`` = "heuristic"
+    (the §V-C pick) or "estimator" (the estimator's fastest for the pair alone). Returns
+    (timeline, {shape key: (case, verdict, schedule used)})."""
+    from ccoverlap.sim import simulate
+
+    g = step.graph
+    rw = GraphRewrite(g)
+    chosen: dict[tuple, tuple] = {}
+    for pattern, cid, gid in pairs:
+        gm: GemmSpec = g.ops[gid].spec
+        key = (pattern, gm.m, gm.n, gm.k)
+        if key not in chosen:
+            case = ficco.FiccoCase(m=gm.m, n=gm.n, k=gm.k, world=tp, cluster=cluster, pattern=pattern, engine=engine, dtype_bytes=gm.dtype_bytes,
+                                   name=g.ops[gid].name)
+            v = ficco.judge(case, cost)
+            chosen[key] = (case, v, v.pick if use == "heuristic" else v.best_overall)
+        case, v, sched = chosen[key]
+        if sched != "serial":
+            splice_schedule(rw, pattern, cid, gid, ficco.schedule_graph(case, sched))
+    return simulate(rw.build(), cost), chosen
+
+
+def ficco_strategy(w, cost):
+    """Planner strategy ``ficco`` (see the module docstring): the §V-C heuristic's schedule for
+    every forward TP+SP pair, with SM-driven and (if the GPU has copy engines) DMA transfers,
+    the faster kept; the note also gives the step time with the estimator's best schedule per
+    pair. None without TP + SP. Times in seconds."""
+    p = w.parallel
+    if p.tp <= 1 or not p.sequence_parallel or not w.knobs.overlap:
+        return None
+    from ccoverlap.deciders.strategy_result import result_from_timeline
+    from ccoverlap.parallel import build_step
+    from ccoverlap.timeline import step_time_s
+
+    wf = replace(w, knobs=replace(w.knobs, tp_overlap="none", comm_transport="sm"))
+    step = build_step(wf.model, wf.parallel, wf.batch, wf.cluster, wf.knobs)
+    pairs = tp_pairs(step.graph)
+    if not pairs or p.tp > wf.cluster.gpus_per_node:
+        return None
+    engines = ("sm", "dma") if wf.cluster.gpu.copy_engines > 0 else ("sm",)
+    best = None
+    for engine in engines:
+        tl, chosen = _spliced(step, wf.cluster, pairs, cost, p.tp, engine, "heuristic")
+        t = step_time_s(tl)
+        if best is None or t < best[0]:
+            best = (t, tl, chosen, engine)
+    t, tl, chosen, engine = best
+    tl_e, chosen_e = _spliced(step, wf.cluster, pairs, cost, p.tp, engine, "estimator")
+    parts = []
+    for key, (case, v, sched) in chosen.items():
+        by = {e.schedule: e for e in v.estimates}
+        parts.append(f"{case.name} {case.pattern} ({case.m},{case.n},{case.k}): {sched} {by[sched].speedup:.2f}x"
+                     + ("" if v.best_overall == sched else f" (estimator: {v.best_overall} "
+                        f"{by[v.best_overall].speedup:.2f}x)"))
+    note = (f"FiCCO §V-C picks, {engine} transfers — " + "; ".join(parts) +
+            f". With the estimator's best schedule per pair the step would take {step_time_s(tl_e) * 1e3:.1f} ms.")
+    return result_from_timeline("ficco", wf, step, tl, note=note)
