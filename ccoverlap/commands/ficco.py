@@ -11,6 +11,7 @@ from ccoverlap.errors import ConfigError
 
 
 def register(sub) -> None:
+    """Add the ``ficco`` sub-command to ``sub`` (argparse sub-parsers)."""
     p = sub.add_parser("ficco", help="estimate FiCCO overlap schedules for a GEMM with its collective",
                        description=__doc__)
     p.add_argument("--m", type=int, default=131072, help="GEMM rows after the all-gather (M, elements)")
@@ -40,6 +41,8 @@ def _cost(cluster):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Estimate one case (table of schedules) or, with ``--accuracy``, the heuristic's accuracy;
+    returns the exit code. Bad input raises ConfigError."""
     from ccoverlap.deciders import ficco
 
     for name in ("m", "n", "k", "world", "dtype_bytes"):

@@ -73,12 +73,18 @@ class CentauriDecision:
 
     @property
     def speedup(self) -> float:
+        """Baseline (no partition) step time / chosen plan's step time."""
         return self.baseline_s / self.step_s if self.step_s > 0 else 1.0
 
     def note(self) -> str:
         """One paragraph for the planner table: the choice per tier, why, and the bound."""
-        parts = [f"primitive: {self.primitive}", f"group: {self.group}",
-                 f"operation: {self.operation}" + (f" ({self.operation_rule})" if self.operation_rule else ""),
+        if not self.operation_rule:
+            op = f"operation: {self.operation}"
+        elif self.operation == self.operation_rule.split(" — ")[0]:
+            op = f"operation: {self.operation_rule}"
+        else:
+            op = f"operation: {self.operation} (simulated best; {self.operation_rule})"
+        parts = [f"primitive: {self.primitive}", f"group: {self.group}", op,
                  f"layer: {self.layer}" + (f" (eq.1 T1={self.layer_rule[0] * 1e3:.1f} ms, "
                                             f"T2={self.layer_rule[1] * 1e3:.1f} ms per layer)"
                                             if self.layer_rule else ""),
@@ -206,6 +212,7 @@ def _alg1_planner(step, cost, *, group_partitioned: bool, prefetch: int) -> Call
     cache: dict = {}
 
     def plan(op: Op) -> rules.OperationPlan:
+        """Algorithm 1's plan for the all-gather ``op``."""
         if op.op_id in cache:
             return cache[op.op_id]
         spec: CollectiveSpec = op.spec
@@ -372,9 +379,11 @@ def _group_microbatches(rw: GraphRewrite, l1: int, l2: int, M: int) -> None:
         mid = [mb for mb in range(M) if mb not in first and mb not in last]
 
         def flat(phase, mb):
+            """One micro-batch's phase, unit after unit (depth-first)."""
             return [o for run in runs.get((rank, phase, mb), []) for o in run]
 
         def breadth(phase, mbs):
+            """Several micro-batches' phase, unit by unit across them (breadth-first)."""
             out, per = [], [runs.get((rank, phase, mb), []) for mb in mbs]
             for i in range(max((len(p) for p in per), default=0)):
                 for p in per:
@@ -392,9 +401,6 @@ def _group_microbatches(rw: GraphRewrite, l1: int, l2: int, M: int) -> None:
             if mb not in first:
                 order += flat("fwd", mb)
         order += breadth("bwd", [mb for mb in last])
-        for mb in first:
-            if mb in last:
-                pass
         order += tail.get(rank, [])
         if sorted(order) == sorted(seq):
             rw.reorder(rank, "compute", order)
@@ -456,7 +462,7 @@ def decide(w, cost=None) -> CentauriDecision:
             t, tl = _time(g, cost)
             tried.append(("operation", label, t))
         if label.startswith("Alg.1") and not d.operation_rule:
-            d.operation_rule = f"{label}; {reason}"
+            d.operation_rule = f"{label} — {reason}"
         if op_best is None or t < op_best[0] * (1 - 1e-9):
             op_best = (t, label, fn, g, tl)
     op_fn = None

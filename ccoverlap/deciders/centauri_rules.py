@@ -136,6 +136,7 @@ def allgather_pieces(spec: CollectiveSpec, plan: OperationPlan) -> list[tuple[Co
     n, N, lo = g.size, g.nodes, g.local_size
 
     def ag(nbytes: float, grp: GroupSpec) -> CollectiveSpec:
+        """An all-gather of ``nbytes`` (output size) on sub-group ``grp``, same config/transport."""
         return CollectiveSpec(collective="all_gather", bytes=nbytes, group=grp, config=spec.config,
                               transport=spec.transport)
 

@@ -129,13 +129,16 @@ class FiccoCase:
 
     @property
     def topology(self) -> str:
+        """``"full_mesh"`` or ``"switch"`` (any other fabric), from the cluster's intra-node link."""
         return "full_mesh" if self.cluster.intra.fabric == "full_mesh" else "switch"
 
     @property
     def group(self) -> GroupSpec:
+        """The one-node process group of the collective (``tp``, or ``ep`` for all-to-all)."""
         return GroupSpec(name="tp" if self.pattern != "a2a-gemm" else "ep", size=self.world, local_size=self.world)
 
     def describe(self) -> str:
+        """One line naming pattern, GEMM shape, machine, topology and engine."""
         label = f"{self.name}: " if self.name else ""
         return (f"{label}{self.pattern} GEMM (M,N,K)=({self.m},{self.n},{self.k}) over {self.world} x "
                 f"{self.cluster.gpu.name}, {self.topology}, {self.engine} communication")
@@ -188,12 +191,15 @@ class _Builder:
 
     # specs ------------------------------------------------------------------------------
     def gemm(self, rows: int, n: int | None = None, k: int | None = None) -> GemmSpec:
+        """GEMM ``[rows, k] x [k, n]`` (defaults: the case's n and k)."""
         return GemmSpec(m=max(1, rows), n=max(1, n or self.c.n), k=max(1, k or self.c.k), dtype_bytes=self.b)
 
     def coll(self, kind: str, nbytes: float) -> CollectiveSpec:
+        """A collective of ``nbytes`` (nccl-tests size) on the case's group and engine."""
         return CollectiveSpec(collective=kind, bytes=float(nbytes), group=self.c.group, transport=self.c.engine)
 
     def p2p(self, nbytes: float) -> P2PSpec:
+        """A transfer of ``nbytes`` to one peer (scaled for a full mesh, :func:`_p2p_link_factor`)."""
         return P2PSpec(bytes=float(nbytes) * _p2p_link_factor(self.c), inter_node=False, transport=self.c.engine)
 
     def copy(self, nbytes: float) -> MemorySpec:
@@ -202,6 +208,7 @@ class _Builder:
 
     # ops ---------------------------------------------------------------------------------
     def add(self, name: str, spec, stream: str, deps: Iterable[int | None] = (), phase: str = "") -> int:
+        """Append an op to the schedule graph; returns its id."""
         return self.g.add(name, spec, stream=stream, deps=list(deps), phase=phase)
 
 
@@ -374,6 +381,7 @@ class _Isolated:
         self.cost = cost
 
     def duration_s(self, spec, concurrent):
+        """Seconds of ``spec`` alone, whatever runs beside it."""
         return self.cost.duration_s(spec, ())
 
 
@@ -401,6 +409,7 @@ class ScheduleEstimate:
     ops: int = 0
 
     def as_dict(self) -> dict:
+        """The estimate as a JSON-ready mapping (seconds)."""
         return {k: getattr(self, k) for k in ("schedule", "time_s", "speedup", "gemm_s", "comm_s", "copy_s",
                                               "dil_gemm_s", "dil_comm_s", "cil_s", "ops")}
 

@@ -87,10 +87,12 @@ class CaseVerdict:
 
     @property
     def match(self) -> bool:
+        """True when the heuristic picked the estimator's best schedule."""
         return self.pick == self.best
 
     @property
     def loss(self) -> float:
+        """Fraction of the best speedup lost by the pick: ``1 - best time / pick time``."""
         return 1.0 - self.best_time_s / self.pick_time_s if self.pick_time_s > 0 else 0.0
 
 
@@ -103,27 +105,33 @@ class AccuracyReport:
 
     @property
     def cases(self) -> int:
+        """Number of cases judged."""
         return len(self.verdicts)
 
     @property
     def matches(self) -> int:
+        """Cases where the pick is the estimator's best."""
         return sum(v.match for v in self.verdicts)
 
     @property
     def rate(self) -> float:
+        """matches / cases."""
         return self.matches / self.cases if self.cases else 0.0
 
     @property
     def mean_loss_on_miss(self) -> float:
+        """Mean :attr:`CaseVerdict.loss` over the misses (0 when there are none)."""
         miss = [v.loss for v in self.verdicts if not v.match]
         return sum(miss) / len(miss) if miss else 0.0
 
     @property
     def max_loss(self) -> float:
+        """Largest loss over all cases."""
         return max((v.loss for v in self.verdicts), default=0.0)
 
     @property
     def mean_loss(self) -> float:
+        """Mean loss over all cases (matches count as 0)."""
         return sum(v.loss for v in self.verdicts) / self.cases if self.cases else 0.0
 
 

@@ -66,6 +66,7 @@ class GraphRewrite:
         self.extra_deps.setdefault(consumer, set()).add(producer)
 
     def drop_dep(self, consumer: int, producer: int) -> None:
+        """``consumer`` no longer waits for ``producer`` (both source ids)."""
         self.dropped_deps.add((consumer, producer))
 
     def wait_for_pieces(self, consumer: int, producer: int, indices: Iterable[int]) -> None:
