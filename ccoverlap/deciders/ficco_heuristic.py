@@ -1,0 +1,162 @@
+"""FiCCO's static schedule heuristic (FiCCO paper, §V-C and Figure 12(a)). Pure Python, no torch.
+
+FiCCO ("Design Space Exploration of DMA based Finer-Grain Compute Communication Overlap")
+moves 1/N-sized pieces of each shard all-to-all and offers four schedules (§V-B):
+
+* ``uniform-fused-1d``  - every step gathers local + remote row pieces and runs one GEMM;
+  low decomposition loss (DIL), high contention loss (CIL).
+* ``hetero-fused-1d``   - the first step computes the local shard alone (hiding the first
+  transfer), later steps run one GEMM on the remote pieces; medium DIL / medium CIL.
+* ``hetero-unfused-1d`` - like hetero-fused, but one GEMM per received piece; higher DIL,
+  lower CIL.
+* ``uniform-fused-2d``  - pieces are column (K) blocks, accumulated with ``C += A_t B_t``.
+
+The heuristic (§V-C) reads only static quantities:
+
+1. communication shape: 1-D (row / M sharding) if ``M > K``, else 2-D (column / K
+   sharding), because row sharding has the larger DIL when ``M < K`` (§IV-C1);
+2. among the 1-D schedules, the GEMM's op-to-byte ratio (OTB) and memory traffic (MT)
+   are combined and compared with a machine threshold "in terms of its peak compute FLOPs
+   (op-to-byte x memory bandwidth = FLOPs)": below the threshold -> ``uniform-fused-1d``;
+   more than 5x above it -> ``hetero-unfused-1d``; otherwise ``hetero-fused-1d``.
+
+How the text is read here (the paper gives the rule in words and a figure, not a formula):
+
+* ``MT  = (M*K + N*K + M*N) * dtype_bytes``  bytes (§IV-D1, "MK + NK + MN", scaled to bytes);
+* ``OTB = 2*M*N*K / MT``                     flop/byte (§IV-C1, ops and bytes from M, N, K);
+* combined metric ``OTB * MT`` (flop), which for a GEMM equals its flop count ``2MNK``;
+* machine threshold ``machine_OTB * mem_bw = peak_flops`` (flop/s), turned into flop by a
+  reference time ``reference_time_s`` (1 s by default, so the comparison is numerically the
+  one the paper states: the GEMM's combined OTB*MT against the peak FLOPs number).
+
+Both constants are parameters so that a calibrated estimator (``ccoverlap.deciders.ficco``)
+can retune them; the defaults are the paper's reading above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "FICCO_SCHEDULES",
+    "HETERO_UNFUSED_FACTOR",
+    "REFERENCE_TIME_S",
+    "SM_UNIFORM_BAND_SCALE",
+    "GemmStats",
+    "gemm_stats",
+    "choose_schedule",
+]
+
+#: The four FiCCO schedules studied in §V-B (Figure 11(b)), by the names the runtime uses.
+FICCO_SCHEDULES = ("uniform-fused-1d", "hetero-fused-1d", "hetero-unfused-1d", "uniform-fused-2d")
+
+#: §V-C: hetero-unfused-1D "is assigned when the combined metric exceeds the threshold by 5x".
+HETERO_UNFUSED_FACTOR = 5.0
+
+#: Reference time that turns the machine threshold (peak FLOP/s) into flop; see module doc.
+REFERENCE_TIME_S = 1.0
+
+#: Our assumption, not a number from the paper: the heuristic was characterised with DMA
+#: (copy-engine) communication (§IV-B1); with SM-driven collectives (NCCL/RCCL kernels, or
+#: any software transport such as gloo) CIL is "far" higher (§IV-D1, Figure 9), so the band
+#: given to the high-CIL ``uniform-fused-1d`` schedule is shrunk by this factor.
+#: Set it to 1.0 to apply the paper's DMA thresholds unchanged.
+SM_UNIFORM_BAND_SCALE = 0.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmStats:
+    """Static GEMM quantities used by FiCCO §IV-C/§IV-D (units in the field names)."""
+
+    flops: float  # 2*M*N*K
+    mem_traffic_bytes: float  # (MK + NK + MN) * dtype_bytes
+    op_to_byte: float  # flops / mem_traffic_bytes
+    combined_flops: float  # op_to_byte * mem_traffic_bytes (the §V-C combined metric)
+
+
+def gemm_stats(m: int, n: int, k: int, dtype_bytes: int) -> GemmStats:
+    """Op-to-byte ratio and memory traffic of an ``[M,K] x [K,N]`` GEMM (FiCCO §IV-C1, §IV-D1).
+
+    ``m``, ``n``, ``k`` are element counts; ``dtype_bytes`` is the element size in bytes.
+    Returns flop, byte and flop/byte figures (see :class:`GemmStats`).
+    """
+    for name, value in (("m", m), ("n", n), ("k", k), ("dtype_bytes", dtype_bytes)):
+        if int(value) != value or value <= 0:
+            raise ValueError(f"gemm_stats: {name} must be a positive integer, got {value!r}")
+    flops = 2.0 * m * n * k
+    traffic = float(m * k + n * k + m * n) * dtype_bytes
+    otb = flops / traffic
+    return GemmStats(flops=flops, mem_traffic_bytes=traffic, op_to_byte=otb, combined_flops=otb * traffic)
+
+
+def choose_schedule(
+    m: int,
+    n: int,
+    k: int,
+    world_size: int,
+    dtype_bytes: int,
+    *,
+    peak_flops: float,
+    mem_bw_bytes_per_s: float,
+    comm_engine: str = "dma",
+    hetero_unfused_factor: float = HETERO_UNFUSED_FACTOR,
+    reference_time_s: float = REFERENCE_TIME_S,
+    sm_uniform_band_scale: float = SM_UNIFORM_BAND_SCALE,
+) -> tuple[str, str]:
+    """Pick a FiCCO schedule for an all-gather + GEMM from static shapes (FiCCO §V-C, Fig. 12(a)).
+
+    Arguments: the GEMM each rank runs after the all-gather is ``[M, K] x [K, N]`` (``m`` rows
+    gathered over ``world_size`` ranks, so every shard has ``m / world_size`` rows); ``k`` is
+    the dimension the 2-D schedule splits (the reduction dimension for all-gather + GEMM);
+    ``dtype_bytes`` the element size; ``peak_flops`` the machine's peak in flop/s for this
+    dtype; ``mem_bw_bytes_per_s`` its memory bandwidth in byte/s (the machine op-to-byte is
+    ``peak_flops / mem_bw_bytes_per_s``, and op-to-byte x bandwidth = peak FLOPs, §V-C);
+    ``comm_engine`` is ``"dma"`` (copy engines, the paper's setting) or ``"sm"``
+    (kernel-driven collectives such as NCCL, or a CPU transport such as gloo).
+
+    Returns ``(schedule_name, reason)``: one of :data:`FICCO_SCHEDULES`, or ``"serial"`` when
+    there is a single rank, or ``"ring"`` when the shards are too small to cut into
+    ``world_size`` pieces (FiCCO needs at least one row, or column, per piece). ``reason`` is
+    one sentence with the numbers that decided it.
+    """
+    if comm_engine not in ("dma", "sm"):
+        raise ValueError(f"choose_schedule: comm_engine must be 'dma' or 'sm', got {comm_engine!r}")
+    if world_size < 1 or int(world_size) != world_size:
+        raise ValueError(f"choose_schedule: world_size must be a positive integer, got {world_size!r}")
+    if peak_flops <= 0 or mem_bw_bytes_per_s <= 0:
+        raise ValueError("choose_schedule: peak_flops and mem_bw_bytes_per_s must be positive")
+    stats = gemm_stats(m, n, k, dtype_bytes)
+    if world_size == 1:
+        return "serial", "one rank: there is no communication to overlap"
+    rows_per_shard = m // world_size
+    machine_otb = peak_flops / mem_bw_bytes_per_s
+    # Step 1 (§V-C): communication shape from the relative size of M and K (§IV-C1).
+    if m <= k and k >= world_size:
+        return (
+            "uniform-fused-2d",
+            f"M={m} <= K={k}: row sharding has the larger decomposition loss, so FiCCO "
+            "shards columns (2-D), where uniform-fused-2d is the only schedule (§V-C)",
+        )
+    if rows_per_shard < world_size:
+        return (
+            "ring",
+            f"shard of {rows_per_shard} rows cannot be cut into {world_size} FiCCO pieces; "
+            "shard-level ring overlap instead",
+        )
+    # Step 2 (§V-C): combined OTB and MT against the machine threshold (peak FLOPs).
+    threshold = peak_flops * reference_time_s
+    band = threshold * (sm_uniform_band_scale if comm_engine == "sm" else 1.0)
+    combined = stats.combined_flops
+    detail = (
+        f"OTB={stats.op_to_byte:.3g} flop/B x MT={stats.mem_traffic_bytes:.3g} B = {combined:.3g} "
+        f"vs machine threshold {threshold:.3g} (OTB_machine={machine_otb:.3g} flop/B x BW, "
+        f"{comm_engine} comm)"
+    )
+    if combined < band:
+        return "uniform-fused-1d", f"M={m} > K={k}; low combined OTB and MT: {detail}"
+    if combined > hetero_unfused_factor * threshold:
+        return (
+            "hetero-unfused-1d",
+            f"M={m} > K={k}; combined OTB and MT above {hetero_unfused_factor:g}x threshold: {detail}",
+        )
+    return "hetero-fused-1d", f"M={m} > K={k}; combined OTB and MT between the bands: {detail}"

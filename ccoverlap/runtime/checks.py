@@ -1,0 +1,241 @@
+"""Shape agreement across ranks: the same clear error on every rank instead of a hang.
+
+A collective with mismatched shapes hangs (NCCL) or aborts the process (gloo). Before an
+op runs, each rank writes a fixed-length integer descriptor of its arguments (op id, the
+shapes, the dtypes, and the result of its *local* checks); one small all-gather gives every
+rank the whole table, and the same pure-Python rules run on that table on every rank, so
+either every rank proceeds or every rank raises :class:`ShapeMismatchError` with the very
+same message (naming the ranks and shapes that disagree).
+
+The check costs one tiny all-gather (and, on CUDA, a host sync), so it is controlled by a
+policy: ``"always"``, ``"first"`` (default: the first call of each op on each process group
+in this process) or ``"never"``. The policy must be the same on every rank. Caching on the
+*local shape* is deliberately not offered: a rank that has seen its shape before would skip
+the check while a rank with a new (wrong) shape would run it, and that mismatch is itself a
+hang. A call counter per (op, group) is the same on every rank, so ``"first"`` is safe.
+Set it with :func:`set_shape_check`, the ``check_shapes=`` argument of the ops, or the
+environment variable ``CCOVERLAP_CHECK_SHAPES``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+
+import torch
+
+from ccoverlap.errors import ConfigError
+from ccoverlap.runtime import comm
+
+__all__ = ["ShapeMismatchError", "set_shape_check", "get_shape_check", "agree", "TensorDesc"]
+
+_MODES = ("always", "first", "never")
+_MAX_DIMS = 8
+_SLOT = 2 + _MAX_DIMS  # present, ndim, dims...
+_DTYPES = [
+    torch.float32, torch.float64, torch.float16, torch.bfloat16,
+    torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool,
+]  # fmt: skip
+_lock = threading.Lock()
+_mode = os.environ.get("CCOVERLAP_CHECK_SHAPES", "first")
+_seen: set[tuple[str, int]] = set()
+
+
+class ShapeMismatchError(ConfigError):
+    """Arguments of a distributed op disagree across ranks (raised identically on all ranks)."""
+
+
+def set_shape_check(mode: str) -> str:
+    """Set the process-wide shape-check policy (``always`` | ``first`` | ``never``); returns the old one."""
+    global _mode
+    if mode not in _MODES:
+        raise ValueError(f"set_shape_check: mode must be one of {_MODES}, got {mode!r}")
+    with _lock:
+        old, _mode = _mode, mode
+        _seen.clear()
+    return old
+
+
+def get_shape_check() -> str:
+    """The current process-wide shape-check policy."""
+    return _mode
+
+
+class TensorDesc:
+    """Shape and dtype of one argument as written into the descriptor."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape: Sequence[int], dtype: torch.dtype):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+
+
+def _should_check(op: str, group, mode: str | None) -> bool:
+    mode = mode or _mode
+    if mode not in _MODES:
+        raise ValueError(f"check_shapes must be one of {_MODES}, got {mode!r}")
+    if mode == "never":
+        return False
+    if mode == "always":
+        return True
+    key = (op, id(group) if group is not None else 0)
+    with _lock:
+        if key in _seen:
+            return False
+        _seen.add(key)
+    return True
+
+
+def agree(
+    op: str,
+    group,
+    tensors: dict[str, torch.Tensor | TensorDesc],
+    *,
+    ints: dict[str, int] | None = None,
+    rules: Sequence,
+    mode: str | None = None,
+) -> None:
+    """Check that ``tensors``/``ints`` satisfy ``rules`` on every rank; raise the same error on all.
+
+    ``tensors`` maps argument names to tensors (shape and dtype are used); ``ints`` adds
+    scalar parameters. ``rules`` are callables ``rule(table) -> str | None`` run on the
+    gathered :class:`Table`; the first message returned becomes the error, prefixed by ``op``.
+    Skipped (no communication) according to the shape-check policy.
+    """
+    if comm.group_size(group) == 1 and not rules:
+        return
+    if not _should_check(op, group, mode):
+        return
+    names = list(tensors)
+    int_names = list(ints or {})
+    row: list[int] = [_op_id(op), len(names), len(int_names)]
+    for name in names:
+        t = tensors[name]
+        shape, dtype = tuple(t.shape), t.dtype
+        if len(shape) > _MAX_DIMS:
+            shape = shape[:_MAX_DIMS]
+        row += [1, len(t.shape), *shape, *([-1] * (_MAX_DIMS - len(shape)))]
+        row.append(_DTYPES.index(dtype) if dtype in _DTYPES else 99)
+    row += [int(v) for v in (ints or {}).values()]
+    dev = comm.comm_device(group)
+    local = torch.tensor(row, dtype=torch.int64)
+    # Descriptors of different ops have different lengths; pad to a fixed size first so that
+    # the gather itself can never mismatch, then compare op ids.
+    width = 64
+    if local.numel() > width:
+        raise ValueError(f"{op}: too many arguments for the shape check")
+    padded = torch.full((width,), -7, dtype=torch.int64)
+    padded[: local.numel()] = local
+    p = comm.group_size(group)
+    table_t = torch.empty(p * width, dtype=torch.int64, device=dev)
+    comm.all_gather_into(table_t, padded.to(dev), group=group, async_op=False)
+    raw = table_t.view(p, width).cpu().tolist()
+    if any(r[0] != raw[0][0] for r in raw):
+        ops = {i: _OP_NAMES.get(r[0], f"op#{r[0]}") for i, r in enumerate(raw)}
+        raise ShapeMismatchError(f"{op}: ranks are calling different distributed ops ({_fmt_ranks(ops)})")
+    table = Table(raw, names, int_names)
+    for rule in rules:
+        msg = rule(table)
+        if msg:
+            raise ShapeMismatchError(f"{op}: {msg}")
+
+
+class Table:
+    """Every rank's descriptor, decoded: ``shape(name, rank)``, ``dtype(name, rank)``, ``int(name, rank)``."""
+
+    def __init__(self, raw: list[list[int]], names: list[str], int_names: list[str]):
+        self.world_size = len(raw)
+        self._shapes: dict[str, list[tuple[int, ...]]] = {n: [] for n in names}
+        self._dtypes: dict[str, list[str]] = {n: [] for n in names}
+        self._ints: dict[str, list[int]] = {n: [] for n in int_names}
+        for r in raw:
+            pos = 3
+            for n in names:
+                ndim = r[pos + 1]
+                dims = r[pos + 2 : pos + 2 + min(ndim, _MAX_DIMS)]
+                self._shapes[n].append(tuple(dims))
+                code = r[pos + _SLOT]
+                self._dtypes[n].append(str(_DTYPES[code]).replace("torch.", "") if code < len(_DTYPES) else "other")
+                pos += _SLOT + 1
+            for n in int_names:
+                self._ints[n].append(r[pos])
+                pos += 1
+
+    def shape(self, name: str, rank: int) -> tuple[int, ...]:
+        return self._shapes[name][rank]
+
+    def shapes(self, name: str) -> list[tuple[int, ...]]:
+        return list(self._shapes[name])
+
+    def dtypes(self, name: str) -> list[str]:
+        return list(self._dtypes[name])
+
+    def ints(self, name: str) -> list[int]:
+        return list(self._ints[name])
+
+
+# ----------------------------------------------------------------------------- rule helpers
+def _fmt_ranks(values: dict[int, object]) -> str:
+    return ", ".join(f"rank {r}: {v}" for r, v in values.items())
+
+
+def _fmt_shape(s: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(d) for d in s) + ")"
+
+
+def same_across_ranks(name: str, what: str, pick=lambda s: s) -> callable:
+    """Rule: ``pick(shape)`` of argument ``name`` is equal on every rank."""
+
+    def rule(t: Table) -> str | None:
+        vals = [pick(s) for s in t.shapes(name)]
+        if any(v != vals[0] for v in vals):
+            shown = {r: (_fmt_shape(v) if isinstance(v, tuple) else v) for r, v in enumerate(vals)}
+            return f"{what} must be the same on every rank, got {_fmt_ranks(shown)}"
+        return None
+
+    return rule
+
+
+def same_dtype(*names: str) -> callable:
+    """Rule: the named arguments share one dtype, on every rank."""
+
+    def rule(t: Table) -> str | None:
+        for r in range(t.world_size):
+            ds = {t.dtypes(n)[r] for n in names}
+            if len(ds) != 1:
+                return f"dtypes differ on rank {r}: " + ", ".join(f"{n}={t.dtypes(n)[r]}" for n in names)
+        for n in names:
+            ds = t.dtypes(n)
+            if any(d != ds[0] for d in ds):
+                return f"{n} dtype must be the same on every rank, got {_fmt_ranks(dict(enumerate(ds)))}"
+        return None
+
+    return rule
+
+
+def per_rank(check) -> callable:
+    """Rule: ``check(table, rank) -> str | None`` must pass on every rank (reports the first)."""
+
+    def rule(t: Table) -> str | None:
+        for r in range(t.world_size):
+            msg = check(t, r)
+            if msg:
+                return f"rank {r}: {msg}"
+        return None
+
+    return rule
+
+
+def _op_id(op: str) -> int:
+    # a stable small id (no hash randomisation): sum of code points times position
+    return sum((i + 1) * ord(c) for i, c in enumerate(op)) % 1_000_003
+
+
+# Names every rank can decode (the table must produce the same message everywhere).
+_KNOWN_OPS = (
+    "all_gather_matmul", "matmul_reduce_scatter", "all_to_all_matmul",
+    "all_gather_matmul.tune", "matmul_reduce_scatter.tune",
+)  # fmt: skip
+_OP_NAMES: dict[int, str] = {_op_id(n): n for n in _KNOWN_OPS}

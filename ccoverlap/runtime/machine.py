@@ -1,0 +1,92 @@
+"""Peak compute and memory bandwidth of the device an op runs on (inputs to FiCCO §V-C).
+
+A small table keyed by a substring of ``torch.cuda.get_device_name()``; every number is the
+vendor's dense (no sparsity) datasheet figure. CPUs get conservative defaults, because the
+heuristic only needs an order of magnitude and a CPU's real peak depends on cores, SIMD
+width and clocks that torch does not report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["MachineSpec", "GPU_TABLE", "CPU_DEFAULT", "machine_for"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MachineSpec:
+    """Peak dense throughput per dtype (flop/s) and memory bandwidth (byte/s) of one device."""
+
+    name: str
+    peak_flops_bf16: float
+    peak_flops_tf32: float
+    peak_flops_fp32: float
+    mem_bw_bytes_per_s: float
+    source: str
+
+    def __post_init__(self) -> None:
+        for f in ("peak_flops_bf16", "peak_flops_tf32", "peak_flops_fp32", "mem_bw_bytes_per_s"):
+            if getattr(self, f) <= 0:
+                raise ValueError(f"MachineSpec {self.name}: {f} must be positive")
+
+    def peak_flops(self, dtype: torch.dtype) -> float:
+        """Peak flop/s for GEMMs in ``dtype`` (fp32 uses TF32 when torch allows it)."""
+        if dtype in (torch.bfloat16, torch.float16):
+            return self.peak_flops_bf16
+        if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+            return self.peak_flops_tf32
+        return self.peak_flops_fp32
+
+
+# Ordered: the first key contained in the device name wins (so "H100 PCIe" before "H100").
+GPU_TABLE: dict[str, MachineSpec] = {
+    "H200": MachineSpec(
+        name="NVIDIA H200 SXM", peak_flops_bf16=989e12, peak_flops_tf32=494.5e12,
+        peak_flops_fp32=67e12, mem_bw_bytes_per_s=4.8e12,
+        source="NVIDIA H200 Tensor Core GPU datasheet (dense = half the sparsity figures)",
+    ),
+    "H100 PCIe": MachineSpec(
+        name="NVIDIA H100 PCIe", peak_flops_bf16=756e12, peak_flops_tf32=378e12,
+        peak_flops_fp32=51e12, mem_bw_bytes_per_s=2.0e12,
+        source="NVIDIA H100 Tensor Core GPU datasheet, PCIe column (dense)",
+    ),
+    "H100": MachineSpec(
+        name="NVIDIA H100 SXM5", peak_flops_bf16=989e12, peak_flops_tf32=494.5e12,
+        peak_flops_fp32=67e12, mem_bw_bytes_per_s=3.35e12,
+        source="NVIDIA H100 Tensor Core GPU datasheet, SXM column (dense)",
+    ),
+    "A100": MachineSpec(
+        name="NVIDIA A100 SXM4 80GB", peak_flops_bf16=312e12, peak_flops_tf32=156e12,
+        peak_flops_fp32=19.5e12, mem_bw_bytes_per_s=2.039e12,
+        source="NVIDIA A100 Tensor Core GPU datasheet (dense)",
+    ),
+    "MI300X": MachineSpec(
+        name="AMD Instinct MI300X", peak_flops_bf16=1307.4e12, peak_flops_tf32=653.7e12,
+        peak_flops_fp32=163.4e12, mem_bw_bytes_per_s=5.3e12,
+        source="AMD Instinct MI300X data sheet (dense); the FiCCO paper's machine (§IV-B1)",
+    ),
+}  # fmt: skip
+
+#: Conservative CPU defaults (an assumption, not a measurement): about 100 GFLOP/s and
+#: 20 GB/s, the order of a few AVX2 cores and one DDR4 channel pair.
+CPU_DEFAULT = MachineSpec(
+    name="CPU (conservative defaults)", peak_flops_bf16=1e11, peak_flops_tf32=1e11,
+    peak_flops_fp32=1e11, mem_bw_bytes_per_s=2e10,
+    source="assumed; override with machine_for(..., spec=MachineSpec(...))",
+)  # fmt: skip
+
+#: Used for a CUDA device that is not in the table: H100-class numbers, said in the reason.
+UNKNOWN_GPU = GPU_TABLE["H100"]
+
+
+def machine_for(device: torch.device) -> MachineSpec:
+    """The :class:`MachineSpec` for ``device`` (table lookup on CUDA, defaults on CPU)."""
+    if device.type == "cuda" and torch.cuda.is_available():
+        name = torch.cuda.get_device_name(device)
+        for key, spec in GPU_TABLE.items():
+            if key.lower() in name.lower():
+                return spec
+        return UNKNOWN_GPU
+    return CPU_DEFAULT
