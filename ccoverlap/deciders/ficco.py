@@ -18,9 +18,9 @@ streams, and played by the stream simulator under the project cost model. So:
 * CIL is the simulator's processor-sharing contention of the cost model
   (``cil_s = time - time with every op at its isolated speed``), which depends on the
   transport (``sm`` or ``dma``) as the cost model's contention does;
-* the topology enters through the cost model's collectives and, for the shard-level ring,
-  through the peer-to-peer transfers: on a full mesh one peer is reached through one link
-  only (FiCCO §III-C: up to 3.9x slower than serial on MI300X), on a switch through all.
+* the topology enters through the cost model's collectives and peer-to-peer transfers: on a
+  full mesh one peer is reached through one link only, so the shard-level ring's transfers
+  crawl (FiCCO §III-C: up to 3.9x slower than serial on MI300X), on a switch through all.
 
 Three collective patterns (``PATTERNS``): ``ag-gemm`` (all-gather, then GEMM: TP/SP
 forward), ``gemm-rs`` (GEMM, then reduce-scatter: TP/SP forward of the row-parallel
@@ -199,8 +199,9 @@ class _Builder:
         return CollectiveSpec(collective=kind, bytes=float(nbytes), group=self.c.group, transport=self.c.engine)
 
     def p2p(self, nbytes: float) -> P2PSpec:
-        """A transfer of ``nbytes`` to one peer (scaled for a full mesh, :func:`_p2p_link_factor`)."""
-        return P2PSpec(bytes=float(nbytes) * _p2p_link_factor(self.c), inter_node=False, transport=self.c.engine)
+        """A transfer of ``nbytes`` to one peer. On a full mesh the cost model gives it one of the
+        ``world - 1`` links (FiCCO §III-C), on a switch the GPU's whole bandwidth."""
+        return P2PSpec(bytes=float(nbytes), inter_node=False, transport=self.c.engine)
 
     def copy(self, nbytes: float) -> MemorySpec:
         """A gather/scatter copy kernel: reads and writes ``nbytes`` (FiCCO §III-B, §V-B)."""
@@ -210,17 +211,6 @@ class _Builder:
     def add(self, name: str, spec, stream: str, deps: Iterable[int | None] = (), phase: str = "") -> int:
         """Append an op to the schedule graph; returns its id."""
         return self.g.add(name, spec, stream=stream, deps=list(deps), phase=phase)
-
-
-def _p2p_link_factor(case: FiccoCase) -> float:
-    """How many times longer one peer-to-peer transfer takes than the cost model's P2P on a
-    switch: on a full mesh a single peer is reached through one of ``world - 1`` direct links,
-    so it sees ``1/(world-1)`` of the per-GPU bandwidth (FiCCO §III-C, §VI-B: shard-level
-    overlap leaves the other links idle). Expressed as more bytes on the same P2P spec so the
-    cost model's latency and contention still apply."""
-    if case.topology == "full_mesh" and case.world > 2:
-        return float(case.world - 1)
-    return 1.0
 
 
 def _comm_kind(case: FiccoCase) -> str:
