@@ -89,7 +89,7 @@ class CentauriDecision:
                                             f"T2={self.layer_rule[1] * 1e3:.1f} ms per layer)"
                                             if self.layer_rule else ""),
                  f"model: L1={self.model[0]}, L2={self.model[1]}" + (f" ({self.model_rule})" if self.model_rule else "")]
-        return (f"Centauri — {'; '.join(parts)}. Predicted {self.speedup:.2f}x vs no partition "
+        return (f"Centauri — {'; '.join(parts)}. Predicted {self.speedup:.3f}x vs no partition "
                 f"({self.baseline_s * 1e3:.1f} -> {self.step_s * 1e3:.1f} ms); alpha={self.alpha:.2f}, "
                 f"overlap bound min(1/a,1/(1-a))={self.bound:.2f}x (§5.4).")
 
