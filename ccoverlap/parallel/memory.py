@@ -6,7 +6,13 @@ Model states (bytes per local parameter):
   fp32 master weights + Adam moments (12): 18 bytes; with ``distributed_optimizer`` the 12
   are divided by dp (ZeRO-1; Megatron-LM's "6 + 12/d").
 * FSDP (ZeRO-3): fp32 sharded parameters (they are the master copy), fp32 sharded gradients
-  and moments: 16 / dp bytes, plus the unsharded bf16 units alive (communication buffers).
+  and moments: 16 / dp bytes, plus communication buffers: the unsharded bf16 units alive
+  (the ``min(limit_all_gathers, prefetch + 1)`` largest units; every unit with
+  ``reshard_after_forward=False``) and one unit's unsharded fp32 gradients.
+
+Other buffers: DDP, the bucket being reduced and the next (2 × ``bucket_cap_mb``; gradients
+themselves live in one contiguous buffer, as Megatron-LM's, so buckets are views); pipeline
+send and receive buffers of one activation each.
 
 Routed-expert parameters are divided by tp·ep and their sharded states by dp/ep instead of dp.
 
@@ -159,7 +165,8 @@ def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attent
             grads = GRAD_BYTES * sharded
             optim = 8.0 * sharded
             if knobs.fsdp_reshard_after_forward:
-                alive = sorted(unit_params, reverse=True)[:knobs.fsdp_limit_all_gathers]
+                n_alive = min(knobs.fsdp_limit_all_gathers, knobs.fsdp_prefetch + 1)
+                alive = sorted(unit_params, reverse=True)[:n_alive]
                 comm = d * sum(alive)
             else:
                 comm = d * sum(unit_params)

@@ -83,7 +83,9 @@ class _Compiled:
 
 
 class _Emitter:
-    def __init__(self, model, parallel: ParallelConfig, batch: BatchConfig, cluster, knobs: OverlapKnobs):
+    def __init__(self, model, parallel: ParallelConfig, batch: BatchConfig, cluster, knobs: OverlapKnobs,
+                 grad_clip: bool = True):
+        self.grad_clip = grad_clip
         parallel.validate(model, cluster, batch)
         self.model, self.parallel, self.batch, self.cluster, self.knobs = model, parallel, batch, cluster, knobs
         self.M = batch.microbatches(parallel.dp)
@@ -170,6 +172,10 @@ class _Emitter:
                 exports[export] = oid
         return ids[cs.out], ids[cs.last_compute]
 
+    def _p2p(self, inter_node: bool) -> P2PSpec:
+        return P2PSpec(bytes=self.p2p_bytes, inter_node=inter_node, config=self.knobs.config_for("pp"),
+                       transport=self.knobs.comm_transport)
+
     # ------------------------------------------------------------------ tasks
     def _task(self, rank: int, task, hook, first_f: set, last_b: set, fwd_out: dict, bwd_out: dict) -> None:
         kind, mb, chunk = task
@@ -181,11 +187,11 @@ class _Emitter:
         in_id = None
         inter = self.layout.pp_inter_node
         if kind == "F" and stage > 0:
-            in_id = g.add("recv_fwd", P2PSpec(bytes=self.p2p_bytes, inter_node=inter, transport=self.knobs.comm_transport),
+            in_id = g.add("recv_fwd", self._p2p(inter),
                           rank=rank, stream=self.stream("pp_recv"), deps=fwd_out[(mb, stage - 1)], microbatch=mb,
                           phase=phase)
         elif kind == "B" and stage < S - 1:
-            in_id = g.add("recv_bwd", P2PSpec(bytes=self.p2p_bytes, inter_node=inter, transport=self.knobs.comm_transport),
+            in_id = g.add("recv_bwd", self._p2p(inter),
                           rank=rank, stream=self.stream("pp_recv"), deps=bwd_out[(mb, stage + 1)], microbatch=mb,
                           phase=phase)
         order = units if kind == "F" else units[::-1]
@@ -230,11 +236,11 @@ class _Emitter:
         outs = [c for c in cur if c is not None]
         if kind == "F" and stage < S - 1:
             fwd_out[(mb, stage)] = outs
-            g.add("send_fwd", P2PSpec(bytes=self.p2p_bytes, inter_node=inter, transport=self.knobs.comm_transport),
+            g.add("send_fwd", self._p2p(inter),
                   rank=rank, stream=self.stream("pp_send"), deps=outs, microbatch=mb, phase=phase)
         elif kind == "B" and stage > 0:
             bwd_out[(mb, stage)] = outs
-            g.add("send_bwd", P2PSpec(bytes=self.p2p_bytes, inter_node=inter, transport=self.knobs.comm_transport),
+            g.add("send_bwd", self._p2p(inter),
                   rank=rank, stream=self.stream("pp_send"), deps=outs, microbatch=mb, phase=phase)
 
     def build(self) -> OpGraph:
@@ -303,11 +309,13 @@ class _Emitter:
                         dense += t.numel
         sharded = p.data_parallel == "fsdp" or p.distributed_optimizer
         local = dense // p.dp + expert // p.expert_dp if sharded else dense + expert
-        norm = g.add("grad_norm", MemorySpec(bytes=float(local * lay.GRAD_BYTES)), rank=r, deps=waits, phase="opt")
-        norm = g.add("grad_norm_ar", ctx.coll("all_reduce", 4, "world" if sharded else "mp"), rank=r,
-                     deps=(norm,), phase="opt")
+        if self.grad_clip:
+            norm = g.add("grad_norm", MemorySpec(bytes=float(local * lay.GRAD_BYTES)), rank=r, deps=waits,
+                         phase="opt")
+            waits = [g.add("grad_norm_ar", ctx.coll("all_reduce", 4, "world" if sharded else "mp"), rank=r,
+                           deps=(norm,), phase="opt")]
         opt = g.add("optimizer_step", MemorySpec(bytes=float(local * ADAM_BYTES_PER_PARAM)), rank=r,
-                    deps=(norm,), phase="opt")
+                    deps=waits, phase="opt")
         hook.after_optimizer(opt)
 
     def describe_ranks(self) -> list:
@@ -326,15 +334,17 @@ class _Emitter:
 
 
 def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
-               knobs: OverlapKnobs | None = None) -> StepGraph:
+               knobs: OverlapKnobs | None = None, *, grad_clip: bool = True) -> StepGraph:
     """Build the op graph of one training step of ``model`` under ``parallel`` on ``cluster``.
 
     Validates everything first (ConfigError lists every problem). Returns a :class:`StepGraph`
     whose ``graph`` :func:`ccoverlap.sim.simulate` plays; one simulated rank per pipeline rank.
+    ``grad_clip``: compute the global gradient norm (read every local gradient, all-reduce one
+    float) before the optimizer step, as gradient clipping does.
     Model FLOPs follow PaLM's MFU definition (:meth:`ModelSpec.flops_per_token`).
     """
     knobs = knobs or OverlapKnobs()
-    em = _Emitter(model, parallel, batch, cluster, knobs)
+    em = _Emitter(model, parallel, batch, cluster, knobs, grad_clip)
     graph = em.build()
     graph.meta.update({
         "model": model.name, "parallel": parallel.to_dict(), "batch": batch.to_dict(),

@@ -82,3 +82,19 @@ def test_build_is_deterministic():
     k = OverlapKnobs(ep_overlap=True)
     g1, g2 = build_step(m, p, b, cluster(8), k).graph, build_step(m, p, b, cluster(8), k).graph
     assert [(o.name, o.rank, o.stream, o.deps) for o in g1.ops] == [(o.name, o.rank, o.stream, o.deps) for o in g2.ops]
+
+
+def test_grad_clip_is_optional_and_p2p_gets_the_pp_config():
+    from ccoverlap.graph import CommConfig, P2PSpec
+
+    m = get_model("Llama-3-8B")
+    p = ParallelConfig(pp=2, dp=4)
+    b = BatchConfig(global_batch=8, micro_batch=1, seq_len=512)
+    k = OverlapKnobs(comm_config_overrides={"pp": CommConfig(channels=2)})
+    sg = build_step(m, p, b, cluster(8), k)
+    assert sum(o.name.startswith("grad_norm") for o in sg.graph.ops) == 4
+    assert {o.spec.config.channels for o in sg.graph.ops if isinstance(o.spec, P2PSpec)} == {2}
+    sg2 = build_step(m, p, b, cluster(8), k, grad_clip=False)
+    assert not any(o.name.startswith("grad_norm") for o in sg2.graph.ops)
+    (opt,) = [o for o in sg2.graph.ops if o.name == "optimizer_step" and o.rank == 0]
+    assert sg2.graph.ops[opt.deps[0]].name.startswith("grad_ar")
