@@ -127,3 +127,17 @@ def test_to_dict_round_trip():
     assert ParallelConfig(**p.to_dict()) == p
     b = BatchConfig(global_batch=64, micro_batch=2, seq_len=4096)
     assert BatchConfig(**b.to_dict()) == b and b.tokens == 64 * 4096
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(tp=st.sampled_from([1, 2, 3, 4, 8, 16]), pp=st.sampled_from([1, 2, 3, 4, 8]),
+       dp=st.sampled_from([1, 2, 4, 6]), gpus=st.sampled_from([8, 16, 32, 64]))
+def test_validation_accepts_exactly_the_valid_degrees(tp, pp, dp, gpus):
+    ok = 32 % tp == 0 and 8 % tp == 0 and 32 % pp == 0 and tp * pp * dp == gpus
+    msgs = problems(ParallelConfig(tp=tp, pp=pp, dp=dp), gpus=gpus)
+    assert (msgs == []) == ok
+    assert all(m and "; " not in m for m in msgs)  # one sentence each
