@@ -118,7 +118,7 @@ def config_problems(p: ParallelConfig, model, cluster=None, batch: "BatchConfig 
         out.append(f"tp={p.tp} must divide the model's {model.heads} attention heads")
     if model.kv_heads % p.tp:
         out.append(f"tp={p.tp} must divide the model's {model.kv_heads} KV heads (Megatron-LM splits "
-                   f"query groups across TP; KV-head replication is not supported)")
+                   f"query groups across TP and does not replicate KV heads)")
     if model.layers % p.pp:
         out.append(f"pp={p.pp} must divide the model's {model.layers} layers")
     if p.pp_schedule == "interleaved":
