@@ -21,6 +21,7 @@ from ccoverlap.workload import add_workload_arguments
 
 
 def register(sub) -> None:
+    """Add the ``tune`` parser to the CLI's subparsers."""
     p = sub.add_parser("tune", help="tune NCCL configurations of an overlap group with Lagom",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--group", metavar="FILE", help="overlap group file (JSON/TOML/YAML); else the workload's groups")
@@ -95,6 +96,7 @@ class _Progress:
         self.bar.update(self.task, completed=done, total=total, description=what)
 
     def close(self) -> None:
+        """Remove the progress bar, if one was shown."""
         if self.bar is not None:
             self.bar.stop()
 
@@ -169,6 +171,7 @@ def _print(payload: dict, tunings, show_steps: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Tune the group(s) with every method and print tables or JSON; returns the exit code."""
     from ccoverlap.deciders.lagom import tune_group
 
     if args.max_exhaustive < 1:

@@ -315,6 +315,7 @@ class GroupTuning:
         return self.results[over].makespan_s / self.results[method].makespan_s
 
     def as_dict(self) -> dict:
+        """Plain-data form for ``--json``: the group, and every method's result (seconds)."""
         return {
             "group": self.group.describe(),
             "collectives": [c.name for c in self.group.collectives],

@@ -136,9 +136,11 @@ class TuneResult:
 
     @property
     def makespan_s(self) -> float:
+        """Z of the chosen configurations (lagom eq. 1), seconds."""
         return self.result.makespan_s
 
     def as_dict(self) -> dict:
+        """Plain-data form: Z, X, Y, x_j in seconds, profile count, configurations."""
         return {
             "method": self.method,
             "makespan_s": self.result.makespan_s,
@@ -180,6 +182,7 @@ class _Counter:
         return res
 
     def maybe(self, configs: Sequence[CommConfig]) -> ProfileResult | None:
+        """Profile, or None when the cost model rejects the configuration (ConfigError)."""
         try:
             return self(configs)
         except ConfigError:

@@ -131,6 +131,7 @@ class OverlapGroup:
 
     @property
     def n_collectives(self) -> int:
+        """N, the number of collectives (lagom §3.1)."""
         return len(self.collectives)
 
     def given_configs(self) -> list[CommConfig]:
@@ -165,6 +166,7 @@ class OverlapGroup:
         return replace(self, collectives=self.collectives[:n], name=f"{self.name}[:{n}]")
 
     def describe(self) -> str:
+        """One line: name, M, N, each collective's type, size (MiB) and group, cluster."""
         colls = ", ".join(f"{c.spec.collective} {c.spec.bytes / 2**20:.1f} MiB on {c.spec.group.name}"
                           f"({c.spec.group.size})" for c in self.collectives)
         return (f"{self.name}: {len(self.computations)} computations, {len(self.collectives)} collectives "
