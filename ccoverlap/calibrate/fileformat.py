@@ -132,6 +132,10 @@ def validate(data: Any, where: str = "calibration") -> dict:
             raise _err(where, f"params.{name}", "not a cost parameter (see ccoverlap/cost/params.py)")
         if not _is_num(value):
             raise _err(where, f"params.{name}", f"expected a finite number, got {value!r}")
+        try:  # the field's own range (fractions <= 1, integer tile sizes, ...)
+            CostParams.from_dict({name: value}, where=where)
+        except ConfigError as exc:
+            raise _err(where, f"params.{name}", str(exc).split(": ", 1)[-1]) from None
     try:
         CostParams.from_dict(params, where=where)
     except ConfigError as exc:

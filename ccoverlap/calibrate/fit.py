@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable, Iterable
 
 import numpy as np
@@ -61,10 +62,22 @@ from ccoverlap.hardware import ClusterSpec, GPUSpec, LinkSpec
 
 @dataclass(frozen=True)
 class Context:
-    """The GPU the measurements come from (catalog peaks) as a one-GPU cluster."""
+    """The GPU the measurements come from (catalog peaks) as a one-GPU cluster, and a memo
+    of stand-alone predictions keyed by (spec, params) — pure functions, so safe to reuse."""
 
     gpu: GPUSpec
     cluster: ClusterSpec
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def cached(self, key: tuple, fn: Callable[[], object]):
+        """``fn()`` memoised under ``key`` (cleared when it grows past 200k entries)."""
+        try:
+            return self.memo[key]
+        except KeyError:
+            if len(self.memo) > 200_000:
+                self.memo.clear()
+            val = self.memo[key] = fn()
+            return val
 
 
 def make_context(gpu: GPUSpec) -> Context:
@@ -84,11 +97,15 @@ def _victim(rec: dict):
 
 def _victim_alone(spec, p: CostParams, ctx: Context) -> tuple[float, float]:
     """(seconds, HBM bytes/s) of a victim alone, as CostModel.profile computes them."""
-    if isinstance(spec, GemmSpec):
-        t, d = gemm_profile(spec, ctx.gpu, p)
-        return t, d / t
-    t = memory_time_s(spec, ctx.gpu, p)
-    return t, spec.bytes / t
+
+    def compute() -> tuple[float, float]:
+        if isinstance(spec, GemmSpec):
+            t, d = gemm_profile(spec, ctx.gpu, p)
+            return t, d / t
+        t = memory_time_s(spec, ctx.gpu, p)
+        return t, spec.bytes / t
+
+    return ctx.cached(("alone", spec, p), compute)
 
 
 def _sm_comm(rec: dict) -> P2PSpec:
@@ -117,24 +134,30 @@ def _comm_pressure(comm, rate: float, p: CostParams, ctx: Context) -> tuple[floa
 def predict_gemm(rec: dict, p: CostParams, ctx: Context) -> float:
     """Seconds of a GEMM alone (lagom eqs. 4–6 via ``cost.compute.gemm_time_s``)."""
     spec = GemmSpec(m=int(rec["m"]), n=int(rec["n"]), k=int(rec["k"]), dtype_bytes=DTYPE_BYTES[rec["dtype"]])
-    return gemm_time_s(spec, ctx.gpu, p)
+    return ctx.cached(("gemm", spec, p), lambda: gemm_time_s(spec, ctx.gpu, p))
 
 
 def split_time_s(spec: GemmSpec, ways: int, dim: str, gpu: GPUSpec, p: CostParams) -> float:
     """``cost.compute.split_gemm_time_s`` evaluated once per distinct piece: the pieces of an
     even split are equal (up to a remainder), so a 64-way split costs a few model calls."""
+    return sum(n * gemm_time_s(piece, gpu, p, accumulate=acc) for (piece, acc), n in _pieces(spec, ways, dim))
+
+
+@lru_cache(maxsize=4096)
+def _pieces(spec: GemmSpec, ways: int, dim: str) -> tuple[tuple[tuple[GemmSpec, bool], int], ...]:
     counts: dict[tuple, int] = {}
     for i, piece in enumerate(split_gemm(spec, ways, dim)):
         key = (piece, dim == "k" and i > 0)  # K pieces after the first accumulate into C
         counts[key] = counts.get(key, 0) + 1
-    return sum(n * gemm_time_s(piece, gpu, p, accumulate=acc) for (piece, acc), n in counts.items())
+    return tuple(counts.items())
 
 
 def predict_split(rec: dict, p: CostParams, ctx: Context) -> float:
     """Decomposition loss (ficco §IV-C1, Fig. 7): time of the ``ways`` pieces split along
     ``dim`` (M rows, or K accumulating) over the time of the whole GEMM."""
     spec = GemmSpec(m=int(rec["m"]), n=int(rec["n"]), k=int(rec["k"]), dtype_bytes=DTYPE_BYTES[rec["dtype"]])
-    return split_time_s(spec, int(rec["ways"]), rec["dim"], ctx.gpu, p) / gemm_time_s(spec, ctx.gpu, p)
+    whole = ctx.cached(("gemm", spec, p), lambda: gemm_time_s(spec, ctx.gpu, p))
+    return split_time_s(spec, int(rec["ways"]), rec["dim"], ctx.gpu, p) / whole
 
 
 def predict_copy(rec: dict, p: CostParams, ctx: Context) -> float:

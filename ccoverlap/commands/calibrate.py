@@ -94,10 +94,12 @@ def _fit_and_report(records, gpu, log) -> tuple[object, list, list, list]:
     return result, held, train, decomposition
 
 
-def print_report(result, held, decomposition, base, path: Path, out=sys.stdout) -> None:
+def print_report(result, held, decomposition, base, path: Path, out=None) -> None:
     """The fitted parameters (default -> fitted), the held-out error table and the
-    decomposition-loss comparison (ficco Fig. 7), on ``out``."""
+    decomposition-loss comparison (ficco Fig. 7), on ``out`` (default stdout)."""
     from ccoverlap.calibrate.fit import format_table
+
+    out = sys.stdout if out is None else out
 
     rows = [{"name": k, "default": getattr(base, k), "fitted": v} for k, v in sorted(result.params.items())]
     if rows:

@@ -1,0 +1,87 @@
+"""``ccoverlap calibrate``: one line and exit 2 without CUDA; ``--refit`` redoes the fit from a
+file's measurements without a GPU and writes a file the planner loads."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import calibrate_synth as synth
+from ccoverlap.calibrate import fileformat
+from ccoverlap.cli import main
+from ccoverlap.commands.calibrate import slug
+from ccoverlap.cost.params import CostParams, default_params
+
+
+def test_without_cuda_one_line_and_exit_2(tmp_path):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # no GPU even where there is one
+    out = subprocess.run([sys.executable, "-m", "ccoverlap", "calibrate", "--out", str(tmp_path / "c.json")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("ccoverlap calibrate: error: no CUDA GPU available")
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_help_lists_the_options(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for opt in ("--out", "--quick", "--device", "--gpu", "--kernel", "--refit"):
+        assert opt in text
+
+
+@pytest.mark.parametrize("name,expected", [("H100-SXM", "h100-sxm"), ("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"),
+                                           ("  ", "gpu")])
+def test_slug(name, expected):
+    assert slug(name) == expected
+
+
+@pytest.fixture(scope="module")
+def measured_file(tmp_path_factory, gpu, truth):
+    """A calibration file holding only measurements (as written before the fit): GEMMs and copies."""
+    records = [r for r in synth.records(gpu, truth, noise=0.02, seed=5, quick=True) if r["kind"] in ("gemm", "copy")]
+    data = fileformat.build(gpu=gpu.name, params={}, fit_error=None, notes=["fit not done yet"],
+                            device={"name": "synthetic"}, settings={"measurement_notes": ["synthetic data"]},
+                            fit={}, heldout=[], train=[], decomposition=[], measurements=records,
+                            created="2026-01-01T00:00:00Z", tool="test")
+    return fileformat.write(tmp_path_factory.mktemp("cal") / "measured.json", data)
+
+
+def test_refit_writes_a_file_the_planner_loads(tmp_path, measured_file, gpu, capsys):
+    out = tmp_path / "fitted.json"
+    assert main(["calibrate", "--refit", str(measured_file), "--out", str(out), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "model error on held-out measurements" in text and "gemm" in text
+    assert f"ccoverlap plan --calibration {out}" in text
+    data = fileformat.read(out)
+    assert data["params"]["gemm_peak_fraction"] == pytest.approx(synth.TRUE["gemm_peak_fraction"], rel=0.05)
+    assert data["fit_error"] is not None and data["fit_error"] < 0.05
+    assert data["source"]["settings"]["refit_of"] == str(measured_file)
+    assert "synthetic data" in data["notes"]
+    assert any("sm_contention" in n and "too few" in n for n in data["notes"])
+    assert data["source"]["measurements"] == json.loads(measured_file.read_text())["source"]["measurements"]
+    loaded = CostParams.load(out, base=default_params(gpu))
+    assert loaded.gemm_peak_fraction == data["params"]["gemm_peak_fraction"]
+
+
+def test_refit_of_a_broken_file_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"version": 1, "gpu": "H100-SXM", "params": {"gemm_peak_fraction": "x"}}))
+    assert main(["calibrate", "--refit", str(bad), "--out", str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"ccoverlap calibrate: error: {bad}: field 'params.gemm_peak_fraction': "
+                   "expected a finite number, got 'x'"]
+
+
+def test_refit_without_measurements_says_so(tmp_path, capsys):
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"version": 1, "gpu": "H100-SXM", "params": {}}))
+    assert main(["calibrate", "--refit", str(empty)]) == 2
+    assert "no measurements to fit" in capsys.readouterr().err
