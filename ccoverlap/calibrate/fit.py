@@ -561,7 +561,8 @@ def overall_error(rows: list[dict]) -> float | None:
 
 
 def decomposition_table(result: FitResult, gpu: GPUSpec) -> list[dict]:
-    """ficco Fig. 7 rows: measured vs predicted decomposition loss per (shape, dim, ways)."""
+    """ficco Fig. 7 rows: measured vs predicted decomposition loss per (shape, dim, ways), and
+    whether the row was used by the fit (``set``: ``fit`` or ``held-out``)."""
     ctx = make_context(gpu)
     rows = []
     for o in result.observations:
@@ -569,7 +570,8 @@ def decomposition_table(result: FitResult, gpu: GPUSpec) -> list[dict]:
             r = o.record
             rows.append({"name": r.get("name", ""), "m": r["m"], "n": r["n"], "k": r["k"], "dim": r["dim"],
                          "ways": r["ways"], "measured": o.value,
-                         "predicted": o.predict(r, result.cost_params, ctx)})
+                         "predicted": o.predict(r, result.cost_params, ctx),
+                         "set": "held-out" if o.held_out else "fit"})
     return rows
 
 

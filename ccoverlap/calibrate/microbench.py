@@ -198,14 +198,15 @@ class Bench:
                 cover_s: float) -> dict:
         """Median seconds per call of ``timed`` on the main stream while ``cover`` runs on the
         side stream throughout. ``timed_s`` / ``cover_s``: their per-call times alone (to size
-        the loops). Coverage is checked with events; the cover is doubled (up to 3 times) if it
-        ended first. Returns ``summary`` fields plus ``covered``."""
+        the loops). Coverage is checked with events; if the cover ended first it is lengthened
+        (from the observed durations, at least doubled; up to 3 times). Returns ``summary``
+        fields plus ``covered``."""
         torch = self.torch
         n_t = max(1, math.ceil(self.grid.min_window_s / max(timed_s, 1e-7)))
         n_c = max(1, math.ceil(2.5 * n_t * timed_s / max(cover_s, 1e-7)))
         gate_s = 1e-3
         for _attempt in range(4):
-            samples, ok = [], True
+            samples, ok, need = [], True, n_c
             for r in range(self.grid.warmup + self.grid.reps):
                 ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
                 gate = torch.cuda.Event()
@@ -233,9 +234,11 @@ class Bench:
                 if r >= self.grid.warmup:
                     samples.append(t_end / 1e3 / n_t)
                     ok = ok and covered
+                cover_each = ev[2].elapsed_time(ev[3]) / n_c  # per call, slowed as it was
+                need = max(need, math.ceil(1.5 * t_end / max(cover_each, 1e-6)))
             if ok:
                 break
-            n_c *= 2
+            n_c = max(2 * n_c, need)
         out = summary(samples, iters=n_t)
         out["covered"] = ok
         return out

@@ -7,6 +7,7 @@ CUDA only; torch is imported by the callers' ``Bench``.
 
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 from ccoverlap.calibrate import grids
@@ -57,32 +58,59 @@ def split_section(bench: mb.Bench, notes: list[str]) -> list[dict]:
     return out
 
 
+def _rotation(bench: mb.Bench, nbytes: int) -> int:
+    """How many buffer pairs to cycle through so that back-to-back copies of ``nbytes`` touch
+    at least 4x the L2 size (so each one streams from HBM, as the cost model assumes)."""
+    props = bench.torch.cuda.get_device_properties(bench.dev)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 64 * MiB)
+    return max(1, min(256, -(-4 * l2 // nbytes)))
+
+
 def copy_section(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]:
     """Copy bandwidth over sizes (kind ``copy``): SM-driven (elementwise kernel; the channel
     kernel with 4 blocks per SM when built) and copy-engine (d2d, pinned h2d / d2h; peer when
-    there are two GPUs)."""
+    there are two GPUs). Device-side copies cycle through enough buffers to miss in L2."""
     torch = bench.torch
     out = []
     sizes = (1, 16, 256) if bench.grid.quick else (1, 4, 16, 64, 256, 1024)
     sms = torch.cuda.get_device_properties(bench.dev).multi_processor_count
     for mib in sizes:
         nbytes = mib * MiB
-        bench.log(f"copy bandwidth: {mib} MiB")
-        src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=bench.dev).fill_(1.0)
-        dst = torch.empty_like(src)
-        r = bench.time_loop(lambda: torch.mul(src, 1.0, out=dst))
-        out.append({"kind": "copy", "engine": "sm", "method": "elementwise", "direction": "d2d", "bytes": nbytes, **r})
+        k = _rotation(bench, nbytes)
+        bench.log(f"copy bandwidth: {mib} MiB ({k} buffer pair(s))")
+        pairs = [(torch.ones(nbytes // 2, dtype=torch.bfloat16, device=bench.dev),
+                  torch.empty(nbytes // 2, dtype=torch.bfloat16, device=bench.dev)) for _ in range(k)]
+        turn = itertools.cycle(pairs)
+
+        def elementwise() -> None:
+            src, dst = next(turn)
+            torch.mul(src, 1.0, out=dst)
+
+        r = bench.time_loop(elementwise)
+        out.append({"kind": "copy", "engine": "sm", "method": "elementwise", "direction": "d2d", "bytes": nbytes,
+                    "buffers": k, **r})
         if kernel is not None:
             stats = torch.zeros(4, dtype=torch.int64, device=bench.dev)
-            nc, nt, c = 4 * sms, 512, 64 * 1024
-            r = bench.time_loop(lambda: kernel.launch(src, dst, nc=nc, nt=nt, chunk_bytes=c,
-                                                      total_bytes=nbytes, stats=stats))
+            nc, nt = 4 * sms, 512
+            c = max(16, min(64 * 1024, nbytes // nc // 16 * 16))  # every block gets chunks
+
+            def channel() -> None:
+                src, dst = next(turn)
+                kernel.launch(src, dst, nc=nc, nt=nt, chunk_bytes=c, total_bytes=nbytes, stats=stats)
+
+            r = bench.time_loop(channel)
             out.append({"kind": "copy", "engine": "sm", "method": "channel_kernel", "direction": "d2d",
-                        "nc": nc, "nt": nt, "chunk_bytes": c, "bytes": nbytes, **r})
-        del src, dst
-        directions = ["d2d"] + (["h2d", "d2h"] if mib <= 256 else [])
-        if torch.cuda.device_count() > 1:
-            directions.append("p2p")
+                        "nc": nc, "nt": nt, "chunk_bytes": c, "bytes": nbytes, "buffers": k, **r})
+
+        def memcpy() -> None:
+            src, dst = next(turn)
+            dst.copy_(src, non_blocking=True)  # same device, dtype, contiguous: cudaMemcpyAsync
+
+        r = bench.time_loop(memcpy)
+        out.append({"kind": "copy", "engine": "ce", "method": "memcpy_async", "direction": "d2d", "bytes": nbytes,
+                    "buffers": k, **r})
+        del pairs, turn
+        directions = (["h2d", "d2h"] if mib <= 256 else []) + (["p2p"] if torch.cuda.device_count() > 1 else [])
         for d in directions:
             r = bench.time_loop(mb.make_ce_copy(bench, d, nbytes))
             out.append({"kind": "copy", "engine": "ce", "method": "memcpy_async", "direction": d,
@@ -119,8 +147,8 @@ def contention_sections(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]
     for desc, fn in victims:
         alone[id(fn)] = bench.time_loop(fn)["time_s"]
     if kernel is not None:
-        half = bench.grid.copy_buffer_bytes // 4
-        src = torch.empty(half, dtype=torch.int32, device=bench.dev).fill_(7)
+        n_int32 = bench.grid.copy_buffer_bytes // 4  # each buffer copy_buffer_bytes, >> L2
+        src = torch.empty(n_int32, dtype=torch.int32, device=bench.dev).fill_(7)
         dst = torch.empty_like(src)
         stats = torch.zeros(4, dtype=torch.int64, device=bench.dev)
         points = grids.contention_points(bench.grid)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import re
 import sys
 import time
@@ -114,7 +115,8 @@ def print_report(result, held, decomposition, base, path: Path, out=None) -> Non
         out.write("decomposition loss (split time / whole time, ficco Fig. 7):\n")
         out.write(format_table(decomposition, [("name", "gemm", ""), ("dim", "dim", ""), ("ways", "ways", "d"),
                                                ("measured", "measured", ".3f"),
-                                               ("predicted", "predicted", ".3f")]) + "\n\n")
+                                               ("predicted", "predicted", ".3f"), ("set", "used for", "")])
+                  + "\n\n")
     for note in result.notes:
         out.write(f"note: {note}\n")
     out.write(f"wrote {path}\n")
@@ -148,8 +150,15 @@ def run(args: argparse.Namespace) -> int:
     common = dict(gpu=gpu.name, device=device, settings=settings, measurements=records, created=created,
                   tool=f"ccoverlap calibrate {__version__}")
     if not args.refit:  # keep the measurements even if the fit fails: `--refit` can redo it
-        fileformat.write(path, fileformat.build(params={}, fit_error=None, fit={}, heldout=[], train=[],
-                                                decomposition=[], notes=notes + ["fit not done yet"], **common))
+        first = fileformat.build(params={}, fit_error=None, fit={}, heldout=[], train=[], decomposition=[],
+                                 notes=notes + ["fit not done yet"], **common)
+        try:
+            fileformat.write(path, first)
+        except ConfigError as exc:  # a measurement the format rejects: keep everything anyway
+            raw = path.with_name(path.stem + ".raw.json")
+            raw.parent.mkdir(parents=True, exist_ok=True)
+            raw.write_text(json.dumps(first, indent=1, default=str) + "\n")
+            raise ConfigError(f"{exc} (raw measurements kept in {raw})") from None
     result, held, train, decomposition = _fit_and_report(records, gpu, log)
     from ccoverlap.calibrate.fit import overall_error
 
