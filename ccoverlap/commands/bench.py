@@ -1,0 +1,305 @@
+"""``ccoverlap bench``: time the overlapped ops of ccoverlap.runtime against the serial baseline.
+
+For one GEMM shape it times every overlap schedule of an op (``serial``, ``ring``, the four
+FiCCO schedules, ``auto``, ``tune``) on the live backend - NCCL on GPUs, gloo on CPU - and
+prints, on rank 0, the median time per call (the slowest rank's time of each repetition,
+after warm-up) and the speedup over ``serial``. ``--json`` prints one JSON object instead;
+``--profile-dir DIR`` also writes a torch.profiler Chrome trace per rank
+(``DIR/rank-<r>.json``, one profiler step per call) for ``ccoverlap analyze``.
+
+Shapes: every rank runs an ``[M, K] x [K, N]`` GEMM. ``all_gather_matmul``: each rank holds
+``M/P`` rows of the input and an ``[N, K]`` weight; ``matmul_reduce_scatter``: ``[M, K]``
+input, ``[N, K]`` weight, ``M/P`` output rows per rank; ``all_to_all_matmul``: ``M`` tokens
+per rank routed evenly to ``E`` experts per rank (``--experts``) with ``[N, K]`` weights.
+
+Launch with torchrun (``torchrun --nproc-per-node 2 -m ccoverlap bench ...``). Without
+torchrun (no ``RANK`` in the environment) the command starts ``--nproc`` local processes
+itself (default 2) on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+from ccoverlap.errors import ConfigError
+
+OPS = ("all_gather_matmul", "matmul_reduce_scatter", "all_to_all_matmul")
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def register(sub) -> None:
+    """Add the ``bench`` parser to the CLI's subparsers."""
+    p = sub.add_parser(
+        "bench",
+        help="time overlapped collective+GEMM schedules on torch.distributed (torchrun, or self-spawned)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--op", choices=OPS, default="all_gather_matmul", help="op to time (default all_gather_matmul)")
+    p.add_argument("--m", type=int, default=4096, help="GEMM rows M after the all-gather / before the reduce-scatter; "
+                   "tokens per rank for all_to_all_matmul (default 4096)")
+    p.add_argument("--n", type=int, default=4096, help="GEMM output columns N per rank (default 4096)")
+    p.add_argument("--k", type=int, default=4096, help="GEMM reduction dimension K (default 4096)")
+    p.add_argument("--dtype", choices=_DTYPES, default=None, help="default bfloat16 on CUDA, float32 on CPU")
+    p.add_argument("--schedules", default="all",
+                   help="comma-separated schedules to time, 'serial' always included (default: all)")
+    p.add_argument("--experts", type=int, default=1, help="experts per rank for all_to_all_matmul (default 1)")
+    p.add_argument("--backward", action="store_true", help="time forward + backward instead of forward only")
+    p.add_argument("--comm-engine", choices=("sm", "dma"), default="sm",
+                   help="'sm': c10d kernels/threads (default); 'dma': CUDA copy engines for the all-gather")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls per schedule (default 3)")
+    p.add_argument("--iters", type=int, default=10, help="timed calls per schedule; the median is reported (default 10)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--profile-dir", metavar="DIR", help="write a torch.profiler Chrome trace per rank: DIR/rank-<r>.json")
+    p.add_argument("--profile-iters", type=int, default=2, help="profiled calls per schedule (default 2)")
+    p.add_argument("--nproc", type=int, default=2, help="processes to start when not under torchrun (default 2)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads per rank (default: CPU cores / local ranks, at least 1)")
+    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
+                   help="process-group backend when this command creates it (default: NCCL with one GPU per rank, "
+                        "else gloo)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.set_defaults(run=run)
+
+
+def _config(args: argparse.Namespace, world: int) -> dict:
+    for name in ("m", "n", "k", "iters", "experts", "profile_iters"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.warmup < 0:
+        raise ConfigError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    if args.op != "all_to_all_matmul" and args.m % world:
+        raise ConfigError(f"--m {args.m} is not divisible by the {world} ranks (every rank holds M/P rows)")
+    if args.op == "all_to_all_matmul" and args.m % (world * args.experts):
+        raise ConfigError(f"--m {args.m} tokens do not split evenly over {world} ranks x {args.experts} experts")
+    allowed = _allowed_schedules(args.op)
+    if args.schedules == "all":
+        scheds = list(allowed)
+    else:
+        scheds = [s.strip() for s in args.schedules.split(",") if s.strip()]
+        bad = [s for s in scheds if s not in allowed]
+        if bad:
+            raise ConfigError(f"unknown schedule(s) {', '.join(bad)} for {args.op}; choose from {', '.join(allowed)}")
+        if "serial" not in scheds:
+            scheds.insert(0, "serial")
+    return {
+        "op": args.op, "m": args.m, "n": args.n, "k": args.k, "dtype": args.dtype, "schedules": scheds,
+        "experts": args.experts, "backward": args.backward, "comm_engine": args.comm_engine,
+        "warmup": args.warmup, "iters": args.iters, "profile_dir": args.profile_dir,
+        "profile_iters": args.profile_iters, "threads": args.threads, "seed": args.seed,
+    }  # fmt: skip
+
+
+def _allowed_schedules(op: str) -> tuple[str, ...]:
+    if op == "all_to_all_matmul":
+        return ("serial", "chunked", "auto")
+    return ("serial", "ring", "uniform-fused-1d", "hetero-fused-1d", "hetero-unfused-1d", "uniform-fused-2d",
+            "auto", "tune")  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point: bench under torchrun, or spawn ``--nproc`` local ranks and bench there."""
+    try:
+        import torch  # noqa: F401
+        import torch.distributed as dist
+    except ImportError:
+        raise ConfigError("bench needs torch (pip install 'ccoverlap[torch]')") from None
+    if not dist.is_available():
+        raise ConfigError("this torch build has no torch.distributed")
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        world = int(os.environ["WORLD_SIZE"])
+        cfg = _config(args, world)
+        result = _under_torchrun(cfg, args.backend)
+    else:
+        if args.nproc < 1:
+            raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")
+        cfg = _config(args, args.nproc)
+        from ccoverlap.runtime.launch import default_backend, spawn
+
+        backend = default_backend(args.nproc) if args.backend == "auto" else args.backend
+        if backend == "nccl" and torch.cuda.device_count() < args.nproc:
+            raise ConfigError(f"--backend nccl needs {args.nproc} GPUs, found {torch.cuda.device_count()}")
+        result = spawn(_worker, args.nproc, (cfg,), backend=backend, timeout_s=3600, threads=None)[0]
+    if result is not None:
+        _print(result, as_json=args.json)
+    return 0
+
+
+def _under_torchrun(cfg: dict, backend: str):
+    import torch
+    import torch.distributed as dist
+
+    created = False
+    if not dist.is_initialized():
+        if backend == "auto":
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+            backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend)
+        created = True
+    try:
+        return _worker(dist.get_rank(), dist.get_world_size(), cfg)
+    finally:
+        if created:
+            dist.destroy_process_group()
+
+
+def _worker(rank: int, world: int, cfg: dict):
+    """Bench on this rank (collective); returns the result dict on rank 0, None elsewhere."""
+    import torch
+    import torch.distributed as dist
+
+    from ccoverlap.runtime import all_gather_matmul, all_to_all_matmul, matmul_reduce_scatter
+    from ccoverlap.runtime import comm
+    from ccoverlap.runtime.tuning import resolve
+
+    backend = comm.backend_of()
+    device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    threads = cfg["threads"] or max(1, (os.cpu_count() or 1) // max(1, local_world))
+    if device.type == "cpu":
+        torch.set_num_threads(threads)
+    dtype = getattr(torch, cfg["dtype"] or ("bfloat16" if device.type == "cuda" else "float32"))
+    m, n, k, e = cfg["m"], cfg["n"], cfg["k"], cfg["experts"]
+    g = torch.Generator(device="cpu").manual_seed(cfg["seed"] + rank)
+    op = cfg["op"]
+    grad = cfg["backward"]
+
+    def rnd(*shape):
+        return (torch.randn(*shape, generator=g) / (shape[-1] ** 0.5)).to(device=device, dtype=dtype)
+
+    if op == "all_gather_matmul":
+        x, w = rnd(m // world, k), rnd(n, k)
+    elif op == "matmul_reduce_scatter":
+        x, w = rnd(m, k), rnd(n, k)
+    else:
+        x, w = rnd(m, k), rnd(e, n, k)
+        splits = [m // (world * e)] * (world * e)
+    if grad:
+        x.requires_grad_()
+        w.requires_grad_()
+        dy = None
+
+    def call(sched: str):
+        if op == "all_gather_matmul":
+            y = all_gather_matmul(x, w, schedule=sched, comm_engine=cfg["comm_engine"], check_shapes="never")
+        elif op == "matmul_reduce_scatter":
+            y = matmul_reduce_scatter(x, w, schedule=sched, comm_engine=cfg["comm_engine"], check_shapes="never")
+        else:
+            y = all_to_all_matmul(x, w, splits, schedule=sched, check_shapes="never")
+        if grad:
+            nonlocal dy
+            if dy is None or dy.shape != y.shape:
+                dy = torch.ones_like(y)
+            y.backward(dy)
+        return y
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    import time
+
+    rows = []
+    ctx = torch.enable_grad() if grad else torch.no_grad()
+    with ctx:
+        # one checked call first: a clear error on every rank if the shapes are wrong
+        if op == "all_gather_matmul":
+            all_gather_matmul(x.detach(), w.detach(), schedule="serial", check_shapes="always")
+        elif op == "matmul_reduce_scatter":
+            matmul_reduce_scatter(x.detach(), w.detach(), schedule="serial", check_shapes="always")
+        for sched in cfg["schedules"]:
+            for _ in range(cfg["warmup"]):
+                call(sched)
+            times = []
+            for _ in range(cfg["iters"]):
+                sync()
+                comm.barrier()
+                t0 = time.perf_counter()
+                call(sched)
+                sync()
+                times.append(time.perf_counter() - t0)
+            t = torch.tensor(times, dtype=torch.float64, device=comm.comm_device())
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a call takes as long as its slowest rank
+            slowest = t.cpu().tolist()
+            chosen = sched
+            if sched in ("auto", "tune") and op != "all_to_all_matmul":
+                kind = "ag" if op == "all_gather_matmul" else "rs"
+                a = x.detach().reshape(-1, k)
+                dec = resolve(kind, a, w.detach().t(), None, sched, comm_engine=cfg["comm_engine"])
+                chosen = dec.schedule
+            elif sched == "auto":
+                chosen = "chunked" if world > 1 else "serial"
+            rows.append({"schedule": sched, "runs": chosen, "median_s": statistics.median(slowest),
+                         "min_s": min(slowest), "times_s": slowest})
+        if cfg["profile_dir"]:
+            _profile(cfg, rank, call, sync, device)
+    if rank != 0:
+        return None
+    base = next(r["median_s"] for r in rows if r["schedule"] == "serial")
+    for r in rows:
+        r["speedup_vs_serial"] = base / r["median_s"] if r["median_s"] > 0 else float("nan")
+    flops = 2.0 * m * n * k * (3 if grad else 1)
+    return {
+        "op": op, "m": m, "n": n, "k": k, "experts": e if op == "all_to_all_matmul" else None,
+        "dtype": str(dtype).replace("torch.", ""), "world_size": world, "backend": backend,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({os.cpu_count()} cores)",
+        "threads_per_rank": threads if device.type == "cpu" else None, "backward": grad,
+        "comm_engine": cfg["comm_engine"], "warmup": cfg["warmup"], "iters": cfg["iters"],
+        "gemm_flops_per_rank": flops, "torch": torch.__version__, "results": rows,
+        "profile_dir": cfg["profile_dir"],
+    }  # fmt: skip
+
+
+def _profile(cfg: dict, rank: int, call, sync, device) -> None:
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from torch.profiler import schedule as prof_schedule
+
+    os.makedirs(cfg["profile_dir"], exist_ok=True)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    steps = len(cfg["schedules"]) * cfg["profile_iters"]
+    path = os.path.join(cfg["profile_dir"], f"rank-{rank}.json")
+    # one profiler step per call, so the trace has ProfilerStep#N spans for `ccoverlap analyze`
+    with profile(
+        activities=acts,
+        schedule=prof_schedule(wait=0, warmup=1, active=steps, repeat=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(path),
+    ) as prof:
+        call(cfg["schedules"][0])  # the profiler's warm-up step, not recorded
+        sync()
+        prof.step()
+        for sched in cfg["schedules"]:
+            for _ in range(cfg["profile_iters"]):
+                with record_function(f"ccoverlap.bench.{cfg['op']}.{sched}"):
+                    call(sched)
+                sync()
+                prof.step()
+
+
+def _print(res: dict, as_json: bool) -> None:
+    if as_json:
+        json.dump(res, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    shape = f"M={res['m']} N={res['n']} K={res['k']}" + (f" E={res['experts']}" if res["experts"] else "")
+    threads = f", {res['threads_per_rank']} thread(s)/rank" if res["threads_per_rank"] else ""
+    print(f"ccoverlap bench: {res['op']} {shape} {res['dtype']}{' fwd+bwd' if res['backward'] else ''}, "
+          f"{res['world_size']} ranks, {res['backend']} on {res['device']}{threads}")
+    print(f"median of {res['iters']} calls after {res['warmup']} warm-up (slowest rank per call)")
+    hdr = f"{'schedule':<18} {'runs':<18} {'median ms':>10} {'min ms':>9} {'GFLOP/s':>9} {'speedup':>8}"
+    print(hdr)
+    print("-" * len(hdr))
+    for r in res["results"]:
+        gf = res["gemm_flops_per_rank"] / r["median_s"] / 1e9 if r["median_s"] > 0 else float("nan")
+        print(f"{r['schedule']:<18} {r['runs']:<18} {r['median_s'] * 1e3:>10.2f} {r['min_s'] * 1e3:>9.2f} "
+              f"{gf:>9.1f} {r['speedup_vs_serial']:>7.2f}x")
+    if res["profile_dir"]:
+        print(f"traces: {res['profile_dir']}/rank-<r>.json (ccoverlap analyze {res['profile_dir']})")

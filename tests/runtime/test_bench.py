@@ -1,0 +1,71 @@
+"""``ccoverlap bench``: self-spawned 2-rank gloo runs, JSON output, per-rank traces, usage errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from ccoverlap.cli import main  # noqa: E402
+
+
+def _run(capsys, *argv):
+    code = main(["bench", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_json_and_profile(tmp_path, capsys):
+    prof = tmp_path / "traces"
+    code, out, err = _run(
+        capsys, "--m", "64", "--n", "16", "--k", "24", "--iters", "2", "--warmup", "1",
+        "--schedules", "ring,hetero-unfused-1d,auto", "--json", "--profile-dir", str(prof), "--backward",
+    )  # fmt: skip
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["world_size"] == 2 and res["backend"] == "gloo" and res["backward"] is True
+    by = {r["schedule"]: r for r in res["results"]}
+    assert list(by) == ["serial", "ring", "hetero-unfused-1d", "auto"]
+    for r in by.values():
+        assert len(r["times_s"]) == 2 and all(t > 0 for t in r["times_s"])
+        assert r["speedup_vs_serial"] == pytest.approx(by["serial"]["median_s"] / r["median_s"])
+    assert by["auto"]["runs"] in ("serial", "ring", "uniform-fused-1d", "hetero-fused-1d",
+                                  "hetero-unfused-1d", "uniform-fused-2d")  # fmt: skip
+    for rank in (0, 1):
+        trace = json.loads((prof / f"rank-{rank}.json").read_text())
+        names = {e.get("name", "") for e in trace["traceEvents"]}
+        assert "ccoverlap.bench.all_gather_matmul.ring" in names
+        assert any(n.startswith("ProfilerStep#") for n in names)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_table_all_to_all(capsys):
+    code, out, err = _run(capsys, "--op", "all_to_all_matmul", "--m", "32", "--n", "8", "--k", "8",
+                          "--experts", "2", "--iters", "2", "--warmup", "0")
+    assert code == 0, err
+    assert "all_to_all_matmul M=32 N=8 K=8 E=2" in out
+    lines = [ln for ln in out.splitlines() if ln.split() and ln.split()[0] in ("serial", "chunked", "auto")]
+    assert [ln.split()[0] for ln in lines] == ["serial", "chunked", "auto"]
+    assert lines[2].split()[1] == "chunked"
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--m", "63", "--nproc", "2"], "--m 63 is not divisible by the 2 ranks"),
+        (["--schedules", "ring,bogus"], "unknown schedule(s) bogus"),
+        (["--op", "all_to_all_matmul", "--schedules", "ring"], "unknown schedule(s) ring"),
+        (["--iters", "0"], "--iters must be >= 1"),
+        (["--nproc", "0"], "--nproc must be >= 1"),
+    ],
+)
+def test_bench_usage_errors_are_one_line(capsys, argv, needle):
+    code, out, err = _run(capsys, *argv)
+    assert code == 2
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1
