@@ -1,0 +1,85 @@
+"""Single-process pieces of the runtime: piece sizes, fallback switches, policies, machine table,
+and the one-rank path of every op (spawned, world size 1)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ccoverlap.runtime import checks, comm  # noqa: E402
+from ccoverlap.runtime.machine import CPU_DEFAULT, GPU_TABLE, MachineSpec, machine_for  # noqa: E402
+from ccoverlap.runtime.partition import chunk_sizes  # noqa: E402
+from ccoverlap.runtime.schedules import _pieces, split_sizes  # noqa: E402
+
+
+@pytest.mark.parametrize("total,parts", [(5, 2), (7, 4), (1, 4), (0, 3), (12, 4)])
+def test_split_sizes_match_tensor_split(total, parts):
+    expect = [len(t) for t in torch.tensor_split(torch.arange(total), parts)]
+    assert split_sizes(total, parts) == expect
+    pieces = _pieces(total, parts)
+    assert sum(s for _, s in pieces) == total and all(s > 0 for _, s in pieces)
+    assert [o for o, _ in pieces] == [sum(expect[:i]) for i, s in enumerate(expect) if s]
+
+
+def test_chunk_sizes_fractions_follow_centauri_granularity():
+    assert chunk_sizes(10, 3) == [4, 3, 3]
+    assert chunk_sizes(8, [0.25, 0.75]) == [2, 6]  # Algorithm 1: [inter/world, 1 - inter/world]
+    assert sum(chunk_sizes(7, [1, 1, 1])) == 7
+    with pytest.raises(ValueError):
+        chunk_sizes(4, [0, 0])
+    with pytest.raises(ValueError):
+        chunk_sizes(4, 0)
+
+
+def test_force_fallbacks_rejects_unknown_names():
+    with pytest.raises(ValueError, match="unknown names"):
+        comm.force_fallbacks(["all_gather", "warp_drive"])
+
+
+def test_shape_check_policy():
+    old = checks.get_shape_check()
+    try:
+        assert checks.set_shape_check("never") == old
+        assert checks.get_shape_check() == "never"
+        with pytest.raises(ValueError):
+            checks.set_shape_check("sometimes")
+    finally:
+        checks.set_shape_check(old)
+
+
+def test_machine_table():
+    assert machine_for(torch.device("cpu")) is CPU_DEFAULT
+    h100 = GPU_TABLE["H100"]
+    assert h100.peak_flops(torch.bfloat16) == 989e12
+    for spec in GPU_TABLE.values():
+        assert spec.source
+        assert spec.peak_flops_bf16 >= spec.peak_flops_tf32 >= spec.peak_flops_fp32
+    with pytest.raises(ValueError):
+        MachineSpec(name="x", peak_flops_bf16=0, peak_flops_tf32=1, peak_flops_fp32=1, mem_bw_bytes_per_s=1, source="")
+
+
+def _one_rank(rank, world):
+    from ccoverlap.runtime import ALL_SCHEDULES, all_gather_matmul, all_to_all_matmul, matmul_reduce_scatter
+    from ccoverlap.runtime.tuning import resolve
+
+    out = []
+    x, w = torch.randn(5, 4), torch.randn(3, 4)
+    for s in ALL_SCHEDULES:
+        y1 = all_gather_matmul(x, w, schedule=s)
+        y2 = matmul_reduce_scatter(x, w, schedule=s)
+        out.append(bool(torch.allclose(y1, x @ w.t()) and torch.allclose(y2, x @ w.t())))
+    e = torch.randn(2, 3, 4)
+    y3 = all_to_all_matmul(x, e, [2, 3])
+    out.append(bool(torch.allclose(y3, torch.cat([x[:2] @ e[0].t(), x[2:] @ e[1].t()]))))
+    out.append(resolve("ag", x, w.t(), None, "auto").schedule)
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_every_op_on_one_rank():
+    from ccoverlap.runtime.launch import spawn
+
+    res = spawn(_one_rank, 1, timeout_s=100)[0]
+    assert all(res[:-1]), res
+    assert res[-1] == "serial"
