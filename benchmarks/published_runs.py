@@ -319,3 +319,36 @@ def case_by_name(name: str) -> PublishedRun:
         if c.name == name:
             return c
     raise KeyError(f"no published case {name!r}; known: {', '.join(c.name for c in CASES)}")
+
+
+# Alternative assumptions where the sources are silent, for the sensitivity table of
+# docs/validation.md (``validate_published.py --sensitivity``): (case, label, changes to the
+# case's parallel / batch / knobs sections). None of these is used by the main table.
+SENSITIVITY: tuple[tuple[str, str, dict], ...] = (
+    ("MCore-GPT-1.7B H100x48", "micro-batch 4 (one micro-batch per step)", {"batch": {"micro_batch": 4}}),
+    ("MCore-GPT-7.1B H100x96", "micro-batch 4 (one micro-batch per step)", {"batch": {"micro_batch": 4}}),
+    ("MCore-GPT-32B H100x384", "micro-batch 2", {"batch": {"micro_batch": 2}}),
+    ("MCore-GPT-32B H100x384", "micro-batch 4 (one micro-batch per step)", {"batch": {"micro_batch": 4}}),
+    ("MCore-GPT-32B H100x384", "no TP comm overlap", {"knobs": {"tp_overlap": "none"}}),
+    ("MCore-GPT-177B H100x2304", "interleaved 1F1B, 2 virtual stages",
+     {"parallel": {"pp_schedule": "interleaved", "virtual_stages": 2}}),
+    ("MCore-GPT-177B H100x2304", "interleaved 1F1B, 4 virtual stages",
+     {"parallel": {"pp_schedule": "interleaved", "virtual_stages": 4}}),
+    ("MCore-GPT-462B H100x6144", "interleaved 1F1B, 7 virtual stages",
+     {"parallel": {"pp_schedule": "interleaved", "virtual_stages": 7}}),
+    ("PTD-P-GPT-145B A100x1536", "interleaved 1F1B, 2 virtual stages",
+     {"parallel": {"pp_schedule": "interleaved", "virtual_stages": 2}}),
+    ("Llama3-405B H100x8192", "plain 1F1B", {"parallel": {"pp_schedule": "1f1b", "virtual_stages": 1}}),
+    ("Llama3-405B H100x8192", "interleaved 1F1B, 4 virtual stages",
+     {"parallel": {"pp_schedule": "interleaved", "virtual_stages": 4}}),
+)
+
+
+def with_changes(case: PublishedRun, changes: dict) -> PublishedRun:
+    """``case`` with some entries of its parallel / batch / knobs sections replaced."""
+    from dataclasses import replace as _replace
+
+    unknown = set(changes) - {"parallel", "batch", "knobs"}
+    if unknown:
+        raise ValueError(f"with_changes: unknown section(s) {sorted(unknown)}")
+    return _replace(case, **{k: {**getattr(case, k), **v} for k, v in changes.items()})

@@ -8,6 +8,8 @@ fitted to these cases), and prints: case, measured iteration time, predicted, er
     .venv/bin/python benchmarks/validate_published.py              # plain table
     .venv/bin/python benchmarks/validate_published.py --markdown   # markdown table
     .venv/bin/python benchmarks/validate_published.py --case "MCore-GPT-1.7B H100x48" --details
+    .venv/bin/python benchmarks/validate_published.py --sensitivity --markdown   # other assumptions
+    .venv/bin/python benchmarks/validate_published.py --compute-derate 0.75    # an experiment, see docs
 
 Error = (predicted - measured) / measured; the summary line gives the mean absolute error
 (MAE, in %) and the mean signed error (bias).
@@ -28,7 +30,7 @@ if str(_HERE) not in sys.path:
 if str(_HERE.parent) not in sys.path:
     sys.path.insert(0, str(_HERE.parent))
 
-from published_runs import CASES, CUSTOM_CLUSTERS, PublishedRun, case_by_name  # noqa: E402
+from published_runs import CASES, CUSTOM_CLUSTERS, SENSITIVITY, PublishedRun, case_by_name, with_changes  # noqa: E402
 
 
 def cluster_for(case: PublishedRun):
@@ -72,11 +74,24 @@ def workload_for(case: PublishedRun):
     return w
 
 
-def evaluate_case(case: PublishedRun):
-    """The planner's StrategyResult for ``case`` (default cost parameters of its GPU)."""
+def evaluate_case(case: PublishedRun, *, compute_derate: float | None = None):
+    """The planner's StrategyResult for ``case`` with the default cost parameters of its GPU.
+
+    ``compute_derate`` (an experiment for docs/validation.md, never the default) multiplies
+    ``gemm_peak_fraction`` and ``attention_peak_fraction`` by that factor."""
     from ccoverlap.plan import evaluate
 
-    return evaluate(workload_for(case), "as-published")
+    w = workload_for(case)
+    cost = None
+    if compute_derate is not None:
+        from ccoverlap.cost import CostModel
+        from ccoverlap.cost.params import default_params
+
+        p = default_params(w.cluster.gpu)
+        p = p.with_overrides(gemm_peak_fraction=min(1.0, p.gemm_peak_fraction * compute_derate),
+                             attention_peak_fraction=min(1.0, p.attention_peak_fraction * compute_derate))
+        cost = CostModel(w.cluster, p)
+    return evaluate(w, "as-published", cost=cost)
 
 
 def predict(case: PublishedRun) -> float:
@@ -88,12 +103,15 @@ def _fmt_row(cells, widths):
     return "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
 
-def run(cases, *, markdown: bool = False, details: bool = False, out=sys.stdout) -> list[dict]:
+def run(cases, *, markdown: bool = False, details: bool = False, out=sys.stdout,
+        labels: list[str] | None = None, compute_derate: float | None = None) -> list[dict]:
+    """Evaluate ``cases``, print the table (plain or markdown) and return the rows.
+    ``labels``: an extra "assumption" column (the sensitivity table)."""
     rows = []
     for case in cases:
         t0 = time.perf_counter()
         try:
-            res = evaluate_case(case)
+            res = evaluate_case(case, compute_derate=compute_derate)
             pred, err_msg = res.step_time_s, ""
         except Exception as exc:  # report, keep going: one broken case must not hide the others
             res, pred, err_msg = None, float("nan"), f"{type(exc).__name__}: {exc}"
@@ -114,19 +132,25 @@ def run(cases, *, markdown: bool = False, details: bool = False, out=sys.stdout)
     bias = sum(r["error_pct"] for r in ok) / len(ok) if ok else float("nan")
 
     header = ["case", "GPUs", "TPxPPxDP", "measured (s)", "predicted (s)", "error %", "pred. MFU"]
+    if labels:
+        header.insert(1, "assumption changed")
 
-    def cells(r):
+    def cells(i, r):
         c, d = r["case"], r["case"].degrees
         mfu = f"{r['result'].mfu * 100:.1f}%" if r["result"] is not None else "-"
         pred = f"{r['predicted']:.3f}" if r["predicted"] == r["predicted"] else "FAILED"
         err = f"{r['error_pct']:+.1f}" if r["error_pct"] == r["error_pct"] else "-"
-        return [c.name, c.gpus, f"{d['tp']}x{d['pp']}x{d['dp']}", f"{r['measured']:.3f}", pred, err, mfu]
+        row = [c.name, c.gpus, f"{d['tp']}x{d['pp']}x{d['dp']}", f"{r['measured']:.3f}", pred, err, mfu]
+        if labels:
+            row.insert(1, labels[i])
+        return row
 
-    body = [cells(r) for r in rows]
+    body = [cells(i, r) for i, r in enumerate(rows)]
     summary = f"mean absolute error: {mae:.1f}% over {len(ok)} of {len(rows)} cases (mean signed error {bias:+.1f}%)"
     if markdown:
         print("| " + " | ".join(header) + " |", file=out)
-        print("| " + " | ".join([":--"] + ["--:"] * (len(header) - 1)) + " |", file=out)
+        left = 2 if labels else 1
+        print("| " + " | ".join([":--"] * left + ["--:"] * (len(header) - left)) + " |", file=out)
         for b in body:
             print("| " + " | ".join(str(x) for x in b) + " |", file=out)
         print(f"\n**{summary}**", file=out)
@@ -145,9 +169,20 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", action="store_true", help="print a markdown table")
     ap.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
     ap.add_argument("--details", action="store_true", help="per-case breakdown on stderr")
+    ap.add_argument("--sensitivity", action="store_true",
+                    help="the cases again under the alternative assumptions of published_runs.SENSITIVITY")
+    ap.add_argument("--compute-derate", type=float, metavar="ALPHA",
+                    help="experiment: multiply gemm_peak_fraction and attention_peak_fraction by ALPHA")
     args = ap.parse_args(argv)
-    cases = [case_by_name(n) for n in args.case] if args.case else list(CASES)
-    rows = run(cases, markdown=args.markdown, details=args.details)
+    if args.sensitivity:
+        chosen = [s for s in SENSITIVITY if not args.case or s[0] in args.case]
+        cases = [with_changes(case_by_name(n), ch) for n, _, ch in chosen]
+        labels = [lab for _, lab, _ in chosen]
+    else:
+        cases = [case_by_name(n) for n in args.case] if args.case else list(CASES)
+        labels = None
+    rows = run(cases, markdown=args.markdown, details=args.details, labels=labels,
+               compute_derate=args.compute_derate)
     return 1 if any(r["failure"] for r in rows) else 0
 
 

@@ -94,3 +94,16 @@ def test_predict_small_case_positive():
 
     t = vp.predict(pr.case_by_name(SMALL_CASE))
     assert math.isfinite(t) and t > 0
+
+
+def test_sensitivity_entries_name_cases_and_sections():
+    for name, label, changes in pr.SENSITIVITY:
+        case = pr.case_by_name(name)
+        assert label
+        changed = pr.with_changes(case, changes)
+        for section, kv in changes.items():
+            assert section in ("parallel", "batch", "knobs")
+            for k, v in kv.items():
+                assert getattr(changed, section)[k] == v
+        d = changed.degrees
+        assert d["tp"] * d["pp"] * d["dp"] == case.gpus
