@@ -290,10 +290,11 @@ def build_rank(raw: RawTrace, origin: float, *, hta_rounding: bool = False) -> R
     steps_all = [(n, (ts - origin) * 1e-6, (ts + dur - origin) * 1e-6, gpu) for n, ts, dur, gpu in raw.steps]
     cpu_steps = [(n, s, e) for n, s, e, gpu in steps_all if not gpu]
     cutoff = max((s for _, s, _, _ in steps_all), default=None)
+    last_end = max((e for _, _, e, _ in steps_all), default=None)
     step_names = {n for n, *_ in steps_all}
     meta = {"file": str(raw.path), "rank_source": raw.rank_source, "world_size": world,
             "displayTimeUnit": raw.meta.get("displayTimeUnit"), "events": raw.n_events,
-            "malformed_events": raw.n_malformed, "pg_config": pg}
+            "malformed_events": raw.n_malformed, "pg_config": pg, "last_step_end_s": last_end}
     info = raw.meta.get("distributedInfo")
     if isinstance(info, dict):
         meta["backend"] = info.get("backend")
@@ -353,7 +354,8 @@ def _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_name
                   start_s=start, end_s=end, bytes=nbytes, collective=collective, group=group,
                   meta={"rank": rank})
     return RankTrace(rank=rank, path=raw.path, mode="gpu", timeline=tl, launch_s=launch_s, group_size=gsize,
-                     leaf=np.ones(n, dtype=bool), shape=raw.k_shape.copy(), name_id=raw.k_nid.copy(), steps=cpu_steps, cutoff_s=cutoff, n_steps_names=step_names,
+                     leaf=np.ones(n, dtype=bool), shape=raw.k_shape.copy(), name_id=raw.k_nid.copy(),
+                     steps=cpu_steps, cutoff_s=cutoff, n_steps_names=step_names,
                      meta=meta)
 
 
@@ -444,5 +446,6 @@ def _build_cpu(raw, rank, origin, pg, world, names, comm_nids, cpu_steps, cutoff
                   start_s=start, end_s=end, bytes=nbytes, collective=collective, group=group,
                   meta={"rank": rank})
     return RankTrace(rank=rank, path=raw.path, mode="cpu", timeline=tl, launch_s=start.copy(), group_size=gsize,
-                     leaf=leaf[idx] & (k == "compute"), shape=np.zeros(m, dtype=np.int64), name_id=nid[idx], steps=cpu_steps, cutoff_s=cutoff,
+                     leaf=leaf[idx] & (k == "compute"), shape=np.zeros(m, dtype=np.int64), name_id=nid[idx],
+                     steps=cpu_steps, cutoff_s=cutoff,
                      n_steps_names=step_names, meta=meta)

@@ -441,7 +441,8 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
         k_device=i64(k_device), k_corr=i64(k_corr), k_ext=i64(k_ext), k_info=i64(k_info),
         k_kind=i64(k_kind), k_cat=i64(k_cat), k_shape=i64(k_shape),
         c_nid=i64(c_nid), c_ts=f64(c_ts), c_dur=f64(c_dur), c_tid=i64(c_tid), c_ext=i64(c_ext),
-        c_info=i64(c_info), c_annot=np.frombuffer(c_annot, dtype=np.int8).astype(bool), l_corr=i64(l_corr), l_ts=f64(l_ts), l_tid=i64(l_tid),
+        c_info=i64(c_info), c_annot=np.frombuffer(c_annot, dtype=np.int8).astype(bool) if len(c_annot) else
+        np.empty(0, dtype=bool), l_corr=i64(l_corr), l_ts=f64(l_ts), l_tid=i64(l_tid),
         steps=sorted(steps, key=lambda s: s[1]), n_events=n_events, n_malformed=n_bad, float_ts=float_ts,
     )
     if n_bad:

@@ -85,7 +85,9 @@ def selection_mask(rt: RankTrace, steps: str | list[int], job_step_names: int) -
     if steps == "hta":
         return launched & (when < rt.cutoff_s)
     # "all": launched no later than the end of the last profiler step
-    last_end = max((e for _, _, e in rt.steps), default=rt.cutoff_s)
+    last_end = rt.meta.get("last_step_end_s")
+    if last_end is None:
+        last_end = rt.cutoff_s
     return launched & (when <= last_end)
 
 

@@ -111,7 +111,8 @@ def decide(metrics: list[RankMetrics], colls: list[CollectiveStats], cont: Conte
             return Verdict(
                 label="overlap-limited",
                 why=(f"{_ms(exposed / n)} of communication per rank ({f_exp:.0%} of the step) is exposed "
-                     f"(overlap {overlap_pct:.0f}%) while compute runs alone for {_ms(sum(m.compute_only_s for m in metrics) / n)}; "
+                     f"(overlap {overlap_pct:.0f}%) while compute runs alone for "
+                     f"{_ms(sum(m.compute_only_s for m in metrics) / n)}; "
                      f"up to {f_hide:.0%} of the step could be hidden"
                      + (f" - most exposed: {top}" if top else "")),
                 try_next=advice, **common)
