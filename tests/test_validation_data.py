@@ -86,10 +86,6 @@ def test_workloads_validate():
 def test_predict_small_case_positive():
     pytest.importorskip("ccoverlap.parallel")
     pytest.importorskip("ccoverlap.cost")
-    import ccoverlap.parallel as par
-
-    if not hasattr(par, "build_step"):
-        pytest.skip("ccoverlap.parallel.build_step not available yet")
     import validate_published as vp
 
     t = vp.predict(pr.case_by_name(SMALL_CASE))
