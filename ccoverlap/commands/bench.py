@@ -3,7 +3,8 @@
 For one GEMM shape it times every overlap schedule of an op (``serial``, ``ring``, the four
 FiCCO schedules, ``auto``, ``tune``) on the live backend - NCCL on GPUs, gloo on CPU - and
 prints, on rank 0, the median time per call (the slowest rank's time of each repetition,
-after warm-up) and the speedup over ``serial``. ``--json`` prints one JSON object instead;
+after warm-up; repetitions go round-robin over the schedules so that background load and
+drift hit all of them alike) and the speedup over ``serial``. ``--json`` prints one JSON object instead;
 ``--profile-dir DIR`` also writes a torch.profiler Chrome trace per rank
 (``DIR/rank-<r>.json``, one profiler step per call) for ``ccoverlap analyze``.
 
@@ -215,20 +216,26 @@ def _worker(rank: int, world: int, cfg: dict):
             all_gather_matmul(x.detach(), w.detach(), schedule="serial", check_shapes="always")
         elif op == "matmul_reduce_scatter":
             matmul_reduce_scatter(x.detach(), w.detach(), schedule="serial", check_shapes="always")
-        for sched in cfg["schedules"]:
-            for _ in range(cfg["warmup"]):
+        scheds = cfg["schedules"]
+        load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        # Round-robin: every repetition runs each schedule once, so drift and background
+        # load spread over all schedules instead of favouring whichever ran last.
+        for _ in range(cfg["warmup"]):
+            for sched in scheds:
                 call(sched)
-            times = []
-            for _ in range(cfg["iters"]):
+        times = [[] for _ in scheds]
+        for _ in range(cfg["iters"]):
+            for i, sched in enumerate(scheds):
                 sync()
                 comm.barrier()
                 t0 = time.perf_counter()
                 call(sched)
                 sync()
-                times.append(time.perf_counter() - t0)
-            t = torch.tensor(times, dtype=torch.float64, device=comm.comm_device())
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a call takes as long as its slowest rank
-            slowest = t.cpu().tolist()
+                times[i].append(time.perf_counter() - t0)
+        load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        t = torch.tensor(times, dtype=torch.float64, device=comm.comm_device())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a call takes as long as its slowest rank
+        for sched, slowest in zip(scheds, t.cpu().tolist()):
             chosen = sched
             if sched in ("auto", "tune") and op != "all_to_all_matmul":
                 kind = "ag" if op == "all_gather_matmul" else "rs"
@@ -254,7 +261,7 @@ def _worker(rank: int, world: int, cfg: dict):
         "threads_per_rank": threads if device.type == "cpu" else None, "backward": grad,
         "comm_engine": cfg["comm_engine"], "warmup": cfg["warmup"], "iters": cfg["iters"],
         "gemm_flops_per_rank": flops, "torch": torch.__version__, "results": rows,
-        "profile_dir": cfg["profile_dir"],
+        "profile_dir": cfg["profile_dir"], "loadavg_1m_before_after": [load_before, load_after],
     }  # fmt: skip
 
 
@@ -293,7 +300,10 @@ def _print(res: dict, as_json: bool) -> None:
     threads = f", {res['threads_per_rank']} thread(s)/rank" if res["threads_per_rank"] else ""
     print(f"ccoverlap bench: {res['op']} {shape} {res['dtype']}{' fwd+bwd' if res['backward'] else ''}, "
           f"{res['world_size']} ranks, {res['backend']} on {res['device']}{threads}")
-    print(f"median of {res['iters']} calls after {res['warmup']} warm-up (slowest rank per call)")
+    load = res.get("loadavg_1m_before_after") or [None, None]
+    load_txt = f"; load average {load[0]:.1f} -> {load[1]:.1f}" if None not in load else ""
+    print(f"median of {res['iters']} calls after {res['warmup']} warm-up, round-robin over schedules "
+          f"(slowest rank per call){load_txt}")
     hdr = f"{'schedule':<18} {'runs':<18} {'median ms':>10} {'min ms':>9} {'GFLOP/s':>9} {'speedup':>8}"
     print(hdr)
     print("-" * len(hdr))

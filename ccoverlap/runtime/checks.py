@@ -164,15 +164,19 @@ class Table:
                 pos += 1
 
     def shape(self, name: str, rank: int) -> tuple[int, ...]:
+        """Shape of argument ``name`` on ``rank``."""
         return self._shapes[name][rank]
 
     def shapes(self, name: str) -> list[tuple[int, ...]]:
+        """Shapes of argument ``name`` on every rank, by rank."""
         return list(self._shapes[name])
 
     def dtypes(self, name: str) -> list[str]:
+        """Dtype names of argument ``name`` on every rank, by rank."""
         return list(self._dtypes[name])
 
     def ints(self, name: str) -> list[int]:
+        """Integer parameter ``name`` on every rank, by rank."""
         return list(self._ints[name])
 
 

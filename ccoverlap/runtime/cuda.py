@@ -111,14 +111,17 @@ class SymmMemTransport:
         return Handle(finalize=lambda: torch.cuda.current_stream().wait_event(done), keepalive=keep)
 
     def gather(self, region, out: torch.Tensor) -> Handle:
+        """Copy every rank's ``shard[region]`` (own included) into ``out`` (``[P, ...]``) on the copy stream."""
         p = self.hdl.world_size
         view = out.view(p, *self.shard[region].shape)
         return self._copies([(i, region, view[i]) for i in range(p)])
 
     def fetch(self, region, srcs, outs, dsts, tag: int, per_recv: bool = False):
+        """Copy ``shard[region]`` of each rank in ``srcs`` into ``outs``; ``dsts``/``tag`` unused (peers pull)."""
         h = self._copies([(s, region, o) for s, o in zip(srcs, outs)])
         return (h, [h] * len(outs)) if per_recv else h
 
     def close(self) -> None:
+        """Join the copy stream and barrier, so no peer still reads this rank's buffer."""
         torch.cuda.current_stream().wait_stream(self.stream)
         self.hdl.barrier()

@@ -91,6 +91,7 @@ class ColumnParallelLinear(nn.Module):
             self.bias.copy_(bias[rows])
 
     def forward(self, x_shard: torch.Tensor) -> torch.Tensor:
+        """``[s/P, ..., in] -> [s, ..., out/P]``: all-gather + GEMM under ``self.schedule``, plus the bias slice."""
         y = all_gather_matmul(x_shard, self.weight, self.group, schedule=self.schedule, comm_engine=self.comm_engine)
         return y + self.bias if self.bias is not None else y
 
@@ -139,6 +140,7 @@ class RowParallelLinear(nn.Module):
             self.bias.copy_(bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[s, ..., in/P] -> [s/P, ..., out]``: GEMM + reduce-scatter under ``self.schedule``, plus the bias."""
         y = matmul_reduce_scatter(x, self.weight, self.group, schedule=self.schedule, comm_engine=self.comm_engine)
         return y + self.bias if self.bias is not None else y
 
@@ -163,7 +165,7 @@ class TransformerBlock(nn.Module):
         self.fc2 = nn.Linear(ffn_hidden, hidden, **kw)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s, b, _ = x.shape
+        """``[s, b, h] -> [s, b, h]``: x + attn(ln1(x)), then + mlp(ln2(.))."""
         q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
         x = x + self.proj(_attention(q, k, v, self.heads))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
@@ -220,6 +222,7 @@ class ParallelTransformerBlock(nn.Module):
                 prm.sequence_parallel = True
 
     def forward(self, x_shard: torch.Tensor) -> torch.Tensor:
+        """``[s/P, b, h] -> [s/P, b, h]``; the same math as :class:`TransformerBlock` on the full sequence."""
         q, k, v = self.qkv(self.ln1(x_shard)).chunk(3, dim=-1)  # [s, b, h/P] each
         x = x_shard + self.proj(_attention(q, k, v, self.heads_per_rank))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))

@@ -109,6 +109,7 @@ class Mesh2D:
 
     @property
     def size(self) -> int:
+        """Ranks in the mesh (``inter_size * intra_size``)."""
         return self.inter_size * self.intra_size
 
 
@@ -237,6 +238,7 @@ class Partitioned:
         self._done = [False] * len(handles)
 
     def wait(self, i: int) -> None:
+        """Wait for piece ``i`` only (its rows of ``out`` are then final)."""
         if not self._done[i]:
             self.handles[i].wait()
             if self._finish is not None:
@@ -244,6 +246,7 @@ class Partitioned:
             self._done[i] = True
 
     def wait_all(self) -> torch.Tensor:
+        """Wait for every piece; returns the full result."""
         for i in range(len(self.handles)):
             self.wait(i)
         return self.out

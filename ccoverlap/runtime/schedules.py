@@ -96,16 +96,18 @@ class C10dTransport:
         self.group = group
 
     def gather(self, region, out: torch.Tensor) -> Handle:
+        """All-gather every rank's ``shard[region]`` into ``out`` (``[P, ...]``, contiguous)."""
         piece = self.shard[region].contiguous()
         return comm.all_gather_into(out, piece, group=self.group)
 
     def fetch(self, region, srcs, outs, dsts, tag: int, per_recv: bool = False):
+        """Receive ``shard[region]`` from ``srcs`` into ``outs``, send ours to ``dsts`` (one p2p batch)."""
         piece = self.shard[region]
         sends = [(d, piece) for d in dsts]
         return comm.exchange(sends, list(zip(srcs, outs)), group=self.group, tag=tag, per_recv=per_recv)
 
     def close(self) -> None:
-        pass
+        """Nothing to release (c10d owns its buffers)."""
 
 
 TransportFactory = Callable[[torch.Tensor, object], object]
