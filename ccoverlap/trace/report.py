@@ -60,7 +60,7 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(file=file, width=width or 120, highlight=False)
+    con = Console(file=file, width=width or _width(), highlight=False)
     s = a.summary()
     con.print(f"[bold]ccoverlap analyze[/bold] - {len(a.ranks)} rank(s), {steps_label(a)}; "
               f"times in ms; time resolution: {a.time_resolution}")
@@ -132,6 +132,12 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
     con.print(f"[bold]Most worth trying:[/bold] {v.try_next}.")
 
 
+def _width() -> int:
+    import shutil
+
+    return max(100, shutil.get_terminal_size(fallback=(120, 40)).columns)
+
+
 def print_problems(problems: list[str], file: IO) -> None:
     """One ``warning:`` line per problem (file name first)."""
     for p in problems:
@@ -162,7 +168,7 @@ def print_comparison(cmp: dict, name_a: str, name_b: str, file: IO | None = None
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(file=file, width=120, highlight=False)
+    con = Console(file=file, width=_width(), highlight=False)
     t = Table(title=f"Per step, mean over ranks: A = {name_a}  vs  B = {name_b}", title_justify="left")
     for col in ("metric", "A", "B", "B - A", "B / A"):
         t.add_column(col, justify="right")

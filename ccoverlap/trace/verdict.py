@@ -31,8 +31,9 @@ _ADVICE_COMM_BOUND = {
                       "often (gradient accumulation)",
     "all_reduce": "communicate less often or less: gradient accumulation / larger micro-batches per "
                   "all-reduce, or reduced-precision (bf16) gradient all-reduce",
-    "all_to_all": "cut the all-to-all volume: fewer / better-placed experts per node, a lower capacity "
-                  "factor, or expert parallelism inside a node",
+    "all_to_all": "cut the all-to-all volume or keep it inside a node: place experts / embedding-table "
+                  "shards so most tokens stay local, a lower capacity factor, or a hierarchical (intra-node "
+                  "first) all-to-all",
 }
 _ADVICE_OVERLAP = {
     "all_gather": "prefetch the next all-gather while the current layer computes (FSDP forward/backward "
