@@ -258,9 +258,8 @@ def _input_side_graph(case: FiccoCase, schedule: str) -> OpGraph:
         for t, kc in enumerate(cols):
             cm = bld.add(f"{kind}.{t}", bld.coll(kind, m * kc * b), "comm")
             ga = bld.add(f"gather.{t}", bld.copy(m * kc * b), "gather", [cm])  # 2-D block -> contiguous
-            bld.add(f"gemm.{t}", bld.gemm(m, n, kc), "compute", [ga])
-            if t:  # C += A_t B_t: the accumulating epilogue reads C again (§IV-C1)
-                bld.add(f"accumulate.{t}", MemorySpec(bytes=float(m * n * b)), "compute")
+            # C += A_t B_t: every piece after the first is an accumulating GEMM that reads C (§IV-C1)
+            bld.add(f"gemm.{t}", replace(bld.gemm(m, n, kc), accumulate=t > 0), "compute", [ga])
     else:
         pieces = [_split(s, w) for s in shards]  # pieces[src][t]: rows of piece t of shard src
         hetero = schedule.startswith("hetero")
