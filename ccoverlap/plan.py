@@ -10,7 +10,8 @@ configurations and schedules):
   in-flight all-gather limit, TP chunking, EP micro-batch overlap), keeping only
   configurations whose memory estimate fits.
 
-Further strategies (Lagom, Centauri, FiCCO) register through :data:`EXTRA_STRATEGIES`.
+Further strategies come from the deciders (Lagom, Centauri, FiCCO): each decider module has a
+``STRATEGIES`` dict that :func:`load_decider_strategies` merges into :data:`EXTRA_STRATEGIES`.
 """
 
 from __future__ import annotations
@@ -20,99 +21,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
-from ccoverlap.timeline import Timeline, all_rank_metrics, step_time_s
+from ccoverlap.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
 from ccoverlap.workload import Workload
-
-
-@dataclass
-class StrategyResult:
-    """One simulated strategy; times in seconds, memory in bytes."""
-
-    name: str
-    knobs: dict
-    step_time_s: float
-    tokens_per_s: float
-    mfu: float
-    exposed_comm_s: float
-    overlap_ratio: float
-    compute_s: float
-    comm_s: float
-    compute_comm_ratio: float
-    peak_memory_bytes: float
-    fits_memory: bool
-    note: str = ""
-    timeline: Timeline | None = field(default=None, repr=False)
-
-    def as_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "knobs": self.knobs,
-            "step_time_s": self.step_time_s,
-            "tokens_per_s": self.tokens_per_s,
-            "mfu": self.mfu,
-            "exposed_comm_s": self.exposed_comm_s,
-            "overlap_ratio": self.overlap_ratio,
-            "compute_s": self.compute_s,
-            "comm_s": self.comm_s,
-            "compute_comm_ratio": self.compute_comm_ratio,
-            "peak_memory_bytes": self.peak_memory_bytes,
-            "fits_memory": self.fits_memory,
-            "note": self.note,
-        }
-
-
-def cost_model_for(w: Workload):
-    """The cost model of the workload's cluster, with its calibration file applied if given."""
-    from ccoverlap.cost import CostModel, CostParams
-    from ccoverlap.cost.params import default_params
-
-    params = default_params(w.cluster.gpu)
-    if w.calibration:
-        params = CostParams.load(w.calibration, base=params)
-    return CostModel(w.cluster, params)
-
-
-def simulate_workload(w: Workload, *, cost=None, progress=None):
-    """Build and simulate one training step of ``w``; returns (StepGraph, Timeline)."""
-    from ccoverlap.parallel import build_step
-    from ccoverlap.sim import simulate
-
-    step = build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs)
-    tl = simulate(step.graph, cost if cost is not None else cost_model_for(w), progress=progress)
-    return step, tl
-
-
-def evaluate(w: Workload, name: str, *, cost=None, note: str = "", keep_timeline: bool = False) -> StrategyResult:
-    """Simulate ``w`` and summarise it as a :class:`StrategyResult`.
-
-    MFU = model FLOPs per step / (world size × peak dense FLOP/s × step time), the PaLM /
-    Megatron definition (no recomputation counted). Exposed communication and compute are
-    those of the simulated rank with the largest exposed communication (the critical one).
-    """
-    step, tl = simulate_workload(w, cost=cost)
-    t = step_time_s(tl)
-    ranks = all_rank_metrics(tl)
-    worst = max(ranks, key=lambda m: m.exposed_comm_s)
-    comm_total = sum(m.comm_s for m in ranks)
-    overlap = sum(m.overlap_s for m in ranks) / comm_total if comm_total > 0 else 0.0
-    peak = w.cluster.gpu.flops_for(w.parallel.dtype_bytes) * step.world_size
-    mem = step.memory
-    return StrategyResult(
-        name=name,
-        knobs=w.knobs.to_dict(),
-        step_time_s=t,
-        tokens_per_s=step.tokens_per_step / t if t > 0 else 0.0,
-        mfu=step.model_flops_per_step / (peak * t) if t > 0 else 0.0,
-        exposed_comm_s=worst.exposed_comm_s,
-        overlap_ratio=overlap,
-        compute_s=worst.compute_s,
-        comm_s=worst.comm_s,
-        compute_comm_ratio=worst.compute_comm_ratio,
-        peak_memory_bytes=float(mem.total_bytes),
-        fits_memory=bool(mem.fits),
-        note=note,
-        timeline=tl if keep_timeline else None,
-    )
 
 
 def knob_space(w: Workload) -> dict[str, list[Any]]:
@@ -176,7 +86,7 @@ def search_best_knobs(w: Workload, *, cost=None, progress: ProgressFn | None = N
     return best_w, best, n_sims
 
 
-# Extra strategies from the deciders: name -> function(workload, cost) -> StrategyResult | None
+# Strategies from the deciders: name -> function(workload, cost) -> StrategyResult | None
 EXTRA_STRATEGIES: dict[str, Callable[[Workload, Any], StrategyResult | None]] = {}
 
 
@@ -247,17 +157,19 @@ def recommendation(result: PlanResult) -> str:
     return " ".join(lines)
 
 
-# modules that add decider strategies to EXTRA_STRATEGIES when imported
+# decider modules whose STRATEGIES dicts feed EXTRA_STRATEGIES
 DECIDER_MODULES = ("ccoverlap.deciders.lagom", "ccoverlap.deciders.centauri", "ccoverlap.deciders.ficco")
 
 
 def load_decider_strategies() -> None:
-    """Import the decider modules present in this installation so their strategies register."""
+    """Import the decider modules present in this installation and collect their strategies."""
     import importlib
 
     for name in DECIDER_MODULES:
         try:
-            importlib.import_module(name)
+            module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
             if exc.name != name:
                 raise
+            continue
+        EXTRA_STRATEGIES.update(getattr(module, "STRATEGIES", {}))

@@ -433,7 +433,7 @@ def decide(w, cost=None) -> CentauriDecision:
     module docstring); every alternative is simulated under ``cost`` (default: the workload's
     cost model). Returns the :class:`CentauriDecision`."""
     if cost is None:
-        from ccoverlap.plan import cost_model_for
+        from ccoverlap.evaluate import cost_model_for
 
         cost = cost_model_for(w)
     w = replace(w, knobs=replace(w.knobs, overlap=True))
@@ -511,24 +511,19 @@ def decide(w, cost=None) -> CentauriDecision:
 
 
 def centauri_strategy(w, cost):
-    """Planner strategy ``centauri`` (registered in ``ccoverlap.plan.EXTRA_STRATEGIES``):
+    """Planner strategy ``centauri`` (in this module's ``STRATEGIES``):
     :func:`decide` on the workload, summarised as a :class:`~ccoverlap.plan.StrategyResult`
     with the same definitions as :func:`ccoverlap.plan.evaluate` (MFU, exposed communication
     and compute of the critical rank). None when there is no data-parallel communication to
     partition (dp == 1)."""
     if w.parallel.dp <= 1:
         return None
-    from ccoverlap.deciders.strategy_result import result_from_timeline
+    from ccoverlap.evaluate import summarize
 
     d = decide(w, cost)
-    return result_from_timeline("centauri", d.workload, d.step, d.timeline, note=d.note(),
+    return summarize("centauri", d.workload, d.step, d.timeline, note=d.note(),
                                 extra_memory_bytes=d.extra_memory_bytes)
 
 
-def _register() -> None:
-    from ccoverlap import plan
-
-    plan.EXTRA_STRATEGIES["centauri"] = centauri_strategy
-
-
-_register()
+# planner strategies (collected by ccoverlap.plan.load_decider_strategies)
+STRATEGIES = {"centauri": centauri_strategy}

@@ -506,10 +506,5 @@ from ccoverlap.deciders.ficco_accuracy import (  # noqa: E402
     paper_cases, rejudge, synthetic_cases)
 
 
-def _register() -> None:
-    from ccoverlap import plan
-
-    plan.EXTRA_STRATEGIES["ficco"] = ficco_strategy
-
-
-_register()
+# planner strategies (collected by ccoverlap.plan.load_decider_strategies)
+STRATEGIES = {"ficco": ficco_strategy}

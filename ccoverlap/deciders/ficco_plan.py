@@ -128,7 +128,7 @@ def ficco_strategy(w, cost):
     p = w.parallel
     if p.tp <= 1 or not p.sequence_parallel or not w.knobs.overlap:
         return None
-    from ccoverlap.deciders.strategy_result import result_from_timeline
+    from ccoverlap.evaluate import summarize
     from ccoverlap.parallel import build_step
     from ccoverlap.timeline import step_time_s
 
@@ -154,4 +154,4 @@ def ficco_strategy(w, cost):
                         f"{by[v.best_overall].speedup:.2f}x)"))
     note = (f"FiCCO §V-C picks, {engine} transfers — " + "; ".join(parts) +
             f". With the estimator's best schedule per pair the step would take {step_time_s(tl_e) * 1e3:.1f} ms.")
-    return result_from_timeline("ficco", wf, step, tl, note=note)
+    return summarize("ficco", wf, step, tl, note=note)

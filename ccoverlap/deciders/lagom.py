@@ -395,13 +395,13 @@ def _tune_workload(w, cost, method: str, *, top: int = 2):
       groups (collectives no computation hides share the process group's configuration), so
       this is Lagom's "keep the best configuration profiled", with the step as the profile.
     """
-    from ccoverlap.plan import evaluate
+    from ccoverlap.evaluate import evaluate
     from ccoverlap.workload import with_knobs
 
     from .overlap_group import overlap_groups_from_workload
 
     if cost is None:
-        from ccoverlap.plan import cost_model_for
+        from ccoverlap.evaluate import cost_model_for
 
         cost = cost_model_for(w)
     groups = overlap_groups_from_workload(w, cost, top=top)
@@ -469,11 +469,5 @@ def autoccl_strategy(w, cost=None):
     return _tune_workload(w, cost, "autoccl")
 
 
-def _register() -> None:
-    from ccoverlap import plan
-
-    plan.EXTRA_STRATEGIES["lagom"] = lagom_strategy
-    plan.EXTRA_STRATEGIES["autoccl"] = autoccl_strategy
-
-
-_register()
+# planner strategies (collected by ccoverlap.plan.load_decider_strategies)
+STRATEGIES = {"lagom": lagom_strategy, "autoccl": autoccl_strategy}

@@ -500,7 +500,7 @@ def overlap_groups_from_step(graph: OpGraph, timeline, cluster: ClusterSpec, *, 
 def overlap_groups_from_workload(w, cost=None, *, top: int = 2) -> list[OverlapGroup]:
     """The main overlap groups (see :func:`overlap_groups_from_step`) of workload ``w``'s step,
     simulated with its knobs as given; ``cost`` defaults to the workload's cost model."""
-    from ccoverlap.plan import simulate_workload
+    from ccoverlap.evaluate import simulate_workload
 
     step, tl = simulate_workload(w, cost=cost)
     return overlap_groups_from_step(step.graph, tl, w.cluster, top=top, label=w.model.name)

@@ -478,9 +478,10 @@ def test_tune_command_table_and_errors(capsys, tmp_path):
 
 def test_strategies_register_and_apply_per_group():
     from ccoverlap import plan
-    from ccoverlap.deciders import lagom  # noqa: F401  (registers at import)
+    from ccoverlap.deciders import lagom
     from ccoverlap.workload import workload_from_mapping
 
+    plan.load_decider_strategies()
     assert plan.EXTRA_STRATEGIES["lagom"] is lagom.lagom_strategy
     assert plan.EXTRA_STRATEGIES["autoccl"] is lagom.autoccl_strategy
     w = workload_from_mapping({"model": "phi-2", "cluster": "dgx-h100", "nodes": 1,
