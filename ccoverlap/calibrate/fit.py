@@ -243,7 +243,7 @@ def observations(records: Iterable[dict], *, every: int = 4) -> list[Observation
             add("gemm" if rec["dtype"] == "bf16" else f"gemm_{rec['dtype']}", rec["time_s"], predict_gemm)
         elif kind == "gemm_split":
             add("split", rec["time_s"] / rec["whole_s"], predict_split)
-        elif kind == "copy":
+        elif kind == "copy" and rec["direction"] in ("d2d", "h2d", "d2h"):  # peer copies: kept, not modelled
             add("copy_sm" if rec["engine"] == "sm" else "copy_ce", rec["time_s"], predict_copy)
         elif kind == "channel_copy":
             add("channel", rec["time_s"], predict_channel)

@@ -21,6 +21,7 @@ from ccoverlap.errors import ConfigError
 
 
 def register(sub) -> None:
+    """Add the ``calibrate`` subcommand and its options to the CLI's subparsers."""
     p = sub.add_parser("calibrate", help="measure this GPU and fit the cost model (writes a calibration file)",
                        description=__doc__)
     p.add_argument("--out", help="calibration file to write (default: calibrations/<gpu-name>.json)")
@@ -124,6 +125,8 @@ def print_report(result, held, decomposition, base, path: Path, out=None) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
+    """Measure (or, with ``--refit``, read the measurements of a file), fit, print the report,
+    write the calibration file; 0 on success. User errors raise ConfigError (exit 2)."""
     from ccoverlap import __version__
     from ccoverlap.calibrate import fileformat
     from ccoverlap.cost.params import default_params

@@ -191,3 +191,9 @@ def test_decomposition_table_has_measured_and_predicted(noisy_fit, gpu):
     for r in rows:
         assert math.isfinite(r["predicted"]) and r["predicted"] > 0.9
         assert r["measured"] == pytest.approx(r["predicted"], rel=0.15)
+
+
+def test_peer_copies_are_kept_but_not_modelled(gpu, truth):
+    recs = [{"kind": "copy", "engine": "ce", "direction": "p2p", "bytes": MiB, "time_s": 1e-5},
+            {"kind": "copy", "engine": "ce", "direction": "h2d", "bytes": MiB, "time_s": 3e-5}]
+    assert [o.group for o in F.observations(recs)] == ["copy_ce"]
