@@ -128,7 +128,7 @@ def _clean(x):
         return int(x)
     if isinstance(x, (float, np.floating)):
         v = float(x)
-        return v if math.isfinite(v) else None
+        return float(f"{v:.12g}") if math.isfinite(v) else None   # 12 significant digits: no 1e-17 noise
     return x
 
 
