@@ -227,6 +227,8 @@ def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", ti
     colls = collective_stats(rts, masks)
     step_times = {s: {r: m.step_time_s for r, m in per.items()} for s, per in step_metrics.items()}
     cross = cross_rank(rts, masks, step_times)
+    if cross.note.startswith("the ranks' first events"):
+        problems.append(cross.note)
     cont = contention(rts, masks, min_samples=min_samples)
     verdict = decide(metrics, colls, cont, mode="cpu" if all(rt.mode == "cpu" for rt in rts) else "gpu")
     return Analysis(files=[str(f) for f in files], problems=problems, steps_spec=spec,

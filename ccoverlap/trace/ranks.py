@@ -61,6 +61,17 @@ class CrossRank:
         return d
 
 
+MAX_CLOCK_SPREAD_S = 10.0
+
+
+def clock_spread_s(rts: list[RankTrace], masks: dict[int, np.ndarray]) -> float:
+    """Largest difference between the ranks' first analysed event (seconds). Ranks of one job
+    start their profiled steps within milliseconds of each other; a spread of many seconds means
+    their clocks are not comparable (e.g. per-host monotonic clocks)."""
+    firsts = [float(rt.timeline.start_s[masks[rt.rank]].min()) for rt in rts if masks[rt.rank].any()]
+    return max(firsts) - min(firsts) if len(firsts) > 1 else 0.0
+
+
 def cross_rank(rts: list[RankTrace], masks: dict[int, np.ndarray],
                step_times: dict[int, dict[int, float]] | None = None) -> CrossRank:
     """Match the selected communication rows across ranks (see the module docstring).
@@ -77,6 +88,10 @@ def cross_rank(rts: list[RankTrace], masks: dict[int, np.ndarray],
             slowest[step] = max(per_rank, key=lambda r: per_rank[r])
     if len(rts) < 2:
         return CrossRank([], [], [], slowest, note="one rank: nothing to compare across ranks")
+    spread = clock_spread_s(rts, masks)
+    if spread > MAX_CLOCK_SPREAD_S:
+        return CrossRank([], [], [], slowest, note=f"the ranks' first events are {spread:.0f} s apart: their clocks "
+                                                   f"are not comparable, so start skew is not measured")
     per_group: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
     for rt in rts:
         tl = rt.timeline

@@ -16,6 +16,7 @@ import numpy as np
 
 from ccoverlap.timeline import merge_intervals
 from ccoverlap.trace.analyze import Analysis
+from ccoverlap.trace.ranks import MAX_CLOCK_SPREAD_S
 
 MAX_LANE_RANKS = 16
 
@@ -198,7 +199,6 @@ def write_png(a: Analysis, path: str | Path, *, step: int | None = None) -> Path
     shown = a.ranks[:MAX_LANE_RANKS]
     fig, (ax, bx) = plt.subplots(2, 1, figsize=(12, 2.2 + 0.55 * len(shown) + 2.6),
                                  gridspec_kw={"height_ratios": [max(len(shown), 1) * 0.55 + 0.8, 2.6]})
-    t0 = None
     lanes = []
     for rt in shown:
         mask = a.masks[rt.rank]
@@ -207,14 +207,15 @@ def write_png(a: Analysis, path: str | Path, *, step: int | None = None) -> Path
         tl = rt.timeline
         comp = merge_intervals(tl.start_s[mask & (tl.kind == "compute")], tl.end_s[mask & (tl.kind == "compute")])
         comm = merge_intervals(tl.start_s[mask & (tl.kind == "comm")], tl.end_s[mask & (tl.kind == "comm")])
-        lanes.append((rt.rank, comp, comm, _subtract(comm, comp)))
         starts = [x[0][0] for x in (comp, comm) if len(x[0])]
-        if starts:
-            t0 = min(starts) if t0 is None else min(t0, min(starts))
-    t0 = t0 or 0.0
+        lanes.append((rt.rank, comp, comm, _subtract(comm, comp), min(starts) if starts else 0.0))
+    firsts = [lane[4] for lane in lanes]
+    own_clock = bool(firsts) and max(firsts) - min(firsts) > MAX_CLOCK_SPREAD_S
+    t0_all = min(firsts) if firsts else 0.0
     y = 0
     ticks, labels = [], []
-    for rank, comp, comm, exposed in lanes:
+    for rank, comp, comm, exposed, first in lanes:
+        t0 = first if own_clock else t0_all
         for iv, colour, lab in ((comm, "#4C72B0", "comm"), (comp, "#55A868", "compute")):
             segs = [((s - t0) * 1e3, (e - s) * 1e3) for s, e in zip(*iv)]
             ax.broken_barh(segs, (y, 0.8), facecolors=colour, linewidth=0)
@@ -228,7 +229,7 @@ def write_png(a: Analysis, path: str | Path, *, step: int | None = None) -> Path
     ax.set_yticks(ticks)
     ax.set_yticklabels(labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("ms")
+    ax.set_xlabel("ms" + (" from each rank's first event (clocks not comparable)" if own_clock else ""))
     title = f"step {step}" if step is not None else "analysed window"
     more = f" (first {MAX_LANE_RANKS} of {len(a.ranks)} ranks)" if len(a.ranks) > MAX_LANE_RANKS else ""
     ax.set_title(f"{title}{more}: compute (green), communication (blue), exposed communication (red hatch)",

@@ -145,3 +145,27 @@ def test_verdict_contention_limited():
 def test_verdict_fine():
     assert decide([_m(compute=10, comm=5, overlap=5, step=10)], [], _NO_CONT).label == "fine"
     assert decide([_m(compute=10, comm=0, overlap=0, step=10)], [], _NO_CONT).label == "fine"
+
+
+def test_incomparable_clocks_are_said_not_measured(tmp_path):
+    """Per-host monotonic clocks: ranks hours apart get no skew, and a warning."""
+    write(trace([kernel("gemm", 0, 300), nccl("all_reduce", 100, 300)], rank=0, world=2), tmp_path / "rank-0.json")
+    hours = 3 * 3600 * 1e6
+    write(trace([kernel("gemm", hours, 300), nccl("all_reduce", hours + 100, 300)], rank=1, world=2),
+          tmp_path / "rank-1.json")
+    a = analyze([tmp_path])
+    assert a.cross.groups == [] and a.cross.stragglers == []
+    assert any("not comparable" in p for p in a.problems)
+    assert [round(m.overlap_ratio, 6) for m in a.metrics] == [round(200 / 300, 6)] * 2
+    from ccoverlap.trace.report import write_png
+
+    assert write_png(a, tmp_path / "p.png").stat().st_size > 5000
+
+
+def test_exposed_intervals_for_the_picture():
+    from ccoverlap.trace.report import _subtract
+
+    comm = (np.array([0.0, 10.0]), np.array([5.0, 20.0]))
+    comp = (np.array([1.0, 12.0]), np.array([2.0, 30.0]))
+    s, e = _subtract(comm, comp)
+    assert s.tolist() == [0.0, 2.0, 10.0] and e.tolist() == [1.0, 5.0, 12.0]
