@@ -18,6 +18,7 @@ DEFAULT_OUT = "ccoverlap-out/analyze"
 
 
 def register(sub) -> None:
+    """Add the ``analyze`` subparser."""
     p = sub.add_parser("analyze", help="measure overlap in torch.profiler traces (one file per rank)",
                        description=__doc__)
     p.add_argument("traces", nargs="+", help="trace files or directories (*.json, *.json.gz)")
@@ -38,6 +39,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Analyse, print (table or JSON), draw; 0 on success (TraceError/ConfigError -> exit 2 in the CLI)."""
     from ccoverlap.errors import ConfigError
     from ccoverlap.trace.analyze import analyze, compare
     from ccoverlap.trace.report import print_comparison, print_problems, print_report, write_json, write_png

@@ -56,6 +56,7 @@ class Analysis:
 
     @property
     def analysed_steps(self) -> list[int]:
+        """Profiler step numbers with per-step metrics (launched inside the analysed window)."""
         return sorted(self.step_metrics)
 
     def summary(self) -> dict:

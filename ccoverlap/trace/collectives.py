@@ -65,6 +65,7 @@ class CollectiveStats:
     exposed_s: float = 0.0
 
     def as_dict(self) -> dict:
+        """Plain dict for JSON."""
         return asdict(self)
 
 

@@ -75,6 +75,7 @@ class Contention:
     note: str = ""
 
     def as_dict(self) -> dict:
+        """Plain dict for JSON (rank keys as strings)."""
         d = asdict(self)
         d["per_rank"] = {str(k): v for k, v in self.per_rank.items()}
         return d

@@ -108,6 +108,7 @@ class RawTrace:
 
     @property
     def has_device_events(self) -> bool:
+        """Whether the file holds any GPU (device) event."""
         return len(self.k_ts) > 0
 
 
@@ -170,6 +171,7 @@ class _TailReader:
         self.tail = b""
 
     def read(self, n: int = -1) -> bytes:
+        """Read like the wrapped file, keeping the last 64 KiB seen."""
         data = self._fh.read(n)
         if data:
             self.tail = (self.tail + data)[-_TAIL_BYTES:]

@@ -56,6 +56,7 @@ class CrossRank:
     note: str = ""
 
     def as_dict(self) -> dict:
+        """Plain dict for JSON (step keys as strings)."""
         d = asdict(self)
         d["slowest_rank_per_step"] = {str(k): v for k, v in self.slowest_rank_per_step.items()}
         return d

@@ -63,6 +63,7 @@ class Verdict:
     top_collective: str
 
     def as_dict(self) -> dict:
+        """Plain dict for JSON."""
         return asdict(self)
 
 
