@@ -274,7 +274,7 @@ def compare(a: Analysis, b: Analysis) -> dict:
     for name in sorted(set(ca) | set(cb)):
         x = ca[name].time_mean_s if name in ca else None
         y = cb[name].time_mean_s if name in cb else None
-        coll_rows.append({"metric": f"{name} mean time (s)", "a": x, "b": y,
+        coll_rows.append({"metric": f"{name} mean time_s", "a": x, "b": y,
                           "diff": (y - x) if x is not None and y is not None else None,
                           "ratio": (y / x) if x and y is not None else None})
     return _clean({"job": rows(mean_over(pa), mean_over(pb)),

@@ -281,7 +281,8 @@ def build_rank(raw: RawTrace, origin: float, *, hta_rounding: bool = False) -> R
     (no device events and no CPU-side gloo collectives).
 
     ``hta_rounding``: round every event inward to whole µs (start up, end down) when the
-    file has fractional timestamps, as HTA does for ns-resolution traces.
+    file has fractional timestamps, as HTA does for ns-resolution traces (not for the traces
+    ``ccoverlap simulate`` writes, which are exact by construction).
     """
     rank = int(raw.rank if raw.rank is not None else 0)
     pg = pg_config_of(raw.meta)
@@ -301,7 +302,10 @@ def build_rank(raw: RawTrace, origin: float, *, hta_rounding: bool = False) -> R
     devs = raw.meta.get("deviceProperties")
     if isinstance(devs, list) and devs and isinstance(devs[0], dict):
         meta["device"] = devs[0].get("name")
-    round_us = hta_rounding and raw.float_ts
+    # traces ccoverlap itself wrote (simulated) are exact by construction: never rounded
+    simulated = str(raw.meta.get("traceName", "")).startswith("ccoverlap simulated")
+    round_us = hta_rounding and raw.float_ts and not simulated
+    meta["simulated"] = simulated
 
     if raw.has_device_events:
         meta["mode"] = "gpu"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import IO
 
@@ -176,7 +177,8 @@ def print_comparison(cmp: dict, name_a: str, name_b: str, file: IO | None = None
     for r in cmp["job"] + cmp["collectives"]:
         is_ratio = r["metric"] in ("overlap_ratio", "compute_comm_ratio")
         fmt = (lambda x: "-" if x is None else f"{x:.3f}") if is_ratio else _ms
-        t.add_row(r["metric"].replace("_s", " (ms)") if not is_ratio else r["metric"], fmt(r["a"]), fmt(r["b"]),
+        label = r["metric"] if is_ratio else re.sub(r"_s$", " (ms)", r["metric"])
+        t.add_row(label, fmt(r["a"]), fmt(r["b"]),
                   fmt(r["diff"]), "-" if r["ratio"] is None else f"{r['ratio']:.2f}x")
     con.print(t)
     if cmp.get("only_in_a") or cmp.get("only_in_b"):
