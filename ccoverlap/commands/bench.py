@@ -206,6 +206,29 @@ def _worker(rank: int, world: int, cfg: dict):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    # Reference rows (forward only): the whole collective alone and the GEMM alone, so the
+    # table shows what "serial" is made of and how much any overlap could hide.
+    parts = {}
+    if not grad:
+        if op == "all_gather_matmul":
+            full = torch.empty(m, k, device=device, dtype=dtype)
+            parts["(comm only)"] = lambda: comm.all_gather_into(full, x).wait()
+            parts["(GEMM only)"] = lambda: full @ w.t()
+        elif op == "matmul_reduce_scatter":
+            partial = rnd(m, n)
+            block = torch.empty(m // world, n, device=device, dtype=dtype)
+            parts["(comm only)"] = lambda: comm.reduce_scatter_into(block, partial).wait()
+            parts["(GEMM only)"] = lambda: x @ w.t()
+        else:
+            recv_x, ybuf, recv_y = torch.empty_like(x), rnd(m, n), torch.empty(m, n, device=device, dtype=dtype)
+
+            def a2a_both():
+                comm.all_to_all_single(recv_x, x).wait()
+                comm.all_to_all_single(recv_y, ybuf).wait()
+
+            parts["(comm only)"] = a2a_both
+            parts["(GEMM only)"] = lambda: x @ w[0].t()
+
     import time
 
     rows = []
@@ -216,20 +239,24 @@ def _worker(rank: int, world: int, cfg: dict):
             all_gather_matmul(x.detach(), w.detach(), schedule="serial", check_shapes="always")
         elif op == "matmul_reduce_scatter":
             matmul_reduce_scatter(x.detach(), w.detach(), schedule="serial", check_shapes="always")
-        scheds = cfg["schedules"]
+        scheds = list(cfg["schedules"]) + list(parts)
+
+        def run_one(name):
+            return parts[name]() if name in parts else call(name)
+
         load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         # Round-robin: every repetition runs each schedule once, so drift and background
         # load spread over all schedules instead of favouring whichever ran last.
         for _ in range(cfg["warmup"]):
             for sched in scheds:
-                call(sched)
+                run_one(sched)
         times = [[] for _ in scheds]
         for _ in range(cfg["iters"]):
             for i, sched in enumerate(scheds):
                 sync()
                 comm.barrier()
                 t0 = time.perf_counter()
-                call(sched)
+                run_one(sched)
                 sync()
                 times[i].append(time.perf_counter() - t0)
         load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -244,15 +271,16 @@ def _worker(rank: int, world: int, cfg: dict):
                 chosen = dec.schedule
             elif sched == "auto":
                 chosen = "chunked" if world > 1 else "serial"
-            rows.append({"schedule": sched, "runs": chosen, "median_s": statistics.median(slowest),
-                         "min_s": min(slowest), "times_s": slowest})
+            rows.append({"schedule": sched, "runs": chosen if sched not in parts else "-",
+                         "median_s": statistics.median(slowest), "min_s": min(slowest), "times_s": slowest,
+                         "reference": sched in parts})
         if cfg["profile_dir"]:
             _profile(cfg, rank, call, sync, device)
     if rank != 0:
         return None
     base = next(r["median_s"] for r in rows if r["schedule"] == "serial")
     for r in rows:
-        r["speedup_vs_serial"] = base / r["median_s"] if r["median_s"] > 0 else float("nan")
+        r["speedup_vs_serial"] = None if r["reference"] else (base / r["median_s"] if r["median_s"] > 0 else None)
     flops = 2.0 * m * n * k * (3 if grad else 1)
     return {
         "op": op, "m": m, "n": n, "k": k, "experts": e if op == "all_to_all_matmul" else None,
@@ -309,7 +337,10 @@ def _print(res: dict, as_json: bool) -> None:
     print("-" * len(hdr))
     for r in res["results"]:
         gf = res["gemm_flops_per_rank"] / r["median_s"] / 1e9 if r["median_s"] > 0 else float("nan")
+        gf_txt = f"{gf:>9.1f}" if not r["reference"] or r["schedule"] == "(GEMM only)" else f"{'-':>9}"
+        sp = r["speedup_vs_serial"]
+        sp_txt = f"{sp:>7.2f}x" if sp is not None else f"{'-':>8}"
         print(f"{r['schedule']:<18} {r['runs']:<18} {r['median_s'] * 1e3:>10.2f} {r['min_s'] * 1e3:>9.2f} "
-              f"{gf:>9.1f} {r['speedup_vs_serial']:>7.2f}x")
+              f"{gf_txt} {sp_txt}")
     if res["profile_dir"]:
         print(f"traces: {res['profile_dir']}/rank-<r>.json (ccoverlap analyze {res['profile_dir']})")

@@ -52,6 +52,7 @@ def test_bench_table_all_to_all(capsys):
     lines = [ln for ln in out.splitlines() if ln.split() and ln.split()[0] in ("serial", "chunked", "auto")]
     assert [ln.split()[0] for ln in lines] == ["serial", "chunked", "auto"]
     assert lines[2].split()[1] == "chunked"
+    assert "(comm only)" in out and "(GEMM only)" in out  # forward runs show what serial is made of
 
 
 @pytest.mark.parametrize(
