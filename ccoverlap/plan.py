@@ -121,7 +121,9 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
     best.timeline = evaluate(best_w, "best-knobs", cost=cost, keep_timeline=True).timeline
     strategies = [as_given, no_overlap, best]
     names = list(EXTRA_STRATEGIES) if extra is None else list(extra)
-    for name in names:
+    for i, name in enumerate(names):
+        if progress:
+            progress(i, len(names), f"strategy {name}")
         res = EXTRA_STRATEGIES[name](best_w, cost)
         if res is not None:
             strategies.append(res)

@@ -38,7 +38,7 @@ def _progress_reporter(enabled: bool):
                 return
             from rich.console import Console
 
-            state["bar"] = Progress(TextColumn("searching overlap knobs"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+            state["bar"] = Progress(TextColumn("planning"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                                     TextColumn("{task.description}"), TimeElapsedColumn(),
                                     console=Console(stderr=True), transient=True)
             state["bar"].start()
