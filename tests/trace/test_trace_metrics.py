@@ -152,3 +152,12 @@ def test_round_trip_keeps_collectives(tmp_path):
     assert c.bytes_mean == pytest.approx(4096)
     assert c.busbw == pytest.approx(4096 / 1e-3 * 0.5)
     assert np.isfinite(a.metrics[0].compute_comm_ratio)
+
+
+def test_parallel_loading_gives_the_same_answer(fixtures_dir, tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text("{")
+    one = analyze([fixtures_dir / "synthetic" / "two_steps", bad], jobs=1)
+    two = analyze([fixtures_dir / "synthetic" / "two_steps", bad], jobs=2)
+    assert [m.as_dict() for m in one.metrics] == [m.as_dict() for m in two.metrics]
+    assert any("broken.json" in p for p in two.problems)
