@@ -59,6 +59,7 @@ _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNOREC
 _NUM = (int, float)
 _EMPTY: dict = {}
 _TAIL_BYTES = 1 << 16
+_I64 = 1 << 62          # ids beyond this are malformed (they would not fit the int64 columns)
 
 
 @dataclass
@@ -350,7 +351,9 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
                         if args.__class__ is not _dict:
                             args = _EMPTY
                         ext = args.get("External id", -1)
-                        c_ext_a(ext if ext.__class__ is _int else -1)
+                        if ext.__class__ is not _int or not -_I64 < ext < _I64:
+                            ext = -1
+                        c_ext_a(ext)
                         c_info_a(len(infos))
                         infos.append({k: args[k] for k in COMM_ARG_KEYS if k in args})
                     else:
@@ -358,7 +361,7 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
                         c_info_a(-1)
                         if name.startswith("ProfilerStep"):
                             m = _STEP_RE.match(name)
-                            if m:
+                            if m and len(m.group(1)) < 16:
                                 steps.append((int(m.group(1)), _float(ts), _float(dur), False))
                     c_nid_a(nid); c_ts_a(ts); c_dur_a(dur); c_tid_a(tid); c_annot_a(cat == "user_annotation")
                     continue
@@ -367,7 +370,7 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
                     args = _EMPTY
                 if cat == "cuda_runtime" or cat == "cuda_driver":
                     corr = args.get("correlation")
-                    if corr.__class__ is _int:
+                    if corr.__class__ is _int and -_I64 < corr < _I64:
                         key = (ev["pid"], ev["tid"])
                         tid = thread_ids.get(key)
                         if tid is None:
@@ -395,11 +398,20 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
                     kk = args.get("ccoverlap_kind")
                     dev = args.get("device", ev.get("pid"))
                     ext = args.get("External id", -1)
+                    # validate every integer before the first append: the columns stay aligned
+                    stream = stream if stream.__class__ is _int else -1
+                    dev = dev if dev.__class__ is _int else -1
+                    corr = corr if corr.__class__ is _int else -1
+                    ext = ext if ext.__class__ is _int else -1
+                    if not (-_I64 < stream < _I64 and -_I64 < dev < _I64 and -_I64 < corr < _I64
+                            and -_I64 < ext < _I64):
+                        n_bad += 1
+                        continue
                     k_nid.append(nid); k_ts.append(ts); k_dur.append(dur)
-                    k_stream.append(stream if stream.__class__ is _int else -1)
-                    k_device.append(dev if dev.__class__ is _int else -1)
-                    k_corr.append(corr if corr.__class__ is _int else -1)
-                    k_ext.append(ext if ext.__class__ is _int else -1)
+                    k_stream.append(stream)
+                    k_device.append(dev)
+                    k_corr.append(corr)
+                    k_ext.append(ext)
                     k_info.append(info)
                     k_kind.append(kind_code.get(kk, -1) if kk.__class__ is _str else -1)
                     k_cat.append(dev_cat_code.get(cat, len(DEVICE_CAT_LIST) - 1))
@@ -408,9 +420,9 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
                     continue
                 if name.startswith("ProfilerStep"):
                     m = _STEP_RE.match(name)
-                    if m:
+                    if m and len(m.group(1)) < 16:
                         steps.append((int(m.group(1)), _float(ts), _float(dur), cat == "gpu_user_annotation"))
-                if corr.__class__ is _int:
+                if corr.__class__ is _int and -_I64 < corr < _I64:
                     key = (ev.get("pid"), ev.get("tid"))
                     tid = thread_ids.get(key)
                     if tid is None:

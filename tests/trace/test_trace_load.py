@@ -113,6 +113,26 @@ def test_integer_timestamps_are_never_rounded(tmp_path):
     assert m.overlap_ratio == pytest.approx(50.5 / 100.25, abs=1e-12)
 
 
+def test_ids_too_large_for_the_columns_are_malformed(tmp_path):
+    doc = trace(_two_kernels())
+    huge = 2**62 + 5          # fits JSON parsers' int64, not our id range
+    doc["traceEvents"] += [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": {"stream": huge, "correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": {"stream": 7, "correlation": huge}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1, "dur": 1, "pid": 1, "tid": 1,
+         "args": {"correlation": huge}},
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{huge}", "ts": 1, "dur": 1, "pid": 1, "tid": 1},
+    ]
+    raw = load.load_trace(write(doc, tmp_path / "big.json"))
+    assert len(raw.k_ts) == len(raw.k_stream) == len(raw.k_corr) == 2 and raw.n_malformed == 2
+    assert len(raw.l_corr) == len(raw.l_ts) == 2 and raw.steps == []
+    analyze([tmp_path / "big.json"])
+    # beyond int64 the C parser itself refuses the file: a clear error, not a crash
+    doc["traceEvents"][-1]["args"] = {"External id": 2**70}
+    with pytest.raises(TraceError, match="big2.json.*integer overflow"):
+        load.load_trace(write(doc, tmp_path / "big2.json"))
+
+
 def test_malformed_events_are_skipped_and_counted(tmp_path):
     doc = trace(_two_kernels())
     doc["traceEvents"] += [
@@ -196,9 +216,23 @@ _json = st.recursive(_json_leaf, lambda c: st.one_of(st.lists(c, max_size=4),
                      max_leaves=20)
 _keys = st.sampled_from(["ph", "cat", "name", "ts", "dur", "pid", "tid", "args", "stream", "correlation",
                          "External id", "Collective name", "In msg nelems", "dtype", "Input Dims"])
-_event = st.dictionaries(_keys, st.one_of(_json, st.sampled_from(
-    ["X", "M", "kernel", "cpu_op", "cuda_runtime", "user_annotation", "ProfilerStep#3", "ncclDevKernel_Generic",
-     "gloo:all_reduce", "record_param_comms", "Float"])), max_size=10)
+_big = st.one_of(st.integers(-3, 10), st.integers(-(2**63), 2**63 - 1), st.integers(-(2**70), 2**70), _json_leaf)
+_args = st.dictionaries(st.sampled_from(["stream", "correlation", "External id", "device", "Collective name",
+                                         "In msg nelems", "Out msg nelems", "dtype", "Group size",
+                                         "Process Group Name", "Input Dims", "Input type", "grid", "ccoverlap_kind"]),
+                        st.one_of(_big, _json), max_size=8)
+_event = st.one_of(
+    st.dictionaries(_keys, st.one_of(_json, st.sampled_from(
+        ["X", "M", "kernel", "cpu_op", "cuda_runtime", "user_annotation", "ProfilerStep#3", "ncclDevKernel_Generic",
+         "gloo:all_reduce", "record_param_comms", "Float"])), max_size=10),
+    st.fixed_dictionaries(
+        {"ph": st.just("X"), "cat": st.sampled_from(["kernel", "cpu_op", "user_annotation", "cuda_runtime",
+                                                      "gpu_memcpy", "cuda_sync", "weird"]),
+         "name": st.sampled_from(["ncclDevKernel_Generic", "gemm", "gloo:all_gather", "record_param_comms",
+                                  "ProfilerStep#99999999999999999999", "ProfilerStep#2", "Memcpy DtoD"]),
+         "ts": st.one_of(st.integers(0, 10**6), st.floats(0, 1e6), _json_leaf),
+         "dur": st.one_of(st.integers(0, 10**4), st.floats(-1, 1e4), _json_leaf),
+         "pid": _big, "tid": _big, "args": _args}))
 _doc = st.one_of(
     st.fixed_dictionaries({"traceEvents": st.lists(_event, max_size=12)},
                           optional={"distributedInfo": _json, "displayTimeUnit": _json, "deviceProperties": _json}),
