@@ -179,6 +179,8 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         data["nodes"] = args.nodes
         flags_given = True
     par = dict(data.get("parallel") or {})
+    if not args.config and any(getattr(args, d) is not None for d in ("tp", "pp", "dp", "ep", "data_parallel")):
+        par = {}  # a layout given by flags replaces the built-in example's, not inherits its FSDP
     for dim in ("tp", "pp", "dp", "ep"):
         v = getattr(args, dim)
         if v is not None:
