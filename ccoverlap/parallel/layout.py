@@ -63,7 +63,9 @@ class Layout:
             pp=grp("pp", p.pp, pp_stride),
             embd=GroupSpec(name="embd", size=2, local_size=2 if (p.pp - 1) * pp_stride < g else 1),
             world=GroupSpec(name="world", size=world, local_size=gcd(world, min(world, g))),
-            # model-parallel ranks (one TP group per stage): its TP part shares a node
-            mp=GroupSpec(name="mp", size=p.tp * p.pp, local_size=local_size(p.tp, 1, g)),
+            # model-parallel ranks (one TP group per stage): the TP part shares a node, and so do
+            # the stages that land on the same node (stride tp*dp)
+            mp=GroupSpec(name="mp", size=p.tp * p.pp,
+                         local_size=local_size(p.tp, 1, g) * local_size(p.pp, pp_stride, g)),
             pp_inter_node=pp_stride >= g,
         )

@@ -141,3 +141,14 @@ def test_validation_accepts_exactly_the_valid_degrees(tp, pp, dp, gpus):
     msgs = problems(ParallelConfig(tp=tp, pp=pp, dp=dp), gpus=gpus)
     assert (msgs == []) == ok
     assert all(m and "; " not in m for m in msgs)  # one sentence each
+
+
+def test_model_parallel_group_counts_stages_sharing_a_node():
+    """TP2 x DP2 x PP2 on one 8-GPU node: the model-parallel group {0,1,4,5} is on one node."""
+    from ccoverlap.parallel.config import ParallelConfig
+    from ccoverlap.parallel.layout import Layout
+
+    layout = Layout.build(ParallelConfig(tp=2, pp=2, dp=2), 8)
+    assert layout.mp.size == 4 and layout.mp.nodes == 1
+    wide = Layout.build(ParallelConfig(tp=8, pp=2, dp=2), 8)
+    assert wide.mp.local_size == 8 and wide.mp.nodes == 2
