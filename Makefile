@@ -25,5 +25,9 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+# overlapped collective+GEMM schedules timed side by side on gloo (CPU), 4 local ranks
+bench: $(STAMP)
+	$(VENV)/bin/ccoverlap bench --m 8192 --n 128 --k 1024 --nproc 4
+
 clean:
 	rm -rf $(VENV) build *.egg-info
