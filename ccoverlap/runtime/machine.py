@@ -1,7 +1,7 @@
 """Peak compute and memory bandwidth of the device an op runs on (inputs to FiCCO §V-C).
 
-A small table keyed by a substring of ``torch.cuda.get_device_name()``; every number is the
-vendor's dense (no sparsity) datasheet figure. CPUs get conservative defaults, because the
+A small table keyed by a substring of ``torch.cuda.get_device_name()``, built from the
+hardware catalog (:data:`ccoverlap.hardware.GPUS`, dense datasheet figures with sources). CPUs get conservative defaults, because the
 heuristic only needs an order of magnitude and a CPU's real peak depends on cores, SIMD
 width and clocks that torch does not report.
 """
@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from ccoverlap.hardware import GPUS
 
 __all__ = ["MachineSpec", "GPU_TABLE", "CPU_DEFAULT", "machine_for"]
 
@@ -40,33 +42,28 @@ class MachineSpec:
         return self.peak_flops_fp32
 
 
+def _from_catalog(catalog_name: str) -> MachineSpec:
+    """A MachineSpec from the hardware catalog (one source of truth for datasheet numbers).
+    Dense TF32 is half of dense BF16 on Ampere, Hopper and CDNA 3 (same datasheets)."""
+    gpu = GPUS[catalog_name]
+    return MachineSpec(name=gpu.name, peak_flops_bf16=gpu.peak_flops["bf16"],
+                       peak_flops_tf32=gpu.peak_flops["bf16"] / 2, peak_flops_fp32=gpu.peak_flops["fp32"],
+                       mem_bw_bytes_per_s=gpu.hbm_bytes_per_s, source=gpu.source)
+
+
 # Ordered: the first key contained in the device name wins (so "H100 PCIe" before "H100").
 GPU_TABLE: dict[str, MachineSpec] = {
-    "H200": MachineSpec(
-        name="NVIDIA H200 SXM", peak_flops_bf16=989e12, peak_flops_tf32=494.5e12,
-        peak_flops_fp32=67e12, mem_bw_bytes_per_s=4.8e12,
-        source="NVIDIA H200 Tensor Core GPU datasheet (dense = half the sparsity figures)",
-    ),
+    "H200": _from_catalog("H200"),
+    # not in the cluster catalog (no PCIe H100 cluster there), so its numbers live here
     "H100 PCIe": MachineSpec(
         name="NVIDIA H100 PCIe", peak_flops_bf16=756e12, peak_flops_tf32=378e12,
         peak_flops_fp32=51e12, mem_bw_bytes_per_s=2.0e12,
         source="NVIDIA H100 Tensor Core GPU datasheet, PCIe column (dense)",
     ),
-    "H100": MachineSpec(
-        name="NVIDIA H100 SXM5", peak_flops_bf16=989e12, peak_flops_tf32=494.5e12,
-        peak_flops_fp32=67e12, mem_bw_bytes_per_s=3.35e12,
-        source="NVIDIA H100 Tensor Core GPU datasheet, SXM column (dense)",
-    ),
-    "A100": MachineSpec(
-        name="NVIDIA A100 SXM4 80GB", peak_flops_bf16=312e12, peak_flops_tf32=156e12,
-        peak_flops_fp32=19.5e12, mem_bw_bytes_per_s=2.039e12,
-        source="NVIDIA A100 Tensor Core GPU datasheet (dense)",
-    ),
-    "MI300X": MachineSpec(
-        name="AMD Instinct MI300X", peak_flops_bf16=1307.4e12, peak_flops_tf32=653.7e12,
-        peak_flops_fp32=163.4e12, mem_bw_bytes_per_s=5.3e12,
-        source="AMD Instinct MI300X data sheet (dense); the FiCCO paper's machine (§IV-B1)",
-    ),
+    "H100": _from_catalog("H100-SXM"),
+    "A100": _from_catalog("A100-80GB-SXM"),
+    "A40": _from_catalog("A40"),
+    "MI300X": _from_catalog("MI300X"),
 }  # fmt: skip
 
 #: Conservative CPU defaults (an assumption, not a measurement): about 100 GFLOP/s and

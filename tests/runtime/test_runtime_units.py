@@ -51,7 +51,7 @@ def test_shape_check_policy():
 def test_machine_table():
     assert machine_for(torch.device("cpu")) is CPU_DEFAULT
     h100 = GPU_TABLE["H100"]
-    assert h100.peak_flops(torch.bfloat16) == 989e12
+    assert h100.peak_flops(torch.bfloat16) == pytest.approx(989.4e12)
     for spec in GPU_TABLE.values():
         assert spec.source
         assert spec.peak_flops_bf16 >= spec.peak_flops_tf32 >= spec.peak_flops_fp32
