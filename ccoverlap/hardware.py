@@ -255,7 +255,9 @@ def read_config_file(path: str | os.PathLike) -> dict:
     return data
 
 
-def _build(cls, data: Any, where: str):
+def dataclass_from_mapping(cls, data: Any, where: str):
+    """``cls(**data)`` for a config-file mapping; ConfigError naming ``where`` on a non-mapping,
+    unknown fields, missing fields or a value ``cls`` rejects."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
     names = {f.name for f in fields(cls)}
@@ -272,7 +274,7 @@ def _build(cls, data: Any, where: str):
 
 def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
     """A GPUSpec from a mapping (numbers in base units: FLOP/s, bytes/s, bytes)."""
-    return _build(GPUSpec, data, where)
+    return dataclass_from_mapping(GPUSpec, data, where)
 
 
 def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
@@ -289,8 +291,8 @@ def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
     for link in ("intra", "inter"):
         if link not in data:
             raise ConfigError(f"{where}: missing field {link!r}")
-        data[link] = _build(LinkSpec, data[link], f"{where}.{link}")
-    return _build(ClusterSpec, data, where)
+        data[link] = dataclass_from_mapping(LinkSpec, data[link], f"{where}.{link}")
+    return dataclass_from_mapping(ClusterSpec, data, where)
 
 
 def load_cluster_file(path: str | os.PathLike) -> ClusterSpec:

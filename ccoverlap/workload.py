@@ -16,11 +16,12 @@ Flags given on the command line override the file.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.hardware import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_file, read_config_file
+from ccoverlap.hardware import (ClusterSpec, cluster_from_dict, dataclass_from_mapping, get_cluster, load_cluster_file,
+                                read_config_file)
 
 # The built-in example (issue 2): Llama-3-8B, FSDP over 2 nodes x 8 A40 (lagom §4.1 cluster B,
 # lagom Table 2: micro-batch 1, global batch 2 x 16).
@@ -93,21 +94,6 @@ def _parse_scalar(text: str) -> Any:
     return text
 
 
-def _dataclass_from(cls, data: Any, where: str):
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"{where}: unknown field(s) {unknown}; expected some of {sorted(names)}")
-    try:
-        return cls(**data)
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-
-
 def _model(value: Any, where: str):
     from ccoverlap.models import get_model, model_from_dict
 
@@ -147,9 +133,9 @@ def workload_from_mapping(data: dict, *, source: str = "config") -> Workload:
         raise ConfigError(f"{source}: unknown top-level key(s) {unknown}; expected some of {sorted(allowed)}")
     model = _model(data.get("model", DEFAULT_EXAMPLE["model"]), f"{source}: model")
     cluster = _cluster(data.get("cluster", DEFAULT_EXAMPLE["cluster"]), data.get("nodes"))
-    parallel = _dataclass_from(ParallelConfig, data.get("parallel"), f"{source}: parallel")
-    batch = _dataclass_from(BatchConfig, data.get("batch"), f"{source}: batch")
-    knobs = _dataclass_from(OverlapKnobs, data.get("knobs"), f"{source}: knobs")
+    parallel = dataclass_from_mapping(ParallelConfig, data.get("parallel") or {}, f"{source}: parallel")
+    batch = dataclass_from_mapping(BatchConfig, data.get("batch") or {}, f"{source}: batch")
+    knobs = OverlapKnobs.from_dict(data.get("knobs") or {}, where=f"{source}: knobs")  # nested comm_config too
     validate(model, parallel, batch, cluster)
     return Workload(model=model, cluster=cluster, parallel=parallel, batch=batch, knobs=knobs,
                     calibration=data.get("calibration"), source=source)

@@ -90,3 +90,17 @@ def test_no_traceback_from_the_console_entry_point():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "unknown model" in proc.stderr
+
+
+def test_config_file_knobs_may_nest_a_comm_config(capsys, tmp_path):
+    """The knobs section is parsed like OverlapKnobs.from_dict: comm_config as a mapping."""
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("knobs:\n  comm_config: {channels: 4, chunk_bytes: 524288}\n"
+                   "parallel: {dp: 16, data_parallel: fsdp}\nbatch: {global_batch: 32, micro_batch: 1, seq_len: 2048}\n")
+    code, out, err = _run(capsys, "simulate", "--json", "--out", str(tmp_path / "sim"), "--config", str(cfg))
+    assert code == 0, err
+    from ccoverlap.hardware import read_config_file
+    from ccoverlap.workload import workload_from_mapping
+
+    w = workload_from_mapping(read_config_file(cfg))
+    assert w.knobs.comm_config.channels == 4 and w.knobs.comm_config.chunk_bytes == 524288
