@@ -56,10 +56,11 @@ def search_best_knobs(w: Workload, *, cost=None, progress: ProgressFn | None = N
                       max_rounds: int = 2) -> tuple[Workload, StrategyResult, int]:
     """Coordinate descent over :func:`knob_space`: try each value of one knob with the others
     fixed, keep the fastest configuration that fits in memory, repeat until nothing improves.
-    Returns (best workload, its result, number of simulations)."""
+    Returns (best workload, its result with its timeline, number of simulations); only the
+    current best keeps its timeline while searching."""
     space = knob_space(w)
     best_w = replace(w, knobs=replace(w.knobs, overlap=True))
-    best = evaluate(best_w, "best-knobs", cost=cost)
+    best = evaluate(best_w, "best-knobs", cost=cost, keep_timeline=True)
     evaluated = {_knobs_key(best_w): best}
     n_sims = 1
     total = sum(len(v) for v in space.values()) * max_rounds
@@ -75,12 +76,15 @@ def search_best_knobs(w: Workload, *, cost=None, progress: ProgressFn | None = N
                 key = _knobs_key(cand_w)
                 if key in evaluated:
                     continue
-                res = evaluate(cand_w, "best-knobs", cost=cost)
+                res = evaluate(cand_w, "best-knobs", cost=cost, keep_timeline=True)
                 n_sims += 1
                 evaluated[key] = res
                 better = res.step_time_s < best.step_time_s * (1 - 1e-9)
                 if res.fits_memory and (better or not best.fits_memory):
+                    best.timeline = None
                     best_w, best, improved = cand_w, res, True
+                else:
+                    res.timeline = None
         if not improved:
             break
     return best_w, best, n_sims
@@ -118,7 +122,6 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
     best_w, best, n = search_best_knobs(w, cost=cost, progress=progress)
     changed = {k: v for k, v in best_w.knobs.to_dict().items() if w.knobs.to_dict().get(k) != v}
     best.note = ("changed: " + ", ".join(f"{k}={v}" for k, v in changed.items())) if changed else "as given is best"
-    best.timeline = evaluate(best_w, "best-knobs", cost=cost, keep_timeline=True).timeline
     strategies = [as_given, no_overlap, best]
     names = list(EXTRA_STRATEGIES) if extra is None else list(extra)
     for i, name in enumerate(names):
