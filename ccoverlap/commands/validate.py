@@ -29,7 +29,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print everything as JSON")
     p.add_argument("--markdown", action="store_true", help="print Markdown tables")
     p.add_argument("--details", action="store_true", help="per run: source, conversion, assumptions, breakdown")
-    p.add_argument("--run", action="append", default=[], metavar="NAME", help="only this run (repeatable)")
+    p.add_argument("--run", dest="only", action="append", default=[], metavar="NAME", help="only this run (repeatable)")
     p.add_argument("--subset", help="only the runs of this declared subset (fit / held-out)")
     p.add_argument("--calibration", action="append", default=[], metavar="FILE",
                    help="calibration file(s) to predict with (applied to runs on the file's 'gpu', or to all)")
@@ -88,12 +88,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--subset must be one of {SUBSETS}, got {args.subset!r}")
     rf = load_runs(path)
     runs = rf.runs
-    if args.run:
+    if args.only:
         known = {r.name for r in runs}
-        missing = [n for n in args.run if n not in known]
+        missing = [n for n in args.only if n not in known]
         if missing:
             raise ConfigError(f"{path}: no run named {missing[0]!r}")
-        runs = [r for r in runs if r.name in args.run]
+        runs = [r for r in runs if r.name in args.only]
     if args.subset:
         runs = [r for r in runs if r.subset == args.subset]
         if not runs:

@@ -52,8 +52,7 @@ def workload_for(run: RunSpec, *, calibration: str | None = None):
             if par[key] == default:
                 del par[key]  # the default means what this build does anyway
             else:
-                raise Unsupported(f"parallel.{key}={par[key]!r} is not supported by this build of ccoverlap "
-                                  f"(ParallelConfig has no field {key!r})")
+                raise Unsupported(f"parallel.{key}={par[key]!r} (this build's ParallelConfig has no field {key!r})")
     from dataclasses import asdict
 
     # The run's own cluster as a mapping (catalog clusters with changes included), so the

@@ -248,9 +248,12 @@ def _check_layout(run: dict, model, cluster, where: _Where) -> None:
         p = ParallelConfig(**base)
     except (ConfigError, TypeError) as exc:
         raise where.err("parallel", _strip_error(exc)) from None
-    problems = config_problems(p, model, None, b)
+    problems = config_problems(p, model, None, None)
     if problems:
         raise where.err("parallel", problems[0])
+    problems = b.problems(p)
+    if problems:
+        raise where.err("batch", problems[0])
 
 
 def _measurement(m: Any, where: _Where) -> Measurement:
