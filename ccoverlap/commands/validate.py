@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _fit(args, names, fit_runs, params_for) -> dict:
     """Fit ``names`` per GPU on ``fit_runs``; write one calibration file per GPU."""
-    from ccoverlap.validate.compare import compare_runs
+    from ccoverlap.validate.compare import compare_runs, stderr_progress
     from ccoverlap.validate.fit import fit_params
 
     def loss_fn(group, overrides):
@@ -187,7 +187,10 @@ def _fit(args, names, fit_runs, params_for) -> dict:
             sys.stderr.flush()
 
     # Runs this build cannot predict take no part in the fit.
-    usable = [r for r in compare_runs(fit_runs, params_for=params_for, jobs=args.jobs) if r.ok]
+    say(f"fitting {', '.join(names)} on {len(fit_runs)} runs of subset {args.fit_on!r} (one simulation each first)")
+    usable = [r for r in compare_runs(fit_runs, params_for=params_for, jobs=args.jobs,
+                                      progress=None if args.quiet else stderr_progress("validate: fit check"))
+              if r.ok]
     if not usable:
         raise ConfigError(f"--fit: no run of subset {args.fit_on!r} could be predicted")
     res = fit_params([r.run for r in usable], names, loss_fn=loss_fn, progress=say)

@@ -112,6 +112,10 @@ def fit_params(runs, names: list[str], *, loss_fn: Callable[[list, dict], float]
             if key not in cache:
                 cache[key] = loss_fn(group, dict(values))
                 out.evaluations += 1
+                if progress:
+                    progress(f"fit {gpu}: evaluation {out.evaluations}: "
+                             + ", ".join(f"{n}={values[n]:.4g}" for n in names)
+                             + f" -> rms relative error {math.sqrt(cache[key]):.2%}")
             return cache[key]
 
         best = loss(cur)

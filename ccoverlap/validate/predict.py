@@ -9,7 +9,7 @@ only; the other runs are still validated.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.validate.reader import EXTRA_PARALLEL, RunSpec
@@ -61,11 +61,12 @@ def workload_for(run: RunSpec, *, calibration: str | None = None):
             "batch": dict(run.batch), "knobs": dict(run.knobs)}
     if calibration:
         data["calibration"] = calibration
+    w = workload_from_mapping(data, source=run.name)
     if run.framework and _has_field(Workload, "framework"):
-        data["framework"] = run.framework
+        w = replace(w, framework=run.framework)  # the step builder reads the profile from the workload
     elif run.framework:
         notes.append(f"framework profile {run.framework!r} not applied: this build has no framework profiles")
-    return workload_from_mapping(data, source=run.name), tuple(notes)
+    return w, tuple(notes)
 
 
 def cost_params_for(run: RunSpec, overrides: dict | None = None, calibration: dict | None = None):
