@@ -177,7 +177,7 @@ def format_details(r: Row) -> str:
     """Everything about one run: source, measurement and its conversion, assumptions,
     the predicted breakdown and any notes."""
     run, p = r.run, r.prediction
-    lines = [f"## {run.name}", f"  source: {run.source}",
+    lines = [f"\n## {run.name}", f"  source: {run.source}",
              f"  measured: {run.measurement.describe()} -> {r.measured_s:.4f} s per step "
              f"({run.batch['global_batch']} x {run.batch.get('seq_len', 2048)} tokens on {run.gpus} GPUs)"]
     if run.measurement.memory_gib:
@@ -189,7 +189,7 @@ def format_details(r: Row) -> str:
         lines.append(f"  predicted: {p.step_time_s:.4f} s ({r.error_pct:+.1f}%), compute {p.compute_s:.4f} s, "
                      f"comm {p.comm_s:.4f} s, exposed comm {p.exposed_comm_s:.4f} s, MFU {p.mfu:.1%}, "
                      f"peak memory {p.peak_memory_bytes / 2**30:.1f} GiB{'' if p.fits_memory else ' (does not fit)'}, "
-                     f"simulated in {p.seconds:.1f} s")
+                     f"simulated in {p.seconds:.2f} s")
         lines += [f"  note: {n}" for n in p.notes]
     return "\n".join(lines)
 

@@ -191,3 +191,12 @@ def test_duplicate_names_and_file_level_problems(tmp_path):
     p.write_text("runs: [\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_runs(p)
+
+
+def test_added_catalog_models_reproduce_published_sizes():
+    """Llama-2-7B / 13B (added for the IBM and torchtitan runs): HF config shapes give the
+    published 6.74B and 13.0B parameters."""
+    from ccoverlap.models import get_model
+
+    assert get_model("Llama-2-7B").param_count().total == 6_738_415_616
+    assert get_model("llama2-13b").param_count().total == pytest.approx(13.016e9, rel=1e-3)
