@@ -44,19 +44,16 @@ def register(sub) -> None:
 
 
 def _load_calibrations(paths: list[str]) -> dict:
+    """``{gpu name or "*": {param: value}}`` from calibration files; only the parameters a
+    file sets override the GPU's defaults (a file without ``gpu`` applies to every GPU)."""
     from ccoverlap.cost.params import CostParams
 
     out: dict = {}
     for path in paths:
-        params = CostParams.load(path).to_dict()
-        try:
-            gpu = json.loads(Path(path).read_text()).get("gpu") or "*"
-        except (OSError, json.JSONDecodeError, AttributeError):
-            gpu = "*"
-        # only the fields the file sets override the GPU's defaults
+        params = CostParams.load(path).to_dict()  # checks the file (one line on any problem)
         raw = json.loads(Path(path).read_text())
-        fields_set = raw.get("params", raw)
-        out[gpu] = {k: params[k] for k in fields_set}
+        set_here = raw.get("params", raw)
+        out[raw.get("gpu") or "*"] = {k: params[k] for k in set_here}
     return out
 
 
@@ -117,12 +114,10 @@ def run(args: argparse.Namespace) -> int:
         rows = compare_runs(runs, params_for=params_for, progress=progress, jobs=args.jobs)
 
     summary = summarize(rows)
-    held_label = None
     parts = {}
     if names:
-        held_label = "held-out" if args.fit_on == "fit" else "fit"
-        parts = {args.fit_on: summarize(r for r in rows if r.run.subset == args.fit_on),
-                 f"not {args.fit_on} (held out)": summarize(r for r in rows if r.run.subset != args.fit_on)}
+        parts = {f"{args.fit_on} (fitted on)": summarize(r for r in rows if r.run.subset == args.fit_on),
+                 "held out (every other run)": summarize(r for r in rows if r.run.subset != args.fit_on)}
     else:
         for s in SUBSETS:
             sel = [r for r in rows if r.run.subset == s]

@@ -88,7 +88,7 @@ def flops_per_step(rule: str, model, batch) -> float:
     raise ConfigError(f"unknown FLOP rule {rule!r}; expected one of {list(FLOP_RULES)}")
 
 
-def implied_step_time_s(m: Measurement, *, model, batch, gpus: int, recompute: str = "none") -> float:
+def implied_step_time_s(m: Measurement, *, model, batch, gpus: int) -> float:
     """Seconds per step that measurement ``m`` implies (formulas in the module docstring)."""
     B, s = _b(batch, "global_batch"), _b(batch, "seq_len")
     if m.kind == "step_time_s":

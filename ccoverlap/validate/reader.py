@@ -85,7 +85,7 @@ class RunSpec:
     def measured_step_time_s(self) -> float:
         """The iteration time the published number implies (:mod:`ccoverlap.validate.measure`)."""
         return implied_step_time_s(self.measurement, model=self.flops_model or self.model,
-                                   batch=self.batch, gpus=self.gpus, recompute=self.parallel.get("recompute", "none"))
+                                   batch=self.batch, gpus=self.gpus)
 
 
 @dataclass
@@ -383,8 +383,6 @@ def read_run(raw: Any, index: int, path: str, base_dir: Path) -> RunSpec:
     except ConfigError as exc:
         raise where.err("knobs", _strip_error(exc).removeprefix("knobs: ")) from None
     _check_layout({"parallel": parallel, "batch": batch}, model, cluster, where)
-    if parallel.get("fp8") and model.is_moe:
-        pass  # allowed; the predictor reports whether it can build it
     spec = RunSpec(name=name, index=index, source=source.strip(), assumptions=tuple(assumptions), model=model,
                    cluster=cluster, parallel=parallel, batch=batch, knobs=dict(knobs), framework=framework,
                    measurement=_measurement(raw["measured"], where), subset=subset, group=group,

@@ -131,8 +131,8 @@ def test_fit_on_declared_subset_writes_calibration_plan_reads(tmp_path, capsys):
     assert 0.05 <= v <= 1.0
     assert fit["loss_after"]["A100-80GB-SXM"] <= fit["loss_before"]["A100-80GB-SXM"]
     rows = {r["name"]: r for r in out["runs"]}
-    assert out["subsets"]["fit"]["runs_predicted"] == 1
-    assert out["subsets"]["not fit (held out)"]["mean_abs_error_pct"] == pytest.approx(
+    assert out["subsets"]["fit (fitted on)"]["runs_predicted"] == 1
+    assert out["subsets"]["held out (every other run)"]["mean_abs_error_pct"] == pytest.approx(
         abs(rows["tt-llama2-70b"]["error_pct"]))
     # the calibration file is what plan/simulate --calibration read: the GPU's defaults + the fit
     params = CostParams.load(cal)
