@@ -497,10 +497,12 @@ def overlap_groups_from_step(graph: OpGraph, timeline, cluster: ClusterSpec, *, 
     return out
 
 
-def overlap_groups_from_workload(w, cost=None, *, top: int = 2) -> list[OverlapGroup]:
+def overlap_groups_from_workload(w, cost=None, *, top: int = 2, planner=None) -> list[OverlapGroup]:
     """The main overlap groups (see :func:`overlap_groups_from_step`) of workload ``w``'s step,
-    simulated with its knobs as given; ``cost`` defaults to the workload's cost model."""
-    from ccoverlap.evaluate import simulate_workload
+    simulated with its knobs as given through ``planner`` (default: a new
+    :class:`~ccoverlap.planner.Planner` with ``cost``, default the workload's cost model)."""
+    from ccoverlap.planner import Planner
 
-    step, tl = simulate_workload(w, cost=cost)
+    planner = planner if planner is not None else Planner(w, cost=cost)
+    step, tl = planner.simulate(w)
     return overlap_groups_from_step(step.graph, tl, w.cluster, top=top, label=w.model.name)
