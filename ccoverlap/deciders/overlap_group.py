@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ccoverlap.config import check_keys
 from ccoverlap.errors import ConfigError
 from ccoverlap.graph import (
     COLLECTIVES,
@@ -200,12 +201,7 @@ def parse_bytes(value: Any, where: str) -> float:
 
 
 def _check_keys(data: Any, allowed: Iterable[str], where: str) -> dict:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
-    unknown = sorted(set(data) - set(allowed))
-    if unknown:
-        raise ConfigError(f"{where}: unknown field(s) {unknown}; expected some of {sorted(allowed)}")
-    return data
+    return check_keys(data, allowed, where)
 
 
 def _positive_int(value: Any, where: str) -> int:
