@@ -12,7 +12,10 @@ def _gib(x: float) -> str:
 
 def plan_table(payload: dict, console: Console | None = None) -> None:
     """Print the ``plan`` comparison table, R, the recommendation and the files written."""
-    console = console or Console()
+    if console is None:
+        from ccoverlap.console import make_console
+
+        console = make_console()
     console.print(f"[bold]{payload['workload']}[/bold]  ({payload['source']})")
     table = Table(show_lines=False)
     for col, justify in (("strategy", "left"), ("step (ms)", "right"), ("tokens/s", "right"), ("MFU", "right"),
