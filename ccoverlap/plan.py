@@ -31,18 +31,18 @@ def knob_space(w: Workload) -> dict[str, list[Any]]:
     """The overlap knobs worth searching for this workload's parallelism, with candidate values."""
     p = w.parallel
     space: dict[str, list[Any]] = {}
-    if p.dp > 1 and p.data_parallel == "ddp":
+    if p.ddp_enabled:
         space["bucket_cap_mb"] = [5, 10, 25, 50, 100, 200]
-    if p.dp > 1 and p.data_parallel == "fsdp":
+    if p.fsdp_enabled:
         space["fsdp_prefetch"] = [0, 1, 2, 3]
         space["fsdp_limit_all_gathers"] = [1, 2, 4]
         space["fsdp_reshard_after_forward"] = [True, False]
-    if p.tp > 1:
+    if p.tp_enabled:
         space["tp_overlap"] = ["none", "chunked"]
         space["tp_chunks"] = [2, 4, 8]
-    if p.ep > 1:
+    if p.ep_enabled:
         space["ep_overlap"] = [False, True]
-    if p.pp > 1:
+    if p.pp_enabled:
         space["pp_p2p_overlap"] = [False, True]
     return space
 

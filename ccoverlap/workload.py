@@ -202,14 +202,20 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
 
 
 def _fill_world_size(data: dict) -> None:
-    """If DP is not given, make it fill the cluster (world / (tp * pp)), as launchers do."""
+    """If DP is not given, make it fill the cluster (:meth:`ParallelConfig.data_parallel_for`)."""
     par = data["parallel"]
     if "dp" in par:
         return
+    from ccoverlap.parallel.config import ParallelConfig
+
     cluster = _cluster(data.get("cluster", DEFAULT_EXAMPLE["cluster"]), data.get("nodes"))
-    tp, pp = int(par.get("tp", 1)), int(par.get("pp", 1))
-    if tp > 0 and pp > 0 and cluster.world_size % (tp * pp) == 0:
-        par["dp"] = cluster.world_size // (tp * pp)
+    try:
+        tp, pp, cp = (int(par.get(k, 1)) for k in ("tp", "pp", "cp"))
+    except (TypeError, ValueError):
+        return  # validation of the parallel section names the bad value
+    dp = ParallelConfig.data_parallel_for(cluster.world_size, tp=tp, pp=pp, cp=cp)
+    if dp is not None:
+        par["dp"] = dp
 
 
 def with_knobs(w: Workload, **changes: Any) -> Workload:

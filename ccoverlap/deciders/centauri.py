@@ -147,11 +147,11 @@ def _knob_candidates(w) -> list[tuple[str, str, object]]:
     """(primitive label, group label, workload) alternatives of §3.1.1-§3.1.2 expressible with knobs."""
     p = w.parallel
     prims = [("as given", w)]
-    if p.dp > 1 and p.data_parallel == "ddp" and not p.distributed_optimizer:
+    if p.ddp_enabled and not p.distributed_optimizer:
         prims.append(("all-reduce -> reduce-scatter + all-gather (next forward)",
                       replace(w, parallel=replace(p, distributed_optimizer=True))))
     out = []
-    grp = _dp_group(w) if p.dp > 1 else None
+    grp = _dp_group(w) if p.dp_enabled else None
     for plabel, pw in prims:
         out.append((plabel, "flat", pw))
         if grp is not None and grp.nodes > 1 and grp.local_size > 1:
@@ -238,7 +238,7 @@ def _fixed(plan: rules.OperationPlan) -> Callable[[Op], rules.OperationPlan]:
 
 def _operation_candidates(step, w, cost) -> list[tuple[str, Callable | None, str]]:
     """(label, plan function or None for no partition, Algorithm 1's reason) to simulate."""
-    if not (w.parallel.data_parallel == "fsdp" and w.parallel.dp > 1):
+    if not w.parallel.fsdp_enabled:
         return []
     ags = part.fsdp_forward_allgathers(step.graph)
     if not ags:
@@ -321,7 +321,7 @@ def _model_level(step, w, cost) -> tuple[int, int, str, float]:
     (L1, L2, reason, extra activation bytes)."""
     p = w.parallel
     M = step.microbatches
-    if not (p.data_parallel == "ddp" and p.distributed_optimizer and p.dp > 1 and p.pp == 1):
+    if not (p.ddp_enabled and p.distributed_optimizer and not p.pp_enabled):
         return 1, 1, "eq.2 not applied: it schedules the once-per-step DP all-gather/reduce-scatter (DDP with sharded optimizer, no PP)", 0.0
     g = step.graph
     c_ag = sum(_iso(cost, o) for o in g.ops if o.name == "param_ag")
