@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.evaluate import StrategyResult, cost_model_for, summarize
+from ccoverlap.evaluate import StrategyResult, build_workload_step, cost_model_for, summarize
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -92,17 +92,11 @@ class Planner:
     def step(self, w=None):
         """The :class:`~ccoverlap.parallel.StepGraph` of ``w`` (default: the planner's workload),
         built once per configuration."""
-        from ccoverlap.parallel import build_step
-
         w = self.workload if w is None else w
         key = workload_key(w)
         st = self._steps.get(key)
         if st is None:
-            kw = {"framework": w.framework} if getattr(w, "framework", None) is not None else {}
-            try:
-                st = build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs, **kw)
-            except TypeError:  # a step builder without framework profiles
-                st = build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs)
+            st = build_workload_step(w)
             self._steps[key] = st
             while len(self._steps) > self.keep_timelines:
                 self._steps.popitem(last=False)
