@@ -180,7 +180,10 @@ def screen_estimate(model, cluster, p, b, cost) -> float:
         rc = float(cost.duration_s(ctx.attention_fwd(), ()))
     else:
         rc = 0.0
-    per_stage = (model.layers // p.pp) * (f + bw + rc)
+    # with context parallelism each rank holds 1/cp of the tokens; dividing by cp keeps the
+    # estimate low (safe for the bound) whether or not the layer templates already do
+    cp = getattr(p, "cp", 1)
+    per_stage = (model.layers // p.pp) * (f + bw + rc) / cp
     M = b.global_batch // (p.dp * b.micro_batch)
     v = p.virtual_stages if p.pp_schedule == "interleaved" else 1
     return per_stage * (M + (p.pp - 1) / v)
