@@ -277,7 +277,7 @@ def save_frontier(path, result: SearchResult) -> str:
     sim = result.ranked
     if est:
         ax.scatter([c.estimate_s * 1e3 for c in est], [c.memory_bytes / 2**30 for c in est], s=12, c="0.75",
-                   label="screening estimate (not simulated)")
+                   label="not simulated: screening estimate (optimistic)")
     if sim:
         ax.scatter([c.predicted_s * 1e3 for c in sim], [c.memory_bytes / 2**30 for c in sim], s=28, c="tab:blue",
                    label="simulated (best knobs for the top layouts)")
