@@ -259,6 +259,15 @@ class OpGraph:
         ops.append(Op(op_id, name, rank, stream, spec, clean, duration_s, layer, microbatch, phase))
         return op_id
 
+    def append_op(self, name: str, spec: Spec | None, rank: int, stream: str, deps: tuple[int, ...],
+                  layer: int = -1, microbatch: int = -1, phase: str = "") -> int:
+        """:meth:`add` for builders that already hold a clean ``deps`` tuple (sorted, no
+        repeats, earlier ids only: not checked) — the step builder's hot path."""
+        ops = self.ops
+        op_id = len(ops)
+        ops.append(Op(op_id, name, rank, stream, spec, deps, None, layer, microbatch, phase))
+        return op_id
+
     def __len__(self) -> int:
         return len(self.ops)
 

@@ -25,6 +25,7 @@ written, bf16 copy written: 30 bytes per local parameter).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.graph import MemorySpec, OpGraph, P2PSpec
@@ -62,20 +63,41 @@ class StepGraph:
     meta: dict = field(default_factory=dict)
 
 
+class CompiledOp(NamedTuple):
+    """One op of a compiled template, ready to stamp: ``local`` = indices of earlier ops of
+    the same segment it waits for (sorted, no repeats); ``use_in`` = it also waits for the
+    segment's input; ``sdeps`` = export keys of other segments it waits for; ``stream`` is the
+    real stream; ``tensor`` / ``export`` as in :class:`~ccoverlap.parallel.segment.TOp`."""
+
+    name: str
+    spec: object
+    stream: str
+    local: tuple
+    use_in: bool
+    sdeps: tuple
+    tensor: str
+    export: str
+
+    @property
+    def plain(self) -> bool:
+        """Waits only for ops of its own segment (its deps are known once the segment's first id is)."""
+        return not self.use_in and not self.sdeps
+
+
 class _Compiled:
-    """A Segment flattened for fast stamping."""
+    """A Segment flattened for fast stamping: its ops as :class:`CompiledOp` records."""
 
     __slots__ = ("ops", "out", "last_compute", "first_compute", "unit", "comm_only", "recompute")
 
     def __init__(self, seg: Segment, stream_of, recompute: bool = False):
-        self.ops = []
+        self.ops: list[CompiledOp] = []
         for o in seg.ops:
-            local = tuple(d for d in o.deps if isinstance(d, int) and d != IN)
-            self.ops.append((o.name, o.spec, stream_of(o.stream), local, IN in o.deps,
-                             tuple(d for d in o.deps if isinstance(d, str)), o.tensor, o.export))
-        self.out = seg.out
-        comp = [i for i, o in enumerate(self.ops) if o[2] == "compute"]
-        self.last_compute = comp[-1] if comp else seg.out
+            local = tuple(sorted({d for d in o.deps if isinstance(d, int) and d != IN}))
+            self.ops.append(CompiledOp(o.name, o.spec, stream_of(o.stream), local, IN in o.deps,
+                                       tuple(d for d in o.deps if isinstance(d, str)), o.tensor, o.export))
+        self.out = seg.out if seg.out >= 0 else len(self.ops) + seg.out  # an index from the end
+        comp = [i for i, o in enumerate(self.ops) if o.stream == "compute"]
+        self.last_compute = comp[-1] if comp else self.out
         self.first_compute = comp[0] if comp else 0
         self.unit = seg.unit
         self.comm_only = seg.comm_only
@@ -150,27 +172,32 @@ class _Emitter:
 
     def _emit(self, cs: _Compiled, rank: int, in_id, extra, layer: int, mb: int, phase: str,
               exports: dict, producers: dict | None) -> tuple[int, int]:
-        """Stamp one compiled segment; returns (output op id, last compute op id)."""
-        add = self.g.add
-        ids: list[int] = []
+        """Stamp one compiled segment; returns (output op id, last compute op id). The
+        segment's ops get consecutive ids from ``base``, so local deps are ``base + j``."""
+        g = self.g
+        append = g.append_op
+        base = len(g.ops)
         fc = cs.first_compute
-        for i, (name, spec, stream, local, use_in, sdeps, tensor, export) in enumerate(cs.ops):
-            deps = [ids[j] for j in local]
-            if use_in and in_id is not None:
-                deps.append(in_id)
-            for key in sdeps:
-                v = exports.get(key)
-                if v is not None:
-                    deps.append(v)
-            if extra is not None and (i == 0 or i == fc):
-                deps.append(extra)
-            oid = add(name, spec, rank=rank, stream=stream, deps=deps, layer=layer, microbatch=mb, phase=phase)
-            ids.append(oid)
-            if tensor and producers is not None:
-                producers[tensor] = oid
-            if export:
-                exports[export] = oid
-        return ids[cs.out], ids[cs.last_compute]
+        for i, c in enumerate(cs.ops):
+            if c.plain and (extra is None or (i != 0 and i != fc)):
+                deps = tuple(base + j for j in c.local)
+            else:
+                dl = [base + j for j in c.local]
+                if c.use_in and in_id is not None:
+                    dl.append(in_id)
+                for key in c.sdeps:
+                    v = exports.get(key)
+                    if v is not None:
+                        dl.append(v)
+                if extra is not None and (i == 0 or i == fc):
+                    dl.append(extra)
+                deps = tuple(sorted(set(dl)))
+            oid = append(c.name, c.spec, rank, c.stream, deps, layer, mb, phase)
+            if c.tensor and producers is not None:
+                producers[c.tensor] = oid
+            if c.export:
+                exports[c.export] = oid
+        return base + cs.out, base + cs.last_compute
 
     def _p2p(self, inter_node: bool) -> P2PSpec:
         return P2PSpec(bytes=self.p2p_bytes, inter_node=inter_node, config=self.knobs.config_for("pp"),
