@@ -134,6 +134,110 @@ def simulate(graph: OpGraph, cost: CostModel, *, progress: ProgressFn | None = N
     version = [0] * n
     inf = float("inf")
     push = heapq.heappush
+    # queue position of every op (its stream successor is queues[sid][pos + 1])
+    op_pos = [0] * n
+    for q in queues:
+        for k, i in enumerate(q):
+            op_pos[i] = k
+    # Quiet-rank spans: rank -> (op ids, their end times, state of the first op when planned).
+    spans: dict[int, tuple[list[int], list[float], list[float]]] = {}
+    finished = 0
+
+    def plan_span(rank: int, i0: int, state: list, f0: float) -> bool:
+        """``i0`` runs alone on ``rank`` and ends at ``f0``. Follow the ops that will run one
+        after the other, each alone on the rank, as long as each one's end starts exactly one
+        op of this rank and nothing elsewhere: their times are then known now (each runs at
+        its stand-alone speed). Record them as a span with one heap event at its end. Returns
+        False (and plans nothing) when the span would hold ``i0`` only."""
+        ids = [i0]
+        ends = [f0]
+        lwait: dict[int, int] = {}
+        lhead: dict[int, int] = {}
+        i, t = i0, f0
+        while True:
+            sid = op_stream[i]
+            pos = lhead.get(sid, head[sid]) + 1  # the stream's head once i is done
+            lhead[sid] = pos
+            nxt = -1
+            many = False
+            for c in dependents[i]:
+                if op_rank[c] != rank:
+                    many = True
+                    break
+                w = lwait.get(c, waiting_deps[c]) - 1
+                lwait[c] = w
+                if w == 0:
+                    csid = op_stream[c]
+                    if op_pos[c] == lhead.get(csid, head[csid]):
+                        if nxt >= 0:
+                            many = True
+                            break
+                        nxt = c
+            if many:
+                break
+            q = queues[sid]
+            if pos < len(q):
+                c = q[pos]
+                if c != nxt and lwait.get(c, waiting_deps[c]) == 0:
+                    if nxt >= 0:
+                        break
+                    nxt = c
+            if nxt < 0:
+                break
+            d = duration(nxt, ())
+            t = t + d
+            ids.append(nxt)
+            ends.append(t)
+            i = nxt
+        if len(ids) == 1:
+            return False
+        del running[rank][i0]
+        version[i0] += 1  # an event pushed for i0 while it had company no longer holds
+        spans[rank] = (ids, ends, state)
+        last = ids[-1]
+        version[last] += 1
+        push(heap, (t, version[last], last))
+        return True
+
+    def complete_quiet(oid: int, t: float) -> None:
+        """Book the end of a span op that had no effect outside its span."""
+        nonlocal finished
+        done[oid] = True
+        end[oid] = t
+        finished += 1
+        sid = op_stream[oid]
+        busy[sid] = False
+        head[sid] += 1
+        for dep in dependents[oid]:
+            waiting_deps[dep] -= 1
+
+    def open_span(rank: int, now: float, whole: bool) -> None:
+        """Turn ``rank``'s span back into ordinary running state at ``now``: its ops that ended
+        by then are booked, the one running becomes a running op again (``whole``: the span's
+        end event is being handled, so every op but the last is booked and the last runs)."""
+        ids, ends, state0 = spans.pop(rank)
+        last = ids[-1]
+        if not whole:
+            version[last] += 1  # its end event no longer holds
+        k = 0
+        stop = len(ids) - 1
+        while k < stop and (whole or ends[k] <= now):
+            if k:
+                start[ids[k]] = ends[k - 1]
+            complete_quiet(ids[k], ends[k])
+            k += 1
+        cur = ids[k]
+        if k == 0:
+            st = state0
+        else:
+            start[cur] = ends[k - 1]
+            busy[op_stream[cur]] = True
+            d = duration(cur, ())
+            st = [1.0, inf if d <= 0.0 else 1.0 / d, ends[k - 1]]
+        run = running.get(rank)
+        if run is None:
+            run = running[rank] = {}
+        run[cur] = st
 
     def reschedule(rank: int, now: float) -> None:
         """Re-evaluate the speeds of every running op on ``rank`` at time ``now``."""
@@ -148,8 +252,11 @@ def simulate(graph: OpGraph, cost: CostModel, *, progress: ProgressFn | None = N
                 state[0] = remaining if remaining > 0.0 else 0.0
                 state[1] = rate
                 state[2] = now
-                version[oid] += 1
-                push(heap, (now if rate == inf else now + state[0] / rate, version[oid], oid))
+                f = now if rate == inf else now + state[0] / rate
+            if plan_span(rank, oid, state, f):
+                return
+            version[oid] += 1
+            push(heap, (f, version[oid], oid))
             return
         members = list(run)
         cspec = [op_spec[m] for m in members]
@@ -191,8 +298,8 @@ def simulate(graph: OpGraph, cost: CostModel, *, progress: ProgressFn | None = N
     for rank in touched:
         reschedule(rank, now)
 
-    finished = 0
     pop = heapq.heappop
+    report_at = 4096
     while heap:
         finish, ver, op_id = pop(heap)
         if ver != version[op_id] or done[op_id]:
@@ -204,6 +311,11 @@ def simulate(graph: OpGraph, cost: CostModel, *, progress: ProgressFn | None = N
             f2, v2, o2 = pop(heap)
             if v2 == version[o2] and not done[o2]:
                 batch.append(o2)
+        if spans:
+            for oid in batch:  # a span's end event: book its quiet ops, its last one ends now
+                sp = spans.get(op_rank[oid])
+                if sp is not None and sp[0][-1] == oid:
+                    open_span(op_rank[oid], now, True)
         touched = set()
         candidates: dict[int, None] = {}
         for oid in batch:
@@ -220,13 +332,19 @@ def simulate(graph: OpGraph, cost: CostModel, *, progress: ProgressFn | None = N
             for dep in dependents[oid]:
                 waiting_deps[dep] -= 1
                 candidates[op_stream[dep]] = None
+                if spans:
+                    r2 = op_rank[dep]
+                    if r2 in spans:  # something outside a span changed on its rank: replay it
+                        open_span(r2, now, False)
+                        touched.add(r2)
         # newly startable ops: next on each finished op's stream, and heads waiting on them
         for sid in candidates:
             try_start(sid, now, touched)
         for rank in touched:
             reschedule(rank, now)
-        if progress is not None and finished % 4096 == 0:
+        if progress is not None and finished >= report_at:
             progress(finished, n)
+            report_at = (finished // 4096 + 1) * 4096
 
     if finished != n:
         stuck = next(op for op in ops if not done[op.op_id])
