@@ -18,7 +18,10 @@ dependencies.
 from __future__ import annotations
 
 import heapq
+import itertools
 from typing import Callable, Protocol, Sequence
+
+import numpy as np
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.graph import COMPUTE, CollectiveSpec, OpGraph, P2PSpec, Spec, kind_of
@@ -52,49 +55,45 @@ def simulate(graph: OpGraph, cost: CostModel, *, progress: ProgressFn | None = N
     if n == 0:
         return TimelineBuilder().build(meta=dict(graph.meta))
 
-    # ---- static tables: streams, specs, dependencies
+    # ---- static tables (list comprehensions and numpy: no per-op Python statements)
+    op_rank = [op.rank for op in ops]
     stream_ids: dict[tuple[int, str], int] = {}
-    queues: list[list[int]] = []
-    stream_rank: list[int] = []
-    op_stream = [0] * n
-    op_rank = [0] * n
-    spec_of_id: dict[int, int] = {}
+    op_stream = [stream_ids.setdefault(k, len(stream_ids)) for k in zip(op_rank, [op.stream for op in ops])]
+    stream_rank = [r for r, _ in stream_ids]
+    n_streams = len(stream_ids)
+    sarr = np.asarray(op_stream, dtype=np.int64)
+    order = np.argsort(sarr, kind="stable")
+    counts = np.bincount(sarr, minlength=n_streams)
+    firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n) - np.repeat(firsts, counts)
+    op_pos = pos.tolist()  # position of every op in its stream's queue
+    order_l = order.tolist()
+    queues = [order_l[a:a + c] for a, c in zip(firsts.tolist(), counts.tolist())]
+    # specs interned by value: ops stamped from one template share one spec object
+    spec_objs = [op.spec for op in ops]
     spec_of_value: dict = {}
     specs: list = []
-    op_spec = [-1] * n  # interned spec index, -1 without a spec
-    fixed: list = [None] * n  # duration override (seconds), else None
-    waiting_deps = [0] * n
-    dependents: list[list[int]] = [[] for _ in range(n)]
-    for op in ops:
-        i = op.op_id
-        key = (op.rank, op.stream)
-        sid = stream_ids.get(key)
-        if sid is None:
-            sid = stream_ids[key] = len(queues)
-            queues.append([])
-            stream_rank.append(op.rank)
-        queues[sid].append(i)
-        op_stream[i] = sid
-        op_rank[i] = op.rank
-        spec = op.spec
-        if spec is not None:
-            si = spec_of_id.get(id(spec))
+    index_of_id: dict[int, int] = {id(None): -1}
+    for obj in {id(x): x for x in spec_objs}.values():
+        if obj is not None:
+            si = spec_of_value.get(obj)
             if si is None:
-                si = spec_of_value.get(spec)
-                if si is None:
-                    si = spec_of_value[spec] = len(specs)
-                    specs.append(spec)
-                spec_of_id[id(spec)] = si
-            op_spec[i] = si
-        if op.duration_s is not None:
-            fixed[i] = op.duration_s
-        elif spec is None:
-            fixed[i] = 0.0
-        deps = op.deps
-        if deps:
-            waiting_deps[i] = len(deps)
-            for d in deps:
-                dependents[d].append(i)
+                si = spec_of_value[obj] = len(specs)
+                specs.append(obj)
+            index_of_id[id(obj)] = si
+    op_spec = [index_of_id[id(x)] for x in spec_objs]  # -1 without a spec
+    # duration override (seconds) or 0 for an op without a spec, else None (ask the cost model)
+    fixed = [d if d is not None else (0.0 if si < 0 else None)
+             for d, si in zip([op.duration_s for op in ops], op_spec)]
+    deps_of = [op.deps for op in ops]
+    waiting_deps = [len(d) for d in deps_of]
+    src = np.fromiter(itertools.chain.from_iterable(deps_of), dtype=np.int64, count=sum(waiting_deps))
+    dst = np.repeat(np.arange(n), waiting_deps)
+    by_src = np.argsort(src, kind="stable")
+    dst_l = dst[by_src].tolist()
+    ptr = np.concatenate(([0], np.cumsum(np.bincount(src, minlength=n)))).tolist()
+    dependents = [dst_l[a:b] for a, b in zip(ptr[:-1], ptr[1:])]
     n_streams = len(queues)
     head = [0] * n_streams
     busy = [False] * n_streams
@@ -134,11 +133,6 @@ def simulate(graph: OpGraph, cost: CostModel, *, progress: ProgressFn | None = N
     version = [0] * n
     inf = float("inf")
     push = heapq.heappush
-    # queue position of every op (its stream successor is queues[sid][pos + 1])
-    op_pos = [0] * n
-    for q in queues:
-        for k, i in enumerate(q):
-            op_pos[i] = k
     # Quiet-rank spans: rank -> (op ids, their end times, state of the first op when planned).
     spans: dict[int, tuple[list[int], list[float], list[float]]] = {}
     finished = 0
@@ -354,37 +348,32 @@ def simulate(graph: OpGraph, cost: CostModel, *, progress: ProgressFn | None = N
         )
     if progress is not None:
         progress(n, n)
-    return _to_timeline(graph, start, end)
+    return _to_timeline(graph, start, end, op_spec, specs)
 
 
-def _to_timeline(graph: OpGraph, start: list[float], end: list[float]) -> Timeline:
+def _to_timeline(graph: OpGraph, start: list[float], end: list[float], op_spec: list[int],
+                 specs: list) -> Timeline:
     """The columnar Timeline of the played graph (one row per op, in op order). The per-spec
-    columns (kind, bytes, FLOPs, collective, group) are worked out once per spec object."""
+    columns (kind, bytes, FLOPs, collective, group) are worked out once per interned spec
+    (``op_spec[i]`` indexes ``specs``; -1, no spec, picks the extra last row)."""
     group_sizes: dict[str, int] = {}
-    per_spec: dict[int, tuple] = {}
+    rows = []
+    for spec in specs + [None]:
+        c, g, b, f = "", "", 0.0, 0.0
+        if isinstance(spec, CollectiveSpec):
+            c, g, b = spec.collective, spec.group.name, float(spec.bytes)
+            group_sizes[g] = spec.group.size
+        elif isinstance(spec, P2PSpec):
+            c, g, b = "p2p", "pp", float(spec.bytes)
+            group_sizes.setdefault("pp", 2)
+        elif spec is not None:
+            b = float(getattr(spec, "bytes", 0.0))
+            f = float(getattr(spec, "flops", 0.0))
+        rows.append((COMPUTE if spec is None else kind_of(spec), c, g, b, f))
+    idx = np.asarray(op_spec, dtype=np.int64)
+    kind, collective, group = (np.array([r[k] for r in rows], dtype=object)[idx] for k in range(3))
+    nbytes, flops = (np.array([r[k] for r in rows], dtype=np.float64)[idx] for k in (3, 4))
     ops = graph.ops
-    n = len(ops)
-    kind = [""] * n
-    nbytes = [0.0] * n
-    flops = [0.0] * n
-    collective = [""] * n
-    group = [""] * n
-    for i, op in enumerate(ops):
-        spec = op.spec
-        row = per_spec.get(id(spec))
-        if row is None:
-            c, g, b, f = "", "", 0.0, 0.0
-            if isinstance(spec, CollectiveSpec):
-                c, g, b = spec.collective, spec.group.name, float(spec.bytes)
-                group_sizes[g] = spec.group.size
-            elif isinstance(spec, P2PSpec):
-                c, g, b = "p2p", "pp", float(spec.bytes)
-                group_sizes.setdefault("pp", 2)
-            elif spec is not None:
-                b = float(getattr(spec, "bytes", 0.0))
-                f = float(getattr(spec, "flops", 0.0))
-            row = per_spec[id(spec)] = (COMPUTE if spec is None else kind_of(spec), c, g, b, f)
-        kind[i], collective[i], group[i], nbytes[i], flops[i] = row
     meta = dict(graph.meta)
     meta["group_sizes"] = group_sizes
     return Timeline(rank=[op.rank for op in ops], stream=[op.stream for op in ops], kind=kind,
