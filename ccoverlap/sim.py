@@ -24,7 +24,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import COMPUTE, CollectiveSpec, OpGraph, P2PSpec, Spec, kind_of
+from ccoverlap.graph import COMPUTE, CollectiveSpec, OpGraph, P2PSpec, Spec, gc_paused, kind_of
 from ccoverlap.timeline import Timeline, TimelineBuilder
 
 
@@ -43,12 +43,18 @@ def simulate(graph: OpGraph, cost: CostModel, *, progress: ProgressFn | None = N
     """Play ``graph`` on its streams under ``cost``; return the Timeline of the step.
 
     Raises :class:`ConfigError` if the graph deadlocks (a dependency cycle through stream
-    order), naming a stuck op.
+    order), naming a stuck op. (See :func:`_simulate` for how it is made fast.)
+    """
+    with gc_paused():
+        return _simulate(graph, cost, progress)
 
-    Implementation notes (speed; the semantics are those of the module docstring): specs are
-    interned once (ops stamped from one template share one spec object), so durations are
-    cached per (spec index, indices of the concurrent specs) and an op alone on its rank costs
-    one list look-up; streams are small integers.
+
+def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> Timeline:
+    """:func:`simulate`'s event loop. Speed notes (the semantics are the module docstring's):
+    specs are interned once (ops stamped from one template share one spec object), so
+    durations are cached per (spec index, indices of the concurrent specs); streams are small
+    integers; and a run of ops that follow each other alone on a rank is timed in one pass
+    (``plan_span``), replayed into ordinary state if anything else happens on that rank first.
     """
     ops = graph.ops
     n = len(ops)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import MemorySpec, Op, OpGraph, P2PSpec
+from ccoverlap.graph import MemorySpec, Op, OpGraph, P2PSpec, gc_paused
 from ccoverlap.parallel import ep as epm
 from ccoverlap.parallel import layer as lay
 from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig
@@ -399,7 +399,8 @@ def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
     """
     knobs = knobs or OverlapKnobs()
     em = _Emitter(model, parallel, batch, cluster, knobs, grad_clip)
-    graph = em.build()
+    with gc_paused():
+        graph = em.build()
     graph.meta.update({
         "model": model.name, "parallel": parallel.to_dict(), "batch": batch.to_dict(),
         "knobs": knobs.to_dict(), "microbatches": em.M, "schedule": em.sched.name,
