@@ -17,6 +17,7 @@ dependencies.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from typing import Callable, Protocol, Sequence
@@ -100,12 +101,30 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
     dst_l = dst[by_src].tolist()
     ptr = np.concatenate(([0], np.cumsum(np.bincount(src, minlength=n)))).tolist()
     dependents = [dst_l[a:b] for a, b in zip(ptr[:-1], ptr[1:])]
+    # simple[i]: the op that surely starts, alone, when i ends (i's only dependent, waiting on
+    # i only, next on i's stream), else -1
+    simple = [ds[0] if len(ds) == 1 and waiting_deps[ds[0]] == 1 and op_stream[ds[0]] == op_stream[i]
+              and op_pos[ds[0]] == op_pos[i] + 1 else -1 for i, ds in enumerate(dependents)]
     n_streams = len(queues)
     head = [0] * n_streams
     busy = [False] * n_streams
 
     alone: list = [None] * len(specs)  # seconds of each spec on an idle GPU (filled lazily)
     shared: dict[tuple, float] = {}  # (spec index, concurrent spec indices) -> seconds
+
+    together: dict[tuple, list] = {}  # spec indices running together -> each one's seconds
+
+    def duration_of_spec(si: int, others: tuple) -> float:
+        """Seconds of spec ``si`` beside the specs ``others`` (cached)."""
+        key = (si, others)
+        d = shared.get(key)
+        if d is None:
+            d = float(cost.duration_s(specs[si], tuple(specs[j] for j in others)))
+            if not d >= 0.0:
+                raise ConfigError(f"cost model gave a negative or NaN duration for {type(specs[si]).__name__} "
+                                  f"{specs[si]!r}")
+            shared[key] = d
+        return d
 
     def duration(i: int, others: tuple) -> float:
         f = fixed[i]
@@ -156,8 +175,20 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         i, t = i0, f0
         while True:
             sid = op_stream[i]
-            pos = lhead.get(sid, head[sid]) + 1  # the stream's head once i is done
+            pos = op_pos[i] + 1  # i heads its stream: the stream's head once i is done
             lhead[sid] = pos
+            j = simple[i]
+            if j >= 0:
+                d = fixed[j]
+                if d is None:
+                    d = alone[op_spec[j]]
+                    if d is None:
+                        d = duration(j, ())
+                t = t + d
+                ids.append(j)
+                ends.append(t)
+                i = j
+                continue
             nxt = -1
             many = False
             for c in dependents[i]:
@@ -199,18 +230,6 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         push(heap, (t, version[last], last))
         return True
 
-    def complete_quiet(oid: int, t: float) -> None:
-        """Book the end of a span op that had no effect outside its span."""
-        nonlocal finished
-        done[oid] = True
-        end[oid] = t
-        finished += 1
-        sid = op_stream[oid]
-        busy[sid] = False
-        head[sid] += 1
-        for dep in dependents[oid]:
-            waiting_deps[dep] -= 1
-
     def open_span(rank: int, now: float, whole: bool) -> None:
         """Turn ``rank``'s span back into ordinary running state at ``now``: its ops that ended
         by then are booked, the one running becomes a running op again (``whole``: the span's
@@ -219,13 +238,26 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         last = ids[-1]
         if not whole:
             version[last] += 1  # its end event no longer holds
-        k = 0
         stop = len(ids) - 1
-        while k < stop and (whole or ends[k] <= now):
-            if k:
-                start[ids[k]] = ends[k - 1]
-            complete_quiet(ids[k], ends[k])
-            k += 1
+        if whole:
+            k = stop
+        else:
+            k = bisect.bisect_right(ends, now, 0, stop)  # ops 0..k-1 ended by now
+        # book the ends of the span ops that had no effect outside the span
+        nonlocal finished
+        finished += k
+        prev = -1.0
+        for oid, t in zip(ids[:k], ends):
+            if prev >= 0.0:
+                start[oid] = prev
+            prev = t
+            done[oid] = True
+            end[oid] = t
+            sid = op_stream[oid]
+            busy[sid] = False
+            head[sid] += 1
+            for dep in dependents[oid]:
+                waiting_deps[dep] -= 1
         cur = ids[k]
         if k == 0:
             st = state0
@@ -259,12 +291,18 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             push(heap, (f, version[oid], oid))
             return
         members = list(run)
-        cspec = [op_spec[m] for m in members]
+        cspec = tuple([op_spec[m] for m in members])
+        ds = together.get(cspec)
+        if ds is None:  # each member's seconds beside the others (by spec; overrides below)
+            ds = together[cspec] = [
+                None if s < 0 else duration_of_spec(s, tuple(x for j, x in enumerate(cspec) if j != k and x >= 0))
+                for k, s in enumerate(cspec)]
         for k, oid in enumerate(members):
             state = run[oid]
             remaining = state[0] - (now - state[2]) * state[1]
-            others = tuple(s for j, s in enumerate(cspec) if j != k and s >= 0)
-            d = duration(oid, others)
+            d = fixed[oid]
+            if d is None:
+                d = ds[k]
             rate = inf if d <= 0.0 else 1.0 / d
             state[0] = remaining if remaining > 0.0 else 0.0
             state[1] = rate
