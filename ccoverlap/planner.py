@@ -84,6 +84,7 @@ class Planner:
         self._steps: OrderedDict[tuple, Any] = OrderedDict()
         self._timelines: OrderedDict[tuple, Any] = OrderedDict()
         self._summaries: dict[tuple, StrategyResult] = {}
+        self._pinned: set[tuple] = set()
         self.simulations = 0
         self.cache_hits = 0
         self.graph_simulations = 0
@@ -121,9 +122,17 @@ class Planner:
         tl = simulate(st.graph, self.cost)
         self.simulations += 1
         self._timelines[key] = tl
-        while len(self._timelines) > self.keep_timelines:
-            self._timelines.popitem(last=False)
+        for old in [k for k in self._timelines if k not in self._pinned][:-self.keep_timelines]:
+            del self._timelines[old]
         return st, tl
+
+    def pin(self, w, pinned: bool = True) -> None:
+        """Keep (or stop keeping) ``w``'s timeline in the cache whatever else is simulated."""
+        key = workload_key(w)
+        if pinned:
+            self._pinned.add(key)
+        else:
+            self._pinned.discard(key)
 
     def simulate_graph(self, graph):
         """Simulate an op graph a strategy built or rewrote (not cached); returns the Timeline."""
