@@ -60,8 +60,9 @@ def test_a_new_strategy_runs_on_the_planners_cache():
 
 
 def test_worker_processes_do_not_change_predictions():
-    serial = plan(W, planner=Planner(W, jobs=1))
-    parallel = plan(W, planner=Planner(W, jobs=2))
+    # the knob search, Lagom and Centauri send independent candidates to worker processes
+    serial = plan(W, planner=Planner(W, jobs=1), extra=["lagom", "centauri"])
+    parallel = plan(W, planner=Planner(W, jobs=2), extra=["lagom", "centauri"])
     assert [(s.name, s.step_time_s, s.note) for s in serial.strategies] == \
         [(s.name, s.step_time_s, s.note) for s in parallel.strategies]
     assert serial.best_workload == parallel.best_workload
