@@ -289,25 +289,23 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             version[oid] += 1
             push(heap, (f, version[oid], oid))
             return
-        members = list(run)
-        cspec = tuple([op_spec[m] for m in members])
+        cspec = tuple(map(op_spec.__getitem__, run))
         ds = together.get(cspec)
         if ds is None:  # each member's seconds beside the others (by spec; overrides below)
             ds = together[cspec] = [
                 None if s < 0 else duration_of_spec(s, tuple(x for j, x in enumerate(cspec) if j != k and x >= 0))
                 for k, s in enumerate(cspec)]
-        for k, oid in enumerate(members):
-            state = run[oid]
+        for (oid, state), d in zip(run.items(), ds):
             remaining = state[0] - (now - state[2]) * state[1]
-            d = fixed[oid]
-            if d is None:
-                d = ds[k]
+            f = fixed[oid]
+            if f is not None:
+                d = f
             rate = inf if d <= 0.0 else 1.0 / d
-            state[0] = remaining if remaining > 0.0 else 0.0
+            state[0] = remaining = remaining if remaining > 0.0 else 0.0
             state[1] = rate
             state[2] = now
-            version[oid] += 1
-            push(heap, (now if rate == inf else now + state[0] / rate, version[oid], oid))
+            v = version[oid] = version[oid] + 1
+            push(heap, (now if rate == inf else now + remaining / rate, v, oid))
 
     def try_start(sid: int, now: float, touched: set) -> None:
         if busy[sid]:
