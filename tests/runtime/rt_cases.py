@@ -442,7 +442,8 @@ def _batch_first(rank, world):
     y = all_gather_matmul(x, wl, schedule="hetero-unfused-1d", dim=1)
     close(y, y_ref.detach(), "batch-first all_gather_matmul")
     (y * g).sum().backward()
-    close(x.grad, xfull.grad[:, rank * per : (rank + 1) * per], "batch-first dx")
+    # every rank's loss uses the whole y, so the summed objective is world x the reference
+    close(x.grad, world * xfull.grad[:, rank * per : (rank + 1) * per], "batch-first dx")
     close(wl.grad, w.grad, "batch-first dW")
     # reduce-scatter along the sequence dim of a [b, s, k_r] input
     xs = [gen(8810 + j, b, s, k) for j in range(world)]
