@@ -451,6 +451,26 @@ def _batch_first(rank, world):
     close(z, (sum(xs) @ w.detach().t())[:, rank * per : (rank + 1) * per], "batch-first matmul_reduce_scatter")
 
 
+def _llama_parallelize_module(rank, world):
+    """examples/llama_tp.py: torch's TP plan vs the same plan with ccoverlap's styles, 10 SGD steps."""
+    import os
+    import sys
+
+    ex = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
+    if ex not in sys.path:
+        sys.path.insert(0, ex)
+    import llama_tp
+
+    res = llama_tp.run_rank(rank, world, 10)
+    ref = llama_tp.reference(10)
+    close(torch.tensor(res["torch"]), torch.tensor(ref), "torch TP losses vs single process")
+    close(torch.tensor(res["ccoverlap"]), torch.tensor(ref), "ccoverlap TP losses vs single process")
+    close(torch.tensor(res["ccoverlap"]), torch.tensor(res["torch"]), "ccoverlap TP losses vs torch TP")
+    if not res["state_dict_keys_equal"] or res["state_dict_roundtrip_max_err"] != 0.0:
+        raise AssertionError(f"state_dict not interchangeable with torch TP: {res}")
+    return [round(v, 5) for v in res["ccoverlap"]]
+
+
 def _group_still_works(rank, world):
     t = torch.ones(1)
     dist.all_reduce(t)
@@ -561,6 +581,7 @@ def _expand(world: int):
         ("tune/a2a", _tune_a2a),
         ("tune/cache-file", _tune_cache_file),
         ("ag/batch-first", _batch_first),
+        ("train/llama-parallelize-module", _llama_parallelize_module),
     ]
     for sched in ("serial", "ring", "uniform-fused-1d", "hetero-fused-1d", "hetero-unfused-1d", "uniform-fused-2d", "auto"):
         cases.append((f"train/{sched}", _train_case(sched)))

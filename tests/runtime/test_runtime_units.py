@@ -83,3 +83,37 @@ def test_every_op_on_one_rank():
     res = spawn(_one_rank, 1, timeout_s=100)[0]
     assert all(res[:-1]), res
     assert res[-1] == "serial"
+
+
+def test_agreed_engine_falls_back_on_every_rank_unless_all_can_use_dma():
+    from ccoverlap.runtime.ops import COMM_ENGINES, agreed_engine
+
+    sm, dma = COMM_ENGINES.index("sm"), COMM_ENGINES.index("dma")
+    assert agreed_engine([sm, sm], [0, 0])[0] == "sm"
+    assert agreed_engine([dma, dma], [1, 1])[0] == "dma"
+    engine, why = agreed_engine([dma, dma, dma], [1, 0, 1])
+    assert engine == "sm" and "rank(s) [1]" in why
+
+
+def test_elimination_keeps_ties_and_drops_the_clearly_slower():
+    from ccoverlap.runtime.tuning import elimination_step
+
+    samples = {
+        "a": [10.0, 10.2, 9.9, 10.1, 10.0],
+        "b": [10.1, 10.3, 10.0, 10.2, 10.1],  # within the margin of a: stays
+        "c": [13.0, 13.5, 12.9, 13.2, 13.1],  # clearly slower: dropped
+        "d": [9.0, 15.0, 8.0, 16.0, 12.0],  # noisy, overlapping a: stays
+    }
+    assert elimination_step(samples, ["a", "b", "c", "d"], margin=0.03) == ["a", "b", "d"]
+    assert elimination_step(samples, ["c"], margin=0.03) == ["c"]
+
+
+def test_tune_options_validate():
+    import pytest
+
+    from ccoverlap.runtime import get_tune_options, set_tune_options
+
+    before = get_tune_options()
+    with pytest.raises(ValueError):
+        set_tune_options(min_reps=5, max_reps=2)
+    assert get_tune_options() == before
