@@ -64,6 +64,8 @@ def register(sub) -> None:
                    help="process-group backend when this command creates it (default: NCCL with one GPU per rank, "
                         "else gloo)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--no-reference-rows", action="store_true",
+                   help="time only the schedules (no comm-only, GEMM-only, check and baseline rows)")
     p.set_defaults(run=run)
 
 
@@ -94,6 +96,7 @@ def _config(args: argparse.Namespace, world: int) -> dict:
         "experts": args.experts, "backward": args.backward, "comm_engine": args.comm_engine,
         "warmup": args.warmup, "iters": args.iters, "profile_dir": args.profile_dir,
         "profile_iters": args.profile_iters, "threads": args.threads, "seed": args.seed,
+        "reference_rows": not args.no_reference_rows,
     }  # fmt: skip
 
 
@@ -236,7 +239,7 @@ def _worker(rank: int, world: int, cfg: dict):
 
         parts["(cross-rank check)"] = lambda: check_call(op, x, w, None, "serial", cfg["comm_engine"], 0, "always")
     skipped: dict[str, str] = {}
-    if op in ("all_gather_matmul", "matmul_reduce_scatter"):
+    if op in ("all_gather_matmul", "matmul_reduce_scatter") and cfg.get("reference_rows", True):
         from ccoverlap.runtime.baselines import dtensor_tp_baseline, symm_mem_baseline
 
         fn, why = dtensor_tp_baseline(op, x, w, world, device, backward=grad)
@@ -250,6 +253,9 @@ def _worker(rank: int, world: int, cfg: dict):
         else:
             skipped["(symm-mem fused)"] = why
 
+    if not cfg.get("reference_rows", True):
+        parts.clear()
+        skipped = {}
     import time
 
     rows = []
@@ -403,7 +409,7 @@ def _print(res: dict, as_json: bool) -> None:
     load_txt = f"; load average {load[0]:.1f} -> {load[1]:.1f}" if None not in load else ""
     print(f"median of {res['iters']} calls after {res['warmup']} warm-up, round-robin over schedules "
           f"(slowest rank per call){load_txt}")
-    hdr = f"{'schedule':<18} {'runs':<18} {'median ms':>10} {'min ms':>9} {'GFLOP/s':>9} {'speedup':>8}"
+    hdr = f"{'schedule':<20} {'runs':<18} {'median ms':>10} {'min ms':>9} {'GFLOP/s':>9} {'speedup':>8}"
     print(hdr)
     print("-" * len(hdr))
     for r in res["results"]:
@@ -411,7 +417,7 @@ def _print(res: dict, as_json: bool) -> None:
         gf_txt = f"{gf:>9.1f}" if not r["reference"] or r["schedule"] == "(GEMM only)" else f"{'-':>9}"
         sp = r["speedup_vs_serial"]
         sp_txt = f"{sp:>7.2f}x" if sp is not None else f"{'-':>8}"
-        print(f"{r['schedule']:<18} {r['runs']:<18} {r['median_s'] * 1e3:>10.2f} {r['min_s'] * 1e3:>9.2f} "
+        print(f"{r['schedule']:<20} {r['runs']:<18} {r['median_s'] * 1e3:>10.2f} {r['min_s'] * 1e3:>9.2f} "
               f"{gf_txt} {sp_txt}")
     for r in res["results"]:
         info = r.get("tune")

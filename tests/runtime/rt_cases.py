@@ -471,6 +471,18 @@ def _llama_parallelize_module(rank, world):
     return [round(v, 5) for v in res["ccoverlap"]]
 
 
+def _pairwise_p2p(rank, world):
+    """The per-pair p2p batches used on NCCL (one Work per piece), forced on gloo: same answers."""
+    with comm.force_pairwise_p2p():
+        for sched in ("hetero-unfused-1d", "hetero-fused-1d", "ring"):
+            x = [gen(8900 + j, 5, 6) for j in range(world)]
+            w = gen(8950, 4, 6)
+            y = all_gather_matmul(x[rank], w, schedule=sched)
+            close(y, torch.cat(x) @ w.t(), f"pairwise p2p ({sched})")
+            z = matmul_reduce_scatter(torch.cat(x)[: 4 * world], w, schedule=sched)
+            close(z, (world * (torch.cat(x)[: 4 * world] @ w.t()))[rank * 4 : rank * 4 + 4], f"pairwise rs ({sched})")
+
+
 def _group_still_works(rank, world):
     t = torch.ones(1)
     dist.all_reduce(t)
@@ -581,6 +593,7 @@ def _expand(world: int):
         ("tune/a2a", _tune_a2a),
         ("tune/cache-file", _tune_cache_file),
         ("ag/batch-first", _batch_first),
+        ("comm/pairwise-p2p", _pairwise_p2p),
         ("train/llama-parallelize-module", _llama_parallelize_module),
     ]
     for sched in ("serial", "ring", "uniform-fused-1d", "hetero-fused-1d", "hetero-unfused-1d", "uniform-fused-2d", "auto"):
