@@ -2,7 +2,8 @@
 
 One file per rank, ``.json`` or ``.json.gz`` (``export_chrome_trace``, or
 ``tensorboard_trace_handler``'s ``<worker>.<ts>.pt.trace.json.gz``). The file is never
-loaded as a whole: the events are streamed with ijson (yajl2_c backend when installed) and
+loaded as a whole: the events are streamed by :mod:`ccoverlap.trace.jsonstream` (the C JSON
+decoder of the standard library, one event at a time, bad events skipped one by one) and
 only what the analysis needs is kept, in ``array``/numpy columns:
 
 * device events (GPU kernels, memcpy/memset, CUDA syncs): name, ts, dur, stream,
@@ -37,10 +38,7 @@ import numpy as np
 
 from ccoverlap.errors import TraceError
 
-try:  # pragma: no cover - the import itself is exercised by every test
-    import ijson
-except ImportError as exc:  # pragma: no cover
-    raise ImportError("ccoverlap's trace analyser needs ijson (pip install ijson)") from exc
+from ccoverlap.trace.jsonstream import EventStream, StreamError, Truncated
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # categories of device-side events (HTA: stream >= 0 and correlation >= 0)
@@ -164,86 +162,22 @@ def _open(path: Path):
     return open(path, "rb")
 
 
-class _TailReader:
-    """File wrapper that remembers the last bytes read (the keys after ``traceEvents``)."""
-
-    def __init__(self, fh) -> None:
-        self._fh = fh
-        self.tail = b""
-
-    def read(self, n: int = -1) -> bytes:
-        """Read like the wrapped file, keeping the last 64 KiB seen."""
-        data = self._fh.read(n)
-        if data:
-            self.tail = (self.tail + data)[-_TAIL_BYTES:]
-        return data
-
-
-def _read_header(path: Path) -> tuple[dict, bool, bool]:
-    """Top-level keys before ``traceEvents`` (HTA reads its metadata the same way).
-
-    Returns ``(header, is_array, has_events_key)``: ``is_array`` for the Chrome "JSON Array
-    Format" (a bare list of events, no metadata).
-    """
-    header: dict = {}
+def _sniff(path: Path) -> None:
+    """Reject at once what is not JSON text at all (one clear line naming the first bytes)."""
     with _open(path) as fh:
         first = b""
+        chunk = b""
+        read = 0
         while not first:
             chunk = fh.read(64)
             if not chunk:
                 raise TraceError(f"{path}: contains only whitespace, not a JSON trace")
+            read += len(chunk)
             first = chunk.lstrip()[:1]
-        if first == b"[":
-            return header, True, True
-        if first != b"{":
+            if read > (1 << 20) and not first:
+                raise TraceError(f"{path}: more than 1 MiB of whitespace, not a JSON trace")
+        if first not in (b"[", b"{"):
             raise TraceError(f"{path}: not JSON (starts with {chunk.lstrip()[:16]!r})")
-    with _open(path) as fh:
-        parser = ijson.parse(fh, use_float=True)
-        builder = None
-        key = None
-        depth_prefix = None
-        for prefix, event, value in parser:
-            if builder is not None:
-                builder.event(event, value)
-                if prefix == depth_prefix and event in ("end_map", "end_array"):
-                    header[key] = builder.value
-                    builder = None
-                continue
-            if prefix == "" and event == "map_key":
-                if value == "traceEvents":
-                    return header, False, True
-                key = value
-                continue
-            if prefix == key and key is not None:
-                if event in ("start_map", "start_array"):
-                    builder = ijson.ObjectBuilder()
-                    builder.event(event, value)
-                    depth_prefix = prefix
-                else:
-                    header[key] = value
-    return header, False, False
-
-
-def _tail_metadata(tail: bytes, header: dict) -> None:
-    """Fill keys written after ``traceEvents`` (Kineto puts displayTimeUnit etc. there)."""
-    try:
-        text = tail.decode("utf-8", errors="ignore")
-    except Exception:  # pragma: no cover - decode with errors="ignore" does not raise
-        return
-    dec = json.JSONDecoder()
-    for key in HEADER_KEYS:
-        if key in header:
-            continue
-        pos = text.rfind(f'"{key}"')
-        if pos < 0:
-            continue
-        m = re.compile(r'"' + re.escape(key) + r'"\s*:\s*').match(text, pos)
-        if not m:
-            continue
-        try:
-            header[key], _ = dec.raw_decode(text, m.end())
-        except ValueError:
-            continue
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -252,22 +186,25 @@ def load_trace(path: str | Path) -> RawTrace:
     """Stream one trace file into a :class:`RawTrace`.
 
     Raises :class:`TraceError` naming the file for: unreadable, empty, not JSON, truncated,
-    named ``.gz`` but not gzip, a broken gzip stream, no ``traceEvents``.
-    Malformed single events (wrong types, negative durations) are skipped and counted.
+    named ``.gz`` but not gzip, a broken gzip stream, valid JSON that is not a trace (no
+    ``traceEvents`` list, no event objects), nesting deeper than the recursion limit or a
+    single value longer than :data:`~ccoverlap.trace.jsonstream.MAX_VALUE_CHARS` characters.
+    A single bad event (invalid JSON inside it, NaN / Infinity / out-of-range numbers, wrong
+    types, negative durations) is skipped and counted; the warning names the first ones by
+    index and character offset.
     """
     path = Path(path)
     try:
-        header, is_array, has_events = _read_header(path)
-        if not has_events:
-            raise TraceError(f"{path}: no 'traceEvents' list - not a Chrome/Kineto trace")
-        raw = _parse_events(path, header, is_array)
+        _sniff(path)
+        raw = _parse_events(path)
     except TraceError:
         raise
-    except ijson.common.IncompleteJSONError as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else "incomplete JSON"
-        raise TraceError(f"{path}: truncated or invalid JSON ({msg})") from None
-    except ijson.common.JSONError as exc:
-        raise TraceError(f"{path}: invalid JSON ({str(exc).strip()[:120]})") from None
+    except Truncated as exc:
+        raise TraceError(f"{path}: truncated or invalid JSON ({exc})") from None
+    except StreamError as exc:
+        raise TraceError(f"{path}: invalid JSON ({str(exc)[:200]})") from None
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path}: invalid JSON ({exc.msg} at offset {exc.pos})") from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise TraceError(f"{path}: broken gzip stream ({exc or 'compressed file ended early'})") from None
     except UnicodeDecodeError as exc:
@@ -275,11 +212,11 @@ def load_trace(path: str | Path) -> RawTrace:
     except RecursionError:
         raise TraceError(f"{path}: JSON nested too deeply") from None
     except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc})") from None
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
     return raw
 
 
-def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
+def _parse_events(path: Path) -> RawTrace:
     # The loop below is the analyser's hot path (one pass of a possibly multi-GB file):
     # subscripts instead of .get, bound appends, one chained comparison to validate ts/dur.
     names: list[str] = []
@@ -309,10 +246,11 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
     skip_cats = SKIP_CATS
     _int, _float, _dict, _str = int, float, dict, str
 
+    bad_at: list[tuple[int, int]] = []
+
     with _open(path) as fh:
-        reader = _TailReader(fh)
-        prefix = "item" if is_array else "traceEvents.item"
-        for ev in ijson.items(reader, prefix, use_float=True):
+        es = EventStream(fh)
+        for ev in es.events():
             n_events += 1
             try:
                 if ev["ph"] != "X":
@@ -329,6 +267,8 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
                 # one chained comparison rejects non-numbers (TypeError), NaN, negatives, absurd values
                 if not (0 <= dur < 1e15 and -1e18 < ts < 1e18):
                     n_bad += 1
+                    if len(bad_at) < 5:
+                        bad_at.append(n_events - 1)
                     continue
                 if ts.__class__ is _float:
                     float_ts = True
@@ -336,6 +276,8 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
                     name = ev["name"]
                     if name.__class__ is not _str:
                         n_bad += 1
+                        if len(bad_at) < 5:
+                            bad_at.append(n_events - 1)
                         continue
                     nid = name_ids.get(name)
                     if nid is None:
@@ -381,6 +323,8 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
                 name = ev["name"]
                 if name.__class__ is not _str:
                     n_bad += 1
+                    if len(bad_at) < 5:
+                        bad_at.append(n_events - 1)
                     continue
                 stream = args.get("stream")
                 corr = args.get("correlation")
@@ -406,6 +350,8 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
                     if not (-_I64 < stream < _I64 and -_I64 < dev < _I64 and -_I64 < corr < _I64
                             and -_I64 < ext < _I64):
                         n_bad += 1
+                        if len(bad_at) < 5:
+                            bad_at.append(n_events - 1)
                         continue
                     k_nid.append(nid); k_ts.append(ts); k_dur.append(dur)
                     k_stream.append(stream)
@@ -431,11 +377,21 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
                     l_corr_a(corr); l_ts_a(ts); l_tid_a(tid)
             except (AttributeError, TypeError, ValueError, KeyError, OverflowError):
                 n_bad += 1
-        tail = reader.tail
-    if not is_array:
-        _tail_metadata(tail, header)
-    if n_events == 0:
-        raise TraceError(f"{path}: 'traceEvents' is empty or not a list - nothing was recorded")
+                if len(bad_at) < 5:
+                    bad_at.append(n_events - 1)
+    header = es.header
+    if not es.has_events:
+        keys = ", ".join(repr(k)[:40] for k in list(header)[:6]) or "none"
+        raise TraceError(f"{path}: valid JSON but not a Chrome/Kineto trace: no 'traceEvents' list "
+                         f"(top-level keys: {keys})")
+    if es.events_not_list:
+        raise TraceError(f"{path}: valid JSON but not a Chrome/Kineto trace: 'traceEvents' is not a list")
+    if es.count == 0:
+        raise TraceError(f"{path}: 'traceEvents' is empty - nothing was recorded")
+    if n_bad >= es.count and not (len(k_ts) or len(c_ts) or len(l_ts) or steps):
+        raise TraceError(f"{path}: valid JSON but not a Chrome/Kineto trace: none of its {es.count} "
+                         f"'traceEvents' entries is a usable event (an object with ph, name, ts, dur)")
+    n_events = es.count
 
     thread_labels = []
     for key in threads:
@@ -460,8 +416,14 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
         steps=sorted(steps, key=lambda s: s[1]), n_events=n_events, n_malformed=n_bad, float_ts=float_ts,
     )
     if n_bad:
-        raw.warnings.append(f"{path}: skipped {n_bad} malformed event(s) (missing or non-numeric ts/dur, "
-                            f"negative duration, non-string name)")
+        lexical = {b.index: b for b in es.bad}
+        where = []
+        for i in sorted(set(bad_at) | set(lexical))[:3]:
+            b = lexical.get(i)
+            where.append(f"event #{i} at offset {b.offset} (invalid JSON: {b.reason})" if b else f"event #{i}")
+        raw.warnings.append(f"{path}: skipped {n_bad} malformed event(s) (invalid JSON inside the event, "
+                            f"NaN/Infinity/out-of-range numbers, wrong types, missing ts, negative duration), "
+                            f"first: {'; '.join(where)}")
     _rank_from_meta(raw)
     return raw
 
