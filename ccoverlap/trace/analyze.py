@@ -28,7 +28,8 @@ from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
 from ccoverlap.trace.collectives import CollectiveStats, collective_stats
 from ccoverlap.trace.contention import Contention, contention
 from ccoverlap.trace.ranks import CrossRank, cross_rank
-from ccoverlap.trace.steps import assign_steps, available_steps, parse_steps, selection_mask, step_windows
+from ccoverlap.trace.steps import (assign_steps, available_steps, parse_steps, selection_mask, step_rows,
+                                   step_windows)
 from ccoverlap.trace.verdict import Verdict, decide
 
 METRIC_KEYS = ("step_time_s", "compute_s", "comm_s", "memcpy_s", "overlap_s", "overlap_ratio",
@@ -226,8 +227,9 @@ def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", ti
         if not (sel.kind == "comm").any():
             problems.append(f"{rt.path}: no communication kernels in the analysed window (rank {rt.rank})")
         metrics.append(rank_metrics(sel, rt.rank))
+        by_step = step_rows(rt, mask)
         for s, window in step_windows(rt, mask).items():
-            rows = mask & (rt.timeline.step == s)
+            rows = by_step[s]                   # increasing row indices of step s (no per-step scan)
             step_metrics.setdefault(s, {})[rt.rank] = rank_metrics(rt.timeline.select(rows), rt.rank, window=window)
     colls = collective_stats(rts, masks)
     step_times = {s: {r: m.step_time_s for r, m in per.items()} for s, per in step_metrics.items()}
