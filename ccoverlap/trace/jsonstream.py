@@ -98,6 +98,8 @@ class _Buffer:
 def _decode_error_at_end(exc: json.JSONDecodeError, buf: _Buffer) -> bool:
     # the C scanner reports running off the text at (or just before) its end; before the end of
     # the file a token cut by the window (``Na|N``, ``tr|ue``) fails a few characters earlier
+    if not buf.eof and exc.msg.startswith("Unterminated string"):
+        return True     # reported at the string's start, whatever its length
     return exc.pos >= len(buf.buf) - (1 if buf.eof else 16)
 
 
@@ -111,10 +113,10 @@ class EventStream:
     found at all.
     """
 
-    def __init__(self, fh, *, max_value_chars: int = MAX_VALUE_CHARS) -> None:
+    def __init__(self, fh, *, max_value_chars: int | None = None) -> None:
         self._b = _Buffer(fh)
         self._dec = json.JSONDecoder()
-        self._max = max_value_chars
+        self._max = max_value_chars or MAX_VALUE_CHARS
         self.header: dict = {}
         self.bad: list[BadEvent] = []
         self.n_bad = 0

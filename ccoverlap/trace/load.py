@@ -135,7 +135,7 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
         elif path.is_file():
             files.append(path)
         else:
-            problems.append(f"{path}: no such file or directory")
+            problems.append(f"{path}: {_why_not_there(path)}")
     seen: set[Path] = set()
     unique = []
     for f in files:
@@ -144,6 +144,24 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
             seen.add(key)
             unique.append(f)
     return unique, problems
+
+
+def _why_not_there(path: Path) -> str:
+    """Why ``path`` is neither a file nor a directory we can read, in words."""
+    import errno
+    import os
+
+    if not os.path.lexists(path):
+        return "no such file or directory"
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symlink loop (the link resolves back to itself) - not a trace file"
+        if exc.errno == errno.ENOENT and path.is_symlink():
+            return f"broken symlink (points to {os.readlink(path)!r}, which does not exist)"
+        return f"cannot read ({exc.strerror or exc})"
+    return "not a regular file or directory (a device, socket or pipe?)"
 
 
 def _open(path: Path):
