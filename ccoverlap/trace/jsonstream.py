@@ -27,7 +27,12 @@ import codecs
 import json
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Union
+
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - msgspec is a dependency; the stdlib path still works
+    msgspec = None
 
 CHUNK_BYTES = 1 << 20
 MAX_VALUE_CHARS = 32 << 20          # one event / header value: 32 Mi characters at most
@@ -35,6 +40,69 @@ _WS = re.compile(r"[ \t\n\r]*")
 _SEP = re.compile(r"[ \t\n\r]*([,\]}:])")
 # strings (with escapes) or single structural characters: used to find the end of a bad event
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]"]', re.DOTALL)
+
+
+if msgspec is not None:
+    class TraceEvent(msgspec.Struct, gc=False):
+        """The fields of a Chrome-trace event the analyser reads; ``args`` stays raw JSON text
+        (decoded only for the events that need it: most do not). Unknown fields are skipped by
+        the decoder without being built. Types are loose on purpose: the caller validates."""
+
+        ph: Union[str, None] = None
+        cat: Union[str, None] = None
+        name: Union[str, None] = None
+        pid: Union[int, str, None] = None
+        tid: Union[int, str, None] = None
+        ts: Union[int, float, None] = None
+        dur: Union[int, float, None] = None
+        args: msgspec.Raw = msgspec.Raw(b"")
+
+    _BATCH = msgspec.json.Decoder(list[TraceEvent])
+    _ANY = msgspec.json.Decoder()
+    _ENCODE = msgspec.json.Encoder()
+else:  # pragma: no cover
+    TraceEvent = None
+    _BATCH = _ANY = _ENCODE = None
+
+
+class _Ev:
+    """Stand-in for :class:`TraceEvent` built from a stdlib-decoded dict (the tolerant path):
+    same attributes, the field values unchecked (NaN, wrong types ... are left for the caller)."""
+
+    __slots__ = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
+
+    def __init__(self, d: dict) -> None:
+        g = d.get
+        self.ph, self.cat, self.name, self.pid, self.tid = g("ph"), g("cat"), g("name"), g("pid"), g("tid")
+        self.ts, self.dur = g("ts"), g("dur")
+        self.args = g("args", _NOARGS)
+
+
+_NOARGS = b""
+
+
+def event_args(raw) -> dict:
+    """The ``args`` object of an event from :meth:`EventStream.batches` ({} when absent or not an
+    object). Raw JSON text is decoded here (NaN / Infinity kept as floats); raises ValueError when
+    it cannot be (an integer of more than 4300 digits ...): the caller skips that event."""
+    if raw.__class__ is dict:
+        return raw
+    if not raw:
+        return {}
+    if _ANY is not None and raw.__class__ is msgspec.Raw:
+        try:
+            v = _ANY.decode(raw)
+        except (msgspec.DecodeError, ValueError, RecursionError):
+            try:
+                v = json.loads(bytes(raw))      # NaN / Infinity: the caller's checks reject them
+            except RecursionError:
+                raise ValueError("args nested too deeply") from None
+        return v if v.__class__ is dict else {}
+    return {}
+
+
+def _convert(items: list) -> list:
+    return [_Ev(d) if d.__class__ is dict else None for d in items]
 
 
 class StreamError(ValueError):
@@ -189,8 +257,10 @@ class EventStream:
                 raise Truncated(f"truncated JSON: the text ends inside the value at offset {b.base + i}")
 
     # ------------------------------------------------------------------ document
-    def events(self) -> Iterator:
-        """Yield each event (any JSON value; the caller checks it is an event)."""
+    def batches(self) -> Iterator[list]:
+        """Yield the events in lists (one per window of text): each item a :class:`TraceEvent`, an
+        equivalent object (stdlib path), or ``None`` for an item that is not a JSON object or not
+        valid JSON (counted in :attr:`bad` when lexically invalid)."""
         c, i = self._char(0)
         if c == "[":
             self.is_array = self.has_events = True
@@ -264,14 +334,11 @@ class EventStream:
             buf = b.buf
             k = _last_boundary(buf, i, len(buf) - 1)
             if k > i:
-                try:
-                    batch = loads("[" + buf[i:k] + "]")
-                except (ValueError, RecursionError):
-                    batch = None
+                batch = self._decode_batch(buf, i, k)
                 if batch is not None:
                     index += len(batch)
                     self.count = index
-                    yield from batch
+                    yield batch
                     i = _WS.match(buf, k + 1).end()      # after the ','
                     continue
             # slow path: one event at a time up to the end of the window (or of the list)
@@ -280,7 +347,7 @@ class EventStream:
                 ev, j = self._one(i, index)
                 index += 1
                 self.count = index
-                yield ev
+                yield [_Ev(ev) if ev.__class__ is dict else None]
                 c, k2 = self._char(j)
                 if c == ",":
                     c, i = self._char(k2 + 1)
@@ -297,6 +364,21 @@ class EventStream:
                                     f"{b.base + k2}")
                 raise StreamError(f"expected ',' or ']' after event #{index - 1} at offset {b.base + k2}, "
                                   f"found {c!r}")
+
+    def _decode_batch(self, buf: str, i: int, k: int):
+        """Events of ``buf[i:k]`` (complete events separated by commas) or None when that text holds
+        a bad event (or the cut fell inside a string): the caller then goes event by event."""
+        text = "[" + buf[i:k] + "]"
+        if _BATCH is not None:
+            try:
+                return _BATCH.decode(text)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                pass            # NaN, wrong types, bad JSON ...: the tolerant stdlib path decides
+        try:
+            items = self._dec.decode(text)
+        except (ValueError, RecursionError):
+            return None
+        return _convert(items)
 
     def _one(self, i: int, index: int):
         """Decode the event at ``i`` (or skip it when it is not valid JSON); returns (event, end)."""
