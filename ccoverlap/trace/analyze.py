@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -188,6 +187,7 @@ def _load_files(files: list[Path], jobs: int | None) -> tuple[list, list[str]]:
         jobs = min(len(files), cpus) if total >= _PARALLEL_MIN_BYTES and cpus >= 4 else 1
     if jobs > 1 and len(files) > 1:
         import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor   # imported only when used: start-up time
 
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:

@@ -123,3 +123,12 @@ def test_world_and_unknown_groups():
     assert dimension_of("0", {"desc": "default_pg", "ranks": [0, 1, 2, 3]}, 4)[0] == "world"
     assert dimension_of("5", {"desc": "undefined", "ranks": [0, 2]}, 4)[0] == "group 5"
     assert dimension_of("5", None, 4, {"5": "PP"}) == ("PP", "--groups (name)")
+
+
+def test_busbw_factor_table_equals_the_cost_models():
+    from ccoverlap.cost.comm import bus_bandwidth_factor
+    from ccoverlap.trace.collectives import busbw_factor
+
+    for c in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce"):
+        for n in (1, 2, 3, 8, 64, 128):
+            assert busbw_factor(c, n) == pytest.approx(bus_bandwidth_factor(c, n))
