@@ -168,7 +168,7 @@ def _clean(x):
 
 def _load_one(path: Path):
     try:
-        return _load.load_trace(path)
+        return _load.load_trace(path, keep_cpu_ops=False)
     except TraceError as exc:
         return str(exc)
 
@@ -227,7 +227,8 @@ def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", ti
     problems += rank_problems
     origin = origin_us(raws)
     rts: list[RankTrace] = []
-    for raw in raws:
+    for i, raw in enumerate(raws):
+        raws[i] = None                       # each file's columns are freed once its rank is built
         rt = build_rank(raw, origin, hta_rounding=(time_resolution == "hta"))
         if rt is None:
             problems.append(f"{raw.path}: no GPU kernel events and no gloo collectives on CPU threads - "

@@ -316,6 +316,8 @@ def origin_us(raws: list[RawTrace]) -> float:
     """Earliest timestamp over all traces (µs); every rank's seconds count from it (HTA aligns likewise)."""
     best = math.inf
     for r in raws:
+        if getattr(r, "ts_min", None) is not None:     # covers CPU ops dropped at load time
+            best = min(best, r.ts_min)
         for a in (r.k_ts, r.c_ts, r.l_ts):
             if len(a):
                 best = min(best, float(a.min()))

@@ -104,6 +104,7 @@ class RawTrace:
     world_size: int | None = None
     rank_source: str = ""
     warnings: list[str] = field(default_factory=list)
+    ts_min: float | None = None          # earliest ts of any kept-or-dropped event (µs)
 
     @property
     def has_device_events(self) -> bool:
@@ -200,13 +201,16 @@ def _sniff(path: Path) -> None:
 
 # ----------------------------------------------------------------------------- parsing
 
-def load_trace(path: str | Path) -> RawTrace:
+def load_trace(path: str | Path, *, keep_cpu_ops: bool = True) -> RawTrace:
     """Stream one trace file into a :class:`RawTrace`.
 
     Raises :class:`TraceError` naming the file for: unreadable, empty, not JSON, truncated,
     named ``.gz`` but not gzip, a broken gzip stream, valid JSON that is not a trace (no
     ``traceEvents`` list, no event objects), nesting deeper than the recursion limit or a
     single value longer than :data:`~ccoverlap.trace.jsonstream.MAX_VALUE_CHARS` characters.
+    ``keep_cpu_ops=False``: in a file with device events keep only the CPU ops the analyser
+    joins to kernels (collective ops; ``ProfilerStep`` annotations are in ``steps``) - less memory
+    per rank; ``ts_min`` still covers every event.
     A single bad event (invalid JSON inside it, NaN / Infinity / out-of-range numbers, wrong
     types, negative durations) is skipped and counted; the warning names the first ones by
     index and character offset.
@@ -214,7 +218,7 @@ def load_trace(path: str | Path) -> RawTrace:
     path = Path(path)
     try:
         _sniff(path)
-        raw = _parse_events(path)
+        raw = _parse_events(path, keep_cpu_ops)
     except TraceError:
         raise
     except Truncated as exc:
@@ -234,7 +238,7 @@ def load_trace(path: str | Path) -> RawTrace:
     return raw
 
 
-def _parse_events(path: Path) -> RawTrace:
+def _parse_events(path: Path, keep_cpu_ops: bool = True) -> RawTrace:
     # The loop below is the analyser's hot path (one pass of a possibly multi-GB file):
     # subscripts instead of .get, bound appends, one chained comparison to validate ts/dur.
     names: list[str] = []
@@ -422,10 +426,24 @@ def _parse_events(path: Path) -> RawTrace:
         thread_labels.append(f"{label} [pid {pid}]" if _many_pids(threads) else label)
 
     def f64(a):
+        if isinstance(a, np.ndarray):
+            return a
         return np.frombuffer(a, dtype=np.float64).copy() if len(a) else np.empty(0, dtype=np.float64)
 
     def i64(a):
+        if isinstance(a, np.ndarray):
+            return a
         return np.frombuffer(a, dtype=np.int64).copy() if len(a) else np.empty(0, dtype=np.int64)
+
+    mins = [float(np.min(a)) for a in (k_ts, c_ts, l_ts) if len(a)] + [st[1] for st in steps]
+    ts_min = min(mins) if mins else None
+    if not keep_cpu_ops and len(k_ts) and len(c_nid):
+        # a GPU trace: only the collective ops are joined to kernels; drop the other CPU ops' rows
+        keep = np.flatnonzero(np.frombuffer(c_info, dtype=np.int64) >= 0)
+        c_nid, c_ts, c_dur, c_tid, c_ext, c_info = (
+            np.frombuffer(a, dtype=np.int64 if a.typecode == "q" else np.float64)[keep].copy()
+            for a in (c_nid, c_ts, c_dur, c_tid, c_ext, c_info))
+        c_annot = np.frombuffer(c_annot, dtype=np.int8)[keep].copy()
 
     raw = RawTrace(
         path=path, meta=header, names=names, infos=infos, threads=thread_labels,
@@ -433,9 +451,10 @@ def _parse_events(path: Path) -> RawTrace:
         k_device=i64(k_device), k_corr=i64(k_corr), k_ext=i64(k_ext), k_info=i64(k_info),
         k_kind=i64(k_kind), k_cat=i64(k_cat), k_shape=i64(k_shape),
         c_nid=i64(c_nid), c_ts=f64(c_ts), c_dur=f64(c_dur), c_tid=i64(c_tid), c_ext=i64(c_ext),
-        c_info=i64(c_info), c_annot=np.frombuffer(c_annot, dtype=np.int8).astype(bool) if len(c_annot) else
-        np.empty(0, dtype=bool), l_corr=i64(l_corr), l_ts=f64(l_ts), l_tid=i64(l_tid),
+        c_info=i64(c_info), c_annot=np.asarray(np.frombuffer(c_annot, dtype=np.int8) if not isinstance(
+            c_annot, np.ndarray) else c_annot).astype(bool) if len(c_annot) else np.empty(0, dtype=bool), l_corr=i64(l_corr), l_ts=f64(l_ts), l_tid=i64(l_tid),
         steps=sorted(steps, key=lambda s: s[1]), n_events=n_events, n_malformed=n_bad, float_ts=float_ts,
+        ts_min=ts_min,
     )
     if n_bad:
         lexical = {b.index: b for b in es.bad}
