@@ -5,7 +5,7 @@ or a bare ``[ev, ev, ...]`` (the Chrome "JSON Array Format"). This module walks 
 and the events list itself and hands each event to the C-accelerated :class:`json.JSONDecoder`
 (``raw_decode``), so
 
-* the file is read in 1 MiB chunks (gzip or plain) and never held whole: memory is bounded by
+* the file is read in 256 KiB chunks (gzip or plain) and never held whole: memory is bounded by
   the largest single event, which is capped (:data:`MAX_VALUE_CHARS`);
 * one bad event costs only that event: ``NaN`` / ``Infinity`` parse as floats (the caller's
   range checks reject them), an over-long integer (more than Python's 4300 digits) or any
@@ -34,7 +34,7 @@ try:
 except ImportError:  # pragma: no cover - msgspec is a dependency; the stdlib path still works
     msgspec = None
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 18
 MAX_VALUE_CHARS = 32 << 20          # one event / header value: 32 Mi characters at most
 _WS = re.compile(r"[ \t\n\r]*")
 _SEP = re.compile(r"[ \t\n\r]*([,\]}:])")
