@@ -51,23 +51,38 @@ class StrategyResult:
         }
 
 
-def cost_model_for(w):
-    """The cost model of the workload's cluster, with its calibration file applied if given."""
+def cost_model_for_cluster(cluster, calibration: str | None = None):
+    """The cost model of ``cluster``: the GPU's default parameters, overridden by the
+    calibration file ``calibration`` (written by ``ccoverlap calibrate``) if given. The one
+    place a :class:`~ccoverlap.cost.CostModel` is built from a cluster."""
     from ccoverlap.cost import CostModel, CostParams
     from ccoverlap.cost.params import default_params
 
-    params = default_params(w.cluster.gpu)
-    if w.calibration:
-        params = CostParams.load(w.calibration, base=params)
-    return CostModel(w.cluster, params)
+    params = default_params(cluster.gpu)
+    if calibration:
+        params = CostParams.load(calibration, base=params)
+    return CostModel(cluster, params)
+
+
+def cost_model_for(w):
+    """The cost model of the workload's cluster, with its calibration file applied if given."""
+    return cost_model_for_cluster(w.cluster, w.calibration)
+
+
+def build_workload_step(w):
+    """The :class:`~ccoverlap.parallel.StepGraph` of workload ``w`` (its framework profile passed
+    on when the workload has one): the one place a workload's step is built."""
+    from ccoverlap.parallel import build_step
+
+    kw = {"framework": w.framework} if getattr(w, "framework", None) is not None else {}
+    return build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs, **kw)
 
 
 def simulate_workload(w, *, cost=None, progress=None):
     """Build and simulate one training step of ``w``; returns (StepGraph, Timeline)."""
-    from ccoverlap.parallel import build_step
     from ccoverlap.sim import simulate
 
-    step = build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs)
+    step = build_workload_step(w)
     tl = simulate(step.graph, cost if cost is not None else cost_model_for(w), progress=progress)
     return step, tl
 

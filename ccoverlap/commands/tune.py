@@ -37,12 +37,9 @@ def register(sub) -> None:
 
 
 def _cost_model(cluster, calibration: str | None):
-    from ccoverlap.cost import CostModel, CostParams, default_params
+    from ccoverlap.evaluate import cost_model_for_cluster
 
-    params = default_params(cluster.gpu)
-    if calibration:
-        params = CostParams.load(calibration, base=params)
-    return CostModel(cluster, params)
+    return cost_model_for_cluster(cluster, calibration)
 
 
 def _groups(args):
@@ -112,10 +109,10 @@ def _cfg(c) -> str:
 
 
 def _print(payload: dict, tunings, show_steps: bool) -> None:
-    from rich.console import Console
+    from ccoverlap.console import make_console
     from rich.table import Table
 
-    con = Console()
+    con = make_console()
     con.print(f"[bold]Lagom tuning[/bold] — {payload['source']} (simulated profiling on the cost model)")
     for t, g in zip(tunings, payload["groups"]):
         con.print()

@@ -35,7 +35,7 @@ from ccoverlap.deciders import centauri_rules as rules
 from ccoverlap.deciders import partition as part
 from ccoverlap.deciders.rewrite import GraphRewrite
 from ccoverlap.graph import COMM, COMPUTE, CollectiveSpec, GemmSpec, Op, OpGraph
-from ccoverlap.sim import simulate
+from ccoverlap.planner import FunctionStrategy
 from ccoverlap.timeline import Timeline, step_time_s
 
 __all__ = ["CentauriDecision", "decide", "comm_ratio", "centauri_strategy", "centauri_graph"]
@@ -122,15 +122,34 @@ def comm_ratio(graph: OpGraph, cost, rank: int | None = None) -> tuple[float, fl
 # ----------------------------------------------------------------------------- helpers
 
 
-def _build(w):
-    from ccoverlap.parallel import build_step
-
-    return build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs)
-
-
-def _time(graph: OpGraph, cost) -> tuple[float, Timeline]:
-    tl = simulate(graph, cost)
+def _time(planner, graph: OpGraph) -> tuple[float, Timeline]:
+    tl = planner.simulate_graph(graph)
     return step_time_s(tl), tl
+
+
+def _times(planner, make_graph: Callable[[int], OpGraph], n: int) -> tuple[list[float], dict]:
+    """Step times of the independent graphs ``make_graph(0..n-1)`` (in worker processes where
+    the planner has more than one CPU); ``kept`` maps an index to its (graph, timeline) when it
+    was simulated in this process (so the winner need not be simulated twice)."""
+    kept: dict[int, tuple] = {}
+
+    def one(j: int) -> float:
+        g = make_graph(j)
+        t, tl = _time(planner, g)
+        if not kept or t < min(v[0] for v in kept.values()):
+            kept.clear()
+            kept[j] = (t, g, tl)
+        return t
+
+    return planner.map(one, n), kept
+
+
+def _graph_of(planner, kept: dict, j: int, make_graph) -> tuple[float, OpGraph, Timeline]:
+    if j in kept:
+        return kept[j]
+    g = make_graph(j)
+    t, tl = _time(planner, g)
+    return t, g, tl
 
 
 def _with_dp_algorithm(w, algorithm: str):
@@ -153,11 +172,11 @@ def _knob_candidates(w) -> list[tuple[str, str, object]]:
     """(primitive label, group label, workload) alternatives of §3.1.1-§3.1.2 expressible with knobs."""
     p = w.parallel
     prims = [("as given", w)]
-    if p.dp > 1 and p.data_parallel == "ddp" and not p.distributed_optimizer:
+    if p.ddp_enabled and not p.distributed_optimizer:
         prims.append(("all-reduce -> reduce-scatter + all-gather (next forward)",
                       replace(w, parallel=replace(p, distributed_optimizer=True))))
     out = []
-    grp = _dp_group(w) if p.dp > 1 else None
+    grp = _dp_group(w) if p.dp_enabled else None
     for plabel, pw in prims:
         out.append((plabel, "flat", pw))
         if grp is not None and grp.nodes > 1 and grp.local_size > 1:
@@ -244,7 +263,7 @@ def _fixed(plan: rules.OperationPlan) -> Callable[[Op], rules.OperationPlan]:
 
 def _operation_candidates(step, w, cost) -> list[tuple[str, Callable | None, str]]:
     """(label, plan function or None for no partition, Algorithm 1's reason) to simulate."""
-    if not (w.parallel.data_parallel == "fsdp" and w.parallel.dp > 1):
+    if not w.parallel.fsdp_enabled:
         return []
     ags = part.fsdp_forward_allgathers(step.graph)
     if not ags:
@@ -327,7 +346,7 @@ def _model_level(step, w, cost) -> tuple[int, int, str, float]:
     (L1, L2, reason, extra activation bytes)."""
     p = w.parallel
     M = step.microbatches
-    if not (p.data_parallel == "ddp" and p.distributed_optimizer and p.dp > 1 and p.pp == 1):
+    if not (p.ddp_enabled and p.distributed_optimizer and not p.pp_enabled):
         return 1, 1, "eq.2 not applied: it schedules the once-per-step DP all-gather/reduce-scatter (DDP with sharded optimizer, no PP)", 0.0
     g = step.graph
     c_ag = sum(_iso(cost, o) for o in g.ops if o.name == "param_ag")
@@ -428,21 +447,20 @@ def centauri_graph(step, *, op_plan: Callable | None = None, layer: str = "T1",
     return rw.build()
 
 
-def decide(w, cost=None) -> CentauriDecision:
-    """Run Centauri's partition search and three scheduling tiers on workload ``w`` (see the
-    module docstring); every alternative is simulated under ``cost`` (default: the workload's
-    cost model). Returns the :class:`CentauriDecision`."""
-    if cost is None:
-        from ccoverlap.evaluate import cost_model_for
-
-        cost = cost_model_for(w)
+def decide(planner, w=None) -> CentauriDecision:
+    """Run Centauri's partition search and three scheduling tiers on workload ``w`` (default:
+    the planner's workload; see the module docstring); every alternative is simulated with the
+    planner's cost model (configurations expressible as knobs through its cache). Returns the
+    :class:`CentauriDecision`."""
+    w = planner.workload if w is None else w
+    cost = planner.cost
     w = replace(w, knobs=replace(w.knobs, overlap=True))
     tried: list = []
     # tier 1: primitive substitution and group partition of gradient collectives (knobs)
     best = None
     for plabel, glabel, cw in _knob_candidates(w):
-        st = _build(cw)
-        t, tl = _time(st.graph, cost)
+        st, tl = planner.simulate(cw)
+        t = step_time_s(tl)
         tried.append(("partition", f"{plabel}; {glabel}", t))
         if best is None:
             baseline = (t, st, tl)
@@ -454,20 +472,32 @@ def decide(w, cost=None) -> CentauriDecision:
                          step_s=t_best, primitive=plabel, group=glabel, tried=tried)
     # tier 2: operation level (Algorithm 1) on FSDP forward all-gathers
     op_best = None
-    for label, fn, reason in _operation_candidates(step, w_best, cost):
+    cands = _operation_candidates(step, w_best, cost)
+    # the partitioned alternatives are independent: simulated in parallel where possible, the
+    # winner simulated again here for its timeline
+    parts = [i for i, (_, fn, _) in enumerate(cands) if fn is not None]
+
+    def op_graph(j: int) -> OpGraph:
+        return centauri_graph(step, op_plan=cands[parts[j]][1])
+
+    part_times, kept = _times(planner, op_graph, len(parts))
+    times = dict(zip(parts, part_times))
+    for i, (label, fn, reason) in enumerate(cands):
         if fn is None:
-            t, g, tl = d.step_s, d.graph, d.timeline
+            t = d.step_s
         else:
-            g = centauri_graph(step, op_plan=fn)
-            t, tl = _time(g, cost)
+            t = times[i]
             tried.append(("operation", label, t))
         if label.startswith("Alg.1") and not d.operation_rule:
             d.operation_rule = f"{label} — {reason}"
         if op_best is None or t < op_best[0] * (1 - 1e-9):
-            op_best = (t, label, fn, g, tl)
+            op_best = (t, label, fn)
     op_fn = None
     if op_best is not None:
-        d.step_s, d.operation, op_fn, d.graph, d.timeline = op_best
+        d.step_s, d.operation, op_fn = op_best
+        if op_fn is not None:
+            j = next(j for j, i in enumerate(parts) if cands[i][1] is op_fn)
+            d.step_s, d.graph, d.timeline = _graph_of(planner, kept, j, op_graph)
     # tier 3: layer level (eq. 1), checked in simulation
     bwd = [o for o in step.graph.ops if o.phase == "bwd" and o.layer >= 0 and o.stream == "compute"]
     if bwd:
@@ -475,7 +505,7 @@ def decide(w, cost=None) -> CentauriDecision:
         choice, t1, t2 = rules.layer_level(layer_costs(step.graph, cost, bwd[0].rank, mid_layer, bwd[0].microbatch))
         d.layer_rule = (t1, t2)
         g2 = centauri_graph(step, op_plan=op_fn, layer="T2")
-        t, tl = _time(g2, cost)
+        t, tl = _time(planner, g2)
         tried.append(("layer", "T2 (weight gradients first)", t))
         sim_choice = "T2" if t < d.step_s * (1 - 1e-9) else "T1"
         if sim_choice == "T2":
@@ -487,7 +517,7 @@ def decide(w, cost=None) -> CentauriDecision:
     if (l1, l2) != (1, 1):
         layer = "T2" if d.layer.startswith("T2") else "T1"
         gm = centauri_graph(step, op_plan=op_fn, layer=layer, model=(l1, l2))
-        t, tl = _time(gm, cost)
+        t, tl = _time(planner, gm)
         tried.append(("model", f"L1={l1}, L2={l2}", t))
         if t < d.step_s * (1 - 1e-9):
             d.step_s, d.graph, d.timeline, d.model, d.extra_memory_bytes = t, gm, tl, (l1, l2), extra
@@ -496,12 +526,20 @@ def decide(w, cost=None) -> CentauriDecision:
     # tier 4b (FSDP): cross-phase overlap at micro-batch boundaries, checked in simulation
     if w_best.parallel.data_parallel == "fsdp" and step.microbatches > 1:
         layer = "T2" if d.layer.startswith("T2") else "T1"
-        for k in (1, 2, 4):
-            gd = centauri_graph(step, op_plan=op_fn, layer=layer, model=d.model, defer_units=k)
-            t, tl = _time(gd, cost)
+        ks = (1, 2, 4)
+
+        def defer_graph(j: int) -> OpGraph:
+            return centauri_graph(step, op_plan=op_fn, layer=layer, model=d.model, defer_units=ks[j])
+
+        times, kept = _times(planner, defer_graph, len(ks))
+        best_j = None
+        for j, (k, t) in enumerate(zip(ks, times)):
             tried.append(("model", f"defer last {k} reduce-scatters behind next forward's all-gathers", t))
             if t < d.step_s * (1 - 1e-9):
-                d.step_s, d.graph, d.timeline, d.defer_units = t, gd, tl, k
+                d.step_s, best_j = t, j
+        if best_j is not None:
+            d.step_s, d.graph, d.timeline = _graph_of(planner, kept, best_j, defer_graph)
+            d.defer_units = ks[best_j]
         if d.defer_units:
             d.model_rule = (f"gradient reduce-scatters of the last {d.defer_units} backward units wait for the next "
                             f"micro-batch's first {d.defer_units} all-gathers; " + d.model_rule)
@@ -510,20 +548,19 @@ def decide(w, cost=None) -> CentauriDecision:
     return d
 
 
-def centauri_strategy(w, cost):
+def centauri_strategy(planner, start):
     """Planner strategy ``centauri`` (in this module's ``STRATEGIES``):
     :func:`decide` on the workload, summarised as a :class:`~ccoverlap.plan.StrategyResult`
     with the same definitions as :func:`ccoverlap.plan.evaluate` (MFU, exposed communication
     and compute of the critical rank). None when there is no data-parallel communication to
     partition (dp == 1)."""
-    if w.parallel.dp <= 1:
+    if start.parallel.dp <= 1:
         return None
-    from ccoverlap.evaluate import summarize
-
-    d = decide(w, cost)
-    return summarize("centauri", d.workload, d.step, d.timeline, note=d.note(),
+    d = decide(planner, start)
+    return planner.summarize("centauri", d.workload, d.step, d.timeline, note=d.note(),
                                 extra_memory_bytes=d.extra_memory_bytes)
 
 
-# planner strategies (collected by ccoverlap.plan.load_decider_strategies)
-STRATEGIES = {"centauri": centauri_strategy}
+# planner strategy (registered by ccoverlap.plan.default_registry)
+CENTAURI = FunctionStrategy("centauri", centauri_strategy,
+                            "Centauri: partition of collectives (§3.1) and operation / layer / model scheduling tiers")

@@ -98,6 +98,57 @@ class ParallelConfig:
             return 2
         return 1
 
+    # named predicates (as torchtitan's ParallelDims): what the layout uses
+    @property
+    def tp_enabled(self) -> bool:
+        """Tensor parallelism in use (tp > 1)."""
+        return self.tp > 1
+
+    @property
+    def sp_enabled(self) -> bool:
+        """Sequence parallelism in use (needs tp > 1 to shard anything)."""
+        return self.sequence_parallel and self.tp > 1
+
+    @property
+    def pp_enabled(self) -> bool:
+        """Pipeline parallelism in use (pp > 1)."""
+        return self.pp > 1
+
+    @property
+    def cp_enabled(self) -> bool:
+        """Context parallelism in use (a ``cp`` degree > 1, where the configuration has one)."""
+        return getattr(self, "cp", 1) > 1
+
+    @property
+    def dp_enabled(self) -> bool:
+        """Data parallelism in use (dp > 1)."""
+        return self.dp > 1
+
+    @property
+    def ep_enabled(self) -> bool:
+        """Expert parallelism in use (ep > 1)."""
+        return self.ep > 1
+
+    @property
+    def fsdp_enabled(self) -> bool:
+        """Parameters sharded over data parallelism (FSDP / ZeRO-3 with dp > 1)."""
+        return self.dp > 1 and self.data_parallel == "fsdp"
+
+    @property
+    def ddp_enabled(self) -> bool:
+        """Replicated weights with gradient all-reduce or reduce-scatter (DDP with dp > 1)."""
+        return self.dp > 1 and self.data_parallel == "ddp"
+
+    @staticmethod
+    def data_parallel_for(world_size: int, *, tp: int = 1, pp: int = 1, cp: int = 1) -> int | None:
+        """The dp degree that fills ``world_size`` GPUs given the other degrees
+        (``world / (tp × cp × pp)``, as launchers such as torchrun + torchtitan / Megatron-LM
+        do when dp is left out), or None when they do not divide it."""
+        model_parallel = tp * pp * cp
+        if model_parallel < 1 or world_size % model_parallel:
+            return None
+        return world_size // model_parallel
+
     def validate(self, model, cluster=None, batch: "BatchConfig | None" = None) -> None:
         """Check this configuration against ``model`` (a ModelSpec), ``cluster`` (a
         ClusterSpec, optional) and ``batch`` (optional). Raises one ConfigError whose message
@@ -289,23 +340,14 @@ class OverlapKnobs:
     @classmethod
     def from_dict(cls, d: dict, where: str = "knobs") -> "OverlapKnobs":
         """Knobs from a mapping (``comm_config`` and overrides may be nested mappings)."""
-        if not isinstance(d, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {type(d).__name__}")
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; expected some of {sorted(names)}")
-        data = dict(d)
+        from ccoverlap.config import check_keys, dataclass_from_mapping, field_names
+
+        data = check_keys(d, field_names(cls), where)
 
         def cc(v, w):
             if isinstance(v, CommConfig):
                 return v
-            if not isinstance(v, dict):
-                raise ConfigError(f"{where}.{w}: expected a mapping of CommConfig fields")
-            try:
-                return CommConfig(**v)
-            except TypeError as exc:
-                raise ConfigError(f"{where}.{w}: {exc}") from None
+            return dataclass_from_mapping(CommConfig, v, f"{where}.{w}")
 
         if "comm_config" in data:
             data["comm_config"] = cc(data["comm_config"], "comm_config")
@@ -314,4 +356,4 @@ class OverlapKnobs:
             if not isinstance(ov, dict):
                 raise ConfigError(f"{where}.comm_config_overrides: expected a mapping of group name to CommConfig")
             data["comm_config_overrides"] = {k: cc(v, f"comm_config_overrides.{k}") for k, v in ov.items()}
-        return cls(**data)
+        return dataclass_from_mapping(cls, data, where)

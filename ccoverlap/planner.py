@@ -1,0 +1,297 @@
+"""The planner object: one workload, its cost model (built once) and a simulation cache,
+handed to every strategy.
+
+A :class:`Planner` is what every overlap strategy receives (the built-in ones of
+:mod:`ccoverlap.plan` and the deciders' in :mod:`ccoverlap.deciders`). Strategies never build
+a cost model or a step themselves: they ask the planner, so a configuration that two
+strategies try (e.g. the best knobs, which Lagom, AutoCCL and Centauri all start from) is
+built and simulated once.
+
+Strategies implement the :class:`Strategy` protocol (a ``name``, a one-line ``summary`` and
+``run(planner, start) -> StrategyResult | None``) and are registered explicitly in a
+:class:`StrategyRegistry` (see :func:`ccoverlap.plan.default_registry`); nothing registers
+itself on import.
+
+This module sits below the deciders in the import order (README, Layout): it imports the
+simulator, the step builder and the summary definitions of :mod:`ccoverlap.evaluate` only.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
+
+from ccoverlap.errors import ConfigError
+from ccoverlap.evaluate import StrategyResult, build_workload_step, cost_model_for, summarize
+
+ProgressFn = Callable[[int, int, str], None]
+
+
+def _hashable(x):
+    try:
+        hash(x)
+        return x
+    except TypeError:  # frozen dataclasses holding dicts (e.g. a GPU's peak FLOP/s per dtype)
+        return repr(x)
+
+
+def effective_knobs(knobs, parallel):
+    """``knobs`` with the values the step builder ignores set to their defaults, so that two
+    configurations building the same step share one cache entry: ``tp_chunks`` is read only with
+    ``tp_overlap="chunked"`` and tp > 1 (:mod:`ccoverlap.parallel.tp`; the memory estimate
+    does not read it)."""
+    defaults = type(knobs)()
+    if knobs.tp_overlap != "chunked" or parallel.tp <= 1:
+        return replace(knobs, tp_chunks=defaults.tp_chunks)
+    return knobs
+
+
+def workload_key(w) -> tuple:
+    """What a step simulation depends on: model, cluster, parallelism, batch, the knobs the
+    step builder reads (:func:`effective_knobs`) (frozen dataclasses; those holding dicts are
+    keyed by their repr). The calibration enters through the planner's cost model."""
+    knobs = effective_knobs(w.knobs, w.parallel)
+    return tuple(_hashable(x) for x in (w.model, w.cluster, w.parallel, w.batch, knobs,
+                                        getattr(w, "framework", None)))
+
+
+class Planner:
+    """One workload, its cost model and a cache of simulated steps.
+
+    ``workload``: the configuration as given (a :class:`ccoverlap.workload.Workload`).
+    ``cost``: the cost model to use (default: the workload's, with its calibration file).
+    ``keep_timelines``: how many simulated timelines the cache holds (least recently used
+    dropped first; summaries are kept for every configuration simulated).
+    ``progress``: called as ``progress(done, total, what)`` by long searches.
+    ``jobs``: processes for independent candidates (:meth:`map`); default: the CPUs this
+    process may use (1 = everything in this process).
+
+    Counters: ``simulations`` (full step simulations run), ``cache_hits`` (simulations avoided
+    because the same configuration had been simulated), ``graph_simulations`` (simulations of
+    graphs a decider rewrote, which are not cached).
+    """
+
+    def __init__(self, workload, *, cost=None, keep_timelines: int = 4, progress: ProgressFn | None = None,
+                 jobs: int | None = None):
+        self.workload = workload
+        self.jobs = default_jobs() if jobs is None else max(1, int(jobs))
+        self.cost = cost if cost is not None else cost_model_for(workload)
+        self.progress = progress
+        self.keep_timelines = max(1, int(keep_timelines))
+        self._steps: OrderedDict[tuple, Any] = OrderedDict()
+        self._timelines: OrderedDict[tuple, Any] = OrderedDict()
+        self._summaries: dict[tuple, StrategyResult] = {}
+        self._pinned: set[tuple] = set()
+        self.simulations = 0
+        self.cache_hits = 0
+        self.graph_simulations = 0
+
+    # ------------------------------------------------------------------ building and simulating
+    def step(self, w=None):
+        """The :class:`~ccoverlap.parallel.StepGraph` of ``w`` (default: the planner's workload),
+        built once per configuration."""
+        w = self.workload if w is None else w
+        key = workload_key(w)
+        st = self._steps.get(key)
+        if st is None:
+            st = build_workload_step(w)
+            self._steps[key] = st
+            while len(self._steps) > self.keep_timelines:
+                self._steps.popitem(last=False)
+        else:
+            self._steps.move_to_end(key)
+        return st
+
+    def simulate(self, w=None):
+        """Build and simulate one training step of ``w`` (default: the planner's workload);
+        returns ``(StepGraph, Timeline)``. A configuration simulated before (and whose timeline
+        is still cached) is not simulated again."""
+        from ccoverlap.sim import simulate
+
+        w = self.workload if w is None else w
+        key = workload_key(w)
+        tl = self._timelines.get(key)
+        st = self.step(w)
+        if tl is not None:
+            self.cache_hits += 1
+            self._timelines.move_to_end(key)
+            return st, tl
+        tl = simulate(st.graph, self.cost)
+        self.simulations += 1
+        self._timelines[key] = tl
+        for old in [k for k in self._timelines if k not in self._pinned][:-self.keep_timelines]:
+            del self._timelines[old]
+        return st, tl
+
+    def pin(self, w, pinned: bool = True) -> None:
+        """Keep (or stop keeping) ``w``'s timeline in the cache whatever else is simulated."""
+        key = workload_key(w)
+        if pinned:
+            self._pinned.add(key)
+        else:
+            self._pinned.discard(key)
+
+    def simulate_graph(self, graph):
+        """Simulate an op graph a strategy built or rewrote (not cached); returns the Timeline."""
+        from ccoverlap.sim import simulate
+
+        self.graph_simulations += 1
+        return simulate(graph, self.cost)
+
+    def evaluate(self, w=None, name: str = "as-given", *, note: str = "", keep_timeline: bool = False) -> StrategyResult:
+        """Simulate ``w`` (cached) and summarise it as a :class:`StrategyResult` named ``name``
+        (definitions in :mod:`ccoverlap.evaluate`). Each call returns a fresh result object."""
+        w = self.workload if w is None else w
+        key = workload_key(w)
+        base = self._summaries.get(key)
+        if base is None or (keep_timeline and key not in self._timelines):
+            st, tl = self.simulate(w)
+            base = summarize(name, w, st, tl, keep_timeline=False)
+            self._summaries[key] = base
+        else:
+            self.cache_hits += 1
+        tl = self._timelines.get(key) if keep_timeline else None
+        return replace(base, name=name, note=note, knobs=w.knobs.to_dict(), timeline=tl)
+
+    def map(self, fn: Callable[[int], Any], n: int) -> list:
+        """``[fn(0), ..., fn(n - 1)]`` for independent candidates, in up to ``jobs`` forked
+        processes (each inherits this planner and its cache; results come back pickled, so
+        ``fn`` should return small values: step times, summaries without timelines). Runs in
+        this process when ``jobs`` is 1, ``n`` < 2, fork is unavailable, or already in a worker.
+        Simulations done in workers are not added to this planner's cache."""
+        global _MAP_TASK
+        jobs = min(self.jobs, n)
+        if jobs < 2 or _IN_WORKER or "fork" not in mp.get_all_start_methods():
+            return [fn(i) for i in range(n)]
+        from concurrent.futures import ProcessPoolExecutor
+
+        _MAP_TASK = fn
+        try:
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"),
+                                     initializer=_mark_worker) as ex:
+                return list(ex.map(_run_task, range(n)))
+        finally:
+            _MAP_TASK = None
+
+    def evaluate_many(self, ws: list, name: str) -> list[StrategyResult]:
+        """:meth:`evaluate` of each workload in ``ws`` (no timelines), the uncached ones in
+        parallel (:meth:`map`); their summaries join this planner's cache."""
+        todo = [i for i, w in enumerate(ws) if workload_key(w) not in self._summaries]
+        if len(todo) > 1 and self.jobs > 1 and not _IN_WORKER:
+            done = self.map(lambda j: self.evaluate(ws[todo[j]], name), len(todo))
+            for j, res in zip(todo, done):
+                self._summaries[workload_key(ws[j])] = replace(res, timeline=None)
+            self.simulations += len(todo)
+        return [self.evaluate(w, name) for w in ws]
+
+    def summarize(self, name: str, w, step, timeline, **kw) -> StrategyResult:
+        """:func:`ccoverlap.evaluate.summarize` (same definitions for every strategy)."""
+        return summarize(name, w, step, timeline, **kw)
+
+    def stats(self) -> dict:
+        """Counters, for reports: simulations, graph simulations, cache hits."""
+        return {"simulations": self.simulations, "graph_simulations": self.graph_simulations,
+                "cache_hits": self.cache_hits}
+
+
+# ----------------------------------------------------------------------------- processes
+
+_MAP_TASK: Callable[[int], Any] | None = None
+_IN_WORKER = False
+
+
+def _mark_worker() -> None:
+    global _IN_WORKER
+    _IN_WORKER = True
+
+
+def _run_task(i: int):
+    assert _MAP_TASK is not None
+    return _MAP_TASK(i)
+
+
+def default_jobs() -> int:
+    """CPUs this process may run on (``CCOVERLAP_JOBS`` overrides; 1 = no worker processes)."""
+    env = os.environ.get("CCOVERLAP_JOBS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+# ----------------------------------------------------------------------------- strategies
+
+@runtime_checkable
+class Strategy(Protocol):
+    """An overlap strategy the planner can run.
+
+    ``name``: short unique name (a table row, a ``--strategies`` value).
+    ``summary``: one line saying what it does and which paper it follows.
+    ``run(planner, start)``: simulate the strategy starting from workload ``start`` (the
+    planner's best knobs) with the planner's cost model and cache; return a
+    :class:`StrategyResult` (seconds, bytes) or None when it does not apply to the workload.
+    """
+
+    name: str
+    summary: str
+
+    def run(self, planner: Planner, start) -> StrategyResult | None: ...
+
+
+@dataclass(frozen=True)
+class FunctionStrategy:
+    """A :class:`Strategy` made of a function ``fn(planner, start) -> StrategyResult | None``."""
+
+    name: str
+    fn: Callable[[Planner, Any], StrategyResult | None]
+    summary: str = ""
+
+    def run(self, planner: Planner, start) -> StrategyResult | None:
+        """Run ``fn`` on the planner and the starting workload."""
+        return self.fn(planner, start)
+
+
+class StrategyRegistry:
+    """An ordered, explicit set of strategies (no registration on import)."""
+
+    def __init__(self, strategies: Iterable[Strategy] = ()):
+        self._by_name: dict[str, Strategy] = {}
+        for s in strategies:
+            self.add(s)
+
+    def add(self, strategy: Strategy) -> None:
+        """Register ``strategy``; ConfigError if it is not a Strategy or its name is taken."""
+        if not isinstance(strategy, Strategy):
+            raise ConfigError(f"{strategy!r} is not a strategy (needs name, summary and run(planner, start))")
+        if strategy.name in self._by_name:
+            raise ConfigError(f"strategy {strategy.name!r} registered twice")
+        self._by_name[strategy.name] = strategy
+
+    def names(self) -> list[str]:
+        """Registered names, in registration order."""
+        return list(self._by_name)
+
+    def get(self, name: str) -> Strategy:
+        """The strategy called ``name``; ConfigError naming the available ones otherwise."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise ConfigError(f"unknown strategy {name!r}; available: {', '.join(self._by_name) or 'none'}") from None
+
+    def select(self, names: Iterable[str] | None) -> list[Strategy]:
+        """The strategies called ``names`` (all when None), checked."""
+        return list(self._by_name.values()) if names is None else [self.get(n) for n in names]
+
+    def __iter__(self) -> Iterator[Strategy]:
+        return iter(self._by_name.values())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
+    def __len__(self) -> int:
+        return len(self._by_name)
