@@ -31,9 +31,10 @@ RUN_KEYS = {"name", "source", "assumptions", "model", "cluster", "nodes", "paral
 REQUIRED_RUN_KEYS = ("name", "source", "model", "cluster", "parallel", "batch", "measured")
 SUBSETS = ("fit", "held-out")
 MEASURED_KEYS = set(MEASURE_KINDS) | {"flop_rule", "peak_tflops", "note", "memory_gib"}
-# Cluster mapping with a catalog base: {base: dgx-h100, name: ..., gpu: {GPUSpec overrides},
-# intra: {LinkSpec overrides}, inter: {LinkSpec overrides}}.
-CLUSTER_BASE_KEYS = {"base", "name", "gpu", "intra", "inter", "gpus_per_node"}
+# Cluster mapping with a catalog base: {base: dgx-h100, name: ..., nodes: N, gpus_per_node: G,
+# gpu: {GPUSpec changes} or a catalog GPU name, intra: {LinkSpec changes}, inter: {LinkSpec changes}};
+# without 'base', {gpu: NAME, nodes: N, ...} starts from that catalog GPU's default cluster.
+CLUSTER_BASE_KEYS = {"base", "name", "gpu", "intra", "inter", "gpus_per_node", "nodes"}
 
 # Parallel-layout fields agreed for context parallelism, HSDP and FP8 (docs/validation.md,
 # "Runs file"); the runs file may use them whether or not this build's ParallelConfig has them.
@@ -150,17 +151,28 @@ def _cluster(value: Any, nodes: Any, where: _Where, base_dir: Path):
             c = load_cluster_file(p if p.is_absolute() else base_dir / p)
         elif isinstance(value, str):
             c = get_cluster(value)
-        elif isinstance(value, dict) and "base" in value:
+        elif isinstance(value, dict) and ("base" in value or (
+                isinstance(value.get("gpu"), str) and not ("intra" in value and "inter" in value))):
             unknown = sorted(set(value) - CLUSTER_BASE_KEYS)
             if unknown:
-                raise where.err(f"cluster.{unknown[0]}", f"unknown field; a cluster with a 'base' takes "
-                                f"{sorted(CLUSTER_BASE_KEYS)}")
-            c = get_cluster(str(value["base"]))
+                raise where.err(f"cluster.{unknown[0]}", f"unknown field; a cluster given by 'base' (or by a "
+                                f"catalog 'gpu' and its default cluster) takes {sorted(CLUSTER_BASE_KEYS)}")
+            c = get_cluster(str(value.get("base", value.get("gpu"))))
+            if "nodes" in value:
+                if nodes is not None and nodes != value["nodes"]:
+                    raise where.err("cluster.nodes", f"{value['nodes']} disagrees with the run's nodes: {nodes}")
+                nodes = value["nodes"]
+                if not _is_int(nodes) or nodes < 1:
+                    raise where.err("cluster.nodes", f"must be a positive integer, got {nodes!r}")
             changes: dict = {"name": str(value.get("name", c.name))}
             if "gpus_per_node" in value:
                 changes["gpus_per_node"] = value["gpus_per_node"]
+            if isinstance(value.get("gpu"), str):
+                from ccoverlap.hardware import get_gpu
+
+                c = replace(c, gpu=get_gpu(value["gpu"]))
             for key, cls, cur in (("gpu", GPUSpec, c.gpu), ("intra", LinkSpec, c.intra), ("inter", LinkSpec, c.inter)):
-                if key not in value:
+                if key not in value or (key == "gpu" and isinstance(value[key], str)):
                     continue
                 ov = value[key]
                 if not isinstance(ov, dict):

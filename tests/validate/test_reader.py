@@ -200,3 +200,19 @@ def test_added_catalog_models_reproduce_published_sizes():
 
     assert get_model("Llama-2-7B").param_count().total == 6_738_415_616
     assert get_model("llama2-13b").param_count().total == pytest.approx(13.016e9, rel=1e-3)
+
+
+def test_cluster_by_gpu_name_and_changes(tmp_path):
+    """The interface's short form {gpu, nodes, gpus_per_node} starts from the GPU's default
+    cluster; {base, gpu/inter changes} changes a catalog cluster; a bad change names its field."""
+    run = copy.deepcopy(GOOD_RUN)
+    run.pop("nodes")
+    run["cluster"] = {"gpu": "a100", "nodes": 8, "gpus_per_node": 8}
+    (r,) = load_runs(write_runs(tmp_path, [run])).runs
+    assert r.gpus == 64 and r.gpu_name == "A100-80GB-SXM" and r.cluster.inter.fabric == "infiniband"
+    run["cluster"] = {"base": "dgx-a100", "nodes": 8, "inter": {"fabric": "roce", "bandwidth_bytes_per_s": 50e9}}
+    (r,) = load_runs(write_runs(tmp_path, [run])).runs
+    assert r.cluster.inter.fabric == "roce" and r.cluster.inter.bandwidth_bytes_per_s == 50e9
+    run["cluster"] = {"base": "dgx-a100", "nodes": 8, "inter": {"speed": 5}}
+    with pytest.raises(ConfigError, match=r"field 'cluster.inter.speed': unknown field"):
+        load_runs(write_runs(tmp_path, [run]))
