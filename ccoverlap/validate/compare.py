@@ -124,7 +124,7 @@ def compare_runs(runs: list[RunSpec], *, params_for: Callable[[RunSpec], Any] | 
             for i, row in enumerate(ex.map(_one, work)):
                 rows.append(row)
                 if progress:
-                    progress(i + 1, len(work), row.run.name)
+                    progress(i, len(work), f"{row.run.name} (done)")
     else:
         for i, item in enumerate(work):
             if progress:
