@@ -216,3 +216,17 @@ def test_cluster_by_gpu_name_and_changes(tmp_path):
     run["cluster"] = {"base": "dgx-a100", "nodes": 8, "inter": {"speed": 5}}
     with pytest.raises(ConfigError, match=r"field 'cluster.inter.speed': unknown field"):
         load_runs(write_runs(tmp_path, [run]))
+
+
+def test_sensitivity_file_varies_published_runs():
+    """benchmarks/published_sensitivity.yaml: every run is a published run with one unstated
+    assumption changed, says which first, and is never in a fit subset."""
+    sens = load_runs(PUBLISHED.parents[3] / "benchmarks" / "published_sensitivity.yaml").runs
+    pub = {r.name: r for r in load_runs(PUBLISHED).runs}
+    assert sens
+    for r in sens:
+        base = pub[r.name.split(" [")[0]]
+        assert r.assumptions[0].startswith("SENSITIVITY VARIANT: ")
+        assert r.subset is None
+        assert r.measured_step_time_s == pytest.approx(base.measured_step_time_s)
+        assert (r.parallel, r.batch, r.knobs) != (base.parallel, base.batch, base.knobs)
