@@ -168,8 +168,11 @@ def _fit(args, names, fit_runs, params_for) -> dict:
     from ccoverlap.validate.compare import compare_runs, stderr_progress
     from ccoverlap.validate.fit import fit_params
 
+    steps: dict = {}  # built once per run, re-simulated with each candidate (single process)
+
     def loss_fn(group, overrides):
-        rows = compare_runs(group, params_for=lambda r: params_for(r, overrides), jobs=args.jobs)
+        rows = compare_runs(group, params_for=lambda r: params_for(r, overrides), jobs=args.jobs,
+                            step_cache=steps if args.jobs == 1 else None)
         ok = [r for r in rows if r.ok]
         if not ok:
             raise ConfigError(f"--fit: no run of subset {args.fit_on!r} on {group[0].gpu_name} could be predicted "

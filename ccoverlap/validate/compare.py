@@ -95,12 +95,14 @@ def summarize(rows: Iterable[Row]) -> Summary:
                    worst.run.name, worst.error_pct)
 
 
-def _one(args) -> Row:
+def _one(args, step_cache: dict | None = None) -> Row:
     run, params = args
     measured = run.measured_step_time_s
     try:
+        if step_cache is not None and run.name in step_cache:
+            return Row(run, measured, predict_run(run, params=params, step_cache=step_cache))
         wl = workload_for(run)
-        return Row(run, measured, predict_run(run, params=params, workload=wl))
+        return Row(run, measured, predict_run(run, params=params, workload=wl, step_cache=step_cache))
     except Unsupported as exc:
         return Row(run, measured, None, f"not supported by this build: {exc}")
     except CCOverlapError as exc:
@@ -110,10 +112,11 @@ def _one(args) -> Row:
 
 
 def compare_runs(runs: list[RunSpec], *, params_for: Callable[[RunSpec], Any] | None = None,
-                 progress: ProgressFn | None = None, jobs: int = 1) -> list[Row]:
+                 progress: ProgressFn | None = None, jobs: int = 1, step_cache: dict | None = None) -> list[Row]:
     """Predict every run (cost parameters from ``params_for(run)``, default: the GPU's
     defaults) and compare with its measurement. ``jobs`` > 1 simulates runs in that many
-    processes. A run that cannot be predicted becomes a row with a ``problem``."""
+    processes; otherwise ``step_cache`` (a dict the caller keeps) reuses built step graphs
+    across calls. A run that cannot be predicted becomes a row with a ``problem``."""
     from ccoverlap.validate.predict import cost_params_for
 
     params_for = params_for or cost_params_for
@@ -129,7 +132,7 @@ def compare_runs(runs: list[RunSpec], *, params_for: Callable[[RunSpec], Any] | 
         for i, item in enumerate(work):
             if progress:
                 progress(i, len(work), item[0].name)
-            rows.append(_one(item))
+            rows.append(_one(item, step_cache))
         if progress:
             progress(len(work), len(work), "done")
     return rows

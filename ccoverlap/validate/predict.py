@@ -84,16 +84,26 @@ def cost_params_for(run: RunSpec, overrides: dict | None = None, calibration: di
     return p
 
 
-def predict_run(run: RunSpec, *, params=None, workload=None) -> Prediction:
+def predict_run(run: RunSpec, *, params=None, workload=None, step_cache: dict | None = None) -> Prediction:
     """Simulate one step of ``run`` with cost parameters ``params`` (default: the GPU's
-    defaults, nothing fitted); summary as the planner's :class:`StrategyResult`."""
+    defaults, nothing fitted); summary as the planner's :class:`StrategyResult`.
+    ``step_cache`` (run name -> (workload, notes, step)) keeps built steps across calls, so a
+    fit re-simulates the same step graph with new parameters instead of rebuilding it."""
     from ccoverlap.cost import CostModel
-    from ccoverlap.evaluate import evaluate
+    from ccoverlap.evaluate import build_workload_step, summarize
+    from ccoverlap.sim import simulate
 
     t0 = time.perf_counter()
-    w, notes = workload if workload is not None else workload_for(run)
+    cached = step_cache.get(run.name) if step_cache is not None else None
+    if cached is None:
+        w, notes = workload if workload is not None else workload_for(run)
+        step = build_workload_step(w)
+        if step_cache is not None:
+            step_cache[run.name] = (w, notes, step)
+    else:
+        w, notes, step = cached
     cost = CostModel(w.cluster, params if params is not None else cost_params_for(run))
-    res = evaluate(w, "as-measured", cost=cost)
+    res = summarize("as-measured", w, step, simulate(step.graph, cost), keep_timeline=False)
     return Prediction(step_time_s=res.step_time_s, compute_s=res.compute_s, comm_s=res.comm_s,
                       exposed_comm_s=res.exposed_comm_s, mfu=res.mfu, peak_memory_bytes=res.peak_memory_bytes,
                       fits_memory=res.fits_memory, seconds=time.perf_counter() - t0, notes=tuple(notes))

@@ -171,3 +171,19 @@ def test_fit_optimizer_recovers_a_known_minimum():
         assert res.values[gpu]["gemm_peak_fraction"] == pytest.approx(t, abs=0.01)
         assert res.values[gpu]["kernel_launch_overhead_s"] == pytest.approx(7e-6, abs=0.5e-6)
         assert res.loss_after[gpu] < res.loss_before[gpu]
+
+
+def test_cached_step_resimulated_with_new_params_equals_a_fresh_build(tmp_path):
+    """The fit re-simulates a cached step graph: it must give what building afresh gives."""
+    from ccoverlap.validate.predict import cost_params_for, predict_run
+    from ccoverlap.validate.reader import load_runs
+
+    (run,) = load_runs(write(tmp_path, [RUN_A])).runs
+    cache: dict = {}
+    slow = cost_params_for(run, {"gemm_peak_fraction": 0.5})
+    first = predict_run(run, step_cache=cache)
+    again = predict_run(run, params=slow, step_cache=cache)
+    assert run.name in cache
+    assert again.step_time_s == pytest.approx(predict_run(run, params=slow).step_time_s, rel=1e-12)
+    assert predict_run(run, step_cache=cache).step_time_s == pytest.approx(first.step_time_s, rel=1e-12)
+    assert again.step_time_s > first.step_time_s
