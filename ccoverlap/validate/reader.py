@@ -255,7 +255,8 @@ def _check_layout(run: dict, model, cluster, where: _Where) -> None:
     if cp > 1 and b.seq_len % (2 * cp):
         raise where.err("parallel.cp", f"seq_len {b.seq_len} must be divisible by 2 x cp = {2 * cp} "
                         f"(load-balanced causal context parallelism)")
-    base = {k: v for k, v in par.items() if k not in EXTRA_PARALLEL}
+    own = {f.name for f in fields(ParallelConfig)}  # this build's fields (cp etc. once they exist)
+    base = {k: v for k, v in par.items() if k in own}
     try:
         p = ParallelConfig(**base)
     except (ConfigError, TypeError) as exc:
