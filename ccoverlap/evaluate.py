@@ -67,7 +67,7 @@ def simulate_workload(w, *, cost=None, progress=None):
     from ccoverlap.parallel import build_step
     from ccoverlap.sim import simulate
 
-    step = build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs)
+    step = build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs, framework=getattr(w, "framework", None))
     tl = simulate(step.graph, cost if cost is not None else cost_model_for(w), progress=progress)
     return step, tl
 

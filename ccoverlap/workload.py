@@ -9,6 +9,7 @@ Shared by ``plan``, ``simulate`` and ``tune``. A config file (JSON, TOML or YAML
     batch: {global_batch: 32, micro_batch: 1, seq_len: 4096}
     knobs: {fsdp_prefetch: 1, fsdp_limit_all_gathers: 2}
     calibration: calibrations/h100.json   # optional
+    framework: megatron-core     # optional framework profile (name or file), docs/model.md
 
 Flags given on the command line override the file.
 """
@@ -46,6 +47,7 @@ class Workload:
     knobs: Any
     calibration: str | None = None
     source: str = "built-in example"
+    framework: str = "megatron-core"  # a framework profile name or file (docs/model.md)
 
     def describe(self) -> str:
         p = self.parallel
@@ -78,6 +80,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                    help="overlap knob as given, e.g. --knob fsdp_prefetch=2 --knob bucket_cap_mb=50")
     g.add_argument("--calibration", help="calibration file written by `ccoverlap calibrate`")
+    g.add_argument("--framework", help="framework profile: megatron-core (default), megatron-lm-2021, torchtitan, "
+                                       "deepspeed, or a profile file (docs/model.md)")
 
 
 def _parse_scalar(text: str) -> Any:
@@ -127,7 +131,7 @@ def workload_from_mapping(data: dict, *, source: str = "config") -> Workload:
     """Validate a workload mapping (the config-file schema above) into a :class:`Workload`."""
     from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, validate
 
-    allowed = {"model", "cluster", "nodes", "parallel", "batch", "knobs", "calibration"}
+    allowed = {"model", "cluster", "nodes", "parallel", "batch", "knobs", "calibration", "framework"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{source}: unknown top-level key(s) {unknown}; expected some of {sorted(allowed)}")
@@ -137,8 +141,15 @@ def workload_from_mapping(data: dict, *, source: str = "config") -> Workload:
     batch = dataclass_from_mapping(BatchConfig, data.get("batch") or {}, f"{source}: batch")
     knobs = OverlapKnobs.from_dict(data.get("knobs") or {}, where=f"{source}: knobs")  # nested comm_config too
     validate(model, parallel, batch, cluster)
+    from ccoverlap.parallel.framework import DEFAULT_FRAMEWORK, check_framework, get_framework
+
+    framework = data.get("framework") or DEFAULT_FRAMEWORK
+    try:
+        check_framework(get_framework(framework), model, parallel)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     return Workload(model=model, cluster=cluster, parallel=parallel, batch=batch, knobs=knobs,
-                    calibration=data.get("calibration"), source=source)
+                    calibration=data.get("calibration"), source=source, framework=str(framework))
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
@@ -197,6 +208,9 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
     data["knobs"] = knobs
     if args.calibration:
         data["calibration"] = args.calibration
+    if getattr(args, "framework", None):
+        data["framework"] = args.framework
+        flags_given = True
     if flags_given and source == "built-in example":
         source = "command line"
     _fill_world_size(data)

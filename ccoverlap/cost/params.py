@@ -69,6 +69,12 @@ class CostParams:
     # Fixed cost of every kernel (launch gap + ramp/tail), seconds. ficco §IV-A "other losses".
     # assumption (~2-5 us on recent GPUs); fit: intercept of the GEMM / memcpy sweeps.
     kernel_launch_overhead_s: float = 3.0e-6
+    # Host time eager PyTorch spends to dispatch one kernel (Python op, dispatcher, autograd
+    # recording, cudaLaunchKernel). A kernel shorter than this leaves the GPU waiting for the host
+    # (docs/model.md). assumption: ~5-20 us per op is the range PyTorch reports as CPU launch
+    # overhead motivating CUDA graphs ("Accelerating PyTorch with CUDA Graphs", PyTorch blog, 2021)
+    # and torch.compile; fit: a trace of an eager step (analyze: gaps between short kernels).
+    eager_host_overhead_s: float = 8.0e-6
     # Fused (flash) attention: fraction of dense peak. FlashAttention-2 reaches ~50-70% on A100,
     # FlashAttention-3 ~60-75% on H100 forward, less backward. assumption; fit: attention sweep.
     attention_peak_fraction: float = 0.55

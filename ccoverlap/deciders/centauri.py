@@ -125,7 +125,7 @@ def comm_ratio(graph: OpGraph, cost, rank: int | None = None) -> tuple[float, fl
 def _build(w):
     from ccoverlap.parallel import build_step
 
-    return build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs)
+    return build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs, framework=getattr(w, "framework", None))
 
 
 def _time(graph: OpGraph, cost) -> tuple[float, Timeline]:

@@ -133,7 +133,7 @@ def ficco_strategy(w, cost):
     from ccoverlap.timeline import step_time_s
 
     wf = replace(w, knobs=replace(w.knobs, tp_overlap="none", comm_transport="sm"))
-    step = build_step(wf.model, wf.parallel, wf.batch, wf.cluster, wf.knobs)
+    step = build_step(wf.model, wf.parallel, wf.batch, wf.cluster, wf.knobs, framework=getattr(wf, "framework", None))
     pairs = tp_pairs(step.graph)
     if not pairs or p.tp > wf.cluster.gpus_per_node:
         return None
