@@ -67,8 +67,12 @@ class AttentionSpec:
     bytes: float
     dtype_bytes: int = 2
     host_kernels: int = 0  # kernels eager PyTorch dispatches from the host for this op (0: not host-bound)
+    backward: bool = False  # the backward kernel (lower efficiency than forward)
+    kernel: str = "native"  # "native" (FA3 / cuDNN on Hopper, FA2 on Ampere) or "fa2" (FA2-class on any GPU)
 
     def __post_init__(self) -> None:
+        if self.kernel not in ("native", "fa2"):
+            raise ConfigError(f"attention kernel must be 'native' or 'fa2', got {self.kernel!r}")
         if self.flops < 0 or self.bytes < 0:
             raise ConfigError("attention FLOPs and bytes must be non-negative")
 

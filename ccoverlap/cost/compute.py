@@ -194,14 +194,26 @@ def attention_time_s(spec: AttentionSpec, gpu: GPUSpec, params: CostParams | Non
                      sms_available: float | None = None,
                      hbm_bytes_per_s_available: float | None = None) -> float:
     """Seconds of a fused (flash) attention kernel: roofline ``max(FLOPs / (peak ×
-    attention_peak_fraction × SM share), bytes / bandwidth)`` plus launch overhead.
+    fraction × SM share), bytes / bandwidth)`` plus launch overhead, where the fraction is
+    :func:`attention_fraction` of the kernel (forward / backward, native / FA2-class).
     No wave quantisation (flash kernels tile over heads × query blocks, usually many waves)."""
     p = params if params is not None else CostParams()
     sms = float(gpu.sms if sms_available is None else min(max(sms_available, 1.0), gpu.sms))
-    flops_rate = gpu.flops_for(spec.dtype_bytes) * p.attention_peak_fraction * sms / gpu.sms
+    flops_rate = gpu.flops_for(spec.dtype_bytes) * attention_fraction(spec, p) * sms / gpu.sms
     t_c = spec.flops / flops_rate
     t_m = spec.bytes / _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
     return max(max(t_c, t_m) + p.kernel_launch_overhead_s, _host_floor(spec, p))
+
+
+def attention_fraction(spec: AttentionSpec, p: CostParams) -> float:
+    """Fraction of the dense peak a flash kernel reaches: ``attention_peak_fraction`` /
+    ``attention_bwd_peak_fraction`` for the GPU's native kernel (FlashAttention-3 / cuDNN on
+    Hopper, FlashAttention-2 on Ampere), ``attention_fa2_*`` for an FA2-class kernel on a
+    newer GPU (PyTorch SDPA's flash backend on H100); sources in :mod:`ccoverlap.cost.params`."""
+    bwd = getattr(spec, "backward", False)
+    if getattr(spec, "kernel", "native") == "fa2":
+        return p.attention_fa2_bwd_peak_fraction if bwd else p.attention_fa2_peak_fraction
+    return p.attention_bwd_peak_fraction if bwd else p.attention_peak_fraction
 
 
 def memory_time_s(spec: MemorySpec, gpu: GPUSpec, params: CostParams | None = None, *,

@@ -21,7 +21,8 @@ Backward: dP = dO·Vᵀ and dV = Pᵀ·dO, dropout backward, softmax backward (r
 dS), dQ = dS·K and dK = dSᵀ·Q, and the permute of dO. These are memory-bound on ``s²``.
 
 Selective recompute (Korthikanti et al. 2022) re-runs the forward of the core before its
-backward. With context parallelism (``cp > 1``) the core is split over the CP ranks by
+backward (profiles with ``selective_recompute: attention``; torchtitan's per-op variant is
+:func:`ccoverlap.parallel.layer.op_sac_recompute`). With context parallelism (``cp > 1``) the core is split over the CP ranks by
 :mod:`ccoverlap.parallel.cp` (flash only, as Megatron-LM's / TransformerEngine's CP).
 """
 
@@ -49,7 +50,7 @@ def flash_fwd_spec(ctx, kv_tokens: int | None = None, share: float = 1.0) -> Att
     flops = 2.0 * T * ctx.s * ctx.nq * hd * share
     nbytes = d * hd * (2 * T * ctx.nq + 2 * kv * ctx.nkv) + 4.0 * T * ctx.nq
     return AttentionSpec(flops=flops, bytes=nbytes + rope_bytes(ctx) * share, dtype_bytes=d,
-                         host_kernels=1 if ctx.fw.eager else 0)
+                         host_kernels=1 if ctx.fw.eager else 0, kernel=ctx.fw.flash_kernel)
 
 
 def flash_bwd_spec(ctx, kv_tokens: int | None = None, share: float = 1.0) -> AttentionSpec:
@@ -59,7 +60,7 @@ def flash_bwd_spec(ctx, kv_tokens: int | None = None, share: float = 1.0) -> Att
     flops = 2.5 * 2.0 * T * ctx.s * ctx.nq * hd * share
     nbytes = d * hd * (4 * T * ctx.nq + 4 * kv * ctx.nkv) + 4.0 * T * ctx.nq
     return AttentionSpec(flops=flops, bytes=nbytes + rope_bytes(ctx) * share, dtype_bytes=d,
-                         host_kernels=1 if ctx.fw.eager else 0)
+                         host_kernels=1 if ctx.fw.eager else 0, kernel=ctx.fw.flash_kernel, backward=True)
 
 
 # ----------------------------------------------------------------------------- unfused core
@@ -123,7 +124,7 @@ def backward(seg, ctx, src: int) -> int:
     """The attention core's backward (with the selective-recompute forward first); returns the
     op producing dQ, dK, dV."""
     g = src
-    if ctx.recompute == "selective":
+    if ctx.recompute == "selective" and ctx.fw.selective_recompute == "attention":
         if ctx.cp > 1:
             g = cpm.forward(seg, ctx, g, prefix="recompute_")
         elif not ctx.fw.flash:

@@ -17,7 +17,13 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
 * ``attention``: ``flash`` (one fused kernel per direction) or ``unfused`` (batched QKᵀ GEMM,
   scale + causal mask + softmax over the s×s scores, dropout, PV GEMM: Megatron-LM's
   ``CoreAttention`` before FlashAttention); ``softmax_fused``: scale+mask+softmax in one kernel
-  (Megatron's ``FusedScaleMaskSoftmax``) or three.
+  (Megatron's ``FusedScaleMaskSoftmax``) or three. ``flash_kernel``: ``native`` (the GPU's own
+  flash kernel: cuDNN / FlashAttention-3 on Hopper, FlashAttention-2 on Ampere) or ``fa2`` (an
+  FlashAttention-2-class kernel on any GPU, e.g. PyTorch SDPA's flash backend on H100).
+* ``selective_recompute`` (what ``recompute="selective"`` means in this framework):
+  ``attention`` (Megatron-LM, Korthikanti et al. 2022: the core attention is recomputed) or
+  ``op`` (torchtitan's per-op selective AC: matmul and attention outputs are saved except every
+  second matmul of a layer, everything element-wise is recomputed).
 * ``attention_dropout`` / ``hidden_dropout``: dropout after the softmax / on each sublayer output.
 * ``norm_fused``: one norm kernel per direction (apex / TE) or ``norm_kernels`` (fwd, bwd)
   elementwise kernels of a composite eager norm.
@@ -48,6 +54,8 @@ from ccoverlap.errors import ConfigError
 DEFAULT_FRAMEWORK = "megatron-core"
 _DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "frameworks"
 ATTENTION_IMPLS = ("flash", "unfused")
+FLASH_KERNELS = ("native", "fa2")
+SELECTIVE_RECOMPUTE = ("attention", "op")
 LINEARS = ("qkv", "proj", "fc1", "fc2")
 
 
@@ -59,6 +67,8 @@ class FrameworkProfile:
     name: str
     description: str = ""
     attention: str = "flash"
+    flash_kernel: str = "native"
+    selective_recompute: str = "attention"
     softmax_fused: bool = True
     attention_dropout: bool = False
     hidden_dropout: bool = False
@@ -77,6 +87,11 @@ class FrameworkProfile:
         where = f"framework profile {self.name!r}"
         if self.attention not in ATTENTION_IMPLS:
             raise ConfigError(f"{where}: attention must be one of {ATTENTION_IMPLS}, got {self.attention!r}")
+        if self.flash_kernel not in FLASH_KERNELS:
+            raise ConfigError(f"{where}: flash_kernel must be one of {FLASH_KERNELS}, got {self.flash_kernel!r}")
+        if self.selective_recompute not in SELECTIVE_RECOMPUTE:
+            raise ConfigError(f"{where}: selective_recompute must be one of {SELECTIVE_RECOMPUTE}, "
+                              f"got {self.selective_recompute!r}")
         for f in ("softmax_fused", "attention_dropout", "hidden_dropout", "norm_fused", "bias_act_fused",
                   "bias_dropout_add_fused", "rope_fused", "cross_entropy_fused", "eager"):
             if not isinstance(getattr(self, f), bool):

@@ -192,11 +192,37 @@ def parallel_block_bwd(ctx: LayerCtx, unit: str) -> Segment:
     return s.finish(s.add("attn_norm_bwd", pw.norm_bwd(ctx), deps=(out,), tensor="attn_norm"))
 
 
+def op_sac_recompute(ctx: LayerCtx, unit: str) -> Segment:
+    """torchtitan's per-op selective recompute before a dense layer's backward: outputs of
+    matmuls and attention are saved except every second matmul of the block (counted in
+    forward order over the separate projections wq, wk, wv, wo, w1, w3, w2 -- or wq, wk, wv,
+    wo, fc1, fc2 without gating), and every element-wise op is recomputed: the two norms,
+    the rotary embedding and the activation, plus the 2nd, 4th, 6th matmul (wk, wo, w3)."""
+    s = Segment(name="op_sac_recompute", unit=unit)
+    T, h, hd = ctx.tokens, ctx.h, ctx.hd
+    f = ctx.ffn_local(ctx.model.ffn_hidden)
+    mms = [("wq", ctx.nq * hd, h), ("wk", ctx.nkv * hd, h), ("wv", ctx.nkv * hd, h), ("wo", h, ctx.nq * hd)]
+    mms += [("w1", f, h), ("w3", f, h), ("w2", h, f)] if ctx.model.gated_mlp else [("w1", f, h), ("w2", h, f)]
+    g = s.add("recompute_attn_norm", pw.norm_fwd(ctx), deps=(IN,))
+    r = pw.rope(ctx)
+    if r is not None:
+        g = s.add("recompute_rope", r, deps=(g,))
+    for i, (name, n, k) in enumerate(mms):
+        if i % 2 == 1:
+            g = s.add(f"recompute_{name}", ctx.gemm(T, n, k, "fc1" if name in ("w1", "w3") else name), deps=(g,))
+    g = s.add("recompute_mlp_norm", pw.norm_fwd(ctx), deps=(g,))
+    return s.finish(s.add("recompute_act", pw.act_fwd(ctx, f), deps=(g,)))
+
+
 def dense_layer(ctx: LayerCtx, unit: str) -> tuple[list[Segment], list[Segment]]:
     """(forward segments, backward segments) of a dense layer, in execution order."""
     if ctx.model.parallel_attn_mlp:
-        return [parallel_block_fwd(ctx, unit)], [parallel_block_bwd(ctx, unit)]
-    return [attn_fwd(ctx, unit), mlp_fwd(ctx, unit)], [mlp_bwd(ctx, unit), attn_bwd(ctx, unit)]
+        fwd, bwd = [parallel_block_fwd(ctx, unit)], [parallel_block_bwd(ctx, unit)]
+    else:
+        fwd, bwd = [attn_fwd(ctx, unit), mlp_fwd(ctx, unit)], [mlp_bwd(ctx, unit), attn_bwd(ctx, unit)]
+    if ctx.recompute == "selective" and ctx.fw.selective_recompute == "op":
+        bwd = [op_sac_recompute(ctx, unit)] + bwd
+    return fwd, bwd
 
 
 # ----------------------------------------------------------------------------- embedding / head
