@@ -1,25 +1,30 @@
 """One transformer layer's forward and backward as op templates, on one tensor-parallel rank.
 
-Shapes (``T`` = micro_batch × seq_len tokens, ``t`` = tp, ``d`` = dtype bytes, ``hd`` head dim):
+Shapes (``T`` = micro_batch × seq_len / cp tokens, ``t`` = tp, ``d`` = dtype bytes, ``hd`` head dim):
 
 * QKV: GEMM ``[T, h] x [h, (heads + 2·kv_heads)·hd / t]``; out-proj ``[T, heads·hd/t] x [heads·hd/t, h]``.
 * MLP: fc1 ``[T, h] x [h, m·ffn/t]`` with ``m`` = 2 for a gated MLP (gate and up projections
   fused into one GEMM, as Megatron-LM's ``linear_fc1``) or 1; fc2 ``[T, ffn/t] x [ffn/t, h]``.
 * Backward of every linear: dgrad ``dY Wᵀ`` and wgrad ``Xᵀ dY``, two GEMMs with the forward's FLOPs each.
-* Attention: a fused causal flash-attention kernel. Forward FLOPs ``2·b·s²·heads/t·hd`` (the
-  ``4·b·s²·H·hd`` of QKᵀ and PV, halved by causality); backward 2.5x (five GEMMs: S recomputed,
-  dV, dP, dQ, dK). Bytes: Q, K, V, O (and dO, dQ, dK, dV in backward) once, plus the fp32 log-sum-exp.
-* Memory-bound ops (dropout-free): residual add fused with the norm (read x and residual,
-  write sum and normed: ``4·T'·h·d``, ``T'`` = T/t with SP), activation (SwiGLU reads gate
-  and up, writes one: 3 passes of ``T·ffn/t``; GELU 2), their backwards (norm 4 passes,
-  SwiGLU 5, GELU 3). The rotary embedding of Q and K (read + write, forward and backward) is
-  counted as bytes of the attention op rather than as its own op (a fused RoPE, as
-  TransformerEngine's ``fused_rope`` or FlashAttention's rotary kernels; one op fewer per
-  direction keeps 1000-GPU steps fast to simulate).
+* Attention core (:mod:`ccoverlap.parallel.attention`): one flash kernel per direction, or
+  Megatron-LM's unfused core (batched QKᵀ, scale+mask+softmax, dropout, PV), or split over the
+  context-parallel ranks (:mod:`ccoverlap.parallel.cp`), as the framework profile and
+  ``ParallelConfig.cp`` say.
+* Memory-bound ops (:mod:`ccoverlap.parallel.pointwise`): each norm op also carries the
+  previous sublayer's epilogue (bias add, hidden dropout, residual add); each norm-backward op
+  carries autograd's residual-gradient add and the next sublayer's dropout / bias backward;
+  activations, rotary embedding and cross-entropy are fused or unfused per the profile
+  (:mod:`ccoverlap.parallel.framework`, docs/model.md).
+* FP8 (``ParallelConfig.fp8``): linear GEMMs on FP8 operands (:meth:`LayerCtx.gemm`) with the
+  profile's cast kernels (:mod:`ccoverlap.parallel.tp`).
 
-Recomputation (Korthikanti et al., 2022): ``selective`` re-runs the attention kernel's forward
-before its backward; ``full`` re-runs the whole layer forward (with its TP collectives) before
-the layer's backward (added by the step builder).
+Recomputation (Korthikanti et al., 2022): ``selective`` re-runs the attention core's forward
+before its backward (Megatron-LM), or, in a profile with ``selective_recompute: op``
+(torchtitan), every second matmul and every element-wise op of the layer
+(:func:`op_sac_recompute`); ``full`` re-runs the whole layer forward (with its TP collectives)
+before the layer's backward (added by the step builder). With sequence parallelism the
+backward all-gathers the saved [T/t, h] input again for the wgrad GEMMs (``input_ag``,
+:func:`ccoverlap.parallel.tp.bwd_col`), the TP communication selective recompute keeps.
 """
 
 from __future__ import annotations
@@ -243,13 +248,18 @@ def embedding_fwd(ctx: LayerCtx) -> Segment:
 
 
 def embedding_bwd(ctx: LayerCtx) -> Segment:
-    """(SP all-gather of the grad) and the scatter-add into the fp32 embedding gradient."""
+    """(SP all-gather of the grad) and the embedding's weight gradient: PyTorch's dense
+    ``embedding_dense_backward`` writes a zero-filled [V/tp, h] gradient and scatter-adds the
+    T rows into it (read T·h, write V/tp·h), then autograd / Megatron's main-grad hook adds it
+    into the fp32 gradient (read V/tp·h·d, read + write V/tp·h·4)."""
     s = Segment(name="embedding_bwd", unit="emb")
     T, h, d = ctx.tokens, ctx.h, ctx.d
     g = IN
     if ctx.tp > 1 and ctx.sp:
         g = s.add("embedding_grad_ag", ctx.coll("all_gather", T * h * d, "tp"), "tp", deps=(IN,))
-    return s.finish(s.add("embedding_grad", ctx.mem(T * h * (d + 2 * GRAD_BYTES)), deps=(g,), tensor="embedding"))
+    v = ctx.model.vocab // ctx.tp
+    nbytes = T * h * d + v * h * (2 * d + 2 * GRAD_BYTES)
+    return s.finish(s.add("embedding_grad", ctx.mem(nbytes), deps=(g,), tensor="embedding"))
 
 
 def head_fwd(ctx: LayerCtx) -> Segment:
