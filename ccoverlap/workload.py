@@ -51,7 +51,7 @@ class Workload:
 
     def describe(self) -> str:
         p = self.parallel
-        dims = [f"{k.upper()}{getattr(p, k)}" for k in ("tp", "pp", "dp", "ep") if getattr(p, k) > 1] or ["1 GPU"]
+        dims = [f"{k.upper()}{getattr(p, k)}" for k in ("tp", "cp", "pp", "dp", "ep") if getattr(p, k, 1) > 1] or ["1 GPU"]
         extra = [p.data_parallel.upper()] if p.dp > 1 else []
         if p.pp > 1:
             extra.append(p.pp_schedule)
@@ -67,7 +67,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--model", help="model name (e.g. llama-3-70b) or a model file")
     g.add_argument("--cluster", help="cluster or GPU name (dgx-h100, a40-pcie, H100-SXM, ...) or a cluster file")
     g.add_argument("--nodes", type=int, help="number of nodes")
-    for dim in ("tp", "pp", "dp", "ep"):
+    for dim in ("tp", "pp", "dp", "ep", "cp"):
         g.add_argument(f"--{dim}", type=int, help=f"{dim.upper()} degree")
     g.add_argument("--data-parallel", choices=["ddp", "fsdp"], help="data-parallel flavour")
     g.add_argument("--sequence-parallel", action="store_true", default=None, help="TP with sequence parallelism")
@@ -174,9 +174,9 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         data["nodes"] = args.nodes
         flags_given = True
     par = dict(data.get("parallel") or {})
-    if not args.config and any(getattr(args, d) is not None for d in ("tp", "pp", "dp", "ep", "data_parallel")):
+    if not args.config and any(getattr(args, d) is not None for d in ("tp", "pp", "dp", "ep", "cp", "data_parallel")):
         par = {}  # a layout given by flags replaces the built-in example's, not inherits its FSDP
-    for dim in ("tp", "pp", "dp", "ep"):
+    for dim in ("tp", "pp", "dp", "ep", "cp"):
         v = getattr(args, dim)
         if v is not None:
             par[dim] = v
@@ -216,14 +216,14 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
 
 
 def _fill_world_size(data: dict) -> None:
-    """If DP is not given, make it fill the cluster (world / (tp * pp)), as launchers do."""
+    """If DP is not given, make it fill the cluster (world / (tp * cp * pp)), as launchers do."""
     par = data["parallel"]
     if "dp" in par:
         return
     cluster = _cluster(data.get("cluster", DEFAULT_EXAMPLE["cluster"]), data.get("nodes"))
-    tp, pp = int(par.get("tp", 1)), int(par.get("pp", 1))
-    if tp > 0 and pp > 0 and cluster.world_size % (tp * pp) == 0:
-        par["dp"] = cluster.world_size // (tp * pp)
+    tp, pp, cp = int(par.get("tp", 1)), int(par.get("pp", 1)), int(par.get("cp", 1))
+    if tp > 0 and pp > 0 and cp > 0 and cluster.world_size % (tp * pp * cp) == 0:
+        par["dp"] = cluster.world_size // (tp * pp * cp)
 
 
 def with_knobs(w: Workload, **changes: Any) -> Workload:
