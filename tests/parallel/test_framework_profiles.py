@@ -148,3 +148,11 @@ def test_workload_framework_from_config_and_flag():
     w = workload_from_args(ap.parse_args(["--model", "llama-3-8b", "--cluster", "dgx-h100", "--nodes", "1",
                                           "--dp", "8", "--global-batch", "8", "--framework", "torchtitan"]))
     assert w.framework == "torchtitan"
+
+
+def test_embedding_backward_writes_the_dense_gradient():
+    """PyTorch's embedding backward writes a dense [V, h] gradient, then it is added into the
+    fp32 main gradient: T·h·d + V·h·(2d + 8) bytes (T = 2048, V = 2048, h = 1024, d = 2)."""
+    sg = build_step(GPT, ParallelConfig(), BatchConfig(global_batch=2, micro_batch=2, seq_len=S), cluster(1))
+    (e,) = [o for o in sg.graph.ops if o.name == "embedding_grad" and o.microbatch == 0]
+    assert e.spec.bytes == 2048 * 1024 * 2 + 2048 * 1024 * (2 * 2 + 8)
