@@ -33,6 +33,8 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
 * ``eager``: kernels are dispatched one by one by eager PyTorch on the host, so a kernel
   shorter than the host's per-kernel dispatch cost (``CostParams.eager_host_overhead_s``)
   takes that long.
+* ``fsdp_copies``: FSDP2's copy-out of gathered parameters and copy-in (fp32 cast) of
+  gradients for the reduce-scatter (:mod:`ccoverlap.parallel.fsdp`).
 * ``fp8_cast_kernels_fwd`` / ``fp8_cast_kernels_bwd``: with ``fp8=True``, which linear
   layers' inputs need their own cast(+transpose) kernel (others are fused into the preceding
   norm / activation).
@@ -79,6 +81,7 @@ class FrameworkProfile:
     rope_fused: bool = True
     cross_entropy_fused: bool = False
     eager: bool = False
+    fsdp_copies: bool = False
     fp8_cast_kernels_fwd: tuple = ("proj", "fc2")
     fp8_cast_kernels_bwd: tuple = LINEARS
     sources: dict = field(default_factory=dict, compare=False, hash=False)
@@ -93,7 +96,7 @@ class FrameworkProfile:
             raise ConfigError(f"{where}: selective_recompute must be one of {SELECTIVE_RECOMPUTE}, "
                               f"got {self.selective_recompute!r}")
         for f in ("softmax_fused", "attention_dropout", "hidden_dropout", "norm_fused", "bias_act_fused",
-                  "bias_dropout_add_fused", "rope_fused", "cross_entropy_fused", "eager"):
+                  "bias_dropout_add_fused", "rope_fused", "cross_entropy_fused", "eager", "fsdp_copies"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"{where}: {f} must be true or false, got {getattr(self, f)!r}")
         nk = self.norm_kernels

@@ -156,3 +156,18 @@ def test_embedding_backward_writes_the_dense_gradient():
     sg = build_step(GPT, ParallelConfig(), BatchConfig(global_batch=2, micro_batch=2, seq_len=S), cluster(1))
     (e,) = [o for o in sg.graph.ops if o.name == "embedding_grad" and o.microbatch == 0]
     assert e.spec.bytes == 2048 * 1024 * 2 + 2048 * 1024 * (2 * 2 + 8)
+
+
+def test_fsdp2_copies_only_in_the_torchtitan_profile():
+    """FSDP2 copies the gathered unit into the parameters on the compute stream (read + write,
+    bf16) and packs its gradients as fp32 for the reduce-scatter (read 2, write 4 bytes)."""
+    p = ParallelConfig(dp=4, data_parallel="fsdp")
+    b = BatchConfig(global_batch=4, micro_batch=1, seq_len=S)
+    n = sum(t.numel for t in GPT.layer_tensors(1))
+    tt = build_step(GPT, p, b, cluster(4), framework="torchtitan")
+    out = [o for o in tt.graph.ops if o.name == "fsdp_copy_out" and o.layer == 1 and o.phase == "fwd"]
+    cin = [o for o in tt.graph.ops if o.name == "fsdp_rs_copy_in" and o.layer == 1]
+    assert len(out) == 1 and out[0].stream == "compute" and out[0].spec.bytes == 2 * n * 2
+    assert len(cin) == 1 and cin[0].stream == "fsdp_rs" and cin[0].spec.bytes == n * (2 + 4)
+    mc = build_step(GPT, p, b, cluster(4), framework="megatron-core")
+    assert not [o for o in mc.graph.ops if o.name.startswith("fsdp_copy") or o.name == "fsdp_rs_copy_in"]
