@@ -82,26 +82,26 @@ def unfused_fwd(seg, ctx, src: int, prefix: str = "") -> int:
     batch, ns = _score_elems(ctx)
     x = seg.add(f"{prefix}attn_qk", _gemm(ctx, s, s, hd, batch), deps=(src,))
     if fw.softmax_fused:
-        x = seg.add(f"{prefix}attn_softmax", pw._spec(ctx, 2 * ns * d), deps=(x,))
+        x = seg.add(f"{prefix}attn_softmax", pw.kernel_spec(ctx, 2 * ns * d), deps=(x,))
     else:
-        x = seg.add(f"{prefix}attn_softmax", pw._spec(ctx, 6 * ns * d + MASK_BYTES * ns, 3), deps=(x,))
+        x = seg.add(f"{prefix}attn_softmax", pw.kernel_spec(ctx, 6 * ns * d + MASK_BYTES * ns, 3), deps=(x,))
     if fw.attention_dropout:
-        x = seg.add(f"{prefix}attn_dropout", pw._spec(ctx, ns * (2 * d + MASK_BYTES)), deps=(x,))
+        x = seg.add(f"{prefix}attn_dropout", pw.kernel_spec(ctx, ns * (2 * d + MASK_BYTES)), deps=(x,))
     x = seg.add(f"{prefix}attn_pv", _gemm(ctx, s, hd, s, batch), deps=(x,))
-    return seg.add(f"{prefix}attn_context", pw._spec(ctx, 2 * ctx.tokens * ctx.nq * hd * d), deps=(x,))
+    return seg.add(f"{prefix}attn_context", pw.kernel_spec(ctx, 2 * ctx.tokens * ctx.nq * hd * d), deps=(x,))
 
 
 def unfused_bwd(seg, ctx, src: int) -> int:
     """Unfused core attention backward (module doc); returns the index of its last op."""
     s, hd, d, fw = ctx.s, ctx.hd, ctx.d, ctx.fw
     batch, ns = _score_elems(ctx)
-    x = seg.add("attn_context_bwd", pw._spec(ctx, 2 * ctx.tokens * ctx.nq * hd * d), deps=(src,))
+    x = seg.add("attn_context_bwd", pw.kernel_spec(ctx, 2 * ctx.tokens * ctx.nq * hd * d), deps=(src,))
     dp = seg.add("attn_pv_dgrad", _gemm(ctx, s, s, hd, batch), deps=(x,))
     seg.add("attn_pv_wgrad", _gemm(ctx, s, hd, s, batch), deps=(x,))
     x = dp
     if fw.attention_dropout:
-        x = seg.add("attn_dropout_bwd", pw._spec(ctx, ns * (2 * d + MASK_BYTES)), deps=(x,))
-    x = seg.add("attn_softmax_bwd", pw._spec(ctx, 3 * ns * d, 1 if fw.softmax_fused else 3), deps=(x,))
+        x = seg.add("attn_dropout_bwd", pw.kernel_spec(ctx, ns * (2 * d + MASK_BYTES)), deps=(x,))
+    x = seg.add("attn_softmax_bwd", pw.kernel_spec(ctx, 3 * ns * d, 1 if fw.softmax_fused else 3), deps=(x,))
     seg.add("attn_qk_dgrad", _gemm(ctx, s, hd, s, batch), deps=(x,))
     return seg.add("attn_qk_wgrad", _gemm(ctx, s, hd, s, batch), deps=(x,))
 

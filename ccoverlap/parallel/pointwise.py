@@ -43,7 +43,9 @@ from ccoverlap.graph import MemorySpec
 MASK_BYTES = 1  # bool dropout mask per element
 
 
-def _spec(ctx, nbytes: float, kernels: int = 1) -> MemorySpec:
+def kernel_spec(ctx, nbytes: float, kernels: int = 1) -> MemorySpec:
+    """A memory-bound op of ``nbytes`` standing for ``kernels`` kernels (host-dispatched ones when
+    the profile is eager)."""
     k = max(1, int(kernels))
     return MemorySpec(bytes=float(nbytes), kernels=k, host_kernels=k if ctx.fw.eager else 0)
 
@@ -86,7 +88,7 @@ def norm_fwd(ctx) -> MemorySpec:
     step.)"""
     nb, nk = _norm(ctx, "fwd")
     eb, ek = _epilogue(ctx)
-    return _spec(ctx, nb + eb, nk + ek)
+    return kernel_spec(ctx, nb + eb, nk + ek)
 
 
 def norm_bwd(ctx) -> MemorySpec:
@@ -95,14 +97,14 @@ def norm_bwd(ctx) -> MemorySpec:
     order): adjacent kernels, one op (see :func:`norm_fwd`)."""
     nb, nk = _norm(ctx, "bwd")
     eb, ek = _epilogue_bwd(ctx)
-    return _spec(ctx, nb + 3 * ctx.local_tokens * ctx.h * ctx.d + eb, nk + 1 + ek)
+    return kernel_spec(ctx, nb + 3 * ctx.local_tokens * ctx.h * ctx.d + eb, nk + 1 + ek)
 
 
 def final_norm_bwd(ctx) -> MemorySpec:
     """The final norm's backward and the epilogue backward of the last layer's MLP."""
     nb, nk = _norm(ctx, "bwd")
     eb, ek = _epilogue_bwd(ctx)
-    return _spec(ctx, nb + eb, nk + ek)
+    return kernel_spec(ctx, nb + eb, nk + ek)
 
 
 def act_fwd(ctx, f: int, tokens: int | None = None) -> MemorySpec:
@@ -110,11 +112,11 @@ def act_fwd(ctx, f: int, tokens: int | None = None) -> MemorySpec:
     T = ctx.tokens if tokens is None else tokens
     n, d, fw = T * f, ctx.d, ctx.fw
     if ctx.model.gated_mlp:
-        return _spec(ctx, 3 * n * d) if fw.bias_act_fused else _spec(ctx, 5 * n * d, 2)
+        return kernel_spec(ctx, 3 * n * d) if fw.bias_act_fused else kernel_spec(ctx, 5 * n * d, 2)
     bias = ctx.model.bias
     if fw.bias_act_fused:
-        return _spec(ctx, 2 * n * d)
-    return _spec(ctx, (2 + 2 * int(bias)) * n * d, 1 + int(bias))
+        return kernel_spec(ctx, 2 * n * d)
+    return kernel_spec(ctx, (2 + 2 * int(bias)) * n * d, 1 + int(bias))
 
 
 def act_bwd(ctx, f: int, tokens: int | None = None) -> MemorySpec:
@@ -122,9 +124,9 @@ def act_bwd(ctx, f: int, tokens: int | None = None) -> MemorySpec:
     T = ctx.tokens if tokens is None else tokens
     n, d, fw = T * f, ctx.d, ctx.fw
     if ctx.model.gated_mlp:
-        return _spec(ctx, 5 * n * d) if fw.bias_act_fused else _spec(ctx, 9 * n * d, 3)
+        return kernel_spec(ctx, 5 * n * d) if fw.bias_act_fused else kernel_spec(ctx, 9 * n * d, 3)
     bias = int(ctx.model.bias)
-    return _spec(ctx, (3 + bias) * n * d, 1 + bias)
+    return kernel_spec(ctx, (3 + bias) * n * d, 1 + bias)
 
 
 def rope(ctx) -> MemorySpec | None:
@@ -132,26 +134,26 @@ def rope(ctx) -> MemorySpec | None:
     if ctx.model.position != "rope" or ctx.fw.rope_fused:
         return None
     n = ctx.tokens * (ctx.nq + ctx.nkv) * ctx.hd
-    return _spec(ctx, 20.0 * n, 6)
+    return kernel_spec(ctx, 20.0 * n, 6)
 
 
 def cross_entropy_fwd(ctx, v: int) -> MemorySpec:
     """Vocab-parallel cross-entropy forward over this rank's [T, v] logits."""
     n, d = ctx.tokens * v, ctx.d
     if ctx.fw.cross_entropy_fused:
-        return _spec(ctx, n * (d + 8))
-    return _spec(ctx, n * (d + 36), 6)
+        return kernel_spec(ctx, n * (d + 8))
+    return kernel_spec(ctx, n * (d + 36), 6)
 
 
 def cross_entropy_bwd(ctx, v: int) -> MemorySpec:
     """Cross-entropy backward: the softmax gradient written as the logits' gradient."""
     n, d = ctx.tokens * v, ctx.d
     if ctx.fw.cross_entropy_fused:
-        return _spec(ctx, n * (d + 4))
-    return _spec(ctx, n * (12 + d), 2)
+        return kernel_spec(ctx, n * (d + 4))
+    return kernel_spec(ctx, n * (12 + d), 2)
 
 
 def fp8_cast(ctx, rows: int, cols: int) -> MemorySpec:
     """Cast a bf16 [rows, cols] tensor to FP8 with its FP8 transpose (TransformerEngine
     ``cast_transpose``; the transposed copy feeds the wgrad GEMM)."""
-    return _spec(ctx, rows * cols * (ctx.d + 2))
+    return kernel_spec(ctx, rows * cols * (ctx.d + 2))
