@@ -171,3 +171,17 @@ def test_fsdp2_copies_only_in_the_torchtitan_profile():
     assert len(cin) == 1 and cin[0].stream == "fsdp_rs" and cin[0].spec.bytes == n * (2 + 4)
     mc = build_step(GPT, p, b, cluster(4), framework="megatron-core")
     assert not [o for o in mc.graph.ops if o.name.startswith("fsdp_copy") or o.name == "fsdp_rs_copy_in"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--dp", "8", "--framework", "titan"], "unknown profile 'titan'"),
+    (["--dp", "4", "--cp", "2", "--framework", "megatron-lm-2021"], "cp=2: context parallelism needs flash"),
+    (["--dp", "2", "--cp", "4", "--seq-len", "4100"], "seq_len (4100) must be divisible by 2 x cp = 8"),
+])
+def test_cli_bad_framework_or_cp_is_one_line_exit_2(capsys, tmp_path, argv, needle):
+    from ccoverlap.cli import main
+
+    code = main(["simulate", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--nodes", "1",
+                 "--global-batch", "8", "--out", str(tmp_path), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
