@@ -62,7 +62,7 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(file=file, width=width or _width(), highlight=False)
+    con = Console(file=file, width=width or _width(file), highlight=False)
     s = a.summary()
     con.print(f"[bold]ccoverlap analyze[/bold] - {len(a.ranks)} rank(s), {steps_label(a)}; "
               f"times in ms; time resolution: {a.time_resolution}")
@@ -102,6 +102,17 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
             t.add_row(c.collective, c.group, str(c.group_size or "-"), str(c.count), _bytes(c.bytes_mean),
                       _ms(c.time_mean_s), _ms(c.time_total_s), _ms(c.exposed_s), _gbs(c.algbw), _gbs(c.busbw))
         con.print(t)
+    if a.dimensions:
+        t = Table(title="Per parallelism dimension (sum over ranks; ms; algbw GB/s)", title_justify="left")
+        for col in ("dimension", "groups", "collectives", "calls", "time", "exposed", "overlap", "overlap %",
+                    "algbw", "from"):
+            t.add_column(col, justify="right" if col not in ("dimension", "collectives", "from") else "left",
+                         overflow="fold")
+        for d in a.dimensions:
+            t.add_row(d.dimension, ",".join(d.groups), ",".join(d.collectives), str(d.calls), _ms(d.time_s),
+                      _ms(d.exposed_s), _ms(d.overlap_s), f"{100 * d.overlap_ratio:.1f}%", _gbs(d.algbw),
+                      d.how.replace("description ", "desc "))
+        con.print(t)
     cr = a.cross
     if cr.groups:
         t = Table(title="Across ranks (matched collectives: start skew)", title_justify="left")
@@ -134,10 +145,10 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
     con.print(f"[bold]Most worth trying:[/bold] {v.try_next}.")
 
 
-def _width() -> int:
-    import shutil
+def _width(file=None) -> int | None:
+    from ccoverlap.console import console_width
 
-    return max(100, shutil.get_terminal_size(fallback=(120, 40)).columns)
+    return console_width(file)
 
 
 def print_problems(problems: list[str], file: IO) -> None:
@@ -170,7 +181,7 @@ def print_comparison(cmp: dict, name_a: str, name_b: str, file: IO | None = None
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(file=file, width=_width(), highlight=False)
+    con = Console(file=file, width=_width(file), highlight=False)
     t = Table(title=f"Per step, mean over ranks: A = {name_a}  vs  B = {name_b}", title_justify="left")
     for col in ("metric", "A", "B", "B - A", "B / A"):
         t.add_column(col, justify="right")
