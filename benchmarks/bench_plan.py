@@ -108,6 +108,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--baseline", help="another checkout to time the same cases with (e.g. /work/main)")
     ap.add_argument("--baseline-runs", type=int, help="runs of the baseline (default: --runs)")
+    ap.add_argument("--baseline-cases", help="cases to run on the baseline too (default: all of --cases)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -118,13 +119,14 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"unknown case(s) {bad}; choose from {', '.join(CASES)}")
     b_runs = args.baseline_runs if args.baseline_runs is not None else args.runs
+    b_cases = set(c.strip() for c in args.baseline_cases.split(",")) if args.baseline_cases else set(cases)
     ours: dict[str, list[dict]] = {c: [] for c in cases}
     base: dict[str, list[dict]] = {c: [] for c in cases}
     for i in range(max(args.runs, b_runs if args.baseline else 0)):
         for c in cases:
             if i < args.runs:
                 ours[c].append(_spawn(c, REPO))
-            if args.baseline and i < b_runs:
+            if args.baseline and i < b_runs and c in b_cases:
                 base[c].append(_spawn(c, os.path.abspath(args.baseline)))
             print(f"run {i + 1}: {c} done", file=sys.stderr, flush=True)
 
