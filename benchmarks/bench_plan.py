@@ -60,7 +60,8 @@ def _workload(case: str):
 
 
 def run_case(case: str) -> dict:
-    """Run ``case`` once in this process; returns wall / CPU seconds and what was predicted."""
+    """Run ``case`` once in this process; returns wall / CPU seconds (this process and its worker
+    processes) and what was predicted."""
     w = _workload(case)
     from ccoverlap import plan as planmod
 
@@ -89,7 +90,9 @@ def run_case(case: str) -> dict:
         best = res.ranked[0] if res.ranked else None
         info = {"layouts": res.enumerated, "fit": res.fitting, "simulated": res.simulated,
                 "best": best.label if best else None, "best_ms": round(best.step_time_s * 1e3, 1) if best else None}
-    return {"wall_s": time.perf_counter() - w0, "cpu_s": time.process_time() - c0, "info": info}
+    kids = os.times()
+    return {"wall_s": time.perf_counter() - w0,
+            "cpu_s": time.process_time() - c0 + kids.children_user + kids.children_system, "info": info}
 
 
 def _spawn(case: str, repo: str) -> dict:
@@ -126,9 +129,10 @@ def main(argv=None) -> int:
         for c in cases:
             if i < args.runs:
                 ours[c].append(_spawn(c, REPO))
+                print(f"run {i + 1}: {c}: {json.dumps(ours[c][-1])}", file=sys.stderr, flush=True)
             if args.baseline and i < b_runs and c in b_cases:
                 base[c].append(_spawn(c, os.path.abspath(args.baseline)))
-            print(f"run {i + 1}: {c} done", file=sys.stderr, flush=True)
+                print(f"run {i + 1}: {c} (baseline): {json.dumps(base[c][-1])}", file=sys.stderr, flush=True)
 
     def med(rs: list[dict], key: str):
         vals = [r[key] for r in rs if key in r]
