@@ -9,7 +9,7 @@ only; the other runs are still validated.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.validate.reader import EXTRA_PARALLEL, RunSpec
@@ -61,10 +61,10 @@ def workload_for(run: RunSpec, *, calibration: str | None = None):
             "batch": dict(run.batch), "knobs": dict(run.knobs)}
     if calibration:
         data["calibration"] = calibration
-    w = workload_from_mapping(data, source=run.name)
     if run.framework and _has_field(Workload, "framework"):
-        w = replace(w, framework=run.framework)  # the step builder reads the profile from the workload
-    elif run.framework:
+        data["framework"] = run.framework  # the loader checks the profile against model and layout
+    w = workload_from_mapping(data, source=run.name)
+    if run.framework and not _has_field(Workload, "framework"):
         notes.append(f"framework profile {run.framework!r} not applied: this build has no framework profiles")
     return w, tuple(notes)
 

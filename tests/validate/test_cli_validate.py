@@ -144,7 +144,7 @@ def test_fit_on_declared_subset_writes_calibration_plan_reads(tmp_path, capsys):
     assert again["predicted_step_time_s"] == pytest.approx(rows["tt-llama3-70b"]["predicted_step_time_s"])
     assert main(["simulate", "--model", "llama-3-70b", "--cluster", "dgx-a100", "--nodes", "8", "--dp", "64",
                  "--data-parallel", "fsdp", "--recompute", "full", "--global-batch", "64", "--seq-len", "8192",
-                 "--calibration", str(cal), "--out", str(tmp_path / "sim"), "--json"]) == 0
+                 "--calibration", str(cal), "--out", str(tmp_path / "sim"), "--json", "--framework", "torchtitan"]) == 0
     sim = json.loads(capsys.readouterr().out)
     assert math.isclose(sim["step_time_s"], again["predicted_step_time_s"], rel_tol=0.02)
 
