@@ -100,6 +100,12 @@ class RawTrace:
     l_tid: np.ndarray
     steps: list[tuple[int, float, float, bool]]
     n_events: int = 0
+    # only with ``load_trace(..., keep_runtime=True)`` (replay): the launch's name and duration,
+    # and for each ``cuda_sync`` device event the stream / cudaEventRecord correlation it waits on
+    l_nid: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    l_dur: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
+    k_wait_stream: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    k_wait_corr: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     n_malformed: int = 0
     float_ts: bool = False
     rank: int | None = None
@@ -248,19 +254,21 @@ def _tail_metadata(tail: bytes, header: dict) -> None:
 
 # ----------------------------------------------------------------------------- parsing
 
-def load_trace(path: str | Path) -> RawTrace:
+def load_trace(path: str | Path, *, keep_runtime: bool = False) -> RawTrace:
     """Stream one trace file into a :class:`RawTrace`.
 
     Raises :class:`TraceError` naming the file for: unreadable, empty, not JSON, truncated,
     named ``.gz`` but not gzip, a broken gzip stream, no ``traceEvents``.
     Malformed single events (wrong types, negative durations) are skipped and counted.
+    ``keep_runtime`` also keeps what ``ccoverlap replay`` needs: the name and duration of every
+    launch (``l_nid``/``l_dur``) and the wait args of ``cuda_sync`` events.
     """
     path = Path(path)
     try:
         header, is_array, has_events = _read_header(path)
         if not has_events:
             raise TraceError(f"{path}: no 'traceEvents' list - not a Chrome/Kineto trace")
-        raw = _parse_events(path, header, is_array)
+        raw = _parse_events(path, header, is_array, keep_runtime)
     except TraceError:
         raise
     except ijson.common.IncompleteJSONError as exc:
@@ -279,7 +287,7 @@ def load_trace(path: str | Path) -> RawTrace:
     return raw
 
 
-def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
+def _parse_events(path: Path, header: dict, is_array: bool, keep_runtime: bool = False) -> RawTrace:
     # The loop below is the analyser's hot path (one pass of a possibly multi-GB file):
     # subscripts instead of .get, bound appends, one chained comparison to validate ts/dur.
     names: list[str] = []
@@ -295,6 +303,7 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
     c_ts, c_dur = array("d"), array("d")
     l_corr, l_tid = array("q"), array("q")
     l_ts = array("d")
+    l_nid, l_dur, k_wstream, k_wcorr = array("q"), array("d"), array("q"), array("q")   # keep_runtime only
     steps: list[tuple[int, float, float, bool]] = []
     n_events = 0
     n_bad = 0
@@ -377,6 +386,8 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
                             tid = thread_ids[key] = len(threads)
                             threads.append(key)
                         l_corr_a(corr); l_ts_a(ts); l_tid_a(tid)
+                        if keep_runtime:
+                            _keep_launch(ev.get("name"), dur, names, name_ids, l_nid, l_dur)
                     continue
                 name = ev["name"]
                 if name.__class__ is not _str:
@@ -417,6 +428,10 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
                     k_cat.append(dev_cat_code.get(cat, len(DEVICE_CAT_LIST) - 1))
                     grid = args.get("grid")
                     k_shape.append(zlib.crc32(f"{grid}{args.get('block')}".encode()) if grid is not None else 0)
+                    if keep_runtime:
+                        ws, wc = args.get("wait_on_stream", -1), args.get("wait_on_cuda_event_record_corr_id", -1)
+                        k_wstream.append(ws if ws.__class__ is _int and -_I64 < ws < _I64 else -1)
+                        k_wcorr.append(wc if wc.__class__ is _int and -_I64 < wc < _I64 else -1)
                     continue
                 if name.startswith("ProfilerStep"):
                     m = _STEP_RE.match(name)
@@ -429,6 +444,8 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
                         tid = thread_ids[key] = len(threads)
                         threads.append(key)
                     l_corr_a(corr); l_ts_a(ts); l_tid_a(tid)
+                    if keep_runtime:
+                        _keep_launch(name, dur, names, name_ids, l_nid, l_dur)
             except (AttributeError, TypeError, ValueError, KeyError, OverflowError):
                 n_bad += 1
         tail = reader.tail
@@ -459,11 +476,25 @@ def _parse_events(path: Path, header: dict, is_array: bool) -> RawTrace:
         np.empty(0, dtype=bool), l_corr=i64(l_corr), l_ts=f64(l_ts), l_tid=i64(l_tid),
         steps=sorted(steps, key=lambda s: s[1]), n_events=n_events, n_malformed=n_bad, float_ts=float_ts,
     )
+    if keep_runtime:
+        raw.l_nid, raw.l_dur, raw.k_wait_stream, raw.k_wait_corr = i64(l_nid), f64(l_dur), i64(k_wstream), i64(k_wcorr)
     if n_bad:
         raw.warnings.append(f"{path}: skipped {n_bad} malformed event(s) (missing or non-numeric ts/dur, "
                             f"negative duration, non-string name)")
     _rank_from_meta(raw)
     return raw
+
+
+def _keep_launch(name, dur, names: list, name_ids: dict, l_nid: array, l_dur: array) -> None:
+    """Append a launch's interned name and duration (µs) to the replay-only columns."""
+    if name.__class__ is not str:
+        name = "?"
+    nid = name_ids.get(name)
+    if nid is None:
+        nid = name_ids[name] = len(names)
+        names.append(name)
+    l_nid.append(nid)
+    l_dur.append(float(dur))
 
 
 def _many_pids(threads: list) -> bool:
