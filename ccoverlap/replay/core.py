@@ -218,8 +218,9 @@ def measure(rts: list[RankTrace], spec, job_step_names: int) -> Measured:
     return Measured(overall=overall, steps=steps, rts=byrank, masks=masks)
 
 
-def fidelity_rows(measured: Measured, replayed: Measured) -> list[dict]:
-    """Per rank and step: measured vs replayed step time and the error (%)."""
+def fidelity_rows(measured: Measured, replayed: Measured, structure: Measured | None = None) -> list[dict]:
+    """Per rank and step: measured vs replayed step time and the error (%); with ``structure``
+    (the replay with nominal GPU gaps instead of the fitted ones) its step time and error too."""
     rows = []
     for r in sorted(measured.steps):
         per_m = measured.steps[r]
@@ -235,4 +236,11 @@ def fidelity_rows(measured: Measured, replayed: Measured) -> list[dict]:
             p = per_r[s].step_time_s if s in per_r else math.nan
             rows.append({"rank": r, "step": s, "measured_s": m, "replayed_s": p,
                          "error_pct": 100 * (p - m) / m if m else 0.0})
+    if structure is not None:
+        for row in rows:
+            r, s = row["rank"], row["step"]
+            x = (structure.overall[r].step_time_s if s is None else
+                 structure.steps.get(r, {}).get(s).step_time_s if s in structure.steps.get(r, {}) else math.nan)
+            row["structure_s"] = x
+            row["structure_error_pct"] = 100 * (x - row["measured_s"]) / row["measured_s"] if row["measured_s"] else 0.0
     return rows

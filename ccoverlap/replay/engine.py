@@ -50,6 +50,7 @@ class JobGraph:
     src: np.ndarray
     dst: np.ndarray
     w: np.ndarray
+    w_nom: np.ndarray
     from_end: np.ndarray
     ekind: np.ndarray
     collectives: list[Collective]
@@ -135,14 +136,14 @@ def join(ranks: list[RankGraph]) -> JobGraph:
     """One :class:`JobGraph` from the ranks' graphs, with collectives matched across ranks."""
     offset = []
     kind, dur, start, release = [], [], [], []
-    src, dst, w, fe, ek = [], [], [], [], []
+    src, dst, w, fe, ek, wn = [], [], [], [], [], []
     base = 0
     for g in ranks:
         offset.append(base)
         kind += g.kind; dur += g.dur; start += g.start
         release += [-np.inf if r is None else r for r in g.release]
         src += [s + base for s in g.src]; dst += [d + base for d in g.dst]
-        w += g.w; fe += g.from_end; ek += g.ekind
+        w += g.w; fe += g.from_end; ek += g.ekind; wn += g.w_nom
         base += len(g.kind)
     n_nodes = base
     end_node = list(range(n_nodes))
@@ -190,12 +191,13 @@ def join(ranks: list[RankGraph]) -> JobGraph:
             if fe[i] and src[i] in remap and ek[i] != "coll":
                 src[i] = remap[src[i]]
                 fe[i] = False
+    wn += w[len(wn):]
     if len(end_node) < len(kind):
         end_node += list(range(len(end_node), len(kind)))
     jg = JobGraph(ranks=ranks, offset=offset, kind=np.asarray(kind), dur=np.asarray(dur, dtype=float),
                   start=np.asarray(start, dtype=float), release=np.asarray(release, dtype=float),
                   src=np.asarray(src, dtype=np.int64), dst=np.asarray(dst, dtype=np.int64),
-                  w=np.asarray(w, dtype=float), from_end=np.asarray(fe, dtype=bool), ekind=np.asarray(ek),
+                  w=np.asarray(w, dtype=float), w_nom=np.asarray(wn, dtype=float), from_end=np.asarray(fe, dtype=bool), ekind=np.asarray(ek),
                   collectives=colls, end_node=np.asarray(end_node, dtype=np.int64), notes=notes)
     jg._bar_edge = bar_edge
     _topo(jg)

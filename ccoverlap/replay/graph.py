@@ -74,6 +74,7 @@ class RankGraph:
     src: list = field(default_factory=list)
     dst: list = field(default_factory=list)
     w: list = field(default_factory=list)
+    w_nom: list = field(default_factory=list)         # nominal weight (before fitting the binding gap)
     from_end: list = field(default_factory=list)
     ekind: list = field(default_factory=list)         # 'cpu', 'launch', 'stream', 'xstream', 'sync', 'coll'
     launch_of: np.ndarray | None = None               # GPU row -> CPU node (local) or -1
@@ -90,8 +91,9 @@ def _add_node(g: RankGraph, kind: int, dur: float, start: float, release=None) -
     return len(g.kind) - 1
 
 
-def _edge(g: RankGraph, s: int, d: int, w: float, from_end: bool, kind: str) -> int:
+def _edge(g: RankGraph, s: int, d: int, w: float, from_end: bool, kind: str, w_nom: float | None = None) -> int:
     g.src.append(s); g.dst.append(d); g.w.append(w); g.from_end.append(from_end); g.ekind.append(kind)
+    g.w_nom.append(w if w_nom is None else w_nom)
     return len(g.src) - 1
 
 
@@ -214,9 +216,7 @@ def build_rank_graph(raw: RawTrace, rt: RankTrace, origin_us: float, *, tol_s: f
             continue
         b = max(range(len(cands)), key=lambda i: cands[i][0])
         for i, (t, src, w, fe, ek) in enumerate(cands):
-            if i == b:
-                w = w + (s - t)
-            _edge(g, src, k, w, fe, ek)
+            _edge(g, src, k, w + (s - t) if i == b else w, fe, ek, w_nom=w)
     # sync events: placed at their measured offset after their launch (markers)
     for k in np.flatnonzero(is_sync_ev).tolist():
         li = launch[k]

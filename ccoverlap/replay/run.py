@@ -109,6 +109,8 @@ def replay(paths: Sequence[str], *, steps: str | None = "hta", whatifs: Sequence
     meas = measure(job.rts, job.spec, job.job_step_names)
     t0 = jg.run()
     base_m = measure(replayed_ranks(job, t0), job.spec, job.job_step_names)
+    t_nom = jg.run(w=jg.w_nom)
+    nom_m = measure(replayed_ranks(job, t_nom), job.spec, job.job_step_names)
     measured = summarise("measured", "the traces as recorded", meas)
     base = summarise("replay", "measured durations, rebuilt dependencies", base_m)
     base.times = t0
@@ -143,7 +145,7 @@ def replay(paths: Sequence[str], *, steps: str | None = "hta", whatifs: Sequence
         sc.times, sc.dur = t, e.dur
         out.append(sc)
     return ReplayResult(job=job, measured=measured, replay=base, whatifs=out,
-                        fidelity=fidelity_rows(meas, base_m), cluster=cl.name if cl is not None else "")
+                        fidelity=fidelity_rows(meas, base_m, nom_m), cluster=cl.name if cl is not None else "")
 
 
 def recommendation(res: ReplayResult) -> str:
