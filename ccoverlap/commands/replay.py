@@ -24,7 +24,7 @@ def register(sub) -> None:
     p.add_argument("traces", nargs="+", help="trace files or directories (*.json, *.json.gz), one file per rank")
     p.add_argument("--whatif", nargs="+", metavar="NAME",
                    help="what-ifs to run (default all): no-comm, comm-hidden, no-contention, copy-engine, "
-                        "centauri, network-<F>x (e.g. network-2x), all, none")
+                        "lagom, centauri, network-<F>x (e.g. network-2x), all, none")
     p.add_argument("--steps", default="hta", help="profiler steps as in `ccoverlap analyze` (default 'hta')")
     p.add_argument("--cluster", help="catalog cluster for the copy-engine cost model (default: from the GPU name)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")

@@ -130,6 +130,12 @@ def replay(paths: Sequence[str], *, steps: str | None = "hta", whatifs: Sequence
             e = W.copy_engine(jg, cl)
             if cl_note:
                 e.note += f"; {cl_note}"
+        elif name == "lagom":
+            if cl is None:
+                cl, cl_note = cluster_for(job, cluster)
+            e = W.lagom(jg, t0, cl)
+            if cl_note:
+                e.note += f"; {cl_note}"
         elif name == "centauri":
             e = W.centauri(jg, t0)
         else:
@@ -160,7 +166,8 @@ def recommendation(res: ReplayResult) -> str:
                      f"{base * 1e3:.2f} ms step (the no-communication bound)")
     best = actionable[0] if actionable else None
     if best is not None and best.gain_pct >= 1.0:
-        what = {"no-contention": "reduce SM contention of the overlapped collectives (fewer NCCL channels / "
+        what = {"lagom": "retune the NCCL resources of the overlapped collectives with Lagom (`ccoverlap tune`)",
+                "no-contention": "reduce SM contention of the overlapped collectives (fewer NCCL channels / "
                                  "threads: `ccoverlap tune`, Lagom)",
                 "copy-engine": "move the non-reducing collectives to copy engines (FiCCO-style, `ccoverlap ficco`)",
                 "centauri": "partition the most exposed collectives and pipeline them with their consumers "

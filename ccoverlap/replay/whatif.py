@@ -24,8 +24,13 @@ An edit returns ``(dur, w, on, xfer, note)`` for :meth:`~ccoverlap.replay.engine
   transfer time of every collective whose group spans nodes (group size > ``gpus_per_node``,
   default 8) divided by ``F`` (bandwidth-bound collectives; latency is not separated).
 
-Lagom's retuning of NCCL resources (``lagom``) needs overlap groups with compute shapes the
-trace does not record (GEMM m/n/k); it is not built yet (see docs/replay.md).
+* ``lagom`` - NCCL resources (channels, threads, chunk, protocol, algorithm) retuned by Lagom
+  (lagom §3.4) for the overlap groups found in the trace (a collective and the compute that
+  ran >= half beside it); the collective's transfer time and those compute kernels' durations
+  are scaled by the cost model's ratio of the tuned to the default configuration (the trace
+  does not say which configuration ran: NCCL's defaults are assumed). The compute is one
+  duration-only computation (:func:`ccoverlap.deciders.overlap_group.equivalent_spec`: a GEMM of
+  that isolated duration), as the trace records no GEMM shapes.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.replay.engine import JobGraph
 from ccoverlap.replay.graph import GPU
 
-DEFAULT_WHATIFS = ("no-comm", "comm-hidden", "no-contention", "copy-engine", "centauri", "network-2x",
+DEFAULT_WHATIFS = ("no-comm", "comm-hidden", "no-contention", "copy-engine", "lagom", "centauri", "network-2x",
                    "network-0.5x")
 _NET = re.compile(r"^network-([0-9]*\.?[0-9]+)x$")
 
@@ -299,3 +304,93 @@ def _launch_latency(jg: JobGraph, node: int) -> float:
         if off <= node < off + len(g.kind):
             return float(g.inferred.get("launch_latency_us", 0.0)) * 1e-6
     return 0.0
+
+
+def lagom_ratios(collective: str, nbytes: float, group_size: int, compute_s: float, cluster, cost=None):
+    """Lagom (lagom §3.4, :func:`ccoverlap.deciders.lagom.lagom_tune`) on the overlap group
+    "this collective beside ``compute_s`` seconds of computation" under the cost model.
+
+    Returns ``(comm ratio, compute ratio, note)``: the collective's and the computation's
+    times with Lagom's configuration / with NCCL's defaults (the configuration the measured
+    job ran, assumed), or None when the group cannot be built (unknown size, a collective the
+    cost model does not have, a group size that does not tile the nodes)."""
+    from ccoverlap.cost import CostModel
+    from ccoverlap.cost.params import default_params
+    from ccoverlap.deciders.lagom import lagom_tune
+    from ccoverlap.deciders.nccl_tuning import nccl_default_configs
+    from ccoverlap.deciders.overlap_group import Computation, OverlapCollective, OverlapGroup
+    from ccoverlap.deciders.profiler import SimulatedProfiler
+    from ccoverlap.graph import COLLECTIVES, CollectiveSpec, GroupSpec
+
+    if collective not in COLLECTIVES or nbytes <= 0 or group_size < 2 or compute_s <= 0:
+        return None
+    gpn = cluster.gpus_per_node
+    local = group_size if group_size <= gpn else gpn
+    if group_size % local:
+        return None
+    try:
+        cl = cluster.with_nodes(max(1, group_size // local)) if group_size > gpn else cluster
+        cost = cost or CostModel(cl, default_params(cl.gpu))
+        spec = CollectiveSpec(collective=collective, bytes=nbytes, group=GroupSpec(name="replay", size=group_size,
+                                                                                 local_size=local))
+        group = OverlapGroup(name="replay", computations=(Computation(name="overlapped compute",
+                                                                      duration_s=compute_s),),
+                             collectives=(OverlapCollective(name="c", spec=spec),), cluster=cl)
+        prof = SimulatedProfiler(group, cost)
+        defaults = nccl_default_configs(group)
+        base = prof.profile(defaults)
+        tuned = lagom_tune(group, prof, start=defaults).result
+    except (ConfigError, ValueError, ZeroDivisionError):
+        return None
+    if base.comm_times_s[0] <= 0 or base.compute_time_s <= 0:
+        return None
+    return tuned.comm_times_s[0] / base.comm_times_s[0], tuned.compute_time_s / base.compute_time_s
+
+
+def lagom(jg: JobGraph, t: np.ndarray, cluster, *, max_groups: int = 6) -> Edit:
+    """NCCL resources retuned by Lagom for the overlap groups of the trace: each collective with
+    the compute kernels that ran >= half beside it; its transfer time and those kernels'
+    durations scaled by Lagom's tuned / default ratios from the cost model (one tuning per
+    distinct (collective, bytes, group size), the largest ``max_groups``)."""
+    e = _base(jg, "lagom")
+    start, end = jg.intervals(t)
+    coll_of = {m: (ci, j) for ci, c in enumerate(jg.collectives) for j, m in enumerate(c.members)}
+    groups: dict[tuple, list] = {}
+    for nodes, rt in _gpu_rows(jg):
+        kind = rt.timeline.kind
+        comp = nodes[kind == "compute"]
+        cs, ce = start[comp], end[comp]
+        cd = ce - cs
+        for i in np.flatnonzero(kind == "comm"):
+            v = int(nodes[i])
+            a, b = start[v], end[v]
+            ov = np.clip(np.minimum(ce, b) - np.maximum(cs, a), 0, None)
+            beside = comp[(cd > 0) & (ov >= 0.5 * cd)]
+            if not len(beside):
+                continue
+            key = (str(rt.timeline.collective[i]), float(rt.timeline.bytes[i]), int(rt.group_size[i]))
+            groups.setdefault(key, []).append((v, beside))
+    tuned = 0
+    cache = {}
+    for key in sorted(groups, key=lambda k: -sum(float(end[v] - start[v]) for v, _ in groups[k]))[:max_groups]:
+        v0, beside0 = max(groups[key], key=lambda x: float(end[x[0]] - start[x[0]]))
+        r = lagom_ratios(*key, float(np.sum(jg.dur[beside0])), cluster)
+        if r is None:
+            continue
+        cache[key] = r
+        rx, ry = r
+        for v, beside in groups[key]:
+            e.dur[beside] = e.dur[beside] * ry
+            if v in coll_of:
+                ci, j = coll_of[v]
+                xs = e.xfer.get(ci, list(jg.collectives[ci].xfer))
+                xs[j] = jg.collectives[ci].xfer[j] * rx
+                e.xfer[ci] = xs
+            else:
+                e.dur[v] = jg.dur[v] * rx
+        tuned += 1
+    desc = ", ".join(f"{k[0]} {k[1] / 2**20:.1f} MiB x{k[2]}: comm x{v[0]:.2f}, compute x{v[1]:.2f}"
+                     for k, v in cache.items())
+    e.note = (f"{tuned} overlap group(s) retuned ({cluster.name} cost model; {desc})" if tuned else
+              "no overlap group the cost model can tune (no compute beside a sized collective)")
+    return e

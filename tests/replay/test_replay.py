@@ -211,3 +211,21 @@ def test_real_traces_fidelity(name):
     assert res.fidelity
     for row in res.fidelity:
         assert abs(row["error_pct"]) <= 3.0
+
+
+def test_lagom_scales_group_by_tuned_ratio(tmp_path):
+    from ccoverlap.hardware import get_cluster
+
+    # K (compute, 10-1010) runs beside an all-gather C (stream 20, 10-810); Z (1010-1110) after K
+    k = Rank(0, 1)
+    k.launch("gemm_K", 0.0, 7, 10.0, 1000.0)
+    k.launch("ncclDevKernel_AllGather_RING_LL", 0.5, 20, 10.0, 800.0,
+             **{"Collective name": "allgather", "In msg nelems": 1 << 22, "Out msg nelems": 8 << 22,
+                "dtype": "Float", "Group size": 8, "Process Group Name": "0"})
+    k.launch("gemm_Z", 1.0, 7, 1010.0, 100.0)
+    res = replay([str(k.write(tmp_path / "rank-0.json"))], whatifs=["lagom"], cluster="dgx-h100")
+    rx, ry = W.lagom_ratios("all_gather", 4.0 * (8 << 22), 8, 1000 * US, get_cluster("dgx-h100"))
+    s = res.whatifs[0]
+    # K scales by ry, C by rx; Z follows K: window = max(1000 ry + 100, 800 rx)
+    assert s.step_time_s == pytest.approx(max(1000 * ry + 100, 800 * rx) * US)
+    assert "1 overlap group" in s.note
