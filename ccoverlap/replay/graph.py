@@ -216,7 +216,9 @@ def build_rank_graph(raw: RawTrace, rt: RankTrace, origin_us: float, *, tol_s: f
             continue
         b = max(range(len(cands)), key=lambda i: cands[i][0])
         for i, (t, src, w, fe, ek) in enumerate(cands):
-            _edge(g, src, k, w + (s - t) if i == b else w, fe, ek, w_nom=w)
+            # binding: exactly the measured start; others: never later than it (a kernel that
+            # started before its launch or before its stream predecessor ended - clock jitter)
+            _edge(g, src, k, w + (s - t) if i == b else w - max(0.0, t - s), fe, ek, w_nom=w)
     # sync events: placed at their measured offset after their launch (markers)
     for k in np.flatnonzero(is_sync_ev).tolist():
         li = launch[k]
