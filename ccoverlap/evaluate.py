@@ -51,15 +51,22 @@ class StrategyResult:
         }
 
 
-def cost_model_for(w):
-    """The cost model of the workload's cluster, with its calibration file applied if given."""
+def cost_model_for_cluster(cluster, calibration: str | None = None):
+    """The cost model of ``cluster``: the GPU's default parameters, overridden by the
+    calibration file ``calibration`` (written by ``ccoverlap calibrate``) if given. The one
+    place a :class:`~ccoverlap.cost.CostModel` is built from a cluster."""
     from ccoverlap.cost import CostModel, CostParams
     from ccoverlap.cost.params import default_params
 
-    params = default_params(w.cluster.gpu)
-    if w.calibration:
-        params = CostParams.load(w.calibration, base=params)
-    return CostModel(w.cluster, params)
+    params = default_params(cluster.gpu)
+    if calibration:
+        params = CostParams.load(calibration, base=params)
+    return CostModel(cluster, params)
+
+
+def cost_model_for(w):
+    """The cost model of the workload's cluster, with its calibration file applied if given."""
+    return cost_model_for_cluster(w.cluster, w.calibration)
 
 
 def simulate_workload(w, *, cost=None, progress=None):

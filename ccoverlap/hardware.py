@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ccoverlap.config import dataclass_from_mapping, read_config_file  # noqa: F401 (re-exported)
 from ccoverlap.errors import ConfigError
 
 GB = 1e9
@@ -224,53 +225,6 @@ def get_cluster(name: str, *, nodes: int | None = None) -> ClusterSpec:
 
 
 # ----------------------------------------------------------------------------- user files
-
-def read_config_file(path: str | os.PathLike) -> dict:
-    """Parse a JSON, TOML or YAML file into a dict; ConfigError names the file on any problem."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{p}: no such file")
-    text = p.read_text(errors="replace")
-    suffix = p.suffix.lower()
-    try:
-        if suffix == ".json":
-            data = json.loads(text)
-        elif suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(text)
-        elif suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        else:
-            raise ConfigError(f"{p}: unknown config format {suffix!r} (use .json, .toml, .yaml)")
-    except ConfigError:
-        raise
-    except Exception as exc:  # the parsers' own errors: name file and position, no traceback
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"{p}: not valid {suffix[1:].upper()}: {msg}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
-    return data
-
-
-def dataclass_from_mapping(cls, data: Any, where: str):
-    """``cls(**data)`` for a config-file mapping; ConfigError naming ``where`` on a non-mapping,
-    unknown fields, missing fields or a value ``cls`` rejects."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
-    names = {f.name for f in fields(cls)}
-    unknown = set(data) - names
-    if unknown:
-        raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; expected some of {sorted(names)}")
-    try:
-        return cls(**data)
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-
 
 def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
     """A GPUSpec from a mapping (numbers in base units: FLOP/s, bytes/s, bytes)."""

@@ -323,17 +323,11 @@ def model_from_dict(d: dict, where: str = "model") -> ModelSpec:
     """A ModelSpec from a mapping of ModelSpec field names (Hugging Face ``config.json`` key
     names are accepted too). ``kv_heads`` defaults to ``heads`` and ``name`` to ``"custom"``.
     Unknown keys and wrong types raise ConfigError naming ``where`` and the field."""
-    if not isinstance(d, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(d).__name__}")
-    names = {f.name for f in fields(ModelSpec)}
-    data: dict = {}
-    for k, v in d.items():
-        key = _HF_KEYS.get(k, k)
-        if key not in names:
-            raise ConfigError(f"{where}: unknown field {k!r}; expected some of {sorted(names)}")
-        if v is None:
-            continue
-        data[key] = v
+    from ccoverlap.config import check_keys, field_names
+
+    names = field_names(ModelSpec)
+    check_keys(d, names | set(_HF_KEYS), where)
+    data = {_HF_KEYS.get(k, k): v for k, v in d.items() if v is not None}
     data.setdefault("name", "custom")
     if "heads" in data:
         data.setdefault("kv_heads", data["heads"])

@@ -10,8 +10,9 @@ configurations and schedules):
   in-flight all-gather limit, TP chunking, EP micro-batch overlap), keeping only
   configurations whose memory estimate fits.
 
-Further strategies come from the deciders (Lagom, Centauri, FiCCO): each decider module has a
-``STRATEGIES`` dict that :func:`load_decider_strategies` merges into :data:`EXTRA_STRATEGIES`.
+Further strategies come from the deciders (Lagom, AutoCCL, Centauri, FiCCO), registered
+explicitly by :func:`default_registry`. Every strategy runs on one :class:`Planner` (the
+workload, its cost model built once, and the simulation cache).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
 from ccoverlap.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
+from ccoverlap.planner import FunctionStrategy, Planner, ProgressFn, Strategy, StrategyRegistry  # noqa: F401
 from ccoverlap.workload import Workload
 
 
@@ -45,24 +47,22 @@ def knob_space(w: Workload) -> dict[str, list[Any]]:
     return space
 
 
-ProgressFn = Callable[[int, int, str], None]
-
-
 def _knobs_key(w: Workload) -> str:
     return json.dumps(w.knobs.to_dict(), sort_keys=True, default=str)
 
 
-def search_best_knobs(w: Workload, *, cost=None, progress: ProgressFn | None = None,
+def search_best_knobs(planner: Planner, w: Workload | None = None, *, progress: ProgressFn | None = None,
                       max_rounds: int = 2) -> tuple[Workload, StrategyResult, int]:
     """Coordinate descent over :func:`knob_space`: try each value of one knob with the others
     fixed, keep the fastest configuration that fits in memory, repeat until nothing improves.
-    Returns (best workload, its result with its timeline, number of simulations); only the
-    current best keeps its timeline while searching."""
+    Simulations go through ``planner`` (cached). Returns (best workload, its result with its
+    timeline, number of configurations evaluated)."""
+    w = planner.workload if w is None else w
     space = knob_space(w)
     best_w = replace(w, knobs=replace(w.knobs, overlap=True))
-    best = evaluate(best_w, "best-knobs", cost=cost, keep_timeline=True)
-    evaluated = {_knobs_key(best_w): best}
-    n_sims = 1
+    best = planner.evaluate(best_w, "best-knobs", keep_timeline=True)
+    evaluated = {_knobs_key(best_w)}
+    n_evals = 1
     total = sum(len(v) for v in space.values()) * max_rounds
     done = 0
     for _ in range(max_rounds):
@@ -76,9 +76,9 @@ def search_best_knobs(w: Workload, *, cost=None, progress: ProgressFn | None = N
                 key = _knobs_key(cand_w)
                 if key in evaluated:
                     continue
-                res = evaluate(cand_w, "best-knobs", cost=cost, keep_timeline=True)
-                n_sims += 1
-                evaluated[key] = res
+                res = planner.evaluate(cand_w, "best-knobs", keep_timeline=True)
+                n_evals += 1
+                evaluated.add(key)
                 better = res.step_time_s < best.step_time_s * (1 - 1e-9)
                 if res.fits_memory and (better or not best.fits_memory):
                     best.timeline = None
@@ -87,11 +87,32 @@ def search_best_knobs(w: Workload, *, cost=None, progress: ProgressFn | None = N
                     res.timeline = None
         if not improved:
             break
-    return best_w, best, n_sims
+    return best_w, best, n_evals
 
 
-# Strategies from the deciders: name -> function(workload, cost) -> StrategyResult | None
-EXTRA_STRATEGIES: dict[str, Callable[[Workload, Any], StrategyResult | None]] = {}
+def _as_given(planner: Planner, start: Workload) -> StrategyResult:
+    return planner.evaluate(planner.workload, "as-given", keep_timeline=True)
+
+
+def _no_overlap(planner: Planner, start: Workload) -> StrategyResult:
+    w = planner.workload
+    return planner.evaluate(replace(w, knobs=replace(w.knobs, overlap=False)), "no-overlap",
+                            note="every collective blocking on the compute stream")
+
+
+AS_GIVEN = FunctionStrategy("as-given", _as_given, "exactly the configuration described")
+NO_OVERLAP = FunctionStrategy("no-overlap", _no_overlap, "every collective blocking on the compute stream (the floor)")
+
+
+def default_registry() -> StrategyRegistry:
+    """The decider strategies ``plan`` runs after the best-knobs search, registered explicitly:
+    Lagom and the AutoCCL baseline (lagom §3), Centauri (its partition and scheduling tiers),
+    FiCCO (§V-C schedules for TP+SP pairs)."""
+    from ccoverlap.deciders.centauri import CENTAURI
+    from ccoverlap.deciders.ficco_plan import FICCO
+    from ccoverlap.deciders.lagom import AUTOCCL, LAGOM
+
+    return StrategyRegistry([LAGOM, AUTOCCL, CENTAURI, FICCO])
 
 
 @dataclass
@@ -101,6 +122,7 @@ class PlanResult:
     simulations: int
     seconds: float
     best_workload: Workload
+    stats: dict = field(default_factory=dict)
 
     @property
     def as_given(self) -> StrategyResult:
@@ -111,27 +133,31 @@ class PlanResult:
         return min(fitting, key=lambda s: s.step_time_s)
 
 
-def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str] | None = None) -> PlanResult:
-    """Simulate the as-given configuration, no overlap, the best knobs, and the deciders'
-    strategies; the first entry is always ``as-given``."""
+def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str] | None = None,
+         registry: StrategyRegistry | None = None, planner: Planner | None = None) -> PlanResult:
+    """Simulate the as-given configuration, no overlap, the best knobs, and the registered
+    strategies (``extra``: their names, default all of ``registry``, default
+    :func:`default_registry`), all through one :class:`Planner`; the first entry is always
+    ``as-given``. Times in seconds."""
     t0 = time.perf_counter()
-    cost = cost_model_for(w)
-    as_given = evaluate(w, "as-given", cost=cost, keep_timeline=True)
-    no_overlap = evaluate(replace(w, knobs=replace(w.knobs, overlap=False)), "no-overlap", cost=cost,
-                          note="every collective blocking on the compute stream")
-    best_w, best, n = search_best_knobs(w, cost=cost, progress=progress)
+    planner = planner or Planner(w, progress=progress)
+    registry = registry if registry is not None else default_registry()
+    chosen = registry.select(list(extra) if extra is not None else None)
+    as_given = AS_GIVEN.run(planner, w)
+    no_overlap = NO_OVERLAP.run(planner, w)
+    best_w, best, _ = search_best_knobs(planner, w, progress=progress)
     changed = {k: v for k, v in best_w.knobs.to_dict().items() if w.knobs.to_dict().get(k) != v}
     best.note = ("changed: " + ", ".join(f"{k}={v}" for k, v in changed.items())) if changed else "as given is best"
     strategies = [as_given, no_overlap, best]
-    names = list(EXTRA_STRATEGIES) if extra is None else list(extra)
-    for i, name in enumerate(names):
+    for i, strat in enumerate(chosen):
         if progress:
-            progress(i, len(names), f"strategy {name}")
-        res = EXTRA_STRATEGIES[name](best_w, cost)
+            progress(i, len(chosen), f"strategy {strat.name}")
+        res = strat.run(planner, best_w)
         if res is not None:
             strategies.append(res)
-    return PlanResult(workload=w, strategies=strategies, simulations=n + 2, seconds=time.perf_counter() - t0,
-                      best_workload=best_w)
+    sims = planner.simulations + planner.graph_simulations
+    return PlanResult(workload=w, strategies=strategies, simulations=sims, seconds=time.perf_counter() - t0,
+                      best_workload=best_w, stats=planner.stats())
 
 
 def recommendation(result: PlanResult) -> str:
@@ -160,21 +186,3 @@ def recommendation(result: PlanResult) -> str:
         lines.append(f"{given.exposed_comm_s * 1e3:.1f} ms of communication per step is exposed while "
                      f"compute could hide it (R = {r:.2f}): overlap is the lever here.")
     return " ".join(lines)
-
-
-# decider modules whose STRATEGIES dicts feed EXTRA_STRATEGIES
-DECIDER_MODULES = ("ccoverlap.deciders.lagom", "ccoverlap.deciders.centauri", "ccoverlap.deciders.ficco")
-
-
-def load_decider_strategies() -> None:
-    """Import the decider modules present in this installation and collect their strategies."""
-    import importlib
-
-    for name in DECIDER_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        EXTRA_STRATEGIES.update(getattr(module, "STRATEGIES", {}))

@@ -19,9 +19,9 @@ import argparse
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ccoverlap.config import check_keys, dataclass_from_mapping, read_config_file
 from ccoverlap.errors import ConfigError
-from ccoverlap.hardware import (ClusterSpec, cluster_from_dict, dataclass_from_mapping, get_cluster, load_cluster_file,
-                                read_config_file)
+from ccoverlap.hardware import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_file
 
 # The built-in example (issue 2): Llama-3-8B, FSDP over 2 nodes x 8 A40 (lagom §4.1 cluster B,
 # lagom Table 2: micro-batch 1, global batch 2 x 16).
@@ -128,9 +128,7 @@ def workload_from_mapping(data: dict, *, source: str = "config") -> Workload:
     from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, validate
 
     allowed = {"model", "cluster", "nodes", "parallel", "batch", "knobs", "calibration"}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise ConfigError(f"{source}: unknown top-level key(s) {unknown}; expected some of {sorted(allowed)}")
+    check_keys(data, allowed, source, what="top-level key")
     model = _model(data.get("model", DEFAULT_EXAMPLE["model"]), f"{source}: model")
     cluster = _cluster(data.get("cluster", DEFAULT_EXAMPLE["cluster"]), data.get("nodes"))
     parallel = dataclass_from_mapping(ParallelConfig, data.get("parallel") or {}, f"{source}: parallel")

@@ -43,7 +43,7 @@ def _cost(cluster):
 def run(args: argparse.Namespace) -> int:
     """Estimate one case (table of schedules) or, with ``--accuracy``, the heuristic's accuracy;
     returns the exit code. Bad input raises ConfigError."""
-    from ccoverlap.deciders import ficco
+    from ccoverlap.deciders import ficco, ficco_accuracy
 
     for name in ("m", "n", "k", "world", "dtype_bytes"):
         v = getattr(args, name)
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_accuracy(args, ficco, cluster, cost)
     case = ficco.FiccoCase(m=args.m, n=args.n, k=args.k, world=args.world, cluster=cluster, engine=args.engine,
                            pattern=args.pattern, dtype_bytes=args.dtype_bytes)
-    verdict = ficco.judge(case, cost)
+    verdict = ficco_accuracy.judge(case, cost)
     if args.json:
         json.dump({"case": case.describe(), "heuristic": verdict.pick, "reason": verdict.reason,
                    "best": verdict.best, "best_overall": verdict.best_overall,
@@ -119,17 +119,17 @@ def accuracy_reports(cluster, cost, engine: str, world: int):
     """The accuracy reports of ``--accuracy``: FiCCO Table I and the synthetic sweep with the
     paper's thresholds, then both again with thresholds retuned on Table I only (so the sweep
     is held out). Returns (reports, fitted constants)."""
-    from ccoverlap.deciders import ficco
+    from ccoverlap.deciders import ficco, ficco_accuracy
 
-    n_sweep = len(ficco.SWEEP_M) * len(ficco.SWEEP_N) * len(ficco.SWEEP_K)
-    paper = ficco.accuracy(ficco.paper_cases(cluster, engine, world), cost,
+    n_sweep = len(ficco_accuracy.SWEEP_M) * len(ficco_accuracy.SWEEP_N) * len(ficco_accuracy.SWEEP_K)
+    paper = ficco_accuracy.accuracy(ficco_accuracy.paper_cases(cluster, engine, world), cost,
                            label="Table I (16), paper thresholds")
-    sweep = ficco.accuracy(ficco.synthetic_cases(cluster, engine, world), cost,
+    sweep = ficco_accuracy.accuracy(ficco_accuracy.synthetic_cases(cluster, engine, world), cost,
                            label=f"sweep ({n_sweep}), paper thresholds")
-    fit = ficco.fit_heuristic(paper)
+    fit = ficco_accuracy.fit_heuristic(paper)
     tuning = {k: fit[k] for k in ("reference_time_s", "hetero_unfused_factor")}
-    paper_t = ficco.rejudge(paper, label="Table I (16), retuned on Table I", **tuning)
-    sweep_t = ficco.rejudge(sweep, label=f"sweep ({n_sweep}), retuned on Table I (held out)", **tuning)
+    paper_t = ficco_accuracy.rejudge(paper, label="Table I (16), retuned on Table I", **tuning)
+    sweep_t = ficco_accuracy.rejudge(sweep, label=f"sweep ({n_sweep}), retuned on Table I (held out)", **tuning)
     return (paper, sweep, paper_t, sweep_t), fit
 
 

@@ -57,18 +57,14 @@ def run(args: argparse.Namespace) -> int:
     from ccoverlap.chrome_trace import write_chrome_traces
     from ccoverlap.report import plan_table
 
-    planner.load_decider_strategies()
     w = workload_from_args(args)
+    registry = planner.default_registry()
     extra = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
     if extra:
-        unknown = [s for s in extra if s not in planner.EXTRA_STRATEGIES]
-        if unknown:
-            from ccoverlap.errors import ConfigError
-
-            raise ConfigError(f"unknown strategy {unknown[0]!r}; available: {', '.join(planner.EXTRA_STRATEGIES) or 'none'}")
+        registry.select(extra)  # ConfigError naming the unknown one and the available ones
     update, close = _progress_reporter(sys.stderr.isatty() or not args.json)
     try:
-        result = planner.plan(w, progress=update, extra=extra)
+        result = planner.plan(w, progress=update, extra=extra, registry=registry)
     finally:
         close()
     out = Path(args.out)

@@ -37,12 +37,9 @@ def register(sub) -> None:
 
 
 def _cost_model(cluster, calibration: str | None):
-    from ccoverlap.cost import CostModel, CostParams, default_params
+    from ccoverlap.evaluate import cost_model_for_cluster
 
-    params = default_params(cluster.gpu)
-    if calibration:
-        params = CostParams.load(calibration, base=params)
-    return CostModel(cluster, params)
+    return cost_model_for_cluster(cluster, calibration)
 
 
 def _groups(args):

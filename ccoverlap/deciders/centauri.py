@@ -35,7 +35,7 @@ from ccoverlap.deciders import centauri_rules as rules
 from ccoverlap.deciders import partition as part
 from ccoverlap.deciders.rewrite import GraphRewrite
 from ccoverlap.graph import COMM, COMPUTE, CollectiveSpec, GemmSpec, Op, OpGraph
-from ccoverlap.sim import simulate
+from ccoverlap.planner import FunctionStrategy
 from ccoverlap.timeline import Timeline, step_time_s
 
 __all__ = ["CentauriDecision", "decide", "comm_ratio", "centauri_strategy", "centauri_graph"]
@@ -122,14 +122,8 @@ def comm_ratio(graph: OpGraph, cost, rank: int | None = None) -> tuple[float, fl
 # ----------------------------------------------------------------------------- helpers
 
 
-def _build(w):
-    from ccoverlap.parallel import build_step
-
-    return build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs)
-
-
-def _time(graph: OpGraph, cost) -> tuple[float, Timeline]:
-    tl = simulate(graph, cost)
+def _time(planner, graph: OpGraph) -> tuple[float, Timeline]:
+    tl = planner.simulate_graph(graph)
     return step_time_s(tl), tl
 
 
@@ -428,21 +422,20 @@ def centauri_graph(step, *, op_plan: Callable | None = None, layer: str = "T1",
     return rw.build()
 
 
-def decide(w, cost=None) -> CentauriDecision:
-    """Run Centauri's partition search and three scheduling tiers on workload ``w`` (see the
-    module docstring); every alternative is simulated under ``cost`` (default: the workload's
-    cost model). Returns the :class:`CentauriDecision`."""
-    if cost is None:
-        from ccoverlap.evaluate import cost_model_for
-
-        cost = cost_model_for(w)
+def decide(planner, w=None) -> CentauriDecision:
+    """Run Centauri's partition search and three scheduling tiers on workload ``w`` (default:
+    the planner's workload; see the module docstring); every alternative is simulated with the
+    planner's cost model (configurations expressible as knobs through its cache). Returns the
+    :class:`CentauriDecision`."""
+    w = planner.workload if w is None else w
+    cost = planner.cost
     w = replace(w, knobs=replace(w.knobs, overlap=True))
     tried: list = []
     # tier 1: primitive substitution and group partition of gradient collectives (knobs)
     best = None
     for plabel, glabel, cw in _knob_candidates(w):
-        st = _build(cw)
-        t, tl = _time(st.graph, cost)
+        st, tl = planner.simulate(cw)
+        t = step_time_s(tl)
         tried.append(("partition", f"{plabel}; {glabel}", t))
         if best is None:
             baseline = (t, st, tl)
@@ -459,7 +452,7 @@ def decide(w, cost=None) -> CentauriDecision:
             t, g, tl = d.step_s, d.graph, d.timeline
         else:
             g = centauri_graph(step, op_plan=fn)
-            t, tl = _time(g, cost)
+            t, tl = _time(planner, g)
             tried.append(("operation", label, t))
         if label.startswith("Alg.1") and not d.operation_rule:
             d.operation_rule = f"{label} — {reason}"
@@ -475,7 +468,7 @@ def decide(w, cost=None) -> CentauriDecision:
         choice, t1, t2 = rules.layer_level(layer_costs(step.graph, cost, bwd[0].rank, mid_layer, bwd[0].microbatch))
         d.layer_rule = (t1, t2)
         g2 = centauri_graph(step, op_plan=op_fn, layer="T2")
-        t, tl = _time(g2, cost)
+        t, tl = _time(planner, g2)
         tried.append(("layer", "T2 (weight gradients first)", t))
         sim_choice = "T2" if t < d.step_s * (1 - 1e-9) else "T1"
         if sim_choice == "T2":
@@ -487,7 +480,7 @@ def decide(w, cost=None) -> CentauriDecision:
     if (l1, l2) != (1, 1):
         layer = "T2" if d.layer.startswith("T2") else "T1"
         gm = centauri_graph(step, op_plan=op_fn, layer=layer, model=(l1, l2))
-        t, tl = _time(gm, cost)
+        t, tl = _time(planner, gm)
         tried.append(("model", f"L1={l1}, L2={l2}", t))
         if t < d.step_s * (1 - 1e-9):
             d.step_s, d.graph, d.timeline, d.model, d.extra_memory_bytes = t, gm, tl, (l1, l2), extra
@@ -498,7 +491,7 @@ def decide(w, cost=None) -> CentauriDecision:
         layer = "T2" if d.layer.startswith("T2") else "T1"
         for k in (1, 2, 4):
             gd = centauri_graph(step, op_plan=op_fn, layer=layer, model=d.model, defer_units=k)
-            t, tl = _time(gd, cost)
+            t, tl = _time(planner, gd)
             tried.append(("model", f"defer last {k} reduce-scatters behind next forward's all-gathers", t))
             if t < d.step_s * (1 - 1e-9):
                 d.step_s, d.graph, d.timeline, d.defer_units = t, gd, tl, k
@@ -510,20 +503,19 @@ def decide(w, cost=None) -> CentauriDecision:
     return d
 
 
-def centauri_strategy(w, cost):
+def centauri_strategy(planner, start):
     """Planner strategy ``centauri`` (in this module's ``STRATEGIES``):
     :func:`decide` on the workload, summarised as a :class:`~ccoverlap.plan.StrategyResult`
     with the same definitions as :func:`ccoverlap.plan.evaluate` (MFU, exposed communication
     and compute of the critical rank). None when there is no data-parallel communication to
     partition (dp == 1)."""
-    if w.parallel.dp <= 1:
+    if start.parallel.dp <= 1:
         return None
-    from ccoverlap.evaluate import summarize
-
-    d = decide(w, cost)
-    return summarize("centauri", d.workload, d.step, d.timeline, note=d.note(),
+    d = decide(planner, start)
+    return planner.summarize("centauri", d.workload, d.step, d.timeline, note=d.note(),
                                 extra_memory_bytes=d.extra_memory_bytes)
 
 
-# planner strategies (collected by ccoverlap.plan.load_decider_strategies)
-STRATEGIES = {"centauri": centauri_strategy}
+# planner strategy (registered by ccoverlap.plan.default_registry)
+CENTAURI = FunctionStrategy("centauri", centauri_strategy,
+                            "Centauri: partition of collectives (§3.1) and operation / layer / model scheduling tiers")

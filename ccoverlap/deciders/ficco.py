@@ -482,29 +482,8 @@ def heuristic_pick(case: FiccoCase, **tuning) -> tuple[str, str]:
 
 
 def cost_model_for_cluster(cluster: ClusterSpec):
-    """The project cost model of ``cluster`` with the GPU's default parameters."""
-    from ccoverlap.cost import CostModel
-    from ccoverlap.cost.params import default_params
+    """The project cost model of ``cluster`` with the GPU's default parameters
+    (:func:`ccoverlap.evaluate.cost_model_for_cluster`)."""
+    from ccoverlap.evaluate import cost_model_for_cluster as impl
 
-    return CostModel(cluster, default_params(cluster.gpu))
-# ----------------------------------------------------------------------------- planner strategy
-
-
-def ficco_strategy(w, cost):
-    """Planner strategy ``ficco``: with TP + sequence parallelism, every forward TP all-gather +
-    GEMM and GEMM + reduce-scatter pair of the step runs the FiCCO schedule the §V-C heuristic
-    picks for its shape, and the step is simulated; returns a ``StrategyResult``, or None when
-    the workload has no TP+SP pair. Defined in :mod:`ccoverlap.deciders.ficco_plan`."""
-    from ccoverlap.deciders.ficco_plan import ficco_strategy as impl
-
-    return impl(w, cost)
-
-
-# the heuristic-versus-estimator evaluation lives in its own module; re-exported here
-from ccoverlap.deciders.ficco_accuracy import (  # noqa: E402
-    PAPER_SCENARIOS, SWEEP_K, SWEEP_M, SWEEP_N, AccuracyReport, CaseVerdict, accuracy, fit_heuristic, judge,
-    paper_cases, rejudge, synthetic_cases)
-
-
-# planner strategies (collected by ccoverlap.plan.load_decider_strategies)
-STRATEGIES = {"ficco": ficco_strategy}
+    return impl(cluster)

@@ -15,8 +15,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ccoverlap.deciders import ficco
+from ccoverlap.deciders.ficco_accuracy import judge
 from ccoverlap.deciders.rewrite import GraphRewrite, Piece
 from ccoverlap.graph import CollectiveSpec, GemmSpec, OpGraph, P2PSpec
+from ccoverlap.planner import FunctionStrategy
 
 __all__ = ["tp_pairs", "splice_schedule", "ficco_strategy"]
 
@@ -97,12 +99,11 @@ def splice_schedule(rw: GraphRewrite, pattern: str, coll_id: int, gemm_id: int, 
     rw.replace(gemm_id, comp_pieces)
 
 
-def _spliced(step, cluster, pairs, cost, tp: int, engine: str, use: str):
+def _spliced(planner, step, cluster, pairs, tp: int, engine: str, use: str):
     """Simulate ``step`` with every pair replaced by its FiCCO schedule: ``use`` = "heuristic"
     (the §V-C pick) or "estimator" (the estimator's fastest for the pair alone). Returns
     (timeline, {shape key: (case, verdict, schedule used)})."""
-    from ccoverlap.sim import simulate
-
+    cost = planner.cost
     g = step.graph
     rw = GraphRewrite(g)
     chosen: dict[tuple, tuple] = {}
@@ -112,15 +113,15 @@ def _spliced(step, cluster, pairs, cost, tp: int, engine: str, use: str):
         if key not in chosen:
             case = ficco.FiccoCase(m=gm.m, n=gm.n, k=gm.k, world=tp, cluster=cluster, pattern=pattern, engine=engine, dtype_bytes=gm.dtype_bytes,
                                    name=g.ops[gid].name)
-            v = ficco.judge(case, cost)
+            v = judge(case, cost)
             chosen[key] = (case, v, v.pick if use == "heuristic" else v.best_overall)
         case, v, sched = chosen[key]
         if sched != "serial":
             splice_schedule(rw, pattern, cid, gid, ficco.schedule_graph(case, sched))
-    return simulate(rw.build(), cost), chosen
+    return planner.simulate_graph(rw.build()), chosen
 
 
-def ficco_strategy(w, cost):
+def ficco_strategy(planner, w):
     """Planner strategy ``ficco`` (see the module docstring): the §V-C heuristic's schedule for
     every forward TP+SP pair, with SM-driven and (if the GPU has copy engines) DMA transfers,
     the faster kept; the note also gives the step time with the estimator's best schedule per
@@ -128,24 +129,22 @@ def ficco_strategy(w, cost):
     p = w.parallel
     if p.tp <= 1 or not p.sequence_parallel or not w.knobs.overlap:
         return None
-    from ccoverlap.evaluate import summarize
-    from ccoverlap.parallel import build_step
     from ccoverlap.timeline import step_time_s
 
     wf = replace(w, knobs=replace(w.knobs, tp_overlap="none", comm_transport="sm"))
-    step = build_step(wf.model, wf.parallel, wf.batch, wf.cluster, wf.knobs)
+    step = planner.step(wf)
     pairs = tp_pairs(step.graph)
     if not pairs or p.tp > wf.cluster.gpus_per_node:
         return None
     engines = ("sm", "dma") if wf.cluster.gpu.copy_engines > 0 else ("sm",)
     best = None
     for engine in engines:
-        tl, chosen = _spliced(step, wf.cluster, pairs, cost, p.tp, engine, "heuristic")
+        tl, chosen = _spliced(planner, step, wf.cluster, pairs, p.tp, engine, "heuristic")
         t = step_time_s(tl)
         if best is None or t < best[0]:
             best = (t, tl, chosen, engine)
     t, tl, chosen, engine = best
-    tl_e, chosen_e = _spliced(step, wf.cluster, pairs, cost, p.tp, engine, "estimator")
+    tl_e, chosen_e = _spliced(planner, step, wf.cluster, pairs, p.tp, engine, "estimator")
     parts = []
     for key, (case, v, sched) in chosen.items():
         by = {e.schedule: e for e in v.estimates}
@@ -154,4 +153,9 @@ def ficco_strategy(w, cost):
                         f"{by[v.best_overall].speedup:.2f}x)"))
     note = (f"FiCCO §V-C picks, {engine} transfers — " + "; ".join(parts) +
             f". With the estimator's best schedule per pair the step would take {step_time_s(tl_e) * 1e3:.1f} ms.")
-    return summarize("ficco", wf, step, tl, note=note)
+    return planner.summarize("ficco", wf, step, tl, note=note)
+
+
+# planner strategy (registered by ccoverlap.plan.default_registry)
+FICCO = FunctionStrategy("ficco", ficco_strategy,
+                         "FiCCO (§V-C heuristic): finer-grain schedules for every forward TP+SP all-gather/reduce-scatter + GEMM pair")

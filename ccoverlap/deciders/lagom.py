@@ -59,6 +59,7 @@ from typing import Callable, Sequence
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.graph import CommConfig
+from ccoverlap.planner import FunctionStrategy
 
 from .nccl_tuning import (ProgressFn, TuneResult, TuneStep, TuningSpace, _choose_implementations, _Counter,
                           _with, autoccl_tune, config_dict, exhaustive_grid, exhaustive_tune,
@@ -338,10 +339,9 @@ def tune_group(group: OverlapGroup, cost=None, *, profiler: Profiler | None = No
     space = space or TuningSpace()
     if profiler is None:
         if cost is None:
-            from ccoverlap.cost import CostModel
-            from ccoverlap.cost.params import default_params
+            from ccoverlap.evaluate import cost_model_for_cluster
 
-            cost = CostModel(group.cluster, default_params(group.cluster.gpu))
+            cost = cost_model_for_cluster(group.cluster)
         profiler = SimulatedProfiler(group, cost)
     defaults = [space.clamp(c) for c in nccl_default_configs(group, default_fn)]
     results: dict[str, TuneResult] = {}
@@ -378,7 +378,7 @@ def _fmt_config(c: CommConfig) -> str:
     return f"NC={c.channels} NT={c.threads} C={size} {c.protocol}"
 
 
-def _tune_workload(w, cost, method: str, *, top: int = 2):
+def _tune_workload(planner, w, method: str, *, top: int = 2):
     """Tune the main overlap groups of ``w`` with ``method`` ("lagom" or "autoccl") and apply
     the result per process group (the knobs hold one CommConfig per group name, shared by
     every collective on it, while the tuners choose per collective). Returns a
@@ -395,16 +395,13 @@ def _tune_workload(w, cost, method: str, *, top: int = 2):
       groups (collectives no computation hides share the process group's configuration), so
       this is Lagom's "keep the best configuration profiled", with the step as the profile.
     """
-    from ccoverlap.evaluate import evaluate
     from ccoverlap.workload import with_knobs
 
-    from .overlap_group import overlap_groups_from_workload
+    from .overlap_group import overlap_groups_from_step
 
-    if cost is None:
-        from ccoverlap.evaluate import cost_model_for
-
-        cost = cost_model_for(w)
-    groups = overlap_groups_from_workload(w, cost, top=top)
+    cost = planner.cost
+    step, tl = planner.simulate(w)
+    groups = overlap_groups_from_step(step.graph, tl, w.cluster, top=top, label=w.model.name)
     if not groups:
         return None
     tuner = lagom_tune if method == "lagom" else autoccl_tune
@@ -432,17 +429,17 @@ def _tune_workload(w, cost, method: str, *, top: int = 2):
         for pg, cands in candidates.items():
             tuned = [c for c in cands if (pg, c) in comm_time]
             chosen[pg] = overrides[pg] = max(tuned, key=lambda c: comm_time[(pg, c)])
-        best = evaluate(with_knobs(w, comm_config_overrides=overrides), method, cost=cost)
+        best = planner.evaluate(with_knobs(w, comm_config_overrides=overrides), method)
         sims = 1
     else:
-        best_w, best = w, evaluate(w, method, cost=cost)
+        best_w, best = w, planner.evaluate(w, method)
         sims = 1
         for pg, cands in candidates.items():
             for cfg in cands:
                 overrides = dict(best_w.knobs.comm_config_overrides)
                 overrides[pg] = cfg
                 cand_w = with_knobs(best_w, comm_config_overrides=overrides)
-                res = evaluate(cand_w, method, cost=cost)
+                res = planner.evaluate(cand_w, method)
                 sims += 1
                 if res.fits_memory and res.step_time_s < best.step_time_s * (1 - 1e-9):
                     best_w, best, chosen[pg] = cand_w, res, cfg
@@ -455,19 +452,22 @@ def _tune_workload(w, cost, method: str, *, top: int = 2):
     return best
 
 
-def lagom_strategy(w, cost=None):
+def lagom_strategy(planner, start):
     """The ``lagom`` planner strategy: Lagom (Algorithms 1-2, lagom §3.4) on the workload's
     main overlap groups, the chosen NC/NT/C applied per process group through the knobs'
     ``comm_config_overrides`` where it makes the whole simulated step faster (seconds; see
     :func:`_tune_workload`)."""
-    return _tune_workload(w, cost, "lagom")
+    return _tune_workload(planner, start, "lagom")
 
 
-def autoccl_strategy(w, cost=None):
+def autoccl_strategy(planner, start):
     """The ``autoccl`` planner baseline: every collective tuned for its own speed (lagom §2.2,
     eq. 2) on the same groups, applied per process group as it chose (see :func:`_tune_workload`)."""
-    return _tune_workload(w, cost, "autoccl")
+    return _tune_workload(planner, start, "autoccl")
 
 
-# planner strategies (collected by ccoverlap.plan.load_decider_strategies)
-STRATEGIES = {"lagom": lagom_strategy, "autoccl": autoccl_strategy}
+# planner strategies (registered by ccoverlap.plan.default_registry)
+LAGOM = FunctionStrategy("lagom", lagom_strategy,
+                         "Lagom (lagom §3.4, Algorithms 1-2): NCCL channels/threads/chunk co-tuned for the makespan")
+AUTOCCL = FunctionStrategy("autoccl", autoccl_strategy,
+                           "AutoCCL-style baseline (lagom §2.2, eq. 2): each collective tuned for its own speed")

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ccoverlap.config import check_keys
 from ccoverlap.errors import ConfigError
 from ccoverlap.graph import (
     COLLECTIVES,
@@ -200,12 +201,7 @@ def parse_bytes(value: Any, where: str) -> float:
 
 
 def _check_keys(data: Any, allowed: Iterable[str], where: str) -> dict:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
-    unknown = sorted(set(data) - set(allowed))
-    if unknown:
-        raise ConfigError(f"{where}: unknown field(s) {unknown}; expected some of {sorted(allowed)}")
-    return data
+    return check_keys(data, allowed, where)
 
 
 def _positive_int(value: Any, where: str) -> int:
@@ -497,10 +493,12 @@ def overlap_groups_from_step(graph: OpGraph, timeline, cluster: ClusterSpec, *, 
     return out
 
 
-def overlap_groups_from_workload(w, cost=None, *, top: int = 2) -> list[OverlapGroup]:
+def overlap_groups_from_workload(w, cost=None, *, top: int = 2, planner=None) -> list[OverlapGroup]:
     """The main overlap groups (see :func:`overlap_groups_from_step`) of workload ``w``'s step,
-    simulated with its knobs as given; ``cost`` defaults to the workload's cost model."""
-    from ccoverlap.evaluate import simulate_workload
+    simulated with its knobs as given through ``planner`` (default: a new
+    :class:`~ccoverlap.planner.Planner` with ``cost``, default the workload's cost model)."""
+    from ccoverlap.planner import Planner
 
-    step, tl = simulate_workload(w, cost=cost)
+    planner = planner if planner is not None else Planner(w, cost=cost)
+    step, tl = planner.simulate(w)
     return overlap_groups_from_step(step.graph, tl, w.cluster, top=top, label=w.model.name)

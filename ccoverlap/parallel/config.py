@@ -289,23 +289,14 @@ class OverlapKnobs:
     @classmethod
     def from_dict(cls, d: dict, where: str = "knobs") -> "OverlapKnobs":
         """Knobs from a mapping (``comm_config`` and overrides may be nested mappings)."""
-        if not isinstance(d, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {type(d).__name__}")
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; expected some of {sorted(names)}")
-        data = dict(d)
+        from ccoverlap.config import check_keys, dataclass_from_mapping, field_names
+
+        data = check_keys(d, field_names(cls), where)
 
         def cc(v, w):
             if isinstance(v, CommConfig):
                 return v
-            if not isinstance(v, dict):
-                raise ConfigError(f"{where}.{w}: expected a mapping of CommConfig fields")
-            try:
-                return CommConfig(**v)
-            except TypeError as exc:
-                raise ConfigError(f"{where}.{w}: {exc}") from None
+            return dataclass_from_mapping(CommConfig, v, f"{where}.{w}")
 
         if "comm_config" in data:
             data["comm_config"] = cc(data["comm_config"], "comm_config")
@@ -314,4 +305,4 @@ class OverlapKnobs:
             if not isinstance(ov, dict):
                 raise ConfigError(f"{where}.comm_config_overrides: expected a mapping of group name to CommConfig")
             data["comm_config_overrides"] = {k: cc(v, f"comm_config_overrides.{k}") for k, v in ov.items()}
-        return cls(**data)
+        return dataclass_from_mapping(cls, data, where)

@@ -18,7 +18,7 @@ from ccoverlap.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpG
 from ccoverlap.hardware import get_cluster
 from ccoverlap.models import get_model
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
-from ccoverlap.plan import EXTRA_STRATEGIES, cost_model_for, load_decider_strategies
+from ccoverlap.plan import Planner, cost_model_for, default_registry
 from ccoverlap.sim import simulate
 from ccoverlap.timeline import step_time_s
 from ccoverlap.workload import Workload
@@ -44,7 +44,7 @@ WORKLOADS = {"fsdp-a40": FSDP_A40, "fsdp-a100": FSDP_A100, "fsdp-a40-mb4": FSDP_
 
 @pytest.fixture(scope="module")
 def decisions():
-    return {name: cen.decide(w) for name, w in WORKLOADS.items()}
+    return {name: cen.decide(Planner(w)) for name, w in WORKLOADS.items()}
 
 
 # ----------------------------------------------------------------------------- Algorithm 1
@@ -269,14 +269,14 @@ def test_serial_means_no_overlap(decisions):
 
 
 def test_centauri_strategy_registered_and_consistent(decisions):
-    load_decider_strategies()
-    assert "centauri" in EXTRA_STRATEGIES and "ficco" in EXTRA_STRATEGIES
+    reg = default_registry()
+    assert "centauri" in reg and "ficco" in reg
     w = DDP_A100
-    res = EXTRA_STRATEGIES["centauri"](w, cost_model_for(w))
+    res = reg.get("centauri").run(Planner(w), w)
     d = decisions["ddp-a100"]
     assert res.name == "centauri" and res.step_time_s == pytest.approx(d.step_s)
     assert "reduce-scatter + all-gather" in res.note and "bound" in res.note
     assert res.fits_memory and 0 < res.mfu < 1
     single = workload(model="phi-2", cluster="dgx-h100", nodes=1, tp=8, dp=1, sequence_parallel=True,
                       batch=(8, 1, 2048))
-    assert EXTRA_STRATEGIES["centauri"](single, cost_model_for(single)) is None
+    assert reg.get("centauri").run(Planner(single), single) is None

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from ccoverlap.cli import main
-from ccoverlap.deciders import ficco
+from ccoverlap.deciders import ficco, ficco_accuracy
 from ccoverlap.deciders.ficco_heuristic import FICCO_SCHEDULES
 from ccoverlap.errors import ConfigError
 from ccoverlap.graph import CollectiveSpec, GemmSpec, P2PSpec
@@ -176,7 +176,7 @@ def test_heuristic_uses_the_shape_rule_of_section_vc():
 
 
 def test_verdict_loss_is_zero_on_a_match_and_positive_on_a_miss(cost_mesh):
-    rep = ficco.accuracy(ficco.paper_cases(MESH)[:6], cost_mesh, label="t")
+    rep = ficco_accuracy.accuracy(ficco_accuracy.paper_cases(MESH)[:6], cost_mesh, label="t")
     assert rep.cases == 6
     for v in rep.verdicts:
         assert v.pick_time_s >= v.best_time_s
@@ -187,15 +187,15 @@ def test_verdict_loss_is_zero_on_a_match_and_positive_on_a_miss(cost_mesh):
 
 
 def test_retuned_heuristic_is_at_least_as_good_in_sample(cost_mesh):
-    rep = ficco.accuracy(ficco.paper_cases(MESH), cost_mesh)
-    fit = ficco.fit_heuristic(rep)
-    tuned = ficco.rejudge(rep, reference_time_s=fit["reference_time_s"],
+    rep = ficco_accuracy.accuracy(ficco_accuracy.paper_cases(MESH), cost_mesh)
+    fit = ficco_accuracy.fit_heuristic(rep)
+    tuned = ficco_accuracy.rejudge(rep, reference_time_s=fit["reference_time_s"],
                           hetero_unfused_factor=fit["hetero_unfused_factor"])
     assert tuned.matches == fit["matches"] >= rep.matches
 
 
 def test_paper_cases_are_table_one():
-    cases = ficco.paper_cases()
+    cases = ficco_accuracy.paper_cases()
     assert len(cases) == 16
     assert [c.name for c in cases] == [f"g{i}" for i in range(1, 17)]
     assert (cases[0].m, cases[0].n, cases[0].k) == (16384, 16384, 131072)
@@ -276,16 +276,16 @@ def test_ficco_strategy_on_tp_sp_and_none_elsewhere():
     from ccoverlap.hardware import get_cluster
     from ccoverlap.models import get_model
     from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig
-    from ccoverlap.plan import EXTRA_STRATEGIES, cost_model_for, load_decider_strategies
+    from ccoverlap.plan import Planner, default_registry
     from ccoverlap.workload import Workload
 
-    load_decider_strategies()
+    ficco_s = default_registry().get("ficco")
     w = Workload(model=get_model("phi-2"), cluster=get_cluster("dgx-h100"),
                  parallel=ParallelConfig(tp=2, dp=4, sequence_parallel=True),
                  batch=BatchConfig(global_batch=8, micro_batch=1, seq_len=2048), knobs=OverlapKnobs())
-    res = EXTRA_STRATEGIES["ficco"](w, cost_model_for(w))
+    res = ficco_s.run(Planner(w), w)
     assert res is not None and res.name == "ficco" and res.step_time_s > 0
     assert "qkv ag-gemm" in res.note and "fc2 gemm-rs" in res.note and "estimator" in res.note
     no_sp = Workload(model=w.model, cluster=w.cluster, parallel=ParallelConfig(tp=2, dp=4), batch=w.batch,
                      knobs=w.knobs)
-    assert EXTRA_STRATEGIES["ficco"](no_sp, cost_model_for(no_sp)) is None
+    assert ficco_s.run(Planner(no_sp), no_sp) is None

@@ -481,15 +481,16 @@ def test_strategies_register_and_apply_per_group():
     from ccoverlap.deciders import lagom
     from ccoverlap.workload import workload_from_mapping
 
-    plan.load_decider_strategies()
-    assert plan.EXTRA_STRATEGIES["lagom"] is lagom.lagom_strategy
-    assert plan.EXTRA_STRATEGIES["autoccl"] is lagom.autoccl_strategy
+    reg = plan.default_registry()
+    assert reg.get("lagom") is lagom.LAGOM and reg.get("lagom").fn is lagom.lagom_strategy
+    assert reg.get("autoccl") is lagom.AUTOCCL
     w = workload_from_mapping({"model": "phi-2", "cluster": "dgx-h100", "nodes": 1,
                                "parallel": {"dp": 8, "data_parallel": "fsdp"},
                                "batch": {"global_batch": 8, "micro_batch": 1, "seq_len": 4096}})
-    base = plan.evaluate(w, "base")
-    lag = lagom.lagom_strategy(w)
-    auto = lagom.autoccl_strategy(w)
+    planner = plan.Planner(w)
+    base = planner.evaluate(w, "base")
+    lag = lagom.lagom_strategy(planner, w)
+    auto = lagom.autoccl_strategy(planner, w)
     assert lag.name == "lagom" and auto.name == "autoccl"
     assert "dp: NC=" in lag.note
     assert lag.knobs["comm_config_overrides"]["dp"]["channels"] < 16

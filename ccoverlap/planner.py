@@ -1,0 +1,218 @@
+"""The planner object: one workload, its cost model (built once) and a simulation cache,
+handed to every strategy.
+
+A :class:`Planner` is what every overlap strategy receives (the built-in ones of
+:mod:`ccoverlap.plan` and the deciders' in :mod:`ccoverlap.deciders`). Strategies never build
+a cost model or a step themselves: they ask the planner, so a configuration that two
+strategies try (e.g. the best knobs, which Lagom, AutoCCL and Centauri all start from) is
+built and simulated once.
+
+Strategies implement the :class:`Strategy` protocol (a ``name``, a one-line ``summary`` and
+``run(planner, start) -> StrategyResult | None``) and are registered explicitly in a
+:class:`StrategyRegistry` (see :func:`ccoverlap.plan.default_registry`); nothing registers
+itself on import.
+
+This module sits below the deciders in the import order (README, Layout): it imports the
+simulator, the step builder and the summary definitions of :mod:`ccoverlap.evaluate` only.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
+
+from ccoverlap.errors import ConfigError
+from ccoverlap.evaluate import StrategyResult, cost_model_for, summarize
+
+ProgressFn = Callable[[int, int, str], None]
+
+
+def _hashable(x):
+    try:
+        hash(x)
+        return x
+    except TypeError:  # frozen dataclasses holding dicts (e.g. a GPU's peak FLOP/s per dtype)
+        return repr(x)
+
+
+def workload_key(w) -> tuple:
+    """What a step simulation depends on: model, cluster, parallelism, batch, knobs (frozen
+    dataclasses; those holding dicts are keyed by their repr). The calibration enters through
+    the planner's cost model."""
+    return tuple(_hashable(x) for x in (w.model, w.cluster, w.parallel, w.batch, w.knobs,
+                                        getattr(w, "framework", None)))
+
+
+class Planner:
+    """One workload, its cost model and a cache of simulated steps.
+
+    ``workload``: the configuration as given (a :class:`ccoverlap.workload.Workload`).
+    ``cost``: the cost model to use (default: the workload's, with its calibration file).
+    ``keep_timelines``: how many simulated timelines the cache holds (least recently used
+    dropped first; summaries are kept for every configuration simulated).
+    ``progress``: called as ``progress(done, total, what)`` by long searches.
+
+    Counters: ``simulations`` (full step simulations run), ``cache_hits`` (simulations avoided
+    because the same configuration had been simulated), ``graph_simulations`` (simulations of
+    graphs a decider rewrote, which are not cached).
+    """
+
+    def __init__(self, workload, *, cost=None, keep_timelines: int = 4, progress: ProgressFn | None = None):
+        self.workload = workload
+        self.cost = cost if cost is not None else cost_model_for(workload)
+        self.progress = progress
+        self.keep_timelines = max(1, int(keep_timelines))
+        self._steps: OrderedDict[tuple, Any] = OrderedDict()
+        self._timelines: OrderedDict[tuple, Any] = OrderedDict()
+        self._summaries: dict[tuple, StrategyResult] = {}
+        self.simulations = 0
+        self.cache_hits = 0
+        self.graph_simulations = 0
+
+    # ------------------------------------------------------------------ building and simulating
+    def step(self, w=None):
+        """The :class:`~ccoverlap.parallel.StepGraph` of ``w`` (default: the planner's workload),
+        built once per configuration."""
+        from ccoverlap.parallel import build_step
+
+        w = self.workload if w is None else w
+        key = workload_key(w)
+        st = self._steps.get(key)
+        if st is None:
+            kw = {"framework": w.framework} if getattr(w, "framework", None) is not None else {}
+            try:
+                st = build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs, **kw)
+            except TypeError:  # a step builder without framework profiles
+                st = build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs)
+            self._steps[key] = st
+            while len(self._steps) > self.keep_timelines:
+                self._steps.popitem(last=False)
+        else:
+            self._steps.move_to_end(key)
+        return st
+
+    def simulate(self, w=None):
+        """Build and simulate one training step of ``w`` (default: the planner's workload);
+        returns ``(StepGraph, Timeline)``. A configuration simulated before (and whose timeline
+        is still cached) is not simulated again."""
+        from ccoverlap.sim import simulate
+
+        w = self.workload if w is None else w
+        key = workload_key(w)
+        tl = self._timelines.get(key)
+        st = self.step(w)
+        if tl is not None:
+            self.cache_hits += 1
+            self._timelines.move_to_end(key)
+            return st, tl
+        tl = simulate(st.graph, self.cost)
+        self.simulations += 1
+        self._timelines[key] = tl
+        while len(self._timelines) > self.keep_timelines:
+            self._timelines.popitem(last=False)
+        return st, tl
+
+    def simulate_graph(self, graph):
+        """Simulate an op graph a strategy built or rewrote (not cached); returns the Timeline."""
+        from ccoverlap.sim import simulate
+
+        self.graph_simulations += 1
+        return simulate(graph, self.cost)
+
+    def evaluate(self, w=None, name: str = "as-given", *, note: str = "", keep_timeline: bool = False) -> StrategyResult:
+        """Simulate ``w`` (cached) and summarise it as a :class:`StrategyResult` named ``name``
+        (definitions in :mod:`ccoverlap.evaluate`). Each call returns a fresh result object."""
+        w = self.workload if w is None else w
+        key = workload_key(w)
+        base = self._summaries.get(key)
+        if base is None or (keep_timeline and key not in self._timelines):
+            st, tl = self.simulate(w)
+            base = summarize(name, w, st, tl, keep_timeline=False)
+            self._summaries[key] = base
+        else:
+            self.cache_hits += 1
+        tl = self._timelines.get(key) if keep_timeline else None
+        return replace(base, name=name, note=note, knobs=dict(base.knobs), timeline=tl)
+
+    def summarize(self, name: str, w, step, timeline, **kw) -> StrategyResult:
+        """:func:`ccoverlap.evaluate.summarize` (same definitions for every strategy)."""
+        return summarize(name, w, step, timeline, **kw)
+
+    def stats(self) -> dict:
+        """Counters, for reports: simulations, graph simulations, cache hits."""
+        return {"simulations": self.simulations, "graph_simulations": self.graph_simulations,
+                "cache_hits": self.cache_hits}
+
+
+# ----------------------------------------------------------------------------- strategies
+
+@runtime_checkable
+class Strategy(Protocol):
+    """An overlap strategy the planner can run.
+
+    ``name``: short unique name (a table row, a ``--strategies`` value).
+    ``summary``: one line saying what it does and which paper it follows.
+    ``run(planner, start)``: simulate the strategy starting from workload ``start`` (the
+    planner's best knobs) with the planner's cost model and cache; return a
+    :class:`StrategyResult` (seconds, bytes) or None when it does not apply to the workload.
+    """
+
+    name: str
+    summary: str
+
+    def run(self, planner: Planner, start) -> StrategyResult | None: ...
+
+
+@dataclass(frozen=True)
+class FunctionStrategy:
+    """A :class:`Strategy` made of a function ``fn(planner, start) -> StrategyResult | None``."""
+
+    name: str
+    fn: Callable[[Planner, Any], StrategyResult | None]
+    summary: str = ""
+
+    def run(self, planner: Planner, start) -> StrategyResult | None:
+        """Run ``fn`` on the planner and the starting workload."""
+        return self.fn(planner, start)
+
+
+class StrategyRegistry:
+    """An ordered, explicit set of strategies (no registration on import)."""
+
+    def __init__(self, strategies: Iterable[Strategy] = ()):
+        self._by_name: dict[str, Strategy] = {}
+        for s in strategies:
+            self.add(s)
+
+    def add(self, strategy: Strategy) -> None:
+        """Register ``strategy``; ConfigError if it is not a Strategy or its name is taken."""
+        if not isinstance(strategy, Strategy):
+            raise ConfigError(f"{strategy!r} is not a strategy (needs name, summary and run(planner, start))")
+        if strategy.name in self._by_name:
+            raise ConfigError(f"strategy {strategy.name!r} registered twice")
+        self._by_name[strategy.name] = strategy
+
+    def names(self) -> list[str]:
+        """Registered names, in registration order."""
+        return list(self._by_name)
+
+    def get(self, name: str) -> Strategy:
+        """The strategy called ``name``; ConfigError naming the available ones otherwise."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise ConfigError(f"unknown strategy {name!r}; available: {', '.join(self._by_name) or 'none'}") from None
+
+    def select(self, names: Iterable[str] | None) -> list[Strategy]:
+        """The strategies called ``names`` (all when None), checked."""
+        return list(self._by_name.values()) if names is None else [self.get(n) for n in names]
+
+    def __iter__(self) -> Iterator[Strategy]:
+        return iter(self._by_name.values())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
+    def __len__(self) -> int:
+        return len(self._by_name)
