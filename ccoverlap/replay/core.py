@@ -20,13 +20,13 @@ from typing import Sequence
 
 import numpy as np
 
-from ccoverlap.errors import TraceError
+from ccoverlap.errors import ConfigError, TraceError
 from ccoverlap.replay.engine import JobGraph, join
 from ccoverlap.replay.graph import build_rank_graph
 from ccoverlap.timeline import RankMetrics, Timeline, rank_metrics
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
-from ccoverlap.trace.steps import assign_steps, parse_steps, selection_mask, step_windows
+from ccoverlap.trace.steps import assign_steps, available_steps, parse_steps, selection_mask, step_windows
 
 
 @dataclass
@@ -98,6 +98,15 @@ def load_job(paths: Sequence[str], *, steps: str | None = "hta") -> Job:
     if not graphs:
         detail = "; ".join(problems) if problems else "no trace files given"
         raise TraceError(f"nothing could be replayed: {detail}")
+    if isinstance(spec, list):
+        avail = available_steps(rts)
+        missing = [s for s in spec if s not in avail]
+        if len(missing) == len(spec):
+            raise ConfigError(f"--steps {','.join(map(str, spec))}: no such profiler step; the traces have "
+                              f"{', '.join(map(str, avail)) or 'no ProfilerStep annotations'}")
+        if missing:
+            problems.append(f"--steps: step(s) {', '.join(map(str, missing))} not in the traces (have "
+                            f"{', '.join(map(str, avail))})")
     jg = join(graphs)
     step_names = len(set().union(*[rt.n_steps_names for rt in rts]))
     whole = all(not rt.steps for rt in rts)

@@ -188,6 +188,9 @@ def test_bad_input_other_ranks_replayed(tmp_path):
     r = subprocess.run([sys.executable, "-m", "ccoverlap", "replay", str(paths[0]), "--whatif", "bogus"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "bogus" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "ccoverlap", "replay", str(paths[0]), "--steps", "99"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "no such profiler step" in r.stderr and "1, 2" in r.stderr
 
 
 def test_cli_json(tmp_path):
