@@ -190,9 +190,23 @@ def replayed_ranks(job: Job, t: np.ndarray, dur: np.ndarray | None = None) -> li
         r2.launch_s = ls
         tables = _shift_fn(jg, gi, t, end)
         tids = job.step_threads.get(rt.rank, {})
-        r2.steps = [(num, _shift(tables, tids.get(num), s), _shift(tables, tids.get(num), e)) for num, s, e in rt.steps]
         shifted = [(num, _shift(tables, tids.get(num), s), _shift(tables, tids.get(num), e), gpu)
                    for num, s, e, gpu in job.all_steps.get(rt.rank, [])]
+        # ops without a launch in the trace belong to a step by their own start: keep each in the
+        # step it ran in, stretching the step's annotation over its replayed start if needed
+        nol = np.isnan(rt.launch_s)
+        if nol.any() and shifted:
+            assign_steps(rt)
+            st = rt.timeline.step
+            out_steps = []
+            for num, s0, e0, gpu in shifted:
+                rows = nol & (st == num)
+                if rows.any():
+                    s0 = min(s0, float(new_tl.start_s[rows].min()))
+                    e0 = max(e0, float(new_tl.start_s[rows].max()) + 1e-9)
+                out_steps.append((num, s0, e0, gpu))
+            shifted = out_steps
+        r2.steps = [(num, s0, e0) for num, s0, e0, gpu in shifted if not gpu]
         meta = dict(rt.meta)
         if shifted:
             r2.cutoff_s = max(s for _, s, _, _ in shifted)

@@ -149,8 +149,10 @@ def build_rank_graph(raw: RawTrace, rt: RankTrace, origin_us: float, *, tol_s: f
         prev[o[1:][same]] = o[:-1][same]
     # nominal launch latency: median over ops whose stream was idle when launched
     has_l = launch >= 0
-    lat_all = np.where(has_l, ks - l_s[np.maximum(launch, 0)], np.nan)
-    idle = has_l & ((prev < 0) | (ke[np.maximum(prev, 0)] <= l_s[np.maximum(launch, 0)]))
+    ls_of = np.full(n, np.nan)             # launch start of each op (nan: no launch in the trace)
+    ls_of[has_l] = l_s[launch[has_l]]
+    lat_all = ks - ls_of
+    idle = has_l & ((prev < 0) | (ke[np.maximum(prev, 0)] <= ls_of))
     cand = lat_all[idle & (lat_all >= 0)]
     lat0 = float(np.median(cand)) if len(cand) else 0.0
     g.notes.append(f"median launch latency {lat0 * 1e6:.1f} us")
@@ -228,7 +230,7 @@ def build_rank_graph(raw: RawTrace, rt: RankTrace, origin_us: float, *, tol_s: f
             g.release[k] = ks[k]
 
     # ----- CPU order and blocking calls
-    t_launch = np.where(has_l, l_s[np.maximum(launch, 0)], np.inf)
+    t_launch = np.where(has_l, ls_of, np.inf)
     blocking = 0
     if m:
         order = np.lexsort((l_s, raw.l_tid))

@@ -232,3 +232,22 @@ def test_lagom_scales_group_by_tuned_ratio(tmp_path):
     # K scales by ry, C by rx; Z follows K: window = max(1000 ry + 100, 800 rx)
     assert s.step_time_s == pytest.approx(max(1000 * ry + 100, 800 * rx) * US)
     assert "1 overlap group" in s.note
+
+
+def test_ops_without_launch_stay_in_their_step(tmp_path):
+    from ccoverlap.replay.report import write_chrome
+    from ccoverlap.trace.analyze import analyze
+
+    # no runtime events (like `ccoverlap simulate`'s traces): K 0-100, C (inter-node) 100-300,
+    # B 300-400 waits for C (inferred); ProfilerStep#1 over 0-400
+    k = Rank(0, 1)
+    k.step(1, 0.0, 400.0)
+    k.kernel("gemm_K", 1, 7, 0.0, 100.0)
+    k.kernel("ncclDevKernel_AllReduce_RING_LL", 2, 20, 100.0, 200.0, **allreduce_args(16))
+    k.kernel("gemm_B", 3, 7, 300.0, 100.0)
+    res = replay([str(k.write(tmp_path / "rank-0.json"))], whatifs=["network-0.5x"])
+    s = res.whatifs[0]
+    # C 100-500, B 500-600: the step grows past its annotation and keeps B
+    assert s.step_time_s == pytest.approx(600 * US)
+    a = analyze([str(p) for p in write_chrome(res, s, tmp_path / "out")])
+    assert a.metrics[0].step_time_s == pytest.approx(600 * US, abs=1e-9)
