@@ -42,12 +42,12 @@ def main(argv=None) -> int:
         for g in res.job.graph.ranks:
             i = g.inferred
             deps.append(f"| {d.name} | {g.rank} | {g.n_gpu} | {g.n_cpu} | {i['cross_stream_from_args']} | "
-                        f"{i['cross_stream_inferred_from_timing']} | {i['host_sync_blocking_calls']} | "
+                        f"{i['cross_stream_inferred_from_timing']} | {i['host_sync_blocking_calls']} | {i['launch_queue_waits']} | "
                         f"{len(res.job.graph.collectives)} | {i['launch_latency_us']:.1f} |")
     print(f"\nmax |error| {worst:.3f}% (replayed), {worst_s:.2f}% (structure only)\n")
     print("| trace | rank | device events | runtime calls | cross-stream from args | cross-stream inferred from "
-          "timing | blocking host calls | collectives matched across ranks | launch latency µs |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "timing | blocking host calls | launch-queue waits | collectives matched across ranks | launch latency µs |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for line in deps:
         print(line)
     return 0

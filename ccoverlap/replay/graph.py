@@ -31,6 +31,9 @@ Edges ``t[dst] >= t[src] (+ dur[src] when from_end) + w`` (the usual longest-pat
 * **host sync**: target op(s) to a blocking call's wait node (device sync: the last op of
   every stream launched before the call; stream / event sync without args: the op launched
   before the call that ended last before it returned - timing inference);
+* **launch queue**: a launch / memcpy / memset call that took > 50 µs and > 10x its name's
+  median and returned within 10 µs after an op (launched before it) ended waited for a slot in
+  CUDA's launch queue (the GPU was behind the CPU): it returns when that op ends;
 * **collective**: member starts to the barrier, barrier to each member's end node.
 
 The weight of the binding constraint of each node (the one with the latest measured time) is
@@ -97,12 +100,15 @@ def _edge(g: RankGraph, s: int, d: int, w: float, from_end: bool, kind: str, w_n
     return len(g.src) - 1
 
 
-def build_rank_graph(raw: RawTrace, rt: RankTrace, origin_us: float, *, tol_s: float = 20e-6) -> RankGraph:
+def build_rank_graph(raw: RawTrace, rt: RankTrace, origin_us: float, *, tol_s: float = 20e-6,
+                     queue_min_s: float = 50e-6, queue_tol_s: float = 10e-6) -> RankGraph:
     """The dependency graph of one rank (see the module docstring); times in seconds.
 
     ``raw`` must come from ``load_trace(..., keep_runtime=True)``; ``rt`` from
     ``build_rank(raw, origin_us)`` without rounding. ``tol_s``: how much later than every
-    known constraint an op may start before a cross-stream dependency is inferred.
+    known constraint an op may start before a cross-stream dependency is inferred;
+    ``queue_min_s`` / ``queue_tol_s``: a runtime call longer than this and 10x its name's median
+    that returned within ``queue_tol_s`` after an op ended waited for the launch queue.
     """
     tl = rt.timeline
     n = len(tl)
@@ -232,8 +238,18 @@ def build_rank_graph(raw: RawTrace, rt: RankTrace, origin_us: float, *, tol_s: f
     # ----- CPU order and blocking calls
     t_launch = np.where(has_l, ls_of, np.inf)
     blocking = 0
+    queue_waits = 0
     if m:
         order = np.lexsort((l_s, raw.l_tid))
+        # a call far longer than usual for its name that returned just after an op ended waited
+        # for a free slot of the launch queue (the GPU was behind): it returns when that op ends
+        med = {}
+        if len(raw.l_nid) == m:
+            for nid in np.unique(raw.l_nid):
+                med[int(nid)] = float(np.median(l_d[raw.l_nid == nid]))
+        by_end = np.flatnonzero(~is_sync_ev)
+        by_end = by_end[np.argsort(ke[by_end], kind="stable")]
+        end_sorted = ke[by_end]
         own_op = {int(launch[k]): k for k in np.flatnonzero(has_l)}
         last_exit = None
         last_end = 0.0
@@ -250,10 +266,9 @@ def build_rank_graph(raw: RawTrace, rt: RankTrace, origin_us: float, *, tol_s: f
             end_j = float(l_s[j] + l_d[j])
             nm = lname[j]
             targets: list[int] = []
-            if "Memcpy" in nm and j in own_op:
-                k = own_op[j]
-                if ke[k] <= end_j + 1e-9 and ke[k] > l_s[j]:
-                    targets = [k]
+            own_cost = min(float(l_d[j]), 10e-6)
+            if "Memcpy" in nm and j in own_op and l_s[j] < ke[own_op[j]] <= end_j + 1e-9:
+                targets = [own_op[j]]
             elif any(x in nm for x in _SYNC_NAMES):
                 before = np.flatnonzero((t_launch < l_s[j]) & (ke <= end_j + 1e-6) & ~is_sync_ev)
                 if len(before):
@@ -267,11 +282,23 @@ def build_rank_graph(raw: RawTrace, rt: RankTrace, origin_us: float, *, tol_s: f
                                 last = int(rows[np.argmax(t_launch[rows])])
                                 if last != best:
                                     targets.append(last)
+            elif med and l_d[j] > max(queue_min_s, 10 * med.get(int(raw.l_nid[j]), 0.0)):
+                p = int(np.searchsorted(end_sorted, end_j + 1e-9, side="right")) - 1
+                while p >= 0 and end_sorted[p] > l_s[j]:
+                    op = int(by_end[p])
+                    if t_launch[op] < l_s[j]:
+                        if end_j - end_sorted[p] <= queue_tol_s:
+                            targets = [op]
+                            own_cost = min(float(l_d[j]), med.get(int(raw.l_nid[j]), 0.0))
+                            queue_waits += 1
+                            blocking -= 1
+                        break
+                    p -= 1
             if targets:
                 blocking += 1
                 best = targets[0]
                 r = end_j - ke[best]
-                d0 = min(float(l_d[j]), 10e-6)
+                d0 = own_cost
                 g.dur[node] = d0
                 wn = _add_node(g, WAIT, 0.0, end_j)
                 _edge(g, node, wn, 0.0, True, "sync")
@@ -287,6 +314,7 @@ def build_rank_graph(raw: RawTrace, rt: RankTrace, origin_us: float, *, tol_s: f
         "cross_stream_from_args": n_args,
         "cross_stream_inferred_from_timing": n_inferred,
         "host_sync_blocking_calls": blocking,
+        "launch_queue_waits": queue_waits,
         "anchored_ops": n_anchor,
         "launch_latency_us": lat0 * 1e6,
     }

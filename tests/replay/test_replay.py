@@ -251,3 +251,19 @@ def test_ops_without_launch_stay_in_their_step(tmp_path):
     assert s.step_time_s == pytest.approx(600 * US)
     a = analyze([str(p) for p in write_chrome(res, s, tmp_path / "out")])
     assert a.metrics[0].step_time_s == pytest.approx(600 * US, abs=1e-9)
+
+
+def test_launch_queue_wait_follows_the_gpu(tmp_path):
+    # C (inter-node all-reduce, stream 7) 0-1000; the next cudaLaunchKernel (at 5) blocks until
+    # 1002 - the launch queue was full until C ended; K2 1000-1100 after C; the next launch at
+    # 1012 puts K3 on an idle stream at 1022-1122
+    k = Rank(0, 1)
+    k.launch("ncclDevKernel_AllReduce_RING_LL", 0.0, 7, 0.0, 1000.0, **allreduce_args(16))
+    c2 = k.call("cudaLaunchKernel", 5.0, 997.0)
+    k.kernel("gemm_K2", c2, 7, 1000.0, 100.0)
+    k.launch("gemm_K3", 1012.0, 9, 1022.0, 100.0)
+    res = replay([str(k.write(tmp_path / "rank-0.json"))], whatifs=["network-2x"])
+    assert res.job.graph.ranks[0].inferred["launch_queue_waits"] == 1
+    assert res.replay.step_time_s == pytest.approx(1122 * US)
+    # 2x network: C 0-500, the launch returns at 502, the next one at 512, K3 522-622
+    assert res.whatifs[0].step_time_s == pytest.approx(622 * US)
