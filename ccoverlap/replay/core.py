@@ -123,9 +123,11 @@ def load_job(paths: Sequence[str], *, steps: str | None = "hta") -> Job:
                 continue
             per.setdefault(num, int(raw.c_tid[i]))
         threads[rt.rank] = per
-    if jg.notes:
-        problems.append(f"{len(jg.notes)} collective(s) not matched across ranks (a member ended before another "
+    unmatched = [x for x in jg.notes if "#" in x and " " not in x]
+    if unmatched:
+        problems.append(f"{len(unmatched)} collective(s) not matched across ranks (a member ended before another "
                         f"started: clock offset between hosts?) - replayed with their measured durations")
+    problems.extend(x for x in jg.notes if " " in x)
     all_steps = {rt.rank: [(n, (ts - origin) * 1e-6, (ts + d - origin) * 1e-6, gpu) for n, ts, d, gpu in raw.steps]
                  for raw, rt in zip(kept_raws, rts)}
     lnames = {rt.rank: [raw.names[i] for i in raw.l_nid] for raw, rt in zip(kept_raws, rts)}

@@ -132,8 +132,13 @@ def _match_collectives(ranks: list[RankGraph], offset: list[int]) -> list[tuple]
     return out
 
 
-def join(ranks: list[RankGraph]) -> JobGraph:
-    """One :class:`JobGraph` from the ranks' graphs, with collectives matched across ranks."""
+def join(ranks: list[RankGraph], *, match: bool = True) -> JobGraph:
+    """One :class:`JobGraph` from the ranks' graphs, with collectives matched across ranks.
+
+    If matching by call order closes a cycle (ranks issued one group's collectives in orders
+    that cannot all hold - a mismatched pairing), the ranks are joined again without matching
+    (each collective keeps its measured duration) and a note says so.
+    """
     offset = []
     kind, dur, start, release = [], [], [], []
     src, dst, w, fe, ek, wn = [], [], [], [], [], []
@@ -149,7 +154,7 @@ def join(ranks: list[RankGraph]) -> JobGraph:
     end_node = list(range(n_nodes))
     colls: list[Collective] = []
     notes = []
-    matched = _match_collectives(ranks, offset)
+    matched = _match_collectives(ranks, offset) if match else []
     bar_edge: dict[int, int] = {}
     remap: dict[int, int] = {}
     for grp, seq, members in matched:
@@ -200,7 +205,14 @@ def join(ranks: list[RankGraph]) -> JobGraph:
                   w=np.asarray(w, dtype=float), w_nom=np.asarray(wn, dtype=float), from_end=np.asarray(fe, dtype=bool), ekind=np.asarray(ek),
                   collectives=colls, end_node=np.asarray(end_node, dtype=np.int64), notes=notes)
     jg._bar_edge = bar_edge
-    _topo(jg)
+    try:
+        _topo(jg)
+    except TraceError:
+        if not colls:
+            raise
+        jg = join(ranks, match=False)
+        jg.notes.append(f"matching {len(colls)} collective(s) across ranks by call order made the dependency "
+                        f"graph cyclic; replayed without cross-rank matching")
     return jg
 
 

@@ -267,3 +267,18 @@ def test_launch_queue_wait_follows_the_gpu(tmp_path):
     assert res.replay.step_time_s == pytest.approx(1122 * US)
     # 2x network: C 0-500, the launch returns at 502, the next one at 512, K3 522-622
     assert res.whatifs[0].step_time_s == pytest.approx(622 * US)
+
+
+def test_cyclic_matching_falls_back_to_measured(tmp_path):
+    # rank 0 runs group A's all-reduce then group B's on one stream, rank 1 B then A: matching
+    # by call order would make each wait for the other - replayed unmatched, with a warning
+    for r, order in ((0, "AB"), (1, "BA")):
+        k = Rank(r, 2)
+        for i, g in enumerate(order):
+            k.launch("ncclDevKernel_AllReduce_RING_LL", float(i), 20, 100.0 * i, 100.0,
+                     **dict(allreduce_args(), **{"Process Group Name": g}))
+        k.write(tmp_path / f"rank-{r}.json")
+    res = replay([str(tmp_path)], whatifs=["no-comm"])
+    assert any("cyclic" in p for p in res.job.problems)
+    assert not res.job.graph.collectives
+    assert res.replay.step_time_s == pytest.approx(200 * US)
