@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ccoverlap.errors import TraceError
-from ccoverlap.replay.graph import BARRIER, CEND, GPU, RankGraph
+from ccoverlap.replay.graph import BARRIER, CEND, RankGraph
 
 
 @dataclass
