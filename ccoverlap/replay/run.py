@@ -43,7 +43,11 @@ class Scenario:
                 "comm_s": self.comm_s, "gain_s": self.gain_s, "gain_pct": self.gain_pct,
                 "per_step": {str(k): v for k, v in self.per_step.items()},
                 "per_rank": {str(r): {"step_time_s": m.step_time_s, "exposed_comm_s": m.exposed_comm_s,
-                                      "overlap_ratio": m.overlap_ratio}
+                                      "overlap_ratio": m.overlap_ratio,
+                                      "steps": {str(st): {"step_time_s": x.step_time_s,
+                                                          "exposed_comm_s": x.exposed_comm_s,
+                                                          "overlap_ratio": x.overlap_ratio}
+                                                for st, x in self.measured.steps.get(r, {}).items()}}
                              for r, m in self.measured.overall.items()}}
 
 
