@@ -112,9 +112,18 @@ class JobGraph:
         return t, end
 
 
-def _match_collectives(ranks: list[RankGraph], offset: list[int]) -> list[tuple]:
-    """(group, seq, [(rank index, local row)]) for the comm ops of groups seen on >= 2 ranks,
-    matched by their order within the group (collectives run in one order on every member)."""
+def _match_collectives(ranks: list[RankGraph], offset: list[int], *, tol_s: float = 1e-3,
+                       tol_frac: float = 0.02) -> list[tuple]:
+    """(group, seq, [(rank index, local row)]) for the comm ops of groups seen on >= 2 ranks.
+
+    Collectives of one process group run in one order on every member, and every member of a
+    call finishes at nearly the same moment (the last chunk arrives everywhere together). The
+    ops of each rank are walked in order beside the lowest rank's: two ops are one call when
+    they have the same type and end within ``tol_s + tol_frac * duration`` of each other;
+    otherwise the one that ended first has no partner here (a call cut off by the profiling
+    window, or dropped by sampling) and the walk moves past it. Clocks are taken as
+    synchronised, as ``analyze`` does.
+    """
     per_group: dict[str, dict[int, np.ndarray]] = {}
     for ri, g in enumerate(ranks):
         tl = g.rt.timeline
@@ -126,9 +135,43 @@ def _match_collectives(ranks: list[RankGraph], offset: list[int]) -> list[tuple]
     for grp, by_rank in per_group.items():
         if len(by_rank) < 2:
             continue
-        count = min(len(v) for v in by_rank.values())
-        for seq in range(count):
-            out.append((grp, seq, [(ri, int(rows[seq])) for ri, rows in by_rank.items()]))
+        ref = min(by_rank)
+        ref_rows = by_rank[ref]
+        rt_ref = ranks[ref].rt.timeline
+        partners: dict[int, list[tuple[int, int]]] = {int(i): [(ref, int(r))] for i, r in enumerate(ref_rows)}
+        for ri, rows in by_rank.items():
+            if ri == ref:
+                continue
+            tl = ranks[ri].rt.timeline
+            i = j = 0
+            while i < len(ref_rows) and j < len(rows):
+                a, b = int(ref_rows[i]), int(rows[j])
+                ea, eb = rt_ref.end_s[a], tl.end_s[b]
+                dur = min(rt_ref.end_s[a] - rt_ref.start_s[a], tl.end_s[b] - tl.start_s[b])
+                # one call: same type, ends together, and neither ended before the other started
+                ok = (rt_ref.collective[a] == tl.collective[b] and abs(ea - eb) <= tol_s + tol_frac * dur
+                      and ea >= tl.start_s[b] - 1e-6 and eb >= rt_ref.start_s[a] - 1e-6)
+                if ok and i + 1 < len(ref_rows):      # the next call of the same type fits better
+                    a2 = int(ref_rows[i + 1])
+                    ok = not (rt_ref.collective[a2] == tl.collective[b] and abs(rt_ref.end_s[a2] - eb) < abs(ea - eb)
+                              and rt_ref.end_s[a2] >= tl.start_s[b] - 1e-6)
+                if ok and j + 1 < len(rows):
+                    b2 = int(rows[j + 1])
+                    ok = not (tl.collective[b2] == rt_ref.collective[a] and abs(tl.end_s[b2] - ea) < abs(ea - eb)
+                              and tl.end_s[b2] >= rt_ref.start_s[a] - 1e-6)
+                if ok:
+                    partners[i].append((ri, b))
+                    i += 1
+                    j += 1
+                elif ea <= eb:
+                    i += 1
+                else:
+                    j += 1
+        seq = 0
+        for i in range(len(ref_rows)):
+            if len(partners[i]) >= 2:
+                out.append((grp, seq, partners[i]))
+                seq += 1
     return out
 
 
@@ -155,6 +198,16 @@ def join(ranks: list[RankGraph], *, match: bool = True) -> JobGraph:
     colls: list[Collective] = []
     notes = []
     matched = _match_collectives(ranks, offset) if match else []
+    if matched:
+        paired = {(ri, row) for _, _, mem in matched for ri, row in mem}
+        in_groups = {grp for grp, _, _ in matched}
+        alone = sum(1 for ri, g in enumerate(ranks) for row in np.flatnonzero(
+            (g.rt.timeline.kind == "comm") & np.isin(g.rt.timeline.group, list(in_groups)))
+            if (ri, int(row)) not in paired)
+        if alone:
+            notes.append(f"{alone} communication op(s) have no partner on the other ranks (same process group and "
+                         f"type, ends within 1 ms + 2%: cut off by the profiling window, dropped by sampling, or "
+                         f"clocks apart) - replayed with their measured durations")
     bar_edge: dict[int, int] = {}
     remap: dict[int, int] = {}
     for grp, seq, members in matched:

@@ -70,7 +70,7 @@ def print_report(res: ReplayResult, file: IO | None = None) -> None:
                   f"(target inferred from timing when the trace names none); launch latency "
                   f"{inf['launch_latency_us']:.1f} us")
     nc = len(job.graph.collectives)
-    con.print(f"  collectives matched across ranks (process group + call order): {nc}"
+    con.print(f"  collectives matched across ranks (process group + call order, ends aligned): {nc}"
               + ("" if len(job.rts) > 1 else " (one rank only: collective durations as measured, "
                                                "waiting for peers included)"))
     con.print(f"[bold]Recommendation:[/bold] {recommendation(res)}")

@@ -281,3 +281,21 @@ def test_cyclic_matching_falls_back_to_measured(tmp_path):
     assert any("cyclic" in p for p in res.job.problems)
     assert not res.job.graph.collectives
     assert res.replay.step_time_s == pytest.approx(200 * US)
+
+
+def test_matching_skips_a_call_missing_on_one_rank(tmp_path):
+    # rank 0 has two all-reduces (end 100 and 300); rank 1's trace lost the first: by call order
+    # rank 1's only one would pair with rank 0's first; by aligned ends it pairs with the second
+    k0 = Rank(0, 2)
+    k0.launch("ncclDevKernel_AllReduce_RING_LL", 0.0, 20, 0.0, 100.0, **allreduce_args())
+    k0.launch("ncclDevKernel_AllReduce_RING_LL", 1.0, 20, 150.0, 150.0, **allreduce_args())
+    k0.write(tmp_path / "rank-0.json")
+    k1 = Rank(1, 2)
+    k1.launch("ncclDevKernel_AllReduce_RING_LL", 0.0, 20, 250.0, 50.0, **allreduce_args())
+    k1.write(tmp_path / "rank-1.json")
+    job = load_job([str(tmp_path)])
+    assert len(job.graph.collectives) == 1
+    c = job.graph.collectives[0]
+    # transfer after the later member arrived (rank 1 at 250): 50 µs on both
+    assert np.allclose(c.xfer, [50 * US, 50 * US])
+    assert any("no partner" in p for p in job.problems)
