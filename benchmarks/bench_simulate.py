@@ -1,101 +1,150 @@
-"""How long building and simulating one training step takes.
+"""How long one simulated training step takes, through the planner's public path, against main.
 
-Workload: Llama-3-70B on 1024 H100 (128 DGX nodes), TP 8 x PP 8 x DP 16, 1F1B, global batch 256
-sequences of 8192 tokens, micro-batch 1, so 16 micro-batches per pipeline. Reports the median
-of several runs of ``build_step`` and of ``simulate`` (wall and CPU time: on a shared machine
-the wall time includes waiting for a core), the op count, the simulated step time and which
-cost model was used (``ccoverlap.cost.CostModel`` if importable, else a toy roofline).
+Targets (issue 10): one step of
 
-    python benchmarks/bench_simulate.py [--runs N] [--sp] [--schedule 1f1b|interleaved|...]
+* GPT-3 175B on 64 A100 (8 x DGX-A100), TP 8 x PP 8, interleaved 1F1B with 3 virtual stages,
+  64 micro-batches of 1 x 2048 tokens — goal <= 0.5 s;
+* Llama-3-70B on 1024 H100 (128 x DGX-H100), TP 8 x PP 8 x DP 16, 1F1B, 16 micro-batches of
+  1 x 8192 tokens — goal <= 0.2 s.
+
+Each timed run is ``ccoverlap.evaluate.simulate_workload(workload)`` — build the op graph, make
+the cost model, simulate — in a fresh subprocess per sample after one untimed warm-up run
+(imports and first-call caches are not a simulation's cost). Samples of this tree and of the
+baseline tree (default ``/work/main``, imported with ``PYTHONPATH``) are interleaved A/B so
+both see the same machine load. Prints medians of wall and CPU seconds, the op count, the
+simulated ranks, the simulated step times (they must agree) and the speed-up, plus the load
+average: on a shared machine the wall time includes waiting for a core.
+
+    python benchmarks/bench_simulate.py [--runs 5] [--baseline /work/main | --no-baseline] [--target NAME]
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+TREE = os.path.dirname(HERE)
 
-from ccoverlap.graph import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec, P2PSpec  # noqa: E402
-from ccoverlap.hardware import get_cluster  # noqa: E402
-from ccoverlap.models import get_model  # noqa: E402
-from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step  # noqa: E402
-from ccoverlap.sim import simulate  # noqa: E402
-from ccoverlap.timeline import step_time_s  # noqa: E402
+TARGETS = {
+    "gpt3-175b-64xa100": {
+        "label": "GPT-3 175B, 64 A100, TP8 PP8, interleaved x3, 64 mb",
+        "goal_s": 0.5,
+        "workload": {
+            "model": "gpt3-175b", "cluster": "dgx-a100", "nodes": 8,
+            "parallel": {"tp": 8, "pp": 8, "dp": 1, "pp_schedule": "interleaved", "virtual_stages": 3},
+            "batch": {"global_batch": 64, "micro_batch": 1, "seq_len": 2048},
+        },
+    },
+    "llama3-70b-1024xh100": {
+        "label": "Llama-3-70B, 1024 H100, TP8 PP8 DP16, 1F1B, 16 mb",
+        "goal_s": 0.2,
+        "workload": {
+            "model": "llama-3-70b", "cluster": "dgx-h100", "nodes": 128,
+            "parallel": {"tp": 8, "pp": 8, "dp": 16, "pp_schedule": "1f1b"},
+            "batch": {"global_batch": 256, "micro_batch": 1, "seq_len": 8192},
+        },
+    },
+}
 
 
-class ToyCost:
-    """flops / 800 TFLOP/s, bytes / 3 TB/s, collectives bytes / 50 GB/s (no contention)."""
+def worker(target: str, runs: int) -> int:
+    """Time ``runs`` simulations of ``target`` (after one warm-up) in this process; print JSON."""
+    from ccoverlap.evaluate import simulate_workload
+    from ccoverlap.timeline import step_time_s
+    from ccoverlap.workload import workload_from_mapping
 
-    def duration_s(self, spec, concurrent):
-        """Seconds of ``spec`` (``concurrent`` ignored)."""
-        if isinstance(spec, (CollectiveSpec, P2PSpec)):
-            return spec.bytes / 50e9
-        if isinstance(spec, (GemmSpec, AttentionSpec)):
-            return spec.flops / 800e12
-        if isinstance(spec, MemorySpec):
-            return spec.bytes / 3e12
-        return 0.0
+    w = workload_from_mapping(TARGETS[target]["workload"], source=target)
+    step, tl = simulate_workload(w)  # warm-up: imports, first-call caches
+    wall, cpu = [], []
+    for _ in range(runs):
+        del step, tl
+        w0, c0 = time.perf_counter(), time.process_time()
+        step, tl = simulate_workload(w)
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    import ccoverlap
+    print(json.dumps({"wall": wall, "cpu": cpu, "ops": len(step.graph), "ranks": len(step.simulated_ranks),
+                      "step_s": step_time_s(tl), "module": ccoverlap.__file__}))
+    return 0
 
 
-def cost_model(cluster):
-    """The real cost model when importable, else the toy one; with a label saying which."""
+def _sample(tree: str, target: str, runs: int) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = tree + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", target, "--runs", str(runs)],
+                         env=env, cwd=tree, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"benchmark worker failed in {tree}:\n{out.stderr}")
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    if not data["module"].startswith(os.path.abspath(tree)):
+        raise SystemExit(f"worker for {tree} imported ccoverlap from {data['module']}")
+    return data
+
+
+def _commit(tree: str) -> str:
     try:
-        from ccoverlap.cost import CostModel
-    except ImportError:
-        return ToyCost(), "toy roofline (ccoverlap.cost not importable)"
-    return CostModel(cluster), "ccoverlap.cost.CostModel (default parameters)"
+        return subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
 
 
 def main(argv=None) -> int:
-    """Run the benchmark and print medians (seconds)."""
+    """Run the A/B benchmark and print its table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--sp", action="store_true", help="sequence parallelism (more TP collectives per layer)")
-    ap.add_argument("--schedule", default="1f1b")
-    ap.add_argument("--toy", action="store_true", help="use the toy cost model even if the real one imports")
+    ap.add_argument("--runs", type=int, default=5, help="timed samples per tree and target (>= 5 for the table)")
+    ap.add_argument("--baseline", default="/work/main", help="source tree to compare with (its ccoverlap package)")
+    ap.add_argument("--no-baseline", action="store_true", help="time this tree only")
+    ap.add_argument("--target", choices=sorted(TARGETS), action="append", help="only these targets")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args.worker, args.runs)
 
-    model = get_model("Llama-3-70B")
-    cluster = get_cluster("dgx-h100", nodes=128)
-    parallel = ParallelConfig(tp=8, pp=8, dp=16, sequence_parallel=args.sp, pp_schedule=args.schedule,
-                              virtual_stages=2 if args.schedule == "interleaved" else 1)
-    batch = BatchConfig(global_batch=256, micro_batch=1, seq_len=8192)
-    knobs = OverlapKnobs()
-    build_wall, build_cpu, sim_wall, sim_cpu, total_wall = [], [], [], [], []
-    label = ""
-    for _ in range(args.runs):
-        cost, label = (ToyCost(), "toy roofline (--toy)") if args.toy else cost_model(cluster)
-        gc.collect()
-        w0, c0 = time.perf_counter(), time.process_time()
-        step = build_step(model, parallel, batch, cluster, knobs)
-        w1, c1 = time.perf_counter(), time.process_time()
-        tl = simulate(step.graph, cost)
-        w2, c2 = time.perf_counter(), time.process_time()
-        build_wall.append(w1 - w0)
-        build_cpu.append(c1 - c0)
-        sim_wall.append(w2 - w1)
-        sim_cpu.append(c2 - c1)
-        total_wall.append(w2 - w0)
-        n_ops = len(step.graph)
-        t_step = step_time_s(tl)
-        del step, tl
+    trees = [("this", TREE)]
+    if not args.no_baseline and os.path.isdir(os.path.join(args.baseline, "ccoverlap")):
+        trees.append(("baseline", os.path.abspath(args.baseline)))
+    targets = args.target or list(TARGETS)
+    results: dict = {(t, name): {"wall": [], "cpu": []} for t in targets for name, _ in trees}
+    for t in targets:
+        for _ in range(args.runs):  # interleaved A/B: one sample of each tree in turn
+            for name, tree in trees:
+                d = _sample(tree, t, 1)
+                r = results[(t, name)]
+                r["wall"] += d["wall"]
+                r["cpu"] += d["cpu"]
+                r.update(ops=d["ops"], ranks=d["ranks"], step_s=d["step_s"])
 
     med = statistics.median
-    print(f"workload : {model.name}, {cluster.world_size} x {cluster.gpu.name}, TP{parallel.tp} x PP{parallel.pp} x "
-          f"DP{parallel.dp}, {parallel.pp_schedule}, SP={parallel.sequence_parallel}, "
-          f"{batch.microbatches(parallel.dp)} micro-batches of {batch.micro_batch} x {batch.seq_len} tokens")
-    print(f"cost     : {label}")
-    print(f"graph    : {n_ops} ops on {parallel.pp} simulated ranks")
-    print(f"runs     : {args.runs} (median; wall / CPU seconds)")
-    print(f"build    : {med(build_wall):.3f} s / {med(build_cpu):.3f} s")
-    print(f"simulate : {med(sim_wall):.3f} s / {med(sim_cpu):.3f} s")
-    print(f"total    : {med(total_wall):.3f} s wall (min {min(total_wall):.3f} s)")
-    print(f"step     : {t_step:.3f} s simulated")
+    print(f"one simulated step through ccoverlap.evaluate.simulate_workload (build + cost model + simulate); "
+          f"median of {args.runs} samples, interleaved A/B")
+    print("trees: " + ", ".join(f"{name} = {tree} @ {_commit(tree)}" for name, tree in trees))
+    print(f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    header = (f"{'target':<52} {'tree':<8} {'ops':>7} {'sim ranks':>9} {'wall (s)':>9} {'CPU (s)':>8} "
+              f"{'min wall':>8} {'goal (s)':>8} {'met wall/CPU':>12} {'vs baseline':>11} {'simulated step (s)':>18}")
+    print(header)
+    print("-" * len(header))
+    for t in targets:
+        base = results.get((t, "baseline"))
+        for name, _ in trees:
+            r = results[(t, name)]
+            w = med(r["wall"])
+            speed = f"{med(base['wall']) / w:.2f}x" if base and name == "this" else ""  # wall-time ratio
+            goal = TARGETS[t]["goal_s"]
+            met = f"{'yes' if w <= goal else 'no'}/{'yes' if med(r['cpu']) <= goal else 'no'}"
+            print(f"{TARGETS[t]['label']:<52} {name:<8} {r['ops']:>7} {r['ranks']:>9} {w:>9.3f} {med(r['cpu']):>8.3f} "
+                  f"{min(r['wall']):>8.3f} {goal:>8.2f} {met:>12} {speed:>11} "
+                  f"{r['step_s']:>18.6f}")
+        if base:
+            a, b = results[(t, "this")]["step_s"], base["step_s"]
+            if abs(a - b) > 1e-6 * abs(b):
+                print(f"  !! {t}: simulated step differs from the baseline's ({a!r} vs {b!r})")
     return 0
 
 

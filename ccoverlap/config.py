@@ -51,6 +51,23 @@ def read_config_file(path: str | os.PathLike) -> dict:
     return data
 
 
+def read_json_object(path: str | os.PathLike, what: str = "file") -> dict:
+    """A JSON file whose top level is an object, as a dict. ConfigError names the file: missing
+    (``no such WHAT``), not JSON (line and column), or not an object. The one reader of
+    calibration files (:meth:`ccoverlap.cost.CostParams.load`,
+    :func:`ccoverlap.calibrate.fileformat.read`)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: no such {what}")
+    try:
+        data = json.loads(p.read_text(errors="replace"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a JSON object at the top level, got {type(data).__name__}")
+    return data
+
+
 def check_keys(data: Any, allowed: Iterable[str], where: str, *, what: str = "field") -> dict:
     """``data`` itself if it is a mapping whose keys are all in ``allowed``; otherwise one
     ConfigError naming ``where`` and every unknown key (``what``: the word for a key)."""

@@ -17,13 +17,12 @@ workload, its cost model built once, and the simulation cache).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
 from ccoverlap.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
-from ccoverlap.planner import FunctionStrategy, Planner, ProgressFn, Strategy, StrategyRegistry  # noqa: F401
+from ccoverlap.planner import FunctionStrategy, Planner, ProgressFn, Strategy, StrategyRegistry, workload_key  # noqa: F401
 from ccoverlap.workload import Workload
 
 
@@ -31,24 +30,20 @@ def knob_space(w: Workload) -> dict[str, list[Any]]:
     """The overlap knobs worth searching for this workload's parallelism, with candidate values."""
     p = w.parallel
     space: dict[str, list[Any]] = {}
-    if p.dp > 1 and p.data_parallel == "ddp":
+    if p.ddp_enabled:
         space["bucket_cap_mb"] = [5, 10, 25, 50, 100, 200]
-    if p.dp > 1 and p.data_parallel == "fsdp":
+    if p.fsdp_enabled:
         space["fsdp_prefetch"] = [0, 1, 2, 3]
         space["fsdp_limit_all_gathers"] = [1, 2, 4]
         space["fsdp_reshard_after_forward"] = [True, False]
-    if p.tp > 1:
+    if p.tp_enabled:
         space["tp_overlap"] = ["none", "chunked"]
         space["tp_chunks"] = [2, 4, 8]
-    if p.ep > 1:
+    if p.ep_enabled:
         space["ep_overlap"] = [False, True]
-    if p.pp > 1:
+    if p.pp_enabled:
         space["pp_p2p_overlap"] = [False, True]
     return space
-
-
-def _knobs_key(w: Workload) -> str:
-    return json.dumps(w.knobs.to_dict(), sort_keys=True, default=str)
 
 
 def search_best_knobs(planner: Planner, w: Workload | None = None, *, progress: ProgressFn | None = None,
@@ -60,33 +55,35 @@ def search_best_knobs(planner: Planner, w: Workload | None = None, *, progress: 
     w = planner.workload if w is None else w
     space = knob_space(w)
     best_w = replace(w, knobs=replace(w.knobs, overlap=True))
-    best = planner.evaluate(best_w, "best-knobs", keep_timeline=True)
-    evaluated = {_knobs_key(best_w)}
+    best = planner.evaluate(best_w, "best-knobs")
+    evaluated = {workload_key(best_w)}
     n_evals = 1
     total = sum(len(v) for v in space.values()) * max_rounds
     done = 0
     for _ in range(max_rounds):
         improved = False
         for knob, values in space.items():
+            # the values of one knob are independent candidates (each replaces only this knob
+            # of the current best), so they are simulated together, in parallel where possible
+            cands = []
             for value in values:
-                done += 1
-                if progress:
-                    progress(done, total, f"{knob}={value}")
                 cand_w = replace(best_w, knobs=replace(best_w.knobs, **{knob: value}))
-                key = _knobs_key(cand_w)
-                if key in evaluated:
-                    continue
-                res = planner.evaluate(cand_w, "best-knobs", keep_timeline=True)
-                n_evals += 1
-                evaluated.add(key)
+                key = workload_key(cand_w)
+                if key not in evaluated:
+                    evaluated.add(key)
+                    cands.append((value, cand_w))
+            results = planner.evaluate_many([c for _, c in cands], "best-knobs")
+            n_evals += len(cands)
+            done += len(values)
+            if progress:
+                progress(done, total, f"{knob}")
+            for (value, cand_w), res in zip(cands, results):
                 better = res.step_time_s < best.step_time_s * (1 - 1e-9)
                 if res.fits_memory and (better or not best.fits_memory):
-                    best.timeline = None
                     best_w, best, improved = cand_w, res, True
-                else:
-                    res.timeline = None
         if not improved:
             break
+    best = planner.evaluate(best_w, "best-knobs", keep_timeline=True)
     return best_w, best, n_evals
 
 
@@ -143,9 +140,13 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
     planner = planner or Planner(w, progress=progress)
     registry = registry if registry is not None else default_registry()
     chosen = registry.select(list(extra) if extra is not None else None)
+    seconds: dict[str, float] = {}
+    t = time.perf_counter()
     as_given = AS_GIVEN.run(planner, w)
     no_overlap = NO_OVERLAP.run(planner, w)
+    t, seconds["as-given+no-overlap"] = time.perf_counter(), time.perf_counter() - t
     best_w, best, _ = search_best_knobs(planner, w, progress=progress)
+    t, seconds["best-knobs"] = time.perf_counter(), time.perf_counter() - t
     changed = {k: v for k, v in best_w.knobs.to_dict().items() if w.knobs.to_dict().get(k) != v}
     best.note = ("changed: " + ", ".join(f"{k}={v}" for k, v in changed.items())) if changed else "as given is best"
     strategies = [as_given, no_overlap, best]
@@ -153,11 +154,12 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
         if progress:
             progress(i, len(chosen), f"strategy {strat.name}")
         res = strat.run(planner, best_w)
+        t, seconds[strat.name] = time.perf_counter(), time.perf_counter() - t
         if res is not None:
             strategies.append(res)
     sims = planner.simulations + planner.graph_simulations
     return PlanResult(workload=w, strategies=strategies, simulations=sims, seconds=time.perf_counter() - t0,
-                      best_workload=best_w, stats=planner.stats())
+                      best_workload=best_w, stats={**planner.stats(), "seconds": seconds})
 
 
 def recommendation(result: PlanResult) -> str:

@@ -18,6 +18,8 @@ simulator, the step builder and the summary definitions of :mod:`ccoverlap.evalu
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
@@ -36,11 +38,23 @@ def _hashable(x):
         return repr(x)
 
 
+def effective_knobs(knobs, parallel):
+    """``knobs`` with the values the step builder ignores set to their defaults, so that two
+    configurations building the same step share one cache entry: ``tp_chunks`` is read only with
+    ``tp_overlap="chunked"`` and tp > 1 (:mod:`ccoverlap.parallel.tp`; the memory estimate
+    does not read it)."""
+    defaults = type(knobs)()
+    if knobs.tp_overlap != "chunked" or parallel.tp <= 1:
+        return replace(knobs, tp_chunks=defaults.tp_chunks)
+    return knobs
+
+
 def workload_key(w) -> tuple:
-    """What a step simulation depends on: model, cluster, parallelism, batch, knobs (frozen
-    dataclasses; those holding dicts are keyed by their repr). The calibration enters through
-    the planner's cost model."""
-    return tuple(_hashable(x) for x in (w.model, w.cluster, w.parallel, w.batch, w.knobs,
+    """What a step simulation depends on: model, cluster, parallelism, batch, the knobs the
+    step builder reads (:func:`effective_knobs`) (frozen dataclasses; those holding dicts are
+    keyed by their repr). The calibration enters through the planner's cost model."""
+    knobs = effective_knobs(w.knobs, w.parallel)
+    return tuple(_hashable(x) for x in (w.model, w.cluster, w.parallel, w.batch, knobs,
                                         getattr(w, "framework", None)))
 
 
@@ -52,14 +66,18 @@ class Planner:
     ``keep_timelines``: how many simulated timelines the cache holds (least recently used
     dropped first; summaries are kept for every configuration simulated).
     ``progress``: called as ``progress(done, total, what)`` by long searches.
+    ``jobs``: processes for independent candidates (:meth:`map`); default: the CPUs this
+    process may use (1 = everything in this process).
 
     Counters: ``simulations`` (full step simulations run), ``cache_hits`` (simulations avoided
     because the same configuration had been simulated), ``graph_simulations`` (simulations of
     graphs a decider rewrote, which are not cached).
     """
 
-    def __init__(self, workload, *, cost=None, keep_timelines: int = 4, progress: ProgressFn | None = None):
+    def __init__(self, workload, *, cost=None, keep_timelines: int = 4, progress: ProgressFn | None = None,
+                 jobs: int | None = None):
         self.workload = workload
+        self.jobs = default_jobs() if jobs is None else max(1, int(jobs))
         self.cost = cost if cost is not None else cost_model_for(workload)
         self.progress = progress
         self.keep_timelines = max(1, int(keep_timelines))
@@ -133,7 +151,38 @@ class Planner:
         else:
             self.cache_hits += 1
         tl = self._timelines.get(key) if keep_timeline else None
-        return replace(base, name=name, note=note, knobs=dict(base.knobs), timeline=tl)
+        return replace(base, name=name, note=note, knobs=w.knobs.to_dict(), timeline=tl)
+
+    def map(self, fn: Callable[[int], Any], n: int) -> list:
+        """``[fn(0), ..., fn(n - 1)]`` for independent candidates, in up to ``jobs`` forked
+        processes (each inherits this planner and its cache; results come back pickled, so
+        ``fn`` should return small values: step times, summaries without timelines). Runs in
+        this process when ``jobs`` is 1, ``n`` < 2, fork is unavailable, or already in a worker.
+        Simulations done in workers are not added to this planner's cache."""
+        global _MAP_TASK
+        jobs = min(self.jobs, n)
+        if jobs < 2 or _IN_WORKER or "fork" not in mp.get_all_start_methods():
+            return [fn(i) for i in range(n)]
+        from concurrent.futures import ProcessPoolExecutor
+
+        _MAP_TASK = fn
+        try:
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"),
+                                     initializer=_mark_worker) as ex:
+                return list(ex.map(_run_task, range(n)))
+        finally:
+            _MAP_TASK = None
+
+    def evaluate_many(self, ws: list, name: str) -> list[StrategyResult]:
+        """:meth:`evaluate` of each workload in ``ws`` (no timelines), the uncached ones in
+        parallel (:meth:`map`); their summaries join this planner's cache."""
+        todo = [i for i, w in enumerate(ws) if workload_key(w) not in self._summaries]
+        if len(todo) > 1 and self.jobs > 1 and not _IN_WORKER:
+            done = self.map(lambda j: self.evaluate(ws[todo[j]], name), len(todo))
+            for j, res in zip(todo, done):
+                self._summaries[workload_key(ws[j])] = replace(res, timeline=None)
+            self.simulations += len(todo)
+        return [self.evaluate(w, name) for w in ws]
 
     def summarize(self, name: str, w, step, timeline, **kw) -> StrategyResult:
         """:func:`ccoverlap.evaluate.summarize` (same definitions for every strategy)."""
@@ -143,6 +192,33 @@ class Planner:
         """Counters, for reports: simulations, graph simulations, cache hits."""
         return {"simulations": self.simulations, "graph_simulations": self.graph_simulations,
                 "cache_hits": self.cache_hits}
+
+
+# ----------------------------------------------------------------------------- processes
+
+_MAP_TASK: Callable[[int], Any] | None = None
+_IN_WORKER = False
+
+
+def _mark_worker() -> None:
+    global _IN_WORKER
+    _IN_WORKER = True
+
+
+def _run_task(i: int):
+    assert _MAP_TASK is not None
+    return _MAP_TASK(i)
+
+
+def default_jobs() -> int:
+    """CPUs this process may run on (``CCOVERLAP_JOBS`` overrides; 1 = no worker processes)."""
+    env = os.environ.get("CCOVERLAP_JOBS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 # ----------------------------------------------------------------------------- strategies

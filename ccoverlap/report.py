@@ -12,7 +12,10 @@ def _gib(x: float) -> str:
 
 def plan_table(payload: dict, console: Console | None = None) -> None:
     """Print the ``plan`` comparison table, R, the recommendation and the files written."""
-    console = console or Console()
+    if console is None:
+        from ccoverlap.console import make_console
+
+        console = make_console()
     console.print(f"[bold]{payload['workload']}[/bold]  ({payload['source']})")
     table = Table(show_lines=False)
     for col, justify in (("strategy", "left"), ("step (ms)", "right"), ("tokens/s", "right"), ("MFU", "right"),
@@ -36,5 +39,35 @@ def plan_table(payload: dict, console: Console | None = None) -> None:
                   f"({'communication-bound' if r < 1 else 'compute can hide communication'})")
     console.print(f"[bold]Recommendation:[/bold] {payload['recommendation']}")
     console.print(f"{payload['simulations']} simulations in {payload['search_seconds']:.1f} s")
+    for name, path in payload["files"].items():
+        console.print(f"  {name}: {path}")
+
+
+def search_table(payload: dict, console: Console | None = None, show: int = 15) -> None:
+    """Print the ``plan --search`` ranking: the simulated layouts fastest first, then counts."""
+    if console is None:
+        from ccoverlap.console import make_console
+
+        console = make_console()
+    console.print(f"[bold]layout search:[/bold] {payload['workload']}")
+    table = Table(show_lines=False)
+    for col, justify in (("#", "right"), ("layout", "left"), ("step (ms)", "right"), ("tokens/s", "right"),
+                         ("MFU", "right"), ("exposed comm (ms)", "right"), ("mem (GiB)", "right"),
+                         ("screen est. (ms)", "right"), ("knobs changed", "left")):
+        table.add_column(col, justify=justify)
+    for i, c in enumerate(payload["ranked"][:show], 1):
+        t = c["best_knobs_step_time_s"] if c["best_knobs_step_time_s"] is not None else c["step_time_s"]
+        knobs = c["best_knobs"]
+        knob_txt = "-" if knobs is None else (", ".join(f"{k}={v}" for k, v in knobs.items()) or "defaults best")
+        table.add_row(str(i), c["label"], f"{t * 1e3:.1f}", f"{c['tokens_per_s']:,.0f}", f"{c['mfu']:.1%}",
+                      f"{c['exposed_comm_s'] * 1e3:.1f}", _gib(c["memory_bytes"]), f"{c['estimate_s'] * 1e3:.1f}",
+                      knob_txt, style="bold green" if i == 1 else None)
+    console.print(table)
+    console.print(f"{payload['enumerated']} legal layouts, {payload['fitting']} fit in memory, "
+                  f"{payload['simulated']} simulated, {payload['pruned_by_bound']} skipped because their "
+                  f"screening estimate exceeds the best simulated step "
+                  f"({payload['bound_violations']} simulated below their estimate), {payload['seconds']:.1f} s")
+    for n in payload["notes"]:
+        console.print(f"  note: {n}", highlight=False)
     for name, path in payload["files"].items():
         console.print(f"  {name}: {path}")

@@ -17,11 +17,15 @@ dependencies.
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 from typing import Callable, Protocol, Sequence
 
+import numpy as np
+
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import CollectiveSpec, Op, OpGraph, P2PSpec, Spec
+from ccoverlap.graph import COMPUTE, CollectiveSpec, OpGraph, P2PSpec, Spec, gc_paused, kind_of
 from ccoverlap.timeline import Timeline, TimelineBuilder
 
 
@@ -40,130 +44,345 @@ def simulate(graph: OpGraph, cost: CostModel, *, progress: ProgressFn | None = N
     """Play ``graph`` on its streams under ``cost``; return the Timeline of the step.
 
     Raises :class:`ConfigError` if the graph deadlocks (a dependency cycle through stream
-    order), naming a stuck op.
+    order), naming a stuck op. (See :func:`_simulate` for how it is made fast.)
+    """
+    with gc_paused():
+        return _simulate(graph, cost, progress)
+
+
+def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> Timeline:
+    """:func:`simulate`'s event loop. Speed notes (the semantics are the module docstring's):
+    specs are interned once (ops stamped from one template share one spec object), so
+    durations are cached per (spec index, indices of the concurrent specs); streams are small
+    integers; and a run of ops that follow each other alone on a rank is timed in one pass
+    (``plan_span``), replayed into ordinary state if anything else happens on that rank first.
     """
     ops = graph.ops
     n = len(ops)
     if n == 0:
         return TimelineBuilder().build(meta=dict(graph.meta))
 
-    # per-stream FIFO queues and the position of each op in its queue
-    queues: dict[tuple[int, str], list[int]] = {}
-    for op in ops:
-        queues.setdefault((op.rank, op.stream), []).append(op.op_id)
-    head = {key: 0 for key in queues}
-    stream_busy = {key: False for key in queues}
+    # ---- static tables (list comprehensions and numpy: no per-op Python statements)
+    op_rank = [op.rank for op in ops]
+    stream_ids: dict[tuple[int, str], int] = {}
+    op_stream = [stream_ids.setdefault(k, len(stream_ids)) for k in zip(op_rank, [op.stream for op in ops])]
+    stream_rank = [r for r, _ in stream_ids]
+    n_streams = len(stream_ids)
+    sarr = np.asarray(op_stream, dtype=np.int64)
+    order = np.argsort(sarr, kind="stable")
+    counts = np.bincount(sarr, minlength=n_streams)
+    firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n) - np.repeat(firsts, counts)
+    op_pos = pos.tolist()  # position of every op in its stream's queue
+    order_l = order.tolist()
+    queues = [order_l[a:a + c] for a, c in zip(firsts.tolist(), counts.tolist())]
+    # specs interned by value: ops stamped from one template share one spec object
+    spec_objs = [op.spec for op in ops]
+    spec_of_value: dict = {}
+    specs: list = []
+    index_of_id: dict[int, int] = {id(None): -1}
+    for obj in {id(x): x for x in spec_objs}.values():
+        if obj is not None:
+            si = spec_of_value.get(obj)
+            if si is None:
+                si = spec_of_value[obj] = len(specs)
+                specs.append(obj)
+            index_of_id[id(obj)] = si
+    op_spec = [index_of_id[id(x)] for x in spec_objs]  # -1 without a spec
+    # duration override (seconds) or 0 for an op without a spec, else None (ask the cost model)
+    fixed = [d if d is not None else (0.0 if si < 0 else None)
+             for d, si in zip([op.duration_s for op in ops], op_spec)]
+    deps_of = [op.deps for op in ops]
+    waiting_deps = [len(d) for d in deps_of]
+    src = np.fromiter(itertools.chain.from_iterable(deps_of), dtype=np.int64, count=sum(waiting_deps))
+    dst = np.repeat(np.arange(n), waiting_deps)
+    by_src = np.argsort(src, kind="stable")
+    dst_l = dst[by_src].tolist()
+    ptr = np.concatenate(([0], np.cumsum(np.bincount(src, minlength=n)))).tolist()
+    dependents = [dst_l[a:b] for a, b in zip(ptr[:-1], ptr[1:])]
+    # simple[i]: the op that surely starts, alone, when i ends (i's only dependent, waiting on
+    # i only, next on i's stream), else -1
+    simple = [ds[0] if len(ds) == 1 and waiting_deps[ds[0]] == 1 and op_stream[ds[0]] == op_stream[i]
+              and op_pos[ds[0]] == op_pos[i] + 1 else -1 for i, ds in enumerate(dependents)]
+    n_streams = len(queues)
+    head = [0] * n_streams
+    busy = [False] * n_streams
 
-    waiting_deps = [len(op.deps) for op in ops]
-    dependents: list[list[int]] = [[] for _ in range(n)]
-    for op in ops:
-        for d in op.deps:
-            dependents[d].append(op.op_id)
+    alone: list = [None] * len(specs)  # seconds of each spec on an idle GPU (filled lazily)
+    shared: dict[tuple, float] = {}  # (spec index, concurrent spec indices) -> seconds
+
+    together: dict[tuple, list] = {}  # spec indices running together -> each one's seconds
+
+    def duration_of_spec(si: int, others: tuple) -> float:
+        """Seconds of spec ``si`` beside the specs ``others`` (cached)."""
+        key = (si, others)
+        d = shared.get(key)
+        if d is None:
+            d = float(cost.duration_s(specs[si], tuple(specs[j] for j in others)))
+            if not d >= 0.0:
+                raise ConfigError(f"cost model gave a negative or NaN duration for {type(specs[si]).__name__} "
+                                  f"{specs[si]!r}")
+            shared[key] = d
+        return d
+
+    def duration(i: int, others: tuple) -> float:
+        f = fixed[i]
+        if f is not None:
+            return f
+        si = op_spec[i]
+        if not others:
+            d = alone[si]
+            if d is not None:
+                return d
+        else:
+            key = (si, others)
+            d = shared.get(key)
+            if d is not None:
+                return d
+        d = float(cost.duration_s(specs[si], tuple(specs[j] for j in others)))
+        if not d >= 0.0:
+            raise ConfigError(f"cost model gave a negative or NaN duration for op {ops[i].name!r}")
+        if others:
+            shared[(si, others)] = d
+        else:
+            alone[si] = d
+        return d
 
     start = [0.0] * n
     end = [0.0] * n
     done = [False] * n
-    # running state per rank: op_id -> [remaining_fraction, rate, last_update_time, version]
+    # running ops per rank, in start order: op_id -> [remaining_fraction, rate, last_update_time]
     running: dict[int, dict[int, list[float]]] = {}
     heap: list[tuple[float, int, int]] = []  # (finish_time, version, op_id)
     version = [0] * n
-    duration_cache: dict[tuple, float] = {}
+    inf = float("inf")
+    push = heapq.heappush
+    # Quiet-rank spans: rank -> (op ids, their end times, state of the first op when planned).
+    spans: dict[int, tuple[list[int], list[float], list[float]]] = {}
+    finished = 0
 
-    def duration_of(op: Op, others: list[Op]) -> float:
-        if op.duration_s is not None:
-            return op.duration_s
-        if op.spec is None:
-            return 0.0
-        concurrent = tuple(o.spec for o in others if o.spec is not None)
-        key = (op.spec, concurrent)
-        d = duration_cache.get(key)
-        if d is None:
-            d = float(cost.duration_s(op.spec, concurrent))
-            if not d >= 0.0:
-                raise ConfigError(f"cost model gave a negative or NaN duration for op {op.name!r}")
-            duration_cache[key] = d
-        return d
+    def plan_span(rank: int, i0: int, state: list, f0: float) -> bool:
+        """``i0`` runs alone on ``rank`` and ends at ``f0``. Follow the ops that will run one
+        after the other, each alone on the rank, as long as each one's end starts exactly one
+        op of this rank and nothing elsewhere: their times are then known now (each runs at
+        its stand-alone speed). Record them as a span with one heap event at its end. Returns
+        False (and plans nothing) when the span would hold ``i0`` only."""
+        ids = [i0]
+        ends = [f0]
+        lwait: dict[int, int] = {}
+        lhead: dict[int, int] = {}
+        i, t = i0, f0
+        while True:
+            sid = op_stream[i]
+            pos = op_pos[i] + 1  # i heads its stream: the stream's head once i is done
+            lhead[sid] = pos
+            j = simple[i]
+            if j >= 0:
+                d = fixed[j]
+                if d is None:
+                    d = alone[op_spec[j]]
+                    if d is None:
+                        d = duration(j, ())
+                t = t + d
+                ids.append(j)
+                ends.append(t)
+                i = j
+                continue
+            nxt = -1
+            many = False
+            for c in dependents[i]:
+                if op_rank[c] != rank:
+                    many = True
+                    break
+                w = lwait.get(c, waiting_deps[c]) - 1
+                lwait[c] = w
+                if w == 0:
+                    csid = op_stream[c]
+                    if op_pos[c] == lhead.get(csid, head[csid]):
+                        if nxt >= 0:
+                            many = True
+                            break
+                        nxt = c
+            if many:
+                break
+            q = queues[sid]
+            if pos < len(q):
+                c = q[pos]
+                if c != nxt and lwait.get(c, waiting_deps[c]) == 0:
+                    if nxt >= 0:
+                        break
+                    nxt = c
+            if nxt < 0:
+                break
+            d = duration(nxt, ())
+            t = t + d
+            ids.append(nxt)
+            ends.append(t)
+            i = nxt
+        if len(ids) == 1:
+            return False
+        del running[rank][i0]
+        version[i0] += 1  # an event pushed for i0 while it had company no longer holds
+        spans[rank] = (ids, ends, state)
+        last = ids[-1]
+        version[last] += 1
+        push(heap, (t, version[last], last))
+        return True
+
+    def open_span(rank: int, now: float, whole: bool) -> None:
+        """Turn ``rank``'s span back into ordinary running state at ``now``: its ops that ended
+        by then are booked, the one running becomes a running op again (``whole``: the span's
+        end event is being handled, so every op but the last is booked and the last runs)."""
+        ids, ends, state0 = spans.pop(rank)
+        last = ids[-1]
+        if not whole:
+            version[last] += 1  # its end event no longer holds
+        stop = len(ids) - 1
+        if whole:
+            k = stop
+        else:
+            k = bisect.bisect_right(ends, now, 0, stop)  # ops 0..k-1 ended by now
+        # book the ends of the span ops that had no effect outside the span
+        nonlocal finished
+        finished += k
+        prev = -1.0
+        for oid, t in zip(ids[:k], ends):
+            if prev >= 0.0:
+                start[oid] = prev
+            prev = t
+            done[oid] = True
+            end[oid] = t
+            sid = op_stream[oid]
+            busy[sid] = False
+            head[sid] += 1
+            for dep in dependents[oid]:
+                waiting_deps[dep] -= 1
+        cur = ids[k]
+        if k == 0:
+            st = state0
+        else:
+            start[cur] = ends[k - 1]
+            busy[op_stream[cur]] = True
+            d = duration(cur, ())
+            st = [1.0, inf if d <= 0.0 else 1.0 / d, ends[k - 1]]
+        run = running.get(rank)
+        if run is None:
+            run = running[rank] = {}
+        run[cur] = st
 
     def reschedule(rank: int, now: float) -> None:
         """Re-evaluate the speeds of every running op on ``rank`` at time ``now``."""
         run = running.get(rank)
         if not run:
             return
-        members = [ops[i] for i in run]
-        for op in members:
-            state = run[op.op_id]
+        if len(run) == 1:
+            for oid, state in run.items():
+                remaining = state[0] - (now - state[2]) * state[1]
+                d = duration(oid, ())
+                rate = inf if d <= 0.0 else 1.0 / d
+                state[0] = remaining if remaining > 0.0 else 0.0
+                state[1] = rate
+                state[2] = now
+                f = now if rate == inf else now + state[0] / rate
+            if plan_span(rank, oid, state, f):
+                return
+            version[oid] += 1
+            push(heap, (f, version[oid], oid))
+            return
+        members = list(run)
+        cspec = tuple([op_spec[m] for m in members])
+        ds = together.get(cspec)
+        if ds is None:  # each member's seconds beside the others (by spec; overrides below)
+            ds = together[cspec] = [
+                None if s < 0 else duration_of_spec(s, tuple(x for j, x in enumerate(cspec) if j != k and x >= 0))
+                for k, s in enumerate(cspec)]
+        for k, oid in enumerate(members):
+            state = run[oid]
             remaining = state[0] - (now - state[2]) * state[1]
-            others = [o for o in members if o.op_id is not op.op_id]
-            d = duration_of(op, others)
-            rate = float("inf") if d <= 0.0 else 1.0 / d
-            state[0] = max(remaining, 0.0)
+            d = fixed[oid]
+            if d is None:
+                d = ds[k]
+            rate = inf if d <= 0.0 else 1.0 / d
+            state[0] = remaining if remaining > 0.0 else 0.0
             state[1] = rate
             state[2] = now
-            version[op.op_id] += 1
-            finish = now if rate == float("inf") else now + state[0] / rate
-            heapq.heappush(heap, (finish, version[op.op_id], op.op_id))
+            version[oid] += 1
+            push(heap, (now if rate == inf else now + state[0] / rate, version[oid], oid))
 
-    def try_start(key: tuple[int, str], now: float, touched: set[int]) -> None:
-        if stream_busy[key]:
+    def try_start(sid: int, now: float, touched: set) -> None:
+        if busy[sid]:
             return
-        q = queues[key]
-        h = head[key]
+        q = queues[sid]
+        h = head[sid]
         if h >= len(q):
             return
         op_id = q[h]
         if waiting_deps[op_id]:
             return
-        stream_busy[key] = True
+        busy[sid] = True
         start[op_id] = now
-        running.setdefault(key[0], {})[op_id] = [1.0, 0.0, now]
-        touched.add(key[0])
+        rank = stream_rank[sid]
+        run = running.get(rank)
+        if run is None:
+            run = running[rank] = {}
+        run[op_id] = [1.0, 0.0, now]
+        touched.add(rank)
 
     now = 0.0
     touched: set[int] = set()
-    for key in queues:
-        try_start(key, now, touched)
+    for sid in range(n_streams):
+        try_start(sid, now, touched)
     for rank in touched:
         reschedule(rank, now)
 
-    finished = 0
+    pop = heapq.heappop
+    report_at = 4096
     while heap:
-        finish, ver, op_id = heapq.heappop(heap)
+        finish, ver, op_id = pop(heap)
         if ver != version[op_id] or done[op_id]:
             continue
         now = finish
         # finish every op whose (valid) event is at this same instant before rescheduling
         batch = [op_id]
         while heap and heap[0][0] <= now:
-            f2, v2, o2 = heapq.heappop(heap)
+            f2, v2, o2 = pop(heap)
             if v2 == version[o2] and not done[o2]:
                 batch.append(o2)
+        if spans:
+            for oid in batch:  # a span's end event: book its quiet ops, its last one ends now
+                sp = spans.get(op_rank[oid])
+                if sp is not None and sp[0][-1] == oid:
+                    open_span(op_rank[oid], now, True)
         touched = set()
+        candidates: dict[int, None] = {}
         for oid in batch:
-            op = ops[oid]
             done[oid] = True
             end[oid] = now
             finished += 1
-            del running[op.rank][oid]
-            key = (op.rank, op.stream)
-            stream_busy[key] = False
-            head[key] += 1
-            touched.add(op.rank)
+            rank = op_rank[oid]
+            del running[rank][oid]
+            sid = op_stream[oid]
+            busy[sid] = False
+            head[sid] += 1
+            touched.add(rank)
+            candidates[sid] = None
             for dep in dependents[oid]:
                 waiting_deps[dep] -= 1
+                candidates[op_stream[dep]] = None
+                if spans:
+                    r2 = op_rank[dep]
+                    if r2 in spans:  # something outside a span changed on its rank: replay it
+                        open_span(r2, now, False)
+                        touched.add(r2)
         # newly startable ops: next on each finished op's stream, and heads waiting on them
-        candidates: set[tuple[int, str]] = set()
-        for oid in batch:
-            op = ops[oid]
-            candidates.add((op.rank, op.stream))
-            for dep in dependents[oid]:
-                d = ops[dep]
-                candidates.add((d.rank, d.stream))
-        for key in candidates:
-            try_start(key, now, touched)
+        for sid in candidates:
+            try_start(sid, now, touched)
         for rank in touched:
             reschedule(rank, now)
-        if progress is not None and finished % 4096 == 0:
+        if progress is not None and finished >= report_at:
             progress(finished, n)
+            report_at = (finished // 4096 + 1) * 4096
 
     if finished != n:
         stuck = next(op for op in ops if not done[op.op_id])
@@ -173,27 +392,34 @@ def simulate(graph: OpGraph, cost: CostModel, *, progress: ProgressFn | None = N
         )
     if progress is not None:
         progress(n, n)
-    return _to_timeline(graph, start, end)
+    return _to_timeline(graph, start, end, op_spec, specs)
 
 
-def _to_timeline(graph: OpGraph, start: list[float], end: list[float]) -> Timeline:
-    b = TimelineBuilder()
+def _to_timeline(graph: OpGraph, start: list[float], end: list[float], op_spec: list[int],
+                 specs: list) -> Timeline:
+    """The columnar Timeline of the played graph (one row per op, in op order). The per-spec
+    columns (kind, bytes, FLOPs, collective, group) are worked out once per interned spec
+    (``op_spec[i]`` indexes ``specs``; -1, no spec, picks the extra last row)."""
     group_sizes: dict[str, int] = {}
-    for op in graph.ops:
-        spec = op.spec
-        collective, group, nbytes, flops = "", "", 0.0, 0.0
+    rows = []
+    for spec in specs + [None]:
+        c, g, b, f = "", "", 0.0, 0.0
         if isinstance(spec, CollectiveSpec):
-            collective, group, nbytes = spec.collective, spec.group.name, float(spec.bytes)
-            group_sizes[group] = spec.group.size
+            c, g, b = spec.collective, spec.group.name, float(spec.bytes)
+            group_sizes[g] = spec.group.size
         elif isinstance(spec, P2PSpec):
-            collective, group, nbytes = "p2p", "pp", float(spec.bytes)
+            c, g, b = "p2p", "pp", float(spec.bytes)
             group_sizes.setdefault("pp", 2)
         elif spec is not None:
-            nbytes = float(getattr(spec, "bytes", 0.0))
-            flops = float(getattr(spec, "flops", 0.0))
-        b.append(rank=op.rank, stream=op.stream, kind=op.kind, name=op.name,
-                 start_s=start[op.op_id], end_s=end[op.op_id], bytes=nbytes, flops=flops,
-                 collective=collective, group=group)
+            b = float(getattr(spec, "bytes", 0.0))
+            f = float(getattr(spec, "flops", 0.0))
+        rows.append((COMPUTE if spec is None else kind_of(spec), c, g, b, f))
+    idx = np.asarray(op_spec, dtype=np.int64)
+    kind, collective, group = (np.array([r[k] for r in rows], dtype=object)[idx] for k in range(3))
+    nbytes, flops = (np.array([r[k] for r in rows], dtype=np.float64)[idx] for k in (3, 4))
+    ops = graph.ops
     meta = dict(graph.meta)
     meta["group_sizes"] = group_sizes
-    return b.build(meta=meta)
+    return Timeline(rank=[op.rank for op in ops], stream=[op.stream for op in ops], kind=kind,
+                    name=[op.name for op in ops], start_s=start, end_s=end, bytes=nbytes, flops=flops,
+                    collective=collective, group=group, meta=meta)

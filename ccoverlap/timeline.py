@@ -60,7 +60,7 @@ class Timeline:
         for col in ("rank", "stream", "kind", "name", "end_s", "bytes", "flops", "collective", "group", "step"):
             if len(getattr(self, col)) != n:
                 raise ValueError(f"Timeline column {col!r} has {len(getattr(self, col))} rows, expected {n}")
-        bad = set(np.unique(self.kind)) - set(KINDS) if n else set()
+        bad = set(self.kind.tolist()) - set(KINDS)
         if bad:
             raise ValueError(f"Timeline kind must be one of {KINDS}, got {sorted(bad)}")
 

@@ -23,14 +23,17 @@ from ccoverlap.config import check_keys, dataclass_from_mapping, read_config_fil
 from ccoverlap.errors import ConfigError
 from ccoverlap.hardware import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_file
 
-# The built-in example (issue 2): Llama-3-8B, FSDP over 2 nodes x 8 A40 (lagom §4.1 cluster B,
-# lagom Table 2: micro-batch 1, global batch 2 x 16).
+# The built-in example (issue 10): a compute-bound job where the overlap decision matters —
+# Llama-3-8B on one DGX H100 (8 GPUs, NVSwitch), TP2 with sequence parallelism inside FSDP over
+# 4 ranks, global batch 8 x 4096 tokens, micro-batch 1 (2 micro-batches per rank); small enough
+# to plan in seconds. The Lagom paper's communication-bound A40 setting (lagom §4.1 cluster B,
+# Table 2), the previous built-in example, is examples/llama3-8b-fsdp-a40.yaml.
 DEFAULT_EXAMPLE = {
     "model": "llama-3-8b",
-    "cluster": "a40-pcie",
-    "nodes": 2,
-    "parallel": {"dp": 16, "data_parallel": "fsdp"},
-    "batch": {"global_batch": 32, "micro_batch": 1, "seq_len": 4096},
+    "cluster": "dgx-h100",
+    "nodes": 1,
+    "parallel": {"tp": 2, "dp": 4, "data_parallel": "fsdp", "sequence_parallel": True},
+    "batch": {"global_batch": 8, "micro_batch": 1, "seq_len": 4096},
     "knobs": {},
 }
 
@@ -202,14 +205,20 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
 
 
 def _fill_world_size(data: dict) -> None:
-    """If DP is not given, make it fill the cluster (world / (tp * pp)), as launchers do."""
+    """If DP is not given, make it fill the cluster (:meth:`ParallelConfig.data_parallel_for`)."""
     par = data["parallel"]
     if "dp" in par:
         return
+    from ccoverlap.parallel.config import ParallelConfig
+
     cluster = _cluster(data.get("cluster", DEFAULT_EXAMPLE["cluster"]), data.get("nodes"))
-    tp, pp = int(par.get("tp", 1)), int(par.get("pp", 1))
-    if tp > 0 and pp > 0 and cluster.world_size % (tp * pp) == 0:
-        par["dp"] = cluster.world_size // (tp * pp)
+    try:
+        tp, pp, cp = (int(par.get(k, 1)) for k in ("tp", "pp", "cp"))
+    except (TypeError, ValueError):
+        return  # validation of the parallel section names the bad value
+    dp = ParallelConfig.data_parallel_for(cluster.world_size, tp=tp, pp=pp, cp=cp)
+    if dp is not None:
+        par["dp"] = dp
 
 
 def with_knobs(w: Workload, **changes: Any) -> Workload:

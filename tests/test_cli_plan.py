@@ -95,7 +95,7 @@ def test_no_traceback_from_the_console_entry_point():
 def test_config_file_knobs_may_nest_a_comm_config(capsys, tmp_path):
     """The knobs section is parsed like OverlapKnobs.from_dict: comm_config as a mapping."""
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text("knobs:\n  comm_config: {channels: 4, chunk_bytes: 524288}\n"
+    cfg.write_text("knobs:\n  comm_config: {channels: 4, chunk_bytes: 524288}\ncluster: a40-pcie\nnodes: 2\n"
                    "parallel: {dp: 16, data_parallel: fsdp}\nbatch: {global_batch: 32, micro_batch: 1, seq_len: 2048}\n")
     code, out, err = _run(capsys, "simulate", "--json", "--out", str(tmp_path / "sim"), "--config", str(cfg))
     assert code == 0, err
@@ -104,3 +104,15 @@ def test_config_file_knobs_may_nest_a_comm_config(capsys, tmp_path):
 
     w = workload_from_mapping(read_config_file(cfg))
     assert w.knobs.comm_config.channels == 4 and w.knobs.comm_config.chunk_bytes == 524288
+
+
+def test_built_in_example_is_compute_bound_and_overlap_choices_matter(capsys, tmp_path):
+    code, out, _ = _run(capsys, "plan", "--json", "--no-png", "--out", str(tmp_path), "--strategies", "lagom")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["source"] == "built-in example"
+    assert doc["compute_comm_ratio"] > 1  # compute could hide the communication
+    t = {s["name"]: s["step_time_s"] for s in doc["strategies"]}
+    # the decision matters: no overlap is more than 5% slower, the best strategy more than 3% faster
+    assert t["no-overlap"] > 1.05 * t["as-given"]
+    assert min(t.values()) < 0.97 * t["as-given"]

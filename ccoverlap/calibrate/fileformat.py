@@ -165,14 +165,10 @@ def validate(data: Any, where: str = "calibration") -> dict:
 
 def read(path: str | os.PathLike) -> dict:
     """Load and validate a calibration file; ConfigError names the file (and the field)."""
+    from ccoverlap.config import read_json_object
+
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{p}: no such calibration file")
-    try:
-        data = json.loads(p.read_text(errors="replace"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{p}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    return validate(data, str(p))
+    return validate(read_json_object(p, "calibration file"), str(p))
 
 
 def write(path: str | os.PathLike, data: dict) -> Path:

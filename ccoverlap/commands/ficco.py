@@ -88,10 +88,10 @@ def case_markdown(verdict) -> str:
 
 
 def _print_case(verdict) -> None:
-    from rich.console import Console
+    from ccoverlap.console import make_console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     console.print(f"[bold]{verdict.case.describe()}[/bold]")
     t = Table()
     for col in ("schedule", "time (ms)", "speedup", "GEMM (ms)", "comm (ms)", "copies (ms)", "DIL GEMM (ms)",
@@ -177,10 +177,10 @@ def _run_accuracy(args, ficco, cluster, cost) -> int:
         print(header + "\n")
         print(accuracy_markdown(reports, fit))
         return 0
-    from rich.console import Console
+    from ccoverlap.console import make_console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     console.print(f"[bold]{header}[/bold]")
     s = Table(title="heuristic (§V-C) vs estimator")
     for col in ("scenarios", "heuristic = best", "mean loss on misses", "worst loss"):

@@ -19,10 +19,17 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--no-png", action="store_true", help="skip the timeline picture")
     p.add_argument("--strategies", help="comma-separated decider strategies to add (default: all available)")
+    s = p.add_argument_group("layout search (--search)")
+    s.add_argument("--search", action="store_true",
+                   help="search layouts (TP/PP/CP/DP, FSDP vs DDP, micro-batch, recompute, PP schedule, knobs) "
+                        "for the model, cluster and global batch; rank those that fit by predicted step time")
+    s.add_argument("--max-simulations", type=int, default=24, help="most layouts simulated (default 24)")
+    s.add_argument("--top", type=int, default=3, help="layouts that get the best-knobs search (default 3)")
+    s.add_argument("--show", type=int, default=15, help="rows of the ranked table (default 15)")
     p.set_defaults(run=run)
 
 
-def _progress_reporter(enabled: bool):
+def _progress_reporter(enabled: bool, label: str = "planning"):
     """A progress bar on stderr, shown only once a search has run for more than a second."""
     if not enabled:
         return None, lambda: None
@@ -38,7 +45,7 @@ def _progress_reporter(enabled: bool):
                 return
             from rich.console import Console
 
-            state["bar"] = Progress(TextColumn("planning"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+            state["bar"] = Progress(TextColumn(label), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                                     TextColumn("{task.description}"), TimeElapsedColumn(),
                                     console=Console(stderr=True), transient=True)
             state["bar"].start()
@@ -52,7 +59,45 @@ def _progress_reporter(enabled: bool):
     return update, close
 
 
+def run_search(args: argparse.Namespace) -> int:
+    """``plan --search``: ranked table (or JSON) and the frontier picture."""
+    from ccoverlap.errors import ConfigError
+    from ccoverlap.search import save_frontier, search
+
+    if args.max_simulations < 1 or args.top < 0 or args.show < 1:
+        raise ConfigError("--max-simulations and --show must be >= 1, --top >= 0")
+    # the search chooses the layout: start from a plain data-parallel one that fills the cluster
+    for dim in ("tp", "pp", "ep"):
+        setattr(args, dim, 1)
+    args.dp = None
+    args.data_parallel = args.pp_schedule = args.virtual_stages = args.recompute = None
+    args.sequence_parallel = None
+    w = workload_from_args(args)
+    update, close = _progress_reporter(True, label="searching")
+    try:
+        result = search(w, progress=update, max_simulations=args.max_simulations, top=args.top)
+    finally:
+        close()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {}
+    if not args.no_png:
+        files["png"] = save_frontier(out / "search.png", result)
+    payload = result.as_dict()
+    payload["files"] = files
+    if args.json:
+        json.dump(payload, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        return 0
+    from ccoverlap.report import search_table
+
+    search_table(payload, show=args.show)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.search:
+        return run_search(args)
     from ccoverlap import plan as planner
     from ccoverlap.chrome_trace import write_chrome_traces
     from ccoverlap.report import plan_table

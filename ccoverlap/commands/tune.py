@@ -109,10 +109,10 @@ def _cfg(c) -> str:
 
 
 def _print(payload: dict, tunings, show_steps: bool) -> None:
-    from rich.console import Console
+    from ccoverlap.console import make_console
     from rich.table import Table
 
-    con = Console()
+    con = make_console()
     con.print(f"[bold]Lagom tuning[/bold] — {payload['source']} (simulated profiling on the cost model)")
     for t, g in zip(tunings, payload["groups"]):
         con.print()

@@ -222,15 +222,10 @@ class CostParams:
         """Parameters from a JSON file: a calibration file ``{"params": {...}, "gpu": ...,
         "fit_error": ...}`` or a bare ``{name: value}`` mapping. Fields it lacks come from
         ``base`` (e.g. :func:`default_params` of the GPU)."""
+        from ccoverlap.config import read_json_object
+
         p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"{p}: no such calibration file")
-        try:
-            data = json.loads(p.read_text(errors="replace"))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{p}: not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{p}: expected a JSON object at the top level")
+        data = read_json_object(p, "calibration file")
         if "params" in data:
             extra = sorted(set(data) - {"params", "gpu", "fit_error", "source", "notes", "version"})
             if extra:

@@ -127,6 +127,31 @@ def _time(planner, graph: OpGraph) -> tuple[float, Timeline]:
     return step_time_s(tl), tl
 
 
+def _times(planner, make_graph: Callable[[int], OpGraph], n: int) -> tuple[list[float], dict]:
+    """Step times of the independent graphs ``make_graph(0..n-1)`` (in worker processes where
+    the planner has more than one CPU); ``kept`` maps an index to its (graph, timeline) when it
+    was simulated in this process (so the winner need not be simulated twice)."""
+    kept: dict[int, tuple] = {}
+
+    def one(j: int) -> float:
+        g = make_graph(j)
+        t, tl = _time(planner, g)
+        if not kept or t < min(v[0] for v in kept.values()):
+            kept.clear()
+            kept[j] = (t, g, tl)
+        return t
+
+    return planner.map(one, n), kept
+
+
+def _graph_of(planner, kept: dict, j: int, make_graph) -> tuple[float, OpGraph, Timeline]:
+    if j in kept:
+        return kept[j]
+    g = make_graph(j)
+    t, tl = _time(planner, g)
+    return t, g, tl
+
+
 def _with_dp_algorithm(w, algorithm: str):
     cfg = replace(w.knobs.config_for("dp"), algorithm=algorithm)
     ov = dict(w.knobs.comm_config_overrides)
@@ -147,11 +172,11 @@ def _knob_candidates(w) -> list[tuple[str, str, object]]:
     """(primitive label, group label, workload) alternatives of §3.1.1-§3.1.2 expressible with knobs."""
     p = w.parallel
     prims = [("as given", w)]
-    if p.dp > 1 and p.data_parallel == "ddp" and not p.distributed_optimizer:
+    if p.ddp_enabled and not p.distributed_optimizer:
         prims.append(("all-reduce -> reduce-scatter + all-gather (next forward)",
                       replace(w, parallel=replace(p, distributed_optimizer=True))))
     out = []
-    grp = _dp_group(w) if p.dp > 1 else None
+    grp = _dp_group(w) if p.dp_enabled else None
     for plabel, pw in prims:
         out.append((plabel, "flat", pw))
         if grp is not None and grp.nodes > 1 and grp.local_size > 1:
@@ -238,7 +263,7 @@ def _fixed(plan: rules.OperationPlan) -> Callable[[Op], rules.OperationPlan]:
 
 def _operation_candidates(step, w, cost) -> list[tuple[str, Callable | None, str]]:
     """(label, plan function or None for no partition, Algorithm 1's reason) to simulate."""
-    if not (w.parallel.data_parallel == "fsdp" and w.parallel.dp > 1):
+    if not w.parallel.fsdp_enabled:
         return []
     ags = part.fsdp_forward_allgathers(step.graph)
     if not ags:
@@ -321,7 +346,7 @@ def _model_level(step, w, cost) -> tuple[int, int, str, float]:
     (L1, L2, reason, extra activation bytes)."""
     p = w.parallel
     M = step.microbatches
-    if not (p.data_parallel == "ddp" and p.distributed_optimizer and p.dp > 1 and p.pp == 1):
+    if not (p.ddp_enabled and p.distributed_optimizer and not p.pp_enabled):
         return 1, 1, "eq.2 not applied: it schedules the once-per-step DP all-gather/reduce-scatter (DDP with sharded optimizer, no PP)", 0.0
     g = step.graph
     c_ag = sum(_iso(cost, o) for o in g.ops if o.name == "param_ag")
@@ -447,20 +472,32 @@ def decide(planner, w=None) -> CentauriDecision:
                          step_s=t_best, primitive=plabel, group=glabel, tried=tried)
     # tier 2: operation level (Algorithm 1) on FSDP forward all-gathers
     op_best = None
-    for label, fn, reason in _operation_candidates(step, w_best, cost):
+    cands = _operation_candidates(step, w_best, cost)
+    # the partitioned alternatives are independent: simulated in parallel where possible, the
+    # winner simulated again here for its timeline
+    parts = [i for i, (_, fn, _) in enumerate(cands) if fn is not None]
+
+    def op_graph(j: int) -> OpGraph:
+        return centauri_graph(step, op_plan=cands[parts[j]][1])
+
+    part_times, kept = _times(planner, op_graph, len(parts))
+    times = dict(zip(parts, part_times))
+    for i, (label, fn, reason) in enumerate(cands):
         if fn is None:
-            t, g, tl = d.step_s, d.graph, d.timeline
+            t = d.step_s
         else:
-            g = centauri_graph(step, op_plan=fn)
-            t, tl = _time(planner, g)
+            t = times[i]
             tried.append(("operation", label, t))
         if label.startswith("Alg.1") and not d.operation_rule:
             d.operation_rule = f"{label} — {reason}"
         if op_best is None or t < op_best[0] * (1 - 1e-9):
-            op_best = (t, label, fn, g, tl)
+            op_best = (t, label, fn)
     op_fn = None
     if op_best is not None:
-        d.step_s, d.operation, op_fn, d.graph, d.timeline = op_best
+        d.step_s, d.operation, op_fn = op_best
+        if op_fn is not None:
+            j = next(j for j, i in enumerate(parts) if cands[i][1] is op_fn)
+            d.step_s, d.graph, d.timeline = _graph_of(planner, kept, j, op_graph)
     # tier 3: layer level (eq. 1), checked in simulation
     bwd = [o for o in step.graph.ops if o.phase == "bwd" and o.layer >= 0 and o.stream == "compute"]
     if bwd:
@@ -489,12 +526,20 @@ def decide(planner, w=None) -> CentauriDecision:
     # tier 4b (FSDP): cross-phase overlap at micro-batch boundaries, checked in simulation
     if w_best.parallel.data_parallel == "fsdp" and step.microbatches > 1:
         layer = "T2" if d.layer.startswith("T2") else "T1"
-        for k in (1, 2, 4):
-            gd = centauri_graph(step, op_plan=op_fn, layer=layer, model=d.model, defer_units=k)
-            t, tl = _time(planner, gd)
+        ks = (1, 2, 4)
+
+        def defer_graph(j: int) -> OpGraph:
+            return centauri_graph(step, op_plan=op_fn, layer=layer, model=d.model, defer_units=ks[j])
+
+        times, kept = _times(planner, defer_graph, len(ks))
+        best_j = None
+        for j, (k, t) in enumerate(zip(ks, times)):
             tried.append(("model", f"defer last {k} reduce-scatters behind next forward's all-gathers", t))
             if t < d.step_s * (1 - 1e-9):
-                d.step_s, d.graph, d.timeline, d.defer_units = t, gd, tl, k
+                d.step_s, best_j = t, j
+        if best_j is not None:
+            d.step_s, d.graph, d.timeline = _graph_of(planner, kept, best_j, defer_graph)
+            d.defer_units = ks[best_j]
         if d.defer_units:
             d.model_rule = (f"gradient reduce-scatters of the last {d.defer_units} backward units wait for the next "
                             f"micro-batch's first {d.defer_units} all-gathers; " + d.model_rule)

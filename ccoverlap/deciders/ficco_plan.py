@@ -144,7 +144,10 @@ def ficco_strategy(planner, w):
         if best is None or t < best[0]:
             best = (t, tl, chosen, engine)
     t, tl, chosen, engine = best
-    tl_e, chosen_e = _spliced(planner, step, wf.cluster, pairs, p.tp, engine, "estimator")
+    if all(v.best_overall == sched for _, v, sched in chosen.values()):
+        tl_e = tl  # the heuristic picked the estimator's best everywhere: the same graph
+    else:
+        tl_e, _ = _spliced(planner, step, wf.cluster, pairs, p.tp, engine, "estimator")
     parts = []
     for key, (case, v, sched) in chosen.items():
         by = {e.schedule: e for e in v.estimates}

@@ -98,6 +98,57 @@ class ParallelConfig:
             return 2
         return 1
 
+    # named predicates (as torchtitan's ParallelDims): what the layout uses
+    @property
+    def tp_enabled(self) -> bool:
+        """Tensor parallelism in use (tp > 1)."""
+        return self.tp > 1
+
+    @property
+    def sp_enabled(self) -> bool:
+        """Sequence parallelism in use (needs tp > 1 to shard anything)."""
+        return self.sequence_parallel and self.tp > 1
+
+    @property
+    def pp_enabled(self) -> bool:
+        """Pipeline parallelism in use (pp > 1)."""
+        return self.pp > 1
+
+    @property
+    def cp_enabled(self) -> bool:
+        """Context parallelism in use (a ``cp`` degree > 1, where the configuration has one)."""
+        return getattr(self, "cp", 1) > 1
+
+    @property
+    def dp_enabled(self) -> bool:
+        """Data parallelism in use (dp > 1)."""
+        return self.dp > 1
+
+    @property
+    def ep_enabled(self) -> bool:
+        """Expert parallelism in use (ep > 1)."""
+        return self.ep > 1
+
+    @property
+    def fsdp_enabled(self) -> bool:
+        """Parameters sharded over data parallelism (FSDP / ZeRO-3 with dp > 1)."""
+        return self.dp > 1 and self.data_parallel == "fsdp"
+
+    @property
+    def ddp_enabled(self) -> bool:
+        """Replicated weights with gradient all-reduce or reduce-scatter (DDP with dp > 1)."""
+        return self.dp > 1 and self.data_parallel == "ddp"
+
+    @staticmethod
+    def data_parallel_for(world_size: int, *, tp: int = 1, pp: int = 1, cp: int = 1) -> int | None:
+        """The dp degree that fills ``world_size`` GPUs given the other degrees
+        (``world / (tp × cp × pp)``, as launchers such as torchrun + torchtitan / Megatron-LM
+        do when dp is left out), or None when they do not divide it."""
+        model_parallel = tp * pp * cp
+        if model_parallel < 1 or world_size % model_parallel:
+            return None
+        return world_size // model_parallel
+
     def validate(self, model, cluster=None, batch: "BatchConfig | None" = None) -> None:
         """Check this configuration against ``model`` (a ModelSpec), ``cluster`` (a
         ClusterSpec, optional) and ``batch`` (optional). Raises one ConfigError whose message

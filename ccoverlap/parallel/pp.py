@@ -24,6 +24,7 @@ the bubble comes out of the simulation, not from a formula.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ccoverlap.errors import ConfigError
@@ -58,8 +59,10 @@ class Schedule:
         return stage, 0
 
 
+@functools.lru_cache(maxsize=64)
 def make_schedule(name: str, pp: int, microbatches: int, virtual_stages: int = 1) -> Schedule:
-    """The named schedule for ``pp`` ranks and ``microbatches`` micro-batches."""
+    """The named schedule for ``pp`` ranks and ``microbatches`` micro-batches (cached: a
+    Schedule is immutable, and the step builder and the memory estimate both ask for it)."""
     P, M = pp, microbatches
     if P < 1 or M < 1:
         raise ConfigError(f"pipeline needs pp >= 1 and micro-batches >= 1, got pp={P}, micro-batches={M}")

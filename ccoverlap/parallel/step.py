@@ -25,9 +25,10 @@ written, bf16 copy written: 30 bytes per local parameter).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import MemorySpec, OpGraph, P2PSpec
+from ccoverlap.graph import MemorySpec, Op, OpGraph, P2PSpec, gc_paused
 from ccoverlap.parallel import ep as epm
 from ccoverlap.parallel import layer as lay
 from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig
@@ -62,24 +63,53 @@ class StepGraph:
     meta: dict = field(default_factory=dict)
 
 
-class _Compiled:
-    """A Segment flattened for fast stamping."""
+class CompiledOp(NamedTuple):
+    """One op of a compiled template, ready to stamp: ``local`` = indices of earlier ops of
+    the same segment it waits for (sorted, no repeats); ``use_in`` = it also waits for the
+    segment's input; ``sdeps`` = export keys of other segments it waits for; ``stream`` is the
+    real stream; ``tensor`` / ``export`` as in :class:`~ccoverlap.parallel.segment.TOp`."""
 
-    __slots__ = ("ops", "out", "last_compute", "first_compute", "unit", "comm_only", "recompute")
+    name: str
+    spec: object
+    stream: str
+    local: tuple
+    use_in: bool
+    sdeps: tuple
+    tensor: str
+    export: str
+
+    @property
+    def plain(self) -> bool:
+        """Waits only for ops of its own segment (its deps are known once the segment's first id is)."""
+        return not self.use_in and not self.sdeps
+
+
+class _Compiled:
+    """A Segment flattened for fast stamping: its ops as :class:`CompiledOp` records."""
+
+    __slots__ = ("ops", "out", "last_compute", "first_compute", "unit", "comm_only", "recompute", "fixed",
+                 "special", "tensors", "exports")
 
     def __init__(self, seg: Segment, stream_of, recompute: bool = False):
-        self.ops = []
+        self.ops: list[CompiledOp] = []
         for o in seg.ops:
-            local = tuple(d for d in o.deps if isinstance(d, int) and d != IN)
-            self.ops.append((o.name, o.spec, stream_of(o.stream), local, IN in o.deps,
-                             tuple(d for d in o.deps if isinstance(d, str)), o.tensor, o.export))
-        self.out = seg.out
-        comp = [i for i, o in enumerate(self.ops) if o[2] == "compute"]
-        self.last_compute = comp[-1] if comp else seg.out
+            local = tuple(sorted({d for d in o.deps if isinstance(d, int) and d != IN}))
+            self.ops.append(CompiledOp(o.name, o.spec, stream_of(o.stream), local, IN in o.deps,
+                                       tuple(d for d in o.deps if isinstance(d, str)), o.tensor, o.export))
+        self.out = seg.out if seg.out >= 0 else len(self.ops) + seg.out  # an index from the end
+        comp = [i for i, o in enumerate(self.ops) if o.stream == "compute"]
+        self.last_compute = comp[-1] if comp else self.out
         self.first_compute = comp[0] if comp else 0
         self.unit = seg.unit
         self.comm_only = seg.comm_only
         self.recompute = recompute
+        # stamping tables: (index, name, spec, stream, local deps) of every op; the ops whose
+        # deps need more than the segment's own ids (input, exports, the hook's extra edge);
+        # the ops that finish a tensor's gradient or export their id
+        self.fixed = [(i, c.name, c.spec, c.stream, c.local) for i, c in enumerate(self.ops)]
+        self.special = [i for i, c in enumerate(self.ops) if not c.plain]
+        self.tensors = [(i, c.tensor) for i, c in enumerate(self.ops) if c.tensor]
+        self.exports = [(i, c.export) for i, c in enumerate(self.ops) if c.export]
 
 
 class _Emitter:
@@ -108,6 +138,9 @@ class _Emitter:
         }
         self.g = OpGraph()
         self._cache: dict = {}
+        self._layer_of: dict = {}
+        self._chains: dict = {}
+        self._p2p_specs: dict = {}
         self.stage_units = [stage_units(model, self.sched.stages, s) for s in range(self.sched.stages)]
         tok = batch.micro_batch * batch.seq_len
         self.p2p_bytes = tok * model.hidden * parallel.dtype_bytes // (parallel.tp if self.ctx.sp else 1)
@@ -119,9 +152,20 @@ class _Emitter:
 
     def layer_of(self, unit: str) -> int:
         """Layer label of a unit's ops: the layer index, -1 for the embedding, ``layers`` for the head."""
-        if unit == "head":
-            return self.model.layers
-        return layer_index(unit)
+        v = self._layer_of.get(unit)
+        if v is None:
+            v = self._layer_of[unit] = self.model.layers if unit == "head" else layer_index(unit)
+        return v
+
+    def _chain(self, stage: int, phase: str, half: bool) -> list:
+        """(unit, compiled segment) in execution order for one task of ``stage`` (cached)."""
+        key = (stage, phase, half)
+        c = self._chains.get(key)
+        if c is None:
+            units = self.stage_units[stage]
+            order = units if phase == "fwd" else units[::-1]
+            c = self._chains[key] = [(u, cs) for u in order for cs in self._segs(u, phase, half)]
+        return c
 
     def _segs(self, unit: str, phase: str, half: bool) -> list[_Compiled]:
         """Compiled templates of a unit (cached per unit kind, phase and half)."""
@@ -150,31 +194,44 @@ class _Emitter:
 
     def _emit(self, cs: _Compiled, rank: int, in_id, extra, layer: int, mb: int, phase: str,
               exports: dict, producers: dict | None) -> tuple[int, int]:
-        """Stamp one compiled segment; returns (output op id, last compute op id)."""
-        add = self.g.add
-        ids: list[int] = []
-        fc = cs.first_compute
-        for i, (name, spec, stream, local, use_in, sdeps, tensor, export) in enumerate(cs.ops):
-            deps = [ids[j] for j in local]
-            if use_in and in_id is not None:
-                deps.append(in_id)
-            for key in sdeps:
+        """Stamp one compiled segment; returns (output op id, last compute op id). The
+        segment's ops get consecutive ids from ``base``, so local deps are ``base + j``."""
+        ops = self.g.ops
+        base = len(ops)
+        add = base.__add__
+        new = [Op(base + i, name, rank, stream, spec, tuple(map(add, local)), None, layer, mb, phase)
+               for i, name, spec, stream, local in cs.fixed]
+        special = cs.special
+        if extra is not None:
+            special = sorted({*special, 0, cs.first_compute})
+        for i in special:
+            c = cs.ops[i]
+            dl = [base + j for j in c.local]
+            if c.use_in and in_id is not None:
+                dl.append(in_id)
+            for key in c.sdeps:
                 v = exports.get(key)
                 if v is not None:
-                    deps.append(v)
-            if extra is not None and (i == 0 or i == fc):
-                deps.append(extra)
-            oid = add(name, spec, rank=rank, stream=stream, deps=deps, layer=layer, microbatch=mb, phase=phase)
-            ids.append(oid)
-            if tensor and producers is not None:
-                producers[tensor] = oid
-            if export:
-                exports[export] = oid
-        return ids[cs.out], ids[cs.last_compute]
+                    dl.append(v)
+            if extra is not None and (i == 0 or i == cs.first_compute):
+                dl.append(extra)
+            new[i].deps = tuple(sorted(set(dl)))
+        ops.extend(new)
+        if producers is not None:
+            for i, tensor in cs.tensors:
+                producers[tensor] = base + i
+        for i, key in cs.exports:
+            exports[key] = base + i
+        return base + cs.out, base + cs.last_compute
 
     def _p2p(self, inter_node: bool) -> P2PSpec:
-        return P2PSpec(bytes=self.p2p_bytes, inter_node=inter_node, config=self.knobs.config_for("pp"),
-                       transport=self.knobs.comm_transport)
+        """The pipeline transfer spec (one object per direction kind, shared by every transfer)."""
+        spec = self._p2p_specs.get(inter_node)
+        if spec is None:
+            spec = self._p2p_specs[inter_node] = P2PSpec(
+                bytes=self.p2p_bytes, inter_node=inter_node, config=self.knobs.config_for("pp"),
+                transport=self.knobs.comm_transport)
+        return spec
 
     # ------------------------------------------------------------------ tasks
     def _task(self, rank: int, task, hook, first_f: set, last_b: set, fwd_out: dict, bwd_out: dict) -> None:
@@ -196,10 +253,7 @@ class _Emitter:
                           phase=phase)
         order = units if kind == "F" else units[::-1]
         halves = 2 if self.two_batch else 1
-        chain: list[tuple[str, _Compiled]] = []
-        for u in order:
-            for cs in self._segs(u, phase, halves == 2):
-                chain.append((u, cs))
+        chain = self._chain(stage, phase, halves == 2)
         remaining: dict[str, int] = {}
         for u, _ in chain:
             remaining[u] = remaining.get(u, 0) + halves
@@ -345,7 +399,8 @@ def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
     """
     knobs = knobs or OverlapKnobs()
     em = _Emitter(model, parallel, batch, cluster, knobs, grad_clip)
-    graph = em.build()
+    with gc_paused():
+        graph = em.build()
     graph.meta.update({
         "model": model.name, "parallel": parallel.to_dict(), "batch": batch.to_dict(),
         "knobs": knobs.to_dict(), "microbatches": em.M, "schedule": em.sched.name,

@@ -62,7 +62,7 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(file=file, width=width or _width(), highlight=False)
+    con = Console(file=file, width=width or _width(file), highlight=False)
     s = a.summary()
     con.print(f"[bold]ccoverlap analyze[/bold] - {len(a.ranks)} rank(s), {steps_label(a)}; "
               f"times in ms; time resolution: {a.time_resolution}")
@@ -134,10 +134,10 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
     con.print(f"[bold]Most worth trying:[/bold] {v.try_next}.")
 
 
-def _width() -> int:
-    import shutil
+def _width(file=None) -> int | None:
+    from ccoverlap.console import console_width
 
-    return max(100, shutil.get_terminal_size(fallback=(120, 40)).columns)
+    return console_width(file)
 
 
 def print_problems(problems: list[str], file: IO) -> None:
@@ -170,7 +170,7 @@ def print_comparison(cmp: dict, name_a: str, name_b: str, file: IO | None = None
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(file=file, width=_width(), highlight=False)
+    con = Console(file=file, width=_width(file), highlight=False)
     t = Table(title=f"Per step, mean over ranks: A = {name_a}  vs  B = {name_b}", title_justify="left")
     for col in ("metric", "A", "B", "B - A", "B / A"):
         t.add_column(col, justify="right")

@@ -152,3 +152,17 @@ def test_model_parallel_group_counts_stages_sharing_a_node():
     assert layout.mp.size == 4 and layout.mp.nodes == 1
     wide = Layout.build(ParallelConfig(tp=8, pp=2, dp=2), 8)
     assert wide.mp.local_size == 8 and wide.mp.nodes == 2
+
+
+def test_parallel_config_predicates_and_data_parallel_fill():
+    from ccoverlap.parallel.config import ParallelConfig as PC
+
+    p = PC(tp=8, pp=2, dp=2, data_parallel="fsdp", sequence_parallel=True)
+    assert (p.tp_enabled, p.sp_enabled, p.pp_enabled, p.dp_enabled, p.fsdp_enabled, p.ddp_enabled, p.ep_enabled,
+            p.cp_enabled) == (True, True, True, True, True, False, False, False)
+    q = PC(dp=1, sequence_parallel=True)
+    assert not q.sp_enabled and not q.fsdp_enabled and not q.ddp_enabled and not q.dp_enabled
+    assert PC(dp=4).ddp_enabled
+    assert PC.data_parallel_for(32, tp=8, pp=2) == 2
+    assert PC.data_parallel_for(32, tp=8, pp=2, cp=2) == 1
+    assert PC.data_parallel_for(24, tp=8, pp=2) is None

@@ -1,0 +1,298 @@
+"""``plan --search``: which layout to train a model with on a cluster, for a global batch.
+
+1. **Enumerate** the legal layouts: TP (dividing a node and the attention / KV heads; sequence
+   parallelism on whenever TP > 1, as Megatron-LM recommends), PP (dividing the layers), CP
+   (extension point: enumerated once ``ParallelConfig`` has a ``cp`` field, see
+   :func:`cp_degrees`), DP filling the rest of the cluster, FSDP vs DDP, micro-batch,
+   recomputation (none / selective / full) and PP schedule (1F1B, interleaved with 2 virtual
+   stages). Illegal combinations are dropped by the same checks as ``plan``
+   (:func:`ccoverlap.parallel.config.config_problems`).
+2. **Memory**: keep only layouts whose per-GPU estimate fits
+   (:func:`ccoverlap.parallel.memory.estimate_memory`, with the default knobs).
+3. **Screen**: an analytical estimate of each layout's step from the cost model's isolated
+   times of one transformer layer's ops (forward, backward, recomputation; TP collectives
+   included since they block the layer), times layers per stage, times micro-batches plus the
+   pipeline bubble ``(pp − 1) / v`` (Narayanan et al. 2021, §2.2). It leaves out data-parallel
+   communication, the embedding / head and any contention, so under the simulator's own
+   assumptions it should not exceed the simulated time; every simulated layout is checked and
+   exceptions are counted (``bound_violations``).
+4. **Simulate** layouts in increasing estimate (branch and bound): stop once the next estimate
+   exceeds the best simulated step time (nothing later can win if the estimate is a lower
+   bound), or after ``max_simulations``. Each is simulated with overlap on and default knobs;
+   the ``top`` best then get the planner's best-knobs search (one round of coordinate descent,
+   :func:`ccoverlap.plan.search_best_knobs`) and are ranked by that.
+
+Times in seconds, memory in bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, fields, replace
+from typing import Callable
+
+from ccoverlap.errors import ConfigError
+
+ProgressFn = Callable[[int, int, str], None]
+
+
+@dataclass
+class Candidate:
+    """One layout: its configuration, memory, screening estimate and (if simulated) results."""
+
+    parallel: object
+    batch: object
+    label: str
+    memory_bytes: float
+    fits: bool
+    estimate_s: float = float("nan")
+    step_time_s: float | None = None   # simulated, default knobs
+    best_time_s: float | None = None   # simulated, best knobs (top layouts only)
+    best_knobs: dict | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    exposed_comm_s: float | None = None
+
+    @property
+    def predicted_s(self) -> float | None:
+        """The best simulated step time of this layout (best knobs if searched), else None."""
+        return self.best_time_s if self.best_time_s is not None else self.step_time_s
+
+    def as_dict(self) -> dict:
+        """JSON-ready form."""
+        return {"label": self.label, "parallel": self.parallel.to_dict(), "batch": self.batch.to_dict(),
+                "memory_bytes": self.memory_bytes, "fits": self.fits, "estimate_s": self.estimate_s,
+                "step_time_s": self.step_time_s, "best_knobs_step_time_s": self.best_time_s,
+                "best_knobs": self.best_knobs, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
+                "exposed_comm_s": self.exposed_comm_s}
+
+
+@dataclass
+class SearchResult:
+    """Every enumerated layout, what was kept, simulated and ranked."""
+
+    workload: object
+    candidates: list[Candidate]
+    enumerated: int
+    fitting: int
+    simulated: int
+    pruned_by_bound: int
+    bound_violations: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ranked(self) -> list[Candidate]:
+        """Simulated layouts, fastest first."""
+        return sorted((c for c in self.candidates if c.predicted_s is not None), key=lambda c: c.predicted_s)
+
+    def as_dict(self) -> dict:
+        """JSON-ready form (the ranked layouts first, then the others that fit)."""
+        ranked = self.ranked
+        rest = sorted((c for c in self.candidates if c.fits and c.predicted_s is None), key=lambda c: c.estimate_s)
+        w = self.workload
+        what = (f"{w.model.name} on {w.cluster.nodes}x{w.cluster.gpus_per_node} {w.cluster.gpu.name}, global batch "
+                f"{w.batch.global_batch} x {w.batch.seq_len} tokens")
+        return {"workload": what, "enumerated": self.enumerated, "fitting": self.fitting,
+                "simulated": self.simulated, "pruned_by_bound": self.pruned_by_bound,
+                "bound_violations": self.bound_violations, "seconds": self.seconds, "notes": self.notes,
+                "ranked": [c.as_dict() for c in ranked], "not_simulated": [c.as_dict() for c in rest]}
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def cp_degrees(model, batch, cluster) -> list[int]:
+    """Context-parallel degrees to try. Extension point: ``[1]`` until ``ParallelConfig`` has a
+    ``cp`` field; then the powers of two up to a node that divide the sequence length."""
+    from ccoverlap.parallel.config import ParallelConfig
+
+    if "cp" not in {f.name for f in fields(ParallelConfig)}:
+        return [1]
+    return [c for c in (1, 2, 4, 8) if c <= cluster.gpus_per_node and batch.seq_len % (2 * c) == 0]
+
+
+def label(p, b) -> str:
+    """A short name of a layout, e.g. ``TP8 PP2(1f1b) DP4 FSDP mb1 rc=none``."""
+    parts = [f"TP{p.tp}{'+SP' if p.sp_enabled else ''}"]
+    if getattr(p, "cp", 1) > 1:
+        parts.append(f"CP{p.cp}")
+    if p.pp > 1:
+        parts.append(f"PP{p.pp}({p.pp_schedule}{'x' + str(p.virtual_stages) if p.virtual_stages > 1 else ''})")
+    parts.append(f"DP{p.dp}{' ' + p.data_parallel.upper() if p.dp > 1 else ''}")
+    parts.append(f"mb{b.micro_batch}")
+    parts.append(f"rc={p.recompute}")
+    return " ".join(parts)
+
+
+def enumerate_layouts(model, cluster, batch, *, micro_batches=(1, 2, 4), recompute=("none", "selective", "full"),
+                      data_parallel=("fsdp", "ddp"), schedules=("1f1b", "interleaved")) -> list[tuple]:
+    """Legal ``(ParallelConfig, BatchConfig)`` pairs for ``model`` on ``cluster`` at ``batch``'s
+    global batch and sequence length (see the module docstring for the axes)."""
+    from ccoverlap.parallel.config import ParallelConfig, config_problems
+
+    world = cluster.world_size
+    out = []
+    for tp in [t for t in _divisors(cluster.gpus_per_node) if model.heads % t == 0 and model.kv_heads % t == 0]:
+        for cp in cp_degrees(model, batch, cluster):
+            for pp in [q for q in _divisors(model.layers) if world % (tp * cp * q) == 0]:
+                dp = ParallelConfig.data_parallel_for(world, tp=tp, pp=pp, cp=cp)
+                if dp is None:
+                    continue
+                scheds = [("1f1b", 1)] if pp == 1 else [(s, 2 if s == "interleaved" else 1) for s in schedules]
+                for sched, v in scheds:
+                    for dpt in (data_parallel if dp > 1 else ("ddp",)):
+                        for mb in micro_batches:
+                            if batch.global_batch % (dp * mb):
+                                continue
+                            for rc in recompute:
+                                kw = dict(tp=tp, pp=pp, dp=dp, data_parallel=dpt, sequence_parallel=tp > 1,
+                                          pp_schedule=sched, virtual_stages=v, recompute=rc)
+                                if cp > 1:
+                                    kw["cp"] = cp
+                                try:
+                                    p = ParallelConfig(**kw)
+                                except ConfigError:
+                                    continue
+                                b = replace(batch, micro_batch=mb)
+                                if not config_problems(p, model, cluster, b):
+                                    out.append((p, b))
+    return out
+
+
+def screen_estimate(model, cluster, p, b, cost) -> float:
+    """Analytical step-time estimate of a layout (seconds; see the module docstring, step 3)."""
+    from ccoverlap.parallel import layer as lay
+    from ccoverlap.parallel.config import OverlapKnobs
+    from ccoverlap.parallel.layout import Layout
+
+    ctx = lay.LayerCtx(model, p, b.micro_batch, b.seq_len, Layout.build(p, cluster.gpus_per_node), OverlapKnobs())
+    fwd, bwd = lay.dense_layer(ctx, "layer0")
+
+    def dur(segs) -> float:
+        return sum(float(cost.duration_s(o.spec, ())) for s in segs for o in s.ops if o.spec is not None)
+
+    f, bw = dur(fwd), dur(bwd)
+    if p.recompute == "full":
+        rc = f
+    elif p.recompute == "selective":
+        rc = float(cost.duration_s(ctx.attention_fwd(), ()))
+    else:
+        rc = 0.0
+    per_stage = (model.layers // p.pp) * (f + bw + rc)
+    M = b.global_batch // (p.dp * b.micro_batch)
+    v = p.virtual_stages if p.pp_schedule == "interleaved" else 1
+    return per_stage * (M + (p.pp - 1) / v)
+
+
+def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, top: int = 3,
+           planner_factory=None, **enum_kw) -> SearchResult:
+    """Search the layouts of workload ``w``'s model on its cluster at its global batch and
+    sequence length (see the module docstring). ``max_simulations`` caps step simulations with
+    default knobs; ``top`` layouts get the best-knobs search. Returns a :class:`SearchResult`."""
+    from ccoverlap.evaluate import cost_model_for
+    from ccoverlap.parallel.memory import estimate_memory
+    from ccoverlap.plan import search_best_knobs
+    from ccoverlap.planner import Planner
+
+    t0 = time.perf_counter()
+    if w.model.is_moe:
+        raise ConfigError(f"plan --search handles dense models; {w.model.name} is a mixture of experts "
+                          f"(plan its layouts one at a time)")
+    cost = cost_model_for(w)
+    layouts = enumerate_layouts(w.model, w.cluster, w.batch, **enum_kw)
+    if not layouts:
+        raise ConfigError(f"no legal layout of {w.model.name} on {w.cluster.world_size} GPUs with global batch "
+                          f"{w.batch.global_batch}")
+    knobs0 = replace(w.knobs, overlap=True)
+    cands: list[Candidate] = []
+    for p, b in layouts:
+        mem = estimate_memory(w.model, p, b, w.cluster, knobs0)
+        cands.append(Candidate(parallel=p, batch=b, label=label(p, b), memory_bytes=float(mem.total_bytes),
+                               fits=bool(mem.fits)))
+    fitting = [c for c in cands if c.fits]
+    notes = []
+    if not fitting:
+        notes.append("no layout fits in memory")
+    for c in fitting:
+        c.estimate_s = screen_estimate(w.model, w.cluster, c.parallel, c.batch, cost)
+    fitting.sort(key=lambda c: c.estimate_s)
+    planners: dict[int, Planner] = {}
+    best_t = float("inf")
+    simulated = pruned = violations = 0
+    total = min(len(fitting), max_simulations) + top
+    for i, c in enumerate(fitting):
+        if c.estimate_s > best_t:
+            pruned = len(fitting) - i
+            break
+        if simulated >= max_simulations:
+            notes.append(f"stopped after {max_simulations} simulations; {len(fitting) - i} fitting layouts "
+                         f"left unsimulated (their estimates are listed)")
+            break
+        if progress:
+            progress(simulated, total, c.label)
+        cw = replace(w, parallel=c.parallel, batch=c.batch, knobs=knobs0)
+        pl = Planner(cw, cost=cost, keep_timelines=1)
+        res = pl.evaluate(cw, c.label)
+        planners[id(c)] = pl
+        simulated += 1
+        c.step_time_s, c.tokens_per_s, c.mfu, c.exposed_comm_s = (res.step_time_s, res.tokens_per_s, res.mfu,
+                                                                  res.exposed_comm_s)
+        if res.step_time_s < c.estimate_s * (1 - 1e-6):
+            violations += 1
+        if res.fits_memory:
+            best_t = min(best_t, res.step_time_s)
+    ranked = sorted((c for c in fitting if c.step_time_s is not None), key=lambda c: c.step_time_s)
+    for j, c in enumerate(ranked[:top]):
+        if progress:
+            progress(simulated + j, total, f"best knobs: {c.label}")
+        pl = planners[id(c)]
+        bw, best, _ = search_best_knobs(pl, pl.workload, max_rounds=1)
+        if best.fits_memory and best.step_time_s < c.step_time_s:
+            c.best_time_s, c.best_knobs = best.step_time_s, {
+                k: v for k, v in bw.knobs.to_dict().items() if knobs0.to_dict().get(k) != v}
+            c.tokens_per_s, c.mfu, c.exposed_comm_s = best.tokens_per_s, best.mfu, best.exposed_comm_s
+        else:
+            c.best_time_s, c.best_knobs = c.step_time_s, {}
+    return SearchResult(workload=w, candidates=cands, enumerated=len(cands), fitting=len(fitting),
+                        simulated=simulated, pruned_by_bound=pruned, bound_violations=violations,
+                        seconds=time.perf_counter() - t0, notes=notes)
+
+
+def save_frontier(path, result: SearchResult) -> str:
+    """A picture of the search: per-GPU memory against predicted step time for every simulated
+    layout (screening estimates of the others in grey), the memory-time Pareto frontier joined
+    by a line. Returns the file name."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    est = [c for c in result.candidates if c.fits and c.predicted_s is None and c.estimate_s == c.estimate_s]
+    sim = result.ranked
+    if est:
+        ax.scatter([c.estimate_s * 1e3 for c in est], [c.memory_bytes / 2**30 for c in est], s=12, c="0.75",
+                   label="screening estimate (not simulated)")
+    if sim:
+        ax.scatter([c.predicted_s * 1e3 for c in sim], [c.memory_bytes / 2**30 for c in sim], s=28, c="tab:blue",
+                   label="simulated (best knobs for the top layouts)")
+        front, low = [], float("inf")
+        for c in sorted(sim, key=lambda c: (c.predicted_s, c.memory_bytes)):
+            if c.memory_bytes < low:
+                front.append(c)
+                low = c.memory_bytes
+        ax.plot([c.predicted_s * 1e3 for c in front], [c.memory_bytes / 2**30 for c in front], "-o", c="tab:red",
+                label="frontier (no layout both faster and smaller)")
+        for c in front[:6]:
+            ax.annotate(c.label, (c.predicted_s * 1e3, c.memory_bytes / 2**30), fontsize=7,
+                        xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel("step time (ms)")
+    ax.set_ylabel("memory per GPU (GiB)")
+    ax.set_title(result.as_dict()["workload"], fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)

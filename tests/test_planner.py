@@ -1,0 +1,67 @@
+"""The Planner object: cost model built once, simulation cache, typed strategies, explicit
+registry, worker processes that do not change predictions."""
+
+from dataclasses import replace
+
+import pytest
+
+from ccoverlap.errors import ConfigError
+from ccoverlap.plan import AS_GIVEN, default_registry, plan
+from ccoverlap.planner import FunctionStrategy, Planner, Strategy, StrategyRegistry, workload_key
+from ccoverlap.workload import workload_from_mapping, with_knobs
+
+W = workload_from_mapping({"model": "phi-2", "cluster": "dgx-h100", "nodes": 1,
+                           "parallel": {"tp": 2, "dp": 4, "data_parallel": "fsdp", "sequence_parallel": True},
+                           "batch": {"global_batch": 8, "micro_batch": 1, "seq_len": 2048}})
+
+
+def test_cache_simulates_each_configuration_once():
+    pl = Planner(W, jobs=1)
+    a = pl.evaluate(W, "a")
+    b = pl.evaluate(W, "b", note="again")
+    assert pl.simulations == 1 and pl.cache_hits >= 1
+    assert (a.name, b.name, b.note) == ("a", "b", "again") and a.step_time_s == b.step_time_s
+    # tp_chunks is not read without chunked TP overlap: same step, same cache entry
+    assert workload_key(with_knobs(W, tp_chunks=8)) == workload_key(W)
+    assert workload_key(with_knobs(W, tp_overlap="chunked", tp_chunks=8)) != workload_key(
+        with_knobs(W, tp_overlap="chunked", tp_chunks=2))
+    c = pl.evaluate(with_knobs(W, tp_chunks=8), "c")
+    assert pl.simulations == 1 and c.knobs["tp_chunks"] == 8  # reported knobs are the ones asked for
+    pl.evaluate(with_knobs(W, fsdp_prefetch=2), "d")
+    assert pl.simulations == 2
+
+
+def test_registry_is_explicit_and_typed():
+    reg = default_registry()
+    assert reg.names() == ["lagom", "autoccl", "centauri", "ficco"]
+    assert all(isinstance(s, Strategy) and s.summary for s in reg)
+    with pytest.raises(ConfigError, match="unknown strategy 'nope'; available: lagom"):
+        reg.get("nope")
+    with pytest.raises(ConfigError, match="registered twice"):
+        reg.add(reg.get("lagom"))
+    with pytest.raises(ConfigError, match="not a strategy"):
+        StrategyRegistry([object()])
+
+
+def test_a_new_strategy_runs_on_the_planners_cache():
+    seen = []
+
+    def fsdp_prefetch_two(planner, start):
+        seen.append(planner.cost)
+        return planner.evaluate(with_knobs(start, fsdp_prefetch=2), "prefetch-2", note="deeper prefetch")
+
+    reg = StrategyRegistry([FunctionStrategy("prefetch-2", fsdp_prefetch_two, "FSDP prefetch depth 2")])
+    pl = Planner(W, jobs=1)
+    res = plan(W, registry=reg, planner=pl)
+    assert [s.name for s in res.strategies] == ["as-given", "no-overlap", "best-knobs", "prefetch-2"]
+    assert seen == [pl.cost]
+    assert res.strategies[-1].knobs["fsdp_prefetch"] == 2
+    assert AS_GIVEN.run(pl, W).step_time_s == res.as_given.step_time_s
+
+
+def test_worker_processes_do_not_change_predictions():
+    serial = plan(W, planner=Planner(W, jobs=1))
+    parallel = plan(W, planner=Planner(W, jobs=2))
+    assert [(s.name, s.step_time_s, s.note) for s in serial.strategies] == \
+        [(s.name, s.step_time_s, s.note) for s in parallel.strategies]
+    assert serial.best_workload == parallel.best_workload

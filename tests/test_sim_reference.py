@@ -1,0 +1,155 @@
+"""The fast simulator (spec interning, quiet-rank spans) against a plain op-by-op reference.
+
+``reference_simulate`` is the event loop of commit 4cea150's ``ccoverlap.sim.simulate``, kept
+here verbatim in substance: every op is its own event and every change of a rank's running
+set re-evaluates each running op's speed. Random graphs with several ranks and streams,
+cross-rank edges, zero-length ops and a cost that depends on what runs beside an op must give
+the same start and end times (rel. 1e-9)."""
+
+from __future__ import annotations
+
+import heapq
+import random
+
+import pytest
+
+from ccoverlap.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
+from ccoverlap.sim import simulate
+
+TP = GroupSpec(name="tp", size=8, local_size=8)
+
+
+def reference_simulate(graph, cost):
+    """(start, end) lists of an op-by-op processor-sharing play of ``graph`` (no shortcuts)."""
+    ops = graph.ops
+    n = len(ops)
+    queues: dict = {}
+    for op in ops:
+        queues.setdefault((op.rank, op.stream), []).append(op.op_id)
+    head = {k: 0 for k in queues}
+    busy = {k: False for k in queues}
+    waiting = [len(op.deps) for op in ops]
+    dependents = [[] for _ in range(n)]
+    for op in ops:
+        for d in op.deps:
+            dependents[d].append(op.op_id)
+    start, end, done, version = [0.0] * n, [0.0] * n, [False] * n, [0] * n
+    running: dict = {}
+    heap: list = []
+
+    def dur(op, others):
+        if op.duration_s is not None:
+            return op.duration_s
+        if op.spec is None:
+            return 0.0
+        return cost.duration_s(op.spec, tuple(o.spec for o in others if o.spec is not None))
+
+    def reschedule(rank, now):
+        run = running.get(rank, {})
+        members = [ops[i] for i in run]
+        for op in members:
+            st = run[op.op_id]
+            rem = max(st[0] - (now - st[2]) * st[1], 0.0)
+            d = dur(op, [o for o in members if o is not op])
+            rate = float("inf") if d <= 0 else 1.0 / d
+            st[:] = [rem, rate, now]
+            version[op.op_id] += 1
+            heapq.heappush(heap, (now if rate == float("inf") else now + rem / rate, version[op.op_id], op.op_id))
+
+    def try_start(key, now, touched):
+        if busy[key] or head[key] >= len(queues[key]):
+            return
+        i = queues[key][head[key]]
+        if waiting[i]:
+            return
+        busy[key] = True
+        start[i] = now
+        running.setdefault(key[0], {})[i] = [1.0, 0.0, now]
+        touched.add(key[0])
+
+    touched: set = set()
+    for key in queues:
+        try_start(key, 0.0, touched)
+    for r in touched:
+        reschedule(r, 0.0)
+    while heap:
+        t, v, i = heapq.heappop(heap)
+        if v != version[i] or done[i]:
+            continue
+        batch = [i]
+        while heap and heap[0][0] <= t:
+            _, v2, i2 = heapq.heappop(heap)
+            if v2 == version[i2] and not done[i2]:
+                batch.append(i2)
+        touched, cands = set(), []
+        for j in batch:
+            op = ops[j]
+            done[j], end[j] = True, t
+            del running[op.rank][j]
+            key = (op.rank, op.stream)
+            busy[key] = False
+            head[key] += 1
+            touched.add(op.rank)
+            cands.append(key)
+            for d in dependents[j]:
+                waiting[d] -= 1
+                cands.append((ops[d].rank, ops[d].stream))
+        for key in cands:
+            try_start(key, t, touched)
+        for r in touched:
+            reschedule(r, t)
+    assert all(done)
+    return start, end
+
+
+class SharingCost:
+    """GEMMs: flops at 1 TFLOP/s, 1.5x slower per other op beside them (2x beside a collective);
+    memory ops: bytes at 1 TB/s, 1.2x per other op; collectives: bytes at 10 GB/s, 1.3x beside
+    any compute."""
+
+    def duration_s(self, spec, concurrent):
+        k = len(concurrent)
+        comm_beside = any(isinstance(c, CollectiveSpec) for c in concurrent)
+        if isinstance(spec, GemmSpec):
+            return spec.flops / 1e12 * (1.5 ** k) * (2.0 if comm_beside else 1.0)
+        if isinstance(spec, MemorySpec):
+            return spec.bytes / 1e12 * (1.2 ** k)
+        return spec.bytes / 1e10 * (1.3 if len(concurrent) > sum(isinstance(c, CollectiveSpec)
+                                                                    for c in concurrent) else 1.0)
+
+
+def random_graph(seed: int) -> OpGraph:
+    """Chains of compute with collectives on side streams, a few cross-rank edges, shared
+    specs (as templates stamp them) and some zero-length and fixed-duration ops."""
+    rnd = random.Random(seed)
+    g = OpGraph()
+    ranks = rnd.randint(1, 4)
+    streams = ["compute", "compute", "compute", "tp_comm", "dp_comm", "pp_send"]
+    shared = [GemmSpec(m=256 * rnd.randint(1, 8), n=512, k=512) for _ in range(3)] + \
+             [MemorySpec(bytes=float(rnd.randint(1, 8) * 1e6)) for _ in range(2)] + \
+             [CollectiveSpec(collective="all_reduce", bytes=float(rnd.randint(1, 8) * 1e5), group=TP)]
+    last: dict = {}
+    for _ in range(rnd.randint(20, 160)):
+        rank = rnd.randrange(ranks)
+        stream = rnd.choice(streams)
+        spec = rnd.choice(shared) if rnd.random() < 0.8 else rnd.choice(
+            [None, GemmSpec(m=128, n=128, k=rnd.randint(64, 4096)), MemorySpec(bytes=0.0)])
+        if stream != "compute" and isinstance(spec, GemmSpec):
+            spec = shared[-1]
+        deps = []
+        if rank in last and rnd.random() < 0.7:
+            deps.append(last[rank])
+        if len(g) and rnd.random() < 0.25:
+            deps.append(rnd.randrange(len(g)))  # any earlier op, maybe on another rank
+        dur = rnd.choice([None] * 9 + [rnd.random() * 1e-4])
+        last[rank] = g.add("op", spec, rank=rank, stream=stream, deps=deps, duration_s=dur)
+    return g
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_fast_simulator_equals_op_by_op_reference(seed):
+    g = random_graph(seed)
+    tl = simulate(g, SharingCost())
+    start, end = reference_simulate(g, SharingCost())
+    assert tl.start_s.tolist() == pytest.approx(start, rel=1e-9, abs=1e-15)
+    assert tl.end_s.tolist() == pytest.approx(end, rel=1e-9, abs=1e-15)
