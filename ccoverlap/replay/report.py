@@ -26,18 +26,15 @@ def _ms(x) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.3f}"
 
 
-def _width() -> int:
-    import shutil
-
-    return max(110, shutil.get_terminal_size(fallback=(120, 40)).columns)
 
 
 def print_report(res: ReplayResult, file: IO | None = None) -> None:
     """Fidelity table, what-if table (ranked), inferred dependencies, recommendation."""
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(file=file, width=_width(), highlight=False)
+    from ccoverlap.console import make_console
+
+    con = make_console(file, highlight=False)
     job = res.job
     steps = "whole window (no ProfilerStep annotation)" if job.whole_window else f"steps: {job.spec}"
     con.print(f"[bold]ccoverlap replay[/bold] - {len(job.rts)} rank(s), {steps}; times in ms")

@@ -299,3 +299,16 @@ def test_matching_skips_a_call_missing_on_one_rank(tmp_path):
     # transfer after the later member arrived (rank 1 at 250): 50 µs on both
     assert np.allclose(c.xfer, [50 * US, 50 * US])
     assert any("no partner" in p for p in job.problems)
+
+
+def test_cli_text_piped_keeps_whole_tables(tmp_path):
+    import os
+
+    paths = two_rank_job(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    r = subprocess.run([sys.executable, "-m", "ccoverlap", "replay", *map(str, paths), "--steps", "all", "-q",
+                        "--whatif", "no-comm", "network-2x"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "error (structure)" in r.stdout and "exposed comm" in r.stdout
+    assert any("no-comm" in line and "+13.2%" in line for line in r.stdout.splitlines())   # 200 of 1512.5 µs
+    assert "Recommendation:" in r.stdout
