@@ -312,3 +312,28 @@ def test_cli_text_piped_keeps_whole_tables(tmp_path):
     assert "error (structure)" in r.stdout and "exposed comm" in r.stdout
     assert any("no-comm" in line and "+13.2%" in line for line in r.stdout.splitlines())   # 200 of 1512.5 µs
     assert "Recommendation:" in r.stdout
+
+
+def test_stream_sync_and_blocking_memcpy_follow_the_gpu(tmp_path):
+    # stream sync: C (inter-node) 0-1000; cudaStreamSynchronize 5-1003 (no stream id: target
+    # inferred from timing); next launch 1010 -> K 1020-1120
+    k = Rank(0, 1)
+    k.launch("ncclDevKernel_AllReduce_RING_LL", 0.0, 7, 0.0, 1000.0, **allreduce_args(16))
+    k.call("cudaStreamSynchronize", 5.0, 998.0)
+    k.launch("gemm_K", 1010.0, 9, 1020.0, 100.0)
+    res = replay([str(k.write(tmp_path / "rank-0.json"))], whatifs=["network-2x"])
+    assert res.job.graph.ranks[0].inferred["host_sync_blocking_calls"] == 1
+    # 2x: C 0-500, the sync returns 503, launch 510, K 520-620
+    assert res.whatifs[0].step_time_s == pytest.approx(620 * US)
+    # blocking memcpy: its copy runs 1000-1010 after C on the same stream; the call returns at 1012
+    d = tmp_path / "memcpy"
+    d.mkdir()
+    k = Rank(0, 1)
+    k.launch("ncclDevKernel_AllReduce_RING_LL", 0.0, 7, 0.0, 1000.0, **allreduce_args(16))
+    c = k.call("cudaMemcpyAsync", 5.0, 1007.0)
+    k.kernel("Memcpy DtoH (Device -> Pageable)", c, 7, 1000.0, 10.0, cat="gpu_memcpy")
+    k.launch("gemm_K", 1020.0, 9, 1030.0, 100.0)
+    res = replay([str(k.write(d / "rank-0.json"))], whatifs=["network-2x"])
+    assert res.job.graph.ranks[0].inferred["host_sync_blocking_calls"] == 1
+    # 2x: C 0-500, copy 500-510, the call returns 512, launch 520, K 530-630
+    assert res.whatifs[0].step_time_s == pytest.approx(630 * US)
