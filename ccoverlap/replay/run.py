@@ -146,7 +146,8 @@ def replay(paths: Sequence[str], *, steps: str | None = "hta", whatifs: Sequence
             m = W._NET.match(name)
             if not m:   # pragma: no cover - check_names rejected it
                 raise ConfigError(f"unknown what-if {name}")
-            e = W.network(jg, float(m.group(1)))
+            # the trace names the GPU, not the network: the cost model's ratio only for a named cluster
+            e = W.network(jg, float(m.group(1)), cluster_for(job, cluster)[0] if cluster else None)
         t = e.run(jg)
         sm = measure(replayed_ranks(job, t, e.dur), job.spec, job.job_step_names)
         sc = summarise(name, e.note, sm)

@@ -21,8 +21,11 @@ An edit returns ``(dur, w, on, xfer, note)`` for :meth:`~ccoverlap.replay.engine
   than ``c / k`` after the collective ends (``c`` its duration); each extra chunk costs one
   launch latency of the rank;
 * ``network-<F>x`` - the inter-node network ``F`` times faster (``F`` < 1: slower): the
-  transfer time of every collective whose group spans nodes (group size > ``gpus_per_node``,
-  default 8) divided by ``F`` (bandwidth-bound collectives; latency is not separated).
+  transfer time of every collective whose group spans nodes (group size > 8, or the named
+  cluster's GPUs per node) divided by ``F`` (bandwidth-bound); with ``--cluster`` named, scaled
+  instead by the cost model's time with ``F`` x that cluster's inter-node bandwidth / its time
+  with the cluster's own (hierarchical algorithms keep their intra-node part, latencies and
+  per-channel limits stay), ``1 / F`` where the model cannot time it (unknown size or type).
 
 * ``lagom`` - NCCL resources (channels, threads, chunk, protocol, algorithm) retuned by Lagom
   (lagom §3.4) for the overlap groups found in the trace (a collective and the compute that
@@ -189,14 +192,53 @@ def _scale_comm(jg: JobGraph, e: Edit, factor_of) -> int:
     return changed
 
 
-def network(jg: JobGraph, factor: float, gpus_per_node: int = 8) -> Edit:
-    """Inter-node collectives' transfer times divided by ``factor``."""
+def network_ratio(collective: str, nbytes: float, group_size: int, factor: float, cluster) -> float | None:
+    """Cost-model time of one inter-node collective with the inter-node bandwidth times
+    ``factor`` / with the cluster's own (:func:`ccoverlap.cost.comm.collective_profile`:
+    hierarchical algorithms keep their intra-node part, latency terms stay); None when the
+    model cannot time it (unknown type or size, a group that does not tile whole nodes)."""
+    from dataclasses import replace
+
+    from ccoverlap.cost.comm import collective_profile
+    from ccoverlap.graph import COLLECTIVES, CollectiveSpec, GroupSpec
+
+    gpn = cluster.gpus_per_node
+    if collective not in COLLECTIVES or nbytes <= 0 or group_size <= gpn or group_size % gpn:
+        return None
+    try:
+        base = cluster.with_nodes(group_size // gpn)
+        fast = replace(base, inter=replace(base.inter, bandwidth_bytes_per_s=base.inter.bandwidth_bytes_per_s * factor))
+        spec = CollectiveSpec(collective=collective, bytes=nbytes,
+                              group=GroupSpec(name="replay", size=group_size, local_size=gpn))
+        t0 = collective_profile(spec, base).time_s
+        t1 = collective_profile(spec, fast).time_s
+    except (ConfigError, TypeError, ValueError):
+        return None
+    return t1 / t0 if t0 > 0 else None
+
+
+def network(jg: JobGraph, factor: float, cluster=None, gpus_per_node: int | None = None) -> Edit:
+    """Inter-node collectives' transfer times scaled for an inter-node bandwidth ``factor``
+    times the measured one: by the cost model's ratio (:func:`network_ratio`) when ``cluster``
+    is given and can time the collective, else by ``1 / factor`` (bandwidth-bound)."""
     if factor <= 0:
         raise ConfigError(f"network factor must be > 0, got {factor}")
+    gpn = gpus_per_node or (cluster.gpus_per_node if cluster is not None else 8)
     e = _base(jg, f"network-{factor:g}x")
-    n = _scale_comm(jg, e, lambda coll, b, gs: (1.0 / factor) if gs > gpus_per_node else None)
-    e.note = (f"{n} inter-node collective(s) (group > {gpus_per_node} GPUs) at 1/{factor:g} of their transfer time"
-              if n else f"no collective spans nodes (every group <= {gpus_per_node} GPUs): nothing changes")
+    how = {"model": 0, "1/F": 0}
+
+    def f(coll, b, gs):
+        if gs <= gpn:
+            return None
+        r = network_ratio(coll, b, gs, factor, cluster) if cluster is not None else None
+        how["model" if r is not None else "1/F"] += 1
+        return r if r is not None else 1.0 / factor
+
+    n = _scale_comm(jg, e, f)
+    src = f"{cluster.name} cost model" if cluster is not None else "no cluster"
+    e.note = (f"{n} inter-node collective(s) (group > {gpn} GPUs) with {factor:g}x inter-node bandwidth: "
+              f"{how['model']} scaled by the {src}'s time ratio, {how['1/F']} by 1/{factor:g} (size or type unknown)"
+              if n else f"no collective spans nodes (every group <= {gpn} GPUs): nothing changes")
     return e
 
 

@@ -337,3 +337,15 @@ def test_stream_sync_and_blocking_memcpy_follow_the_gpu(tmp_path):
     assert res.job.graph.ranks[0].inferred["host_sync_blocking_calls"] == 1
     # 2x: C 0-500, copy 500-510, the call returns 512, launch 520, K 530-630
     assert res.whatifs[0].step_time_s == pytest.approx(630 * US)
+
+
+def test_network_with_named_cluster_uses_cost_model_ratio(tmp_path):
+    from ccoverlap.hardware import get_cluster
+
+    paths = [str(p) for p in two_rank_job(tmp_path, group_size=16)]
+    res = replay(paths, steps="all", whatifs=["network-2x"], cluster="a40-pcie")
+    r = W.network_ratio("all_reduce", 4.0 * (1 << 20), 16, 2.0, get_cluster("a40-pcie"))
+    assert r is not None and 0.5 < r < 1.0
+    # C ends at 1510 + 400 r on both ranks; then B 1000, sync +5, launch +10, D +10: step 1 = 2525 + 400 r
+    assert _step1(res.whatifs[0], 0) == pytest.approx((2525 + 400 * r) * US)
+    assert "cost model" in res.whatifs[0].note
