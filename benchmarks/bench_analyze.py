@@ -29,6 +29,7 @@ import gzip
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -107,9 +108,11 @@ def worker_ours(trace_dir: str) -> dict:
     t = time.perf_counter()
     from ccoverlap.trace.analyze import analyze
 
+    t_import = time.perf_counter() - t
     a = analyze([trace_dir])
     a.to_dict()
-    out = {"wall_s": time.perf_counter() - t, "overlap_pct": {m.rank: 100 * m.overlap_ratio for m in a.metrics}}
+    out = {"wall_s": time.perf_counter() - t, "import_s": t_import,
+           "overlap_pct": {m.rank: 100 * m.overlap_ratio for m in a.metrics}}
     out.update(_usage())
     return out
 
@@ -121,22 +124,59 @@ def worker_hta(trace_dir: str) -> dict:
     t = time.perf_counter()
     from hta.trace_analysis import TraceAnalysis
 
+    t_import = time.perf_counter() - t
     ta = TraceAnalysis(trace_dir=trace_dir)
     df = ta.get_comm_comp_overlap(visualize=False)
-    out = {"wall_s": time.perf_counter() - t,
+    out = {"wall_s": time.perf_counter() - t, "import_s": t_import,
            "overlap_pct": {int(r): float(p) for r, p in zip(df["rank"], df["comp_comm_overlap_pctg"])}}
     out.update(_usage())
     return out
 
 
-def run_worker(kind: str, trace_dir: Path) -> dict:
+def _tree_rss_mb(root: int) -> float:
+    """Resident memory of ``root`` and all its descendants now (MiB), from /proc (children lists)."""
+    total, todo = 0, [root]
+    page = os.sysconf("SC_PAGE_SIZE")
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/statm") as fh:
+                total += int(fh.read().split()[1]) * page
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as fh:
+                    todo.extend(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return total / 2**20
+
+
+def run_worker(kind: str, trace_dir: Path, python: str | None = None) -> dict:
+    """Run one tool in a fresh interpreter; also samples the whole process tree's RSS every 50 ms
+    (HTA parses in a pool of processes: 'whole processes' memory is their sum)."""
+    import threading
+
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--worker", kind, str(trace_dir)], capture_output=True,
-                          text=True, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    proc = subprocess.Popen([python or sys.executable, __file__, "--worker", kind, str(trace_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    peak = [0.0]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss_mb(proc.pid))
+            done.wait(0.05)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    out, err = proc.communicate()
+    done.set()
+    th.join()
     if proc.returncode != 0:
-        raise SystemExit(f"{kind} failed:\n{proc.stderr[-3000:]}")
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"{kind} failed:\n{err[-3000:]}")
+    res = json.loads(out.strip().splitlines()[-1])
     res["outer_wall_s"] = time.perf_counter() - t
+    res["tree_peak_mb"] = peak[0]
     return res
 
 
@@ -149,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replicas", type=int, default=10)
     p.add_argument("--keep", type=Path, help="write the generated job here (default: a temporary dir)")
     p.add_argument("--skip-hta", action="store_true")
+    p.add_argument("--hta-python", default=None,
+                   help="interpreter with HTA installed (a separate venv: python -m venv .venv-hta && "
+                        ".venv-hta/bin/pip install traceinsight); default: this one")
+    p.add_argument("--runs", type=int, default=1, help="runs per tool, interleaved (medians are printed)")
     args = p.parse_args(argv)
     if args.worker:
         kind, d = args.worker
@@ -168,19 +212,38 @@ def main(argv: list[str] | None = None) -> int:
     files = sorted(f for f in Path(trace_dir).iterdir() if f.name.endswith((".json", ".json.gz")))
     size = sum(f.stat().st_size for f in files)
     print(f"traces: {trace_dir} ({len(files)} files, {size / 2**20:.1f} MiB on disk); CPUs: {os.cpu_count()}")
-    results = {"ours": run_worker("ours", trace_dir)}
+    runs: dict[str, list[dict]] = {"ours": []}
     if not args.skip_hta:
-        results["hta"] = run_worker("hta", trace_dir)
-    print(f"{'tool':6} {'wall s':>8} {'CPU s':>8} {'peak RSS MiB':>13} {'largest child MiB':>18}  overlap % per rank")
-    for k, r in results.items():
+        runs["hta"] = []
+    for _ in range(args.runs):                   # interleaved, so load drifts hit both tools alike
+        runs["ours"].append(run_worker("ours", trace_dir))
+        if not args.skip_hta:
+            runs["hta"].append(run_worker("hta", trace_dir, args.hta_python))
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.runs} run(s) per tool; medians")
+    print(f"{'tool':6} {'wall s':>8} {'CPU s':>8} {'import s':>9} {'peak RSS MiB':>13} {'largest child MiB':>18} "
+          f"{'all processes MiB':>18}  overlap % per rank")
+    results = {}
+    for k, rs in runs.items():
+        med = lambda key: statistics.median(r[key] for r in rs)   # noqa: E731
+        r = dict(rs[0])
+        for key in ("outer_wall_s", "cpu_s", "maxrss_mb", "child_maxrss_mb", "import_s", "tree_peak_mb"):
+            if key in r:
+                r[key] = med(key)
+        results[k] = r
         ov = ", ".join(f"{float(v):.2f}" for _, v in sorted(r["overlap_pct"].items(), key=lambda kv: int(kv[0])))
-        print(f"{k:6} {r['outer_wall_s']:8.2f} {r['cpu_s']:8.2f} {r['maxrss_mb']:13.0f} {r['child_maxrss_mb']:18.0f}  {ov}")
+        print(f"{k:6} {r['outer_wall_s']:8.2f} {r['cpu_s']:8.2f} {r.get('import_s', float('nan')):9.2f} "
+              f"{r['maxrss_mb']:13.0f} {r['child_maxrss_mb']:18.0f} {r['tree_peak_mb']:18.0f}  {ov}")
+        if len(rs) > 1:
+            walls = ", ".join(f"{x['outer_wall_s']:.2f}" for x in rs)
+            print(f"       walls: {walls}")
     if "hta" in results:
         o, h = results["ours"], results["hta"]
         mem_o = max(o["maxrss_mb"], o["child_maxrss_mb"])
         mem_h = max(h["maxrss_mb"], h["child_maxrss_mb"])
         print(f"HTA / ours: wall {h['outer_wall_s'] / o['outer_wall_s']:.1f}x, CPU {h['cpu_s'] / o['cpu_s']:.1f}x, "
-              f"peak memory {mem_h / mem_o:.1f}x (largest process)")
+              f"peak memory {mem_h / mem_o:.1f}x (largest process), "
+              f"{h['tree_peak_mb'] / o['tree_peak_mb']:.1f}x (all processes, sampled every 50 ms)")
         worst = max(abs(float(o["overlap_pct"][r]) - float(h["overlap_pct"][r])) for r in h["overlap_pct"])
         print(f"overlap agreement: max |ours - HTA| = {worst:.3f} percentage points")
     if tmp:

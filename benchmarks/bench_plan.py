@@ -81,9 +81,11 @@ def run_case(case: str) -> dict:
         tl = simulate(step.graph, cost)
         info = {"step_ms": round(step_time_s(tl) * 1e3, 1), "ops": len(step.graph.ops)}
     else:
-        if not hasattr(planmod, "search"):
+        try:
+            from ccoverlap.search import search
+        except ImportError:  # checkouts before plan --search
             return {"missing": True}
-        res = planmod.search(w)
+        res = search(w)
         best = res.ranked[0] if res.ranked else None
         info = {"layouts": res.enumerated, "fit": res.fitting, "simulated": res.simulated,
                 "best": best.label if best else None, "best_ms": round(best.step_time_s * 1e3, 1) if best else None}

@@ -10,12 +10,15 @@ Targets (issue 10): one step of
 Each timed run is ``ccoverlap.evaluate.simulate_workload(workload)`` — build the op graph, make
 the cost model, simulate — in a fresh subprocess per sample after one untimed warm-up run
 (imports and first-call caches are not a simulation's cost). Samples of this tree and of the
-baseline tree (default ``/work/main``, imported with ``PYTHONPATH``) are interleaved A/B so
-both see the same machine load. Prints medians of wall and CPU seconds, the op count, the
+baseline are interleaved A/B so both see the same machine load. The baseline is, by default,
+commit 4cea150 — main before the issue-10 simulator work — exported with ``git archive`` into a
+temporary directory (``--baseline-commit``), or any source tree (``--baseline PATH``, e.g.
+``/work/main``); its package is imported through ``PYTHONPATH``. Prints medians of wall and CPU seconds, the op count, the
 simulated ranks, the simulated step times (they must agree) and the speed-up, plus the load
 average: on a shared machine the wall time includes waiting for a core.
 
-    python benchmarks/bench_simulate.py [--runs 5] [--baseline /work/main | --no-baseline] [--target NAME]
+    python benchmarks/bench_simulate.py [--runs 5] [--baseline-commit 4cea150 | --baseline PATH | --no-baseline]
+                                        [--target NAME]
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ import argparse
 import json
 import os
 import statistics
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -99,7 +104,9 @@ def main(argv=None) -> int:
     """Run the A/B benchmark and print its table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5, help="timed samples per tree and target (>= 5 for the table)")
-    ap.add_argument("--baseline", default="/work/main", help="source tree to compare with (its ccoverlap package)")
+    ap.add_argument("--baseline-commit", default="4cea150",
+                    help="commit of this repository to compare with (exported with git archive)")
+    ap.add_argument("--baseline", help="source tree to compare with instead (its ccoverlap package)")
     ap.add_argument("--no-baseline", action="store_true", help="time this tree only")
     ap.add_argument("--target", choices=sorted(TARGETS), action="append", help="only these targets")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -108,8 +115,30 @@ def main(argv=None) -> int:
         return worker(args.worker, args.runs)
 
     trees = [("this", TREE)]
-    if not args.no_baseline and os.path.isdir(os.path.join(args.baseline, "ccoverlap")):
+    tmp = None
+    if args.no_baseline:
+        pass
+    elif args.baseline:
+        if not os.path.isdir(os.path.join(args.baseline, "ccoverlap")):
+            raise SystemExit(f"--baseline {args.baseline}: no ccoverlap package there")
         trees.append(("baseline", os.path.abspath(args.baseline)))
+    else:
+        tmp = tempfile.mkdtemp(prefix="ccoverlap-baseline-")
+        archive = subprocess.run(["git", "-C", TREE, "archive", args.baseline_commit, "ccoverlap"],
+                                 capture_output=True, check=False)
+        if archive.returncode != 0:
+            raise SystemExit(f"git archive {args.baseline_commit}: {archive.stderr.decode().strip()}")
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        trees.append(("baseline", tmp))
+    try:
+        return _run(args, trees)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(args, trees) -> int:
+    """Sample every target on every tree (interleaved) and print the table."""
     targets = args.target or list(TARGETS)
     results: dict = {(t, name): {"wall": [], "cpu": []} for t in targets for name, _ in trees}
     for t in targets:
@@ -124,10 +153,11 @@ def main(argv=None) -> int:
     med = statistics.median
     print(f"one simulated step through ccoverlap.evaluate.simulate_workload (build + cost model + simulate); "
           f"median of {args.runs} samples, interleaved A/B")
-    print("trees: " + ", ".join(f"{name} = {tree} @ {_commit(tree)}" for name, tree in trees))
+    print("trees: " + ", ".join(f"{name} = {tree} @ {_commit(tree) if name == 'this' or args.baseline else args.baseline_commit}"
+                                for name, tree in trees))
     print(f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     header = (f"{'target':<52} {'tree':<8} {'ops':>7} {'sim ranks':>9} {'wall (s)':>9} {'CPU (s)':>8} "
-              f"{'min wall':>8} {'goal (s)':>8} {'met wall/CPU':>12} {'vs baseline':>11} {'simulated step (s)':>18}")
+              f"{'min wall':>8} {'goal (s)':>8} {'met wall/CPU':>12} {'speed-up wall/CPU':>17} {'simulated step (s)':>18}")
     print(header)
     print("-" * len(header))
     for t in targets:
@@ -135,11 +165,12 @@ def main(argv=None) -> int:
         for name, _ in trees:
             r = results[(t, name)]
             w = med(r["wall"])
-            speed = f"{med(base['wall']) / w:.2f}x" if base and name == "this" else ""  # wall-time ratio
+            speed = (f"{med(base['wall']) / w:.2f}x/{med(base['cpu']) / med(r['cpu']):.2f}x"
+                     if base and name == "this" else "")  # baseline time / this time
             goal = TARGETS[t]["goal_s"]
             met = f"{'yes' if w <= goal else 'no'}/{'yes' if med(r['cpu']) <= goal else 'no'}"
             print(f"{TARGETS[t]['label']:<52} {name:<8} {r['ops']:>7} {r['ranks']:>9} {w:>9.3f} {med(r['cpu']):>8.3f} "
-                  f"{min(r['wall']):>8.3f} {goal:>8.2f} {met:>12} {speed:>11} "
+                  f"{min(r['wall']):>8.3f} {goal:>8.2f} {met:>12} {speed:>17} "
                   f"{r['step_s']:>18.6f}")
         if base:
             a, b = results[(t, "this")]["step_s"], base["step_s"]

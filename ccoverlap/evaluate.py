@@ -69,12 +69,20 @@ def cost_model_for(w):
     return cost_model_for_cluster(w.cluster, w.calibration)
 
 
+def build_workload_step(w):
+    """The :class:`~ccoverlap.parallel.StepGraph` of workload ``w`` (its framework profile passed
+    on when the workload has one): the one place a workload's step is built."""
+    from ccoverlap.parallel import build_step
+
+    kw = {"framework": w.framework} if getattr(w, "framework", None) is not None else {}
+    return build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs, **kw)
+
+
 def simulate_workload(w, *, cost=None, progress=None):
     """Build and simulate one training step of ``w``; returns (StepGraph, Timeline)."""
-    from ccoverlap.parallel import build_step
     from ccoverlap.sim import simulate
 
-    step = build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs)
+    step = build_workload_step(w)
     tl = simulate(step.graph, cost if cost is not None else cost_model_for(w), progress=progress)
     return step, tl
 

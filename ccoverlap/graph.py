@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Union
+from typing import Iterable, Iterator, NamedTuple, Union
 
 from ccoverlap.errors import ConfigError
 
@@ -196,13 +196,12 @@ def kind_of(spec: Spec) -> str:
     return COMPUTE
 
 
-@dataclass(slots=True)
-class Op:
-    """One unit of work on one stream of one simulated rank.
+class Op(NamedTuple):
+    """One unit of work on one stream of one simulated rank (an immutable record: a 1000-GPU
+    step holds 10^5 of them; make a changed copy with ``op._replace(...)``).
 
     ``duration_s`` overrides the cost model (used for measured or synthetic ops in tests).
     ``layer``, ``microbatch`` and ``phase`` (fwd | bwd | opt | ...) are labels for reports.
-    (A slotted record: a 1000-GPU step holds 10^5 of them.)
     """
 
     op_id: int
@@ -219,6 +218,9 @@ class Op:
     @property
     def kind(self) -> str:
         return COMPUTE if self.spec is None else kind_of(self.spec)
+
+
+_new_op = tuple.__new__  # Op(...) without the keyword handling of the generated __new__
 
 
 class OpGraph:
@@ -258,7 +260,7 @@ class OpGraph:
                 raise ConfigError(f"op {name!r}: dependency {bad} does not name an earlier op")
         if duration_s is not None and duration_s < 0:
             raise ConfigError(f"op {name!r}: duration must be non-negative")
-        ops.append(Op(op_id, name, rank, stream, spec, clean, duration_s, layer, microbatch, phase))
+        ops.append(_new_op(Op, (op_id, name, rank, stream, spec, clean, duration_s, layer, microbatch, phase)))
         return op_id
 
     def append_op(self, name: str, spec: Spec | None, rank: int, stream: str, deps: tuple[int, ...],
@@ -267,7 +269,7 @@ class OpGraph:
         repeats, earlier ids only: not checked) — the step builder's hot path."""
         ops = self.ops
         op_id = len(ops)
-        ops.append(Op(op_id, name, rank, stream, spec, deps, None, layer, microbatch, phase))
+        ops.append(_new_op(Op, (op_id, name, rank, stream, spec, deps, None, layer, microbatch, phase)))
         return op_id
 
     def __len__(self) -> int:

@@ -56,6 +56,7 @@ def search_best_knobs(planner: Planner, w: Workload | None = None, *, progress: 
     space = knob_space(w)
     best_w = replace(w, knobs=replace(w.knobs, overlap=True))
     best = planner.evaluate(best_w, "best-knobs")
+    planner.pin(best_w)  # the winner's timeline is returned: keep the current best's
     evaluated = {workload_key(best_w)}
     n_evals = 1
     total = sum(len(v) for v in space.values()) * max_rounds
@@ -80,10 +81,13 @@ def search_best_knobs(planner: Planner, w: Workload | None = None, *, progress: 
             for (value, cand_w), res in zip(cands, results):
                 better = res.step_time_s < best.step_time_s * (1 - 1e-9)
                 if res.fits_memory and (better or not best.fits_memory):
+                    planner.pin(best_w, False)
+                    planner.pin(cand_w)
                     best_w, best, improved = cand_w, res, True
         if not improved:
             break
     best = planner.evaluate(best_w, "best-knobs", keep_timeline=True)
+    planner.pin(best_w, False)
     return best_w, best, n_evals
 
 

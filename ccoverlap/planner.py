@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.evaluate import StrategyResult, cost_model_for, summarize
+from ccoverlap.evaluate import StrategyResult, build_workload_step, cost_model_for, summarize
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -84,6 +84,7 @@ class Planner:
         self._steps: OrderedDict[tuple, Any] = OrderedDict()
         self._timelines: OrderedDict[tuple, Any] = OrderedDict()
         self._summaries: dict[tuple, StrategyResult] = {}
+        self._pinned: set[tuple] = set()
         self.simulations = 0
         self.cache_hits = 0
         self.graph_simulations = 0
@@ -92,17 +93,11 @@ class Planner:
     def step(self, w=None):
         """The :class:`~ccoverlap.parallel.StepGraph` of ``w`` (default: the planner's workload),
         built once per configuration."""
-        from ccoverlap.parallel import build_step
-
         w = self.workload if w is None else w
         key = workload_key(w)
         st = self._steps.get(key)
         if st is None:
-            kw = {"framework": w.framework} if getattr(w, "framework", None) is not None else {}
-            try:
-                st = build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs, **kw)
-            except TypeError:  # a step builder without framework profiles
-                st = build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs)
+            st = build_workload_step(w)
             self._steps[key] = st
             while len(self._steps) > self.keep_timelines:
                 self._steps.popitem(last=False)
@@ -127,9 +122,17 @@ class Planner:
         tl = simulate(st.graph, self.cost)
         self.simulations += 1
         self._timelines[key] = tl
-        while len(self._timelines) > self.keep_timelines:
-            self._timelines.popitem(last=False)
+        for old in [k for k in self._timelines if k not in self._pinned][:-self.keep_timelines]:
+            del self._timelines[old]
         return st, tl
+
+    def pin(self, w, pinned: bool = True) -> None:
+        """Keep (or stop keeping) ``w``'s timeline in the cache whatever else is simulated."""
+        key = workload_key(w)
+        if pinned:
+            self._pinned.add(key)
+        else:
+            self._pinned.discard(key)
 
     def simulate_graph(self, graph):
         """Simulate an op graph a strategy built or rewrote (not cached); returns the Timeline."""

@@ -62,10 +62,11 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
     if n == 0:
         return TimelineBuilder().build(meta=dict(graph.meta))
 
-    # ---- static tables (list comprehensions and numpy: no per-op Python statements)
-    op_rank = [op.rank for op in ops]
+    # ---- static tables (one transpose of the Op records, comprehensions and numpy: no per-op
+    # Python statements)
+    _, names, op_rank, stream_names, spec_objs, deps_of, durations_given = list(zip(*ops))[:7]
     stream_ids: dict[tuple[int, str], int] = {}
-    op_stream = [stream_ids.setdefault(k, len(stream_ids)) for k in zip(op_rank, [op.stream for op in ops])]
+    op_stream = [stream_ids.setdefault(k, len(stream_ids)) for k in zip(op_rank, stream_names)]
     stream_rank = [r for r, _ in stream_ids]
     n_streams = len(stream_ids)
     sarr = np.asarray(op_stream, dtype=np.int64)
@@ -78,7 +79,6 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
     order_l = order.tolist()
     queues = [order_l[a:a + c] for a, c in zip(firsts.tolist(), counts.tolist())]
     # specs interned by value: ops stamped from one template share one spec object
-    spec_objs = [op.spec for op in ops]
     spec_of_value: dict = {}
     specs: list = []
     index_of_id: dict[int, int] = {id(None): -1}
@@ -92,8 +92,7 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
     op_spec = [index_of_id[id(x)] for x in spec_objs]  # -1 without a spec
     # duration override (seconds) or 0 for an op without a spec, else None (ask the cost model)
     fixed = [d if d is not None else (0.0 if si < 0 else None)
-             for d, si in zip([op.duration_s for op in ops], op_spec)]
-    deps_of = [op.deps for op in ops]
+             for d, si in zip(durations_given, op_spec)]
     waiting_deps = [len(d) for d in deps_of]
     src = np.fromiter(itertools.chain.from_iterable(deps_of), dtype=np.int64, count=sum(waiting_deps))
     dst = np.repeat(np.arange(n), waiting_deps)
@@ -290,25 +289,23 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             version[oid] += 1
             push(heap, (f, version[oid], oid))
             return
-        members = list(run)
-        cspec = tuple([op_spec[m] for m in members])
+        cspec = tuple(map(op_spec.__getitem__, run))
         ds = together.get(cspec)
         if ds is None:  # each member's seconds beside the others (by spec; overrides below)
             ds = together[cspec] = [
                 None if s < 0 else duration_of_spec(s, tuple(x for j, x in enumerate(cspec) if j != k and x >= 0))
                 for k, s in enumerate(cspec)]
-        for k, oid in enumerate(members):
-            state = run[oid]
+        for (oid, state), d in zip(run.items(), ds):
             remaining = state[0] - (now - state[2]) * state[1]
-            d = fixed[oid]
-            if d is None:
-                d = ds[k]
+            f = fixed[oid]
+            if f is not None:
+                d = f
             rate = inf if d <= 0.0 else 1.0 / d
-            state[0] = remaining if remaining > 0.0 else 0.0
+            state[0] = remaining = remaining if remaining > 0.0 else 0.0
             state[1] = rate
             state[2] = now
-            version[oid] += 1
-            push(heap, (now if rate == inf else now + state[0] / rate, version[oid], oid))
+            v = version[oid] = version[oid] + 1
+            push(heap, (now if rate == inf else now + remaining / rate, v, oid))
 
     def try_start(sid: int, now: float, touched: set) -> None:
         if busy[sid]:
@@ -392,14 +389,15 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         )
     if progress is not None:
         progress(n, n)
-    return _to_timeline(graph, start, end, op_spec, specs)
+    return _to_timeline(graph, start, end, op_spec, specs, (op_rank, stream_names, names))
 
 
 def _to_timeline(graph: OpGraph, start: list[float], end: list[float], op_spec: list[int],
-                 specs: list) -> Timeline:
+                 specs: list, labels: tuple) -> Timeline:
     """The columnar Timeline of the played graph (one row per op, in op order). The per-spec
     columns (kind, bytes, FLOPs, collective, group) are worked out once per interned spec
-    (``op_spec[i]`` indexes ``specs``; -1, no spec, picks the extra last row)."""
+    (``op_spec[i]`` indexes ``specs``; -1, no spec, picks the extra last row); ``labels`` =
+    the ops' (ranks, streams, names)."""
     group_sizes: dict[str, int] = {}
     rows = []
     for spec in specs + [None]:
@@ -417,9 +415,8 @@ def _to_timeline(graph: OpGraph, start: list[float], end: list[float], op_spec: 
     idx = np.asarray(op_spec, dtype=np.int64)
     kind, collective, group = (np.array([r[k] for r in rows], dtype=object)[idx] for k in range(3))
     nbytes, flops = (np.array([r[k] for r in rows], dtype=np.float64)[idx] for k in (3, 4))
-    ops = graph.ops
     meta = dict(graph.meta)
     meta["group_sizes"] = group_sizes
-    return Timeline(rank=[op.rank for op in ops], stream=[op.stream for op in ops], kind=kind,
-                    name=[op.name for op in ops], start_s=start, end_s=end, bytes=nbytes, flops=flops,
+    rank, stream, name = labels
+    return Timeline(rank=rank, stream=stream, kind=kind, name=name, start_s=start, end_s=end, bytes=nbytes, flops=flops,
                     collective=collective, group=group, meta=meta)

@@ -60,8 +60,25 @@ def test_a_new_strategy_runs_on_the_planners_cache():
 
 
 def test_worker_processes_do_not_change_predictions():
-    serial = plan(W, planner=Planner(W, jobs=1))
-    parallel = plan(W, planner=Planner(W, jobs=2))
+    # the knob search, Lagom and Centauri send independent candidates to worker processes
+    serial = plan(W, planner=Planner(W, jobs=1), extra=["lagom", "centauri"])
+    parallel = plan(W, planner=Planner(W, jobs=2), extra=["lagom", "centauri"])
     assert [(s.name, s.step_time_s, s.note) for s in serial.strategies] == \
         [(s.name, s.step_time_s, s.note) for s in parallel.strategies]
     assert serial.best_workload == parallel.best_workload
+
+
+def test_pinned_timeline_survives_eviction():
+    pl = Planner(W, jobs=1, keep_timelines=1)
+    pl.evaluate(W, "a")
+    pl.pin(W)
+    for d in (0, 2, 3):
+        pl.evaluate(with_knobs(W, fsdp_prefetch=d), "x")
+    n = pl.simulations
+    assert pl.evaluate(W, "a", keep_timeline=True).timeline is not None
+    assert pl.simulations == n  # not simulated again
+    pl.pin(W, False)
+    pl.evaluate(with_knobs(W, fsdp_prefetch=0), "y", keep_timeline=True)  # evicted earlier: simulated again
+    assert pl.simulations == n + 1
+    pl.evaluate(W, "a", keep_timeline=True)  # unpinned, so evicted by the line above
+    assert pl.simulations == n + 2

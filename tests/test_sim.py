@@ -95,7 +95,7 @@ def test_deadlock_is_reported_not_hung():
     # b waits for c, but c is queued behind b on the same stream
     a = g.add("a", _gemm(1.0))
     g.add("b", _gemm(1.0), stream="s", deps=[a])
-    g.ops[1].deps = (2,)
+    g.ops[1] = g.ops[1]._replace(deps=(2,))
     g.add("c", _gemm(1.0), stream="s")
     with pytest.raises(ConfigError, match="deadlock"):
         simulate(g, ToyCost())

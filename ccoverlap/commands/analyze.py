@@ -34,6 +34,10 @@ def register(sub) -> None:
     p.add_argument("--png-step", type=int, help="profiler step drawn in the picture (default: first analysed)")
     p.add_argument("--vs", nargs="+", metavar="TRACE", help="compare with these traces (e.g. a simulated run)")
     p.add_argument("--jobs", type=int, default=None, help="processes for loading (default: automatic)")
+    p.add_argument("--groups", metavar="FILE",
+                   help="JSON mapping of process groups to parallelism dimensions, e.g. "
+                        "{\"0\": \"DP\", \"tp_group\": \"TP\"} (keys: group name, description or "
+                        "'ranks:0,1'); default: inferred from the groups' names, descriptions and ranks")
     p.add_argument("-q", "--quiet", action="store_true", help="no warnings on stderr")
     p.set_defaults(run=run)
 
@@ -42,15 +46,30 @@ def run(args: argparse.Namespace) -> int:
     """Analyse, print (table or JSON), draw; 0 on success (TraceError/ConfigError -> exit 2 in the CLI)."""
     from ccoverlap.errors import ConfigError
     from ccoverlap.trace.analyze import analyze, compare
+    from ccoverlap.trace.dimensions import load_groups
     from ccoverlap.trace.report import print_comparison, print_problems, print_report, write_json, write_png
 
-    if args.jobs is not None and args.jobs < 1:
-        raise ConfigError("--jobs must be >= 1")
-    a = analyze(args.traces, steps=args.steps, time_resolution=args.time_resolution, jobs=args.jobs)
-    b = None
-    if args.vs:
-        b = analyze(args.vs, steps=args.steps if args.steps in ("hta", "all") else "hta",
-                    time_resolution=args.time_resolution, jobs=args.jobs)
+    from ccoverlap.errors import CCOverlapError
+
+    try:
+        if args.jobs is not None and args.jobs < 1:
+            raise ConfigError("--jobs must be >= 1")
+        groups = load_groups(args.groups) if getattr(args, "groups", None) else None
+        a = analyze(args.traces, steps=args.steps, time_resolution=args.time_resolution, jobs=args.jobs,
+                    groups=groups)
+        b = None
+        if args.vs:
+            b = analyze(args.vs, steps=args.steps if args.steps in ("hta", "all") else "hta",
+                        time_resolution=args.time_resolution, jobs=args.jobs, groups=groups)
+    except CCOverlapError as exc:
+        if args.json:   # --json always prints one object, also when nothing could be analysed
+            import json
+
+            doc = {"tool": "ccoverlap analyze", "error": str(exc), "files": getattr(exc, "files", []),
+                   "problems": getattr(exc, "problems", [str(exc)]), "ranks": [], "summary": None}
+            json.dump(doc, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        raise
     if not args.quiet:
         print_problems(a.problems, sys.stderr)
         if b is not None:

@@ -64,6 +64,8 @@ def register(sub) -> None:
                    help="process-group backend when this command creates it (default: NCCL with one GPU per rank, "
                         "else gloo)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--no-reference-rows", action="store_true",
+                   help="time only the schedules (no comm-only, GEMM-only, check and baseline rows)")
     p.set_defaults(run=run)
 
 
@@ -94,12 +96,13 @@ def _config(args: argparse.Namespace, world: int) -> dict:
         "experts": args.experts, "backward": args.backward, "comm_engine": args.comm_engine,
         "warmup": args.warmup, "iters": args.iters, "profile_dir": args.profile_dir,
         "profile_iters": args.profile_iters, "threads": args.threads, "seed": args.seed,
+        "reference_rows": not args.no_reference_rows,
     }  # fmt: skip
 
 
 def _allowed_schedules(op: str) -> tuple[str, ...]:
     if op == "all_to_all_matmul":
-        return ("serial", "chunked", "auto")
+        return ("serial", "chunked", "auto", "tune")
     return ("serial", "ring", "uniform-fused-1d", "hetero-fused-1d", "hetero-unfused-1d", "uniform-fused-2d",
             "auto", "tune")  # fmt: skip
 
@@ -188,13 +191,13 @@ def _worker(rank: int, world: int, cfg: dict):
         w.requires_grad_()
         dy = None
 
-    def call(sched: str):
+    def call(sched: str, check: str | None = None):
         if op == "all_gather_matmul":
-            y = all_gather_matmul(x, w, schedule=sched, comm_engine=cfg["comm_engine"], check_shapes="never")
+            y = all_gather_matmul(x, w, schedule=sched, comm_engine=cfg["comm_engine"], check_shapes=check)
         elif op == "matmul_reduce_scatter":
-            y = matmul_reduce_scatter(x, w, schedule=sched, comm_engine=cfg["comm_engine"], check_shapes="never")
+            y = matmul_reduce_scatter(x, w, schedule=sched, comm_engine=cfg["comm_engine"], check_shapes=check)
         else:
-            y = all_to_all_matmul(x, w, splits, schedule=sched, check_shapes="never")
+            y = all_to_all_matmul(x, w, splits, schedule=sched, check_shapes=check)
         if grad:
             nonlocal dy
             if dy is None or dy.shape != y.shape:
@@ -228,7 +231,31 @@ def _worker(rank: int, world: int, cfg: dict):
 
             parts["(comm only)"] = a2a_both
             parts["(GEMM only)"] = lambda: x @ w[0].t()
+    # Every op call above runs the per-call cross-rank check (the default policy); these rows
+    # show its cost: serial with the check switched off, and the check alone.
+    parts["(serial, unchecked)"] = lambda: call("serial", "never")
+    if op in ("all_gather_matmul", "matmul_reduce_scatter"):
+        from ccoverlap.runtime.ops import check_call
 
+        parts["(cross-rank check)"] = lambda: check_call(op, x, w, None, "serial", cfg["comm_engine"], 0, "always")
+    skipped: dict[str, str] = {}
+    if op in ("all_gather_matmul", "matmul_reduce_scatter") and cfg.get("reference_rows", True):
+        from ccoverlap.runtime.baselines import dtensor_tp_baseline, symm_mem_baseline
+
+        fn, why = dtensor_tp_baseline(op, x, w, world, device, backward=grad)
+        if fn is not None:
+            parts["(DTensor TP)"] = fn
+        else:
+            skipped["(DTensor TP)"] = why
+        fn, why = symm_mem_baseline(op, x, w, world, device, backward=grad)
+        if fn is not None:
+            parts["(symm-mem fused)"] = fn
+        else:
+            skipped["(symm-mem fused)"] = why
+
+    if not cfg.get("reference_rows", True):
+        parts.clear()
+        skipped = {}
     import time
 
     rows = []
@@ -263,17 +290,24 @@ def _worker(rank: int, world: int, cfg: dict):
         t = torch.tensor(times, dtype=torch.float64, device=comm.comm_device())
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a call takes as long as its slowest rank
         for sched, slowest in zip(scheds, t.cpu().tolist()):
-            chosen = sched
+            chosen, tune_info = sched, None
             if sched in ("auto", "tune") and op != "all_to_all_matmul":
                 kind = "ag" if op == "all_gather_matmul" else "rs"
                 a = x.detach().reshape(-1, k)
-                dec = resolve(kind, a, w.detach().t(), None, sched, comm_engine=cfg["comm_engine"])
+                dec = resolve(kind, a, w.detach().t(), None, sched, comm_engine=cfg["comm_engine"])  # cached
                 chosen = dec.schedule
+                tune_info = _tune_info(dec) if sched == "tune" else None
+            elif sched == "tune":
+                from ccoverlap.runtime.tuning import tuning_cache
+
+                dec = next((d for key, d in tuning_cache().items() if key[0] == "a2a"), None)
+                chosen = dec.schedule if dec else "serial"
+                tune_info = _tune_info(dec) if dec else None
             elif sched == "auto":
                 chosen = "chunked" if world > 1 else "serial"
             rows.append({"schedule": sched, "runs": chosen if sched not in parts else "-",
                          "median_s": statistics.median(slowest), "min_s": min(slowest), "times_s": slowest,
-                         "reference": sched in parts})
+                         "reference": sched in parts, "tune": tune_info})
         if cfg["profile_dir"]:
             _profile(cfg, rank, call, sync, device)
     if rank != 0:
@@ -281,6 +315,8 @@ def _worker(rank: int, world: int, cfg: dict):
     base = next(r["median_s"] for r in rows if r["schedule"] == "serial")
     for r in rows:
         r["speedup_vs_serial"] = None if r["reference"] else (base / r["median_s"] if r["median_s"] > 0 else None)
+        r["vs_serial"] = r["median_s"] / base if base > 0 else None
+    summary = _summary(rows)
     flops = 2.0 * m * n * k * (3 if grad else 1)
     return {
         "op": op, "m": m, "n": n, "k": k, "experts": e if op == "all_to_all_matmul" else None,
@@ -290,7 +326,48 @@ def _worker(rank: int, world: int, cfg: dict):
         "comm_engine": cfg["comm_engine"], "warmup": cfg["warmup"], "iters": cfg["iters"],
         "gemm_flops_per_rank": flops, "torch": torch.__version__, "results": rows,
         "profile_dir": cfg["profile_dir"], "loadavg_1m_before_after": [load_before, load_after],
+        "summary": summary, "skipped_rows": skipped,
     }  # fmt: skip
+
+
+def _tune_info(dec) -> dict:
+    """What tune measured, for the table and --json: medians (ms), rounds, elapsed, eliminated."""
+    return {
+        "picked": dec.schedule, "rounds": dec.rounds, "elapsed_s": dec.elapsed_s, "reason": dec.reason,
+        "median_ms": {c: s * 1e3 for c, s in dec.timings_s},
+        "samples_ms": {c: [v * 1e3 for v in smp] for c, smp in dec.samples_s},
+        "eliminated": list(dec.eliminated),
+    }  # fmt: skip
+
+
+def _summary(rows: list[dict]) -> dict:
+    """Ratios the README quotes: auto and tune vs the measured-fastest schedule and vs DTensor TP."""
+    by = {r["schedule"]: r for r in rows}
+    concrete = [r for r in rows if not r["reference"] and r["schedule"] not in ("auto", "tune")]
+    out: dict = {}
+    if concrete:
+        fastest = min(concrete, key=lambda r: r["median_s"])
+        out["fastest_schedule"] = fastest["schedule"]
+        out["fastest_median_s"] = fastest["median_s"]
+        if "tune" in by:
+            picked = by["tune"]["runs"]
+            pr = by.get(picked) or by.get(picked.split(":")[0])
+            out["tune_pick"] = picked
+            if pr is not None:
+                out["tune_pick_vs_fastest"] = pr["median_s"] / fastest["median_s"]
+            out["tune_row_vs_fastest"] = by["tune"]["median_s"] / fastest["median_s"]
+    if "(DTensor TP)" in by:
+        d = by["(DTensor TP)"]["median_s"]
+        for name in ("serial", "auto", "tune"):
+            if name in by and d > 0:
+                out[f"{name}_vs_dtensor_tp"] = by[name]["median_s"] / d
+        if concrete and d > 0:
+            out["best_vs_dtensor_tp"] = out["fastest_median_s"] / d
+    if "(cross-rank check)" in by and "serial" in by:
+        out["check_share_of_serial"] = by["(cross-rank check)"]["median_s"] / by["serial"]["median_s"]
+    if "(serial, unchecked)" in by and "serial" in by:
+        out["check_cost_in_serial"] = 1.0 - by["(serial, unchecked)"]["median_s"] / by["serial"]["median_s"]
+    return out
 
 
 def _profile(cfg: dict, rank: int, call, sync, device) -> None:
@@ -332,7 +409,7 @@ def _print(res: dict, as_json: bool) -> None:
     load_txt = f"; load average {load[0]:.1f} -> {load[1]:.1f}" if None not in load else ""
     print(f"median of {res['iters']} calls after {res['warmup']} warm-up, round-robin over schedules "
           f"(slowest rank per call){load_txt}")
-    hdr = f"{'schedule':<18} {'runs':<18} {'median ms':>10} {'min ms':>9} {'GFLOP/s':>9} {'speedup':>8}"
+    hdr = f"{'schedule':<20} {'runs':<18} {'median ms':>10} {'min ms':>9} {'GFLOP/s':>9} {'speedup':>8}"
     print(hdr)
     print("-" * len(hdr))
     for r in res["results"]:
@@ -340,7 +417,37 @@ def _print(res: dict, as_json: bool) -> None:
         gf_txt = f"{gf:>9.1f}" if not r["reference"] or r["schedule"] == "(GEMM only)" else f"{'-':>9}"
         sp = r["speedup_vs_serial"]
         sp_txt = f"{sp:>7.2f}x" if sp is not None else f"{'-':>8}"
-        print(f"{r['schedule']:<18} {r['runs']:<18} {r['median_s'] * 1e3:>10.2f} {r['min_s'] * 1e3:>9.2f} "
+        print(f"{r['schedule']:<20} {r['runs']:<18} {r['median_s'] * 1e3:>10.2f} {r['min_s'] * 1e3:>9.2f} "
               f"{gf_txt} {sp_txt}")
+    for r in res["results"]:
+        info = r.get("tune")
+        if info:
+            print(f"\ntune measured {len(info['median_ms'])} candidates in {info['rounds']} interleaved rounds "
+                  f"({info['elapsed_s']:.1f} s; slowest rank per call), picked {info['picked']}:")
+            for c, med in sorted(info["median_ms"].items(), key=lambda kv: kv[1]):
+                smp = info["samples_ms"].get(c, [])
+                note = " (eliminated)" if c in info["eliminated"] else ""
+                mark = "  <- picked" if c == info["picked"] else ""
+                print(f"  {c:<18} median {med:>9.2f} ms  min {min(smp) if smp else float('nan'):>9.2f} ms  "
+                      f"n={len(smp)}{note}{mark}")
+    summ = res.get("summary") or {}
+    if summ:
+        print()
+        bits = []
+        if "tune_pick_vs_fastest" in summ:
+            bits.append(f"tune's pick {summ['tune_pick']} = {summ['tune_pick_vs_fastest']:.3f}x the fastest "
+                        f"({summ['fastest_schedule']}) in this run")
+        for name in ("auto", "tune", "serial"):
+            if f"{name}_vs_dtensor_tp" in summ:
+                bits.append(f"{name} = {summ[f'{name}_vs_dtensor_tp']:.3f}x DTensor TP")
+        if "check_share_of_serial" in summ:
+            bits.append(f"cross-rank check alone = {100 * summ['check_share_of_serial']:.2f}% of serial")
+        if "check_cost_in_serial" in summ:
+            bits.append(f"serial with the check vs without: the check costs {100 * summ['check_cost_in_serial']:.2f}% "
+                        "of serial (difference of medians)")
+        for b in bits:
+            print(b)
+    for name, why in (res.get("skipped_rows") or {}).items():
+        print(f"{name}: not run ({why})")
     if res["profile_dir"]:
         print(f"traces: {res['profile_dir']}/rank-<r>.json (ccoverlap analyze {res['profile_dir']})")

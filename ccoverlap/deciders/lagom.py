@@ -435,12 +435,16 @@ def _tune_workload(planner, w, method: str, *, top: int = 2):
         best_w, best = w, planner.evaluate(w, method)
         sims = 1
         for pg, cands in candidates.items():
+            # each candidate replaces only this group's configuration of the current best, so
+            # they are independent: simulated together (in worker processes where possible)
+            cand_ws = []
             for cfg in cands:
                 overrides = dict(best_w.knobs.comm_config_overrides)
                 overrides[pg] = cfg
-                cand_w = with_knobs(best_w, comm_config_overrides=overrides)
-                res = planner.evaluate(cand_w, method)
-                sims += 1
+                cand_ws.append(with_knobs(best_w, comm_config_overrides=overrides))
+            results = planner.evaluate_many(cand_ws, method)
+            sims += len(cand_ws)
+            for cfg, cand_w, res in zip(cands, cand_ws, results):
                 if res.fits_memory and res.step_time_s < best.step_time_s * (1 - 1e-9):
                     best_w, best, chosen[pg] = cand_w, res, cfg
     what = "Lagom" if method == "lagom" else "AutoCCL-style tuning"

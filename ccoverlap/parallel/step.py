@@ -40,6 +40,7 @@ from ccoverlap.parallel.pp import Schedule, make_schedule
 from ccoverlap.parallel.segment import IN, Segment
 from ccoverlap.parallel.units import layer_index, stage_units, unit_tensors
 
+new_op = tuple.__new__  # an Op record from a tuple of its fields, without keyword handling
 ADAM_BYTES_PER_PARAM = 30  # read master 4, grad 4, m 4, v 4; write master 4, m 4, v 4, bf16 copy 2
 
 
@@ -199,7 +200,7 @@ class _Emitter:
         ops = self.g.ops
         base = len(ops)
         add = base.__add__
-        new = [Op(base + i, name, rank, stream, spec, tuple(map(add, local)), None, layer, mb, phase)
+        new = [new_op(Op, (base + i, name, rank, stream, spec, tuple(map(add, local)), None, layer, mb, phase))
                for i, name, spec, stream, local in cs.fixed]
         special = cs.special
         if extra is not None:
@@ -215,7 +216,7 @@ class _Emitter:
                     dl.append(v)
             if extra is not None and (i == 0 or i == cs.first_compute):
                 dl.append(extra)
-            new[i].deps = tuple(sorted(set(dl)))
+            new[i] = new[i]._replace(deps=tuple(sorted(set(dl))))
         ops.extend(new)
         if producers is not None:
             for i, tensor in cs.tensors:

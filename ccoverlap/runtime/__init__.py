@@ -24,7 +24,14 @@ from ccoverlap.runtime.layers import (
 )
 from ccoverlap.runtime.ops import ALL_SCHEDULES, COMM_ENGINES, all_gather_matmul, matmul_reduce_scatter
 from ccoverlap.runtime.schedules import FICCO_SCHEDULES, SCHEDULES
-from ccoverlap.runtime.tuning import auto_choice, clear_tuning_cache, tuning_cache
+from ccoverlap.runtime.tuning import (
+    auto_choice,
+    clear_tuning_cache,
+    get_tune_options,
+    set_tune_cache_file,
+    set_tune_options,
+    tuning_cache,
+)
 
 __all__ = [
     "all_gather_matmul",
@@ -46,4 +53,7 @@ __all__ = [
     "auto_choice",
     "tuning_cache",
     "clear_tuning_cache",
+    "set_tune_options",
+    "get_tune_options",
+    "set_tune_cache_file",
 ]

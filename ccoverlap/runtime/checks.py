@@ -7,14 +7,19 @@ rank the whole table, and the same pure-Python rules run on that table on every 
 either every rank proceeds or every rank raises :class:`ShapeMismatchError` with the very
 same message (naming the ranks and shapes that disagree).
 
-The check costs one tiny all-gather (and, on CUDA, a host sync), so it is controlled by a
-policy: ``"always"``, ``"first"`` (default: the first call of each op on each process group
-in this process) or ``"never"``. The policy must be the same on every rank. Caching on the
-*local shape* is deliberately not offered: a rank that has seen its shape before would skip
-the check while a rank with a new (wrong) shape would run it, and that mismatch is itself a
-hang. A call counter per (op, group) is the same on every rank, so ``"first"`` is safe.
-Set it with :func:`set_shape_check`, the ``check_shapes=`` argument of the ops, or the
-environment variable ``CCOVERLAP_CHECK_SHAPES``.
+The check runs on **every call** by default (``"always"``): a mismatch that appears only on
+a later call (a shape that changes on one rank, a schedule or comm engine switched on one
+rank) would otherwise abort a gloo rank or let a collective read the wrong number of bytes
+and return garbage. It costs one all-gather of 64 int64 per call (512 bytes per rank); on
+NCCL the descriptor travels over a gloo group of the same ranks (created once, for the
+default group), so the check needs no GPU sync. ``ccoverlap bench`` shows its cost next to
+the serial time. ``"first"`` (the first call of each op on each process group in this
+process) and ``"never"`` are opt-outs for a caller that can prove its arguments agree; they
+are not safe against a mismatch on a later call. The policy must be the same on every rank.
+Caching on the *local shape* is deliberately not offered: a rank that has seen its shape
+before would skip the check while a rank with a new (wrong) shape would run it, and that
+mismatch is itself a hang. Set it with :func:`set_shape_check`, the ``check_shapes=``
+argument of the ops, or the environment variable ``CCOVERLAP_CHECK_SHAPES``.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ _DTYPES = [
     torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool,
 ]  # fmt: skip
 _lock = threading.Lock()
-_mode = os.environ.get("CCOVERLAP_CHECK_SHAPES", "first")
+_mode = os.environ.get("CCOVERLAP_CHECK_SHAPES", "always")
+_host_groups: dict[int, object] = {}
 _seen: set[tuple[str, int]] = set()
 
 
@@ -96,18 +102,20 @@ def agree(
     ints: dict[str, int] | None = None,
     rules: Sequence,
     mode: str | None = None,
-) -> None:
+) -> Table | None:
     """Check that ``tensors``/``ints`` satisfy ``rules`` on every rank; raise the same error on all.
 
     ``tensors`` maps argument names to tensors (shape and dtype are used); ``ints`` adds
     scalar parameters. ``rules`` are callables ``rule(table) -> str | None`` run on the
     gathered :class:`Table`; the first message returned becomes the error, prefixed by ``op``.
-    Skipped (no communication) according to the shape-check policy.
+    Skipped (no communication) according to the shape-check policy. Returns the gathered
+    table (the same on every rank) so the caller can derive agreed values from it, or None
+    when the check was skipped.
     """
     if comm.group_size(group) == 1 and not rules:
-        return
+        return None
     if not _should_check(op, group, mode):
-        return
+        return None
     names = list(tensors)
     int_names = list(ints or {})
     row: list[int] = [_op_id(op), len(names), len(int_names)]
@@ -119,7 +127,8 @@ def agree(
         row += [1, len(t.shape), *shape, *([-1] * (_MAX_DIMS - len(shape)))]
         row.append(_DTYPES.index(dtype) if dtype in _DTYPES else 99)
     row += [int(v) for v in (ints or {}).values()]
-    dev = comm.comm_device(group)
+    cgroup = _check_group(group)
+    dev = comm.comm_device(cgroup)
     local = torch.tensor(row, dtype=torch.int64)
     # Descriptors of different ops have different lengths; pad to a fixed size first so that
     # the gather itself can never mismatch, then compare op ids.
@@ -130,16 +139,56 @@ def agree(
     padded[: local.numel()] = local
     p = comm.group_size(group)
     table_t = torch.empty(p * width, dtype=torch.int64, device=dev)
-    comm.all_gather_into(table_t, padded.to(dev), group=group, async_op=False)
+    comm.all_gather_into(table_t, padded.to(dev), group=cgroup, async_op=False)
     raw = table_t.view(p, width).cpu().tolist()
     if any(r[0] != raw[0][0] for r in raw):
         ops = {i: _OP_NAMES.get(r[0], f"op#{r[0]}") for i, r in enumerate(raw)}
-        raise ShapeMismatchError(f"{op}: ranks are calling different distributed ops ({_fmt_ranks(ops)})")
+        raise ShapeMismatchError(f"ranks are calling different distributed ops ({_fmt_ranks(ops)})")
     table = Table(raw, names, int_names)
     for rule in rules:
         msg = rule(table)
         if msg:
             raise ShapeMismatchError(f"{op}: {msg}")
+    return table
+
+
+def _check_group(group):
+    """The group the descriptor travels on: a gloo twin of the default group under NCCL.
+
+    A gloo all-gather of 512 bytes needs no CUDA sync, so the check does not stall the
+    GPU stream. Only the default group gets a twin (``new_group`` must be called by every
+    process of the world, which holds for the default group's first op call on all ranks);
+    subgroups use their own backend.
+    """
+    import torch.distributed as dist
+
+    if "nccl" not in comm.backend_of(group):
+        return group
+    if group is not None and group is not dist.GroupMember.WORLD:
+        return group
+    with _lock:
+        twin = _host_groups.get(0)
+    if twin is None:
+        try:
+            twin = dist.new_group(backend="gloo")
+        except Exception:  # noqa: BLE001 - no gloo in this build: use the device group
+            twin = group
+        with _lock:
+            _host_groups[0] = twin
+    return twin
+
+
+def same_int(name: str, render=str, what: str | None = None) -> callable:
+    """Rule: integer parameter ``name`` equals rank 0's on every rank (``render`` names the value)."""
+
+    def rule(t: Table) -> str | None:
+        vals = t.ints(name)
+        for r, v in enumerate(vals):
+            if v != vals[0]:
+                return f"rank {r}: {what or name}={render(v)} but rank 0 has {render(vals[0])}"
+        return None
+
+    return rule
 
 
 class Table:

@@ -46,6 +46,8 @@ __all__ = [
     "exchange",
     "barrier",
     "force_fallbacks",
+    "force_pairwise_p2p",
+    "coalesces_p2p",
     "supports",
 ]
 
@@ -392,9 +394,16 @@ def exchange(
         _check_contiguous("exchange (recv buffer)", t)
         recv_pos.append(len(ops))
         ops.append((dist.irecv, t, global_rank(group, peer)))
+    use_batch = supports("batch_p2p", group) and hasattr(dist, "batch_isend_irecv")
+    n_send = len(ops) - sum(1 for p_ in recv_pos if p_ is not None)
+    if per_recv and ops and use_batch and coalesces_p2p(group):
+        # NCCL turns one batch into one Work, so a wait on one piece would wait for all:
+        # post one batch per (send i, recv i) pair instead. Every rank posts its pairs in
+        # the same order (step j: send to r+j, recv from r-j), so the groups match up.
+        return _exchange_pairwise(ops, recv_pos, n_send, group, tag, keep)
     works: list = []
     if ops:
-        if supports("batch_p2p", group) and hasattr(dist, "batch_isend_irecv"):
+        if use_batch:
             p2p = [dist.P2POp(fn, t, peer, group, tag) for fn, t, peer in ops]
             works = list(dist.batch_isend_irecv(p2p) or [])
         else:
@@ -413,6 +422,47 @@ def exchange(
         else:
             recv_handles.append(Handle(works))
     return handle, recv_handles
+
+
+_COALESCING: set[str] = {"nccl"}
+_FORCE_PAIRWISE = False
+
+
+def coalesces_p2p(group=None) -> bool:
+    """Whether ``batch_isend_irecv`` on ``group``'s backend returns one Work for the whole batch (NCCL)."""
+    return _FORCE_PAIRWISE or any(b in backend_of(group) for b in _COALESCING)
+
+
+@contextlib.contextmanager
+def force_pairwise_p2p() -> Iterator[None]:
+    """Test hook: treat every backend as coalescing, so the pairwise path runs on gloo too."""
+    global _FORCE_PAIRWISE
+    old, _FORCE_PAIRWISE = _FORCE_PAIRWISE, True
+    try:
+        yield
+    finally:
+        _FORCE_PAIRWISE = old
+
+
+def _exchange_pairwise(ops, recv_pos, n_send, group, tag, keep):
+    """One ``batch_isend_irecv`` per (i-th send, i-th recv) pair; recv i's handle waits for its pair only."""
+    sends = ops[:n_send]
+    recvs = [ops[p_] if p_ is not None else None for p_ in recv_pos]
+    pairs = max(len(sends), len(recvs))
+    all_works, recv_handles = [], []
+    for i in range(pairs):
+        batch = []
+        if i < len(sends):
+            batch.append(sends[i])
+        r = recvs[i] if i < len(recvs) else None
+        if r is not None:
+            batch.append(r)
+        works = [_Once(w) for w in (dist.batch_isend_irecv(
+            [dist.P2POp(fn, t, peer, group, tag) for fn, t, peer in batch]) or [])] if batch else []  # fmt: skip
+        all_works += works
+        if i < len(recvs):
+            recv_handles.append(Handle(works) if r is not None else Handle.completed())
+    return Handle(all_works, keepalive=tuple(keep)), recv_handles
 
 
 def barrier(group=None) -> None:

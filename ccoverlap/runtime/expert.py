@@ -21,7 +21,7 @@ from ccoverlap.runtime.schedules import split_sizes
 
 __all__ = ["all_to_all_matmul", "A2A_SCHEDULES"]
 
-A2A_SCHEDULES = ("serial", "chunked", "auto")
+A2A_SCHEDULES = ("serial", "chunked", "auto", "tune")
 
 
 class _Plan:
@@ -154,15 +154,18 @@ def all_to_all_matmul(
     Returns ``[T, N]`` with ``y[i] = x[i] @ W_{g(i)}.T`` in ``x``'s row order.
     ``schedule``: ``"serial"`` (one dispatch, GEMMs, one combine), ``"chunked"`` (pipelined
     in ``num_chunks`` pieces, default the number of ranks, FiCCO §III-A granularity) or
-    ``"auto"`` (= chunked unless there is one rank). Communication: one small all-to-all of
-    the counts, then per chunk one dispatch and one combine all-to-all.
+    ``"auto"`` (= chunked unless there is one rank) or ``"tune"`` (times ``serial`` and
+    ``chunked`` with 2, P, 2P and 4P chunks on the live backend, rank 0 decides, cached per
+    expert-weight shape, total tokens over ranks, dtype and group; see
+    :mod:`ccoverlap.runtime.tuning`; ``num_chunks`` is then ignored). Communication: one small
+    all-to-all of the counts, then per chunk one dispatch and one combine all-to-all.
     """
     if schedule not in A2A_SCHEDULES:
         raise ValueError(f"all_to_all_matmul: schedule must be one of {A2A_SCHEDULES}, got {schedule!r}")
     p = comm.group_size(group)
     counts = [int(c) for c in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
     e = expert_weight.shape[0] if expert_weight.dim() == 3 else -1
-    checks.agree(
+    table = checks.agree(
         "all_to_all_matmul",
         group,
         {"x": x, "weight": expert_weight},
@@ -188,16 +191,57 @@ def all_to_all_matmul(
     )
     if e < 1 or len(counts) != p * e:
         raise ValueError(f"all_to_all_matmul: need {p}*E splits for expert_weight [E, N, K]; got {len(counts)}")
-    pipelined = schedule != "serial" and p > 1
-    chunks = 1 if not pipelined else int(num_chunks or p)
-    if chunks < 1:
-        raise ValueError("all_to_all_matmul: num_chunks must be >= 1")
     dev = comm.comm_device(group)
     send_t = torch.tensor(counts, dtype=torch.int64, device=dev)
     recv_t = torch.empty_like(send_t)
     comm.all_to_all_single(recv_t, send_t, [e] * p, [e] * p, group=group, async_op=False)
-    plan = _Plan(counts, recv_t.cpu().tolist(), p, e, chunks, x.device)
+    recv_counts = recv_t.cpu().tolist()
+    if schedule == "tune" and p > 1:
+        schedule, num_chunks = _tuned(x, expert_weight, counts, recv_counts, group, table)
+    pipelined = schedule != "serial" and p > 1
+    chunks = 1 if not pipelined else int(num_chunks or p)
+    if chunks < 1:
+        raise ValueError("all_to_all_matmul: num_chunks must be >= 1")
+    plan = _Plan(counts, recv_counts, p, e, chunks, x.device)
     return _AllToAllMatmul.apply(x.contiguous(), expert_weight, plan, group, pipelined)
+
+
+def a2a_candidates(p: int) -> tuple[str, ...]:
+    """``tune``'s candidates for the all-to-all op: ``serial`` and ``chunked:<c>`` for c in {2, P, 2P, 4P}."""
+    return ("serial", *(f"chunked:{c}" for c in sorted({2, p, 2 * p, 4 * p})))
+
+
+def _tuned(x, w, counts, recv_counts, group, table) -> tuple[str, int | None]:
+    """Resolve ``schedule="tune"`` for one call: (schedule, num_chunks), identical on every rank."""
+    from ccoverlap.runtime.tuning import resolve
+
+    p, e = comm.group_size(group), w.shape[0]
+    if table is not None:
+        total = sum(s[0] for s in table.shapes("x"))
+    else:  # the check was skipped: agree on the total token count here
+        t = torch.tensor([x.shape[0]], dtype=torch.int64, device=comm.comm_device(group))
+        comm.all_reduce(t, group=group, async_op=False)
+        total = int(t.item())
+    xc = x.detach().contiguous()
+    wd = w.detach()
+
+    def run_for(name):
+        chunks = 1 if name == "serial" else int(name.split(":")[1])
+        plan = _Plan(counts, recv_counts, p, e, chunks, x.device)
+        return lambda: _AllToAllMatmul.forward(_NoCtx(), xc, wd, plan, group, name != "serial")
+
+    key_a = torch.empty(1, 1, dtype=x.dtype, device=x.device).expand(total, x.shape[1])  # shape-only key
+    dec = resolve("a2a", key_a, wd, group, "tune", runner=run_for, candidates=a2a_candidates(p))
+    if dec.schedule == "serial":
+        return "serial", None
+    return "chunked", int(dec.schedule.split(":")[1])
+
+
+class _NoCtx:
+    """Stands in for autograd's ctx when tune runs the forward alone."""
+
+    def save_for_backward(self, *tensors) -> None:
+        pass
 
 
 def _local(t: checks.Table, r: int) -> str | None:

@@ -37,9 +37,11 @@ import torch
 
 from ccoverlap.runtime import checks, comm
 from ccoverlap.runtime.schedules import SCHEDULES, ag_matmul, matmul_rs
-from ccoverlap.runtime.tuning import resolve
+from ccoverlap.runtime.tuning import is_decided, resolve
 
-__all__ = ["all_gather_matmul", "matmul_reduce_scatter", "ALL_SCHEDULES", "COMM_ENGINES"]
+__all__ = [
+    "all_gather_matmul", "matmul_reduce_scatter", "check_call", "agreed_engine", "ALL_SCHEDULES", "COMM_ENGINES",
+]  # fmt: skip
 
 #: Every accepted ``schedule=`` value.
 ALL_SCHEDULES = (*SCHEDULES, "auto", "tune")
@@ -49,20 +51,61 @@ COMM_ENGINES = ("sm", "dma")
 _warned: set[str] = set()
 
 
-def _transport(comm_engine: str, tensor: torch.Tensor, group):
-    if comm_engine not in COMM_ENGINES:
-        raise ValueError(f"comm_engine must be one of {COMM_ENGINES}, got {comm_engine!r}")
-    if comm_engine == "sm":
+def _transport(engine: str):
+    """The transport class for an *agreed* engine (``"dma"`` only after :func:`agreed_engine`)."""
+    if engine == "sm":
         return None
     from ccoverlap.runtime import cuda
 
-    ok, why = cuda.dma_available(tensor, group)
-    if not ok:
-        if why not in _warned:
-            _warned.add(why)
-            warnings.warn(f"comm_engine='dma' unavailable ({why}); using the c10d transport", stacklevel=3)
-        return None
     return cuda.SymmMemTransport
+
+
+def _check_engine(comm_engine: str) -> int:
+    if comm_engine not in COMM_ENGINES:
+        raise ValueError(f"comm_engine must be one of {COMM_ENGINES}, got {comm_engine!r}")
+    return COMM_ENGINES.index(comm_engine)
+
+
+def _dma_ok(comm_engine: str, tensor: torch.Tensor, group) -> tuple[int, str]:
+    """This rank's local answer to "can the copy-engine transport serve this call?" (1/0, reason)."""
+    if comm_engine != "dma":
+        return 0, "not requested"
+    from ccoverlap.runtime import cuda
+
+    ok, why = cuda.dma_available(tensor, group)
+    return int(ok), why
+
+
+def agreed_engine(requested: list[int], available: list[int]) -> tuple[str, str]:
+    """The comm engine every rank uses, from every rank's request and local DMA availability.
+
+    ``requested[r]`` is rank r's index into :data:`COMM_ENGINES` (the check has already
+    made them equal), ``available[r]`` 1 when rank r can run the copy-engine transport.
+    DMA is used only when *every* rank asked for it and can run it; otherwise every rank
+    uses the c10d transport (a rank pulling from symmetric memory while its peer waits in
+    NCCL would deadlock). Returns ``(engine, reason)``; pure function, the same on every rank.
+    """
+    if COMM_ENGINES[requested[0]] != "dma":
+        return "sm", "requested"
+    missing = [r for r, ok in enumerate(available) if not ok]
+    if missing:
+        return "sm", f"comm_engine='dma' unavailable on rank(s) {missing}; every rank uses the c10d transport"
+    return "dma", "every rank can use the copy engines"
+
+
+def _warn_once(why: str) -> None:
+    if why not in _warned:
+        _warned.add(why)
+        warnings.warn(why, stacklevel=4)
+
+
+def _local_engine(comm_engine: str, tensor: torch.Tensor, group) -> str:
+    """Engine when the check is skipped (policy "never"/"first"): this rank's own answer."""
+    ok, why = _dma_ok(comm_engine, tensor, group)
+    if comm_engine == "dma" and not ok:
+        _warn_once(f"comm_engine='dma' unavailable ({why}); using the c10d transport")
+        return "sm"
+    return comm_engine
 
 
 def _check_schedule(schedule: str) -> int:
@@ -82,17 +125,73 @@ def _local_linear_checks(t: checks.Table, r: int) -> str | None:
     return None
 
 
-_SAME_SCHEDULE = checks.per_rank(
-    lambda t, r: None
-    if t.ints("schedule")[r] == t.ints("schedule")[0]
-    else f"schedule={ALL_SCHEDULES[t.ints('schedule')[r]]!r} but rank 0 has {ALL_SCHEDULES[t.ints('schedule')[0]]!r}"
-)
-
-
 def _weights_equal_if_adaptive(t: checks.Table) -> str | None:
     if ALL_SCHEDULES[t.ints("schedule")[0]] in ("auto", "tune"):
         return checks.same_across_ranks("weight", "weight shape (required by schedule auto/tune)")(t)
     return None
+
+
+_COMMON_RULES = [
+    checks.same_int("schedule", lambda v: repr(ALL_SCHEDULES[v]) if 0 <= v < len(ALL_SCHEDULES) else v),
+    checks.same_int("engine", lambda v: repr(COMM_ENGINES[v]) if 0 <= v < len(COMM_ENGINES) else v, "comm_engine"),
+    checks.same_int("dim", what="sequence dim"),
+    checks.same_int(
+        "decided", lambda v: "cached" if v else "not cached",
+        "auto/tune decision for this shape (call clear_tuning_cache on every rank or none)",
+    ),
+]  # fmt: skip
+
+
+def check_call(
+    op: str, x: torch.Tensor, weight: torch.Tensor, group, schedule: str, comm_engine: str, dim: int, mode
+) -> str:
+    """Cross-rank check of one ``all_gather_matmul``/``matmul_reduce_scatter`` call; returns the agreed engine.
+
+    Every rank all-gathers a 64-integer descriptor (op, shapes, dtypes, schedule, engine,
+    sequence dim, local DMA availability, whether an auto/tune decision is cached) and runs
+    the same rules on the same table, so either all ranks proceed or all raise
+    :class:`~ccoverlap.runtime.checks.ShapeMismatchError` with one message. Collective
+    (unless the policy skips it; then the engine is this rank's own answer).
+    """
+    sched_id = _check_schedule(schedule)
+    eng_id = _check_engine(comm_engine)
+    dma_ok, _why = _dma_ok(comm_engine, x, group)
+    kind = "ag" if op == "all_gather_matmul" else "rs"
+    decided = int(schedule in ("auto", "tune") and is_decided(kind, x.movedim(dim, 0).reshape(-1, x.shape[-1]),
+                                                              weight.t(), group, schedule, comm_engine))
+    rules = [*_COMMON_RULES, checks.per_rank(_local_linear_checks), checks.same_dtype("x", "weight")]
+    if op == "all_gather_matmul":
+        rules.append(checks.same_across_ranks("x", "x_shard shape (all-gather needs equal shards)"))
+    else:
+        rules += [
+            checks.same_across_ranks("x", "x.shape[:-1] (rows to reduce-scatter)", lambda s: s[:-1]),
+            checks.same_across_ranks("weight", "weight.shape[0] (out_features)", lambda s: s[:1]),
+            checks.per_rank(
+                lambda t, r: None
+                if t.shape("x", r)[t.ints("dim")[r]] % t.world_size == 0
+                else f"x.shape[{t.ints('dim')[r]}]={t.shape('x', r)[t.ints('dim')[r]]} is not divisible by the "
+                f"{t.world_size} ranks (reduce-scatter gives every rank an equal block)"
+            ),
+        ]
+    rules.append(_weights_equal_if_adaptive)
+    table = checks.agree(
+        op, group, {"x": x, "weight": weight},
+        ints={"schedule": sched_id, "engine": eng_id, "dim": dim, "decided": decided, "dma_ok": dma_ok},
+        rules=rules, mode=mode,
+    )  # fmt: skip
+    if table is None:
+        return _local_engine(comm_engine, x, group)
+    engine, why = agreed_engine(table.ints("engine"), table.ints("dma_ok"))
+    if comm_engine == "dma" and engine != "dma":
+        _warn_once(why if "rank" in why else f"comm_engine='dma' unavailable ({_why}); using the c10d transport")
+    return engine
+
+
+def _norm_dim(x: torch.Tensor, dim: int, what: str) -> int:
+    nd = x.dim()
+    if not -nd <= dim < nd - 1 and nd >= 2:
+        raise ValueError(f"{what}: dim={dim} must name a dimension other than the last (x has {nd} dims)")
+    return dim % nd if nd else 0
 
 
 class _AllGatherMatmul(torch.autograd.Function):
@@ -100,7 +199,7 @@ class _AllGatherMatmul(torch.autograd.Function):
     def forward(ctx, x2d, weight, group, schedule, comm_engine):
         b = weight.t()
         decision = resolve("ag", x2d, b, group, schedule, comm_engine=comm_engine)
-        tx = _transport(comm_engine, x2d, group)
+        tx = _transport(comm_engine)
         out, x_full = ag_matmul(x2d, b, group, decision.schedule, need_full=weight.requires_grad, transport=tx)
         ctx.save_for_backward(x_full, weight)
         ctx.group, ctx.schedule, ctx.comm_engine = group, schedule, comm_engine
@@ -144,7 +243,7 @@ class _MatmulReduceScatter(torch.autograd.Function):
         dx = dw = None
         if need_x:
             decision = resolve("ag", dy, weight, ctx.group, ctx.schedule, comm_engine=ctx.comm_engine)
-            tx = _transport(ctx.comm_engine, dy, ctx.group)
+            tx = _transport(ctx.comm_engine)
             dx, dy_full = ag_matmul(dy, weight, ctx.group, decision.schedule, need_full=need_w, transport=tx)
         elif need_w:
             p = comm.group_size(ctx.group)
@@ -163,39 +262,32 @@ def all_gather_matmul(
     schedule: str = "auto",
     comm_engine: str = "sm",
     check_shapes: str | None = None,
+    dim: int = 0,
 ) -> torch.Tensor:
-    """All-gather ``x_shard`` along dim 0 over ``group``, then multiply by ``weight.T``; differentiable.
+    """All-gather ``x_shard`` along ``dim`` over ``group``, then multiply by ``weight.T``; differentiable.
 
-    ``x_shard``: ``[m, ..., K]`` (this rank's dim-0 shard; same shape on every rank);
-    ``weight``: ``[N, K]`` (nn.Linear layout). Returns ``[P*m, ..., N]`` where rows
-    ``r*m:(r+1)*m`` come from rank r's shard. Units: elements; no scaling.
+    ``x_shard``: ``[m, ..., K]`` (this rank's shard along ``dim``, default 0; same shape on
+    every rank); ``weight``: ``[N, K]`` (nn.Linear layout). Returns ``[P*m, ..., N]`` where rows
+    ``r*m:(r+1)*m`` come from rank r's shard. ``dim=1`` takes batch-first ``[b, s/P, K]``
+    and returns ``[b, s, N]`` (the sequence dim is moved to the front for the
+    collectives and back, one copy each way). Units: elements; no scaling.
     ``schedule``: one of :data:`ALL_SCHEDULES` (FiCCO §V-B schedules, shard-level ``ring`` as
     PyTorch async-TP, ``serial`` baseline, ``auto`` = FiCCO §V-C heuristic, ``tune`` = timed
     on the live backend). ``comm_engine``: ``"sm"`` (c10d) or ``"dma"`` (CUDA copy engines via
-    symmetric memory, FiCCO §IV-B1; falls back to ``"sm"`` with a warning where unavailable).
-    ``check_shapes``: ``"always"``/``"first"``/``"never"`` (default: the process policy).
+    symmetric memory, FiCCO §IV-B1; every rank falls back to ``"sm"`` with a warning unless
+    all ranks can use it). ``check_shapes``: ``"always"`` (default policy: every call is
+    checked across ranks) / ``"first"`` / ``"never"``.
     Backward: dx by GEMM + reduce-scatter under the same schedule, dW overlapped with it.
     """
-    sched_id = _check_schedule(schedule)
-    checks.agree(
-        "all_gather_matmul",
-        group,
-        {"x": x_shard, "weight": weight},
-        ints={"schedule": sched_id},
-        rules=[
-            _SAME_SCHEDULE,
-            checks.per_rank(_local_linear_checks),
-            checks.same_dtype("x", "weight"),
-            checks.same_across_ranks("x", "x_shard shape (all-gather needs equal shards)"),
-            _weights_equal_if_adaptive,
-        ],
-        mode=check_shapes,
-    )
-    k = x_shard.shape[-1]
-    x2d = x_shard.reshape(-1, k)
-    out = _AllGatherMatmul.apply(x2d, weight, group, schedule, comm_engine)
+    dim = _norm_dim(x_shard, dim, "all_gather_matmul")
+    engine = check_call("all_gather_matmul", x_shard, weight, group, schedule, comm_engine, dim, check_shapes)
+    xs = x_shard.movedim(dim, 0) if dim else x_shard
+    k = xs.shape[-1]
+    x2d = xs.reshape(-1, k)
+    out = _AllGatherMatmul.apply(x2d, weight, group, schedule, engine)
     p = comm.group_size(group)
-    return out.view(p * x_shard.shape[0], *x_shard.shape[1:-1], weight.shape[0])
+    out = out.view(p * xs.shape[0], *xs.shape[1:-1], weight.shape[0])
+    return out.movedim(0, dim).contiguous() if dim else out
 
 
 def matmul_reduce_scatter(
@@ -206,39 +298,23 @@ def matmul_reduce_scatter(
     schedule: str = "auto",
     comm_engine: str = "sm",
     check_shapes: str | None = None,
+    dim: int = 0,
 ) -> torch.Tensor:
-    """Multiply ``x`` by ``weight.T``, then reduce-scatter the result along dim 0 over ``group``; differentiable.
+    """Multiply ``x`` by ``weight.T``, then reduce-scatter the result along ``dim`` over ``group``; differentiable.
 
     ``x``: ``[M, ..., K_r]`` (full rows, this rank's slice of the reduction dim);
     ``weight``: ``[N, K_r]``. Returns this rank's ``[M/P, ..., N]`` block of
-    ``sum_ranks(x @ weight.T)``. ``M`` must be divisible by the number of ranks.
+    ``sum_ranks(x @ weight.T)``. ``x.shape[dim]`` must be divisible by the number of ranks;
+    ``dim=1`` takes batch-first ``[b, s, K_r]`` and returns ``[b, s/P, N]``.
     ``schedule``/``comm_engine``/``check_shapes`` as in :func:`all_gather_matmul` (the DMA
     engine applies to the all-gather of the backward only: copy engines cannot reduce).
     """
-    sched_id = _check_schedule(schedule)
+    dim = _norm_dim(x, dim, "matmul_reduce_scatter")
+    engine = check_call("matmul_reduce_scatter", x, weight, group, schedule, comm_engine, dim, check_shapes)
     p = comm.group_size(group)
-    checks.agree(
-        "matmul_reduce_scatter",
-        group,
-        {"x": x, "weight": weight},
-        ints={"schedule": sched_id},
-        rules=[
-            _SAME_SCHEDULE,
-            checks.per_rank(_local_linear_checks),
-            checks.same_dtype("x", "weight"),
-            checks.same_across_ranks("x", "x.shape[:-1] (rows to reduce-scatter)", lambda s: s[:-1]),
-            checks.same_across_ranks("weight", "weight.shape[0] (out_features)", lambda s: s[:1]),
-            checks.per_rank(
-                lambda t, r: None
-                if t.shape("x", r)[0] % t.world_size == 0
-                else f"x.shape[0]={t.shape('x', r)[0]} is not divisible by the {t.world_size} ranks "
-                "(reduce-scatter gives every rank an equal block)"
-            ),
-            _weights_equal_if_adaptive,
-        ],
-        mode=check_shapes,
-    )
-    k = x.shape[-1]
-    x2d = x.reshape(-1, k)
-    out = _MatmulReduceScatter.apply(x2d, weight, group, schedule, comm_engine)
-    return out.view(x.shape[0] // p, *x.shape[1:-1], weight.shape[0])
+    xs = x.movedim(dim, 0).contiguous() if dim else x
+    k = xs.shape[-1]
+    x2d = xs.reshape(-1, k)
+    out = _MatmulReduceScatter.apply(x2d, weight, group, schedule, engine)
+    out = out.view(xs.shape[0] // p, *xs.shape[1:-1], weight.shape[0])
+    return out.movedim(0, dim).contiguous() if dim else out

@@ -106,7 +106,7 @@ class C10dTransport:
         sends = [(d, piece) for d in dsts]
         return comm.exchange(sends, list(zip(srcs, outs)), group=self.group, tag=tag, per_recv=per_recv)
 
-    def close(self) -> None:
+    def close(self, ok: bool = True) -> None:
         """Nothing to release (c10d owns its buffers)."""
 
 
@@ -135,16 +135,20 @@ def ag_matmul(
     if p == 1:
         return a @ b, (a if need_full else None)
     a = a.contiguous()
-    tx = (transport or C10dTransport)(a, group)
     try:
         fn = _AG[schedule]
     except KeyError:
         raise ValueError(f"unknown schedule {schedule!r}; expected one of {SCHEDULES}") from None
+    factory = transport or C10dTransport
+    # a copy-engine transport lays its buffer out for the schedule (column blocks for 2-D)
+    tx = factory.create(a, group, schedule) if getattr(factory, "wants_schedule", False) else factory(a, group)
     out = torch.empty(p * m, n, dtype=torch.result_type(a, b), device=a.device)
+    ok = False
     try:
         a_full = fn(a, b, out, tx, p, r, m, k, need_full)
+        ok = True
     finally:
-        tx.close()
+        tx.close(ok)  # on an error: no device barrier that peers could never match
     return out, (a_full if need_full else None)
 
 

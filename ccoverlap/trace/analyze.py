@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -25,10 +24,12 @@ from ccoverlap.errors import ConfigError, TraceError
 from ccoverlap.timeline import RankMetrics, rank_metrics
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
-from ccoverlap.trace.collectives import CollectiveStats, collective_stats
+from ccoverlap.trace.collectives import CollectiveStats, busbw_factor, collective_stats
 from ccoverlap.trace.contention import Contention, contention
+from ccoverlap.trace.dimensions import DimensionStats, assign_cpu_groups, dimension_stats
 from ccoverlap.trace.ranks import CrossRank, cross_rank
-from ccoverlap.trace.steps import assign_steps, available_steps, parse_steps, selection_mask, step_windows
+from ccoverlap.trace.steps import (assign_steps, available_steps, parse_steps, selection_mask, step_rows,
+                                   step_windows)
 from ccoverlap.trace.verdict import Verdict, decide
 
 METRIC_KEYS = ("step_time_s", "compute_s", "comm_s", "memcpy_s", "overlap_s", "overlap_ratio",
@@ -53,6 +54,7 @@ class Analysis:
     contention: Contention
     verdict: Verdict
     available_steps: list[int] = field(default_factory=list)
+    dimensions: list[DimensionStats] = field(default_factory=list)
 
     @property
     def analysed_steps(self) -> list[int]:
@@ -86,6 +88,11 @@ class Analysis:
             out[m.rank] = d
         return out
 
+    def comm_kernels(self) -> list[dict]:
+        """Every analysed communication kernel (gloo op on CPU): rank, collective, group, size, start,
+        duration, its own algbw / busbw in bytes/s (nccl-tests definitions) and where the size came from."""
+        return _comm_kernels(self)
+
     def to_dict(self) -> dict:
         """One JSON-ready object (``inf``/``nan`` become null)."""
         ranks = []
@@ -113,11 +120,37 @@ class Analysis:
             "ranks": ranks,
             "per_step": steps,
             "collectives": [c.as_dict() for c in self.collectives],
+            "dimensions": [d.as_dict() for d in self.dimensions],
+            "comm_kernels": self.comm_kernels(),
             "cross_rank": self.cross.as_dict(),
             "contention": self.contention.as_dict(),
             "verdict": self.verdict.as_dict(),
         }
         return _clean(doc)
+
+
+def _comm_kernels(a: "Analysis") -> list[dict]:
+    rows_out = []
+    for rt in a.ranks:
+        tl = rt.timeline
+        idx = np.flatnonzero(a.masks[rt.rank] & (tl.kind == "comm"))
+        if not len(idx):
+            continue
+        pg = rt.meta.get("pg_config") or {}
+        for i, c, g, gs, st, en, b, src in zip(idx.tolist(), tl.collective[idx].tolist(), tl.group[idx].tolist(),
+                                               rt.group_size[idx].tolist(), tl.start_s[idx].tolist(),
+                                               tl.end_s[idx].tolist(), tl.bytes[idx].tolist(),
+                                               (rt.size_source[idx].tolist() if rt.size_source is not None
+                                                else [""] * len(idx))):
+            dur = en - st
+            alg = b / dur if b > 0 and dur > 0 else None
+            f = busbw_factor(c, int(gs)) if gs else None
+            rows_out.append({"rank": rt.rank, "name": str(tl.name[i]), "collective": c, "group": g,
+                             "group_desc": (pg.get(str(g)) or {}).get("desc"), "group_size": int(gs),
+                             "step": int(tl.step[i]), "start_s": st, "dur_s": dur, "bytes": b,
+                             "size_source": src or None, "algbw": alg,
+                             "busbw": alg * f if alg is not None and f is not None else None})
+    return rows_out
 
 
 def _clean(x):
@@ -135,7 +168,7 @@ def _clean(x):
 
 def _load_one(path: Path):
     try:
-        return _load.load_trace(path)
+        return _load.load_trace(path, keep_cpu_ops=False)
     except TraceError as exc:
         return str(exc)
 
@@ -154,6 +187,7 @@ def _load_files(files: list[Path], jobs: int | None) -> tuple[list, list[str]]:
         jobs = min(len(files), cpus) if total >= _PARALLEL_MIN_BYTES and cpus >= 4 else 1
     if jobs > 1 and len(files) > 1:
         import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor   # imported only when used: start-up time
 
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
@@ -171,7 +205,7 @@ def _load_files(files: list[Path], jobs: int | None) -> tuple[list, list[str]]:
 
 
 def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", time_resolution: str = "hta",
-            jobs: int | None = None, min_samples: int = 3) -> Analysis:
+            jobs: int | None = None, min_samples: int = 3, groups: dict[str, str] | None = None) -> Analysis:
     """Analyse the traces under ``paths`` (files or directories; one file per rank).
 
     ``steps``: ``"hta"`` (HolisticTraceAnalysis' default window), ``"all"``, or ``"3,4"`` /
@@ -180,7 +214,8 @@ def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", ti
     them. ``jobs``: processes for loading (default: one per file up to the CPU count when the
     files total >= 8 MiB and the machine has >= 4 CPUs, else 1). Raises :class:`TraceError`
     when nothing could be analysed and :class:`ConfigError` for a bad ``steps`` /
-    ``time_resolution``.
+    ``time_resolution``. ``groups``: process group -> parallelism dimension (``--groups``; see
+    :mod:`ccoverlap.trace.dimensions`).
     """
     spec = parse_steps(steps)
     if time_resolution not in ("hta", "exact"):
@@ -192,7 +227,8 @@ def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", ti
     problems += rank_problems
     origin = origin_us(raws)
     rts: list[RankTrace] = []
-    for raw in raws:
+    for i, raw in enumerate(raws):
+        raws[i] = None                       # each file's columns are freed once its rank is built
         rt = build_rank(raw, origin, hta_rounding=(time_resolution == "hta"))
         if rt is None:
             problems.append(f"{raw.path}: no GPU kernel events and no gloo collectives on CPU threads - "
@@ -201,7 +237,11 @@ def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", ti
         rts.append(rt)
     if not rts:
         detail = "; ".join(problems) if problems else "no trace files given"
-        raise TraceError(f"nothing could be analysed: {detail}")
+        exc = TraceError(f"nothing could be analysed: {detail}")
+        exc.problems = list(problems) or ["no trace files given"]   # for --json's one object
+        exc.files = [str(f) for f in files]
+        raise exc
+    problems += assign_cpu_groups(rts)
     job_step_names = len(set().union(*[rt.n_steps_names for rt in rts]))
     avail = available_steps(rts)
     if isinstance(spec, list):
@@ -226,10 +266,12 @@ def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", ti
         if not (sel.kind == "comm").any():
             problems.append(f"{rt.path}: no communication kernels in the analysed window (rank {rt.rank})")
         metrics.append(rank_metrics(sel, rt.rank))
+        by_step = step_rows(rt, mask)
         for s, window in step_windows(rt, mask).items():
-            rows = mask & (rt.timeline.step == s)
+            rows = by_step[s]                   # increasing row indices of step s (no per-step scan)
             step_metrics.setdefault(s, {})[rt.rank] = rank_metrics(rt.timeline.select(rows), rt.rank, window=window)
     colls = collective_stats(rts, masks)
+    dims = dimension_stats(rts, masks, groups)
     step_times = {s: {r: m.step_time_s for r, m in per.items()} for s, per in step_metrics.items()}
     cross = cross_rank(rts, masks, step_times)
     if cross.note.startswith("the ranks' first events"):
@@ -239,7 +281,7 @@ def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", ti
     return Analysis(files=[str(f) for f in files], problems=problems, steps_spec=spec,
                     time_resolution=time_resolution, ranks=rts, masks=masks, metrics=metrics,
                     step_metrics=step_metrics, collectives=colls, cross=cross, contention=cont,
-                    verdict=verdict, available_steps=avail)
+                    verdict=verdict, available_steps=avail, dimensions=dims)
 
 
 COMPARE_KEYS = ("step_time_s", "compute_s", "comm_s", "overlap_ratio", "exposed_comm_s", "compute_only_s",

@@ -134,6 +134,7 @@ class CollInfo:
     group: str = ""
     group_size: int = 0
     source: str = ""
+    size_source: str = ""
 
 
 def collective_info(infos: list[dict], op_names: list[str], kernel_name: str, pg_config: dict,
@@ -176,16 +177,44 @@ def collective_info(infos: list[dict], op_names: list[str], kernel_name: str, pg
         gs = d.get("Group size")
         if isinstance(gs, (int, float)) and not isinstance(gs, bool) and gs > 0 and not out.group_size:
             out.group_size = int(gs)
+    if not out.group:
+        out.group = "0" if len(pg_config) <= 1 else "?"
+        if len(pg_config) == 1:
+            out.group = next(iter(pg_config))
+    if not out.group_size:
+        out.group_size = _pg_size(pg_config, out.group)
+    # sizes: the collective record's own in/out element counts, else the enclosing c10d op's
+    # tensors (output and input: the larger is nccl-tests' size, their ratio the group size of
+    # a gather/scatter), else the nccl:/gloo: op's input x the group size (all_gather)
     nbytes = 0.0
     for d in infos:
         esize = dtype_bytes(d.get("dtype"))
         n_in, n_out = d.get("In msg nelems"), d.get("Out msg nelems")
-        if esize and isinstance(n_in, (int, float)) and isinstance(n_out, (int, float)):
+        if esize and _is_num(n_in) and _is_num(n_out) and max(n_in, n_out) > 0:
             nbytes = max(float(n_in), float(n_out)) * esize
+            out.size_source = "collective record (In/Out msg nelems)"
+            if not out.group_size and coll in _GATHER_SCATTER and min(n_in, n_out) > 0:
+                out.group_size = int(round(max(n_in, n_out) / min(n_in, n_out)))
             break
-        if esize and isinstance(n_in, (int, float)):
+        if esize and _is_num(n_in) and n_in > 0:
             nbytes = float(n_in) * esize
+            out.size_source = "collective record (In msg nelems)"
             break
+    if not nbytes:
+        for d, name in zip(infos, op_names_for(infos, op_names)):
+            if not name.startswith("c10d::"):
+                continue
+            per_arg = tensor_arg_bytes(d.get("Input Dims"), d.get("Input type"))
+            per_arg = [x for x in per_arg if x > 0]
+            if per_arg:
+                nbytes = float(max(per_arg))
+                out.size_source = f"{name} tensors"
+                if (not out.group_size and coll in _GATHER_SCATTER and len(per_arg) >= 2
+                        and min(per_arg) > 0 and max(per_arg) % min(per_arg) == 0):
+                    out.group_size = max(per_arg) // min(per_arg)
+                break
+    if not out.group_size:
+        out.group_size = int(world_size or 0)
     if not nbytes:
         for d in infos:
             types = d.get("Input type")
@@ -193,17 +222,54 @@ def collective_info(infos: list[dict], op_names: list[str], kernel_name: str, pg
             n = _nelems(d.get("Input Dims"))
             if esize and n:
                 nbytes = float(n * esize)
+                out.size_source = "op input"
                 if coll == "all_gather":
-                    nbytes *= max(out.group_size or _pg_size(pg_config, out.group) or world_size or 1, 1)
+                    nbytes *= max(out.group_size or 1, 1)
+                    out.size_source = "op input x group size"
                 break
     out.bytes = nbytes
-    if not out.group:
-        out.group = "0" if len(pg_config) <= 1 else "?"
-        if len(pg_config) == 1:
-            out.group = next(iter(pg_config))
-    if not out.group_size:
-        out.group_size = _pg_size(pg_config, out.group) or int(world_size or 0)
     return out
+
+
+_GATHER_SCATTER = ("all_gather", "reduce_scatter", "gather", "scatter")
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def op_names_for(infos: list[dict], op_names: list[str]) -> list[str]:
+    """The op name of each entry of ``infos`` (``infos`` may start with the kernel's own args)."""
+    pad = len(infos) - len(op_names)
+    return [""] * pad + list(op_names) if pad >= 0 else list(op_names)[: len(infos)]
+
+
+def tensor_arg_bytes(dims, types) -> list[int]:
+    """Bytes of each tensor (or tensor list, summed) argument of an op from its ``Input Dims`` /
+    ``Input type`` args (record_shapes); 0 for scalars and unknown dtypes. A tensor list whose
+    type is not a dtype (``TensorList``) takes the element size of the op's other tensors."""
+    if not isinstance(dims, list):
+        return []
+    types = types if isinstance(types, list) else []
+    sizes = [dtype_bytes(t) for t in types]
+    fallback = next((x for x in sizes if x), 0)
+    out = []
+    for a, d in enumerate(dims):
+        esize = sizes[a] if a < len(sizes) and sizes[a] else 0
+        n = _nelems_any(d)
+        if n and not esize and isinstance(d, list) and d and isinstance(d[0], list):
+            esize = fallback
+        out.append(n * esize)
+    return out
+
+
+def _nelems_any(d, depth: int = 0) -> int:
+    """Elements of a shape ``[a, b]`` or of a (nested) list of shapes, summed; 0 for ``[]`` (scalar)."""
+    if not isinstance(d, list) or not d or depth > 4:
+        return 0
+    if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in d):
+        return _prod(d)
+    return sum(_nelems_any(x, depth + 1) for x in d if isinstance(x, list))
 
 
 def _pg_size(pg_config: dict, group: str) -> int:
@@ -243,12 +309,15 @@ class RankTrace:
     cutoff_s: float | None       # start of the last ProfilerStep annotation (HTA's window end)
     n_steps_names: set = field(default_factory=set)
     meta: dict = field(default_factory=dict)
+    size_source: np.ndarray | None = None     # where each comm row's byte count came from ("" unknown)
 
 
 def origin_us(raws: list[RawTrace]) -> float:
     """Earliest timestamp over all traces (µs); every rank's seconds count from it (HTA aligns likewise)."""
     best = math.inf
     for r in raws:
+        if getattr(r, "ts_min", None) is not None:     # covers CPU ops dropped at load time
+            best = min(best, r.ts_min)
         for a in (r.k_ts, r.c_ts, r.l_ts):
             if len(a):
                 best = min(best, float(a.min()))
@@ -350,9 +419,11 @@ def _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_name
     group = np.full(n, "", dtype=object)
     nbytes = np.zeros(n)
     gsize = np.zeros(n, dtype=np.int64)
+    size_source = np.full(n, "", dtype=object)
     comm_rows = np.flatnonzero(kinds == "comm")
     if len(comm_rows):
-        _join_collectives(raw, comm_rows, launch_idx, pg, world, names, collective, group, nbytes, gsize)
+        _join_collectives(raw, comm_rows, launch_idx, pg, world, names, collective, group, nbytes, gsize,
+                          size_source)
     tl = Timeline(rank=np.full(n, rank), stream=streams, kind=kinds,
                   name=np.array(names, dtype=object)[raw.k_nid] if n else np.empty(0, dtype=object),
                   start_s=start, end_s=end, bytes=nbytes, collective=collective, group=group,
@@ -360,44 +431,79 @@ def _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_name
     return RankTrace(rank=rank, path=raw.path, mode="gpu", timeline=tl, launch_s=launch_s, group_size=gsize,
                      leaf=np.ones(n, dtype=bool), shape=raw.k_shape.copy(), name_id=raw.k_nid.copy(),
                      steps=cpu_steps, cutoff_s=cutoff, n_steps_names=step_names,
-                     meta=meta)
+                     meta=meta, size_source=size_source)
 
 
-def _join_collectives(raw, rows, launch_idx, pg, world, names, collective, group, nbytes, gsize) -> None:
-    """Fill collective/group/bytes of the comm rows (kernel args > External id > launch enclosure > name)."""
+def _enclosing_index(starts: np.ndarray, ends: np.ndarray):
+    """Per-thread nesting of intervals sorted by start: ``parent[j]`` is the nearest earlier interval
+    that contains interval ``j`` (-1: none), built in one linear pass with a stack."""
+    parent = np.full(len(starts), -1, dtype=np.int64)
+    stack: list[int] = []
+    for j in range(len(starts)):
+        s0 = starts[j]
+        while stack and ends[stack[-1]] < s0:
+            stack.pop()
+        if stack:
+            parent[j] = stack[-1]
+        stack.append(j)
+    return parent
+
+
+def _join_collectives(raw, rows, launch_idx, pg, world, names, collective, group, nbytes, gsize,
+                      size_source=None) -> None:
+    """Fill collective/group/bytes of the comm rows (kernel args > External id > launch enclosure > name).
+
+    Linear time: the comm ops of each thread are sorted once and every launch finds the ops that
+    enclose it by binary search plus a walk up the (shallow) nesting chain - never a scan of the
+    thread's ops per kernel.
+    """
     comm_ops = np.flatnonzero(raw.c_info >= 0)
     ext_to_op = {}
-    for j in comm_ops:
-        e = int(raw.c_ext[j])
+    for j, e in zip(comm_ops.tolist(), raw.c_ext[comm_ops].tolist()):
         if e >= 0:
             ext_to_op.setdefault(e, j)
-    # comm ops per thread, for "which comm ops enclose this launch"
-    by_tid: dict[int, np.ndarray] = {}
-    for tid in np.unique(raw.c_tid[comm_ops]) if len(comm_ops) else []:
-        by_tid[int(tid)] = comm_ops[raw.c_tid[comm_ops] == tid]
-    for i in rows:
+    # comm ops per thread, sorted by start, with their nesting parents
+    by_tid: dict[int, tuple] = {}
+    if len(comm_ops):
+        order = comm_ops[np.lexsort((-(raw.c_ts[comm_ops] + raw.c_dur[comm_ops]), raw.c_ts[comm_ops],
+                                     raw.c_tid[comm_ops]))]
+        tids = raw.c_tid[order]
+        cuts = np.flatnonzero(np.diff(tids)) + 1
+        for seg in np.split(order, cuts):
+            st = raw.c_ts[seg]
+            en = st + raw.c_dur[seg]
+            by_tid[int(raw.c_tid[seg[0]])] = (seg, st, en, _enclosing_index(st.tolist(), en.tolist()))
+    names_arr = names
+    for i in rows.tolist():
         infos: list[dict] = []
         op_names: list[str] = []
         if raw.k_info[i] >= 0:
             infos.append(raw.infos[raw.k_info[i]])
         li = launch_idx[i]
         if li >= 0:
-            ops = by_tid.get(int(raw.l_tid[li]))
-            if ops is not None:
+            entry = by_tid.get(int(raw.l_tid[li]))
+            if entry is not None:
+                seg, st, en, parent = entry
                 t = raw.l_ts[li]
-                inside = ops[(raw.c_ts[ops] <= t) & (raw.c_ts[ops] + raw.c_dur[ops] >= t)]
-                for j in inside[np.argsort(-raw.c_ts[inside], kind="stable")]:  # innermost first
+                p = int(np.searchsorted(st, t, side="right")) - 1
+                while p >= 0 and en[p] < t:       # a sibling that ended: climb to its ancestors
+                    p = int(parent[p])
+                while p >= 0:                     # innermost first
+                    j = int(seg[p])
                     infos.append(raw.infos[raw.c_info[j]])
-                    op_names.append(names[raw.c_nid[j]])
+                    op_names.append(names_arr[raw.c_nid[j]])
+                    p = int(parent[p])
         j = ext_to_op.get(int(raw.k_ext[i]))
-        if j is not None and names[raw.c_nid[j]] not in op_names:
+        if j is not None and names_arr[raw.c_nid[j]] not in op_names:
             infos.append(raw.infos[raw.c_info[j]])
-            op_names.append(names[raw.c_nid[j]])
-        ci = collective_info(infos, op_names, names[raw.k_nid[i]], pg, world)
+            op_names.append(names_arr[raw.c_nid[j]])
+        ci = collective_info(infos, op_names, names_arr[raw.k_nid[i]], pg, world)
         collective[i] = ci.collective
         group[i] = ci.group
         nbytes[i] = ci.bytes
         gsize[i] = ci.group_size
+        if size_source is not None:
+            size_source[i] = ci.size_source
 
 
 def _build_cpu(raw, rank, origin, pg, world, names, comm_nids, cpu_steps, cutoff, step_names, meta, round_us):
@@ -414,9 +520,9 @@ def _build_cpu(raw, rank, origin, pg, world, names, comm_nids, cpu_steps, cutoff
     start_us, end_us = raw.c_ts, raw.c_ts + raw.c_dur
     leaf = np.zeros(n, dtype=bool)
     # ops nested in a gloo collective on the same thread are part of the communication
-    for tid in np.unique(raw.c_tid):
-        rows = np.flatnonzero(raw.c_tid == tid)
-        rows = rows[np.lexsort((-end_us[rows], start_us[rows]))]
+    by_thread = np.lexsort((-end_us, start_us, raw.c_tid))     # one sort: threads, then time
+    cuts = np.flatnonzero(np.diff(raw.c_tid[by_thread])) + 1
+    for rows in (np.split(by_thread, cuts) if n else []):
         c = rows[is_comm[rows]]
         if len(c):
             cs, ce = start_us[c], end_us[c]
@@ -439,11 +545,13 @@ def _build_cpu(raw, rank, origin, pg, world, names, comm_nids, cpu_steps, cutoff
     group = np.full(m, "", dtype=object)
     nbytes = np.zeros(m)
     gsize = np.zeros(m, dtype=np.int64)
+    size_source = np.full(m, "", dtype=object)
     for pos_i in np.flatnonzero(k == "comm"):
         j = idx[pos_i]
         infos = [raw.infos[raw.c_info[j]]] if raw.c_info[j] >= 0 else []
         ci = collective_info(infos, [names[nid[j]]], names[nid[j]], pg, world)
         collective[pos_i], group[pos_i], nbytes[pos_i], gsize[pos_i] = ci.collective, ci.group, ci.bytes, ci.group_size
+        size_source[pos_i] = ci.size_source
     streams = np.array(raw.threads, dtype=object)[raw.c_tid[idx]] if m else np.empty(0, dtype=object)
     tl = Timeline(rank=np.full(m, rank), stream=streams, kind=k,
                   name=np.array(names, dtype=object)[nid[idx]] if m else np.empty(0, dtype=object),
@@ -452,4 +560,4 @@ def _build_cpu(raw, rank, origin, pg, world, names, comm_nids, cpu_steps, cutoff
     return RankTrace(rank=rank, path=raw.path, mode="cpu", timeline=tl, launch_s=start.copy(), group_size=gsize,
                      leaf=leaf[idx] & (k == "compute"), shape=np.zeros(m, dtype=np.int64), name_id=nid[idx],
                      steps=cpu_steps, cutoff_s=cutoff,
-                     n_steps_names=step_names, meta=meta)
+                     n_steps_names=step_names, meta=meta, size_source=size_source)

@@ -18,25 +18,20 @@ from ccoverlap.timeline import merge_intervals
 from ccoverlap.trace.classify import RankTrace
 from ccoverlap.trace.contention import covered_length
 
-try:
-    from ccoverlap.cost.comm import bus_bandwidth_factor as _cost_factor
-except ImportError:  # pragma: no cover - the cost model is part of the package
-    _cost_factor = None
-
 _P2P = ("send", "recv", "p2p")
 
 
 def busbw_factor(collective: str, n: int) -> float | None:
-    """nccl-tests' busbw/algbw factor for ``collective`` over ``n`` ranks (None: not defined)."""
+    """nccl-tests' busbw/algbw factor for ``collective`` over ``n`` ranks (None: not defined).
+
+    The same table as :func:`ccoverlap.cost.comm.bus_bandwidth_factor` (nccl-tests
+    doc/PERFORMANCE.md; a test checks they agree), kept here so that ``ccoverlap analyze`` does
+    not import the cost model at start-up; point-to-point is 1.
+    """
     if n < 1:
         return None
     if collective in _P2P:
         return 1.0
-    if _cost_factor is not None:
-        try:
-            return float(_cost_factor(collective, n))
-        except Exception:
-            return None
     return {"all_reduce": 2.0 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
             "all_to_all": (n - 1) / n, "broadcast": 1.0, "reduce": 1.0}.get(collective)
 

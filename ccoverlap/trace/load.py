@@ -2,7 +2,8 @@
 
 One file per rank, ``.json`` or ``.json.gz`` (``export_chrome_trace``, or
 ``tensorboard_trace_handler``'s ``<worker>.<ts>.pt.trace.json.gz``). The file is never
-loaded as a whole: the events are streamed with ijson (yajl2_c backend when installed) and
+loaded as a whole: the events are streamed by :mod:`ccoverlap.trace.jsonstream` (the C JSON
+decoder of the standard library, one event at a time, bad events skipped one by one) and
 only what the analysis needs is kept, in ``array``/numpy columns:
 
 * device events (GPU kernels, memcpy/memset, CUDA syncs): name, ts, dur, stream,
@@ -37,10 +38,7 @@ import numpy as np
 
 from ccoverlap.errors import TraceError
 
-try:  # pragma: no cover - the import itself is exercised by every test
-    import ijson
-except ImportError as exc:  # pragma: no cover
-    raise ImportError("ccoverlap's trace analyser needs ijson (pip install ijson)") from exc
+from ccoverlap.trace.jsonstream import EventStream, StreamError, Truncated, event_args
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # categories of device-side events (HTA: stream >= 0 and correlation >= 0)
@@ -100,18 +98,19 @@ class RawTrace:
     l_tid: np.ndarray
     steps: list[tuple[int, float, float, bool]]
     n_events: int = 0
-    # only with ``load_trace(..., keep_runtime=True)`` (replay): the launch's name and duration,
-    # and for each ``cuda_sync`` device event the stream / cudaEventRecord correlation it waits on
-    l_nid: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-    l_dur: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
-    k_wait_stream: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-    k_wait_corr: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     n_malformed: int = 0
     float_ts: bool = False
     rank: int | None = None
     world_size: int | None = None
     rank_source: str = ""
     warnings: list[str] = field(default_factory=list)
+    ts_min: float | None = None          # earliest ts of any kept-or-dropped event (µs)
+    # only with ``load_trace(..., keep_runtime=True)`` (replay): the launch's name and duration,
+    # and for each ``cuda_sync`` device event the stream / cudaEventRecord correlation it waits on
+    l_nid: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    l_dur: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
+    k_wait_stream: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    k_wait_corr: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
     @property
     def has_device_events(self) -> bool:
@@ -143,7 +142,7 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
         elif path.is_file():
             files.append(path)
         else:
-            problems.append(f"{path}: no such file or directory")
+            problems.append(f"{path}: {_why_not_there(path)}")
     seen: set[Path] = set()
     unique = []
     for f in files:
@@ -152,6 +151,24 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
             seen.add(key)
             unique.append(f)
     return unique, problems
+
+
+def _why_not_there(path: Path) -> str:
+    """Why ``path`` is neither a file nor a directory we can read, in words."""
+    import errno
+    import os
+
+    if not os.path.lexists(path):
+        return "no such file or directory"
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symlink loop (the link resolves back to itself) - not a trace file"
+        if exc.errno == errno.ENOENT and path.is_symlink():
+            return f"broken symlink (points to {os.readlink(path)!r}, which does not exist)"
+        return f"cannot read ({exc.strerror or exc})"
+    return "not a regular file or directory (a device, socket or pipe?)"
 
 
 def _open(path: Path):
@@ -170,112 +187,54 @@ def _open(path: Path):
     return open(path, "rb")
 
 
-class _TailReader:
-    """File wrapper that remembers the last bytes read (the keys after ``traceEvents``)."""
-
-    def __init__(self, fh) -> None:
-        self._fh = fh
-        self.tail = b""
-
-    def read(self, n: int = -1) -> bytes:
-        """Read like the wrapped file, keeping the last 64 KiB seen."""
-        data = self._fh.read(n)
-        if data:
-            self.tail = (self.tail + data)[-_TAIL_BYTES:]
-        return data
-
-
-def _read_header(path: Path) -> tuple[dict, bool, bool]:
-    """Top-level keys before ``traceEvents`` (HTA reads its metadata the same way).
-
-    Returns ``(header, is_array, has_events_key)``: ``is_array`` for the Chrome "JSON Array
-    Format" (a bare list of events, no metadata).
-    """
-    header: dict = {}
+def _sniff(path: Path) -> None:
+    """Reject at once what is not JSON text at all (one clear line naming the first bytes)."""
     with _open(path) as fh:
         first = b""
+        chunk = b""
+        read = 0
         while not first:
             chunk = fh.read(64)
             if not chunk:
                 raise TraceError(f"{path}: contains only whitespace, not a JSON trace")
+            read += len(chunk)
             first = chunk.lstrip()[:1]
-        if first == b"[":
-            return header, True, True
-        if first != b"{":
+            if read > (1 << 20) and not first:
+                raise TraceError(f"{path}: more than 1 MiB of whitespace, not a JSON trace")
+        if first not in (b"[", b"{"):
             raise TraceError(f"{path}: not JSON (starts with {chunk.lstrip()[:16]!r})")
-    with _open(path) as fh:
-        parser = ijson.parse(fh, use_float=True)
-        builder = None
-        key = None
-        depth_prefix = None
-        for prefix, event, value in parser:
-            if builder is not None:
-                builder.event(event, value)
-                if prefix == depth_prefix and event in ("end_map", "end_array"):
-                    header[key] = builder.value
-                    builder = None
-                continue
-            if prefix == "" and event == "map_key":
-                if value == "traceEvents":
-                    return header, False, True
-                key = value
-                continue
-            if prefix == key and key is not None:
-                if event in ("start_map", "start_array"):
-                    builder = ijson.ObjectBuilder()
-                    builder.event(event, value)
-                    depth_prefix = prefix
-                else:
-                    header[key] = value
-    return header, False, False
-
-
-def _tail_metadata(tail: bytes, header: dict) -> None:
-    """Fill keys written after ``traceEvents`` (Kineto puts displayTimeUnit etc. there)."""
-    try:
-        text = tail.decode("utf-8", errors="ignore")
-    except Exception:  # pragma: no cover - decode with errors="ignore" does not raise
-        return
-    dec = json.JSONDecoder()
-    for key in HEADER_KEYS:
-        if key in header:
-            continue
-        pos = text.rfind(f'"{key}"')
-        if pos < 0:
-            continue
-        m = re.compile(r'"' + re.escape(key) + r'"\s*:\s*').match(text, pos)
-        if not m:
-            continue
-        try:
-            header[key], _ = dec.raw_decode(text, m.end())
-        except ValueError:
-            continue
 
 
 # ----------------------------------------------------------------------------- parsing
 
-def load_trace(path: str | Path, *, keep_runtime: bool = False) -> RawTrace:
+def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: bool = False) -> RawTrace:
     """Stream one trace file into a :class:`RawTrace`.
 
     Raises :class:`TraceError` naming the file for: unreadable, empty, not JSON, truncated,
-    named ``.gz`` but not gzip, a broken gzip stream, no ``traceEvents``.
-    Malformed single events (wrong types, negative durations) are skipped and counted.
+    named ``.gz`` but not gzip, a broken gzip stream, valid JSON that is not a trace (no
+    ``traceEvents`` list, no event objects), nesting deeper than the recursion limit or a
+    single value longer than :data:`~ccoverlap.trace.jsonstream.MAX_VALUE_CHARS` characters.
+    ``keep_cpu_ops=False``: in a file with device events keep only the CPU ops the analyser
+    joins to kernels (collective ops; ``ProfilerStep`` annotations are in ``steps``) - less memory
+    per rank; ``ts_min`` still covers every event.
+    A single bad event (invalid JSON inside it, NaN / Infinity / out-of-range numbers, wrong
+    types, negative durations) is skipped and counted; the warning names the first ones by
+    index and character offset.
     ``keep_runtime`` also keeps what ``ccoverlap replay`` needs: the name and duration of every
     launch (``l_nid``/``l_dur``) and the wait args of ``cuda_sync`` events.
     """
     path = Path(path)
     try:
-        header, is_array, has_events = _read_header(path)
-        if not has_events:
-            raise TraceError(f"{path}: no 'traceEvents' list - not a Chrome/Kineto trace")
-        raw = _parse_events(path, header, is_array, keep_runtime)
+        _sniff(path)
+        raw = _parse_events(path, keep_cpu_ops, keep_runtime)
     except TraceError:
         raise
-    except ijson.common.IncompleteJSONError as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else "incomplete JSON"
-        raise TraceError(f"{path}: truncated or invalid JSON ({msg})") from None
-    except ijson.common.JSONError as exc:
-        raise TraceError(f"{path}: invalid JSON ({str(exc).strip()[:120]})") from None
+    except Truncated as exc:
+        raise TraceError(f"{path}: truncated or invalid JSON ({exc})") from None
+    except StreamError as exc:
+        raise TraceError(f"{path}: invalid JSON ({str(exc)[:200]})") from None
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path}: invalid JSON ({exc.msg} at offset {exc.pos})") from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise TraceError(f"{path}: broken gzip stream ({exc or 'compressed file ended early'})") from None
     except UnicodeDecodeError as exc:
@@ -283,11 +242,11 @@ def load_trace(path: str | Path, *, keep_runtime: bool = False) -> RawTrace:
     except RecursionError:
         raise TraceError(f"{path}: JSON nested too deeply") from None
     except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc})") from None
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
     return raw
 
 
-def _parse_events(path: Path, header: dict, is_array: bool, keep_runtime: bool = False) -> RawTrace:
+def _parse_events(path: Path, keep_cpu_ops: bool = True, keep_runtime: bool = False) -> RawTrace:
     # The loop below is the analyser's hot path (one pass of a possibly multi-GB file):
     # subscripts instead of .get, bound appends, one chained comparison to validate ts/dur.
     names: list[str] = []
@@ -318,47 +277,58 @@ def _parse_events(path: Path, header: dict, is_array: bool, keep_runtime: bool =
     skip_cats = SKIP_CATS
     _int, _float, _dict, _str = int, float, dict, str
 
+    bad_at: list[tuple[int, int]] = []
+
     with _open(path) as fh:
-        reader = _TailReader(fh)
-        prefix = "item" if is_array else "traceEvents.item"
-        for ev in ijson.items(reader, prefix, use_float=True):
+        es = EventStream(fh)
+        for batch in es.batches():
+          for ev in batch:   # noqa: E111 - one indentation level less keeps the hot loop's diff small
             n_events += 1
             try:
-                if ev["ph"] != "X":
-                    if ev["ph"] == "M" and ev.get("name") == "thread_name":
-                        a = ev.get("args")
-                        if isinstance(a, dict) and isinstance(a.get("name"), str):
-                            thread_names[(ev.get("pid"), ev.get("tid"))] = a["name"]
+                ph = ev.ph
+                if ph != "X":
+                    if ph == "M":
+                        if ev.name == "thread_name":
+                            a = event_args(ev.args)
+                            if isinstance(a.get("name"), str):
+                                thread_names[(ev.pid, ev.tid)] = a["name"]
+                        continue
+                    if ph is None:
+                        raise KeyError("ph")
                     continue
-                cat = ev.get("cat")
+                cat = ev.cat
                 if cat in skip_cats:
                     continue
-                ts = ev["ts"]
-                dur = ev["dur"] if "dur" in ev else 0
+                ts = ev.ts
+                dur = ev.dur
+                if dur is None:
+                    dur = 0
                 # one chained comparison rejects non-numbers (TypeError), NaN, negatives, absurd values
                 if not (0 <= dur < 1e15 and -1e18 < ts < 1e18):
                     n_bad += 1
+                    if len(bad_at) < 5:
+                        bad_at.append(n_events - 1)
                     continue
                 if ts.__class__ is _float:
                     float_ts = True
                 if cat == "cpu_op" or cat == "user_annotation":
-                    name = ev["name"]
+                    name = ev.name
                     if name.__class__ is not _str:
                         n_bad += 1
+                        if len(bad_at) < 5:
+                            bad_at.append(n_events - 1)
                         continue
                     nid = name_ids.get(name)
                     if nid is None:
                         nid = name_ids[name] = len(names)
                         names.append(name)
-                    key = (ev["pid"], ev["tid"])
+                    key = (ev.pid, ev.tid)
                     tid = thread_ids.get(key)
                     if tid is None:
                         tid = thread_ids[key] = len(threads)
                         threads.append(key)
                     if name.startswith(comm_prefixes):
-                        args = ev.get("args")
-                        if args.__class__ is not _dict:
-                            args = _EMPTY
+                        args = event_args(ev.args)
                         ext = args.get("External id", -1)
                         if ext.__class__ is not _int or not -_I64 < ext < _I64:
                             ext = -1
@@ -374,24 +344,24 @@ def _parse_events(path: Path, header: dict, is_array: bool, keep_runtime: bool =
                                 steps.append((int(m.group(1)), _float(ts), _float(dur), False))
                     c_nid_a(nid); c_ts_a(ts); c_dur_a(dur); c_tid_a(tid); c_annot_a(cat == "user_annotation")
                     continue
-                args = ev.get("args")
-                if args.__class__ is not _dict:
-                    args = _EMPTY
+                args = event_args(ev.args)
                 if cat == "cuda_runtime" or cat == "cuda_driver":
                     corr = args.get("correlation")
                     if corr.__class__ is _int and -_I64 < corr < _I64:
-                        key = (ev["pid"], ev["tid"])
+                        key = (ev.pid, ev.tid)
                         tid = thread_ids.get(key)
                         if tid is None:
                             tid = thread_ids[key] = len(threads)
                             threads.append(key)
                         l_corr_a(corr); l_ts_a(ts); l_tid_a(tid)
                         if keep_runtime:
-                            _keep_launch(ev.get("name"), dur, names, name_ids, l_nid, l_dur)
+                            _keep_launch(ev.name, dur, names, name_ids, l_nid, l_dur)
                     continue
-                name = ev["name"]
+                name = ev.name
                 if name.__class__ is not _str:
                     n_bad += 1
+                    if len(bad_at) < 5:
+                        bad_at.append(n_events - 1)
                     continue
                 stream = args.get("stream")
                 corr = args.get("correlation")
@@ -407,7 +377,7 @@ def _parse_events(path: Path, header: dict, is_array: bool, keep_runtime: bool =
                         info = len(infos)
                         infos.append({k: args[k] for k in COMM_ARG_KEYS if k in args})
                     kk = args.get("ccoverlap_kind")
-                    dev = args.get("device", ev.get("pid"))
+                    dev = args.get("device", ev.pid)
                     ext = args.get("External id", -1)
                     # validate every integer before the first append: the columns stay aligned
                     stream = stream if stream.__class__ is _int else -1
@@ -417,6 +387,8 @@ def _parse_events(path: Path, header: dict, is_array: bool, keep_runtime: bool =
                     if not (-_I64 < stream < _I64 and -_I64 < dev < _I64 and -_I64 < corr < _I64
                             and -_I64 < ext < _I64):
                         n_bad += 1
+                        if len(bad_at) < 5:
+                            bad_at.append(n_events - 1)
                         continue
                     k_nid.append(nid); k_ts.append(ts); k_dur.append(dur)
                     k_stream.append(stream)
@@ -438,7 +410,7 @@ def _parse_events(path: Path, header: dict, is_array: bool, keep_runtime: bool =
                     if m and len(m.group(1)) < 16:
                         steps.append((int(m.group(1)), _float(ts), _float(dur), cat == "gpu_user_annotation"))
                 if corr.__class__ is _int and -_I64 < corr < _I64:
-                    key = (ev.get("pid"), ev.get("tid"))
+                    key = (ev.pid, ev.tid)
                     tid = thread_ids.get(key)
                     if tid is None:
                         tid = thread_ids[key] = len(threads)
@@ -448,11 +420,21 @@ def _parse_events(path: Path, header: dict, is_array: bool, keep_runtime: bool =
                         _keep_launch(name, dur, names, name_ids, l_nid, l_dur)
             except (AttributeError, TypeError, ValueError, KeyError, OverflowError):
                 n_bad += 1
-        tail = reader.tail
-    if not is_array:
-        _tail_metadata(tail, header)
-    if n_events == 0:
-        raise TraceError(f"{path}: 'traceEvents' is empty or not a list - nothing was recorded")
+                if len(bad_at) < 5:
+                    bad_at.append(n_events - 1)
+    header = es.header
+    if not es.has_events:
+        keys = ", ".join(repr(k)[:40] for k in list(header)[:6]) or "none"
+        raise TraceError(f"{path}: valid JSON but not a Chrome/Kineto trace: no 'traceEvents' list "
+                         f"(top-level keys: {keys})")
+    if es.events_not_list:
+        raise TraceError(f"{path}: valid JSON but not a Chrome/Kineto trace: 'traceEvents' is not a list")
+    if es.count == 0:
+        raise TraceError(f"{path}: 'traceEvents' is empty - nothing was recorded")
+    if n_bad >= es.count and not (len(k_ts) or len(c_ts) or len(l_ts) or steps):
+        raise TraceError(f"{path}: valid JSON but not a Chrome/Kineto trace: none of its {es.count} "
+                         f"'traceEvents' entries is a usable event (an object with ph, name, ts, dur)")
+    n_events = es.count
 
     thread_labels = []
     for key in threads:
@@ -461,10 +443,24 @@ def _parse_events(path: Path, header: dict, is_array: bool, keep_runtime: bool =
         thread_labels.append(f"{label} [pid {pid}]" if _many_pids(threads) else label)
 
     def f64(a):
+        if isinstance(a, np.ndarray):
+            return a
         return np.frombuffer(a, dtype=np.float64).copy() if len(a) else np.empty(0, dtype=np.float64)
 
     def i64(a):
+        if isinstance(a, np.ndarray):
+            return a
         return np.frombuffer(a, dtype=np.int64).copy() if len(a) else np.empty(0, dtype=np.int64)
+
+    mins = [float(np.min(a)) for a in (k_ts, c_ts, l_ts) if len(a)] + [st[1] for st in steps]
+    ts_min = min(mins) if mins else None
+    if not keep_cpu_ops and len(k_ts) and len(c_nid):
+        # a GPU trace: only the collective ops are joined to kernels; drop the other CPU ops' rows
+        keep = np.flatnonzero(np.frombuffer(c_info, dtype=np.int64) >= 0)
+        c_nid, c_ts, c_dur, c_tid, c_ext, c_info = (
+            np.frombuffer(a, dtype=np.int64 if a.typecode == "q" else np.float64)[keep].copy()
+            for a in (c_nid, c_ts, c_dur, c_tid, c_ext, c_info))
+        c_annot = np.frombuffer(c_annot, dtype=np.int8)[keep].copy()
 
     raw = RawTrace(
         path=path, meta=header, names=names, infos=infos, threads=thread_labels,
@@ -472,15 +468,22 @@ def _parse_events(path: Path, header: dict, is_array: bool, keep_runtime: bool =
         k_device=i64(k_device), k_corr=i64(k_corr), k_ext=i64(k_ext), k_info=i64(k_info),
         k_kind=i64(k_kind), k_cat=i64(k_cat), k_shape=i64(k_shape),
         c_nid=i64(c_nid), c_ts=f64(c_ts), c_dur=f64(c_dur), c_tid=i64(c_tid), c_ext=i64(c_ext),
-        c_info=i64(c_info), c_annot=np.frombuffer(c_annot, dtype=np.int8).astype(bool) if len(c_annot) else
-        np.empty(0, dtype=bool), l_corr=i64(l_corr), l_ts=f64(l_ts), l_tid=i64(l_tid),
+        c_info=i64(c_info), c_annot=np.asarray(np.frombuffer(c_annot, dtype=np.int8) if not isinstance(
+            c_annot, np.ndarray) else c_annot).astype(bool) if len(c_annot) else np.empty(0, dtype=bool), l_corr=i64(l_corr), l_ts=f64(l_ts), l_tid=i64(l_tid),
         steps=sorted(steps, key=lambda s: s[1]), n_events=n_events, n_malformed=n_bad, float_ts=float_ts,
+        ts_min=ts_min,
     )
     if keep_runtime:
         raw.l_nid, raw.l_dur, raw.k_wait_stream, raw.k_wait_corr = i64(l_nid), f64(l_dur), i64(k_wstream), i64(k_wcorr)
     if n_bad:
-        raw.warnings.append(f"{path}: skipped {n_bad} malformed event(s) (missing or non-numeric ts/dur, "
-                            f"negative duration, non-string name)")
+        lexical = {b.index: b for b in es.bad}
+        where = []
+        for i in sorted(set(bad_at) | set(lexical))[:3]:
+            b = lexical.get(i)
+            where.append(f"event #{i} at offset {b.offset} (invalid JSON: {b.reason})" if b else f"event #{i}")
+        raw.warnings.append(f"{path}: skipped {n_bad} malformed event(s) (invalid JSON inside the event, "
+                            f"NaN/Infinity/out-of-range numbers, wrong types, missing ts, negative duration), "
+                            f"first: {'; '.join(where)}")
     _rank_from_meta(raw)
     return raw
 

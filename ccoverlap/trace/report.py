@@ -102,6 +102,17 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
             t.add_row(c.collective, c.group, str(c.group_size or "-"), str(c.count), _bytes(c.bytes_mean),
                       _ms(c.time_mean_s), _ms(c.time_total_s), _ms(c.exposed_s), _gbs(c.algbw), _gbs(c.busbw))
         con.print(t)
+    if a.dimensions:
+        t = Table(title="Per parallelism dimension (sum over ranks; ms; algbw GB/s)", title_justify="left")
+        for col in ("dimension", "groups", "collectives", "calls", "time", "exposed", "overlap", "overlap %",
+                    "algbw", "from"):
+            t.add_column(col, justify="right" if col not in ("dimension", "collectives", "from") else "left",
+                         overflow="fold")
+        for d in a.dimensions:
+            t.add_row(d.dimension, ",".join(d.groups), ",".join(d.collectives), str(d.calls), _ms(d.time_s),
+                      _ms(d.exposed_s), _ms(d.overlap_s), f"{100 * d.overlap_ratio:.1f}%", _gbs(d.algbw),
+                      d.how.replace("description ", "desc "))
+        con.print(t)
     cr = a.cross
     if cr.groups:
         t = Table(title="Across ranks (matched collectives: start skew)", title_justify="left")

@@ -91,26 +91,41 @@ def selection_mask(rt: RankTrace, steps: str | list[int], job_step_names: int) -
     return launched & (when <= last_end)
 
 
+def step_rows(rt: RankTrace, mask: np.ndarray | None = None) -> dict[int, np.ndarray]:
+    """Row indices of each profiler step (``mask``ed rows only when given), by one stable sort."""
+    step = rt.timeline.step
+    idx = np.flatnonzero(step >= 0) if mask is None else np.flatnonzero(mask & (step >= 0))
+    if not len(idx):
+        return {}
+    order = idx[np.argsort(step[idx], kind="stable")]
+    s_sorted = step[order]
+    cuts = np.flatnonzero(np.diff(s_sorted)) + 1
+    return {int(step[g[0]]): g for g in np.split(order, cuts)}
+
+
 def step_windows(rt: RankTrace, mask: np.ndarray) -> dict[int, tuple[float, float]]:
     """GPU-side window of each selected step N on this rank (seconds).
 
     From the first start of a row launched in step N to the later of its last end and the
     first start of step N+1's rows, so the gap before the next step counts as idle of N.
+    Linear in the rows (one sort), whatever the number of steps.
     """
     tl = rt.timeline
     out: dict[int, tuple[float, float]] = {}
-    sel_steps = sorted(int(s) for s in np.unique(tl.step[mask]) if s >= 0)
-    first_start = {}
-    for s in np.unique(tl.step[tl.step >= 0]):
-        rows = tl.step == s
-        first_start[int(s)] = float(tl.start_s[rows].min())
-    for s in sel_steps:
-        rows = mask & (tl.step == s)
+    first_start = {s: float(tl.start_s[r].min()) for s, r in step_rows(rt).items()}
+    later_keys = sorted(first_start)
+    # min first start over the steps after each step: a suffix minimum
+    suffix: dict[int, float] = {}
+    best = np.inf
+    for s in reversed(later_keys):
+        suffix[s] = best
+        best = min(best, first_start[s])
+    for s, rows in sorted(step_rows(rt, mask).items()):
         a = float(tl.start_s[rows].min())
         b = float(tl.end_s[rows].max())
-        later = [v for k, v in first_start.items() if k > s]
-        if later:
-            b = max(b, min(later))
+        nxt = suffix.get(s, np.inf)
+        if np.isfinite(nxt):
+            b = max(b, nxt)
         out[s] = (a, b)
     return out
 

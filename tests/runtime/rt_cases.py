@@ -304,6 +304,185 @@ def _err_first_policy(rank, world):
         set_shape_check(old)
 
 
+def _third_call(change):
+    """Two legal calls, then on the third call rank 1 alone changes its schedule / shape / engine / op.
+
+    Under the default policy every rank must raise the same message within seconds (not
+    garbage, not an abort, not a hang), and the group must stay usable.
+    """
+
+    def run(rank, world):
+        import time
+
+        old = set_shape_check("always")  # the default policy
+        set_shape_check(old)
+        x = gen(8200 + rank, 4, 8)
+        w = gen(8300, 6, 8)
+        for _ in range(2):
+            y = all_gather_matmul(x, w, schedule="hetero-fused-1d")
+            close(y, torch.cat([gen(8200 + j, 4, 8) for j in range(world)]) @ w.t(), "legal call")
+        odd = rank == 1
+        sched, shape, engine = "hetero-fused-1d", (4, 8), "sm"
+        if change == "schedule" and odd:
+            sched = "ring"
+        if change == "shape" and odd:
+            shape = (5, 8)
+        if change == "engine" and odd:
+            engine = "dma"
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if change == "op" and odd:
+                call = lambda: matmul_reduce_scatter(gen(1, 2 * world, 8), w)  # noqa: E731
+            else:
+                call = lambda: all_gather_matmul(gen(1, *shape), w, schedule=sched, comm_engine=engine)  # noqa: E731
+            needle = {"schedule": "schedule='ring' but rank 0 has 'hetero-fused-1d'",
+                      "shape": "rank 1: (5, 8)", "engine": "comm_engine='dma' but rank 0 has 'sm'",
+                      "op": "ranks are calling different distributed ops"}[change]  # fmt: skip
+            msg = _expect_error(call, needle)
+        took = time.perf_counter() - t0
+        if took > 20:
+            raise AssertionError(f"the error took {took:.1f}s")
+        _group_still_works(rank, world)
+        y = all_gather_matmul(x, w, schedule="ring")  # and the ops still work
+        close(y, torch.cat([gen(8200 + j, 4, 8) for j in range(world)]) @ w.t(), "call after the error")
+        return msg
+
+    return run
+
+
+def _err_cache_cleared_on_one_rank(rank, world):
+    from ccoverlap.runtime import clear_tuning_cache
+
+    x, w = gen(8400 + rank, 4, 8), gen(8401, 6, 8)
+    all_gather_matmul(x, w, schedule="auto")
+    if rank == 1:
+        clear_tuning_cache()
+    msg = _expect_error(lambda: all_gather_matmul(x, w, schedule="auto"), "auto/tune decision for this shape")
+    clear_tuning_cache()  # now even on every rank
+    _group_still_works(rank, world)
+    return msg
+
+
+def _tune_a2a(rank, world):
+    """tune for all_to_all_matmul: the same pick on every rank, the right answer, measurements kept."""
+    from ccoverlap.runtime import set_tune_options, tuning_cache
+    from ccoverlap.runtime.expert import a2a_candidates
+
+    old = set_tune_options(warmup=0, min_reps=2, max_reps=3, budget_s=5.0)
+    try:
+        e, k, n = 1, 8, 5
+        splits = [3] * world
+        xs = [gen(8500 + i, 3 * world, k) for i in range(world)]
+        ws = [gen(8600 + j, e, n, k) for j in range(world)]
+        y = all_to_all_matmul(xs[rank], ws[rank], splits, schedule="tune")
+        ref = torch.cat([xs[rank][3 * j : 3 * j + 3] @ ws[j][0].t() for j in range(world)])
+        close(y, ref, "a2a tune forward")
+        decs = [d for kk, d in tuning_cache().items() if kk[0] == "a2a"]
+        if len(decs) != 1:
+            raise AssertionError(f"expected one a2a decision, got {len(decs)}")
+        d = decs[0]
+        if d.schedule not in a2a_candidates(world) or len(d.timings_s) != len(a2a_candidates(world)):
+            raise AssertionError(f"bad decision {d}")
+        if not all(len(smp) >= 2 for _c, smp in d.samples_s):
+            raise AssertionError(f"too few samples: {d.samples_s}")
+        allv = [None] * world
+        dist.all_gather_object(allv, (d.schedule, d.rounds))
+        if any(v != allv[0] for v in allv):
+            raise AssertionError(f"ranks disagree: {allv}")
+        return d.schedule
+    finally:
+        set_tune_options(**old.__dict__)
+
+
+def _tune_cache_file(rank, world):
+    """Decisions go to the cache file on rank 0 and come back from it (no timing the second time)."""
+    import os
+    import tempfile
+
+    from ccoverlap.runtime import clear_tuning_cache, set_tune_cache_file, set_tune_options, tuning_cache
+
+    box = [tempfile.mkdtemp(prefix="ccov-tune-") if rank == 0 else ""]
+    dist.broadcast_object_list(box, src=0)
+    path = os.path.join(box[0], "tune.json")
+    old_opt = set_tune_options(warmup=0, min_reps=1, max_reps=2, budget_s=5.0)
+    old_file = set_tune_cache_file(path)
+    try:
+        x, w = gen(8700 + rank, 6, 8), gen(8701, 5, 8)
+        ref = torch.cat([gen(8700 + j, 6, 8) for j in range(world)]) @ w.t()
+        with torch.no_grad():
+            close(all_gather_matmul(x, w, schedule="tune"), ref, "tune (timed)")
+        first = [d for kk, d in tuning_cache().items() if kk[0] == "ag" and kk[1] == "tune"][0]
+        if first.rounds < 1:
+            raise AssertionError("the first decision was not timed")
+        clear_tuning_cache()
+        with torch.no_grad():
+            close(all_gather_matmul(x, w, schedule="tune"), ref, "tune (from file)")
+        second = [d for kk, d in tuning_cache().items() if kk[0] == "ag" and kk[1] == "tune"][0]
+        if second.schedule != first.schedule or "cache file" not in second.reason:
+            raise AssertionError(f"not served from the file: {second}")
+        return second.schedule
+    finally:
+        set_tune_cache_file(old_file)
+        set_tune_options(**old_opt.__dict__)
+        clear_tuning_cache()
+
+
+def _batch_first(rank, world):
+    """dim=1: batch-first [b, s/P, h] in, [b, s, n] out (and back), values and grads."""
+    b, s, k, n = 2, 3 * world, 8, 6
+    xfull = gen(8800, b, s, k).requires_grad_()
+    w = gen(8801, n, k).requires_grad_()
+    per = s // world
+    y_ref = xfull @ w.t()
+    g = gen(8802, b, s, n)
+    (y_ref * g).sum().backward()
+    x = xfull.detach()[:, rank * per : (rank + 1) * per].clone().requires_grad_()
+    wl = w.detach().clone().requires_grad_()
+    y = all_gather_matmul(x, wl, schedule="hetero-unfused-1d", dim=1)
+    close(y, y_ref.detach(), "batch-first all_gather_matmul")
+    (y * g).sum().backward()
+    # every rank's loss uses the whole y, so the summed objective is world x the reference
+    close(x.grad, world * xfull.grad[:, rank * per : (rank + 1) * per], "batch-first dx")
+    close(wl.grad, w.grad, "batch-first dW")
+    # reduce-scatter along the sequence dim of a [b, s, k_r] input
+    xs = [gen(8810 + j, b, s, k) for j in range(world)]
+    z = matmul_reduce_scatter(xs[rank], w.detach(), schedule="ring", dim=1)
+    close(z, (sum(xs) @ w.detach().t())[:, rank * per : (rank + 1) * per], "batch-first matmul_reduce_scatter")
+
+
+def _llama_parallelize_module(rank, world):
+    """examples/llama_tp.py: torch's TP plan vs the same plan with ccoverlap's styles, 10 SGD steps."""
+    import os
+    import sys
+
+    ex = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
+    if ex not in sys.path:
+        sys.path.insert(0, ex)
+    import llama_tp
+
+    res = llama_tp.run_rank(rank, world, 10)
+    ref = llama_tp.reference(10)
+    close(torch.tensor(res["torch"]), torch.tensor(ref), "torch TP losses vs single process")
+    close(torch.tensor(res["ccoverlap"]), torch.tensor(ref), "ccoverlap TP losses vs single process")
+    close(torch.tensor(res["ccoverlap"]), torch.tensor(res["torch"]), "ccoverlap TP losses vs torch TP")
+    if not res["state_dict_keys_equal"] or res["state_dict_roundtrip_max_err"] != 0.0:
+        raise AssertionError(f"state_dict not interchangeable with torch TP: {res}")
+    return [round(v, 5) for v in res["ccoverlap"]]
+
+
+def _pairwise_p2p(rank, world):
+    """The per-pair p2p batches used on NCCL (one Work per piece), forced on gloo: same answers."""
+    with comm.force_pairwise_p2p():
+        for sched in ("hetero-unfused-1d", "hetero-fused-1d", "ring"):
+            x = [gen(8900 + j, 5, 6) for j in range(world)]
+            w = gen(8950, 4, 6)
+            y = all_gather_matmul(x[rank], w, schedule=sched)
+            close(y, torch.cat(x) @ w.t(), f"pairwise p2p ({sched})")
+            z = matmul_reduce_scatter(torch.cat(x)[: 4 * world], w, schedule=sched)
+            close(z, (world * (torch.cat(x)[: 4 * world] @ w.t()))[rank * 4 : rank * 4 + 4], f"pairwise rs ({sched})")
+
+
 def _group_still_works(rank, world):
     t = torch.ones(1)
     dist.all_reduce(t)
@@ -406,6 +585,16 @@ def _expand(world: int):
         ("error/schedule-differs", _err_schedule_mismatch),
         ("error/a2a-splits", _err_a2a_splits),
         ("error/first-policy", _err_first_policy),
+        ("error/third-call-schedule", _third_call("schedule")),
+        ("error/third-call-shape", _third_call("shape")),
+        ("error/third-call-engine", _third_call("engine")),
+        ("error/third-call-op", _third_call("op")),
+        ("error/tune-cache-cleared-on-one-rank", _err_cache_cleared_on_one_rank),
+        ("tune/a2a", _tune_a2a),
+        ("tune/cache-file", _tune_cache_file),
+        ("ag/batch-first", _batch_first),
+        ("comm/pairwise-p2p", _pairwise_p2p),
+        ("train/llama-parallelize-module", _llama_parallelize_module),
     ]
     for sched in ("serial", "ring", "uniform-fused-1d", "hetero-fused-1d", "hetero-unfused-1d", "uniform-fused-2d", "auto"):
         cases.append((f"train/{sched}", _train_case(sched)))
@@ -416,8 +605,11 @@ def run_all(rank: int, world: int) -> dict[str, tuple[str, str, object]]:
     """Run every case on this rank; ``{name: ("ok"|"fail", detail, value)}``."""
     import time
 
+    from ccoverlap.runtime import set_tune_options
+
     torch.manual_seed(0)
     set_shape_check("always")
+    set_tune_options(warmup=1, min_reps=2, max_reps=4, budget_s=2.0)  # tiny shapes: keep tests fast
     results = {}
     for name, fn in _expand(world):
         t0 = time.perf_counter()

@@ -23,16 +23,27 @@ def test_bench_json_and_profile(tmp_path, capsys):
     prof = tmp_path / "traces"
     code, out, err = _run(
         capsys, "--m", "64", "--n", "16", "--k", "24", "--iters", "2", "--warmup", "1",
-        "--schedules", "ring,hetero-unfused-1d,auto", "--json", "--profile-dir", str(prof), "--backward",
+        "--schedules", "ring,hetero-unfused-1d,auto,tune", "--json", "--profile-dir", str(prof), "--backward",
     )  # fmt: skip
     assert code == 0, err
     res = json.loads(out)
     assert res["world_size"] == 2 and res["backend"] == "gloo" and res["backward"] is True
     by = {r["schedule"]: r for r in res["results"]}
-    assert list(by) == ["serial", "ring", "hetero-unfused-1d", "auto"]
+    assert [r["schedule"] for r in res["results"] if not r["reference"]] == [
+        "serial", "ring", "hetero-unfused-1d", "auto", "tune"]
+    # the check's cost and PyTorch's own TP are measured in the same round-robin
+    assert {"(serial, unchecked)", "(cross-rank check)", "(DTensor TP)"} <= set(by)
+    assert "check_cost_in_serial" in res["summary"] and "auto_vs_dtensor_tp" in res["summary"]
+    info = by["tune"]["tune"]
+    assert info["picked"] == by["tune"]["runs"] and info["rounds"] >= 1
+    assert set(info["median_ms"]) == {"serial", "ring", "uniform-fused-1d", "hetero-fused-1d",
+                                      "hetero-unfused-1d", "uniform-fused-2d"}  # fmt: skip
+    assert all(len(v) == info["rounds"] or k in info["eliminated"] for k, v in info["samples_ms"].items())
+    assert res["summary"]["tune_pick"] == info["picked"]
     for r in by.values():
         assert len(r["times_s"]) == 2 and all(t > 0 for t in r["times_s"])
-        assert r["speedup_vs_serial"] == pytest.approx(by["serial"]["median_s"] / r["median_s"])
+        if not r["reference"]:
+            assert r["speedup_vs_serial"] == pytest.approx(by["serial"]["median_s"] / r["median_s"])
     assert by["auto"]["runs"] in ("serial", "ring", "uniform-fused-1d", "hetero-fused-1d",
                                   "hetero-unfused-1d", "uniform-fused-2d")  # fmt: skip
     for rank in (0, 1):
@@ -49,9 +60,12 @@ def test_bench_table_all_to_all(capsys):
                           "--experts", "2", "--iters", "2", "--warmup", "0")
     assert code == 0, err
     assert "all_to_all_matmul M=32 N=8 K=8 E=2" in out
-    lines = [ln for ln in out.splitlines() if ln.split() and ln.split()[0] in ("serial", "chunked", "auto")]
-    assert [ln.split()[0] for ln in lines] == ["serial", "chunked", "auto"]
+    body = out.split("-" * 20 + "\n")[-1].split("\n\n")[0]  # the table: after the rule, up to the first blank line
+    lines = [ln for ln in body.splitlines() if ln.split() and ln.split()[0] in ("serial", "chunked", "auto", "tune")]
+    assert [ln.split()[0] for ln in lines] == ["serial", "chunked", "auto", "tune"]
     assert lines[2].split()[1] == "chunked"
+    assert lines[3].split()[1] in ("serial", "chunked:2", "chunked:4", "chunked:8")
+    assert "tune measured 4 candidates" in out
     assert "(comm only)" in out and "(GEMM only)" in out  # forward runs show what serial is made of
 
 

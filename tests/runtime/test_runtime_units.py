@@ -83,3 +83,83 @@ def test_every_op_on_one_rank():
     res = spawn(_one_rank, 1, timeout_s=100)[0]
     assert all(res[:-1]), res
     assert res[-1] == "serial"
+
+
+def test_agreed_engine_falls_back_on_every_rank_unless_all_can_use_dma():
+    from ccoverlap.runtime.ops import COMM_ENGINES, agreed_engine
+
+    sm, dma = COMM_ENGINES.index("sm"), COMM_ENGINES.index("dma")
+    assert agreed_engine([sm, sm], [0, 0])[0] == "sm"
+    assert agreed_engine([dma, dma], [1, 1])[0] == "dma"
+    engine, why = agreed_engine([dma, dma, dma], [1, 0, 1])
+    assert engine == "sm" and "rank(s) [1]" in why
+
+
+def test_elimination_keeps_ties_and_drops_the_clearly_slower():
+    from ccoverlap.runtime.tuning import elimination_step
+
+    samples = {
+        "a": [10.0, 10.2, 9.9, 10.1, 10.0],
+        "b": [10.1, 10.3, 10.0, 10.2, 10.1],  # within the margin of a: stays
+        "c": [13.0, 13.5, 12.9, 13.2, 13.1],  # clearly slower: dropped
+        "d": [9.0, 15.0, 8.0, 16.0, 12.0],  # noisy, overlapping a: stays
+    }
+    assert elimination_step(samples, ["a", "b", "c", "d"], margin=0.03) == ["a", "b", "d"]
+    assert elimination_step(samples, ["c"], margin=0.03) == ["c"]
+
+
+def test_tune_options_validate():
+    import pytest
+
+    from ccoverlap.runtime import get_tune_options, set_tune_options
+
+    before = get_tune_options()
+    with pytest.raises(ValueError):
+        set_tune_options(min_reps=5, max_reps=2)
+    assert get_tune_options() == before
+
+
+def test_symmetric_buffer_pool_grows_one_buffer_per_key_instead_of_one_per_shape():
+    from ccoverlap.runtime.cuda import BufferPool
+
+    made = []
+
+    def alloc(nbytes):
+        made.append(nbytes)
+        return bytearray(nbytes), f"handle{len(made)}"
+
+    pool = BufferPool(alloc)
+    key = ("group", 0)
+    for nbytes in (100, 50, 100, 80):  # smaller or equal sizes reuse the buffer
+        pool.get(key, nbytes)
+    assert made == [100] and len(pool) == 1
+    buf, hdl = pool.get(key, 300)  # a bigger shape grows it (one re-rendezvous)
+    assert made == [100, 300] and len(buf) == 300 and hdl == "handle2" and len(pool) == 1
+    pool.drop(key)
+    pool.get(key, 10)
+    assert made == [100, 300, 10]
+
+
+def test_column_blocks_are_contiguous_and_cover_the_shard():
+    import torch
+
+    from ccoverlap.runtime.cuda import col_block_offsets
+
+    m, k, p = 3, 7, 3
+    shard = torch.arange(m * k, dtype=torch.float32).view(m, k)
+    flat = torch.empty(m * k)
+    for off, sz, start in col_block_offsets(m, k, p):  # how the transport writes the buffer
+        flat[start : start + m * sz].view(m, sz).copy_(shard[:, off : off + sz])
+    for off, sz, start in col_block_offsets(m, k, p):  # how a peer reads one block: one contiguous range
+        block = flat[m * off : m * (off + sz)].view(m, sz)
+        assert block.is_contiguous() and torch.equal(block, shard[:, off : off + sz])
+    assert sum(sz for _, sz, _ in col_block_offsets(m, k, p)) == k
+
+
+def test_dma_is_unavailable_on_cpu_with_a_reason():
+    import torch
+
+    from ccoverlap.runtime.cuda import dma_available
+
+    ok, why = dma_available(torch.zeros(2, 2), None)
+    assert not ok and "CUDA" in why

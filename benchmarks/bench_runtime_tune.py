@@ -1,0 +1,77 @@
+"""Does ``tune`` pick the fastest schedule? N repetitions of ``ccoverlap bench`` on two documented shapes.
+
+Each repetition is a fresh ``ccoverlap bench --json`` run (fresh processes, so ``tune``
+measures from scratch). In every run we compare the median of the schedule ``tune`` picked
+with the median of the measured-fastest concrete schedule *of the same run* (both timed
+round-robin with every other schedule after tune decided): the pick counts as good when it
+is within ``--tolerance`` (5%) of the fastest. Prints one line per run and the tally;
+``--out`` keeps every run's JSON.
+
+    python benchmarks/bench_runtime_tune.py --reps 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+SHAPES = {
+    "ag-comm-heavy": ["--m", "8192", "--n", "128", "--k", "1024"],
+    "rs": ["--op", "matmul_reduce_scatter", "--m", "8192", "--n", "1024", "--k", "128"],
+}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=15)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--out", default=None, help="directory for each run's JSON")
+    args = ap.parse_args(argv)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+    tally = {}
+    print(f"load average at start: {os.getloadavg()[0]:.1f}")
+    print(f"{'shape':<14} {'rep':>3} {'tune picked':<18} {'fastest':<18} {'pick/fastest':>12} {'ok':>3} "
+          f"{'rounds':>6} {'tune s':>6} {'load':>9}")
+    for name in args.shapes.split(","):
+        good = 0
+        for rep in range(args.reps):
+            cmd = [sys.executable, "-m", "ccoverlap", "bench", *SHAPES[name], "--nproc", str(args.nproc),
+                   "--iters", str(args.iters), "--warmup", str(args.warmup), "--json", "--no-reference-rows",
+                   "--seed", str(rep)]
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                print(f"{name} rep {rep}: bench failed:\n{proc.stderr[-2000:]}")
+                return 1
+            res = json.loads(proc.stdout)
+            if args.out:
+                with open(os.path.join(args.out, f"{name}-{rep}.json"), "w", encoding="utf-8") as f:
+                    json.dump(res, f)
+            s = res["summary"]
+            ratio = s["tune_pick_vs_fastest"]
+            ok = ratio <= 1.0 + args.tolerance
+            good += ok
+            tune_row = next(r for r in res["results"] if r["schedule"] == "tune")
+            info = tune_row["tune"] or {}
+            la = res["loadavg_1m_before_after"]
+            print(f"{name:<14} {rep:>3} {s['tune_pick']:<18} {s['fastest_schedule']:<18} {ratio:>12.3f} "
+                  f"{'yes' if ok else 'no':>3} {info.get('rounds', 0):>6} {info.get('elapsed_s', 0):>6.1f} "
+                  f"{la[0]:>4.1f}>{la[1]:<4.1f}  ({time.perf_counter() - t0:.0f}s)", flush=True)
+        tally[name] = good
+    print()
+    for name, good in tally.items():
+        print(f"{name}: tune's pick within {args.tolerance:.0%} of the measured fastest in {good} of {args.reps} runs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

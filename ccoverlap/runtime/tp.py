@@ -1,0 +1,269 @@
+"""Drop-in ParallelStyles for ``torch.distributed.tensor.parallel.parallelize_module``.
+
+A torch tensor-parallel plan with sequence parallelism, e.g.::
+
+    plan = {
+        "attention_norm": SequenceParallel(),
+        "attention": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "attention.wq": ColwiseParallel(), ...,
+        "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+    }
+
+becomes overlapped by changing only the style classes: :class:`ColwiseParallel`,
+:class:`RowwiseParallel` and :class:`PrepareModuleInput` from this module (``SequenceParallel``
+is re-exported unchanged). What changes underneath:
+
+* our ``PrepareModuleInput`` does *not* all-gather a sequence-sharded input that the plan
+  wants replicated: it hands the module a DTensor that is still ``Shard(seq)``;
+* our ``ColwiseParallel`` sees that sequence-sharded input and runs
+  :func:`~ccoverlap.runtime.ops.all_gather_matmul` (the all-gather overlapped with the GEMM,
+  forward and backward) instead of DTensor's all-gather followed by one GEMM;
+* our ``RowwiseParallel`` with a sequence-sharded output runs
+  :func:`~ccoverlap.runtime.ops.matmul_reduce_scatter` instead of GEMM + reduce-scatter.
+
+Every other layout falls back to DTensor's own math, so results never depend on which path
+ran. Parameters are DTensors with torch's placements (colwise weight/bias ``Shard(0)``,
+rowwise weight ``Shard(1)``, rowwise bias ``Replicate()``): a state_dict saved from an
+overlapped model is the same as torch TP's and loads into either. :func:`load_full_state_dict`
+loads an unsharded state_dict into a parallelized model (torch or ours) and
+:func:`full_state_dict` gathers one back. Inputs are batch-first ``[b, s, h]`` by default;
+the sequence dim is whatever ``Shard(d)`` the plan names.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.tensor import DTensor, Partial, Placement, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.parallel import ColwiseParallel as _TorchColwise
+from torch.distributed.tensor.parallel import PrepareModuleInput as _TorchPrepareModuleInput
+from torch.distributed.tensor.parallel import RowwiseParallel as _TorchRowwise
+from torch.distributed.tensor.parallel import SequenceParallel
+from torch.distributed.tensor.parallel.style import ParallelStyle
+
+from ccoverlap.errors import ConfigError
+from ccoverlap.runtime.ops import ALL_SCHEDULES, all_gather_matmul, matmul_reduce_scatter
+
+__all__ = [
+    "ColwiseParallel",
+    "RowwiseParallel",
+    "PrepareModuleInput",
+    "SequenceParallel",
+    "load_full_state_dict",
+    "full_state_dict",
+]
+
+_ = Partial  # re-exported placements users may need alongside the styles
+
+
+def _one(layouts, default: Placement) -> Placement:
+    if layouts is None:
+        return default
+    if isinstance(layouts, (tuple, list)):
+        if len(layouts) != 1:
+            raise ConfigError(f"expected one placement for a linear layer, got {layouts}")
+        return layouts[0]
+    return layouts
+
+
+def _seq_dim(p: Placement, ndim: int) -> int | None:
+    """The sharded dim of ``p`` when it is a sequence-style shard (not the last dim), else None."""
+    if isinstance(p, Shard):
+        d = p.dim % ndim
+        if d != ndim - 1:
+            return d
+    return None
+
+
+def _check_mesh(mesh, who: str):
+    if mesh.ndim != 1:
+        raise ConfigError(f"{who}: needs a 1-D DeviceMesh (the tensor-parallel dim), got {mesh.ndim}-D")
+    return mesh.get_group()
+
+
+def _check_schedule(schedule: str) -> str:
+    if schedule not in ALL_SCHEDULES:
+        raise ConfigError(f"schedule must be one of {', '.join(ALL_SCHEDULES)}; got {schedule!r}")
+    return schedule
+
+
+def _shard_param(module: nn.Module, name: str, mesh, placements, src_data_rank) -> None:
+    p = getattr(module, name, None)
+    if p is None:
+        return
+    dt = distribute_tensor(p.data, mesh, placements, src_data_rank=src_data_rank)
+    module.register_parameter(name, nn.Parameter(dt, requires_grad=p.requires_grad))
+
+
+class ColwiseParallel(ParallelStyle):
+    """``torch``'s ``ColwiseParallel`` with the all-gather of a sequence-sharded input overlapped.
+
+    Same arguments as torch's (``input_layouts``, ``output_layouts``, ``use_local_output``)
+    plus ``schedule`` (any of :data:`~ccoverlap.runtime.ops.ALL_SCHEDULES`) and
+    ``comm_engine``. The input is sequence-sharded when it is a DTensor with a ``Shard(d)``
+    placement (d not the last dim), or a plain tensor and ``input_layouts=Shard(d)``: then
+    ``y = AllGather_d(x) @ W_r.T + b_r`` runs as :func:`all_gather_matmul` on ``dim=d``.
+    Otherwise DTensor's math runs. Works on ``nn.Linear``; other modules go to torch's style.
+    """
+
+    def __init__(
+        self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,
+        schedule: str = "auto", comm_engine: str = "sm",
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.input_layout = _one(input_layouts, Replicate())
+        self.output_layout = _one(output_layouts, Shard(-1))
+        self.use_local_output = use_local_output
+        self.schedule = _check_schedule(schedule)
+        self.comm_engine = comm_engine
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        if not isinstance(module, nn.Linear):
+            return _TorchColwise(
+                input_layouts=self.input_layout, output_layouts=self.output_layout,
+                use_local_output=self.use_local_output,
+            )._apply(module, device_mesh)  # fmt: skip
+        group = _check_mesh(device_mesh, "ColwiseParallel")
+        _shard_param(module, "weight", device_mesh, [Shard(0)], self.src_data_rank)
+        _shard_param(module, "bias", device_mesh, [Shard(0)], self.src_data_rank)
+        module.forward = partial(self._forward, module, device_mesh, group)
+        return module
+
+    def _forward(self, module: nn.Linear, mesh, group, x):
+        seq = None
+        if isinstance(x, DTensor):
+            seq = _seq_dim(x.placements[0], x.ndim)
+            local = x.to_local() if seq is not None else None
+        else:
+            seq = _seq_dim(self.input_layout, x.ndim)
+            local = x if seq is not None else None
+            if seq is None:
+                x = DTensor.from_local(x, mesh, [self.input_layout], run_check=False)
+        if seq is not None:
+            y = all_gather_matmul(
+                local, module.weight.to_local(), group, schedule=self.schedule, comm_engine=self.comm_engine, dim=seq
+            )
+            if module.bias is not None:
+                y = y + module.bias.to_local()
+            out = DTensor.from_local(y, mesh, [Shard(-1)], run_check=False)
+        else:  # not sequence-sharded: DTensor's own math (as torch's ColwiseParallel)
+            if x.placements[0] != Replicate():
+                x = x.redistribute(mesh, [Replicate()])
+            out = F.linear(x, module.weight, module.bias)
+        if out.placements[0] != self.output_layout:
+            out = out.redistribute(mesh, [self.output_layout])
+        return out.to_local() if self.use_local_output else out
+
+
+class RowwiseParallel(ParallelStyle):
+    """``torch``'s ``RowwiseParallel`` with the reduce-scatter to a sequence shard overlapped.
+
+    Same arguments as torch's plus ``schedule``/``comm_engine``. When ``output_layouts`` is
+    ``Shard(d)`` (d not the last dim, e.g. ``Shard(1)`` for ``[b, s, h]``) the layer runs
+    :func:`matmul_reduce_scatter` on ``dim=d`` and adds the replicated bias after it;
+    otherwise DTensor's math runs. ``nn.Embedding`` and other modules go to torch's style.
+    """
+
+    def __init__(
+        self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,
+        schedule: str = "auto", comm_engine: str = "sm",
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.input_layout = _one(input_layouts, Shard(-1))
+        self.output_layout = _one(output_layouts, Replicate())
+        self.use_local_output = use_local_output
+        self.schedule = _check_schedule(schedule)
+        self.comm_engine = comm_engine
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        if not isinstance(module, nn.Linear):
+            return _TorchRowwise(
+                input_layouts=self.input_layout, output_layouts=self.output_layout,
+                use_local_output=self.use_local_output,
+            )._apply(module, device_mesh)  # fmt: skip
+        group = _check_mesh(device_mesh, "RowwiseParallel")
+        _shard_param(module, "weight", device_mesh, [Shard(1)], self.src_data_rank)
+        _shard_param(module, "bias", device_mesh, [Replicate()], self.src_data_rank)
+        module.forward = partial(self._forward, module, device_mesh, group)
+        return module
+
+    def _forward(self, module: nn.Linear, mesh, group, x):
+        if isinstance(x, DTensor):
+            if x.placements[0] != Shard(-1) and x.placements[0] != Shard(x.ndim - 1):
+                x = x.redistribute(mesh, [Shard(-1)])
+            local = x.to_local()
+        elif self.input_layout == Shard(-1) or self.input_layout == Shard(x.ndim - 1):
+            local = x
+        else:
+            local = DTensor.from_local(x, mesh, [self.input_layout], run_check=False).redistribute(
+                mesh, [Shard(-1)]
+            ).to_local()
+        seq = _seq_dim(self.output_layout, local.ndim)
+        if seq is not None:
+            y = matmul_reduce_scatter(
+                local, module.weight.to_local(), group, schedule=self.schedule, comm_engine=self.comm_engine, dim=seq
+            )
+            out = DTensor.from_local(y, mesh, [Shard(seq)], run_check=False)
+            if module.bias is not None:
+                out = out + module.bias  # DTensor add: the bias gradient is summed over ranks
+        else:
+            xd = DTensor.from_local(local, mesh, [Shard(-1)], run_check=False)
+            out = F.linear(xd, module.weight, module.bias).redistribute(mesh, [self.output_layout])
+        return out.to_local() if self.use_local_output else out
+
+
+class PrepareModuleInput(_TorchPrepareModuleInput):
+    """``torch``'s ``PrepareModuleInput``, except that ``Shard(d) -> Replicate()`` is *deferred*.
+
+    Where the plan asks to all-gather a sequence-sharded input before the module, the module
+    gets the input as a ``Shard(d)`` DTensor instead (no communication); the overlapped
+    :class:`ColwiseParallel` layers inside gather it fused with their GEMMs, and anything
+    else that reads it goes through DTensor (correct, if not overlapped). Other conversions
+    are torch's.
+    """
+
+    def _prepare_input_arg(self, input, mesh, input_layout, desired_layout):
+        if (
+            input_layout is not None and isinstance(input_layout, Shard) and desired_layout == Replicate()
+            and isinstance(input, torch.Tensor)
+        ):  # fmt: skip
+            dt = input if isinstance(input, DTensor) else DTensor.from_local(input, mesh, (input_layout,), run_check=False)
+            if _seq_dim(dt.placements[0], dt.ndim) is not None:
+                return dt
+        return super()._prepare_input_arg(input, mesh, input_layout, desired_layout)
+
+
+@torch.no_grad()
+def load_full_state_dict(model: nn.Module, state_dict: dict, *, strict: bool = True):
+    """Load an unsharded (single-process) ``state_dict`` into a tensor-parallel ``model``.
+
+    Every DTensor parameter/buffer of ``model`` gets this rank's part of the full tensor
+    (``distribute_tensor`` with its own mesh and placements, no communication: every rank
+    holds the full state_dict); plain entries load as usual. Works for models parallelized
+    with torch's styles or with these. Returns ``load_state_dict``'s result.
+    """
+    own = model.state_dict()
+    converted = {}
+    for name, value in state_dict.items():
+        target = own.get(name)
+        if isinstance(target, DTensor) and not isinstance(value, DTensor):
+            if tuple(value.shape) != tuple(target.shape):
+                raise ConfigError(
+                    f"load_full_state_dict: {name} has shape {tuple(value.shape)}, the model's full shape is "
+                    f"{tuple(target.shape)}"
+                )
+            value = distribute_tensor(
+                value.to(device=target.device, dtype=target.dtype), target.device_mesh, target.placements,
+                src_data_rank=None,
+            )  # fmt: skip
+        converted[name] = value
+    return model.load_state_dict(converted, strict=strict)
+
+
+@torch.no_grad()
+def full_state_dict(model: nn.Module) -> dict:
+    """The unsharded state_dict of a tensor-parallel ``model`` (collective: every DTensor is gathered)."""
+    return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone() for k, v in model.state_dict().items()}

@@ -1,0 +1,285 @@
+"""Overlap per parallelism dimension: which of TP / DP (FSDP) / PP / EP / CP the communication belongs to.
+
+Every communication row carries its process group (:mod:`.classify`: ``Process Group Name`` of
+the collective record, else the job's only group; for gloo traces on CPU, see
+:func:`assign_cpu_groups`). A group is mapped to a dimension by, in order:
+
+1. ``--groups FILE``: a JSON object whose keys are a group name (``"3"``), a group description
+   (``"mesh_tp"``) or ``"ranks:0,1"`` and whose values are the dimension (any label; ``TP``, ``DP``,
+   ``FSDP``, ``PP``, ``EP``, ``CP`` are the usual ones);
+2. the description PyTorch records for the group (``distributedInfo.pg_config[].pg_desc``, or the
+   collective record's ``Process Group Description``): DeviceMesh names groups ``mesh_<dim>``
+   (torchtitan: ``mesh_tp``, ``mesh_dp_shard``, ``mesh_dp_replicate``, ``mesh_pp``, ``mesh_cp``,
+   ``mesh_ep``), Megatron-style names contain ``tensor`` / ``data`` / ``pipeline`` / ``expert`` /
+   ``context``;
+3. the group covering every rank of the job (``default_pg``) is ``world``; a group whose
+   description says nothing is ``group <name>``.
+
+Per dimension and rank: **time** = length of the union of the dimension's communication
+intervals, **exposed** = the part of it during which no compute runs, **overlap** = time −
+exposed (ratio = overlap / time, HTA's definition restricted to that dimension), **bytes**, and
+``algbw`` = Σ bytes / Σ call durations (nccl-tests' algorithm bandwidth; calls with a known size).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ccoverlap.errors import ConfigError
+from ccoverlap.timeline import merge_intervals
+from ccoverlap.trace.classify import RankTrace
+from ccoverlap.trace.contention import covered_length
+
+# (regex on the lower-cased description or name, dimension); first match wins
+_DESC_PATTERNS = (
+    (r"(^|[^a-z])(dp_shard|fsdp|shard)", "FSDP"),
+    (r"(^|[^a-z])(pp|pipe|pipeline|stage)([^a-z]|$)", "PP"),
+    (r"(^|[^a-z])(ep|expert|moe)([^a-z]|$)", "EP"),
+    (r"(^|[^a-z])(cp|context|ring|sp|sequence)([^a-z]|$)", "CP"),
+    (r"(^|[^a-z])(tp|tensor)([^a-z]|$)", "TP"),
+    (r"(^|[^a-z])(dp|data|replicate|ddp|dp_replicate|hsdp)([^a-z]|$)", "DP"),
+)
+KNOWN_DIMENSIONS = ("TP", "DP", "FSDP", "PP", "EP", "CP")
+
+
+def load_groups(path: str | Path) -> dict[str, str]:
+    """Read a ``--groups`` file: a JSON object ``{group name | description | "ranks:0,1": dimension}``."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"--groups {p}: cannot read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise ConfigError(f"--groups {p}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or not doc:
+        raise ConfigError(f"--groups {p}: expected a JSON object like {{\"mesh_tp\": \"TP\", \"1\": \"DP\"}}")
+    out = {}
+    for k, v in doc.items():
+        if not isinstance(v, str) or not v.strip():
+            raise ConfigError(f"--groups {p}: the dimension of {k!r} must be a non-empty string, got {v!r}")
+        out[str(k)] = v.strip()
+    return out
+
+
+def dimension_of(group: str, entry: dict | None, world: int | None, mapping: dict[str, str] | None = None
+                 ) -> tuple[str, str]:
+    """``(dimension, how)`` of one process group (see the module docstring for the order)."""
+    entry = entry or {}
+    desc = str(entry.get("desc") or "")
+    ranks = entry.get("ranks")
+    if mapping:
+        if group in mapping:
+            return mapping[group], "--groups (name)"
+        if desc and desc in mapping:
+            return mapping[desc], "--groups (description)"
+        if isinstance(ranks, list):
+            key = "ranks:" + ",".join(str(r) for r in ranks)
+            if key in mapping:
+                return mapping[key], "--groups (ranks)"
+    text = desc.lower()
+    if text and text not in ("undefined", "default_pg"):
+        for pat, dim in _DESC_PATTERNS:
+            if re.search(pat, text):
+                return dim, f"description {desc!r}"
+    size = entry.get("size") or (len(ranks) if isinstance(ranks, list) else 0)
+    if text == "default_pg" or (world and size == world):
+        return "world", "group of every rank"
+    return f"group {group}", "no description"
+
+
+@dataclass
+class DimensionStats:
+    """One parallelism dimension over the analysed window. Times in seconds (summed over ranks),
+    bytes, bandwidth in bytes/s."""
+
+    dimension: str
+    how: str
+    groups: list[str]
+    calls: int
+    ranks: int
+    time_s: float
+    exposed_s: float
+    overlap_s: float
+    overlap_ratio: float
+    bytes_total: float
+    algbw: float | None
+    collectives: list[str] = field(default_factory=list)
+    per_rank: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        """Plain dict for JSON."""
+        d = asdict(self)
+        d["per_rank"] = {str(k): v for k, v in self.per_rank.items()}
+        return d
+
+
+def dimension_stats(rts: list[RankTrace], masks: dict[int, np.ndarray],
+                    mapping: dict[str, str] | None = None) -> list[DimensionStats]:
+    """Per-dimension time / exposed / overlap / bytes / algbw of the analysed comm rows."""
+    acc: dict[str, dict] = {}
+    for rt in rts:
+        tl = rt.timeline
+        pg = rt.meta.get("pg_config") or {}
+        world = rt.meta.get("world_size")
+        m = masks[rt.rank] & (tl.kind == "comm")
+        comp = masks[rt.rank] & (tl.kind == "compute")
+        cs, ce = merge_intervals(tl.start_s[comp], tl.end_s[comp])
+        idx = np.flatnonzero(m)
+        if not len(idx):
+            continue
+        dims = {}
+        for g in np.unique(tl.group[idx]).tolist():
+            dims[g] = dimension_of(str(g), pg.get(str(g)), world, mapping)
+        row_dim = np.array([dims[g][0] for g in tl.group[idx].tolist()], dtype=object)
+        for dim in np.unique(row_dim).tolist():
+            rows = idx[row_dim == dim]
+            us, ue = merge_intervals(tl.start_s[rows], tl.end_s[rows])
+            t = float(np.sum(ue - us))
+            covered = float(np.sum(covered_length(cs, ce, us, ue))) if len(us) else 0.0
+            d = tl.end_s[rows] - tl.start_s[rows]
+            b = tl.bytes[rows]
+            known = b > 0
+            a = acc.setdefault(dim, {"how": set(), "groups": set(), "calls": 0, "time": 0.0, "exposed": 0.0,
+                                     "bytes": 0.0, "bytes_known_time": 0.0, "colls": set(), "per_rank": {}})
+            for g in set(tl.group[rows].tolist()):
+                a["groups"].add(str(g))
+                a["how"].add(dims[g][1])
+            a["calls"] += len(rows)
+            a["time"] += t
+            a["exposed"] += t - covered
+            a["bytes"] += float(b[known].sum())
+            a["bytes_known_time"] += float(d[known].sum())
+            a["colls"].update(str(c) or "unknown" for c in tl.collective[rows].tolist())
+            a["per_rank"][rt.rank] = {"time_s": t, "exposed_s": t - covered, "overlap_s": covered,
+                                      "overlap_ratio": covered / t if t > 0 else 0.0, "calls": int(len(rows))}
+    out = []
+    for dim, a in acc.items():
+        t = a["time"]
+        out.append(DimensionStats(
+            dimension=dim, how=", ".join(sorted(a["how"])), groups=sorted(a["groups"]), calls=a["calls"],
+            ranks=len(a["per_rank"]), time_s=t, exposed_s=a["exposed"], overlap_s=t - a["exposed"],
+            overlap_ratio=(t - a["exposed"]) / t if t > 0 else 0.0, bytes_total=a["bytes"],
+            algbw=a["bytes"] / a["bytes_known_time"] if a["bytes_known_time"] > 0 else None,
+            collectives=sorted(a["colls"]), per_rank=a["per_rank"]))
+    out.sort(key=lambda s: -s.exposed_s)
+    return out
+
+
+# ----------------------------------------------------------------------------- gloo on CPU
+
+def assign_cpu_groups(rts: list[RankTrace], tolerance: float = 0.25) -> list[str]:
+    """Give the gloo collectives of CPU-mode ranks their process group.
+
+    A gloo trace names no group on its ``gloo:*`` ops, but each ProcessGroupGloo runs its
+    collectives on its own worker threads, and a collective ends at about the same moment on
+    every member of its group. So each worker thread of rank r is matched to the group of
+    ``pg_config`` (those containing r, the all-ranks group last) whose other members have a
+    thread whose collectives of the same type and size end together with this thread's: score = share of
+    the thread's calls with a partner call ending within ``tolerance`` × its duration (at least
+    50 µs), ties broken by the closer ends. A ProcessGroupGloo starts its worker threads (2 by
+    default) one after the other, so threads with consecutive ids are taken as one group's and
+    matched together. Returns notes (one per thread left unassigned). Needs ≥ 2 ranks with
+    ``pg_config``; a heuristic - ``--groups`` cannot override it, and NCCL traces do not need it
+    (their collective records name the group).
+    """
+    notes: list[str] = []
+    cpu = [rt for rt in rts if rt.mode == "cpu"]
+    if len(cpu) < 2:
+        return notes
+    threads: dict[int, dict[str, tuple]] = {}
+    for rt in cpu:
+        tl = rt.timeline
+        comm = np.flatnonzero(tl.kind == "comm")
+        per = {}
+        for th, members in _thread_families(np.unique(tl.stream[comm]).tolist()).items():
+            rows = comm[np.isin(tl.stream[comm], members)]
+            kind = np.array([f"{c}/{b:.0f}" for c, b in zip(tl.collective[rows].tolist(), tl.bytes[rows].tolist())],
+                            dtype=object)      # same collective and same size
+            per[th] = (rows, tl.end_s[rows], tl.end_s[rows] - tl.start_s[rows], kind)
+        threads[rt.rank] = per
+    for rt in cpu:
+        pg = rt.meta.get("pg_config") or {}
+        cands = [(name, e) for name, e in pg.items()
+                 if isinstance(e.get("ranks"), list) and rt.rank in e["ranks"] and len(e["ranks"]) > 1]
+        if len(cands) <= 1:
+            continue
+        world = rt.meta.get("world_size")
+        cands.sort(key=lambda ne: len(ne[1]["ranks"]) == world)     # the all-ranks group last
+        for th, (rows, ends, durs, colls) in threads[rt.rank].items():
+            best, best_key = None, (0.0, 0.0)
+            for name, e in cands:
+                others = [q for q in e["ranks"] if q != rt.rank and q in threads]
+                if not others:
+                    continue
+                # per member: its best-matching thread (share matched, then closeness); the group's
+                # score is its weakest member's
+                key = min(max((_match(ends, durs, colls, *threads[q][u][1:], tolerance) for u in threads[q]),
+                              default=(0.0, 0.0)) for q in others)
+                if key > best_key:
+                    best, best_key = name, key
+            if best is not None and best_key[0] >= 0.5:
+                rt.timeline.group[rows] = best
+                n_new = len(pg[best]["ranks"])
+                if rt.size_source is not None:      # sizes scaled by a guessed group size: rescale
+                    scaled = rows[(rt.size_source[rows] == "op input x group size") & (rt.group_size[rows] > 0)]
+                    rt.timeline.bytes[scaled] *= n_new / rt.group_size[scaled]
+                rt.group_size[rows] = n_new
+            else:
+                notes.append(f"{rt.path}: gloo thread {th!r}: no process group of pg_config matches its "
+                             f"collectives across ranks - left in group {rt.timeline.group[rows[0]]!r}")
+    return notes
+
+
+_TID = re.compile(r"thread (\d+)")
+
+
+def _thread_families(labels: list[str]) -> dict[str, list[str]]:
+    """Threads with consecutive numeric ids (``thread 13623 (...)``) grouped under the first one's label."""
+    num = []
+    out: dict[str, list[str]] = {}
+    for lab in labels:
+        m = _TID.search(str(lab))
+        if m:
+            num.append((int(m.group(1)), lab))
+        else:
+            out[lab] = [lab]
+    num.sort()
+    prev = None
+    head = None
+    for tid, lab in num:
+        if prev is None or tid != prev + 1:
+            head = lab
+            out[head] = []
+        out[head].append(lab)
+        prev = tid
+    return out
+
+
+def _match(ends, durs, colls, ends2, durs2, colls2, tolerance: float) -> tuple[float, float]:
+    """(share of calls with a same-type call in the other list ending within tolerance,
+    minus the mean |end difference| of those matches in seconds): larger is a better match."""
+    if not len(ends) or not len(ends2):
+        return (0.0, 0.0)
+    order = np.argsort(ends2)
+    e2 = ends2[order]
+    c2 = colls2[order]
+    tol = np.maximum(durs * tolerance, 50e-6)
+    pos = np.searchsorted(e2, ends)
+    hits = 0
+    gap = 0.0
+    for k in range(len(ends)):
+        best = None
+        for p in (pos[k] - 1, pos[k]):
+            if 0 <= p < len(e2) and c2[p] == colls[k]:
+                d = abs(e2[p] - ends[k])
+                if d <= tol[k] and (best is None or d < best):
+                    best = d
+        if best is not None:
+            hits += 1
+            gap += best
+    return (hits / len(ends), -gap / hits if hits else 0.0)

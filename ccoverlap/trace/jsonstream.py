@@ -1,0 +1,429 @@
+"""Tolerant, bounded streaming reader of a Chrome-trace JSON document, one event at a time.
+
+A trace is ``{"k": v, ..., "traceEvents": [ev, ev, ...], "k": v}`` (Kineto, ``export_chrome_trace``)
+or a bare ``[ev, ev, ...]`` (the Chrome "JSON Array Format"). This module walks the outer object
+and the events list itself and hands each event to the C-accelerated :class:`json.JSONDecoder`
+(``raw_decode``), so
+
+* the file is read in 256 KiB chunks (gzip or plain) and never held whole: memory is bounded by
+  the largest single event, which is capped (:data:`MAX_VALUE_CHARS`);
+* one bad event costs only that event: ``NaN`` / ``Infinity`` parse as floats (the caller's
+  range checks reject them), an over-long integer (more than Python's 4300 digits) or any
+  other lexical error inside an event is reported as :class:`BadEvent` (its index and
+  character offset) and reading goes on after the event's closing brace;
+* nesting is bounded by Python's recursion limit (~1000 levels): deeper input raises
+  :class:`StreamError` at once, without building the structure (bounded time and memory);
+* a single value (an event, a string, a header entry) longer than :data:`MAX_VALUE_CHARS`
+  characters raises :class:`StreamError` as soon as that many characters were read without
+  the value ending.
+
+Offsets are character offsets into the (decompressed) JSON text; for ASCII files, as Kineto
+writes them, they are byte offsets.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterator, Union
+
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - msgspec is a dependency; the stdlib path still works
+    msgspec = None
+
+CHUNK_BYTES = 1 << 18
+MAX_VALUE_CHARS = 32 << 20          # one event / header value: 32 Mi characters at most
+_WS = re.compile(r"[ \t\n\r]*")
+_SEP = re.compile(r"[ \t\n\r]*([,\]}:])")
+# strings (with escapes) or single structural characters: used to find the end of a bad event
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]"]', re.DOTALL)
+
+
+if msgspec is not None:
+    class TraceEvent(msgspec.Struct, gc=False):
+        """The fields of a Chrome-trace event the analyser reads; ``args`` stays raw JSON text
+        (decoded only for the events that need it: most do not). Unknown fields are skipped by
+        the decoder without being built. Types are loose on purpose: the caller validates."""
+
+        ph: Union[str, None] = None
+        cat: Union[str, None] = None
+        name: Union[str, None] = None
+        pid: Union[int, str, None] = None
+        tid: Union[int, str, None] = None
+        ts: Union[int, float, None] = None
+        dur: Union[int, float, None] = None
+        args: msgspec.Raw = msgspec.Raw(b"")
+
+    _BATCH = msgspec.json.Decoder(list[TraceEvent])
+    _ANY = msgspec.json.Decoder()
+    _ENCODE = msgspec.json.Encoder()
+else:  # pragma: no cover
+    TraceEvent = None
+    _BATCH = _ANY = _ENCODE = None
+
+
+class _Ev:
+    """Stand-in for :class:`TraceEvent` built from a stdlib-decoded dict (the tolerant path):
+    same attributes, the field values unchecked (NaN, wrong types ... are left for the caller)."""
+
+    __slots__ = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
+
+    def __init__(self, d: dict) -> None:
+        g = d.get
+        self.ph, self.cat, self.name, self.pid, self.tid = g("ph"), g("cat"), g("name"), g("pid"), g("tid")
+        self.ts, self.dur = g("ts"), g("dur")
+        self.args = g("args", _NOARGS)
+
+
+_NOARGS = b""
+
+
+def event_args(raw) -> dict:
+    """The ``args`` object of an event from :meth:`EventStream.batches` ({} when absent or not an
+    object). Raw JSON text is decoded here (NaN / Infinity kept as floats); raises ValueError when
+    it cannot be (an integer of more than 4300 digits ...): the caller skips that event."""
+    if raw.__class__ is dict:
+        return raw
+    if not raw:
+        return {}
+    if _ANY is not None and raw.__class__ is msgspec.Raw:
+        try:
+            v = _ANY.decode(raw)
+        except (msgspec.DecodeError, ValueError, RecursionError):
+            try:
+                v = json.loads(bytes(raw))      # NaN / Infinity: the caller's checks reject them
+            except RecursionError:
+                raise ValueError("args nested too deeply") from None
+        return v if v.__class__ is dict else {}
+    return {}
+
+
+def _convert(items: list) -> list:
+    return [_Ev(d) if d.__class__ is dict else None for d in items]
+
+
+class StreamError(ValueError):
+    """The document cannot be read on (message says what and where; no file name)."""
+
+
+class Truncated(StreamError):
+    """The text ended inside the document."""
+
+
+@dataclass
+class BadEvent:
+    """An event skipped because it is not valid JSON (index in the events list, char offset)."""
+
+    index: int
+    offset: int
+    reason: str
+
+
+class _Buffer:
+    """A growing window of decoded text over a binary stream."""
+
+    def __init__(self, fh) -> None:
+        self.fh = fh
+        self.dec = codecs.getincrementaldecoder("utf-8")()
+        self.buf = ""
+        self.base = 0         # characters dropped before buf[0]
+        self.eof = False
+
+    def more(self, need: int = CHUNK_BYTES) -> bool:
+        """Append at least ``need`` bytes' worth of text (False at end of file)."""
+        if self.eof:
+            return False
+        parts = []
+        got = 0
+        while got < need:
+            data = self.fh.read(CHUNK_BYTES)
+            if not data:
+                parts.append(self.dec.decode(b"", final=True))
+                self.eof = True
+                break
+            got += len(data)
+            parts.append(self.dec.decode(data))
+        self.buf += "".join(parts)
+        return True
+
+    def compact(self, i: int) -> int:
+        """Drop text before position ``i``; returns the new position of ``i``."""
+        if i > CHUNK_BYTES:
+            self.buf = self.buf[i:]
+            self.base += i
+            return 0
+        return i
+
+    def ensure(self, i: int, n: int) -> None:
+        """Make at least ``n`` characters available from ``i`` when the file has them."""
+        while len(self.buf) - i < n and not self.eof:
+            self.more(max(n - (len(self.buf) - i), CHUNK_BYTES))
+
+
+def _decode_error_at_end(exc: json.JSONDecodeError, buf: _Buffer) -> bool:
+    # the C scanner reports running off the text at (or just before) its end; before the end of
+    # the file a token cut by the window (``Na|N``, ``tr|ue``) fails a few characters earlier
+    if not buf.eof and exc.msg.startswith("Unterminated string"):
+        return True     # reported at the string's start, whatever its length
+    return exc.pos >= len(buf.buf) - (1 if buf.eof else 16)
+
+
+class EventStream:
+    """Iterate the events of a trace document; header keys are collected in :attr:`header`.
+
+    ``open_binary`` returns a fresh binary file object each time it is called. After the
+    iteration, :attr:`header` holds every top-level key but ``traceEvents`` (those written
+    after the events list too), :attr:`bad` the skipped events, :attr:`is_array` whether the
+    document is a bare events list and :attr:`has_events` whether a ``traceEvents`` list was
+    found at all.
+    """
+
+    def __init__(self, fh, *, max_value_chars: int | None = None) -> None:
+        self._b = _Buffer(fh)
+        self._dec = json.JSONDecoder()
+        self._max = max_value_chars or MAX_VALUE_CHARS
+        self.header: dict = {}
+        self.bad: list[BadEvent] = []
+        self.n_bad = 0
+        self.is_array = False
+        self.has_events = False
+        self.events_not_list = False
+        self.count = 0                # events seen in the list (skipped ones included)
+
+    # ------------------------------------------------------------------ primitives
+    def _skip_ws(self, i: int) -> int:
+        b = self._b
+        while True:
+            j = _WS.match(b.buf, i).end()
+            if j < len(b.buf) or not b.more():
+                return j
+            i = j
+
+    def _char(self, i: int) -> tuple[str, int]:
+        """Next non-blank character and its position ('' at end of text)."""
+        i = self._skip_ws(i)
+        buf = self._b.buf
+        return (buf[i], i) if i < len(buf) else ("", i)
+
+    def _value(self, i: int, what: str):
+        """Decode one JSON value starting at ``i`` (whole, bounded); returns (value, end)."""
+        b = self._b
+        want = 1 << 16
+        while True:
+            b.ensure(i, want)
+            try:
+                return self._dec.raw_decode(b.buf, i)
+            except json.JSONDecodeError as exc:
+                if _decode_error_at_end(exc, b) and not b.eof:
+                    if len(b.buf) - i >= self._max:
+                        raise StreamError(f"{what} at offset {b.base + i} is longer than {self._max >> 20} Mi "
+                                          f"characters (an over-long string or value) - not a profiler trace") from None
+                    want = min(max(want * 2, len(b.buf) - i + CHUNK_BYTES), self._max + CHUNK_BYTES)
+                    continue
+                if _decode_error_at_end(exc, b):
+                    raise Truncated(f"truncated JSON: the text ends inside {what} at offset {b.base + i}") from None
+                raise
+            except RecursionError:
+                raise StreamError(f"{what} at offset {b.base + i} is nested deeper than "
+                                  f"~{_depth_limit()} levels - not a profiler trace") from None
+
+    def _end_of_bad_value(self, i: int) -> int:
+        """Position just after the JSON value starting at ``i``, by bracket matching (strings respected)."""
+        b = self._b
+        depth = 0
+        pos = i
+        while True:
+            for m in _TOKENS.finditer(b.buf, pos):
+                t = m.group()
+                if t == '"':          # an unterminated string: need more text
+                    pos = m.start()
+                    break
+                if t in "{[":
+                    depth += 1
+                elif t in "}]":
+                    depth -= 1
+                    if depth <= 0:
+                        return m.end()
+                pos = m.end()
+            else:
+                pos = len(b.buf)
+            if len(b.buf) - i > self._max:
+                raise StreamError(f"malformed value at offset {b.base + i} runs past {self._max >> 20} Mi "
+                                  f"characters - not a profiler trace")
+            if not b.more():
+                raise Truncated(f"truncated JSON: the text ends inside the value at offset {b.base + i}")
+
+    # ------------------------------------------------------------------ document
+    def batches(self) -> Iterator[list]:
+        """Yield the events in lists (one per window of text): each item a :class:`TraceEvent`, an
+        equivalent object (stdlib path), or ``None`` for an item that is not a JSON object or not
+        valid JSON (counted in :attr:`bad` when lexically invalid)."""
+        c, i = self._char(0)
+        if c == "[":
+            self.is_array = self.has_events = True
+            yield from self._events_list(i + 1)
+            c, i = self._char(self._pos)
+            if c:
+                raise StreamError(f"unexpected text after the events list at offset {self._b.base + i}")
+            return
+        if c != "{":
+            raise StreamError("not a JSON object or list")
+        i += 1
+        first = True
+        while True:
+            c, i = self._char(i)
+            if c == "}":
+                c2, j = self._char(i + 1)
+                if c2:
+                    raise StreamError(f"unexpected text after the JSON object at offset {self._b.base + j}")
+                return
+            if not first:
+                if c != ",":
+                    if not c:
+                        raise Truncated("truncated JSON: the text ends inside the top-level object")
+                    raise StreamError(f"expected ',' or '}}' at offset {self._b.base + i}, found {c!r}")
+                c, i = self._char(i + 1)
+            first = False
+            if c != '"':
+                if not c:
+                    raise Truncated("truncated JSON: the text ends inside the top-level object")
+                raise StreamError(f"expected a key at offset {self._b.base + i}, found {c!r}")
+            key, i = self._value(i, "a top-level key")
+            c, i = self._char(i)
+            if c != ":":
+                if not c:
+                    raise Truncated("truncated JSON: the text ends inside the top-level object")
+                raise StreamError(f"expected ':' after key {key[:40]!r} at offset {self._b.base + i}")
+            c, i = self._char(i + 1)
+            if key == "traceEvents" and c == "[":
+                self.has_events = True
+                yield from self._events_list(i + 1)
+                i = self._pos
+                continue
+            if key == "traceEvents":
+                self.has_events = True
+                self.events_not_list = True
+            if not c:
+                raise Truncated("truncated JSON: the text ends inside the top-level object")
+            value, i = self._value(i, f"the value of top-level key {key[:40]!r}")
+            if key != "traceEvents":
+                self.header[key] = value
+            i = self._b.compact(i)
+
+    def _events_list(self, i: int) -> Iterator:
+        """Yield the events of the list whose ``[`` ends before ``i``; sets ``self._pos`` after its ``]``.
+
+        Fast path: the text up to the last ``},`` + ``{`` boundary of the window is decoded as one
+        JSON array by the C decoder (no Python work per event); when that fails (a bad event, or
+        the boundary was inside a string) the same text is decoded event by event, bad events
+        skipped (:data:`SKIPPED` is yielded in their place, so indices stay true).
+        """
+        b = self._b
+        loads = self._dec.decode
+        index = 0
+        c, i = self._char(i)
+        if c == "]":
+            self._pos = i + 1
+            return
+        while True:
+            i = b.compact(i)
+            b.ensure(i, 2 * CHUNK_BYTES)
+            buf = b.buf
+            k = _last_boundary(buf, i, len(buf) - 1)
+            if k > i:
+                batch = self._decode_batch(buf, i, k)
+                if batch is not None:
+                    index += len(batch)
+                    self.count = index
+                    yield batch
+                    i = _WS.match(buf, k + 1).end()      # after the ','
+                    continue
+            # slow path: one event at a time up to the end of the window (or of the list)
+            stop = k if k > i else len(buf)
+            while True:
+                ev, j = self._one(i, index)
+                index += 1
+                self.count = index
+                yield [_Ev(ev) if ev.__class__ is dict else None]
+                c, k2 = self._char(j)
+                if c == ",":
+                    c, i = self._char(k2 + 1)
+                    if not c:
+                        raise Truncated(f"truncated JSON: the text ends after event #{index - 1}")
+                    if i >= stop:
+                        break
+                    continue
+                if c == "]":
+                    self._pos = k2 + 1
+                    return
+                if not c:
+                    raise Truncated(f"truncated JSON: the text ends after event #{index - 1} at offset "
+                                    f"{b.base + k2}")
+                raise StreamError(f"expected ',' or ']' after event #{index - 1} at offset {b.base + k2}, "
+                                  f"found {c!r}")
+
+    def _decode_batch(self, buf: str, i: int, k: int):
+        """Events of ``buf[i:k]`` (complete events separated by commas) or None when that text holds
+        a bad event (or the cut fell inside a string): the caller then goes event by event."""
+        text = "[" + buf[i:k] + "]"
+        if _BATCH is not None:
+            try:
+                return _BATCH.decode(text)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                pass            # NaN, wrong types, bad JSON ...: the tolerant stdlib path decides
+        try:
+            items = self._dec.decode(text)
+        except (ValueError, RecursionError):
+            return None
+        return _convert(items)
+
+    def _one(self, i: int, index: int):
+        """Decode the event at ``i`` (or skip it when it is not valid JSON); returns (event, end)."""
+        b = self._b
+        try:
+            return self._value(i, f"event #{index}")
+        except json.JSONDecodeError as exc:
+            self._skip_bad(index, i, exc.msg)
+        except Truncated:
+            raise
+        except StreamError:
+            raise
+        except ValueError as exc:       # e.g. an integer of more than 4300 digits
+            self._skip_bad(index, i, str(exc).split(";")[0][:80])
+        return SKIPPED, self._end_of_bad_value(i)
+
+    def _skip_bad(self, index: int, i: int, reason: str) -> None:
+        self.n_bad += 1
+        if len(self.bad) < 5:
+            self.bad.append(BadEvent(index, self._b.base + i, reason))
+
+
+SKIPPED = None      # yielded in place of an event that is not valid JSON (already counted in ``bad``)
+
+
+def _last_boundary(buf: str, lo: int, hi: int) -> int:
+    """Position of the ``,`` of the last ``}`` ``,`` ``{`` (blanks allowed) in ``buf[lo:hi]``; -1 if none."""
+    k = hi
+    while True:
+        k = buf.rfind("},", lo, k)
+        if k < 0:
+            return -1
+        j = _WS.match(buf, k + 2).end()
+        if j < len(buf) and buf[j] == "{":
+            return k + 1
+        if k <= lo:
+            return -1
+
+
+def _depth_limit() -> int:
+    import sys
+
+    return sys.getrecursionlimit()
+
+
+def iter_trace(open_binary: Callable[[], object]) -> EventStream:
+    """An :class:`EventStream` over a fresh binary file from ``open_binary``."""
+    return EventStream(open_binary())
