@@ -194,24 +194,46 @@ def build_rank_graph(raw: RawTrace, rt: RankTrace, origin_us: float, *, tol_s: f
 
     n_inferred = 0
     n_anchor = 0
-    for k in ops.tolist():
+    # the common case in numpy: candidates = stream predecessor and launch only
+    has_p = prev >= 0
+    t_stream = np.where(has_p, ke[np.maximum(prev, 0)], -np.inf)
+    w0_all = np.where(has_l & (ks >= ls_of), np.minimum(lat0, ks - np.nan_to_num(ls_of)), 0.0)
+    t_launch_c = np.where(has_l, np.nan_to_num(ls_of) + w0_all, -np.inf)
+    tmax_all = np.maximum(t_stream, t_launch_c)
+    is_op = np.zeros(n, dtype=bool)
+    is_op[ops] = True
+    special = np.zeros(n, dtype=bool)
+    special[list(known_x)] = True if known_x else False
+    special |= is_op & (ks - tmax_all > tol_s)          # needs a cross-stream look (or is a root)
+    simple = is_op & ~special
+    bind_stream = simple & has_p & (t_stream >= t_launch_c)
+    rows = np.flatnonzero(simple & has_p)
+    ws = np.where(bind_stream[rows], ks[rows] - t_stream[rows], -np.maximum(0.0, t_stream[rows] - ks[rows]))
+    g.src += prev[rows].tolist(); g.dst += rows.tolist(); g.w += ws.tolist(); g.w_nom += [0.0] * len(rows)
+    g.from_end += [True] * len(rows); g.ekind += ["stream"] * len(rows)
+    rows = np.flatnonzero(simple & has_l)
+    w0 = w0_all[rows]
+    wl = np.where(~bind_stream[rows], w0 + ks[rows] - t_launch_c[rows], w0 - np.maximum(0.0, t_launch_c[rows] - ks[rows]))
+    g.src += (n + launch[rows]).tolist(); g.dst += rows.tolist(); g.w += wl.tolist(); g.w_nom += w0.tolist()
+    g.from_end += [False] * len(rows); g.ekind += ["launch"] * len(rows)
+    for k in np.flatnonzero(special).tolist():
         s = ks[k]
-        cands: list[tuple[float, int, int, float, bool, str]] = []   # (T, src, edge placeholder)
+        cands: list[tuple[float, int, float, bool, str]] = []   # (T, src, nominal w, from_end, kind)
         p = prev[k]
         if p >= 0:
             cands.append((ke[p], int(p), 0.0, True, "stream"))
         li = launch[k]
         if li >= 0:
-            w0 = min(lat0, s - l_s[li]) if s >= l_s[li] else 0.0
-            cands.append((l_s[li] + w0, n + int(li), w0, False, "launch"))
+            w0k = float(w0_all[k])
+            cands.append((l_s[li] + w0k, n + int(li), w0k, False, "launch"))
         for src in known_x.get(k, ()):
             cands.append((ke[src], src, 0.0, True, "xstream"))
         tmax = max((c[0] for c in cands), default=-np.inf)
         if s - tmax > tol_s:
-            rows, ends = by_dev[int(raw.k_device[k])]
+            rws, ends = by_dev[int(raw.k_device[k])]
             j = int(np.searchsorted(ends, s + 1e-9, side="right")) - 1
             while j >= 0 and ends[j] > tmax:
-                r = int(rows[j])
+                r = int(rws[j])
                 if dev_stream[r] != dev_stream[k] and ks[r] < s:
                     cands.append((ends[j], r, 0.0, True, "xstream"))
                     n_inferred += 1
@@ -254,22 +276,36 @@ def build_rank_graph(raw: RawTrace, rt: RankTrace, origin_us: float, *, tol_s: f
         last_exit = None
         last_end = 0.0
         last_tid = None
+        # plain lists: this loop visits every runtime call
+        tid_l, ls_l, ld_l = raw.l_tid.tolist(), l_s.tolist(), l_d.tolist()
+        nid_l = raw.l_nid.tolist() if len(raw.l_nid) == m else [0] * m
+        long_l = [ld_l[j] > max(queue_min_s, 10 * med.get(nid_l[j], np.inf)) for j in range(m)] if med else [False] * m
+        sync_name = {nm: any(x in nm for x in _SYNC_NAMES) for nm in set(lname)}
+        src_l, dst_l, w_l, wn_l, fe_l, ek_l = g.src, g.dst, g.w, g.w_nom, g.from_end, g.ekind
         for j in order.tolist():
-            tid = int(raw.l_tid[j])
+            tid = tid_l[j]
             node = n + j
+            sj = ls_l[j]
             if tid != last_tid:
-                g.release[node] = float(l_s[j])
+                g.release[node] = sj
             else:
-                _edge(g, last_exit, node, float(l_s[j] - last_end), True, "cpu")
+                w = sj - last_end
+                src_l.append(last_exit); dst_l.append(node); w_l.append(w); wn_l.append(w)
+                fe_l.append(True); ek_l.append("cpu")
             last_tid = tid
-            exit_node = node
-            end_j = float(l_s[j] + l_d[j])
+            end_j = sj + ld_l[j]
+            last_exit = node
+            last_end = end_j
             nm = lname[j]
+            is_memcpy = "Memcpy" in nm and j in own_op
+            if not (is_memcpy or sync_name[nm] or long_l[j]):
+                continue
+            exit_node = node
             targets: list[int] = []
             own_cost = min(float(l_d[j]), 10e-6)
-            if "Memcpy" in nm and j in own_op and l_s[j] < ke[own_op[j]] <= end_j + 1e-9:
+            if is_memcpy and l_s[j] < ke[own_op[j]] <= end_j + 1e-9:
                 targets = [own_op[j]]
-            elif any(x in nm for x in _SYNC_NAMES):
+            elif sync_name[nm]:
                 before = np.flatnonzero((t_launch < l_s[j]) & (ke <= end_j + 1e-6) & ~is_sync_ev)
                 if len(before):
                     best = int(before[np.argmax(ke[before])])
@@ -282,7 +318,7 @@ def build_rank_graph(raw: RawTrace, rt: RankTrace, origin_us: float, *, tol_s: f
                                 last = int(rows[np.argmax(t_launch[rows])])
                                 if last != best:
                                     targets.append(last)
-            elif med and l_d[j] > max(queue_min_s, 10 * med.get(int(raw.l_nid[j]), 0.0)):
+            elif long_l[j]:
                 p = int(np.searchsorted(end_sorted, end_j + 1e-9, side="right")) - 1
                 while p >= 0 and end_sorted[p] > l_s[j]:
                     op = int(by_end[p])
