@@ -39,8 +39,8 @@ Edges ``t[dst] >= t[src] (+ dur[src] when from_end) + w`` (the usual longest-pat
 The weight of the binding constraint of each node (the one with the latest measured time) is
 set so the unedited graph reproduces the measured start; the other constraints keep their
 nominal weight (0 gap, median launch latency), so an edit that moves a predecessor moves its
-successors as far as the structure says. This is trace-driven replay as in Lumos (Liang et al., MLSys 2025)
-and Chakra-based replayers; the implementation is ours.
+successors as far as the structure says. This is trace-driven replay as in Lumos (Liang et al.,
+MLSys 2025); the implementation is ours.
 """
 
 from __future__ import annotations
