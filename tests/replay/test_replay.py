@@ -349,3 +349,19 @@ def test_network_with_named_cluster_uses_cost_model_ratio(tmp_path):
     # C ends at 1510 + 400 r on both ranks; then B 1000, sync +5, launch +10, D +10: step 1 = 2525 + 400 r
     assert _step1(res.whatifs[0], 0) == pytest.approx((2525 + 400 * r) * US)
     assert "cost model" in res.whatifs[0].note
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/traces not present")
+@pytest.mark.parametrize("name", ["nccl_parser_config", "trace_filter"])
+def test_real_trace_chrome_reads_back(tmp_path, name):
+    from ccoverlap.replay.report import write_chrome
+    from ccoverlap.trace.analyze import analyze
+
+    res = replay([str(SHARED / name)], whatifs=["no-comm"])
+    s = res.whatifs[0]
+    a = analyze([str(p) for p in write_chrome(res, s, tmp_path / "out")])
+    for m in a.metrics:
+        assert m.step_time_s == pytest.approx(s.measured.overall[m.rank].step_time_s, abs=1e-9)
+        assert m.exposed_comm_s == pytest.approx(s.measured.overall[m.rank].exposed_comm_s, abs=1e-9)
+        for st, sm in a.step_metrics.items():
+            assert sm[m.rank].step_time_s == pytest.approx(s.measured.steps[m.rank][st].step_time_s, abs=1e-9)
