@@ -60,7 +60,8 @@ def _workload(case: str):
 
 
 def run_case(case: str) -> dict:
-    """Run ``case`` once in this process; returns wall / CPU seconds and what was predicted."""
+    """Run ``case`` once in this process; returns wall / CPU seconds (this process and its worker
+    processes) and what was predicted."""
     w = _workload(case)
     from ccoverlap import plan as planmod
 
@@ -89,7 +90,9 @@ def run_case(case: str) -> dict:
         best = res.ranked[0] if res.ranked else None
         info = {"layouts": res.enumerated, "fit": res.fitting, "simulated": res.simulated,
                 "best": best.label if best else None, "best_ms": round(best.step_time_s * 1e3, 1) if best else None}
-    return {"wall_s": time.perf_counter() - w0, "cpu_s": time.process_time() - c0, "info": info}
+    kids = os.times()
+    return {"wall_s": time.perf_counter() - w0,
+            "cpu_s": time.process_time() - c0 + kids.children_user + kids.children_system, "info": info}
 
 
 def _spawn(case: str, repo: str) -> dict:
@@ -108,6 +111,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--baseline", help="another checkout to time the same cases with (e.g. /work/main)")
     ap.add_argument("--baseline-runs", type=int, help="runs of the baseline (default: --runs)")
+    ap.add_argument("--baseline-cases", help="cases to run on the baseline too (default: all of --cases)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -118,15 +122,17 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"unknown case(s) {bad}; choose from {', '.join(CASES)}")
     b_runs = args.baseline_runs if args.baseline_runs is not None else args.runs
+    b_cases = set(c.strip() for c in args.baseline_cases.split(",")) if args.baseline_cases else set(cases)
     ours: dict[str, list[dict]] = {c: [] for c in cases}
     base: dict[str, list[dict]] = {c: [] for c in cases}
     for i in range(max(args.runs, b_runs if args.baseline else 0)):
         for c in cases:
             if i < args.runs:
                 ours[c].append(_spawn(c, REPO))
-            if args.baseline and i < b_runs:
+                print(f"run {i + 1}: {c}: {json.dumps(ours[c][-1])}", file=sys.stderr, flush=True)
+            if args.baseline and i < b_runs and c in b_cases:
                 base[c].append(_spawn(c, os.path.abspath(args.baseline)))
-            print(f"run {i + 1}: {c} done", file=sys.stderr, flush=True)
+                print(f"run {i + 1}: {c} (baseline): {json.dumps(base[c][-1])}", file=sys.stderr, flush=True)
 
     def med(rs: list[dict], key: str):
         vals = [r[key] for r in rs if key in r]

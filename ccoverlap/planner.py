@@ -85,6 +85,7 @@ class Planner:
         self._timelines: OrderedDict[tuple, Any] = OrderedDict()
         self._summaries: dict[tuple, StrategyResult] = {}
         self._pinned: set[tuple] = set()
+        self._memo: dict[tuple, Any] = {}
         self.simulations = 0
         self.cache_hits = 0
         self.graph_simulations = 0
@@ -125,6 +126,15 @@ class Planner:
         for old in [k for k in self._timelines if k not in self._pinned][:-self.keep_timelines]:
             del self._timelines[old]
         return st, tl
+
+    def memo(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """A value strategies share, made once per planner by ``make()`` (e.g. the overlap groups
+        of a workload and their simulated profilers, which Lagom and AutoCCL both use)."""
+        try:
+            return self._memo[key]
+        except KeyError:
+            value = self._memo[key] = make()
+            return value
 
     def pin(self, w, pinned: bool = True) -> None:
         """Keep (or stop keeping) ``w``'s timeline in the cache whatever else is simulated."""

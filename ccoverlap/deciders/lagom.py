@@ -399,9 +399,17 @@ def _tune_workload(planner, w, method: str, *, top: int = 2):
 
     from .overlap_group import overlap_groups_from_step
 
+    from ccoverlap.planner import workload_key
+
     cost = planner.cost
-    step, tl = planner.simulate(w)
-    groups = overlap_groups_from_step(step.graph, tl, w.cluster, top=top, label=w.model.name)
+
+    def make_groups():
+        step, tl = planner.simulate(w)
+        return overlap_groups_from_step(step.graph, tl, w.cluster, top=top, label=w.model.name)
+
+    # the groups and their simulated profiles are shared with the other tuner on this planner
+    # (a profile is deterministic: sharing changes no choice, and profile counts include hits)
+    groups = planner.memo(("overlap-groups", workload_key(w), top), make_groups)
     if not groups:
         return None
     tuner = lagom_tune if method == "lagom" else autoccl_tune
@@ -410,7 +418,7 @@ def _tune_workload(planner, w, method: str, *, top: int = 2):
     profiles = 0
     space = TuningSpace()
     for g in groups:
-        r = tuner(g, SimulatedProfiler(g, cost))
+        r = tuner(g, planner.memo(("simulated-profiler", id(g)), lambda: SimulatedProfiler(g, cost)))
         profiles += r.profiles
         defaults = nccl_default_configs(g)
         for coll, cfg, dflt, x in zip(g.collectives, r.configs, defaults, r.result.comm_times_s):
