@@ -23,6 +23,7 @@ COMMANDS = {
     "ficco": "ccoverlap.commands.ficco",
     "bench": "ccoverlap.commands.bench",
     "calibrate": "ccoverlap.commands.calibrate",
+    "validate": "ccoverlap.commands.validate",
 }
 
 
