@@ -91,7 +91,7 @@ def main(argv=None) -> int:
             print(f"{s:>4}x {ev:>10} {size:>7.1f} {wall:>8.2f} {cpu:>8.2f} {per:>9.2f} {per / base:>6.2f} "
                   f"{rss:>9.0f} {rss * 2**20 / ev:>8.0f}")
         print("µs/event and 'vs 1x' use CPU time (steadier than wall under load); peak MiB includes the "
-              "interpreter and imports (~60 MiB)")
+              "interpreter and imports (~35 MiB)")
     return 0
 
 

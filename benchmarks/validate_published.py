@@ -54,6 +54,17 @@ def cluster_for(case: PublishedRun):
     return c
 
 
+# Framework profile of each group of cases (ccoverlap/data/frameworks, docs/model.md). Llama 3's
+# framework is Meta's own; its fused kernels (flash attention, no dropout) are closest to
+# megatron-core's profile (an assumption).
+FRAMEWORK_OF_GROUP = {
+    "Megatron-Core r0.8.0 weak scaling (H100)": "megatron-core",
+    "Megatron-LM PTD-P 2021 weak scaling (A100)": "megatron-lm-2021",
+    "torchtitan FSDP2": "torchtitan",
+    "Llama 3 405B pre-training": "megatron-core",
+}
+
+
 def workload_for(case: PublishedRun):
     """The ccoverlap Workload of ``case`` (validated by ``workload_from_mapping``)."""
     from ccoverlap.workload import workload_from_mapping
@@ -67,6 +78,7 @@ def workload_for(case: PublishedRun):
         "parallel": dict(case.parallel),
         "batch": dict(case.batch),
         "knobs": dict(case.knobs),
+        "framework": FRAMEWORK_OF_GROUP.get(case.group, "megatron-core"),
     }, source=case.name)
     if c != w.cluster:
         w = replace(w, cluster=c)

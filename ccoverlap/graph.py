@@ -44,6 +44,7 @@ class GemmSpec:
     batch: int = 1
     dtype_bytes: int = 2
     accumulate: bool = False
+    host_kernels: int = 0  # kernels eager PyTorch dispatches from the host for this op (0: not host-bound)
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k", "batch", "dtype_bytes"):
@@ -67,8 +68,13 @@ class AttentionSpec:
     flops: float
     bytes: float
     dtype_bytes: int = 2
+    host_kernels: int = 0  # kernels eager PyTorch dispatches from the host for this op (0: not host-bound)
+    backward: bool = False  # the backward kernel (lower efficiency than forward)
+    kernel: str = "native"  # "native" (FA3 / cuDNN on Hopper, FA2 on Ampere) or "fa2" (FA2-class on any GPU)
 
     def __post_init__(self) -> None:
+        if self.kernel not in ("native", "fa2"):
+            raise ConfigError(f"attention kernel must be 'native' or 'fa2', got {self.kernel!r}")
         if self.flops < 0 or self.bytes < 0:
             raise ConfigError("attention FLOPs and bytes must be non-negative")
 
@@ -79,8 +85,13 @@ class MemorySpec:
 
     bytes: float
     flops: float = 0.0
+    kernels: int = 1  # kernels this op stands for (an unfused element-wise chain: each pays a launch)
+    host_kernels: int = 0  # of them dispatched by eager PyTorch from the host (0: not host-bound)
 
     def __post_init__(self) -> None:
+        if self.kernels < 1 or self.host_kernels < 0:
+            raise ConfigError(f"memory-bound op kernels must be >= 1 and host_kernels >= 0, got "
+                              f"{self.kernels}, {self.host_kernels}")
         if self.bytes < 0:
             raise ConfigError(f"memory-bound op bytes must be non-negative, got {self.bytes}")
 

@@ -59,7 +59,12 @@ class GPUSpec:
             raise ConfigError(f"GPU {self.name!r}: copy_engines must be >= 0")
 
     def flops_for(self, dtype_bytes: int) -> float:
-        """Dense peak FLOP/s for operands of ``dtype_bytes`` (2 -> bf16, 4 -> fp32)."""
+        """Dense peak FLOP/s for operands of ``dtype_bytes`` (1 -> fp8, 2 -> bf16, 4 -> fp32).
+        A GPU without an ``fp8`` entry (Ampere and older) raises ConfigError for 1-byte operands."""
+        if dtype_bytes == 1:
+            if "fp8" not in self.peak_flops:
+                raise ConfigError(f"GPU {self.name!r} has no FP8 peak in the catalog (no FP8 tensor cores)")
+            return self.peak_flops["fp8"]
         return self.peak_flops["fp32" if dtype_bytes >= 4 else "bf16"]
 
 
@@ -115,19 +120,25 @@ class ClusterSpec:
 #  [A40]    NVIDIA A40 datasheet (84 SMs, 48 GB GDDR6 696 GB/s, 6 MB L2, BF16 tensor 149.7 TF dense).
 #  [MI300X] AMD Instinct MI300X datasheet and CDNA 3 whitepaper (304 CUs, 192 GB HBM3 at
 #           5.3 TB/s, 256 MB Infinity Cache, 4 MB L2 per XCD x 8).
+#  [FP8]    dense FP8 (E4M3/E5M2) tensor peaks, i.e. the datasheet's "with sparsity" figure halved:
+#           H100 SXM5 and H200 SXM 3,958 TFLOPS sparse -> 1,978.9 dense (NVIDIA H100 / H200
+#           datasheets; Hopper whitepaper Table 2); MI300X 5,229.8 sparse -> 2,614.9 dense (AMD
+#           MI300X datasheet). Ampere (A100, A40) has no FP8 tensor cores: no entry.
 #  [CE]     copy engines: cudaDeviceProp::asyncEngineCount as printed by CUDA's deviceQuery on
 #           these parts; MI300X: SDMA engines per the CDNA 3 whitepaper (ficco §IV-D uses them).
 GPUS: dict[str, GPUSpec] = {
     "H100-SXM": GPUSpec(
         name="H100-SXM", vendor="nvidia", sms=132,
-        peak_flops={"bf16": 989.4 * TB, "fp16": 989.4 * TB, "fp32": 66.9 * TB},  # [H100]
+        peak_flops={"bf16": 989.4 * TB, "fp16": 989.4 * TB, "fp32": 66.9 * TB,  # [H100]
+                    "fp8": 1978.9 * TB},  # [FP8]
         hbm_bytes_per_s=3.35 * TB, memory_bytes=80 * GB, l2_bytes=50 * MiB,  # [H100]
         copy_engines=3,  # [CE]
         source="NVIDIA H100 datasheet (SXM5), Hopper whitepaper",
     ),
     "H200": GPUSpec(
         name="H200", vendor="nvidia", sms=132,
-        peak_flops={"bf16": 989.4 * TB, "fp16": 989.4 * TB, "fp32": 66.9 * TB},  # [H200]
+        peak_flops={"bf16": 989.4 * TB, "fp16": 989.4 * TB, "fp32": 66.9 * TB,  # [H200]
+                    "fp8": 1978.9 * TB},  # [FP8]
         hbm_bytes_per_s=4.8 * TB, memory_bytes=141 * GB, l2_bytes=50 * MiB,  # [H200]
         copy_engines=3,  # [CE]
         source="NVIDIA H200 datasheet (SXM)",
@@ -149,7 +160,8 @@ GPUS: dict[str, GPUSpec] = {
     ),
     "MI300X": GPUSpec(
         name="MI300X", vendor="amd", sms=304,
-        peak_flops={"bf16": 1307.4 * TB, "fp16": 1307.4 * TB, "fp32": 163.4 * TB},  # [MI300X]
+        peak_flops={"bf16": 1307.4 * TB, "fp16": 1307.4 * TB, "fp32": 163.4 * TB,  # [MI300X]
+                    "fp8": 2614.9 * TB},  # [FP8]
         hbm_bytes_per_s=5.3 * TB, memory_bytes=192 * GB, l2_bytes=32 * MiB,  # [MI300X]
         copy_engines=16,  # [CE]
         source="AMD Instinct MI300X datasheet, CDNA 3 whitepaper",

@@ -9,6 +9,7 @@ Shared by ``plan``, ``simulate`` and ``tune``. A config file (JSON, TOML or YAML
     batch: {global_batch: 32, micro_batch: 1, seq_len: 4096}
     knobs: {fsdp_prefetch: 1, fsdp_limit_all_gathers: 2}
     calibration: calibrations/h100.json   # optional
+    framework: megatron-core     # optional framework profile (name or file), docs/model.md
 
 Flags given on the command line override the file.
 """
@@ -49,10 +50,11 @@ class Workload:
     knobs: Any
     calibration: str | None = None
     source: str = "built-in example"
+    framework: str = "megatron-core"  # a framework profile name or file (docs/model.md)
 
     def describe(self) -> str:
         p = self.parallel
-        dims = [f"{k.upper()}{getattr(p, k)}" for k in ("tp", "pp", "dp", "ep") if getattr(p, k) > 1] or ["1 GPU"]
+        dims = [f"{k.upper()}{getattr(p, k)}" for k in ("tp", "cp", "pp", "dp", "ep") if getattr(p, k, 1) > 1] or ["1 GPU"]
         extra = [p.data_parallel.upper()] if p.dp > 1 else []
         if p.pp > 1:
             extra.append(p.pp_schedule)
@@ -68,7 +70,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--model", help="model name (e.g. llama-3-70b) or a model file")
     g.add_argument("--cluster", help="cluster or GPU name (dgx-h100, a40-pcie, H100-SXM, ...) or a cluster file")
     g.add_argument("--nodes", type=int, help="number of nodes")
-    for dim in ("tp", "pp", "dp", "ep"):
+    for dim in ("tp", "pp", "dp", "ep", "cp"):
         g.add_argument(f"--{dim}", type=int, help=f"{dim.upper()} degree")
     g.add_argument("--data-parallel", choices=["ddp", "fsdp"], help="data-parallel flavour")
     g.add_argument("--sequence-parallel", action="store_true", default=None, help="TP with sequence parallelism")
@@ -81,6 +83,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                    help="overlap knob as given, e.g. --knob fsdp_prefetch=2 --knob bucket_cap_mb=50")
     g.add_argument("--calibration", help="calibration file written by `ccoverlap calibrate`")
+    g.add_argument("--framework", help="framework profile: megatron-core (default), megatron-lm-2021, torchtitan, "
+                                       "deepspeed, or a profile file (docs/model.md)")
 
 
 def _parse_scalar(text: str) -> Any:
@@ -130,7 +134,7 @@ def workload_from_mapping(data: dict, *, source: str = "config") -> Workload:
     """Validate a workload mapping (the config-file schema above) into a :class:`Workload`."""
     from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, validate
 
-    allowed = {"model", "cluster", "nodes", "parallel", "batch", "knobs", "calibration"}
+    allowed = {"model", "cluster", "nodes", "parallel", "batch", "knobs", "calibration", "framework"}
     check_keys(data, allowed, source, what="top-level key")
     model = _model(data.get("model", DEFAULT_EXAMPLE["model"]), f"{source}: model")
     cluster = _cluster(data.get("cluster", DEFAULT_EXAMPLE["cluster"]), data.get("nodes"))
@@ -138,8 +142,15 @@ def workload_from_mapping(data: dict, *, source: str = "config") -> Workload:
     batch = dataclass_from_mapping(BatchConfig, data.get("batch") or {}, f"{source}: batch")
     knobs = OverlapKnobs.from_dict(data.get("knobs") or {}, where=f"{source}: knobs")  # nested comm_config too
     validate(model, parallel, batch, cluster)
+    from ccoverlap.parallel.framework import DEFAULT_FRAMEWORK, check_framework, get_framework
+
+    framework = data.get("framework") or DEFAULT_FRAMEWORK
+    try:
+        check_framework(get_framework(framework), model, parallel)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     return Workload(model=model, cluster=cluster, parallel=parallel, batch=batch, knobs=knobs,
-                    calibration=data.get("calibration"), source=source)
+                    calibration=data.get("calibration"), source=source, framework=str(framework))
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
@@ -166,9 +177,9 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         data["nodes"] = args.nodes
         flags_given = True
     par = dict(data.get("parallel") or {})
-    if not args.config and any(getattr(args, d) is not None for d in ("tp", "pp", "dp", "ep", "data_parallel")):
+    if not args.config and any(getattr(args, d) is not None for d in ("tp", "pp", "dp", "ep", "cp", "data_parallel")):
         par = {}  # a layout given by flags replaces the built-in example's, not inherits its FSDP
-    for dim in ("tp", "pp", "dp", "ep"):
+    for dim in ("tp", "pp", "dp", "ep", "cp"):
         v = getattr(args, dim)
         if v is not None:
             par[dim] = v
@@ -198,6 +209,9 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
     data["knobs"] = knobs
     if args.calibration:
         data["calibration"] = args.calibration
+    if getattr(args, "framework", None):
+        data["framework"] = args.framework
+        flags_given = True
     if flags_given and source == "built-in example":
         source = "command line"
     _fill_world_size(data)

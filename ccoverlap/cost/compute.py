@@ -129,7 +129,7 @@ def gemm_profile(spec: GemmSpec, gpu: GPUSpec, params: CostParams | None = None,
         if best is None or t < best[0]:
             best = (t, d)
     assert best is not None
-    return best[0] + p.kernel_launch_overhead_s, best[1]
+    return max(best[0] + p.kernel_launch_overhead_s, _host_floor(spec, p)), best[1]
 
 
 def gemm_time_s(spec: GemmSpec, gpu: GPUSpec, params: CostParams | None = None, *,
@@ -177,6 +177,12 @@ def split_gemm_time_s(spec: GemmSpec, ways: int, dim: str, gpu: GPUSpec,
     return total
 
 
+def _host_floor(spec, p: CostParams) -> float:
+    """Seconds the host needs to dispatch ``spec``'s eager kernels (0 if not host-bound): the
+    GPU cannot finish a kernel before the host has launched it (docs/model.md)."""
+    return getattr(spec, "host_kernels", 0) * p.eager_host_overhead_s
+
+
 def _stream_bandwidth(gpu: GPUSpec, p: CostParams, sms: float, bw: float | None) -> float:
     """HBM bytes/s a streaming kernel reaches with ``sms`` SMs and ``bw`` bytes/s left to it."""
     avail = gpu.hbm_bytes_per_s * p.mem_bw_fraction if bw is None else max(float(bw), 1.0)
@@ -188,24 +194,38 @@ def attention_time_s(spec: AttentionSpec, gpu: GPUSpec, params: CostParams | Non
                      sms_available: float | None = None,
                      hbm_bytes_per_s_available: float | None = None) -> float:
     """Seconds of a fused (flash) attention kernel: roofline ``max(FLOPs / (peak ×
-    attention_peak_fraction × SM share), bytes / bandwidth)`` plus launch overhead.
+    fraction × SM share), bytes / bandwidth)`` plus launch overhead, where the fraction is
+    :func:`attention_fraction` of the kernel (forward / backward, native / FA2-class).
     No wave quantisation (flash kernels tile over heads × query blocks, usually many waves)."""
     p = params if params is not None else CostParams()
     sms = float(gpu.sms if sms_available is None else min(max(sms_available, 1.0), gpu.sms))
-    flops_rate = gpu.flops_for(spec.dtype_bytes) * p.attention_peak_fraction * sms / gpu.sms
+    flops_rate = gpu.flops_for(spec.dtype_bytes) * attention_fraction(spec, p) * sms / gpu.sms
     t_c = spec.flops / flops_rate
     t_m = spec.bytes / _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
-    return max(t_c, t_m) + p.kernel_launch_overhead_s
+    return max(max(t_c, t_m) + p.kernel_launch_overhead_s, _host_floor(spec, p))
+
+
+def attention_fraction(spec: AttentionSpec, p: CostParams) -> float:
+    """Fraction of the dense peak a flash kernel reaches: ``attention_peak_fraction`` /
+    ``attention_bwd_peak_fraction`` for the GPU's native kernel (FlashAttention-3 / cuDNN on
+    Hopper, FlashAttention-2 on Ampere), ``attention_fa2_*`` for an FA2-class kernel on a
+    newer GPU (PyTorch SDPA's flash backend on H100); sources in :mod:`ccoverlap.cost.params`."""
+    bwd = getattr(spec, "backward", False)
+    if getattr(spec, "kernel", "native") == "fa2":
+        return p.attention_fa2_bwd_peak_fraction if bwd else p.attention_fa2_peak_fraction
+    return p.attention_bwd_peak_fraction if bwd else p.attention_peak_fraction
 
 
 def memory_time_s(spec: MemorySpec, gpu: GPUSpec, params: CostParams | None = None, *,
                   sms_available: float | None = None,
                   hbm_bytes_per_s_available: float | None = None) -> float:
-    """Seconds of a memory-bound kernel: ``max(bytes / achievable bandwidth, FLOPs / fp32
-    CUDA-core peak)`` plus launch overhead; bandwidth falls when it has fewer SMs than
-    ``mem_sm_saturation_fraction`` of them."""
+    """Seconds of a memory-bound kernel (or of a chain of ``spec.kernels`` unfused ones):
+    ``max(bytes / achievable bandwidth, FLOPs / fp32 CUDA-core peak)`` plus one launch
+    overhead per kernel; bandwidth falls when it has fewer SMs than
+    ``mem_sm_saturation_fraction`` of them. Never less than the host's dispatch time of its
+    eager kernels (``host_kernels × eager_host_overhead_s``)."""
     p = params if params is not None else CostParams()
     sms = float(gpu.sms if sms_available is None else min(max(sms_available, 1.0), gpu.sms))
     t_m = spec.bytes / _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
     t_c = spec.flops / (gpu.peak_flops["fp32"] * sms / gpu.sms) if spec.flops else 0.0
-    return max(t_m, t_c) + p.kernel_launch_overhead_s
+    return max(max(t_m, t_c) + p.kernel_launch_overhead_s * spec.kernels, _host_floor(spec, p))

@@ -69,9 +69,22 @@ class CostParams:
     # Fixed cost of every kernel (launch gap + ramp/tail), seconds. ficco §IV-A "other losses".
     # assumption (~2-5 us on recent GPUs); fit: intercept of the GEMM / memcpy sweeps.
     kernel_launch_overhead_s: float = 3.0e-6
-    # Fused (flash) attention: fraction of dense peak. FlashAttention-2 reaches ~50-70% on A100,
-    # FlashAttention-3 ~60-75% on H100 forward, less backward. assumption; fit: attention sweep.
-    attention_peak_fraction: float = 0.55
+    # Host time eager PyTorch spends to dispatch one kernel (Python op, dispatcher, autograd
+    # recording, cudaLaunchKernel). A kernel shorter than this leaves the GPU waiting for the host
+    # (docs/model.md). assumption: ~5-20 us per op is the range PyTorch reports as CPU launch
+    # overhead motivating CUDA graphs ("Accelerating PyTorch with CUDA Graphs", PyTorch blog, 2021)
+    # and torch.compile; fit: a trace of an eager step (analyze: gaps between short kernels).
+    eager_host_overhead_s: float = 8.0e-6
+    # Fused (flash) attention, fraction of the dense bf16 peak, forward and backward, for the GPU's
+    # native kernel and for an FA2-class kernel. H100 SXM5, head dim 128, seq 4k-8k (Shah et al.
+    # 2024, FlashAttention-3, arXiv:2407.08608, Figs. 5-6): cuDNN forward ~600-610 TFLOP/s (0.61),
+    # backward ~500-520 (0.51) -- the TransformerEngine backend; FA3 ~640 / ~550; FlashAttention-2
+    # ~368-370 forward (0.37), ~310-318 backward (0.32) -- PyTorch SDPA's flash backend on H100.
+    # source: published microbenchmarks (FA3 paper); fit: attention sweep.
+    attention_peak_fraction: float = 0.61
+    attention_bwd_peak_fraction: float = 0.51
+    attention_fa2_peak_fraction: float = 0.37
+    attention_fa2_bwd_peak_fraction: float = 0.32
 
     # ------------------------------------------------------------------ memory
     # Achievable fraction of datasheet HBM bandwidth for streaming kernels (~3.0 of 3.35 TB/s
@@ -175,7 +188,8 @@ class CostParams:
             if int(v) != v or v < 1:
                 raise ConfigError(f"cost parameter {name} must be a positive integer, got {v}")
             object.__setattr__(self, name, int(v))
-        for name in ("gemm_peak_fraction", "attention_peak_fraction", "mem_bw_fraction",
+        for name in ("gemm_peak_fraction", "attention_peak_fraction", "attention_bwd_peak_fraction",
+                     "attention_fa2_peak_fraction", "attention_fa2_bwd_peak_fraction", "mem_bw_fraction",
                      "dma_link_efficiency", "tree_bw_efficiency", "proto_ll_bw_factor",
                      "proto_ll128_bw_factor", "mem_sm_saturation_fraction", "min_bandwidth_share",
                      "channel_bytes_per_s", "host_link_bytes_per_s", "dma_engine_bytes_per_s",
@@ -183,7 +197,8 @@ class CostParams:
                          f.name for f in fields(self) if f.name.startswith("link_efficiency_")):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"cost parameter {name} must be positive, got {getattr(self, name)}")
-        for name in ("gemm_peak_fraction", "attention_peak_fraction", "mem_bw_fraction",
+        for name in ("gemm_peak_fraction", "attention_peak_fraction", "attention_bwd_peak_fraction",
+                     "attention_fa2_peak_fraction", "attention_fa2_bwd_peak_fraction", "mem_bw_fraction",
                      "gemm_mem_overlap", "gemm_small_tile_efficiency", "dma_link_efficiency",
                      "tree_bw_efficiency", "proto_ll_bw_factor", "proto_ll128_bw_factor",
                      "mem_sm_saturation_fraction", "min_bandwidth_share",
@@ -259,6 +274,10 @@ class CostParams:
 #  [A100]  cuBLAS bf16 large GEMMs ~260-280 of 312 TFLOP/s and NCCL ring busbw ~230 of 300 GB/s on
 #          DGX A100 are the commonly reported figures (assumption until calibrated); Ampere
 #          kernels use a 32-deep K step.
+#  [FA2]   FlashAttention-2 is the native flash kernel on Ampere: Dao 2023 (arXiv:2307.08691)
+#          Figs. 4-6, A100, head dim 128, long sequences: forward ~0.65-0.73 of peak (causal at the
+#          low end), backward ~0.5-0.6 -> 0.65 / 0.55 (read from the figures, approximate). A40 and
+#          MI300X: the same forward/backward ratio (~0.84) applied to their assumed forward value.
 #  [A40]   GA102, 100 KB shared memory per SM -> 128x128 tiles; board power limits sustained
 #          tensor throughput (assumption ~0.7 of peak); GDDR6 ~0.85 of 696 GB/s; PCIe 4.0 host.
 #  [MI300X] hipBLASLt bf16 GEMMs reach roughly half of the 1307 TFLOP/s datasheet peak in public
@@ -269,12 +288,16 @@ _GPU_OVERRIDES: dict[str, dict[str, float]] = {
     "H200": {"mem_bw_fraction": 0.88},
     "A100-80GB-SXM": {"gemm_peak_fraction": 0.88, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
                       "link_efficiency_nvlink": 0.78, "host_link_bytes_per_s": 25e9,
-                      "attention_peak_fraction": 0.6},
+                      "attention_peak_fraction": 0.65, "attention_bwd_peak_fraction": 0.55,
+                      "attention_fa2_peak_fraction": 0.65, "attention_fa2_bwd_peak_fraction": 0.55},
     "A40": {"gemm_peak_fraction": 0.72, "gemm_tile_m": 128, "gemm_tile_n": 128, "gemm_tile_k": 32,
             "mem_bw_fraction": 0.85, "channel_bytes_per_s": 12e9, "host_link_bytes_per_s": 25e9,
-            "attention_peak_fraction": 0.5},
+            "attention_peak_fraction": 0.5, "attention_bwd_peak_fraction": 0.42,
+            "attention_fa2_peak_fraction": 0.5, "attention_fa2_bwd_peak_fraction": 0.42},
     "MI300X": {"gemm_peak_fraction": 0.55, "gemm_tile_m": 256, "gemm_tile_n": 256,
                "mem_bw_fraction": 0.80, "channel_bytes_per_s": 20e9, "attention_peak_fraction": 0.4,
+               "attention_bwd_peak_fraction": 0.33, "attention_fa2_peak_fraction": 0.4,
+               "attention_fa2_bwd_peak_fraction": 0.33,
                "dma_engine_bytes_per_s": 50e9, "dma_link_efficiency": 0.8},
 }
 _VENDOR_OVERRIDES: dict[str, dict[str, float]] = {"nvidia": {}, "amd": _GPU_OVERRIDES["MI300X"]}

@@ -2,7 +2,7 @@
 
 Conventions (documented choices, following Megatron-LM where it has a rule):
 
-* ``tp × pp × dp == world size``. Expert parallelism is carved out of data parallelism
+* ``tp × cp × pp × dp == world size`` (``cp`` context parallelism, default 1). Expert parallelism is carved out of data parallelism
   (Megatron-LM's original MoE layout): ``ep`` must divide ``dp``; the experts of a layer are
   split over the ``ep`` ranks of an EP group, and expert gradients are reduced over the
   remaining ``dp / ep`` ranks (the "expert-data-parallel" group). Expert weights are also
@@ -16,7 +16,10 @@ Conventions (documented choices, following Megatron-LM where it has a rule):
   ``pp`` and an even number of micro-batches ≥ 2·pp (its reference implementation asserts
   ``num_chunks >= num_ranks * 2``).
 * MoE with ``tp > 1`` needs sequence parallelism (Megatron-LM asserts it).
-* Sequence parallelism needs ``seq_len % tp == 0``.
+* Sequence parallelism needs ``seq_len % (tp·cp) == 0``; context parallelism ``seq_len % 2cp == 0``
+  (two load-balanced causal chunks per CP rank, Megatron-LM / TransformerEngine).
+* ``dp_replicate`` (HSDP) needs FSDP and must divide ``dp·cp``; ``fp8`` needs a GPU with an FP8
+  peak in the catalog; ``fp8_param_allgather`` needs ``fp8`` and sharded parameters.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ccoverlap.graph import CommConfig, TRANSPORTS
 DATA_PARALLEL = ("ddp", "fsdp")
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
 RECOMPUTE = ("none", "selective", "full")
+CP_IMPLS = ("ring", "allgather")
 TP_OVERLAP = ("none", "chunked")
 
 
@@ -60,10 +64,19 @@ class ParallelConfig:
     virtual_stages: int = 1
     recompute: str = "none"
     dtype_bytes: int = 2
+    # context parallelism (model engineer, docs/model.md): cp ranks each hold seq_len / cp tokens
+    cp: int = 1
+    cp_impl: str = "ring"
+    # HSDP: with data_parallel="fsdp", dp x cp ranks = dp_replicate replicas x shard groups
+    dp_replicate: int = 1
+    # FP8 linear-layer GEMMs (TransformerEngine / torchao float8 style, per-tensor scaling)
+    fp8: bool = False
+    # all-gather parameters in FP8 (FSDP float8 all-gather, Megatron --fp8-param-gather)
+    fp8_param_allgather: bool = False
 
     def __post_init__(self) -> None:
         problems = []
-        for f in ("tp", "pp", "dp", "ep", "virtual_stages", "dtype_bytes"):
+        for f in ("tp", "pp", "dp", "ep", "cp", "dp_replicate", "virtual_stages", "dtype_bytes"):
             v = getattr(self, f)
             if not _is_int(v) or v < 1:
                 problems.append(f"{f} must be a positive integer, got {v!r}")
@@ -73,6 +86,27 @@ class ParallelConfig:
             problems.append(f"pp_schedule must be one of {PP_SCHEDULES}, got {self.pp_schedule!r}")
         if self.recompute not in RECOMPUTE:
             problems.append(f"recompute must be one of {RECOMPUTE}, got {self.recompute!r}")
+        if self.cp_impl not in CP_IMPLS:
+            problems.append(f"cp_impl must be one of {CP_IMPLS}, got {self.cp_impl!r}")
+        for f in ("fp8", "fp8_param_allgather", "sequence_parallel", "distributed_optimizer"):
+            if not isinstance(getattr(self, f), bool):
+                problems.append(f"{f} must be true or false, got {getattr(self, f)!r}")
+        if self.fp8_param_allgather is True and self.fp8 is not True:
+            problems.append("fp8_param_allgather=True needs fp8=True")
+        if self.fp8_param_allgather is True and self.data_parallel != "fsdp" and not self.distributed_optimizer:
+            problems.append("fp8_param_allgather=True needs sharded parameters: data_parallel='fsdp' or "
+                            "distributed_optimizer=True")
+        if _is_int(self.dp_replicate) and self.dp_replicate > 1 and self.data_parallel != "fsdp":
+            problems.append(f"dp_replicate={self.dp_replicate} (HSDP) needs data_parallel='fsdp', "
+                            f"got {self.data_parallel!r}")
+        if (_is_int(self.dp_replicate) and _is_int(self.dp) and _is_int(self.cp) and self.dp_replicate >= 1
+                and self.dp >= 1 and self.cp >= 1 and (self.dp * self.cp) % self.dp_replicate):
+            problems.append(f"dp_replicate={self.dp_replicate} must divide dp x cp = {self.dp * self.cp} "
+                            f"(HSDP: replicas x shard-group size)")
+        elif (_is_int(self.dp_replicate) and _is_int(self.dp) and _is_int(self.cp) and self.dp_replicate > 1
+              and self.dp_replicate == self.dp * self.cp):
+            problems.append(f"dp_replicate={self.dp_replicate} leaves shard groups of one rank: that is DDP, "
+                            f"use data_parallel='ddp' (HSDP needs dp x cp / dp_replicate >= 2)")
         if _is_int(self.virtual_stages) and self.virtual_stages > 1 and self.pp_schedule != "interleaved":
             problems.append(f"virtual_stages={self.virtual_stages} needs pp_schedule='interleaved', "
                             f"got {self.pp_schedule!r}")
@@ -81,13 +115,26 @@ class ParallelConfig:
 
     @property
     def world_size(self) -> int:
-        """Ranks the configuration uses (EP is carved out of DP, so it does not multiply)."""
-        return self.tp * self.pp * self.dp
+        """Ranks the configuration uses: tp × cp × pp × dp (EP is carved out of DP, so it does
+        not multiply)."""
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def dp_cp(self) -> int:
+        """Ranks holding the same parameters: dp × cp. Gradients are reduced, and (distributed
+        optimizer, FSDP) states sharded, over this group, as Megatron-LM's
+        ``data_parallel_group_with_context_parallel`` and torchtitan's ``dp_shard_cp`` mesh."""
+        return self.dp * self.cp
+
+    @property
+    def dp_shard(self) -> int:
+        """FSDP shard-group size: dp × cp / dp_replicate (HSDP), else dp × cp."""
+        return self.dp_cp // self.dp_replicate
 
     @property
     def expert_dp(self) -> int:
-        """Size of the group that reduces expert gradients (dp / ep)."""
-        return self.dp // self.ep
+        """Size of the group that reduces expert gradients (dp × cp / ep)."""
+        return self.dp * self.cp // self.ep
 
     @property
     def chunks_per_rank(self) -> int:
@@ -191,8 +238,13 @@ def config_problems(p: ParallelConfig, model, cluster=None, batch: "BatchConfig 
     if p.sequence_parallel and p.tp == 1:
         pass  # harmless: nothing to shard
     if cluster is not None and p.world_size != cluster.world_size:
-        out.append(f"tp x pp x dp = {p.tp} x {p.pp} x {p.dp} = {p.world_size} must equal the cluster's "
+        cp = p.cp > 1
+        out.append(f"tp x pp x dp{' x cp' if cp else ''} = {p.tp} x {p.pp} x {p.dp}{' x ' + str(p.cp) if cp else ''} "
+                   f"= {p.world_size} must equal the cluster's "
                    f"{cluster.world_size} GPUs ({cluster.nodes} nodes x {cluster.gpus_per_node})")
+    if p.fp8 and cluster is not None and "fp8" not in cluster.gpu.peak_flops:
+        out.append(f"fp8=True: GPU {cluster.gpu.name} has no FP8 tensor cores in the hardware catalog "
+                   f"(FP8 needs Hopper / Ada / CDNA 3 or newer)")
     if batch is not None:
         out.extend(batch.problems(p))
     return out
@@ -244,8 +296,12 @@ class BatchConfig:
                        f"{p.dp} x {self.micro_batch} = {per}")
             return out
         m = self.global_batch // per
-        if p.sequence_parallel and self.seq_len % p.tp:
-            out.append(f"sequence parallelism needs seq_len ({self.seq_len}) divisible by tp={p.tp}")
+        if p.sequence_parallel and self.seq_len % (p.tp * p.cp):
+            div = f"tp={p.tp}" if p.cp == 1 else f"tp x cp = {p.tp * p.cp}"
+            out.append(f"sequence parallelism needs seq_len ({self.seq_len}) divisible by {div}")
+        if p.cp > 1 and self.seq_len % (2 * p.cp):
+            out.append(f"cp={p.cp}: seq_len ({self.seq_len}) must be divisible by 2 x cp = {2 * p.cp} "
+                       f"(each CP rank holds two load-balanced chunks of the causal sequence, as Megatron-LM)")
         if p.pp_schedule == "interleaved" and p.pp > 1 and m % p.pp:
             out.append(f"the interleaved schedule needs the number of micro-batches ({m}) to be a multiple "
                        f"of pp={p.pp}")

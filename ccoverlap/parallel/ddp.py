@@ -68,7 +68,7 @@ class DDPHook:
         self.em = em
         self.rank = rank
         p = em.parallel
-        self.sizes = {"dp": p.dp, "edp": p.expert_dp}
+        self.sizes = {"dp": p.dp_cp, "edp": p.expert_dp}
         self.dist_opt = p.distributed_optimizer
         self.buckets: dict[int, list[Bucket]] = {}
         self.next: dict[int, int] = {}
@@ -84,6 +84,12 @@ class DDPHook:
     def _coll(self, b: Bucket, collective: str, dtype_bytes: int):
         return self.em.ctx.coll(collective, b.numel * dtype_bytes, b.group)
 
+    def _param_bytes(self) -> int:
+        """Bytes per gathered parameter: 1 with ``fp8_param_allgather`` (Megatron-LM
+        ``--fp8-param-gather``), else the compute dtype."""
+        p = self.em.parallel
+        return 1 if getattr(p, "fp8_param_allgather", False) else p.dtype_bytes
+
     def start(self) -> None:
         """Distributed optimizer with overlap: the previous step's parameter all-gathers,
         issued at step start in forward order."""
@@ -92,7 +98,7 @@ class DDPHook:
         em = self.em
         for chunk in sorted(self.buckets):
             for b in reversed(self.buckets[chunk]):
-                op = em.g.add("param_ag", self._coll(b, "all_gather", em.parallel.dtype_bytes), rank=self.rank,
+                op = em.g.add("param_ag", self._coll(b, "all_gather", self._param_bytes()), rank=self.rank,
                               stream=em.stream("dp_comm"), phase="dp")
                 for unit, _ in b.tensors:
                     self.param_ag[(chunk, unit)] = op
@@ -145,5 +151,5 @@ class DDPHook:
         prev = opt_id
         for chunk in sorted(self.buckets):
             for b in reversed(self.buckets[chunk]):
-                prev = em.g.add("param_ag", self._coll(b, "all_gather", em.parallel.dtype_bytes), rank=self.rank,
+                prev = em.g.add("param_ag", self._coll(b, "all_gather", self._param_bytes()), rank=self.rank,
                                 stream="compute", deps=(prev,), phase="opt")

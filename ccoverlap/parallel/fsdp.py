@@ -19,6 +19,18 @@ Model of one simulated rank (units = embedding, each layer, head):
   issued after the unit's backward, every micro-batch (FSDP without ``no_sync``).
 * Routed-expert weights are sharded over the expert-data-parallel group (dp/ep) with their own
   all-gather / reduce-scatter; with ``dp == 1`` (or ``dp/ep == 1``) nothing is sharded.
+* Parameters are sharded over the ``dp × cp`` ranks (torchtitan's ``dp_shard_cp`` mesh).
+  HSDP (``dp_replicate = r > 1``): they are sharded over one shard group of ``dp·cp / r``
+  ranks only; after each reduce-scatter the unit's gradient *shard* (fp32, ``numel / shard``
+  elements) is all-reduced across the ``r`` replicas (group ``dp_rep``) on the same stream,
+  as FSDP2's HSDP and FSDP1's ``HYBRID_SHARD`` do.
+* Frameworks whose profile has ``fsdp_copies`` (FSDP2, torchtitan) copy the gathered buffer
+  out into the parameters on the compute stream before the unit runs (read + write the
+  unsharded unit) and pack the gradients into the reduce-scatter input, cast to fp32, on the
+  reduce-scatter stream (read bf16, write fp32): FSDP2's ``foreach_all_gather_copy_out`` and
+  ``foreach_reduce`` copy-in. FSDP1 / flat-parameter implementations use views (no copies).
+* ``fp8_param_allgather``: parameters are cast to FP8 on the shard and all-gathered at one byte
+  per element (torchao ``enable_fsdp_float8_all_gather``).
 """
 
 from __future__ import annotations
@@ -34,7 +46,10 @@ class FSDPHook:
         self.em = em
         self.rank = rank
         p = em.parallel
-        self.sizes = {"dp": p.dp, "edp": p.expert_dp}
+        self.sizes = {"dp": p.dp_shard, "edp": p.expert_dp}
+        self.replicas = p.dp_replicate
+        self.ag_bytes = 1 if p.fp8_param_allgather else p.dtype_bytes
+        self.copies = em.framework.fsdp_copies
         self.bytes: dict[str, dict[str, int]] = {}
         for _, units in chunks:
             for u in units:
@@ -65,9 +80,13 @@ class FSDPHook:
             deps.append(self.ends[j - k.fsdp_limit_all_gathers])
         op = None
         for group, numel in sizes.items():
-            op = em.g.add(f"fsdp_ag_{group}", em.ctx.coll("all_gather", numel * em.parallel.dtype_bytes, group),
+            op = em.g.add(f"fsdp_ag_{group}", em.ctx.coll("all_gather", numel * self.ag_bytes, group),
                           rank=self.rank, stream=em.stream("fsdp_ag"), deps=deps, microbatch=mb,
                           phase=phase, layer=em.layer_of(unit))
+        if self.copies:  # FSDP2: unpack the gathered buffer into the parameters, on the compute stream
+            op = em.g.add("fsdp_copy_out", em.ctx.mem(2.0 * sum(sizes.values()) * self.ag_bytes), rank=self.rank,
+                          stream=em.stream("compute"), deps=(op,), microbatch=mb, phase=phase,
+                          layer=em.layer_of(unit))
         self.pending[(chunk, unit, mb, phase)] = j
         self.ends.append(None)
         return op
@@ -82,9 +101,19 @@ class FSDPHook:
             return
         em = self.em
         for group, numel in self.bytes.get(unit, {}).items():
+            dep = end_id
+            if self.copies:  # FSDP2: gradients packed (and cast to fp32) into the reduce-scatter input
+                dep = em.g.add("fsdp_rs_copy_in", em.ctx.mem(numel * (em.parallel.dtype_bytes + GRAD_BYTES)),
+                               rank=self.rank, stream=em.stream("fsdp_rs"), deps=(end_id,), microbatch=mb,
+                               phase="bwd", layer=em.layer_of(unit))
             self.last_rs = em.g.add(f"fsdp_rs_{group}", em.ctx.coll("reduce_scatter", numel * GRAD_BYTES, group),
-                                    rank=self.rank, stream=em.stream("fsdp_rs"), deps=(end_id,), microbatch=mb,
+                                    rank=self.rank, stream=em.stream("fsdp_rs"), deps=(dep,), microbatch=mb,
                                     phase="bwd", layer=em.layer_of(unit))
+            if self.replicas > 1 and group == "dp":
+                shard = -(-numel // self.sizes["dp"])
+                self.last_rs = em.g.add("hsdp_ar", em.ctx.coll("all_reduce", shard * GRAD_BYTES, "dp_rep"),
+                                        rank=self.rank, stream=em.stream("fsdp_rs"), deps=(self.last_rs,),
+                                        microbatch=mb, phase="bwd", layer=em.layer_of(unit))
 
     def waits(self) -> list[int]:
         """Ops the optimizer step must wait for (the last reduce-scatter; the stream is FIFO)."""

@@ -1,31 +1,39 @@
 """One transformer layer's forward and backward as op templates, on one tensor-parallel rank.
 
-Shapes (``T`` = micro_batch × seq_len tokens, ``t`` = tp, ``d`` = dtype bytes, ``hd`` head dim):
+Shapes (``T`` = micro_batch × seq_len / cp tokens, ``t`` = tp, ``d`` = dtype bytes, ``hd`` head dim):
 
 * QKV: GEMM ``[T, h] x [h, (heads + 2·kv_heads)·hd / t]``; out-proj ``[T, heads·hd/t] x [heads·hd/t, h]``.
 * MLP: fc1 ``[T, h] x [h, m·ffn/t]`` with ``m`` = 2 for a gated MLP (gate and up projections
   fused into one GEMM, as Megatron-LM's ``linear_fc1``) or 1; fc2 ``[T, ffn/t] x [ffn/t, h]``.
 * Backward of every linear: dgrad ``dY Wᵀ`` and wgrad ``Xᵀ dY``, two GEMMs with the forward's FLOPs each.
-* Attention: a fused causal flash-attention kernel. Forward FLOPs ``2·b·s²·heads/t·hd`` (the
-  ``4·b·s²·H·hd`` of QKᵀ and PV, halved by causality); backward 2.5x (five GEMMs: S recomputed,
-  dV, dP, dQ, dK). Bytes: Q, K, V, O (and dO, dQ, dK, dV in backward) once, plus the fp32 log-sum-exp.
-* Memory-bound ops (dropout-free): residual add fused with the norm (read x and residual,
-  write sum and normed: ``4·T'·h·d``, ``T'`` = T/t with SP), activation (SwiGLU reads gate
-  and up, writes one: 3 passes of ``T·ffn/t``; GELU 2), their backwards (norm 4 passes,
-  SwiGLU 5, GELU 3). The rotary embedding of Q and K (read + write, forward and backward) is
-  counted as bytes of the attention op rather than as its own op (a fused RoPE, as
-  TransformerEngine's ``fused_rope`` or FlashAttention's rotary kernels; one op fewer per
-  direction keeps 1000-GPU steps fast to simulate).
+* Attention core (:mod:`ccoverlap.parallel.attention`): one flash kernel per direction, or
+  Megatron-LM's unfused core (batched QKᵀ, scale+mask+softmax, dropout, PV), or split over the
+  context-parallel ranks (:mod:`ccoverlap.parallel.cp`), as the framework profile and
+  ``ParallelConfig.cp`` say.
+* Memory-bound ops (:mod:`ccoverlap.parallel.pointwise`): each norm op also carries the
+  previous sublayer's epilogue (bias add, hidden dropout, residual add); each norm-backward op
+  carries autograd's residual-gradient add and the next sublayer's dropout / bias backward;
+  activations, rotary embedding and cross-entropy are fused or unfused per the profile
+  (:mod:`ccoverlap.parallel.framework`, docs/model.md).
+* FP8 (``ParallelConfig.fp8``): linear GEMMs on FP8 operands (:meth:`LayerCtx.gemm`) with the
+  profile's cast kernels (:mod:`ccoverlap.parallel.tp`).
 
-Recomputation (Korthikanti et al., 2022): ``selective`` re-runs the attention kernel's forward
-before its backward; ``full`` re-runs the whole layer forward (with its TP collectives) before
-the layer's backward (added by the step builder).
+Recomputation (Korthikanti et al., 2022): ``selective`` re-runs the attention core's forward
+before its backward (Megatron-LM), or, in a profile with ``selective_recompute: op``
+(torchtitan), every second matmul and every element-wise op of the layer
+(:func:`op_sac_recompute`); ``full`` re-runs the whole layer forward (with its TP collectives)
+before the layer's backward (added by the step builder). With sequence parallelism the
+backward all-gathers the saved [T/t, h] input again for the wgrad GEMMs (``input_ag``,
+:func:`ccoverlap.parallel.tp.bwd_col`), the TP communication selective recompute keeps.
 """
 
 from __future__ import annotations
 
 from ccoverlap.graph import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec
+from ccoverlap.parallel import attention as attn
+from ccoverlap.parallel import pointwise as pw
 from ccoverlap.parallel import tp as tpc
+from ccoverlap.parallel.framework import get_framework
 from ccoverlap.parallel.segment import IN, Segment
 
 GRAD_BYTES = 4  # fp32 gradients / main grads (Megatron-LM main_grad, PyTorch AMP fp32 params)
@@ -33,19 +41,24 @@ GRAD_BYTES = 4  # fp32 gradients / main grads (Megatron-LM main_grad, PyTorch AM
 
 class LayerCtx:
     """Everything a template needs: model and parallel sizes, micro-batch tokens (``frac`` of
-    them, for a half micro-batch under two-batch EP overlap), group specs and comm knobs."""
+    them, for a half micro-batch under two-batch EP overlap; ``1/cp`` of them on each
+    context-parallel rank), group specs, comm knobs and the framework profile ``fw``."""
 
-    def __init__(self, model, parallel, micro_batch: int, seq_len: int, layout, knobs, frac: float = 1.0):
+    def __init__(self, model, parallel, micro_batch: int, seq_len: int, layout, knobs, frac: float = 1.0,
+                 framework=None):
         self.model = model
         self.p = parallel
+        self.fw = get_framework(framework)
         self.b = micro_batch
         self.s = seq_len
         self.frac = frac
-        self.tokens = max(1, int(round(micro_batch * seq_len * frac)))
+        self.cp = getattr(parallel, "cp", 1)
+        self.tokens = max(1, int(round(micro_batch * seq_len * frac / self.cp)))
         self.tp = parallel.tp
         self.sp = parallel.sequence_parallel and parallel.tp > 1
         self.local_tokens = max(1, self.tokens // self.tp) if self.sp else self.tokens
         self.d = parallel.dtype_bytes
+        self.fp8 = bool(getattr(parallel, "fp8", False))
         self.h = model.hidden
         self.hd = model.hd
         self.nq = model.heads // self.tp
@@ -56,7 +69,8 @@ class LayerCtx:
         self.tp_chunks = knobs.tp_chunks
         self.recompute = parallel.recompute
         self._groups = {"tp": layout.tp, "dp": layout.dp, "ep": layout.ep, "edp": layout.edp,
-                        "embd": layout.embd, "world": layout.world, "mp": layout.mp}
+                        "embd": layout.embd, "world": layout.world, "mp": layout.mp, "cp": layout.cp,
+                        "dp_rep": layout.dp_rep}
 
     def coll(self, collective: str, nbytes: float, group: str) -> CollectiveSpec:
         """A collective of ``nbytes`` (nccl-tests size) on named group, with the knobs' config."""
@@ -64,29 +78,32 @@ class LayerCtx:
                               config=self.knobs.config_for(group), transport=self.knobs.comm_transport)
 
     def mem(self, nbytes: float) -> MemorySpec:
-        """A memory-bound op moving ``nbytes`` (read + written)."""
-        return MemorySpec(bytes=float(nbytes))
+        """A memory-bound op moving ``nbytes`` (read + written), one kernel."""
+        return MemorySpec(bytes=float(nbytes), host_kernels=1 if self.fw.eager else 0)
 
-    # attention kernel specs ------------------------------------------------------------
-    def _rope_bytes(self) -> float:
-        """Rotary embedding on Q and K: read + write (fused with the attention op, see module doc)."""
-        if self.model.position != "rope":
-            return 0.0
-        return 2.0 * self.tokens * (self.nq + self.nkv) * self.hd * self.d
+    def gemm(self, m: int, n: int, k: int, name: str = "") -> GemmSpec:
+        """A linear layer's GEMM: FP8 operands with ``fp8`` (every linear but the LM head, as
+        TransformerEngine / torchao float8 keep the output layer in bf16), else the compute dtype."""
+        fp8 = self.fp8 and linear_kind(name) != "lm_head"
+        return GemmSpec(m=m, n=n, k=k, dtype_bytes=1 if fp8 else self.d, host_kernels=1 if self.fw.eager else 0)
 
+    def fp8_cast(self, name: str, direction: str) -> bool:
+        """Whether the linear ``name`` needs its own FP8 cast kernel in ``direction`` (fwd: its
+        input; bwd: its output gradient), per the framework profile."""
+        if not self.fp8:
+            return False
+        kind = linear_kind(name)
+        casts = self.fw.fp8_cast_kernels_fwd if direction == "fwd" else self.fw.fp8_cast_kernels_bwd
+        return kind in casts
+
+    # attention kernel specs (kept for callers; see :mod:`ccoverlap.parallel.attention`) -----
     def attention_fwd(self) -> AttentionSpec:
-        """Causal flash attention forward on this rank's heads (+ rotary embedding bytes)."""
-        T, hd, d = self.tokens, self.hd, self.d
-        flops = 2.0 * T * self.s * self.nq * hd  # 4·b·s²·H·hd / 2 with T = b·s (·frac)
-        nbytes = d * T * hd * (2 * self.nq + 2 * self.nkv) + 4.0 * T * self.nq + self._rope_bytes()
-        return AttentionSpec(flops=flops, bytes=nbytes, dtype_bytes=d)
+        """Causal flash attention forward on this rank's heads (+ fused rotary bytes)."""
+        return attn.flash_fwd_spec(self)
 
     def attention_bwd(self) -> AttentionSpec:
-        """Flash attention backward: 2.5x the forward FLOPs (+ rotary backward bytes)."""
-        T, hd, d = self.tokens, self.hd, self.d
-        flops = 2.5 * 2.0 * T * self.s * self.nq * hd
-        nbytes = d * T * hd * (4 * self.nq + 4 * self.nkv) + 4.0 * T * self.nq + self._rope_bytes()
-        return AttentionSpec(flops=flops, bytes=nbytes, dtype_bytes=d)
+        """Flash attention backward: 2.5x the forward FLOPs (+ fused rotary bytes)."""
+        return attn.flash_bwd_spec(self)
 
     @property
     def qkv_n(self) -> int:
@@ -102,97 +119,122 @@ class LayerCtx:
         return self.model.mlp_mats - 1
 
 
+def linear_kind(name: str) -> str:
+    """``qkv``, ``proj``, ``fc1``, ``fc2`` or ``lm_head`` for a linear op's name (``mlp_fc1``,
+    ``shared_fc2``, ... map to their kind)."""
+    for kind in ("qkv", "proj", "fc1", "fc2", "lm_head"):
+        if name == kind or name.endswith("_" + kind):
+            return kind
+    return name
+
+
 # ----------------------------------------------------------------------------- sublayers
 
 def attn_fwd(ctx: LayerCtx, unit: str) -> Segment:
-    """Residual add + norm, (SP all-gather), QKV, rotary, attention, out-proj, reduce (RS/AR)."""
+    """Norm, (SP all-gather), QKV, attention core, out-proj, reduce (RS/AR), residual epilogue."""
     s = Segment(name="attn_fwd", unit=unit)
-    T, h, d = ctx.tokens, ctx.h, ctx.d
-    n = s.add("attn_norm", ctx.mem(4 * ctx.local_tokens * h * d), deps=(IN,))
-    q = tpc.fwd_ag_gemm(s, ctx, n, "qkv", ctx.qkv_n, h)
-    a = s.add("attention", ctx.attention_fwd(), deps=(q,))
-    return s.finish(tpc.fwd_gemm_reduce(s, ctx, a, "proj", h, ctx.nq * ctx.hd))
+    n = s.add("attn_norm", pw.norm_fwd(ctx), deps=(IN,))
+    q = tpc.fwd_ag_gemm(s, ctx, n, "qkv", ctx.qkv_n, ctx.h)
+    a = attn.forward(s, ctx, q)
+    return s.finish(tpc.fwd_gemm_reduce(s, ctx, a, "proj", ctx.h, ctx.nq * ctx.hd))
 
 
 def mlp_fwd(ctx: LayerCtx, unit: str, ffn: int | None = None, name: str = "mlp") -> Segment:
-    """Residual add + norm, (SP all-gather), fc1 (gate+up), activation, fc2, reduce."""
+    """Norm, (SP all-gather), fc1 (gate+up), activation, fc2, reduce, residual epilogue."""
     s = Segment(name=f"{name}_fwd", unit=unit)
     f = ctx.ffn_local(ffn or ctx.model.ffn_hidden)
-    T, h, d = ctx.tokens, ctx.h, ctx.d
-    n = s.add("mlp_norm", ctx.mem(4 * ctx.local_tokens * h * d), deps=(IN,))
-    u = tpc.fwd_ag_gemm(s, ctx, n, f"{name}_fc1", ctx.up_mult() * f, h)
-    a = s.add(f"{name}_act", ctx.mem((3 if ctx.model.gated_mlp else 2) * T * f * d), deps=(u,))
-    return s.finish(tpc.fwd_gemm_reduce(s, ctx, a, f"{name}_fc2", h, f))
+    n = s.add("mlp_norm", pw.norm_fwd(ctx), deps=(IN,))
+    u = tpc.fwd_ag_gemm(s, ctx, n, f"{name}_fc1", ctx.up_mult() * f, ctx.h)
+    a = s.add(f"{name}_act", pw.act_fwd(ctx, f), deps=(u,))
+    return s.finish(tpc.fwd_gemm_reduce(s, ctx, a, f"{name}_fc2", ctx.h, f))
 
 
 def attn_bwd(ctx: LayerCtx, unit: str) -> Segment:
-    """Backward of :func:`attn_fwd`; ``selective`` recompute re-runs the attention forward first."""
+    """Backward of :func:`attn_fwd`; ``selective`` recompute re-runs the attention core's forward first."""
     s = Segment(name="attn_bwd", unit=unit)
-    T, h, d = ctx.tokens, ctx.h, ctx.d
-    g = tpc.bwd_row(s, ctx, IN, "proj", h, ctx.nq * ctx.hd, "proj")
-    if ctx.recompute == "selective":
-        g = s.add("attention_recompute", ctx.attention_fwd(), deps=(g,))
-    g = s.add("attention_bwd", ctx.attention_bwd(), deps=(g,))
-    tensors = [("qkv", ctx.qkv_n, h, "qkv")]
-    out = tpc.bwd_col(s, ctx, g, tensors, h)
-    return s.finish(s.add("attn_norm_bwd", ctx.mem(4 * ctx.local_tokens * h * d), deps=(out,),
-                          tensor="attn_norm"))
+    g = tpc.bwd_row(s, ctx, IN, "proj", ctx.h, ctx.nq * ctx.hd, "proj")
+    g = attn.backward(s, ctx, g)
+    out = tpc.bwd_col(s, ctx, g, [("qkv", ctx.qkv_n, ctx.h, "qkv")], ctx.h)
+    return s.finish(s.add("attn_norm_bwd", pw.norm_bwd(ctx), deps=(out,), tensor="attn_norm"))
 
 
 def mlp_bwd(ctx: LayerCtx, unit: str, ffn: int | None = None, name: str = "mlp") -> Segment:
     """Backward of :func:`mlp_fwd`."""
     s = Segment(name=f"{name}_bwd", unit=unit)
     f = ctx.ffn_local(ffn or ctx.model.ffn_hidden)
-    T, h, d = ctx.tokens, ctx.h, ctx.d
+    h = ctx.h
     g = tpc.bwd_row(s, ctx, IN, f"{name}_fc2", h, f, f"{name}_fc2" if name != "mlp" else "fc2")
-    g = s.add(f"{name}_act_bwd", ctx.mem((5 if ctx.model.gated_mlp else 3) * T * f * d), deps=(g,))
+    g = s.add(f"{name}_act_bwd", pw.act_bwd(ctx, f), deps=(g,))
     out = tpc.bwd_col(s, ctx, g, [(f"{name}_fc1", ctx.up_mult() * f, h, f"{name}_fc1" if name != "mlp" else "fc1")], h)
-    return s.finish(s.add("mlp_norm_bwd", ctx.mem(4 * ctx.local_tokens * h * d), deps=(out,),
-                          tensor="mlp_norm"))
+    return s.finish(s.add("mlp_norm_bwd", pw.norm_bwd(ctx), deps=(out,), tensor="mlp_norm"))
 
 
 def parallel_block_fwd(ctx: LayerCtx, unit: str) -> Segment:
     """GPT-J / Phi-2 block: one norm, attention and MLP on the same input, one reduce of the sum."""
     s = Segment(name="block_fwd", unit=unit)
-    T, h, d = ctx.tokens, ctx.h, ctx.d
+    T, h = ctx.tokens, ctx.h
     f = ctx.ffn_local(ctx.model.ffn_hidden)
-    n = s.add("attn_norm", ctx.mem(4 * ctx.local_tokens * h * d), deps=(IN,))
+    n = s.add("attn_norm", pw.norm_fwd(ctx), deps=(IN,))
     q = tpc.fwd_ag_gemm(s, ctx, n, "qkv", ctx.qkv_n, h)
-    a = s.add("attention", ctx.attention_fwd(), deps=(q,))
-    p = s.add("proj", GemmSpec(m=T, n=h, k=ctx.nq * ctx.hd, dtype_bytes=d), deps=(a,))
-    u = s.add("fc1", GemmSpec(m=T, n=ctx.up_mult() * f, k=h, dtype_bytes=d), deps=(q,))
-    act = s.add("act", ctx.mem((3 if ctx.model.gated_mlp else 2) * T * f * d), deps=(u,))
+    a = attn.forward(s, ctx, q)
+    p = s.add("proj", ctx.gemm(T, h, ctx.nq * ctx.hd, "proj"), deps=(a,))
+    u = s.add("fc1", ctx.gemm(T, ctx.up_mult() * f, h, "fc1"), deps=(q,))
+    act = s.add("act", pw.act_fwd(ctx, f), deps=(u,))
     return s.finish(tpc.fwd_gemm_reduce(s, ctx, act, "fc2", h, f, deps=(p,)))
 
 
 def parallel_block_bwd(ctx: LayerCtx, unit: str) -> Segment:
     """Backward of :func:`parallel_block_fwd`."""
     s = Segment(name="block_bwd", unit=unit)
-    T, h, d = ctx.tokens, ctx.h, ctx.d
+    T, h = ctx.tokens, ctx.h
     f = ctx.ffn_local(ctx.model.ffn_hidden)
     g = tpc.bwd_row(s, ctx, IN, "fc2", h, f, "fc2")
-    g = s.add("act_bwd", ctx.mem((5 if ctx.model.gated_mlp else 3) * T * f * d), deps=(g,))
-    pg = s.add("proj_dgrad", GemmSpec(m=T, n=ctx.nq * ctx.hd, k=h, dtype_bytes=d), deps=(g,))
-    s.add("proj_wgrad", GemmSpec(m=ctx.nq * ctx.hd, n=h, k=T, dtype_bytes=d), deps=(pg,), tensor="proj")
-    if ctx.recompute == "selective":
-        pg = s.add("attention_recompute", ctx.attention_fwd(), deps=(pg,))
-    a = s.add("attention_bwd", ctx.attention_bwd(), deps=(pg,))
+    g = s.add("act_bwd", pw.act_bwd(ctx, f), deps=(g,))
+    pg = s.add("proj_dgrad", ctx.gemm(T, ctx.nq * ctx.hd, h, "proj"), deps=(g,))
+    s.add("proj_wgrad", ctx.gemm(ctx.nq * ctx.hd, h, T, "proj"), deps=(pg,), tensor="proj")
+    a = attn.backward(s, ctx, pg)
     out = tpc.bwd_col(s, ctx, a, [("fc1", ctx.up_mult() * f, h, "fc1"), ("qkv", ctx.qkv_n, h, "qkv")], h)
-    return s.finish(s.add("attn_norm_bwd", ctx.mem(4 * ctx.local_tokens * h * d), deps=(out,),
-                          tensor="attn_norm"))
+    return s.finish(s.add("attn_norm_bwd", pw.norm_bwd(ctx), deps=(out,), tensor="attn_norm"))
+
+
+def op_sac_recompute(ctx: LayerCtx, unit: str) -> Segment:
+    """torchtitan's per-op selective recompute before a dense layer's backward: outputs of
+    matmuls and attention are saved except every second matmul of the block (counted in
+    forward order over the separate projections wq, wk, wv, wo, w1, w3, w2 -- or wq, wk, wv,
+    wo, fc1, fc2 without gating), and every element-wise op is recomputed: the two norms,
+    the rotary embedding and the activation, plus the 2nd, 4th, 6th matmul (wk, wo, w3)."""
+    s = Segment(name="op_sac_recompute", unit=unit)
+    T, h, hd = ctx.tokens, ctx.h, ctx.hd
+    f = ctx.ffn_local(ctx.model.ffn_hidden)
+    mms = [("wq", ctx.nq * hd, h), ("wk", ctx.nkv * hd, h), ("wv", ctx.nkv * hd, h), ("wo", h, ctx.nq * hd)]
+    mms += [("w1", f, h), ("w3", f, h), ("w2", h, f)] if ctx.model.gated_mlp else [("w1", f, h), ("w2", h, f)]
+    g = s.add("recompute_attn_norm", pw.norm_fwd(ctx), deps=(IN,))
+    r = pw.rope(ctx)
+    if r is not None:
+        g = s.add("recompute_rope", r, deps=(g,))
+    for i, (name, n, k) in enumerate(mms):
+        if i % 2 == 1:
+            g = s.add(f"recompute_{name}", ctx.gemm(T, n, k, "fc1" if name in ("w1", "w3") else name), deps=(g,))
+    g = s.add("recompute_mlp_norm", pw.norm_fwd(ctx), deps=(g,))
+    return s.finish(s.add("recompute_act", pw.act_fwd(ctx, f), deps=(g,)))
 
 
 def dense_layer(ctx: LayerCtx, unit: str) -> tuple[list[Segment], list[Segment]]:
     """(forward segments, backward segments) of a dense layer, in execution order."""
     if ctx.model.parallel_attn_mlp:
-        return [parallel_block_fwd(ctx, unit)], [parallel_block_bwd(ctx, unit)]
-    return [attn_fwd(ctx, unit), mlp_fwd(ctx, unit)], [mlp_bwd(ctx, unit), attn_bwd(ctx, unit)]
+        fwd, bwd = [parallel_block_fwd(ctx, unit)], [parallel_block_bwd(ctx, unit)]
+    else:
+        fwd, bwd = [attn_fwd(ctx, unit), mlp_fwd(ctx, unit)], [mlp_bwd(ctx, unit), attn_bwd(ctx, unit)]
+    if ctx.recompute == "selective" and ctx.fw.selective_recompute == "op":
+        bwd = [op_sac_recompute(ctx, unit)] + bwd
+    return fwd, bwd
 
 
 # ----------------------------------------------------------------------------- embedding / head
 
 def embedding_fwd(ctx: LayerCtx) -> Segment:
-    """Vocab-parallel embedding lookup (+ learned positions) and its TP reduce (AR, or RS with SP)."""
+    """Vocab-parallel embedding lookup (+ learned positions), its TP reduce (AR, or RS with SP),
+    and the embedding dropout when the profile has hidden dropout."""
     s = Segment(name="embedding_fwd", unit="emb")
     T, h, d = ctx.tokens, ctx.h, ctx.d
     pos = T * h * d if ctx.model.position == "learned" else 0
@@ -200,28 +242,36 @@ def embedding_fwd(ctx: LayerCtx) -> Segment:
     if ctx.tp > 1:
         e = s.add("embedding_rs" if ctx.sp else "embedding_ar",
                   ctx.coll("reduce_scatter" if ctx.sp else "all_reduce", T * h * d, "tp"), "tp", deps=(e,))
+    if ctx.fw.hidden_dropout:
+        e = s.add("embedding_dropout", ctx.mem(ctx.local_tokens * h * (2 * d + pw.MASK_BYTES)), deps=(e,))
     return s.finish(e)
 
 
 def embedding_bwd(ctx: LayerCtx) -> Segment:
-    """(SP all-gather of the grad) and the scatter-add into the fp32 embedding gradient."""
+    """(SP all-gather of the grad) and the embedding's weight gradient: PyTorch's dense
+    ``embedding_dense_backward`` writes a zero-filled [V/tp, h] gradient and scatter-adds the
+    T rows into it (read T·h, write V/tp·h), then autograd / Megatron's main-grad hook adds it
+    into the fp32 gradient (read V/tp·h·d, read + write V/tp·h·4)."""
     s = Segment(name="embedding_bwd", unit="emb")
     T, h, d = ctx.tokens, ctx.h, ctx.d
     g = IN
     if ctx.tp > 1 and ctx.sp:
         g = s.add("embedding_grad_ag", ctx.coll("all_gather", T * h * d, "tp"), "tp", deps=(IN,))
-    return s.finish(s.add("embedding_grad", ctx.mem(T * h * (d + 2 * GRAD_BYTES)), deps=(g,), tensor="embedding"))
+    v = ctx.model.vocab // ctx.tp
+    nbytes = T * h * d + v * h * (2 * d + 2 * GRAD_BYTES)
+    return s.finish(s.add("embedding_grad", ctx.mem(nbytes), deps=(g,), tensor="embedding"))
 
 
 def head_fwd(ctx: LayerCtx) -> Segment:
-    """Final norm, (SP all-gather), vocab-parallel LM head GEMM, fp32 cross-entropy with its
-    three small TP all-reduces (max, sum of exp, target logit) merged into one."""
+    """Final norm, (SP all-gather), vocab-parallel LM head GEMM, cross-entropy (fused, or the
+    framework's fp32 passes) with its three small TP all-reduces (max, sum of exp, target
+    logit) merged into one."""
     s = Segment(name="head_fwd", unit="head")
-    T, h, d = ctx.tokens, ctx.h, ctx.d
+    T, h = ctx.tokens, ctx.h
     v = ctx.model.vocab // ctx.tp
-    n = s.add("final_norm", ctx.mem(4 * ctx.local_tokens * h * d), deps=(IN,))
+    n = s.add("final_norm", pw.norm_fwd(ctx), deps=(IN,))
     lg = tpc.fwd_ag_gemm(s, ctx, n, "lm_head", v, h)
-    x = s.add("cross_entropy", ctx.mem(T * v * (d + 2 * 4)), deps=(lg,))
+    x = s.add("cross_entropy", pw.cross_entropy_fwd(ctx, v), deps=(lg,))
     if ctx.tp > 1:
         x = s.add("cross_entropy_ar", ctx.coll("all_reduce", 3 * T * 4, "tp"), "tp", deps=(x,))
     return s.finish(x)
@@ -230,10 +280,9 @@ def head_fwd(ctx: LayerCtx) -> Segment:
 def head_bwd(ctx: LayerCtx) -> Segment:
     """Cross-entropy backward, LM-head dgrad/wgrad with the TP reduce of dX, final-norm backward."""
     s = Segment(name="head_bwd", unit="head")
-    T, h, d = ctx.tokens, ctx.h, ctx.d
+    h = ctx.h
     v = ctx.model.vocab // ctx.tp
     tensor = "lm_head" if not ctx.model.tied_embeddings or ctx.p.pp > 1 else "embedding"
-    x = s.add("cross_entropy_bwd", ctx.mem(T * v * (4 + d)), deps=(IN,))
+    x = s.add("cross_entropy_bwd", pw.cross_entropy_bwd(ctx, v), deps=(IN,))
     out = tpc.bwd_col(s, ctx, x, [("lm_head", v, h, tensor)], h)
-    return s.finish(s.add("final_norm_bwd", ctx.mem(4 * ctx.local_tokens * h * d), deps=(out,),
-                          tensor="final_norm"))
+    return s.finish(s.add("final_norm_bwd", pw.final_norm_bwd(ctx), deps=(out,), tensor="final_norm"))

@@ -35,6 +35,10 @@ paper's exactly. MoE layers store router probabilities, permuted tokens, the exp
 inputs / fc1 outputs / activation outputs of ``T·k`` routed tokens (uniform routing), and
 the combine output.
 
+Context parallelism (``cp``): every term uses the ``s / cp`` local tokens (flash attention
+only, so no ``s²`` term); HSDP shards model states over the shard group (``dp·cp /
+dp_replicate``) only; ``fp8_param_allgather`` keeps gathered FSDP units in FP8 (1 byte).
+
 In-flight micro-batches come from the schedule itself: the most forward chunks a pipeline
 rank has run without their backward (1F1B: ``min(P − r, M)``, first stage P; GPipe: M;
 interleaved: Megatron's warm-up + 1 virtual micro-batches; DualPipe: P + 1).
@@ -139,8 +143,12 @@ def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attent
     M = batch.microbatches(p.dp)
     sched = make_schedule(p.pp_schedule, p.pp, M, p.virtual_stages)
     d = p.dtype_bytes
-    T = batch.micro_batch * batch.seq_len
+    cp = p.cp
+    seq_local = batch.seq_len // cp  # context parallelism: each rank holds s / cp tokens (flash only)
+    T = batch.micro_batch * seq_local
     sp = p.sequence_parallel and p.tp > 1
+    shard = p.dp_shard if p.data_parallel == "fsdp" else p.dp_cp
+    ag_bytes = 1 if p.fp8_param_allgather else d
     capacity = float(cluster.gpu.memory_bytes)
     usable = capacity * (1.0 - MEMORY_RESERVE_FRACTION)
     rows = []
@@ -159,7 +167,7 @@ def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attent
                         dense += tns.numel
                 unit_params.append(n)
         n_local = dense + expert
-        sharded = dense / p.dp + expert / p.expert_dp
+        sharded = dense / shard + expert / p.expert_dp
         if p.data_parallel == "fsdp":
             weights = 4.0 * sharded
             grads = GRAD_BYTES * sharded
@@ -167,26 +175,26 @@ def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attent
             if knobs.fsdp_reshard_after_forward:
                 n_alive = min(knobs.fsdp_limit_all_gathers, knobs.fsdp_prefetch + 1)
                 alive = sorted(unit_params, reverse=True)[:n_alive]
-                comm = d * sum(alive)
+                comm = ag_bytes * sum(alive)
             else:
-                comm = d * sum(unit_params)
+                comm = ag_bytes * sum(unit_params)
             comm += GRAD_BYTES * max(unit_params)  # unsharded gradients of the unit being reduced
         else:
             weights = float(d * n_local)
             grads = float(GRAD_BYTES * n_local)
             optim = 12.0 * (sharded if p.distributed_optimizer else n_local)
-            comm = 2.0 * knobs.bucket_cap_mb * MiB if p.dp > 1 else 0.0
+            comm = 2.0 * knobs.bucket_cap_mb * MiB if p.dp_cp > 1 else 0.0
         if p.pp > 1:
             comm += 2.0 * T * model.hidden * d / (p.tp if sp else 1)  # send + receive buffers
         # activations: in-flight chunk-micro-batches x layers per chunk (first chunk's layers)
         live = in_flight(sched, r)
         layers = [layer_index(u) for u in chunks[0] if layer_index(u) >= 0]
-        per_layer = max(layer_activation_bytes(model, p, batch.micro_batch, batch.seq_len, li,
+        per_layer = max(layer_activation_bytes(model, p, batch.micro_batch, seq_local, li,
                                                flash_attention=flash_attention) for li in layers)
         act = live * per_chunk * per_layer
         if p.recompute == "full":
             full = type(p)(**{**p.to_dict(), "recompute": "none"})
-            act += max(layer_activation_bytes(model, full, batch.micro_batch, batch.seq_len, li,
+            act += max(layer_activation_bytes(model, full, batch.micro_batch, seq_local, li,
                                               flash_attention=flash_attention) for li in layers)
         stages = [sched.stage_of(r, c) for c in range(len(chunks))]
         Tl = T / p.tp if sp else T

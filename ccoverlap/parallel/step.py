@@ -33,6 +33,7 @@ from ccoverlap.parallel import ep as epm
 from ccoverlap.parallel import layer as lay
 from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig
 from ccoverlap.parallel.ddp import DDPHook
+from ccoverlap.parallel.framework import check_framework, get_framework
 from ccoverlap.parallel.fsdp import FSDPHook
 from ccoverlap.parallel.layout import Layout
 from ccoverlap.parallel.memory import MemoryEstimate, estimate_memory
@@ -115,22 +116,27 @@ class _Compiled:
 
 class _Emitter:
     def __init__(self, model, parallel: ParallelConfig, batch: BatchConfig, cluster, knobs: OverlapKnobs,
-                 grad_clip: bool = True):
+                 grad_clip: bool = True, framework=None):
         self.grad_clip = grad_clip
         parallel.validate(model, cluster, batch)
+        self.framework = get_framework(framework)
+        check_framework(self.framework, model, parallel)
         self.model, self.parallel, self.batch, self.cluster, self.knobs = model, parallel, batch, cluster, knobs
         self.M = batch.microbatches(parallel.dp)
         self.layout = Layout.build(parallel, cluster.gpus_per_node)
         self.sched = make_schedule(parallel.pp_schedule, parallel.pp, self.M, parallel.virtual_stages)
-        self.ctx = lay.LayerCtx(model, parallel, batch.micro_batch, batch.seq_len, self.layout, knobs)
+        self.ctx = lay.LayerCtx(model, parallel, batch.micro_batch, batch.seq_len, self.layout, knobs,
+                                framework=self.framework)
         self.two_batch = knobs.overlap and knobs.ep_overlap and model.is_moe and parallel.ep > 1
-        self.half_ctx = (lay.LayerCtx(model, parallel, batch.micro_batch, batch.seq_len, self.layout, knobs, 0.5)
+        self.half_ctx = (lay.LayerCtx(model, parallel, batch.micro_batch, batch.seq_len, self.layout, knobs, 0.5,
+                                      framework=self.framework)
                          if self.two_batch else None)
         ov, k = knobs.overlap, knobs
         self._streams = {
             "compute": "compute",
             "tp": "tp_comm" if ov else "compute",
             "ep": "ep_comm" if ov else "compute",
+            "cp": "cp_comm" if ov else "compute",
             "dp_comm": "dp_comm" if ov else "compute",
             "fsdp_ag": "fsdp_ag" if ov else "compute",
             "fsdp_rs": "fsdp_rs" if ov else "compute",
@@ -143,7 +149,7 @@ class _Emitter:
         self._chains: dict = {}
         self._p2p_specs: dict = {}
         self.stage_units = [stage_units(model, self.sched.stages, s) for s in range(self.sched.stages)]
-        tok = batch.micro_batch * batch.seq_len
+        tok = batch.micro_batch * batch.seq_len // parallel.cp
         self.p2p_bytes = tok * model.hidden * parallel.dtype_bytes // (parallel.tp if self.ctx.sp else 1)
 
     # ------------------------------------------------------------------ helpers
@@ -363,7 +369,8 @@ class _Emitter:
                     else:
                         dense += t.numel
         sharded = p.data_parallel == "fsdp" or p.distributed_optimizer
-        local = dense // p.dp + expert // p.expert_dp if sharded else dense + expert
+        shard = p.dp_shard if p.data_parallel == "fsdp" else p.dp_cp
+        local = dense // shard + expert // p.expert_dp if sharded else dense + expert
         if self.grad_clip:
             norm = g.add("grad_norm", MemorySpec(bytes=float(local * lay.GRAD_BYTES)), rank=r, deps=waits,
                          phase="opt")
@@ -384,12 +391,13 @@ class _Emitter:
                 layers = [layer_index(u) for u in units if layer_index(u) >= 0]
                 extra = "".join(f" + {u}" for u in units if layer_index(u) < 0)
                 parts.append(f"layers {layers[0]}-{layers[-1]}{extra}")
-            out.append((r, f"pipeline rank {r}: " + "; ".join(parts), self.parallel.tp * self.parallel.dp))
+            out.append((r, f"pipeline rank {r}: " + "; ".join(parts),
+                        self.parallel.tp * self.parallel.cp * self.parallel.dp))
         return out
 
 
 def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
-               knobs: OverlapKnobs | None = None, *, grad_clip: bool = True) -> StepGraph:
+               knobs: OverlapKnobs | None = None, *, grad_clip: bool = True, framework=None) -> StepGraph:
     """Build the op graph of one training step of ``model`` under ``parallel`` on ``cluster``.
 
     Validates everything first (ConfigError lists every problem). Returns a :class:`StepGraph`
@@ -397,14 +405,17 @@ def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
     ``grad_clip``: compute the global gradient norm (read every local gradient, all-reduce one
     float) before the optimizer step, as gradient clipping does.
     Model FLOPs follow PaLM's MFU definition (:meth:`ModelSpec.flops_per_token`).
+    ``framework``: a framework profile name, file or :class:`FrameworkProfile` (default
+    ``megatron-core``) that decides which kernels a layer runs (docs/model.md).
     """
     knobs = knobs or OverlapKnobs()
-    em = _Emitter(model, parallel, batch, cluster, knobs, grad_clip)
+    em = _Emitter(model, parallel, batch, cluster, knobs, grad_clip, framework)
     with gc_paused():
         graph = em.build()
     graph.meta.update({
         "model": model.name, "parallel": parallel.to_dict(), "batch": batch.to_dict(),
         "knobs": knobs.to_dict(), "microbatches": em.M, "schedule": em.sched.name,
+        "framework": em.framework.name,
         "rank_weights": {r: n for r, _, n in em.describe_ranks()},
     })
     tokens = batch.global_batch * batch.seq_len
@@ -414,7 +425,7 @@ def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
         tokens_per_step=tokens,
         model_flops_per_step=model.flops_per_token(batch.seq_len) * tokens,
         simulated_ranks=em.describe_ranks(),
-        memory=estimate_memory(model, parallel, batch, cluster, knobs),
+        memory=estimate_memory(model, parallel, batch, cluster, knobs, flash_attention=em.framework.flash),
         microbatches=em.M,
         schedule=em.sched,
     )

@@ -19,6 +19,10 @@ AG+dgrad pair, into ``tp_chunks`` pieces along the token dimension, so that piec
 communication runs while piece ``i`` computes (TransformerEngine's userbuffers overlap; the
 "shard-based overlap" of FiCCO §II-B).
 
+With ``fp8`` the linear GEMMs run on FP8 operands (``LayerCtx.gemm``) and the framework
+profile decides which inputs / output gradients need their own cast kernel (``_cast``); TP
+collectives stay in the compute dtype.
+
 Every function appends ops to a :class:`~ccoverlap.parallel.segment.Segment` and returns the
 local index of the op the next step should depend on. ``ctx`` is a
 :class:`~ccoverlap.parallel.layer.LayerCtx`.
@@ -26,7 +30,16 @@ local index of the op the next step should depend on. ``ctx`` is a
 
 from __future__ import annotations
 
-from ccoverlap.graph import GemmSpec
+from ccoverlap.parallel import pointwise as pw
+
+
+def _cast(seg, ctx, src, name: str, direction: str, rows: int, cols: int):
+    """With FP8, the cast(+transpose) kernel of a linear's input (fwd) or output gradient (bwd)
+    when the framework profile does not fuse it into the previous kernel; else ``src``."""
+    if not ctx.fp8_cast(name, direction):
+        return src
+    return seg.add(f"{name}_fp8_cast" + ("_bwd" if direction == "bwd" else ""), pw.fp8_cast(ctx, rows, cols),
+                   deps=(src,))
 
 
 def _chunks(ctx, m: int) -> int:
@@ -42,17 +55,18 @@ def fwd_ag_gemm(seg, ctx, src: int, name: str, n: int, k: int, tensor: str = "")
     """Column-parallel GEMM [T, k] x [k, n] in forward, preceded by the SP all-gather of its
     input (T·h·dtype bytes, the gathered size). Returns the index of the (last) GEMM."""
     T, d = ctx.tokens, ctx.d
+    src = _cast(seg, ctx, src, name, "fwd", ctx.local_tokens, k)
     if ctx.tp == 1 or not ctx.sp:
-        return seg.add(name, GemmSpec(m=T, n=n, k=k, dtype_bytes=d), deps=(src,), tensor=tensor)
+        return seg.add(name, ctx.gemm(T, n, k, name), deps=(src,), tensor=tensor)
     c = _chunks(ctx, T)
     if c == 1:
         ag = seg.add(f"{name}_ag", ctx.coll("all_gather", T * k * d, "tp"), "tp", deps=(src,))
-        return seg.add(name, GemmSpec(m=T, n=n, k=k, dtype_bytes=d), deps=(ag,), tensor=tensor)
+        return seg.add(name, ctx.gemm(T, n, k, name), deps=(ag,), tensor=tensor)
     mc = _split(T, c)
     g = -1
     for i in range(c):
         ag = seg.add(f"{name}_ag{i}", ctx.coll("all_gather", mc * k * d, "tp"), "tp", deps=(src,))
-        g = seg.add(f"{name}{i}", GemmSpec(m=mc, n=n, k=k, dtype_bytes=d), deps=(ag,), tensor=tensor)
+        g = seg.add(f"{name}{i}", ctx.gemm(mc, n, k, name), deps=(ag,), tensor=tensor)
     return g
 
 
@@ -60,7 +74,8 @@ def fwd_gemm_reduce(seg, ctx, src: int, name: str, n: int, k: int, deps=()) -> i
     """Row-parallel GEMM [T, k] x [k, n] in forward followed by the reduce-scatter (SP) or
     all-reduce of its [T, n] output. Returns the index of the op producing the reduced output."""
     T, d = ctx.tokens, ctx.d
-    gemm = GemmSpec(m=T, n=n, k=k, dtype_bytes=d)
+    src = _cast(seg, ctx, src, name, "fwd", T, k)
+    gemm = ctx.gemm(T, n, k, name)
     if ctx.tp == 1:
         return seg.add(name, gemm, deps=(src, *deps))
     coll = "reduce_scatter" if ctx.sp else "all_reduce"
@@ -71,7 +86,7 @@ def fwd_gemm_reduce(seg, ctx, src: int, name: str, n: int, k: int, deps=()) -> i
     mc = _split(T, c)
     r = -1
     for i in range(c):
-        g = seg.add(f"{name}{i}", GemmSpec(m=mc, n=n, k=k, dtype_bytes=d), deps=(src, *deps))
+        g = seg.add(f"{name}{i}", ctx.gemm(mc, n, k, name), deps=(src, *deps))
         r = seg.add(f"{name}_{'rs' if ctx.sp else 'ar'}{i}", ctx.coll(coll, mc * n * d, "tp"), "tp", deps=(g,))
     return r
 
@@ -81,9 +96,10 @@ def bwd_row(seg, ctx, src: int, name: str, n: int, k: int, tensor: str) -> int:
     dX = dY Wᵀ ([T, n] x [n, k]) and wgrad dW = Xᵀ dY ([k, T] x [T, n]). Returns the dgrad index
     (the wgrad follows it on the compute stream)."""
     T, d = ctx.tokens, ctx.d
-    wgrad = GemmSpec(m=k, n=n, k=T, dtype_bytes=d)
+    wgrad = ctx.gemm(k, n, T, name)
     if ctx.tp == 1 or not ctx.sp:
-        dg = seg.add(f"{name}_dgrad", GemmSpec(m=T, n=k, k=n, dtype_bytes=d), deps=(src,))
+        src = _cast(seg, ctx, src, name, "bwd", T, n)
+        dg = seg.add(f"{name}_dgrad", ctx.gemm(T, k, n, name), deps=(src,))
         seg.add(f"{name}_wgrad", wgrad, deps=(dg,), tensor=tensor)
         return dg
     c = _chunks(ctx, T)
@@ -92,7 +108,8 @@ def bwd_row(seg, ctx, src: int, name: str, n: int, k: int, tensor: str) -> int:
     for i in range(c):
         sfx = str(i) if c > 1 else ""
         ag = seg.add(f"{name}_grad_ag{sfx}", ctx.coll("all_gather", mc * n * d, "tp"), "tp", deps=(src,))
-        dg = seg.add(f"{name}_dgrad{sfx}", GemmSpec(m=mc, n=k, k=n, dtype_bytes=d), deps=(ag,))
+        ag = _cast(seg, ctx, ag, name, "bwd", mc, n)
+        dg = seg.add(f"{name}_dgrad{sfx}", ctx.gemm(mc, k, n, name), deps=(ag,))
     seg.add(f"{name}_wgrad", wgrad, deps=(dg,), tensor=tensor)
     return dg
 
@@ -109,12 +126,13 @@ def bwd_col(seg, ctx, src: int, gemms: list[tuple[str, int, int, str]], in_dim: 
         ag = seg.add("input_ag", ctx.coll("all_gather", T * in_dim * d, "tp"), "tp", deps=(src,))
     dg = src
     for name, n, k, _ in gemms:
-        dg = seg.add(f"{name}_dgrad", GemmSpec(m=T, n=k, k=n, dtype_bytes=d), deps=(src,))
+        g = _cast(seg, ctx, src, name, "bwd", T, n)
+        dg = seg.add(f"{name}_dgrad", ctx.gemm(T, k, n, name), deps=(g,))
     out = dg
     if ctx.tp > 1:
         coll = "reduce_scatter" if ctx.sp else "all_reduce"
         out = seg.add(f"dgrad_{'rs' if ctx.sp else 'ar'}", ctx.coll(coll, T * in_dim * d, "tp"), "tp", deps=(dg,))
     for name, n, k, tensor in gemms:
-        seg.add(f"{name}_wgrad", GemmSpec(m=k, n=n, k=T, dtype_bytes=d),
+        seg.add(f"{name}_wgrad", ctx.gemm(k, n, T, name),
                 deps=() if ag is None else (ag,), tensor=tensor)
     return out

@@ -157,8 +157,10 @@ def check_call(
     eng_id = _check_engine(comm_engine)
     dma_ok, _why = _dma_ok(comm_engine, x, group)
     kind = "ag" if op == "all_gather_matmul" else "rs"
-    decided = int(schedule in ("auto", "tune") and is_decided(kind, x.movedim(dim, 0).reshape(-1, x.shape[-1]),
-                                                              weight.t(), group, schedule, comm_engine))
+    k = x.shape[-1] if x.dim() else 0
+    rows = x.numel() // k if k else 0
+    decided = int(schedule in ("auto", "tune") and weight.dim() == 2 and is_decided(
+        kind, (rows, k), (weight.shape[1], weight.shape[0]), x.dtype, x.device, group, schedule, comm_engine))
     rules = [*_COMMON_RULES, checks.per_rank(_local_linear_checks), checks.same_dtype("x", "weight")]
     if op == "all_gather_matmul":
         rules.append(checks.same_across_ranks("x", "x_shard shape (all-gather needs equal shards)"))

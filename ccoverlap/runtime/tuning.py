@@ -151,11 +151,15 @@ def _file_key(key: tuple, device: torch.device) -> str:
     return f"{kind}|a={list(a)}|b={list(b)}|{str(dtype).replace('torch.', '')}|{name}|P={p}|{backend}|{engine}"
 
 
-def is_decided(kind: str, a: torch.Tensor, b: torch.Tensor, group, schedule: str, comm_engine: str = "sm") -> bool:
-    """Whether ``resolve`` would answer from this process's cache (no communication) for this call."""
+def is_decided(
+    kind: str, a_shape, b_shape, dtype: torch.dtype, device: torch.device, group, schedule: str,
+    comm_engine: str = "sm",
+) -> bool:
+    """Whether ``resolve`` would answer from this process's cache (no communication) for a call
+    whose GEMM operands have shapes ``a_shape`` (2-D input) and ``b_shape`` (``[k, n]``)."""
     if schedule not in ("auto", "tune") or comm.group_size(group) == 1:
         return False
-    key = _key(kind, a.shape, b.shape, a.dtype, a.device, group, schedule, comm_engine)
+    key = _key(kind, a_shape, b_shape, dtype, device, group, schedule, comm_engine)
     with _lock:
         return key in _cache
 

@@ -1,0 +1,198 @@
+"""Framework profiles: what the kernels of one training step are in a given framework and era.
+
+The same model computes different kernels under Megatron-LM of 2021 (unfused core attention,
+dropout, bias adds), Megatron-Core with TransformerEngine (flash attention, fused norms, no
+dropout) or eager torchtitan (flash attention through SDPA, composite RMSNorm, every kernel
+dispatched by the host). A profile says which; it is data, one YAML file per profile in
+``ccoverlap/data/frameworks/NAME.yaml``, every entry ``{value: ..., source: "..."}``::
+
+    name: megatron-core
+    description: Megatron-Core with TransformerEngine ...
+    entries:
+      attention: {value: flash, source: "Megatron-Core TransformerEngine DotProductAttention ..."}
+      ...
+
+Entries (see :class:`FrameworkProfile` for types and defaults):
+
+* ``attention``: ``flash`` (one fused kernel per direction) or ``unfused`` (batched QKᵀ GEMM,
+  scale + causal mask + softmax over the s×s scores, dropout, PV GEMM: Megatron-LM's
+  ``CoreAttention`` before FlashAttention); ``softmax_fused``: scale+mask+softmax in one kernel
+  (Megatron's ``FusedScaleMaskSoftmax``) or three. ``flash_kernel``: ``native`` (the GPU's own
+  flash kernel: cuDNN / FlashAttention-3 on Hopper, FlashAttention-2 on Ampere) or ``fa2`` (an
+  FlashAttention-2-class kernel on any GPU, e.g. PyTorch SDPA's flash backend on H100).
+* ``selective_recompute`` (what ``recompute="selective"`` means in this framework):
+  ``attention`` (Megatron-LM, Korthikanti et al. 2022: the core attention is recomputed) or
+  ``op`` (torchtitan's per-op selective AC: matmul and attention outputs are saved except every
+  second matmul of a layer, everything element-wise is recomputed).
+* ``attention_dropout`` / ``hidden_dropout``: dropout after the softmax / on each sublayer output.
+* ``norm_fused``: one norm kernel per direction (apex / TE) or ``norm_kernels`` (fwd, bwd)
+  elementwise kernels of a composite eager norm.
+* ``bias_act_fused``, ``bias_dropout_add_fused``, ``rope_fused``: element-wise fusions.
+* ``cross_entropy_fused``: a fused vocab-parallel cross-entropy, or the several fp32 passes of
+  Megatron-LM's ``vocab_parallel_cross_entropy`` / ``F.cross_entropy(logits.float())``.
+* ``eager``: kernels are dispatched one by one by eager PyTorch on the host, so a kernel
+  shorter than the host's per-kernel dispatch cost (``CostParams.eager_host_overhead_s``)
+  takes that long.
+* ``fsdp_copies``: FSDP2's copy-out of gathered parameters and copy-in (fp32 cast) of
+  gradients for the reduce-scatter (:mod:`ccoverlap.parallel.fsdp`).
+* ``fp8_cast_kernels_fwd`` / ``fp8_cast_kernels_bwd``: with ``fp8=True``, which linear
+  layers' inputs need their own cast(+transpose) kernel (others are fused into the preceding
+  norm / activation).
+
+A profile is chosen by name (``megatron-lm-2021``, ``megatron-core``, ``torchtitan``,
+``deepspeed``) or by a path to a YAML / JSON / TOML file with the same schema.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ccoverlap.errors import ConfigError
+
+DEFAULT_FRAMEWORK = "megatron-core"
+_DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "frameworks"
+ATTENTION_IMPLS = ("flash", "unfused")
+FLASH_KERNELS = ("native", "fa2")
+SELECTIVE_RECOMPUTE = ("attention", "op")
+LINEARS = ("qkv", "proj", "fc1", "fc2")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameworkProfile:
+    """What the kernels of a step are in one framework (module doc). ``sources`` maps every
+    entry name to where its value comes from."""
+
+    name: str
+    description: str = ""
+    attention: str = "flash"
+    flash_kernel: str = "native"
+    selective_recompute: str = "attention"
+    softmax_fused: bool = True
+    attention_dropout: bool = False
+    hidden_dropout: bool = False
+    norm_fused: bool = True
+    norm_kernels: tuple = (1, 1)
+    bias_act_fused: bool = True
+    bias_dropout_add_fused: bool = True
+    rope_fused: bool = True
+    cross_entropy_fused: bool = False
+    eager: bool = False
+    fsdp_copies: bool = False
+    fp8_cast_kernels_fwd: tuple = ("proj", "fc2")
+    fp8_cast_kernels_bwd: tuple = LINEARS
+    sources: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        where = f"framework profile {self.name!r}"
+        if self.attention not in ATTENTION_IMPLS:
+            raise ConfigError(f"{where}: attention must be one of {ATTENTION_IMPLS}, got {self.attention!r}")
+        if self.flash_kernel not in FLASH_KERNELS:
+            raise ConfigError(f"{where}: flash_kernel must be one of {FLASH_KERNELS}, got {self.flash_kernel!r}")
+        if self.selective_recompute not in SELECTIVE_RECOMPUTE:
+            raise ConfigError(f"{where}: selective_recompute must be one of {SELECTIVE_RECOMPUTE}, "
+                              f"got {self.selective_recompute!r}")
+        for f in ("softmax_fused", "attention_dropout", "hidden_dropout", "norm_fused", "bias_act_fused",
+                  "bias_dropout_add_fused", "rope_fused", "cross_entropy_fused", "eager", "fsdp_copies"):
+            if not isinstance(getattr(self, f), bool):
+                raise ConfigError(f"{where}: {f} must be true or false, got {getattr(self, f)!r}")
+        nk = self.norm_kernels
+        if (not isinstance(nk, (tuple, list)) or len(nk) != 2
+                or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in nk)):
+            raise ConfigError(f"{where}: norm_kernels must be [forward kernels, backward kernels], "
+                              f"positive integers, got {nk!r}")
+        object.__setattr__(self, "norm_kernels", tuple(nk))
+        for f in ("fp8_cast_kernels_fwd", "fp8_cast_kernels_bwd"):
+            v = getattr(self, f)
+            if not isinstance(v, (tuple, list)) or any(x not in LINEARS for x in v):
+                raise ConfigError(f"{where}: {f} must be a list of some of {LINEARS}, got {v!r}")
+            object.__setattr__(self, f, tuple(v))
+
+    @property
+    def flash(self) -> bool:
+        """Whether attention is one fused flash kernel per direction."""
+        return self.attention == "flash"
+
+    def to_dict(self) -> dict:
+        """Entry name -> value (sources left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}
+
+
+_ENTRY_FIELDS = tuple(f.name for f in fields(FrameworkProfile) if f.name not in ("name", "description", "sources"))
+
+
+def profile_from_mapping(data: Any, where: str) -> FrameworkProfile:
+    """A profile from its file contents (``name``, ``description``, ``entries`` of
+    ``{value, source}``). Unknown keys, an entry without ``source`` or a bad value raise one
+    ConfigError naming ``where`` and the entry."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: a framework profile must be a mapping")
+    unknown = sorted(set(data) - {"name", "description", "entries"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown top-level key(s) {unknown}; expected name, description, entries")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}: 'name' must be a non-empty string")
+    entries = data.get("entries") or {}
+    if not isinstance(entries, dict):
+        raise ConfigError(f"{where}: 'entries' must be a mapping of entry name to {{value, source}}")
+    values: dict = {}
+    sources: dict = {}
+    for key, entry in entries.items():
+        if key not in _ENTRY_FIELDS:
+            raise ConfigError(f"{where}: unknown entry {key!r}; expected some of {sorted(_ENTRY_FIELDS)}")
+        if not isinstance(entry, dict) or "value" not in entry:
+            raise ConfigError(f"{where}: entry {key!r} must be a mapping with 'value' and 'source'")
+        src = entry.get("source")
+        if not isinstance(src, str) or not src.strip():
+            raise ConfigError(f"{where}: entry {key!r} has no 'source' (every entry says where it comes from)")
+        extra = sorted(set(entry) - {"value", "source"})
+        if extra:
+            raise ConfigError(f"{where}: entry {key!r}: unknown key(s) {extra}; expected value, source")
+        values[key] = entry["value"]
+        sources[key] = src
+    try:
+        return FrameworkProfile(name=name, description=str(data.get("description", "")), sources=sources, **values)
+    except TypeError as exc:  # pragma: no cover - guarded by the key check above
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def builtin_frameworks() -> list[str]:
+    """Names of the profiles shipped in ``ccoverlap/data/frameworks``."""
+    return sorted(p.stem for p in _DATA_DIR.glob("*.yaml"))
+
+
+@lru_cache(maxsize=64)
+def _load(key: str) -> FrameworkProfile:
+    from ccoverlap.hardware import read_config_file
+
+    path = _DATA_DIR / f"{key}.yaml"
+    if not path.is_file():
+        path = Path(key)
+        if not (key.lower().endswith((".yaml", ".yml", ".json", ".toml")) and path.is_file()):
+            raise ConfigError(f"framework: unknown profile {key!r}; built-in: {', '.join(builtin_frameworks())} "
+                              f"(or a path to a profile file)")
+    return profile_from_mapping(read_config_file(path), f"framework {key!r}")
+
+
+def get_framework(framework: "str | os.PathLike | FrameworkProfile | None") -> FrameworkProfile:
+    """The profile named ``framework`` (a built-in name or a file path); None gives the default
+    (``megatron-core``); a FrameworkProfile is returned as is."""
+    if isinstance(framework, FrameworkProfile):
+        return framework
+    if framework is None:
+        framework = DEFAULT_FRAMEWORK
+    if not isinstance(framework, (str, os.PathLike)):
+        raise ConfigError(f"framework: expected a profile name or file, got {type(framework).__name__}")
+    return _load(str(framework))
+
+
+def check_framework(fw: FrameworkProfile, model, parallel) -> None:
+    """Combinations a profile cannot run: one ConfigError naming the field."""
+    if getattr(parallel, "cp", 1) > 1 and not fw.flash:
+        raise ConfigError(f"cp={parallel.cp}: context parallelism needs flash attention, but framework "
+                          f"{fw.name!r} has attention={fw.attention!r} (Megatron-LM / TransformerEngine "
+                          f"context parallelism runs on fused attention only)")

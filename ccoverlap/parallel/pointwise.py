@@ -1,0 +1,159 @@
+"""Memory-bound (element-wise and reduction) ops of a transformer layer, as a framework runs them.
+
+Every function returns one :class:`~ccoverlap.graph.MemorySpec` standing for one kernel, or
+for a chain of ``kernels`` unfused kernels (each paying a launch, and with ``eager`` profiles a
+host dispatch). Bytes count HBM reads + writes; a *pass* over a tensor of ``n`` elements in the
+compute dtype ``d`` is ``n·d`` bytes; dropout masks are 1 byte per element (PyTorch's
+``native_dropout`` bool mask). ``Tl`` = tokens outside the TP region on this rank (``T/t`` with
+sequence parallelism), ``T`` = tokens inside it, ``h`` hidden, ``f`` the local MLP inner size.
+
+=========================  ===============================  ===================================
+op                         fused (one kernel)                unfused (kernels, passes)
+=========================  ===============================  ===================================
+norm fwd / bwd             2 / 4 passes of [Tl, h]           k_f / k_b kernels x 2 passes
+sublayer epilogue fwd      bias+dropout+residual add:        bias add 2, dropout 2 (+mask),
+                           3 passes (+ mask)                 residual add 3
+sublayer epilogue bwd      dropout bwd 2 (+mask), bias       same, one kernel each
+                           grad 1 pass (only if present)
+residual grad add (bwd)    3 passes (autograd sums the two   same
+                           gradients of the residual fork)
+
+The epilogue and the residual-gradient add are adjacent to a norm on the compute stream
+and are counted inside the norm ops (:func:`norm_fwd`, :func:`norm_bwd`): one op each.
+GELU (bias) fwd / bwd      2 / 3 (+1 bias grad) of [T, f]    bias add 2 + GELU 2 / 3 (+1)
+SwiGLU fwd / bwd           3 / 5 of [T, f]                   SiLU 2 + mul 3 / 6 + 3
+rotary (Q and K) fwd/bwd   inside the attention op           3 kernels each of Q, K: fp32 cast,
+                                                             complex multiply, cast back
+                                                             (20 bytes per element)
+vocab-parallel cross-      read logits, fp32 softmax:        Megatron's / F.cross_entropy on
+entropy fwd / bwd          (d + 8) / (d + 4) B per logit     .float() logits: cast, max, sub,
+                                                             exp, sum, div = (d + 36) / (12 + d)
+FP8 cast(+transpose)       read d, write FP8 and its FP8 transpose: (d + 2) bytes per element
+=========================  ===============================  ===================================
+
+Sources: Megatron-LM ``bias_dropout_add_fused_train``, ``bias_gelu``, ``MixedFusedLayerNorm``,
+``_VocabParallelCrossEntropy``; TransformerEngine ``cast_transpose``; torchtitan
+``apply_rotary_emb`` / ``FeedForward``; the per-profile choices are in the framework YAMLs.
+"""
+
+from __future__ import annotations
+
+from ccoverlap.graph import MemorySpec
+
+MASK_BYTES = 1  # bool dropout mask per element
+
+
+def kernel_spec(ctx, nbytes: float, kernels: int = 1) -> MemorySpec:
+    """A memory-bound op of ``nbytes`` standing for ``kernels`` kernels (host-dispatched ones when
+    the profile is eager)."""
+    k = max(1, int(kernels))
+    return MemorySpec(bytes=float(nbytes), kernels=k, host_kernels=k if ctx.fw.eager else 0)
+
+
+def _norm(ctx, direction: str) -> tuple[float, int]:
+    """(bytes, kernels) of a LayerNorm / RMSNorm on this rank's [Tl, h]: fused forward reads x
+    and writes y, fused backward reads x and dy, writes dx and the weight-grad partials."""
+    n = ctx.local_tokens * ctx.h
+    if ctx.fw.norm_fused:
+        return (2 if direction == "fwd" else 4) * n * ctx.d, 1
+    k = ctx.fw.norm_kernels[0 if direction == "fwd" else 1]
+    return 2 * k * n * ctx.d, k
+
+
+def _epilogue(ctx) -> tuple[float, int]:
+    """(bytes, kernels) at the end of a sublayer on [Tl, h]: (bias add), (hidden dropout),
+    residual add."""
+    n, d, fw = ctx.local_tokens * ctx.h, ctx.d, ctx.fw
+    bias, drop = ctx.model.bias, fw.hidden_dropout
+    mask = MASK_BYTES * n if drop else 0.0
+    if fw.bias_dropout_add_fused:
+        return 3 * n * d + mask, 1
+    return (3 + 2 * int(bias) + 2 * int(drop)) * n * d + mask, 1 + int(bias) + int(drop)
+
+
+def _epilogue_bwd(ctx) -> tuple[float, int]:
+    """(bytes, kernels) of the epilogue's backward: dropout backward and the output bias's
+    gradient (a reduction over tokens); (0, 0) when the sublayer has neither."""
+    n, d, fw = ctx.local_tokens * ctx.h, ctx.d, ctx.fw
+    bias, drop = ctx.model.bias, fw.hidden_dropout
+    nbytes = (2 * n * d + MASK_BYTES * n if drop else 0.0) + (n * d if bias else 0.0)
+    return nbytes, int(bias) + int(drop)
+
+
+def norm_fwd(ctx) -> MemorySpec:
+    """Forward norm of a sublayer, with the previous sublayer's epilogue ((bias add), (dropout),
+    residual add) in the same op: the two are adjacent kernels on the compute stream, so one op
+    with their bytes and kernel count times them alike and keeps the graph small. (The first
+    layer's norm thereby carries one epilogue the embedding does not have: one [Tl, h] add per
+    step.)"""
+    nb, nk = _norm(ctx, "fwd")
+    eb, ek = _epilogue(ctx)
+    return kernel_spec(ctx, nb + eb, nk + ek)
+
+
+def norm_bwd(ctx) -> MemorySpec:
+    """Backward norm of a sublayer, autograd's sum of the two gradients reaching the sublayer's
+    input (3 passes), and the epilogue backward of the sublayer below it (next in backward
+    order): adjacent kernels, one op (see :func:`norm_fwd`)."""
+    nb, nk = _norm(ctx, "bwd")
+    eb, ek = _epilogue_bwd(ctx)
+    return kernel_spec(ctx, nb + 3 * ctx.local_tokens * ctx.h * ctx.d + eb, nk + 1 + ek)
+
+
+def final_norm_bwd(ctx) -> MemorySpec:
+    """The final norm's backward and the epilogue backward of the last layer's MLP."""
+    nb, nk = _norm(ctx, "bwd")
+    eb, ek = _epilogue_bwd(ctx)
+    return kernel_spec(ctx, nb + eb, nk + ek)
+
+
+def act_fwd(ctx, f: int, tokens: int | None = None) -> MemorySpec:
+    """MLP activation on [T, f] (gated: gate and up read, one written)."""
+    T = ctx.tokens if tokens is None else tokens
+    n, d, fw = T * f, ctx.d, ctx.fw
+    if ctx.model.gated_mlp:
+        return kernel_spec(ctx, 3 * n * d) if fw.bias_act_fused else kernel_spec(ctx, 5 * n * d, 2)
+    bias = ctx.model.bias
+    if fw.bias_act_fused:
+        return kernel_spec(ctx, 2 * n * d)
+    return kernel_spec(ctx, (2 + 2 * int(bias)) * n * d, 1 + int(bias))
+
+
+def act_bwd(ctx, f: int, tokens: int | None = None) -> MemorySpec:
+    """Backward of :func:`act_fwd` (plus the fc1 bias gradient when the model has biases)."""
+    T = ctx.tokens if tokens is None else tokens
+    n, d, fw = T * f, ctx.d, ctx.fw
+    if ctx.model.gated_mlp:
+        return kernel_spec(ctx, 5 * n * d) if fw.bias_act_fused else kernel_spec(ctx, 9 * n * d, 3)
+    bias = int(ctx.model.bias)
+    return kernel_spec(ctx, (3 + bias) * n * d, 1 + bias)
+
+
+def rope(ctx) -> MemorySpec | None:
+    """Unfused rotary embedding of Q and K (one direction); None when fused or not rotary."""
+    if ctx.model.position != "rope" or ctx.fw.rope_fused:
+        return None
+    n = ctx.tokens * (ctx.nq + ctx.nkv) * ctx.hd
+    return kernel_spec(ctx, 20.0 * n, 6)
+
+
+def cross_entropy_fwd(ctx, v: int) -> MemorySpec:
+    """Vocab-parallel cross-entropy forward over this rank's [T, v] logits."""
+    n, d = ctx.tokens * v, ctx.d
+    if ctx.fw.cross_entropy_fused:
+        return kernel_spec(ctx, n * (d + 8))
+    return kernel_spec(ctx, n * (d + 36), 6)
+
+
+def cross_entropy_bwd(ctx, v: int) -> MemorySpec:
+    """Cross-entropy backward: the softmax gradient written as the logits' gradient."""
+    n, d = ctx.tokens * v, ctx.d
+    if ctx.fw.cross_entropy_fused:
+        return kernel_spec(ctx, n * (d + 4))
+    return kernel_spec(ctx, n * (12 + d), 2)
+
+
+def fp8_cast(ctx, rows: int, cols: int) -> MemorySpec:
+    """Cast a bf16 [rows, cols] tensor to FP8 with its FP8 transpose (TransformerEngine
+    ``cast_transpose``; the transposed copy feeds the wgrad GEMM)."""
+    return kernel_spec(ctx, rows * cols * (ctx.d + 2))

@@ -1,0 +1,187 @@
+"""Framework profiles: loading, validation, and what each profile makes a layer compute."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import pytest
+
+from ccoverlap.cost.compute import attention_fraction, memory_time_s
+from ccoverlap.cost.params import CostParams
+from ccoverlap.errors import ConfigError
+from ccoverlap.graph import AttentionSpec, GemmSpec, MemorySpec
+from ccoverlap.hardware import CLUSTERS
+from ccoverlap.models import model_from_dict
+from ccoverlap.parallel import BatchConfig, ParallelConfig, build_step
+from ccoverlap.parallel.framework import builtin_frameworks, get_framework, profile_from_mapping
+from ccoverlap.workload import add_workload_arguments, workload_from_args, workload_from_mapping
+
+from parallel_helpers import cluster
+
+# a GPT-2 style model: LayerNorm, biases, GELU, 16 heads of 64, seq 1024
+GPT = model_from_dict({"name": "gpt", "hidden": 1024, "ffn_hidden": 4096, "heads": 16, "kv_heads": 16,
+                       "layers": 2, "vocab": 2048, "seq_len": 1024, "gated_mlp": False, "norm": "layernorm",
+                       "bias": True, "position": "learned", "tied_embeddings": True})
+S = 1024
+
+
+def layer(framework, p=None, phase="fwd", mb=2):
+    p = p or ParallelConfig()
+    sg = build_step(GPT, p, BatchConfig(global_batch=p.dp * mb, micro_batch=mb, seq_len=S), cluster(p.world_size),
+                    framework=framework)
+    return [o for o in sg.graph.ops if o.rank == 0 and o.layer == 1 and o.microbatch == 0 and o.phase == phase]
+
+
+def test_builtin_profiles_exist_and_every_entry_has_a_source():
+    names = builtin_frameworks()
+    assert {"megatron-lm-2021", "megatron-core", "torchtitan", "deepspeed"} <= set(names)
+    for n in names:
+        fw = get_framework(n)
+        assert fw.name == n
+        assert set(fw.sources) == set(fw.to_dict()) - {"name", "description"}
+        assert all(len(s) > 10 for s in fw.sources.values())
+    assert get_framework(None).name == "megatron-core"
+
+
+def test_bad_profiles_name_the_entry(tmp_path):
+    with pytest.raises(ConfigError, match="unknown profile 'nope'"):
+        get_framework("nope")
+    with pytest.raises(ConfigError, match="entry 'attention' has no 'source'"):
+        profile_from_mapping({"name": "x", "entries": {"attention": {"value": "flash"}}}, "f")
+    with pytest.raises(ConfigError, match="unknown entry 'atention'"):
+        profile_from_mapping({"name": "x", "entries": {"atention": {"value": "flash", "source": "typo"}}}, "f")
+    with pytest.raises(ConfigError, match="attention must be one of"):
+        profile_from_mapping({"name": "x", "entries": {"attention": {"value": "sparse", "source": "s"}}}, "f")
+    f = tmp_path / "mine.yaml"
+    f.write_text("name: mine\nentries:\n  eager: {value: false, source: 'CUDA graphs'}\n")
+    fw = get_framework(str(f))
+    assert fw.name == "mine" and fw.eager is False and fw.attention == "flash"
+
+
+def test_unfused_attention_hand_computed():
+    """megatron-lm-2021, micro-batch 2, 16 heads of 64, s = 1024: the batched GEMMs and the
+    memory-bound score ops over b·a·s² = 2·16·1024² = 33.5M elements."""
+    ops = {o.name: o for o in layer("megatron-lm-2021")}
+    qk, pv = ops["attn_qk"].spec, ops["attn_pv"].spec
+    assert isinstance(qk, GemmSpec) and (qk.m, qk.n, qk.k, qk.batch) == (1024, 1024, 64, 32)
+    assert (pv.m, pv.n, pv.k, pv.batch) == (1024, 64, 1024, 32)
+    ns = 2 * 16 * 1024 * 1024
+    assert ops["attn_softmax"].spec.bytes == 2 * ns * 2  # fused scale+mask+softmax: read + write bf16
+    assert ops["attn_dropout"].spec.bytes == ns * (2 * 2 + 1)  # read, write, 1-byte mask
+    assert "attention" not in ops  # no flash kernel
+    bwd = {o.name: o.spec for o in layer("megatron-lm-2021", phase="bwd")}
+    assert {"attn_pv_dgrad", "attn_pv_wgrad", "attn_qk_dgrad", "attn_qk_wgrad"} <= set(bwd)
+    assert bwd["attn_softmax_bwd"].bytes == 3 * ns * 2
+    # the four backward GEMMs carry twice the forward's two
+    f = qk.flops + pv.flops
+    assert sum(bwd[n].flops for n in ("attn_pv_dgrad", "attn_pv_wgrad", "attn_qk_dgrad", "attn_qk_wgrad")) == 2 * f
+
+
+def test_dropout_bias_and_cross_entropy_per_profile():
+    """Hidden dropout and biases add bytes to the norm ops (which carry the residual
+    epilogue); the unfused fp32 cross-entropy moves (d + 36) bytes per logit."""
+    T, h = 2 * S, 1024
+    old = {o.name: o.spec for o in layer("megatron-lm-2021")}
+    new = {o.name: o.spec for o in layer("megatron-core")}
+    # megatron-core: norm 2 passes + fused bias-dropout-add without dropout 3 passes
+    assert new["mlp_norm"].bytes == 5 * T * h * 2
+    # megatron-lm-2021: + the 1-byte dropout mask
+    assert old["mlp_norm"].bytes == 5 * T * h * 2 + T * h
+    sg = build_step(GPT, ParallelConfig(), BatchConfig(global_batch=2, micro_batch=2, seq_len=S), cluster(1),
+                    framework="megatron-lm-2021")
+    (ce,) = [o for o in sg.graph.ops if o.name == "cross_entropy"]
+    assert ce.spec.bytes == T * 2048 * (2 + 36) and ce.spec.kernels == 6
+
+
+def test_recompute_meaning_depends_on_the_framework():
+    p = ParallelConfig(recompute="selective")
+    mc = [o.name for o in layer("megatron-core", p, phase="bwd")]
+    assert mc.count("attention_recompute") == 1
+    tt = [o.name for o in layer("torchtitan", p, phase="bwd")]
+    assert "attention_recompute" not in tt
+    # torchtitan per-op SAC, GELU MLP: matmuls wq wk wv wo w1 w2 -> wk, wo, w2 recomputed
+    assert [n for n in tt if n.startswith("recompute_w")] == ["recompute_wk", "recompute_wo", "recompute_w2"]
+    # megatron-lm-2021 selective: the whole unfused core is recomputed
+    old = [o.name for o in layer("megatron-lm-2021", p, phase="bwd")]
+    assert {"recompute_attn_qk", "recompute_attn_softmax", "recompute_attn_dropout", "recompute_attn_pv"} <= set(old)
+
+
+def test_eager_host_floor_and_unfused_chain_launches():
+    gpu = CLUSTERS["dgx-h100"].gpu
+    p = CostParams()
+    tiny = MemorySpec(bytes=1e3)
+    assert memory_time_s(tiny, gpu, p) == pytest.approx(p.kernel_launch_overhead_s, rel=1e-3)
+    # eager: a 1 kB kernel cannot finish before the host has dispatched it
+    assert memory_time_s(replace(tiny, host_kernels=1), gpu, p) == pytest.approx(p.eager_host_overhead_s)
+    # an unfused chain of 6 kernels pays 6 launches (and 6 dispatches when eager)
+    chain = MemorySpec(bytes=1e3, kernels=6)
+    assert memory_time_s(chain, gpu, p) == pytest.approx(6 * p.kernel_launch_overhead_s, rel=1e-3)
+    assert memory_time_s(replace(chain, host_kernels=6), gpu, p) == pytest.approx(6 * p.eager_host_overhead_s)
+    # a long kernel is not host-bound
+    big = MemorySpec(bytes=3e9, host_kernels=1)
+    assert memory_time_s(big, gpu, p) == pytest.approx(memory_time_s(MemorySpec(bytes=3e9), gpu, p))
+
+
+def test_attention_fraction_by_direction_and_kernel():
+    p = CostParams()
+    fwd = AttentionSpec(flops=1e12, bytes=0)
+    assert attention_fraction(fwd, p) == p.attention_peak_fraction
+    assert attention_fraction(replace(fwd, backward=True), p) == p.attention_bwd_peak_fraction
+    assert attention_fraction(replace(fwd, kernel="fa2"), p) == p.attention_fa2_peak_fraction
+    assert p.attention_fa2_peak_fraction < p.attention_peak_fraction  # FA2 on H100 (FA3 paper)
+    tt = {o.name: o.spec for o in layer("torchtitan")}
+    assert tt["attention"].kernel == "fa2"
+
+
+def test_workload_framework_from_config_and_flag():
+    base = {"model": "llama-3-8b", "cluster": "dgx-h100", "nodes": 1, "parallel": {"dp": 8},
+            "batch": {"global_batch": 8, "seq_len": 2048}}
+    assert workload_from_mapping(dict(base)).framework == "megatron-core"
+    assert workload_from_mapping({**base, "framework": "torchtitan"}).framework == "torchtitan"
+    with pytest.raises(ConfigError, match="unknown profile 'titan'"):
+        workload_from_mapping({**base, "framework": "titan"})
+    with pytest.raises(ConfigError, match="cp=2: context parallelism needs flash attention"):
+        workload_from_mapping({**base, "parallel": {"dp": 4, "cp": 2}, "framework": "megatron-lm-2021"})
+    ap = argparse.ArgumentParser()
+    add_workload_arguments(ap)
+    w = workload_from_args(ap.parse_args(["--model", "llama-3-8b", "--cluster", "dgx-h100", "--nodes", "1",
+                                          "--dp", "8", "--global-batch", "8", "--framework", "torchtitan"]))
+    assert w.framework == "torchtitan"
+
+
+def test_embedding_backward_writes_the_dense_gradient():
+    """PyTorch's embedding backward writes a dense [V, h] gradient, then it is added into the
+    fp32 main gradient: T·h·d + V·h·(2d + 8) bytes (T = 2048, V = 2048, h = 1024, d = 2)."""
+    sg = build_step(GPT, ParallelConfig(), BatchConfig(global_batch=2, micro_batch=2, seq_len=S), cluster(1))
+    (e,) = [o for o in sg.graph.ops if o.name == "embedding_grad" and o.microbatch == 0]
+    assert e.spec.bytes == 2048 * 1024 * 2 + 2048 * 1024 * (2 * 2 + 8)
+
+
+def test_fsdp2_copies_only_in_the_torchtitan_profile():
+    """FSDP2 copies the gathered unit into the parameters on the compute stream (read + write,
+    bf16) and packs its gradients as fp32 for the reduce-scatter (read 2, write 4 bytes)."""
+    p = ParallelConfig(dp=4, data_parallel="fsdp")
+    b = BatchConfig(global_batch=4, micro_batch=1, seq_len=S)
+    n = sum(t.numel for t in GPT.layer_tensors(1))
+    tt = build_step(GPT, p, b, cluster(4), framework="torchtitan")
+    out = [o for o in tt.graph.ops if o.name == "fsdp_copy_out" and o.layer == 1 and o.phase == "fwd"]
+    cin = [o for o in tt.graph.ops if o.name == "fsdp_rs_copy_in" and o.layer == 1]
+    assert len(out) == 1 and out[0].stream == "compute" and out[0].spec.bytes == 2 * n * 2
+    assert len(cin) == 1 and cin[0].stream == "fsdp_rs" and cin[0].spec.bytes == n * (2 + 4)
+    mc = build_step(GPT, p, b, cluster(4), framework="megatron-core")
+    assert not [o for o in mc.graph.ops if o.name.startswith("fsdp_copy") or o.name == "fsdp_rs_copy_in"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--dp", "8", "--framework", "titan"], "unknown profile 'titan'"),
+    (["--dp", "4", "--cp", "2", "--framework", "megatron-lm-2021"], "cp=2: context parallelism needs flash"),
+    (["--dp", "2", "--cp", "4", "--seq-len", "4100"], "seq_len (4100) must be divisible by 2 x cp = 8"),
+])
+def test_cli_bad_framework_or_cp_is_one_line_exit_2(capsys, tmp_path, argv, needle):
+    from ccoverlap.cli import main
+
+    code = main(["simulate", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--nodes", "1",
+                 "--global-batch", "8", "--out", str(tmp_path), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
