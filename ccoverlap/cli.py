@@ -18,10 +18,12 @@ COMMANDS = {
     "plan": "ccoverlap.commands.plan",
     "simulate": "ccoverlap.commands.simulate",
     "analyze": "ccoverlap.commands.analyze",
+    "replay": "ccoverlap.commands.replay",
     "tune": "ccoverlap.commands.tune",
     "ficco": "ccoverlap.commands.ficco",
     "bench": "ccoverlap.commands.bench",
     "calibrate": "ccoverlap.commands.calibrate",
+    "validate": "ccoverlap.commands.validate",
 }
 
 

@@ -238,6 +238,9 @@ class ModelSpec:
 #  [L3.1]  meta-llama/Llama-3.1-405B config.json; Llama 3 paper Table 3 (126 layers, 16384
 #          hidden, 53248 FFN, 128 heads, 8 KV heads); pre-trained at 8K before long-context.
 #  [L2]    meta-llama/Llama-2-70b-hf config.json (vocab 32000, max_position_embeddings 4096).
+#  [L2S]   meta-llama/Llama-2-7b-hf and Llama-2-13b-hf config.json (7B: hidden 4096, intermediate
+#          11008, 32 layers, 32 heads = KV heads; 13B: hidden 5120, intermediate 13824, 40 layers,
+#          40 heads = KV heads; vocab 32000, 4096 positions, untied); Touvron et al. 2023 Table 1.
 #  [GPT3]  Brown et al., 2020, "Language Models are Few-Shot Learners", Table 2.1 (175B:
 #          96 layers, d_model 12288, 96 heads, context 2048); GPT-2 vocabulary 50257, learned
 #          positions, tied embeddings, LayerNorm and biases (GPT-2 architecture).
@@ -261,6 +264,10 @@ _CATALOG = (
               vocab=128256, seq_len=8192, source="[L3] meta-llama/Meta-Llama-3-70B config.json"),
     ModelSpec(name="Llama-3-405B", hidden=16384, ffn_hidden=53248, heads=128, kv_heads=8, layers=126,
               vocab=128256, seq_len=8192, source="[L3.1] meta-llama/Llama-3.1-405B config.json; Llama 3 paper Table 3"),
+    ModelSpec(name="Llama-2-7B", hidden=4096, ffn_hidden=11008, heads=32, kv_heads=32, layers=32,
+              vocab=32000, seq_len=4096, source="[L2S] meta-llama/Llama-2-7b-hf config.json"),
+    ModelSpec(name="Llama-2-13B", hidden=5120, ffn_hidden=13824, heads=40, kv_heads=40, layers=40,
+              vocab=32000, seq_len=4096, source="[L2S] meta-llama/Llama-2-13b-hf config.json"),
     ModelSpec(name="Llama-2-70B", hidden=8192, ffn_hidden=28672, heads=64, kv_heads=8, layers=80,
               vocab=32000, seq_len=4096, source="[L2] meta-llama/Llama-2-70b-hf config.json"),
     ModelSpec(name="GPT-3-175B", hidden=12288, ffn_hidden=49152, heads=96, kv_heads=96, layers=96,
@@ -285,7 +292,8 @@ _CATALOG = (
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _CATALOG}
 _ALIASES = {"llama3-8b": "Llama-3-8B", "llama-3.1-8b": "Llama-3-8B", "llama3-70b": "Llama-3-70B",
             "llama-3.1-70b": "Llama-3-70B", "llama-3.1-405b": "Llama-3-405B", "llama3-405b": "Llama-3-405B",
-            "llama2-70b": "Llama-2-70B", "gpt3-175b": "GPT-3-175B", "gpt-3": "GPT-3-175B", "phi-2-2b": "Phi-2",
+            "llama2-70b": "Llama-2-70B", "llama2-7b": "Llama-2-7B",
+            "llama2-13b": "Llama-2-13B", "gpt3-175b": "GPT-3-175B", "gpt-3": "GPT-3-175B", "phi-2-2b": "Phi-2",
             "phi2": "Phi-2", "mpt7b": "MPT-7B", "mixtral": "Mixtral-8x7B", "deepseek-moe": "DeepSeek-MoE-16B",
             "olmoe": "OLMoE-1B-7B"}
 

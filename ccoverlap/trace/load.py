@@ -105,6 +105,12 @@ class RawTrace:
     rank_source: str = ""
     warnings: list[str] = field(default_factory=list)
     ts_min: float | None = None          # earliest ts of any kept-or-dropped event (µs)
+    # only with ``load_trace(..., keep_runtime=True)`` (replay): the launch's name and duration,
+    # and for each ``cuda_sync`` device event the stream / cudaEventRecord correlation it waits on
+    l_nid: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    l_dur: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
+    k_wait_stream: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    k_wait_corr: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
     @property
     def has_device_events(self) -> bool:
@@ -201,7 +207,7 @@ def _sniff(path: Path) -> None:
 
 # ----------------------------------------------------------------------------- parsing
 
-def load_trace(path: str | Path, *, keep_cpu_ops: bool = True) -> RawTrace:
+def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: bool = False) -> RawTrace:
     """Stream one trace file into a :class:`RawTrace`.
 
     Raises :class:`TraceError` naming the file for: unreadable, empty, not JSON, truncated,
@@ -214,11 +220,13 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True) -> RawTrace:
     A single bad event (invalid JSON inside it, NaN / Infinity / out-of-range numbers, wrong
     types, negative durations) is skipped and counted; the warning names the first ones by
     index and character offset.
+    ``keep_runtime`` also keeps what ``ccoverlap replay`` needs: the name and duration of every
+    launch (``l_nid``/``l_dur``) and the wait args of ``cuda_sync`` events.
     """
     path = Path(path)
     try:
         _sniff(path)
-        raw = _parse_events(path, keep_cpu_ops)
+        raw = _parse_events(path, keep_cpu_ops, keep_runtime)
     except TraceError:
         raise
     except Truncated as exc:
@@ -238,7 +246,7 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True) -> RawTrace:
     return raw
 
 
-def _parse_events(path: Path, keep_cpu_ops: bool = True) -> RawTrace:
+def _parse_events(path: Path, keep_cpu_ops: bool = True, keep_runtime: bool = False) -> RawTrace:
     # The loop below is the analyser's hot path (one pass of a possibly multi-GB file):
     # subscripts instead of .get, bound appends, one chained comparison to validate ts/dur.
     names: list[str] = []
@@ -254,6 +262,7 @@ def _parse_events(path: Path, keep_cpu_ops: bool = True) -> RawTrace:
     c_ts, c_dur = array("d"), array("d")
     l_corr, l_tid = array("q"), array("q")
     l_ts = array("d")
+    l_nid, l_dur, k_wstream, k_wcorr = array("q"), array("d"), array("q"), array("q")   # keep_runtime only
     steps: list[tuple[int, float, float, bool]] = []
     n_events = 0
     n_bad = 0
@@ -345,6 +354,8 @@ def _parse_events(path: Path, keep_cpu_ops: bool = True) -> RawTrace:
                             tid = thread_ids[key] = len(threads)
                             threads.append(key)
                         l_corr_a(corr); l_ts_a(ts); l_tid_a(tid)
+                        if keep_runtime:
+                            _keep_launch(ev.name, dur, names, name_ids, l_nid, l_dur)
                     continue
                 name = ev.name
                 if name.__class__ is not _str:
@@ -389,6 +400,10 @@ def _parse_events(path: Path, keep_cpu_ops: bool = True) -> RawTrace:
                     k_cat.append(dev_cat_code.get(cat, len(DEVICE_CAT_LIST) - 1))
                     grid = args.get("grid")
                     k_shape.append(zlib.crc32(f"{grid}{args.get('block')}".encode()) if grid is not None else 0)
+                    if keep_runtime:
+                        ws, wc = args.get("wait_on_stream", -1), args.get("wait_on_cuda_event_record_corr_id", -1)
+                        k_wstream.append(ws if ws.__class__ is _int and -_I64 < ws < _I64 else -1)
+                        k_wcorr.append(wc if wc.__class__ is _int and -_I64 < wc < _I64 else -1)
                     continue
                 if name.startswith("ProfilerStep"):
                     m = _STEP_RE.match(name)
@@ -401,6 +416,8 @@ def _parse_events(path: Path, keep_cpu_ops: bool = True) -> RawTrace:
                         tid = thread_ids[key] = len(threads)
                         threads.append(key)
                     l_corr_a(corr); l_ts_a(ts); l_tid_a(tid)
+                    if keep_runtime:
+                        _keep_launch(name, dur, names, name_ids, l_nid, l_dur)
             except (AttributeError, TypeError, ValueError, KeyError, OverflowError):
                 n_bad += 1
                 if len(bad_at) < 5:
@@ -456,6 +473,8 @@ def _parse_events(path: Path, keep_cpu_ops: bool = True) -> RawTrace:
         steps=sorted(steps, key=lambda s: s[1]), n_events=n_events, n_malformed=n_bad, float_ts=float_ts,
         ts_min=ts_min,
     )
+    if keep_runtime:
+        raw.l_nid, raw.l_dur, raw.k_wait_stream, raw.k_wait_corr = i64(l_nid), f64(l_dur), i64(k_wstream), i64(k_wcorr)
     if n_bad:
         lexical = {b.index: b for b in es.bad}
         where = []
@@ -467,6 +486,18 @@ def _parse_events(path: Path, keep_cpu_ops: bool = True) -> RawTrace:
                             f"first: {'; '.join(where)}")
     _rank_from_meta(raw)
     return raw
+
+
+def _keep_launch(name, dur, names: list, name_ids: dict, l_nid: array, l_dur: array) -> None:
+    """Append a launch's interned name and duration (µs) to the replay-only columns."""
+    if name.__class__ is not str:
+        name = "?"
+    nid = name_ids.get(name)
+    if nid is None:
+        nid = name_ids[name] = len(names)
+        names.append(name)
+    l_nid.append(nid)
+    l_dur.append(float(dur))
 
 
 def _many_pids(threads: list) -> bool:

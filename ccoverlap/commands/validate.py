@@ -1,0 +1,210 @@
+"""``ccoverlap validate RUNS_FILE``: predicted vs measured step time of real training runs.
+
+Per run: the measured step time (converted from what the source reports by its own FLOP rule),
+the predicted one, the error, and the predicted compute / communication / exposed
+communication; then mean |error|, mean signed error and the worst run. ``--fit PARAMS
+--fit-on SUBSET`` fits named physical cost parameters on the runs of that declared subset,
+reports the error on the others (held out) and writes the calibration file that
+``plan`` / ``simulate --calibration`` read. The published set shipped with ccoverlap is
+``ccoverlap validate published``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ccoverlap.errors import ConfigError
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "data" / "runs" / "published.yaml"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="predicted vs measured step time of real training runs",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs_file", metavar="RUNS_FILE",
+                   help="runs file (YAML/JSON/TOML, see docs/validation.md), or 'published' for the shipped set")
+    p.add_argument("--json", action="store_true", help="print everything as JSON")
+    p.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    p.add_argument("--details", action="store_true", help="per run: source, conversion, assumptions, breakdown")
+    p.add_argument("--run", dest="only", action="append", default=[], metavar="NAME", help="only this run (repeatable)")
+    p.add_argument("--subset", help="only the runs of this declared subset (fit / held-out)")
+    p.add_argument("--calibration", action="append", default=[], metavar="FILE",
+                   help="calibration file(s) to predict with (applied to runs on the file's 'gpu', or to all)")
+    p.add_argument("--fit", metavar="PARAMS", help="comma-separated physical cost parameters to fit")
+    p.add_argument("--fit-on", metavar="SUBSET", help="declared subset to fit on (the runs' 'subset:' value)")
+    p.add_argument("--write-calibration", metavar="PATH", default="ccoverlap-out/validate/calibration.json",
+                   help="where --fit writes its calibration (one file per GPU: PATH with the GPU name "
+                        "inserted when several)")
+    p.add_argument("--jobs", type=int, default=1, help="simulate runs in this many processes")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(run=run)
+
+
+def _load_calibrations(paths: list[str]) -> dict:
+    """``{gpu name or "*": {param: value}}`` from calibration files; only the parameters a
+    file sets override the GPU's defaults (a file without ``gpu`` applies to every GPU)."""
+    from ccoverlap.cost.params import CostParams
+
+    out: dict = {}
+    for path in paths:
+        params = CostParams.load(path).to_dict()  # checks the file (one line on any problem)
+        raw = json.loads(Path(path).read_text())
+        set_here = raw.get("params", raw)
+        out[raw.get("gpu") or "*"] = {k: params[k] for k in set_here}
+    return out
+
+
+def _calibration_paths(path: str, gpus: list[str]) -> dict[str, Path]:
+    p = Path(path)
+    if len(gpus) == 1:
+        return {gpus[0]: p}
+    return {g: p.with_name(f"{p.stem}.{g}{p.suffix or '.json'}") for g in gpus}
+
+
+def run(args: argparse.Namespace) -> int:
+    from ccoverlap.validate.compare import compare_runs, format_details, format_table, stderr_progress, summarize
+    from ccoverlap.validate.predict import cost_params_for
+    from ccoverlap.validate.reader import SUBSETS, load_runs
+
+    path = PUBLISHED if args.runs_file == "published" else Path(args.runs_file)
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    if bool(args.fit) != bool(args.fit_on):
+        raise ConfigError("--fit and --fit-on go together: name the parameters and the subset to fit them on")
+    names = None
+    if args.fit:
+        from ccoverlap.validate.fit import parse_fit_params
+
+        names = parse_fit_params(args.fit)
+        if args.fit_on not in SUBSETS:
+            raise ConfigError(f"--fit-on must be one of the declared subsets {SUBSETS}, got {args.fit_on!r}")
+    if args.subset is not None and args.subset not in SUBSETS:
+        raise ConfigError(f"--subset must be one of {SUBSETS}, got {args.subset!r}")
+    rf = load_runs(path)
+    runs = rf.runs
+    if args.only:
+        known = {r.name for r in runs}
+        missing = [n for n in args.only if n not in known]
+        if missing:
+            raise ConfigError(f"{path}: no run named {missing[0]!r}")
+        runs = [r for r in runs if r.name in args.only]
+    if args.subset:
+        runs = [r for r in runs if r.subset == args.subset]
+        if not runs:
+            raise ConfigError(f"{path}: no run declares subset {args.subset!r}")
+    calib = _load_calibrations(args.calibration) if args.calibration else None
+    progress = None if args.quiet else stderr_progress()
+
+    def params_for(r, overrides=None):
+        return cost_params_for(r, overrides, calib)
+
+    fit_report = None
+    if names:
+        fit_runs = [r for r in runs if r.subset == args.fit_on]
+        if not fit_runs:
+            raise ConfigError(f"{path}: no run declares subset {args.fit_on!r} to fit on")
+        fit_report = _fit(args, names, fit_runs, params_for)
+        fitted = fit_report["values"]
+        rows = compare_runs(runs, params_for=lambda r: params_for(r, fitted.get(r.gpu_name)),
+                            progress=progress, jobs=args.jobs)
+    else:
+        rows = compare_runs(runs, params_for=params_for, progress=progress, jobs=args.jobs)
+
+    summary = summarize(rows)
+    parts = {}
+    if names:
+        parts = {f"{args.fit_on} (fitted on)": summarize(r for r in rows if r.run.subset == args.fit_on),
+                 "held out (every other run)": summarize(r for r in rows if r.run.subset != args.fit_on)}
+    else:
+        for s in SUBSETS:
+            sel = [r for r in rows if r.run.subset == s]
+            if sel and len(sel) < len(rows):
+                parts[s] = summarize(sel)
+
+    if args.json:
+        payload = {"runs_file": str(path), "parameters": "fitted" if names else
+                   ("calibration " + ", ".join(args.calibration) if args.calibration else "defaults (nothing fitted)"),
+                   "summary": summary.as_dict(), "subsets": {k: v.as_dict() for k, v in parts.items()},
+                   "runs": [r.as_dict() for r in rows]}
+        if fit_report:
+            payload["fit"] = fit_report
+        json.dump(payload, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        what = ("parameters fitted on subset " + repr(args.fit_on) if names else
+                "calibration " + ", ".join(args.calibration) if args.calibration else
+                "default cost parameters (nothing fitted)")
+        print(f"{'**' if args.markdown else ''}{path.name}: {len(rows)} runs, {what}{'**' if args.markdown else ''}")
+        print()
+        print(format_table(rows, markdown=args.markdown))
+        print()
+        bullet = "* " if args.markdown else ""
+        print(bullet + summary.line("all runs"))
+        for label, s in parts.items():
+            print(bullet + s.line(label))
+        if fit_report:
+            print()
+            for gpu, vals in fit_report["values"].items():
+                dflt = fit_report["defaults"][gpu]
+                print(bullet + f"fitted on {gpu} ({fit_report['fit_runs'][gpu]} runs): " + ", ".join(
+                    f"{k} {dflt[k]:.4g} -> {v:.4g}" for k, v in vals.items())
+                    + f"; calibration written to {fit_report['written'][gpu]}")
+        if args.details:
+            print()
+            for r in rows:
+                print(format_details(r))
+    if not any(r.ok for r in rows):
+        sys.stderr.write(f"ccoverlap validate: error: no run of {path} could be predicted "
+                         f"(first problem: {rows[0].run.name}: {rows[0].problem})\n")
+        return 2
+    return 0
+
+
+def _fit(args, names, fit_runs, params_for) -> dict:
+    """Fit ``names`` per GPU on ``fit_runs``; write one calibration file per GPU."""
+    from ccoverlap.validate.compare import compare_runs, stderr_progress
+    from ccoverlap.validate.fit import fit_params
+
+    steps: dict = {}  # built once per run, re-simulated with each candidate (single process)
+
+    def loss_fn(group, overrides):
+        rows = compare_runs(group, params_for=lambda r: params_for(r, overrides), jobs=args.jobs,
+                            step_cache=steps if args.jobs == 1 else None)
+        ok = [r for r in rows if r.ok]
+        if not ok:
+            raise ConfigError(f"--fit: no run of subset {args.fit_on!r} on {group[0].gpu_name} could be predicted "
+                              f"({rows[0].run.name}: {rows[0].problem})")
+        return sum((r.error_pct / 100.0) ** 2 for r in ok) / len(ok)
+
+    def say(msg):
+        if not args.quiet:
+            sys.stderr.write(f"validate: {msg}\n")
+            sys.stderr.flush()
+
+    # Runs this build cannot predict take no part in the fit.
+    say(f"fitting {', '.join(names)} on {len(fit_runs)} runs of subset {args.fit_on!r} (one simulation each first)")
+    usable = [r for r in compare_runs(fit_runs, params_for=params_for, jobs=args.jobs,
+                                      progress=None if args.quiet else stderr_progress("validate: fit check"))
+              if r.ok]
+    if not usable:
+        raise ConfigError(f"--fit: no run of subset {args.fit_on!r} could be predicted")
+    res = fit_params([r.run for r in usable], names, loss_fn=loss_fn, progress=say)
+    gpus = list(res.values)
+    paths = _calibration_paths(args.write_calibration, gpus)
+    written = {}
+    for gpu in gpus:
+        group = [r.run for r in usable if r.run.gpu_name == gpu]
+        params = params_for(group[0], res.values[gpu])
+        out = paths[gpu]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        rms = res.loss_after[gpu] ** 0.5
+        params.save(out, gpu=gpu, fit_error=rms,
+                    source=f"ccoverlap validate --fit {','.join(names)} --fit-on {args.fit_on} "
+                           f"on {len(group)} runs of {args.runs_file}")
+        written[gpu] = str(out)
+    return {"parameters": names, "fit_on": args.fit_on, "values": res.values, "defaults": res.defaults,
+            "loss_before": res.loss_before, "loss_after": res.loss_after, "evaluations": res.evaluations,
+            "fit_runs": {g: sum(1 for r in usable if r.run.gpu_name == g) for g in gpus}, "written": written}

@@ -1,0 +1,185 @@
+"""Output of ``ccoverlap replay``: tables, JSON, a picture, and Chrome traces of each scenario.
+
+The Chrome traces keep the Kineto layout ``ccoverlap analyze`` reads: device events with
+their original names, categories, streams and correlation ids, the CUDA runtime calls at
+their replayed times (so each kernel's step is found by its launch, as for a real trace),
+``ProfilerStep#N`` annotations at their replayed times, and the collective args. Times are
+µs since the job's origin; ``traceName`` starts with "ccoverlap simulated" so ``analyze``
+keeps exact times (no µs rounding) and reads back the numbers replay printed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from ccoverlap.replay.core import replayed_ranks
+from ccoverlap.replay.run import ReplayResult, Scenario, recommendation
+
+
+def _ms(x) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.3f}"
+
+
+
+
+def print_report(res: ReplayResult, file: IO | None = None) -> None:
+    """Fidelity table, what-if table (ranked), inferred dependencies, recommendation."""
+    from rich.table import Table
+
+    from ccoverlap.console import make_console
+
+    con = make_console(file, highlight=False)
+    job = res.job
+    steps = "whole window (no ProfilerStep annotation)" if job.whole_window else f"steps: {job.spec}"
+    con.print(f"[bold]ccoverlap replay[/bold] - {len(job.rts)} rank(s), {steps}; times in ms")
+    t = Table(title="Fidelity: replayed vs measured step time (per rank and step)", title_justify="left")
+    for col in ("rank", "step", "measured", "replayed", "error", "structure only", "error (structure)"):
+        t.add_column(col, justify="right")
+    for r in res.fidelity:
+        t.add_row(str(r["rank"]), "-" if r["step"] is None else str(r["step"]), _ms(r["measured_s"]),
+                  _ms(r["replayed_s"]), f"{r['error_pct']:+.2f}%", _ms(r.get("structure_s")),
+                  f"{r.get('structure_error_pct', math.nan):+.2f}%")
+    con.print(t)
+    con.print("  replayed: every op's binding gap as measured (exact by construction when the graph is "
+              "consistent); structure only: GPU-side gaps nominal (0 on a stream, the median launch latency), "
+              "CPU gaps and durations measured - how much of the step the dependencies alone explain")
+    t = Table(title="What-ifs (ranked by gain; step = slowest rank, mean over steps)", title_justify="left")
+    for col in ("scenario", "step time", "exposed comm", "overlap", "gain ms", "gain %", "what changed"):
+        t.add_column(col, justify="right" if col != "what changed" else "left")
+    for s in [res.measured, res.replay]:
+        t.add_row(s.name, _ms(s.step_time_s), _ms(s.exposed_comm_s), f"{s.overlap_ratio:.1%}", "", "", s.note)
+    for s in res.ranked():
+        t.add_row(s.name, _ms(s.step_time_s), _ms(s.exposed_comm_s), f"{s.overlap_ratio:.1%}", _ms(s.gain_s),
+                  f"{s.gain_pct:+.1f}%", s.note)
+    con.print(t)
+    con.print("Dependencies:")
+    for g in job.graph.ranks:
+        inf = g.inferred
+        con.print(f"  rank {g.rank}: launches by correlation id; stream order by stream id; cross-stream "
+                  f"{inf['cross_stream_from_args']} from cuda_sync args, {inf['cross_stream_inferred_from_timing']} "
+                  f"inferred from timing; {inf['host_sync_blocking_calls']} blocking host call(s) "
+                  f"(target inferred from timing when the trace names none); launch latency "
+                  f"{inf['launch_latency_us']:.1f} us")
+    nc = len(job.graph.collectives)
+    con.print(f"  collectives matched across ranks (process group + call order, ends aligned): {nc}"
+              + ("" if len(job.rts) > 1 else " (one rank only: collective durations as measured, "
+                                               "waiting for peers included)"))
+    con.print(f"[bold]Recommendation:[/bold] {recommendation(res)}")
+
+
+def to_dict(res: ReplayResult, extra: dict | None = None) -> dict:
+    """One JSON-ready object (seconds)."""
+    job = res.job
+    doc = {
+        "tool": "ccoverlap replay",
+        "files": job.files,
+        "problems": job.problems,
+        "steps": {"spec": job.spec, "whole_window": job.whole_window},
+        "fidelity": res.fidelity,
+        "measured": res.measured.as_dict(),
+        "replay": res.replay.as_dict(),
+        "whatifs": [s.as_dict() for s in res.ranked()],
+        "dependencies": {str(g.rank): g.inferred for g in job.graph.ranks},
+        "collectives_matched": len(job.graph.collectives),
+        "recommendation": recommendation(res),
+        "cluster": res.cluster,
+    }
+    if extra:
+        doc.update(extra)
+    return _clean(doc)
+
+
+def _clean(x):
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        v = float(x)
+        return float(f"{v:.12g}") if math.isfinite(v) else None
+    return x
+
+
+def write_chrome(res: ReplayResult, scenario: Scenario, out_dir: str | Path) -> list[Path]:
+    """One ``rank-<r>.json.gz`` per rank of ``scenario`` in ``out_dir`` (see the module docstring)."""
+    job = res.job
+    jg = job.graph
+    rts = replayed_ranks(job, scenario.times, scenario.dur)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    world = max((rt.meta.get("world_size") or 0 for rt in job.rts), default=0) or len(job.rts)
+    for gi, (g, rt) in enumerate(zip(jg.ranks, rts)):
+        raw = g.raw
+        tl = rt.timeline
+        ev: list[dict] = []
+        pid_cpu = 1_000_000 + rt.rank
+        for i in range(len(tl)):
+            cat_i = int(raw.k_cat[i])
+            cat = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "kernel", "kernel")[cat_i]
+            args = {"device": int(raw.k_device[i]), "stream": int(raw.k_stream[i]),
+                    "correlation": int(raw.k_corr[i]), "ccoverlap_kind": str(tl.kind[i])}
+            if tl.kind[i] == "comm":
+                args.update({"Collective name": str(tl.collective[i]), "In msg nelems": int(tl.bytes[i]),
+                             "Out msg nelems": int(tl.bytes[i]), "dtype": "Byte",
+                             "Group size": int(rt.group_size[i]), "Process Group Name": str(tl.group[i])})
+            ev.append({"ph": "X", "cat": cat, "name": str(tl.name[i]), "pid": int(raw.k_device[i]),
+                       "tid": int(raw.k_stream[i]), "ts": float(tl.start_s[i]) * 1e6,
+                       "dur": float(tl.end_s[i] - tl.start_s[i]) * 1e6, "args": args})
+        ls, le = rt.meta.get("replayed_launch", (np.empty(0), np.empty(0)))
+        names = job.names.get(rt.rank, [])
+        for j in range(len(ls)):
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": names[j] if j < len(names) else "cudaLaunchKernel",
+                       "pid": pid_cpu, "tid": int(raw.l_tid[j]), "ts": float(ls[j]) * 1e6,
+                       "dur": float(le[j] - ls[j]) * 1e6, "args": {"correlation": int(raw.l_corr[j])}})
+        tids = job.step_threads.get(rt.rank, {})
+        for num, s, e, gpu in rt.meta.get("replayed_steps", []):
+            if gpu:
+                ev.append({"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{num}", "pid": 0,
+                           "tid": 0, "ts": s * 1e6, "dur": (e - s) * 1e6, "args": {}})
+            else:
+                ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{num}", "pid": pid_cpu,
+                           "tid": int(tids.get(num, 0)), "ts": s * 1e6, "dur": (e - s) * 1e6, "args": {}})
+        doc = {"schemaVersion": 1, "traceName": f"ccoverlap simulated replay {scenario.name} rank {rt.rank}",
+               "distributedInfo": {"backend": "nccl", "rank": rt.rank, "world_size": world},
+               "deviceProperties": [{"id": 0, "name": job.device_names.get(rt.rank, "")}],
+               "displayTimeUnit": "ms", "traceEvents": ev}
+        path = out / f"rank-{rt.rank}.json.gz"
+        with gzip.open(path, "wt", compresslevel=1) as fh:
+            json.dump(doc, fh)
+        paths.append(path)
+    return paths
+
+
+def write_png(res: ReplayResult, path: str | Path) -> Path:
+    """Bar chart: step time of measured, replay and every what-if, exposed communication hatched."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sc = [res.measured, res.replay] + res.ranked()
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(sc)), 4))
+    x = np.arange(len(sc))
+    st = [s.step_time_s * 1e3 for s in sc]
+    ex = [min(s.exposed_comm_s, s.step_time_s) * 1e3 for s in sc]
+    ax.bar(x, st, color="#4c72b0", label="step time")
+    ax.bar(x, ex, color="none", edgecolor="#c44e52", hatch="//", label="exposed communication")
+    ax.set_xticks(x, [s.name for s in sc], rotation=30, ha="right")
+    ax.set_ylabel("ms")
+    ax.set_title("ccoverlap replay: step time per scenario")
+    ax.legend()
+    fig.tight_layout()
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, dpi=100)
+    plt.close(fig)
+    return p

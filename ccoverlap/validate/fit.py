@@ -1,0 +1,139 @@
+"""Fit named physical cost parameters on the runs of a declared subset, judge them on the rest.
+
+Only efficiencies and overheads of :class:`~ccoverlap.cost.params.CostParams` may be fitted
+(names ending in ``_fraction``, ``_efficiency``, ``_overhead_s``, ``_latency_s`` or
+``_interference``); tile shapes, bandwidths and shape exponents are refused. A value is fitted
+per GPU (each GPU has its own defaults and its own calibration file), shared by every run on
+that GPU in the fit subset: no per-run factor.
+
+The objective is the mean squared relative error of the predicted step times, minimised by
+coordinate descent with a golden-section search inside each parameter's physical bounds (the
+step time is monotone in each efficiency, so one pass per coordinate nearly suffices).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Callable
+
+from ccoverlap.errors import ConfigError
+
+FITTABLE_SUFFIXES = ("_fraction", "_efficiency", "_overhead_s", "_latency_s", "_interference")
+_GOLDEN = (math.sqrt(5) - 1) / 2
+
+
+def fittable_params() -> list[str]:
+    """CostParams fields that are physical efficiencies or overheads (may be fitted)."""
+    from ccoverlap.cost.params import CostParams
+
+    return [f.name for f in fields(CostParams)
+            if f.name.endswith(FITTABLE_SUFFIXES) or f.name.startswith("link_efficiency_")]
+
+
+def parse_fit_params(text: str) -> list[str]:
+    """``a,b,c`` -> checked names; ConfigError for unknown or non-physical parameters."""
+    from ccoverlap.cost.params import CostParams
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ConfigError("--fit: give one or more cost parameter names, comma-separated")
+    known = {f.name for f in fields(CostParams)}
+    ok = set(fittable_params())
+    for n in names:
+        if n not in known:
+            raise ConfigError(f"--fit: unknown cost parameter {n!r}; fittable: {', '.join(sorted(ok))}")
+        if n not in ok:
+            raise ConfigError(f"--fit: {n!r} is not a physical efficiency or overhead and may not be fitted "
+                              f"(only names ending in {', '.join(FITTABLE_SUFFIXES)} or link_efficiency_*); "
+                              f"fittable: {', '.join(sorted(ok))}")
+    if len(set(names)) != len(names):
+        raise ConfigError("--fit: a parameter is named twice")
+    return names
+
+
+def bounds(name: str, default: float) -> tuple[float, float]:
+    """Physical range searched for ``name``: fractions and efficiencies in [0.05, 1];
+    overheads and latencies in [0, max(10 x default, 50 us)]; interference in [0, 2]."""
+    if name.endswith(("_fraction", "_efficiency")) or name.startswith("link_efficiency_"):
+        return 0.05, 1.0
+    if name.endswith(("_overhead_s", "_latency_s")):
+        return 0.0, max(10.0 * default, 50e-6)
+    return 0.0, 2.0
+
+
+@dataclass
+class FitResult:
+    """Fitted values per GPU, the objective before/after and how many simulations it took."""
+
+    values: dict = field(default_factory=dict)        # gpu -> {param: value}
+    defaults: dict = field(default_factory=dict)      # gpu -> {param: default}
+    loss_before: dict = field(default_factory=dict)   # gpu -> mean squared relative error
+    loss_after: dict = field(default_factory=dict)
+    evaluations: int = 0
+
+
+def _golden(f: Callable[[float], float], lo: float, hi: float, *, iters: int) -> tuple[float, float]:
+    a, b = lo, hi
+    c, d = b - _GOLDEN * (b - a), a + _GOLDEN * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iters):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - _GOLDEN * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + _GOLDEN * (b - a)
+            fd = f(d)
+    return (c, fc) if fc <= fd else (d, fd)
+
+
+def fit_params(runs, names: list[str], *, loss_fn: Callable[[list, dict], float],
+               rounds: int = 2, iters: int = 10, progress: Callable[[str], None] | None = None) -> FitResult:
+    """Fit ``names`` per GPU on ``runs`` (the fit subset). ``loss_fn(runs_of_gpu, overrides)``
+    returns the mean squared relative error of those runs' predictions with ``overrides``
+    applied (the caller simulates). Coordinate descent, ``rounds`` passes, ``iters``
+    golden-section steps per coordinate, each kept only if it lowers the loss."""
+    from ccoverlap.validate.predict import cost_params_for
+
+    out = FitResult()
+    by_gpu: dict[str, list] = {}
+    for r in runs:
+        by_gpu.setdefault(r.gpu_name, []).append(r)
+    for gpu, group in by_gpu.items():
+        base = cost_params_for(group[0]).to_dict()
+        cur = {n: float(base[n]) for n in names}
+        out.defaults[gpu] = dict(cur)
+        cache: dict[tuple, float] = {}
+
+        def loss(values: dict) -> float:
+            key = tuple(round(values[n], 12) for n in names)
+            if key not in cache:
+                cache[key] = loss_fn(group, dict(values))
+                out.evaluations += 1
+                if progress:
+                    progress(f"fit {gpu}: evaluation {out.evaluations}: "
+                             + ", ".join(f"{n}={values[n]:.4g}" for n in names)
+                             + f" -> rms relative error {math.sqrt(cache[key]):.2%}")
+            return cache[key]
+
+        best = loss(cur)
+        out.loss_before[gpu] = best
+        for rnd in range(rounds):
+            improved = False
+            for n in names:
+                lo, hi = bounds(n, out.defaults[gpu][n])
+
+                def along(x, n=n):
+                    return loss({**cur, n: x})
+                x, fx = _golden(along, lo, hi, iters=iters)
+                if progress:
+                    progress(f"fit {gpu}: round {rnd + 1}, {n} = {x:.4g} (loss {fx:.5f}, was {best:.5f})")
+                if fx < best * (1 - 1e-6):
+                    cur[n], best, improved = x, fx, True
+            if not improved:
+                break
+        out.values[gpu] = cur
+        out.loss_after[gpu] = best
+    return out
