@@ -59,6 +59,11 @@ def search_best_knobs(planner: Planner, w: Workload | None = None, *, progress: 
     space = knob_space(w)
     best_w = replace(w, knobs=replace(w.knobs, overlap=True))
     best = planner.evaluate(best_w, "best-knobs")
+    screened = w is not w_full
+    # in screened mode a candidate better on the screened step is confirmed on the full step
+    # before it is accepted (plain steps simulate fast; this rejects gains that only exist
+    # with few micro-batches)
+    best_full = planner.evaluate(planner.restore(best_w, w_full), "best-knobs") if screened else best
     planner.pin(best_w)  # the winner's timeline is returned: keep the current best's
     evaluated = {workload_key(best_w)}
     n_evals = 1
@@ -84,6 +89,13 @@ def search_best_knobs(planner: Planner, w: Workload | None = None, *, progress: 
             for (value, cand_w), res in zip(cands, results):
                 better = res.step_time_s < best.step_time_s * (1 - 1e-9)
                 if res.fits_memory and (better or not best.fits_memory):
+                    if screened:
+                        full = planner.evaluate(planner.restore(cand_w, w_full), "best-knobs")
+                        n_evals += 1
+                        if not (full.fits_memory and (full.step_time_s < best_full.step_time_s * (1 - 1e-9)
+                                                      or not best_full.fits_memory)):
+                            continue
+                        best_full = full
                     planner.pin(best_w, False)
                     planner.pin(cand_w)
                     best_w, best, improved = cand_w, res, True

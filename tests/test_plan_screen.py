@@ -64,4 +64,4 @@ def test_reported_times_are_full_simulations():
     assert best.step_time_s == check.evaluate(fast.best_workload, "check").step_time_s
     assert best.tokens_per_s == pytest.approx(PIPE.batch.tokens / best.step_time_s, rel=1e-9)
     autoccl = next(s for s in fast.strategies if s.name == "autoccl")
-    assert "on 6 micro-batches, the choice simulated in full" in autoccl.note
+    assert "on 6 micro-batches, gains confirmed and the choice simulated in full" in autoccl.note

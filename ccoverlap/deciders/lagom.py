@@ -445,6 +445,9 @@ def _tune_workload(planner, w, method: str, *, top: int = 2):
     else:
         best_w, best = w, planner.evaluate(w, method)
         sims = 1
+        screened = w is not w_full
+        # screened: a candidate better on the screened step is confirmed on the full step
+        best_full = planner.evaluate(planner.restore(w, w_full), method) if screened else best
         for pg, cands in candidates.items():
             # each candidate replaces only this group's configuration of the current best, so
             # they are independent: simulated together (in worker processes where possible)
@@ -457,12 +460,19 @@ def _tune_workload(planner, w, method: str, *, top: int = 2):
             sims += len(cand_ws)
             for cfg, cand_w, res in zip(cands, cand_ws, results):
                 if res.fits_memory and res.step_time_s < best.step_time_s * (1 - 1e-9):
+                    if screened:
+                        full = planner.evaluate(planner.restore(cand_w, w_full), method)
+                        sims += 1
+                        if not (full.fits_memory and full.step_time_s < best_full.step_time_s * (1 - 1e-9)):
+                            continue
+                        best_full = full
                     best_w, best, chosen[pg] = cand_w, res, cfg
     best = planner.evaluate(planner.restore(best_w, w_full), method)
     what = "Lagom" if method == "lagom" else "AutoCCL-style tuning"
     screened = ""
     if w is not w_full:
-        screened = f" on {w.batch.microbatches(w.parallel.dp)} micro-batches, the choice simulated in full"
+        screened = (f" on {w.batch.microbatches(w.parallel.dp)} micro-batches, gains confirmed and the choice "
+                    f"simulated in full")
     tail = f"({what} on {len(groups)} overlap group(s), {profiles} profiles, {sims} step simulations{screened})"
     if chosen:
         best.note = "; ".join(f"{pg}: {_fmt_config(c)}" for pg, c in chosen.items()) + " " + tail
