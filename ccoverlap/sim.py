@@ -79,31 +79,42 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
     order_l = order.tolist()
     queues = [order_l[a:a + c] for a, c in zip(firsts.tolist(), counts.tolist())]
     # specs interned by value: ops stamped from one template share one spec object
+    spec_ids = list(map(id, spec_objs))
     spec_of_value: dict = {}
     specs: list = []
     index_of_id: dict[int, int] = {id(None): -1}
-    for obj in {id(x): x for x in spec_objs}.values():
+    for obj in dict(zip(spec_ids, spec_objs)).values():
         if obj is not None:
             si = spec_of_value.get(obj)
             if si is None:
                 si = spec_of_value[obj] = len(specs)
                 specs.append(obj)
             index_of_id[id(obj)] = si
-    op_spec = [index_of_id[id(x)] for x in spec_objs]  # -1 without a spec
-    # duration override (seconds) or 0 for an op without a spec, else None (ask the cost model)
-    fixed = [d if d is not None else (0.0 if si < 0 else None)
-             for d, si in zip(durations_given, op_spec)]
-    waiting_deps = [len(d) for d in deps_of]
-    src = np.fromiter(itertools.chain.from_iterable(deps_of), dtype=np.int64, count=sum(waiting_deps))
-    dst = np.repeat(np.arange(n), waiting_deps)
+    op_spec = list(map(index_of_id.__getitem__, spec_ids))  # -1 without a spec
+    # duration override (seconds) or 0 for an op without a spec, else None (ask the cost model);
+    # indexed by spec index, -1 (no spec) picking the last entry
+    fixed = list(map(([None] * len(specs) + [0.0]).__getitem__, op_spec))
+    if durations_given.count(None) != n:
+        for i, d in enumerate(durations_given):
+            if d is not None:
+                fixed[i] = d
+    wd = np.fromiter(map(len, deps_of), dtype=np.int64, count=n)
+    waiting_deps = wd.tolist()
+    src = np.fromiter(itertools.chain.from_iterable(deps_of), dtype=np.int64, count=int(wd.sum()))
+    dst = np.repeat(np.arange(n), wd)
     by_src = np.argsort(src, kind="stable")
-    dst_l = dst[by_src].tolist()
-    ptr = np.concatenate(([0], np.cumsum(np.bincount(src, minlength=n)))).tolist()
+    dst_sorted = dst[by_src]
+    dst_l = dst_sorted.tolist()
+    n_dependents = np.bincount(src, minlength=n)
+    ptr_a = np.concatenate(([0], np.cumsum(n_dependents)))
+    ptr = ptr_a.tolist()
     dependents = [dst_l[a:b] for a, b in zip(ptr[:-1], ptr[1:])]
     # simple[i]: the op that surely starts, alone, when i ends (i's only dependent, waiting on
     # i only, next on i's stream), else -1
-    simple = [ds[0] if len(ds) == 1 and waiting_deps[ds[0]] == 1 and op_stream[ds[0]] == op_stream[i]
-              and op_pos[ds[0]] == op_pos[i] + 1 else -1 for i, ds in enumerate(dependents)]
+    one = n_dependents == 1
+    cand = np.where(one, dst_sorted[np.minimum(ptr_a[:-1], max(len(dst_sorted) - 1, 0))] if len(dst_sorted)
+                    else 0, 0)
+    simple = np.where(one & (wd[cand] == 1) & (sarr[cand] == sarr) & (pos[cand] == pos + 1), cand, -1).tolist()
     n_streams = len(queues)
     head = [0] * n_streams
     busy = [False] * n_streams
