@@ -168,8 +168,11 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
     version = [0] * n
     inf = float("inf")
     push = heapq.heappush
-    # Quiet-rank spans: rank -> (op ids, their end times, state of the first op when planned).
-    spans: dict[int, tuple[list[int], list[float], list[float]]] = {}
+    # Quiet-rank spans: rank -> (op ids, their end times, state of the first op when planned,
+    # forks, after) where forks maps the span index of a fork's first-ending op to the two fork
+    # ops and their running states (in start order), and after maps the index of the fork's
+    # other op to (its start, its state once the first one ended); both None without forks.
+    spans: dict[int, tuple] = {}
     finished = 0
 
     def plan_span(rank: int, i0: int, state: list, f0: float) -> bool:
@@ -177,9 +180,15 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         after the other, each alone on the rank, as long as each one's end starts exactly one
         op of this rank and nothing elsewhere: their times are then known now (each runs at
         its stand-alone speed). Record them as a span with one heap event at its end. Returns
-        False (and plans nothing) when the span would hold ``i0`` only."""
+        False (and plans nothing) when the span would hold ``i0`` only.
+
+        A *fork* is followed too: an op whose end starts exactly two ops of this rank (a
+        backward GEMM's weight-gradient beside its data-gradient all-reduce) when the one that
+        ends first starts nothing: both run together at their contended speeds until the first
+        ends, then the other alone, with the event loop's arithmetic."""
         ids = [i0]
         ends = [f0]
+        forks = after = None
         lwait: dict[int, int] = {}
         lhead: dict[int, int] = {}
         i, t = i0, f0
@@ -200,6 +209,7 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
                 i = j
                 continue
             nxt = -1
+            nxt2 = -1
             many = False
             for c in dependents[i]:
                 if op_rank[c] != rank:
@@ -210,21 +220,92 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
                 if w == 0:
                     csid = op_stream[c]
                     if op_pos[c] == lhead.get(csid, head[csid]):
-                        if nxt >= 0:
+                        if nxt2 >= 0:
                             many = True
                             break
-                        nxt = c
+                        if nxt >= 0:
+                            nxt2 = c
+                        else:
+                            nxt = c
             if many:
                 break
             q = queues[sid]
             if pos < len(q):
                 c = q[pos]
-                if c != nxt and lwait.get(c, waiting_deps[c]) == 0:
-                    if nxt >= 0:
+                if c != nxt and c != nxt2 and lwait.get(c, waiting_deps[c]) == 0:
+                    if nxt2 >= 0:
                         break
+                    # the next op of i's stream is started first (the event loop tries i's
+                    # stream before its dependents' streams)
+                    if nxt >= 0:
+                        nxt2 = nxt
                     nxt = c
             if nxt < 0:
                 break
+            if nxt2 >= 0:  # a fork: nxt and nxt2 start together, in this order
+                if nxt != q[pos] if pos < len(q) else True:
+                    # both are dependents: start order is the order their streams first appear
+                    # among i's dependents
+                    s1, s2 = op_stream[nxt], op_stream[nxt2]
+                    for c in dependents[i]:
+                        cs = op_stream[c]
+                        if cs == s1:
+                            break
+                        if cs == s2:
+                            nxt, nxt2 = nxt2, nxt
+                            break
+                if fixed[nxt] is not None or fixed[nxt2] is not None:
+                    break
+                sa, sb = op_spec[nxt], op_spec[nxt2]
+                ds = together.get((sa, sb))
+                if ds is None:
+                    ds = together[(sa, sb)] = [duration_of_spec(sa, (sb,)), duration_of_spec(sb, (sa,))]
+                da, db = ds
+                if da <= 0.0 or db <= 0.0:
+                    break
+                ra, rb = 1.0 / da, 1.0 / db
+                fa, fb = t + 1.0 / ra, t + 1.0 / rb
+                if fa == fb:
+                    break
+                if fa < fb:
+                    e1, e2, t1, r2 = nxt, nxt2, fa, rb
+                else:
+                    e1, e2, t1, r2 = nxt2, nxt, fb, ra
+                # e1's end must start nothing (e2 still runs) and touch no other rank
+                sid1 = op_stream[e1]
+                pos1 = op_pos[e1] + 1
+                lhead[sid1] = pos1
+                for c in dependents[e1]:
+                    if op_rank[c] != rank:
+                        many = True
+                        break
+                    w = lwait.get(c, waiting_deps[c]) - 1
+                    lwait[c] = w
+                    if w == 0:
+                        csid = op_stream[c]
+                        if op_pos[c] == lhead.get(csid, head[csid]):
+                            many = True
+                            break
+                if many:
+                    break
+                q1 = queues[sid1]
+                if pos1 < len(q1) and lwait.get(q1[pos1], waiting_deps[q1[pos1]]) == 0:
+                    break
+                rem = 1.0 - (t1 - t) * r2
+                rem = rem if rem > 0.0 else 0.0
+                d = duration(e2, ())
+                rate2 = inf if d <= 0.0 else 1.0 / d
+                f2 = t1 if rate2 == inf else t1 + rem / rate2
+                if forks is None:
+                    forks, after = {}, {}
+                forks[len(ids)] = (nxt, [1.0, ra, t], nxt2, [1.0, rb, t])
+                after[len(ids) + 1] = (t, [rem, rate2, t1])
+                ids.append(e1)
+                ends.append(t1)
+                ids.append(e2)
+                ends.append(f2)
+                i, t = e2, f2
+                continue
             d = duration(nxt, ())
             t = t + d
             ids.append(nxt)
@@ -234,7 +315,7 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             return False
         del running[rank][i0]
         version[i0] += 1  # an event pushed for i0 while it had company no longer holds
-        spans[rank] = (ids, ends, state)
+        spans[rank] = (ids, ends, state, forks, after)
         last = ids[-1]
         version[last] += 1
         push(heap, (t, version[last], last))
@@ -244,7 +325,7 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         """Turn ``rank``'s span back into ordinary running state at ``now``: its ops that ended
         by then are booked, the one running becomes a running op again (``whole``: the span's
         end event is being handled, so every op but the last is booked and the last runs)."""
-        ids, ends, state0 = spans.pop(rank)
+        ids, ends, state0, forks, after = spans.pop(rank)
         last = ids[-1]
         if not whole:
             version[last] += 1  # its end event no longer holds
@@ -269,6 +350,27 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             for dep in dependents[oid]:
                 waiting_deps[dep] -= 1
         cur = ids[k]
+        run = running.get(rank)
+        if run is None:
+            run = running[rank] = {}
+        if forks is not None:
+            for kk, (s0, _) in after.items():  # a fork's second op started with the first
+                if kk < k:
+                    start[ids[kk]] = s0
+            fk = forks.get(k)
+            if fk is not None:  # both fork ops run now
+                a, sa, b, sb = fk
+                start[a] = start[b] = ends[k - 1]
+                busy[op_stream[a]] = busy[op_stream[b]] = True
+                run[a] = sa
+                run[b] = sb
+                return
+            af = after.get(k)
+            if af is not None:  # the fork's second op runs alone
+                start[cur] = af[0]
+                busy[op_stream[cur]] = True
+                run[cur] = af[1]
+                return
         if k == 0:
             st = state0
         else:
@@ -276,9 +378,6 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             busy[op_stream[cur]] = True
             d = duration(cur, ())
             st = [1.0, inf if d <= 0.0 else 1.0 / d, ends[k - 1]]
-        run = running.get(rank)
-        if run is None:
-            run = running[rank] = {}
         run[cur] = st
 
     def reschedule(rank: int, now: float) -> None:
