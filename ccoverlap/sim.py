@@ -192,22 +192,23 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         lwait: dict[int, int] = {}
         lhead: dict[int, int] = {}
         i, t = i0, f0
+        add_id, add_end = ids.append, ends.append
         while True:
-            sid = op_stream[i]
-            pos = op_pos[i] + 1  # i heads its stream: the stream's head once i is done
-            lhead[sid] = pos
             j = simple[i]
-            if j >= 0:
+            while j >= 0:  # (j is next on i's stream: lhead is set once the chain of simple ops ends)
                 d = fixed[j]
                 if d is None:
                     d = alone[op_spec[j]]
                     if d is None:
                         d = duration(j, ())
                 t = t + d
-                ids.append(j)
-                ends.append(t)
+                add_id(j)
+                add_end(t)
                 i = j
-                continue
+                j = simple[i]
+            sid = op_stream[i]
+            pos = op_pos[i] + 1  # i heads its stream: the stream's head once i is done
+            lhead[sid] = pos
             nxt = -1
             nxt2 = -1
             many = False
