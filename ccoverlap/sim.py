@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+from operator import itemgetter
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
@@ -64,12 +65,22 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
 
     # ---- static tables (one transpose of the Op records, comprehensions and numpy: no per-op
     # Python statements)
-    _, names, op_rank, stream_names, spec_objs, deps_of, durations_given = list(zip(*ops))[:7]
-    stream_ids: dict[tuple[int, str], int] = {}
-    op_stream = [stream_ids.setdefault(k, len(stream_ids)) for k in zip(op_rank, stream_names)]
-    stream_rank = [r for r, _ in stream_ids]
-    n_streams = len(stream_ids)
-    sarr = np.asarray(op_stream, dtype=np.int64)
+    # the six columns needed (one itemgetter pass each is cheaper than transposing all ten)
+    names, op_rank, stream_names, spec_objs, deps_of, durations_given = (
+        list(map(itemgetter(k), ops)) for k in range(1, 7))
+    # streams: integer ids in first-use order of (rank, stream)
+    name_code = {s: c for c, s in enumerate(dict.fromkeys(stream_names))}
+    rank_arr = np.fromiter(op_rank, dtype=np.int64, count=n)
+    key = rank_arr * len(name_code) + np.fromiter(map(name_code.__getitem__, stream_names), dtype=np.int64,
+                                                  count=n)
+    _, first_use, inverse = np.unique(key, return_index=True, return_inverse=True)
+    by_first_use = np.argsort(first_use, kind="stable")
+    renumber = np.empty(len(first_use), dtype=np.int64)
+    renumber[by_first_use] = np.arange(len(first_use))
+    sarr = renumber[inverse.reshape(-1)]
+    op_stream = sarr.tolist()
+    stream_rank = rank_arr[first_use[by_first_use]].tolist()
+    n_streams = len(first_use)
     order = np.argsort(sarr, kind="stable")
     counts = np.bincount(sarr, minlength=n_streams)
     firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))
@@ -500,7 +511,7 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         )
     if progress is not None:
         progress(n, n)
-    return _to_timeline(graph, start, end, op_spec, specs, (op_rank, stream_names, names))
+    return _to_timeline(graph, start, end, op_spec, specs, (rank_arr, stream_names, names))
 
 
 def _to_timeline(graph: OpGraph, start: list[float], end: list[float], op_spec: list[int],
