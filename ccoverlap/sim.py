@@ -495,8 +495,25 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
                         open_span(r2, now, False)
                         touched.add(r2)
         # newly startable ops: next on each finished op's stream, and heads waiting on them
+        # (try_start, inlined)
         for sid in candidates:
-            try_start(sid, now, touched)
+            if busy[sid]:
+                continue
+            q = queues[sid]
+            h = head[sid]
+            if h >= len(q):
+                continue
+            oid = q[h]
+            if waiting_deps[oid]:
+                continue
+            busy[sid] = True
+            start[oid] = now
+            rank = stream_rank[sid]
+            run = running.get(rank)
+            if run is None:
+                run = running[rank] = {}
+            run[oid] = [1.0, 0.0, now]
+            touched.add(rank)
         for rank in touched:
             reschedule(rank, now)
         if progress is not None and finished >= report_at:
