@@ -110,7 +110,8 @@ def forward(seg, ctx, src: int, prefix: str = "") -> int:
     recv = src
     a = src
     for i in range(cp):
-        spec = flash_fwd_spec(ctx, share=share)
+        # step 0: the causal diagonal block of the local tokens; later blocks are unmasked
+        spec = flash_fwd_spec(ctx, share=share, causal_len=T if i == 0 else 0)
         if i and not unfused:
             spec = replace(spec, bytes=spec.bytes + _rescale_bytes(ctx))
         send = recv
@@ -148,7 +149,7 @@ def backward(seg, ctx, src: int) -> int:
         send = recv
         if unfused and i < cp - 1:
             send = a = seg.add(f"cp_kv_cat_bwd{i}", kernel_spec(ctx, 2.0 * blk), deps=(a, recv, dkv) if i else (src,))
-        a = seg.add(f"attention_bwd{i}", flash_bwd_spec(ctx, share=share),
+        a = seg.add(f"attention_bwd{i}", flash_bwd_spec(ctx, share=share, causal_len=T if i == 0 else 0),
                     deps=(a, recv, dkv) if i else (a,))
         if unfused:  # fp32 accumulation of dQ, dK, dV and the cat of dK, dV for their rotation
             a = seg.add(f"cp_grad_acc{i}", kernel_spec(ctx, grad_acc_bytes(ctx, i, i == cp - 1), 4), deps=(a,))
