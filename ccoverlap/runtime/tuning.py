@@ -193,7 +193,7 @@ def auto_choice(
     name, reason = choose_schedule(
         max(big_m, 1), max(other, 1), max(split_dim, 1), p, a.element_size(),
         peak_flops=spec.peak_flops(a.dtype), mem_bw_bytes_per_s=spec.mem_bw_bytes_per_s,
-        comm_engine=comm_engine,
+        comm_engine=comm_engine, link_bw_bytes_per_s=spec.link_bw_bytes_per_s,
     )  # fmt: skip
     return name, f"{reason} [{spec.name}]"
 
