@@ -49,6 +49,9 @@ _mode = os.environ.get("CCOVERLAP_CHECK_SHAPES", "always")
 _host_groups: dict[int, object] = {}
 _seen: set[tuple[str, int]] = set()
 _WIDTH = 64  # full descriptor length (int64) in the slow path
+#: Exchange a fingerprint first (True) or always the full descriptor table (False, the first
+#: version; kept so benchmarks/bench_runtime_check.py can compare). Must be equal on every rank.
+FINGERPRINT_FIRST = True
 
 
 class ShapeMismatchError(ConfigError):
@@ -143,10 +146,12 @@ def agree(
     # out_features or DMA availability), every rank sees that in the same gathered list and all
     # of them fall back to gathering the full descriptors.
     fp = _fingerprint(row)
-    fps = torch.empty(p, dtype=torch.int64, device=dev)
-    comm.all_gather_into(fps, torch.tensor([fp], dtype=torch.int64).to(dev), group=cgroup, async_op=False)
-    fps_l = fps.tolist() if dev.type == "cpu" else fps.cpu().tolist()
-    if all(f == fp for f in fps_l):
+    fps_l = [fp + 1]
+    if FINGERPRINT_FIRST:
+        fps = torch.empty(p, dtype=torch.int64, device=dev)
+        comm.all_gather_into(fps, torch.tensor([fp], dtype=torch.int64).to(dev), group=cgroup, async_op=False)
+        fps_l = fps.tolist() if dev.type == "cpu" else fps.cpu().tolist()
+    if FINGERPRINT_FIRST and all(f == fp for f in fps_l):
         table, msg = _evaluate(op, [list(row)] * p, names, int_names, rules)
         if msg:
             raise ShapeMismatchError(msg)
