@@ -2,8 +2,7 @@
 
 1. **Enumerate** the legal layouts: TP (dividing a node and the attention / KV heads; sequence
    parallelism on whenever TP > 1, as Megatron-LM recommends), PP (dividing the layers), CP
-   (extension point: enumerated once ``ParallelConfig`` has a ``cp`` field, see
-   :func:`cp_degrees`), DP filling the rest of the cluster, FSDP vs DDP, micro-batch,
+   (when ``ParallelConfig`` has a ``cp`` field, see :func:`cp_degrees`), DP filling the rest of the cluster, FSDP vs DDP, micro-batch,
    recomputation (none / selective / full) and PP schedule (1F1B, interleaved with 2 virtual
    stages). Illegal combinations are dropped by the same checks as ``plan``
    (:func:`ccoverlap.parallel.config.config_problems`).
@@ -180,10 +179,8 @@ def screen_estimate(model, cluster, p, b, cost) -> float:
         rc = float(cost.duration_s(ctx.attention_fwd(), ()))
     else:
         rc = 0.0
-    # with context parallelism each rank holds 1/cp of the tokens; dividing by cp keeps the
-    # estimate low (safe for the bound) whether or not the layer templates already do
-    cp = getattr(p, "cp", 1)
-    per_stage = (model.layers // p.pp) * (f + bw + rc) / cp
+    # with context parallelism the layer templates hold 1/cp of the tokens (LayerCtx.tokens)
+    per_stage = (model.layers // p.pp) * (f + bw + rc)
     M = b.global_batch // (p.dp * b.micro_batch)
     v = p.virtual_stages if p.pp_schedule == "interleaved" else 1
     return per_stage * (M + (p.pp - 1) / v)

@@ -29,6 +29,7 @@ def test_enumerated_layouts_are_legal_and_cover_the_axes():
     assert seen(lambda p, b: p.recompute) == {"none", "selective", "full"}
     assert seen(lambda p, b: p.pp_schedule) == {"1f1b", "interleaved"}
     assert seen(lambda p, b: b.micro_batch) == {1, 2, 4}
+    assert seen(lambda p, b: getattr(p, "cp", 1)) == ({1, 2, 4, 8} if hasattr(layouts[0][0], "cp") else {1})
     assert len({(p, b) for p, b in layouts}) == len(layouts)
 
 
