@@ -178,3 +178,15 @@ def test_elimination_is_paired_within_rounds():
     # b faster in half the rounds: not clearly slower, stays
     samples["b"] = [s * (0.97 if i % 2 else 1.06) for i, s in enumerate(samples["a"])]
     assert "b" in elimination_step(samples, ["a", "b", "c"], margin=0.03)
+
+
+def test_check_fingerprint_is_stable_and_separates_descriptors():
+    from ccoverlap.runtime.checks import _fingerprint
+
+    row = [12345, 2, 5, 1, 2, 4, 8, -1, -1, -1, -1, -1, -1, 0, 3, 1]
+    assert _fingerprint(row) == _fingerprint(list(row))
+    assert -(2**63) <= _fingerprint(row) < 2**63
+    for i in range(len(row)):  # any one field changed -> another fingerprint
+        other = list(row)
+        other[i] += 1
+        assert _fingerprint(other) != _fingerprint(row)
