@@ -71,6 +71,7 @@ class AttentionSpec:
     host_kernels: int = 0  # kernels eager PyTorch dispatches from the host for this op (0: not host-bound)
     backward: bool = False  # the backward kernel (lower efficiency than forward)
     kernel: str = "native"  # "native" (FA3 / cuDNN on Hopper, FA2 on Ampere) or "fa2" (FA2-class on any GPU)
+    causal_len: int = 0  # sequence length of a causal-masked kernel (0: no causal mask / unknown)
 
     def __post_init__(self) -> None:
         if self.kernel not in ("native", "fa2"):

@@ -126,6 +126,33 @@ class ClusterSpec:
 #           MI300X datasheet). Ampere (A100, A40) has no FP8 tensor cores: no entry.
 #  [CE]     copy engines: cudaDeviceProp::asyncEngineCount as printed by CUDA's deviceQuery on
 #           these parts; MI300X: SDMA engines per the CDNA 3 whitepaper (ficco §IV-D uses them).
+#  [NVL]    NVIDIA H100 NVL datasheet: the same GH100 with 132 SMs at a 350-400 W limit, BF16
+#           1,671 / FP8 3,341 TFLOPS with sparsity -> 835.5 / 1,670.5 dense, FP32 60 TFLOPS.
+#  [PCAP]   power-limited H100 (Meta's Grand Teton H100, 96 GB HBM2e at 2.4 TB/s, 500 W limit;
+#           torchtitan docs/performance.md and arXiv:2410.06511: "the actual peak TFLOPs should
+#           be between SXM and NVL, and we don't know the exact value"). ASSUMPTION: the
+#           sustainable peak follows the power limit as a power law through the two datasheet
+#           points (H100 SXM 700 W, H100 NVL 400 W): peak(P) = peak_SXM * (P/700)^a with
+#           a = ln(989.4/835.5)/ln(700/400) = 0.302 (DVFS: dynamic power ~ f*V^2 with V rising
+#           with f makes f grow roughly like P^(1/3); the two datasheets give 0.30). At 500 W:
+#           0.9035 of every SXM peak. See power_limited_peak().
+H100_SXM_TDP_W = 700.0
+H100_NVL_TDP_W = 400.0
+
+
+def power_limited_peak(peak_sxm: float, power_w: float, *, peak_nvl: float = 835.5e12,
+                       peak_sxm_ref: float = 989.4e12) -> float:
+    """Dense peak (FLOP/s) of an H100 (GH100, 132 SMs) held to ``power_w`` watts: the SXM
+    ``peak_sxm`` scaled by the power law through the H100 SXM (700 W, 989.4 TFLOP/s bf16) and
+    H100 NVL (400 W, 835.5) datasheet points ([PCAP]; an assumption between two sources)."""
+    import math
+
+    if power_w <= 0:
+        raise ConfigError(f"power limit must be positive, got {power_w} W")
+    a = math.log(peak_sxm_ref / peak_nvl) / math.log(H100_SXM_TDP_W / H100_NVL_TDP_W)
+    return peak_sxm * (min(power_w, H100_SXM_TDP_W) / H100_SXM_TDP_W) ** a
+
+
 GPUS: dict[str, GPUSpec] = {
     "H100-SXM": GPUSpec(
         name="H100-SXM", vendor="nvidia", sms=132,
@@ -158,6 +185,15 @@ GPUS: dict[str, GPUSpec] = {
         max_threads_per_sm=1536,  # Ampere GA102 (compute capability 8.6)
         source="NVIDIA A40 datasheet",
     ),
+    "H100-96GB-HBM2e-500W": GPUSpec(
+        name="H100-96GB-HBM2e-500W", vendor="nvidia", sms=132,
+        peak_flops={dt: power_limited_peak(v * TB, 500.0)  # [PCAP]
+                    for dt, v in (("bf16", 989.4), ("fp16", 989.4), ("fp32", 66.9), ("fp8", 1978.9))},
+        hbm_bytes_per_s=2.4 * TB, memory_bytes=96 * GB, l2_bytes=50 * MiB,  # torchtitan performance.md
+        copy_engines=3,  # [CE], as H100 SXM
+        source="Meta Grand Teton H100 (torchtitan docs/performance.md: 96 GB HBM2e, 2.4 TB/s, 500 W); "
+               "peaks: H100 SXM datasheet scaled to 500 W through the H100 NVL datasheet [PCAP]",
+    ),
     "MI300X": GPUSpec(
         name="MI300X", vendor="amd", sms=304,
         peak_flops={"bf16": 1307.4 * TB, "fp16": 1307.4 * TB, "fp32": 163.4 * TB,  # [MI300X]
@@ -169,7 +205,8 @@ GPUS: dict[str, GPUSpec] = {
 }
 
 _ALIASES = {"h100": "H100-SXM", "h100-sxm5": "H100-SXM", "h200-sxm": "H200", "a100": "A100-80GB-SXM",
-            "a100-80gb": "A100-80GB-SXM", "a100-sxm": "A100-80GB-SXM", "mi300": "MI300X"}
+            "a100-80gb": "A100-80GB-SXM", "a100-sxm": "A100-80GB-SXM", "mi300": "MI300X",
+            "h100-500w": "H100-96GB-HBM2e-500W", "grand-teton-h100": "H100-96GB-HBM2e-500W"}
 
 # ----------------------------------------------------------------------------- links
 # Sources:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+from operator import itemgetter
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
@@ -64,12 +65,22 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
 
     # ---- static tables (one transpose of the Op records, comprehensions and numpy: no per-op
     # Python statements)
-    _, names, op_rank, stream_names, spec_objs, deps_of, durations_given = list(zip(*ops))[:7]
-    stream_ids: dict[tuple[int, str], int] = {}
-    op_stream = [stream_ids.setdefault(k, len(stream_ids)) for k in zip(op_rank, stream_names)]
-    stream_rank = [r for r, _ in stream_ids]
-    n_streams = len(stream_ids)
-    sarr = np.asarray(op_stream, dtype=np.int64)
+    # the six columns needed (one itemgetter pass each is cheaper than transposing all ten)
+    names, op_rank, stream_names, spec_objs, deps_of, durations_given = (
+        list(map(itemgetter(k), ops)) for k in range(1, 7))
+    # streams: integer ids in first-use order of (rank, stream)
+    name_code = {s: c for c, s in enumerate(dict.fromkeys(stream_names))}
+    rank_arr = np.fromiter(op_rank, dtype=np.int64, count=n)
+    key = rank_arr * len(name_code) + np.fromiter(map(name_code.__getitem__, stream_names), dtype=np.int64,
+                                                  count=n)
+    _, first_use, inverse = np.unique(key, return_index=True, return_inverse=True)
+    by_first_use = np.argsort(first_use, kind="stable")
+    renumber = np.empty(len(first_use), dtype=np.int64)
+    renumber[by_first_use] = np.arange(len(first_use))
+    sarr = renumber[inverse.reshape(-1)]
+    op_stream = sarr.tolist()
+    stream_rank = rank_arr[first_use[by_first_use]].tolist()
+    n_streams = len(first_use)
     order = np.argsort(sarr, kind="stable")
     counts = np.bincount(sarr, minlength=n_streams)
     firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))
@@ -79,31 +90,42 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
     order_l = order.tolist()
     queues = [order_l[a:a + c] for a, c in zip(firsts.tolist(), counts.tolist())]
     # specs interned by value: ops stamped from one template share one spec object
+    spec_ids = list(map(id, spec_objs))
     spec_of_value: dict = {}
     specs: list = []
     index_of_id: dict[int, int] = {id(None): -1}
-    for obj in {id(x): x for x in spec_objs}.values():
+    for obj in dict(zip(spec_ids, spec_objs)).values():
         if obj is not None:
             si = spec_of_value.get(obj)
             if si is None:
                 si = spec_of_value[obj] = len(specs)
                 specs.append(obj)
             index_of_id[id(obj)] = si
-    op_spec = [index_of_id[id(x)] for x in spec_objs]  # -1 without a spec
-    # duration override (seconds) or 0 for an op without a spec, else None (ask the cost model)
-    fixed = [d if d is not None else (0.0 if si < 0 else None)
-             for d, si in zip(durations_given, op_spec)]
-    waiting_deps = [len(d) for d in deps_of]
-    src = np.fromiter(itertools.chain.from_iterable(deps_of), dtype=np.int64, count=sum(waiting_deps))
-    dst = np.repeat(np.arange(n), waiting_deps)
+    op_spec = list(map(index_of_id.__getitem__, spec_ids))  # -1 without a spec
+    # duration override (seconds) or 0 for an op without a spec, else None (ask the cost model);
+    # indexed by spec index, -1 (no spec) picking the last entry
+    fixed = list(map(([None] * len(specs) + [0.0]).__getitem__, op_spec))
+    if durations_given.count(None) != n:
+        for i, d in enumerate(durations_given):
+            if d is not None:
+                fixed[i] = d
+    wd = np.fromiter(map(len, deps_of), dtype=np.int64, count=n)
+    waiting_deps = wd.tolist()
+    src = np.fromiter(itertools.chain.from_iterable(deps_of), dtype=np.int64, count=int(wd.sum()))
+    dst = np.repeat(np.arange(n), wd)
     by_src = np.argsort(src, kind="stable")
-    dst_l = dst[by_src].tolist()
-    ptr = np.concatenate(([0], np.cumsum(np.bincount(src, minlength=n)))).tolist()
+    dst_sorted = dst[by_src]
+    dst_l = dst_sorted.tolist()
+    n_dependents = np.bincount(src, minlength=n)
+    ptr_a = np.concatenate(([0], np.cumsum(n_dependents)))
+    ptr = ptr_a.tolist()
     dependents = [dst_l[a:b] for a, b in zip(ptr[:-1], ptr[1:])]
     # simple[i]: the op that surely starts, alone, when i ends (i's only dependent, waiting on
     # i only, next on i's stream), else -1
-    simple = [ds[0] if len(ds) == 1 and waiting_deps[ds[0]] == 1 and op_stream[ds[0]] == op_stream[i]
-              and op_pos[ds[0]] == op_pos[i] + 1 else -1 for i, ds in enumerate(dependents)]
+    one = n_dependents == 1
+    cand = np.where(one, dst_sorted[np.minimum(ptr_a[:-1], max(len(dst_sorted) - 1, 0))] if len(dst_sorted)
+                    else 0, 0)
+    simple = np.where(one & (wd[cand] == 1) & (sarr[cand] == sarr) & (pos[cand] == pos + 1), cand, -1).tolist()
     n_streams = len(queues)
     head = [0] * n_streams
     busy = [False] * n_streams
@@ -157,8 +179,11 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
     version = [0] * n
     inf = float("inf")
     push = heapq.heappush
-    # Quiet-rank spans: rank -> (op ids, their end times, state of the first op when planned).
-    spans: dict[int, tuple[list[int], list[float], list[float]]] = {}
+    # Quiet-rank spans: rank -> (op ids, their end times, state of the first op when planned,
+    # forks, after) where forks maps the span index of a fork's first-ending op to the two fork
+    # ops and their running states (in start order), and after maps the index of the fork's
+    # other op to (its start, its state once the first one ended); both None without forks.
+    spans: dict[int, tuple] = {}
     finished = 0
 
     def plan_span(rank: int, i0: int, state: list, f0: float) -> bool:
@@ -166,29 +191,37 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         after the other, each alone on the rank, as long as each one's end starts exactly one
         op of this rank and nothing elsewhere: their times are then known now (each runs at
         its stand-alone speed). Record them as a span with one heap event at its end. Returns
-        False (and plans nothing) when the span would hold ``i0`` only."""
+        False (and plans nothing) when the span would hold ``i0`` only.
+
+        A *fork* is followed too: an op whose end starts exactly two ops of this rank (a
+        backward GEMM's weight-gradient beside its data-gradient all-reduce) when the one that
+        ends first starts nothing: both run together at their contended speeds until the first
+        ends, then the other alone, with the event loop's arithmetic."""
         ids = [i0]
         ends = [f0]
+        forks = after = None
         lwait: dict[int, int] = {}
         lhead: dict[int, int] = {}
         i, t = i0, f0
+        add_id, add_end = ids.append, ends.append
         while True:
-            sid = op_stream[i]
-            pos = op_pos[i] + 1  # i heads its stream: the stream's head once i is done
-            lhead[sid] = pos
             j = simple[i]
-            if j >= 0:
+            while j >= 0:  # (j is next on i's stream: lhead is set once the chain of simple ops ends)
                 d = fixed[j]
                 if d is None:
                     d = alone[op_spec[j]]
                     if d is None:
                         d = duration(j, ())
                 t = t + d
-                ids.append(j)
-                ends.append(t)
+                add_id(j)
+                add_end(t)
                 i = j
-                continue
+                j = simple[i]
+            sid = op_stream[i]
+            pos = op_pos[i] + 1  # i heads its stream: the stream's head once i is done
+            lhead[sid] = pos
             nxt = -1
+            nxt2 = -1
             many = False
             for c in dependents[i]:
                 if op_rank[c] != rank:
@@ -199,21 +232,92 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
                 if w == 0:
                     csid = op_stream[c]
                     if op_pos[c] == lhead.get(csid, head[csid]):
-                        if nxt >= 0:
+                        if nxt2 >= 0:
                             many = True
                             break
-                        nxt = c
+                        if nxt >= 0:
+                            nxt2 = c
+                        else:
+                            nxt = c
             if many:
                 break
             q = queues[sid]
             if pos < len(q):
                 c = q[pos]
-                if c != nxt and lwait.get(c, waiting_deps[c]) == 0:
-                    if nxt >= 0:
+                if c != nxt and c != nxt2 and lwait.get(c, waiting_deps[c]) == 0:
+                    if nxt2 >= 0:
                         break
+                    # the next op of i's stream is started first (the event loop tries i's
+                    # stream before its dependents' streams)
+                    if nxt >= 0:
+                        nxt2 = nxt
                     nxt = c
             if nxt < 0:
                 break
+            if nxt2 >= 0:  # a fork: nxt and nxt2 start together, in this order
+                if nxt != q[pos] if pos < len(q) else True:
+                    # both are dependents: start order is the order their streams first appear
+                    # among i's dependents
+                    s1, s2 = op_stream[nxt], op_stream[nxt2]
+                    for c in dependents[i]:
+                        cs = op_stream[c]
+                        if cs == s1:
+                            break
+                        if cs == s2:
+                            nxt, nxt2 = nxt2, nxt
+                            break
+                if fixed[nxt] is not None or fixed[nxt2] is not None:
+                    break
+                sa, sb = op_spec[nxt], op_spec[nxt2]
+                ds = together.get((sa, sb))
+                if ds is None:
+                    ds = together[(sa, sb)] = [duration_of_spec(sa, (sb,)), duration_of_spec(sb, (sa,))]
+                da, db = ds
+                if da <= 0.0 or db <= 0.0:
+                    break
+                ra, rb = 1.0 / da, 1.0 / db
+                fa, fb = t + 1.0 / ra, t + 1.0 / rb
+                if fa == fb:
+                    break
+                if fa < fb:
+                    e1, e2, t1, r2 = nxt, nxt2, fa, rb
+                else:
+                    e1, e2, t1, r2 = nxt2, nxt, fb, ra
+                # e1's end must start nothing (e2 still runs) and touch no other rank
+                sid1 = op_stream[e1]
+                pos1 = op_pos[e1] + 1
+                lhead[sid1] = pos1
+                for c in dependents[e1]:
+                    if op_rank[c] != rank:
+                        many = True
+                        break
+                    w = lwait.get(c, waiting_deps[c]) - 1
+                    lwait[c] = w
+                    if w == 0:
+                        csid = op_stream[c]
+                        if op_pos[c] == lhead.get(csid, head[csid]):
+                            many = True
+                            break
+                if many:
+                    break
+                q1 = queues[sid1]
+                if pos1 < len(q1) and lwait.get(q1[pos1], waiting_deps[q1[pos1]]) == 0:
+                    break
+                rem = 1.0 - (t1 - t) * r2
+                rem = rem if rem > 0.0 else 0.0
+                d = duration(e2, ())
+                rate2 = inf if d <= 0.0 else 1.0 / d
+                f2 = t1 if rate2 == inf else t1 + rem / rate2
+                if forks is None:
+                    forks, after = {}, {}
+                forks[len(ids)] = (nxt, [1.0, ra, t], nxt2, [1.0, rb, t])
+                after[len(ids) + 1] = (t, [rem, rate2, t1])
+                ids.append(e1)
+                ends.append(t1)
+                ids.append(e2)
+                ends.append(f2)
+                i, t = e2, f2
+                continue
             d = duration(nxt, ())
             t = t + d
             ids.append(nxt)
@@ -223,7 +327,7 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             return False
         del running[rank][i0]
         version[i0] += 1  # an event pushed for i0 while it had company no longer holds
-        spans[rank] = (ids, ends, state)
+        spans[rank] = (ids, ends, state, forks, after)
         last = ids[-1]
         version[last] += 1
         push(heap, (t, version[last], last))
@@ -233,7 +337,7 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         """Turn ``rank``'s span back into ordinary running state at ``now``: its ops that ended
         by then are booked, the one running becomes a running op again (``whole``: the span's
         end event is being handled, so every op but the last is booked and the last runs)."""
-        ids, ends, state0 = spans.pop(rank)
+        ids, ends, state0, forks, after = spans.pop(rank)
         last = ids[-1]
         if not whole:
             version[last] += 1  # its end event no longer holds
@@ -258,6 +362,27 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             for dep in dependents[oid]:
                 waiting_deps[dep] -= 1
         cur = ids[k]
+        run = running.get(rank)
+        if run is None:
+            run = running[rank] = {}
+        if forks is not None:
+            for kk, (s0, _) in after.items():  # a fork's second op started with the first
+                if kk < k:
+                    start[ids[kk]] = s0
+            fk = forks.get(k)
+            if fk is not None:  # both fork ops run now
+                a, sa, b, sb = fk
+                start[a] = start[b] = ends[k - 1]
+                busy[op_stream[a]] = busy[op_stream[b]] = True
+                run[a] = sa
+                run[b] = sb
+                return
+            af = after.get(k)
+            if af is not None:  # the fork's second op runs alone
+                start[cur] = af[0]
+                busy[op_stream[cur]] = True
+                run[cur] = af[1]
+                return
         if k == 0:
             st = state0
         else:
@@ -265,9 +390,6 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             busy[op_stream[cur]] = True
             d = duration(cur, ())
             st = [1.0, inf if d <= 0.0 else 1.0 / d, ends[k - 1]]
-        run = running.get(rank)
-        if run is None:
-            run = running[rank] = {}
         run[cur] = st
 
     def reschedule(rank: int, now: float) -> None:
@@ -373,8 +495,25 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
                         open_span(r2, now, False)
                         touched.add(r2)
         # newly startable ops: next on each finished op's stream, and heads waiting on them
+        # (try_start, inlined)
         for sid in candidates:
-            try_start(sid, now, touched)
+            if busy[sid]:
+                continue
+            q = queues[sid]
+            h = head[sid]
+            if h >= len(q):
+                continue
+            oid = q[h]
+            if waiting_deps[oid]:
+                continue
+            busy[sid] = True
+            start[oid] = now
+            rank = stream_rank[sid]
+            run = running.get(rank)
+            if run is None:
+                run = running[rank] = {}
+            run[oid] = [1.0, 0.0, now]
+            touched.add(rank)
         for rank in touched:
             reschedule(rank, now)
         if progress is not None and finished >= report_at:
@@ -389,7 +528,7 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         )
     if progress is not None:
         progress(n, n)
-    return _to_timeline(graph, start, end, op_spec, specs, (op_rank, stream_names, names))
+    return _to_timeline(graph, start, end, op_spec, specs, (rank_arr, stream_names, names))
 
 
 def _to_timeline(graph: OpGraph, start: list[float], end: list[float], op_spec: list[int],

@@ -60,3 +60,19 @@ def test_malformed_cluster_files_name_the_problem(tmp_path, text, suffix, match)
     with pytest.raises(ConfigError, match=match) as exc:
         load_cluster_file(p)
     assert str(p) in str(exc.value)
+
+
+def test_power_limited_h100_peak_interpolates_the_two_datasheets():
+    """[PCAP]: the power law through H100 SXM (700 W, 989.4) and H100 NVL (400 W, 835.5 dense bf16)."""
+    import math
+
+    from ccoverlap.hardware import power_limited_peak
+
+    assert power_limited_peak(989.4e12, 700.0) == 989.4e12
+    assert math.isclose(power_limited_peak(989.4e12, 400.0), 835.5e12, rel_tol=1e-12)
+    a = math.log(989.4 / 835.5) / math.log(700 / 400)
+    assert math.isclose(power_limited_peak(989.4e12, 500.0), 989.4e12 * (500 / 700) ** a, rel_tol=1e-12)
+    g = get_gpu("H100-96GB-HBM2e-500W")
+    assert 835.5e12 < g.peak_flops["bf16"] < 989.4e12  # "between SXM and NVL"
+    assert math.isclose(g.peak_flops["fp8"] / g.peak_flops["bf16"], 1978.9 / 989.4, rel_tol=1e-9)
+    assert g.hbm_bytes_per_s == 2.4e12 and g.memory_bytes == 96e9

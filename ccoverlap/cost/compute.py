@@ -31,7 +31,7 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.graph import AttentionSpec, GemmSpec, MemorySpec
 from ccoverlap.hardware import GPUSpec
 
-from ccoverlap.cost.params import CostParams
+from ccoverlap.cost.params import CostParams, causal_attention_factor
 
 _EPS = 1e-9
 
@@ -195,14 +195,24 @@ def attention_time_s(spec: AttentionSpec, gpu: GPUSpec, params: CostParams | Non
                      hbm_bytes_per_s_available: float | None = None) -> float:
     """Seconds of a fused (flash) attention kernel: roofline ``max(FLOPs / (peak ×
     fraction × SM share), bytes / bandwidth)`` plus launch overhead, where the fraction is
-    :func:`attention_fraction` of the kernel (forward / backward, native / FA2-class).
-    No wave quantisation (flash kernels tile over heads × query blocks, usually many waves)."""
+    :func:`attention_fraction` of the kernel (forward / backward, native / FA2-class), derated
+    on Hopper for a causal mask by :func:`ccoverlap.cost.params.causal_attention_factor`
+    (FlashAttention-3 paper Fig. 5). No wave quantisation (flash kernels tile over heads × query blocks, usually many waves)."""
     p = params if params is not None else CostParams()
     sms = float(gpu.sms if sms_available is None else min(max(sms_available, 1.0), gpu.sms))
-    flops_rate = gpu.flops_for(spec.dtype_bytes) * attention_fraction(spec, p) * sms / gpu.sms
+    frac = attention_fraction(spec, p)
+    if getattr(spec, "causal_len", 0) and _is_hopper(gpu):
+        frac *= causal_attention_factor(spec.kernel, spec.causal_len)
+    flops_rate = gpu.flops_for(spec.dtype_bytes) * frac * sms / gpu.sms
     t_c = spec.flops / flops_rate
     t_m = spec.bytes / _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
     return max(max(t_c, t_m) + p.kernel_launch_overhead_s, _host_floor(spec, p))
+
+
+def _is_hopper(gpu: GPUSpec) -> bool:
+    """NVIDIA GPUs with FP8 tensor cores in the catalog (H100 / H200 family): where the
+    FlashAttention-3 paper's causal measurements apply."""
+    return gpu.vendor.lower() == "nvidia" and "fp8" in gpu.peak_flops
 
 
 def attention_fraction(spec: AttentionSpec, p: CostParams) -> float:

@@ -300,6 +300,43 @@ _GPU_OVERRIDES: dict[str, dict[str, float]] = {
                "attention_fa2_bwd_peak_fraction": 0.33,
                "dma_engine_bytes_per_s": 50e9, "dma_link_efficiency": 0.8},
 }
+# Causal-mask derating of flash attention on Hopper, by the kernel's sequence length. Source:
+# FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608) Fig. 5, H100 80GB SXM5, head dim
+# 128, forward TFLOP/s (causal FLOPs counted as half): FlashAttention-2 non-causal plateaus at
+# 370 (the attention_fa2_peak_fraction 0.37), causal 191 / 260 / 298 / 319 / 333 / 335 at
+# 512 / 1k / 2k / 4k / 8k / 16k; cuDNN non-causal ~600 (attention_peak_fraction 0.61), causal
+# 315 / 410 / 484 / 518 / 529 / 539. The factor is causal / non-causal plateau, interpolated in
+# log2(seq), held at the ends. ASSUMPTION: the backward kernel is derated by the same factor
+# (the paper's backward figure is non-causal), and the A100 fractions (read from the FA2 paper
+# at the causal low end) are not derated again.
+CAUSAL_ATTENTION_FACTOR_HOPPER: dict[str, tuple[tuple[int, float], ...]] = {
+    "fa2": tuple((s, v / 370.0) for s, v in ((512, 191), (1024, 260), (2048, 298), (4096, 319),
+                                             (8192, 333), (16384, 335))),
+    "native": tuple((s, v / 600.0) for s, v in ((512, 315), (1024, 410), (2048, 484), (4096, 518),
+                                                (8192, 529), (16384, 539))),
+}
+
+
+def causal_attention_factor(kernel: str, seq_len: int) -> float:
+    """Fraction of its non-causal speed a causal flash kernel of ``seq_len`` keeps on Hopper
+    (:data:`CAUSAL_ATTENTION_FACTOR_HOPPER`, FA3 paper Fig. 5); 1.0 for ``seq_len`` <= 0."""
+    import math
+
+    if seq_len <= 0:
+        return 1.0
+    pts = CAUSAL_ATTENTION_FACTOR_HOPPER["fa2" if kernel == "fa2" else "native"]
+    if seq_len <= pts[0][0]:
+        return pts[0][1]
+    if seq_len >= pts[-1][0]:
+        return pts[-1][1]
+    x = math.log2(seq_len)
+    for (s0, v0), (s1, v1) in zip(pts, pts[1:]):
+        if s0 <= seq_len <= s1:
+            t = (x - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
+            return v0 + t * (v1 - v0)
+    return pts[-1][1]
+
+
 _VENDOR_OVERRIDES: dict[str, dict[str, float]] = {"nvidia": {}, "amd": _GPU_OVERRIDES["MI300X"]}
 
 

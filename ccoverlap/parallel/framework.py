@@ -35,6 +35,9 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
   takes that long.
 * ``fsdp_copies``: FSDP2's copy-out of gathered parameters and copy-in (fp32 cast) of
   gradients for the reduce-scatter (:mod:`ccoverlap.parallel.fsdp`).
+* ``cp_merge_unfused``: ring context parallelism merges each step's partial attention output
+  and accumulates dQ, dK, dV in fp32 with separate element-wise kernels (PyTorch's
+  ``context_parallel``, :mod:`ccoverlap.parallel.cp`) rather than in a fused correction kernel.
 * ``fp8_cast_kernels_fwd`` / ``fp8_cast_kernels_bwd``: with ``fp8=True``, which linear
   layers' inputs need their own cast(+transpose) kernel (others are fused into the preceding
   norm / activation).
@@ -82,6 +85,7 @@ class FrameworkProfile:
     cross_entropy_fused: bool = False
     eager: bool = False
     fsdp_copies: bool = False
+    cp_merge_unfused: bool = False
     fp8_cast_kernels_fwd: tuple = ("proj", "fc2")
     fp8_cast_kernels_bwd: tuple = LINEARS
     sources: dict = field(default_factory=dict, compare=False, hash=False)
@@ -96,7 +100,7 @@ class FrameworkProfile:
             raise ConfigError(f"{where}: selective_recompute must be one of {SELECTIVE_RECOMPUTE}, "
                               f"got {self.selective_recompute!r}")
         for f in ("softmax_fused", "attention_dropout", "hidden_dropout", "norm_fused", "bias_act_fused",
-                  "bias_dropout_add_fused", "rope_fused", "cross_entropy_fused", "eager", "fsdp_copies"):
+                  "bias_dropout_add_fused", "rope_fused", "cross_entropy_fused", "eager", "fsdp_copies", "cp_merge_unfused"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"{where}: {f} must be true or false, got {getattr(self, f)!r}")
         nk = self.norm_kernels

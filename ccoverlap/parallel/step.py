@@ -164,14 +164,20 @@ class _Emitter:
             v = self._layer_of[unit] = self.model.layers if unit == "head" else layer_index(unit)
         return v
 
-    def _chain(self, stage: int, phase: str, half: bool) -> list:
-        """(unit, compiled segment) in execution order for one task of ``stage`` (cached)."""
+    def _chain(self, stage: int, phase: str, half: bool) -> tuple[list, dict]:
+        """(unit, compiled segment, layer label) in execution order for one task of ``stage``,
+        and how many segments of each unit the task stamps (cached)."""
         key = (stage, phase, half)
         c = self._chains.get(key)
         if c is None:
             units = self.stage_units[stage]
             order = units if phase == "fwd" else units[::-1]
-            c = self._chains[key] = [(u, cs) for u in order for cs in self._segs(u, phase, half)]
+            chain = [(u, cs, self.layer_of(u)) for u in order for cs in self._segs(u, phase, half)]
+            halves = 2 if half else 1
+            count: dict[str, int] = {}
+            for u, _, _ in chain:
+                count[u] = count.get(u, 0) + halves
+            c = self._chains[key] = (chain, count)
         return c
 
     def _segs(self, unit: str, phase: str, half: bool) -> list[_Compiled]:
@@ -206,7 +212,8 @@ class _Emitter:
         ops = self.g.ops
         base = len(ops)
         add = base.__add__
-        new = [new_op(Op, (base + i, name, rank, stream, spec, tuple(map(add, local)), None, layer, mb, phase))
+        new = [new_op(Op, (base + i, name, rank, stream, spec, tuple(map(add, local)) if local else (), None,
+                           layer, mb, phase))
                for i, name, spec, stream, local in cs.fixed]
         special = cs.special
         if extra is not None:
@@ -222,7 +229,8 @@ class _Emitter:
                     dl.append(v)
             if extra is not None and (i == 0 or i == cs.first_compute):
                 dl.append(extra)
-            new[i] = new[i]._replace(deps=tuple(sorted(set(dl))))
+            new[i] = new_op(Op, (base + i, c.name, rank, c.stream, c.spec, tuple(sorted(set(dl))), None, layer, mb,
+                                 phase))
         ops.extend(new)
         if producers is not None:
             for i, tensor in cs.tensors:
@@ -260,10 +268,8 @@ class _Emitter:
                           phase=phase)
         order = units if kind == "F" else units[::-1]
         halves = 2 if self.two_batch else 1
-        chain = self._chain(stage, phase, halves == 2)
-        remaining: dict[str, int] = {}
-        for u, _ in chain:
-            remaining[u] = remaining.get(u, 0) + halves
+        chain, count = self._chain(stage, phase, halves == 2)
+        remaining = dict(count)
         started: set = set()
         ends: dict[str, int] = {}
         prods: dict[str, dict] = {u: {} for u in order} if kind == "B" else {}
@@ -272,7 +278,7 @@ class _Emitter:
         if halves == 1:
             groups = [[chain]]
         else:
-            cut = epm.two_batch_groups([cs for _, cs in chain])
+            cut = epm.two_batch_groups([cs for _, cs, _ in chain])
             groups, i = [], 0
             for grp in cut:
                 groups.append([chain[i:i + len(grp)]] * 2)
@@ -281,13 +287,12 @@ class _Emitter:
         exports = [{} for _ in range(halves)]
         for grp in groups:
             for h in range(halves):
-                for u, cs in grp[h]:
+                for u, cs, layer in grp[h]:
                     extra = None
                     if u not in started:
                         started.add(u)
                         extra = hook.before_unit(chunk, u, phase, mb, first_use)
-                    out, lc = self._emit(cs, rank, cur[h], extra, self.layer_of(u), mb, phase, exports[h],
-                                         prods.get(u))
+                    out, lc = self._emit(cs, rank, cur[h], extra, layer, mb, phase, exports[h], prods.get(u))
                     if not cs.recompute:
                         cur[h] = out
                     ends[u] = max(ends.get(u, lc), lc)

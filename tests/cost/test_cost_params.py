@@ -69,3 +69,28 @@ def test_defaults_differ_per_gpu():
     assert h100 == CostParams()
     assert a40.gemm_tile_n < h100.gemm_tile_n  # GA102 has less shared memory
     assert mi.gemm_tile_m == 256 and mi.gemm_peak_fraction < h100.gemm_peak_fraction
+
+
+def test_causal_attention_factor_follows_the_fa3_paper_figure():
+    """FA3 paper Fig. 5 (H100, hd 128): FA2 causal 333 TFLOP/s at 8k vs 370 non-causal; cuDNN
+    529 vs ~600; log2 interpolation between the measured lengths, held at the ends."""
+    import math
+
+    from ccoverlap.cost.compute import attention_time_s
+    from ccoverlap.cost.params import causal_attention_factor
+    from ccoverlap.graph import AttentionSpec
+
+    assert math.isclose(causal_attention_factor("fa2", 8192), 333 / 370)
+    assert math.isclose(causal_attention_factor("native", 8192), 529 / 600)
+    mid = 260 / 370 + (298 / 370 - 260 / 370) * (math.log2(1500) - 10) / 1.0
+    assert math.isclose(causal_attention_factor("fa2", 1500), mid, rel_tol=1e-12)
+    assert causal_attention_factor("fa2", 131072) == 335 / 370 and causal_attention_factor("fa2", 64) == 191 / 370
+    assert causal_attention_factor("fa2", 0) == 1.0
+    # Hopper: a causal kernel is slower by the factor; A100 is not derated (its fractions are causal already)
+    spec = dict(flops=1e15, bytes=1.0, kernel="fa2")
+    h100, a100 = GPUS["H100-SXM"], GPUS["A100-80GB-SXM"]
+    t_nc = attention_time_s(AttentionSpec(**spec), h100, default_params(h100))
+    t_c = attention_time_s(AttentionSpec(**spec, causal_len=8192), h100, default_params(h100))
+    assert math.isclose(t_c / t_nc, 370 / 333, rel_tol=1e-6)
+    assert attention_time_s(AttentionSpec(**spec, causal_len=8192), a100, default_params(a100)) == \
+        attention_time_s(AttentionSpec(**spec), a100, default_params(a100))

@@ -194,3 +194,27 @@ def test_hsdp_config_errors():
         ParallelConfig(dp=8, dp_replicate=3, data_parallel="fsdp")
     with pytest.raises(ConfigError, match="dp_replicate=8 leaves shard groups of one rank"):
         ParallelConfig(dp=8, dp_replicate=8, data_parallel="fsdp")
+
+
+def test_cp_ring_pytorch_fp32_merge_and_gradient_bookkeeping():
+    """torchtitan (PyTorch context_parallel, cp_merge_unfused): cp=2, T = 2048 local tokens,
+    O = 2048*8*128 = 2 Mi output elements, K = 2048*2*128 = 0.5 Mi elements per K or V."""
+    sg = build(ParallelConfig(cp=2), framework="torchtitan")
+    o, k = 2048 * 8 * 128, 2048 * 2 * 128
+    fwd = {x.name: x for x in ops(sg)}
+    # cat(K, V) before the one rotation: read + write 2K bf16 elements = 4*K*2 bytes
+    assert fwd["cp_kv_cat0"].spec.bytes == 4 * k * 2
+    # step 0: cast the block output to fp32 (2 + 4 bytes); step 1 (last): cast + merge (28) + cast back (6)
+    assert fwd["cp_merge0"].spec.bytes == 6 * o
+    assert fwd["cp_merge1"].spec.bytes == (6 + 28 + 6) * o
+    # the flash steps no longer carry the fused rescale bytes
+    assert fwd["attention1"].spec.bytes == fwd["attention0"].spec.bytes
+    bwd = ops(sg, phase="bwd")
+    acc = {x.name: x.spec.bytes for x in bwd if x.name.startswith("cp_grad_acc")}
+    assert acc == {"cp_grad_acc0": 10 * (o + 2 * k) + 16 * k + 4 * (o + 2 * k),
+                   "cp_grad_acc1": 10 * (o + 2 * k) + 16 * k + 6 * (o + 2 * k)}
+    # K, V move in bf16 (2 MiB), dK, dV in fp32 (4 MiB) twice
+    assert sorted(x.spec.bytes for x in bwd if isinstance(x.spec, P2PSpec)) == [2 * 2**20, 4 * 2**20, 4 * 2**20]
+    # megatron-core (TransformerEngine) keeps the fused rescale and no extra ops
+    mc = build(ParallelConfig(cp=2), framework="megatron-core")
+    assert not [x for x in ops(mc) if x.name.startswith(("cp_merge", "cp_kv_cat"))]
