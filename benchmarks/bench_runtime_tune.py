@@ -4,8 +4,10 @@ Each repetition is a fresh ``ccoverlap bench --json`` run (fresh processes, so `
 measures from scratch). In every run we compare the median of the schedule ``tune`` picked
 with the median of the measured-fastest concrete schedule *of the same run* (both timed
 round-robin with every other schedule after tune decided): the pick counts as good when it
-is within ``--tolerance`` (5%) of the fastest. Prints one line per run and the tally;
-``--out`` keeps every run's JSON.
+is within ``--tolerance`` (5%) of the fastest. A second, paired judgement divides, repetition
+by repetition, the pick's time by every other schedule's time in the same repetition and takes
+the median over repetitions (the worst over schedules): a repetition's background load then
+cancels. Prints one line per run and both tallies; ``--out`` keeps every run's JSON.
 
     python benchmarks/bench_runtime_tune.py --reps 10
 """
@@ -29,7 +31,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=15)
+    ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("--shapes", default=",".join(SHAPES))
@@ -37,12 +39,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-    tally = {}
+    tally, tally_paired = {}, {}
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
-    print(f"{'shape':<14} {'rep':>3} {'tune picked':<18} {'fastest':<18} {'pick/fastest':>12} {'ok':>3} "
+    print(f"{'shape':<14} {'rep':>3} {'tune picked':<18} {'fastest':<18} {'pick/fastest':>12} {'ok':>3} {'paired':>6} {'ok':>3} "
           f"{'rounds':>6} {'tune s':>6} {'load':>9}")
     for name in args.shapes.split(","):
-        good = 0
+        good = good_p = 0
         for rep in range(args.reps):
             cmd = [sys.executable, "-m", "ccoverlap", "bench", *SHAPES[name], "--nproc", str(args.nproc),
                    "--iters", str(args.iters), "--warmup", str(args.warmup), "--json", "--no-reference-rows",
@@ -60,16 +62,22 @@ def main(argv=None) -> int:
             ratio = s["tune_pick_vs_fastest"]
             ok = ratio <= 1.0 + args.tolerance
             good += ok
+            paired = s.get("tune_pick_vs_fastest_paired", ratio)
+            ok_p = paired <= 1.0 + args.tolerance
+            good_p += ok_p
             tune_row = next(r for r in res["results"] if r["schedule"] == "tune")
             info = tune_row["tune"] or {}
             la = res["loadavg_1m_before_after"]
             print(f"{name:<14} {rep:>3} {s['tune_pick']:<18} {s['fastest_schedule']:<18} {ratio:>12.3f} "
-                  f"{'yes' if ok else 'no':>3} {info.get('rounds', 0):>6} {info.get('elapsed_s', 0):>6.1f} "
+                  f"{'yes' if ok else 'no':>3} {paired:>6.3f} {'yes' if ok_p else 'no':>3} {info.get('rounds', 0):>6} {info.get('elapsed_s', 0):>6.1f} "
                   f"{la[0]:>4.1f}>{la[1]:<4.1f}  ({time.perf_counter() - t0:.0f}s)", flush=True)
         tally[name] = good
+        tally_paired[name] = good_p
     print()
     for name, good in tally.items():
-        print(f"{name}: tune's pick within {args.tolerance:.0%} of the measured fastest in {good} of {args.reps} runs")
+        print(f"{name}: tune's pick within {args.tolerance:.0%} of the measured fastest in {good} of {args.reps} runs "
+              f"(ratio of medians); {tally_paired[name]} of {args.reps} paired per repetition")
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -278,8 +278,10 @@ def _worker(rank: int, world: int, cfg: dict):
             for sched in scheds:
                 run_one(sched)
         times = [[] for _ in scheds]
-        for _ in range(cfg["iters"]):
-            for i, sched in enumerate(scheds):
+        for it in range(cfg["iters"]):
+            # the order rotates every repetition, so no schedule always runs right after another
+            for i in [(j + it) % len(scheds) for j in range(len(scheds))]:
+                sched = scheds[i]
                 sync()
                 comm.barrier()
                 t0 = time.perf_counter()
@@ -355,6 +357,13 @@ def _summary(rows: list[dict]) -> dict:
             out["tune_pick"] = picked
             if pr is not None:
                 out["tune_pick_vs_fastest"] = pr["median_s"] / fastest["median_s"]
+                # paired: per repetition (every schedule ran once, round-robin), the pick's time over
+                # each other schedule's; the median over repetitions cancels what one repetition's
+                # load did to all; the worst over schedules says how far the pick is from the best
+                out["tune_pick_vs_fastest_paired"] = max(
+                    statistics.median(a / b for a, b in zip(pr["times_s"], r["times_s"]) if b > 0)
+                    for r in concrete
+                )
             out["tune_row_vs_fastest"] = by["tune"]["median_s"] / fastest["median_s"]
     if "(DTensor TP)" in by:
         d = by["(DTensor TP)"]["median_s"]
@@ -367,6 +376,9 @@ def _summary(rows: list[dict]) -> dict:
         out["check_share_of_serial"] = by["(cross-rank check)"]["median_s"] / by["serial"]["median_s"]
     if "(serial, unchecked)" in by and "serial" in by:
         out["check_cost_in_serial"] = 1.0 - by["(serial, unchecked)"]["median_s"] / by["serial"]["median_s"]
+        pairs = [a / b for a, b in zip(by["serial"]["times_s"], by["(serial, unchecked)"]["times_s"]) if b > 0]
+        if pairs:  # per repetition, serial with the check over serial without it
+            out["check_cost_in_serial_paired"] = statistics.median(pairs) - 1.0
     return out
 
 
@@ -436,7 +448,9 @@ def _print(res: dict, as_json: bool) -> None:
         bits = []
         if "tune_pick_vs_fastest" in summ:
             bits.append(f"tune's pick {summ['tune_pick']} = {summ['tune_pick_vs_fastest']:.3f}x the fastest "
-                        f"({summ['fastest_schedule']}) in this run")
+                        f"({summ['fastest_schedule']}) in this run"
+                        + (f" (paired per repetition: {summ['tune_pick_vs_fastest_paired']:.3f}x)"
+                           if "tune_pick_vs_fastest_paired" in summ else ""))
         for name in ("auto", "tune", "serial"):
             if f"{name}_vs_dtensor_tp" in summ:
                 bits.append(f"{name} = {summ[f'{name}_vs_dtensor_tp']:.3f}x DTensor TP")
@@ -444,7 +458,9 @@ def _print(res: dict, as_json: bool) -> None:
             bits.append(f"cross-rank check alone = {100 * summ['check_share_of_serial']:.2f}% of serial")
         if "check_cost_in_serial" in summ:
             bits.append(f"serial with the check vs without: the check costs {100 * summ['check_cost_in_serial']:.2f}% "
-                        "of serial (difference of medians)")
+                        "of serial (difference of medians)"
+                        + (f"; {100 * summ['check_cost_in_serial_paired']:.2f}% paired per repetition"
+                           if "check_cost_in_serial_paired" in summ else ""))
         for b in bits:
             print(b)
     for name, why in (res.get("skipped_rows") or {}).items():

@@ -42,6 +42,10 @@ __all__ = [
     "HETERO_UNFUSED_FACTOR",
     "REFERENCE_TIME_S",
     "SM_UNIFORM_BAND_SCALE",
+    "OVERLAP_LOSS_DMA",
+    "OVERLAP_LOSS_SM",
+    "COMM_DIL",
+    "overlap_gain_ratio",
     "GemmStats",
     "gemm_stats",
     "choose_schedule",
@@ -62,6 +66,31 @@ REFERENCE_TIME_S = 1.0
 #: given to the high-CIL ``uniform-fused-1d`` schedule is shrunk by this factor.
 #: Set it to 1.0 to apply the paper's DMA thresholds unchanged.
 SM_UNIFORM_BAND_SCALE = 0.5
+
+#: "Overlap cannot help" (our step 0, built from FiCCO §IV's loss characterisation; the paper's
+#: heuristic always picks a FiCCO schedule). Overlap can at best hide the whole transfer,
+#: ``T_comm``, while decomposing costs the GEMM its contention loss (CIL: FiCCO geomean 1.11x
+#: slowdown, §IV-D1) plus its decomposition loss (DIL, a few % at 8-way, Fig. 7) and the
+#: transfer its own DIL (geomean ~10%, §IV-C2, :data:`COMM_DIL`). So overlap pays only when
+#: ``T_comm * (1 - COMM_DIL) > loss * T_gemm``; below that -> ``serial``. ``loss`` is our reading:
+#: 0.11 CIL + 0.05 DIL with copy-engine transfers, and twice the CIL with SM-driven (kernel or
+#: CPU-thread) transfers, whose contention the paper measures "far" higher (§IV-D1, Fig. 9).
+OVERLAP_LOSS_DMA = 0.16
+OVERLAP_LOSS_SM = 0.27
+COMM_DIL = 0.10
+
+
+def overlap_gain_ratio(m: int, n: int, k: int, world_size: int, dtype_bytes: int, *,
+                       peak_flops: float, link_bw_bytes_per_s: float) -> float:
+    """``T_comm / T_gemm`` at datasheet rates: the share of the GEMM time that overlap could hide.
+
+    ``T_comm`` = bytes each rank receives, ``(P-1)/P * m * k * dtype_bytes`` (the all-gathered
+    ``[m, k]`` operand, or the reduce-scattered ``[m, k]`` output for the mirrored op) over
+    ``link_bw_bytes_per_s``; ``T_gemm`` = ``2mnk / peak_flops``. Dimensionless.
+    """
+    t_comm = (world_size - 1) / world_size * m * k * dtype_bytes / link_bw_bytes_per_s
+    t_gemm = 2.0 * m * n * k / peak_flops
+    return t_comm / t_gemm
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +131,8 @@ def choose_schedule(
     hetero_unfused_factor: float = HETERO_UNFUSED_FACTOR,
     reference_time_s: float = REFERENCE_TIME_S,
     sm_uniform_band_scale: float = SM_UNIFORM_BAND_SCALE,
+    link_bw_bytes_per_s: float | None = None,
+    overlap_loss: float | None = None,
 ) -> tuple[str, str]:
     """Pick a FiCCO schedule for an all-gather + GEMM from static shapes (FiCCO §V-C, Fig. 12(a)).
 
@@ -118,6 +149,11 @@ def choose_schedule(
     there is a single rank, or ``"ring"`` when the shards are too small to cut into
     ``world_size`` pieces (FiCCO needs at least one row, or column, per piece). ``reason`` is
     one sentence with the numbers that decided it.
+
+    With ``link_bw_bytes_per_s`` (byte/s each rank receives at) a step 0 runs first: when
+    ``overlap_gain_ratio * (1 - COMM_DIL)`` is below ``overlap_loss`` (default
+    :data:`OVERLAP_LOSS_DMA` / :data:`OVERLAP_LOSS_SM` by engine) the hidden communication
+    cannot pay for the decomposition and contention losses, and the answer is ``"serial"``.
     """
     if comm_engine not in ("dma", "sm"):
         raise ValueError(f"choose_schedule: comm_engine must be 'dma' or 'sm', got {comm_engine!r}")
@@ -128,6 +164,19 @@ def choose_schedule(
     stats = gemm_stats(m, n, k, dtype_bytes)
     if world_size == 1:
         return "serial", "one rank: there is no communication to overlap"
+    if link_bw_bytes_per_s is not None:
+        if link_bw_bytes_per_s <= 0:
+            raise ValueError("choose_schedule: link_bw_bytes_per_s must be positive")
+        loss = overlap_loss if overlap_loss is not None else (OVERLAP_LOSS_SM if comm_engine == "sm" else OVERLAP_LOSS_DMA)
+        ratio = overlap_gain_ratio(m, n, k, world_size, dtype_bytes, peak_flops=peak_flops,
+                                   link_bw_bytes_per_s=link_bw_bytes_per_s)
+        if ratio * (1.0 - COMM_DIL) < loss:
+            return (
+                "serial",
+                f"overlap cannot help: T_comm/T_gemm={ratio:.3g} at {link_bw_bytes_per_s:.3g} B/s and "
+                f"{peak_flops:.3g} flop/s; hiding it saves at most {ratio * (1 - COMM_DIL):.3g} of the GEMM "
+                f"time, less than the {loss:.2g} that decomposition and contention cost ({comm_engine} comm)",
+            )
     rows_per_shard = m // world_size
     machine_otb = peak_flops / mem_bw_bytes_per_s
     # Step 1 (§V-C): communication shape from the relative size of M and K (§IV-C1).

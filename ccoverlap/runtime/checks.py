@@ -24,7 +24,9 @@ argument of the ops, or the environment variable ``CCOVERLAP_CHECK_SHAPES``.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import struct
 import threading
 from collections.abc import Sequence
 
@@ -46,6 +48,10 @@ _lock = threading.Lock()
 _mode = os.environ.get("CCOVERLAP_CHECK_SHAPES", "always")
 _host_groups: dict[int, object] = {}
 _seen: set[tuple[str, int]] = set()
+_WIDTH = 64  # full descriptor length (int64) in the slow path
+#: Exchange a fingerprint first (True) or always the full descriptor table (False, the first
+#: version; kept so benchmarks/bench_runtime_check.py can compare). Must be equal on every rank.
+FINGERPRINT_FIRST = True
 
 
 class ShapeMismatchError(ConfigError):
@@ -127,29 +133,59 @@ def agree(
         row += [1, len(t.shape), *shape, *([-1] * (_MAX_DIMS - len(shape)))]
         row.append(_DTYPES.index(dtype) if dtype in _DTYPES else 99)
     row += [int(v) for v in (ints or {}).values()]
+    if len(row) > _WIDTH:
+        raise ValueError(f"{op}: too many arguments for the shape check")
     cgroup = _check_group(group)
     dev = comm.comm_device(cgroup)
-    local = torch.tensor(row, dtype=torch.int64)
-    # Descriptors of different ops have different lengths; pad to a fixed size first so that
-    # the gather itself can never mismatch, then compare op ids.
-    width = 64
-    if local.numel() > width:
-        raise ValueError(f"{op}: too many arguments for the shape check")
-    padded = torch.full((width,), -7, dtype=torch.int64)
-    padded[: local.numel()] = local
     p = comm.group_size(group)
-    table_t = torch.empty(p * width, dtype=torch.int64, device=dev)
+    # Fast path: one all-gather of a 64-bit fingerprint of the descriptor (8 bytes per rank).
+    # When every rank's fingerprint is equal, every rank holds the same descriptor, so each
+    # can build the whole table from its own row and run the rules locally: the outcome is the
+    # same everywhere (the rules are pure functions of the table).
+    # When any fingerprint differs (a mismatch, or a legitimately per-rank field such as
+    # out_features or DMA availability), every rank sees that in the same gathered list and all
+    # of them fall back to gathering the full descriptors.
+    fp = _fingerprint(row)
+    fps_l = [fp + 1]
+    if FINGERPRINT_FIRST:
+        fps = torch.empty(p, dtype=torch.int64, device=dev)
+        comm.all_gather_into(fps, torch.tensor([fp], dtype=torch.int64).to(dev), group=cgroup, async_op=False)
+        fps_l = fps.tolist() if dev.type == "cpu" else fps.cpu().tolist()
+    if FINGERPRINT_FIRST and all(f == fp for f in fps_l):
+        table, msg = _evaluate(op, [list(row)] * p, names, int_names, rules)
+        if msg:
+            raise ShapeMismatchError(msg)
+        return table
+    # Slow path: the full descriptors, padded to a fixed width so that the gather itself can
+    # never mismatch (descriptors of different ops have different lengths).
+    padded = torch.full((_WIDTH,), -7, dtype=torch.int64)
+    padded[: len(row)] = torch.tensor(row, dtype=torch.int64)
+    table_t = torch.empty(p * _WIDTH, dtype=torch.int64, device=dev)
     comm.all_gather_into(table_t, padded.to(dev), group=cgroup, async_op=False)
-    raw = table_t.view(p, width).cpu().tolist()
+    raw = table_t.view(p, _WIDTH).cpu().tolist()
+    table, msg = _evaluate(op, raw, names, int_names, rules)
+    if msg:
+        raise ShapeMismatchError(msg)
+    return table
+
+
+def _fingerprint(row: list[int]) -> int:
+    """A stable signed 64-bit hash of a descriptor row (blake2b; the same on every process)."""
+    digest = hashlib.blake2b(struct.pack(f"<{len(row)}q", *row), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def _evaluate(op: str, raw: list[list[int]], names, int_names, rules) -> tuple[Table | None, str | None]:
+    """Run the rules on the gathered rows: ``(table, None)`` or ``(None, message)`` (pure)."""
     if any(r[0] != raw[0][0] for r in raw):
         ops = {i: _OP_NAMES.get(r[0], f"op#{r[0]}") for i, r in enumerate(raw)}
-        raise ShapeMismatchError(f"ranks are calling different distributed ops ({_fmt_ranks(ops)})")
+        return None, f"ranks are calling different distributed ops ({_fmt_ranks(ops)})"
     table = Table(raw, names, int_names)
     for rule in rules:
         msg = rule(table)
         if msg:
-            raise ShapeMismatchError(f"{op}: {msg}")
-    return table
+            return None, f"{op}: {msg}"
+    return table, None
 
 
 def _check_group(group):

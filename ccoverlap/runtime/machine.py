@@ -27,6 +27,9 @@ class MachineSpec:
     peak_flops_fp32: float
     mem_bw_bytes_per_s: float
     source: str
+    #: bytes/s one device receives from its peers in a collective (per direction); None: unknown
+    #: (then ``auto`` has no "overlap cannot help" step)
+    link_bw_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         for f in ("peak_flops_bf16", "peak_flops_tf32", "peak_flops_fp32", "mem_bw_bytes_per_s"):
@@ -42,35 +45,40 @@ class MachineSpec:
         return self.peak_flops_fp32
 
 
-def _from_catalog(catalog_name: str) -> MachineSpec:
+def _from_catalog(catalog_name: str, link_bw_bytes_per_s: float | None = None) -> MachineSpec:
     """A MachineSpec from the hardware catalog (one source of truth for datasheet numbers).
     Dense TF32 is half of dense BF16 on Ampere, Hopper and CDNA 3 (same datasheets)."""
     gpu = GPUS[catalog_name]
     return MachineSpec(name=gpu.name, peak_flops_bf16=gpu.peak_flops["bf16"],
                        peak_flops_tf32=gpu.peak_flops["bf16"] / 2, peak_flops_fp32=gpu.peak_flops["fp32"],
-                       mem_bw_bytes_per_s=gpu.hbm_bytes_per_s, source=gpu.source)
+                       mem_bw_bytes_per_s=gpu.hbm_bytes_per_s, source=gpu.source,
+                       link_bw_bytes_per_s=link_bw_bytes_per_s)
 
 
 # Ordered: the first key contained in the device name wins (so "H100 PCIe" before "H100").
 GPU_TABLE: dict[str, MachineSpec] = {
-    "H200": _from_catalog("H200"),
+    # link bandwidths per direction: NVLink 4 (H100/H200) 450 GB/s, NVLink 3 (A100) 300 GB/s,
+    # PCIe Gen4/Gen5 x16 32/64 GB/s, MI300X 7 Infinity Fabric links x 64 GB/s (FiCCO §III)
+    "H200": _from_catalog("H200", 450e9),
     # not in the cluster catalog (no PCIe H100 cluster there), so its numbers live here
     "H100 PCIe": MachineSpec(
         name="NVIDIA H100 PCIe", peak_flops_bf16=756e12, peak_flops_tf32=378e12,
-        peak_flops_fp32=51e12, mem_bw_bytes_per_s=2.0e12,
+        peak_flops_fp32=51e12, mem_bw_bytes_per_s=2.0e12, link_bw_bytes_per_s=64e9,
         source="NVIDIA H100 Tensor Core GPU datasheet, PCIe column (dense)",
     ),
-    "H100": _from_catalog("H100-SXM"),
-    "A100": _from_catalog("A100-80GB-SXM"),
-    "A40": _from_catalog("A40"),
-    "MI300X": _from_catalog("MI300X"),
+    "H100": _from_catalog("H100-SXM", 450e9),
+    "A100": _from_catalog("A100-80GB-SXM", 300e9),
+    "A40": _from_catalog("A40", 32e9),
+    "MI300X": _from_catalog("MI300X", 7 * 64e9),
 }  # fmt: skip
 
 #: Conservative CPU defaults (an assumption, not a measurement): about 100 GFLOP/s and
-#: 20 GB/s, the order of a few AVX2 cores and one DDR4 channel pair.
+#: 20 GB/s, the order of a few AVX2 cores and one DDR4 channel pair. The link: gloo over loopback
+#: TCP, 0.5 GB/s received per rank - the order measured without any GEMM by
+#: benchmarks/bench_runtime_gloo_chunks.py (0.27 GB/s under load for a whole 32 MB all-gather).
 CPU_DEFAULT = MachineSpec(
     name="CPU (conservative defaults)", peak_flops_bf16=1e11, peak_flops_tf32=1e11,
-    peak_flops_fp32=1e11, mem_bw_bytes_per_s=2e10,
+    peak_flops_fp32=1e11, mem_bw_bytes_per_s=2e10, link_bw_bytes_per_s=5e8,
     source="assumed; override with machine_for(..., spec=MachineSpec(...))",
 )  # fmt: skip
 

@@ -9,12 +9,14 @@ a clear error rather than a hang.
 * ``auto``: rank 0's heuristic answer is broadcast once per key.
 * ``tune``: the candidates run in *rounds* (one timed call of every remaining candidate per
   round, the order rotated every round so drift and background load hit all alike). A
-  call's time is the slowest rank's (all-reduce MAX per round). After ``min_reps`` rounds
-  rank 0 drops every candidate that is clearly slower than the current best (its lower
-  quartile above the best's upper quartile *and* its median more than ``margin`` above the
-  best's), and stops when one candidate is left, after ``max_reps`` rounds, or when its
+  call's time is the slowest rank's (all-reduce MAX per round). Comparisons are *paired*
+  within a round (a shared machine's load changes from round to round and moves every
+  candidate of that round alike): after ``min_reps`` rounds rank 0 drops every candidate
+  that took more than ``1 + margin`` times the current best's time in at least three rounds
+  out of four, and stops when one candidate is left, after ``max_reps`` rounds, or when its
   clock passes ``budget_s``; the stop flag and the surviving set are broadcast from rank 0,
-  so every rank follows rank 0's decision. The pick is the lowest median.
+  so every rank follows rank 0's decision. The pick is the survivor with the lowest median
+  of (its time / the fastest time of the same round).
   Settings: :func:`set_tune_options` or ``CCOVERLAP_TUNE="min_reps=5,max_reps=40,budget_s=10"``.
 * An optional JSON cache file (:func:`set_tune_cache_file` or ``CCOVERLAP_TUNE_CACHE``) keeps
   tune decisions across runs, keyed by op, shapes, dtype, device name, group size, backend
@@ -52,6 +54,7 @@ __all__ = [
     "get_tune_options",
     "set_tune_cache_file",
     "elimination_step",
+    "paired_scores",
 ]
 
 _lock = threading.Lock()
@@ -193,7 +196,7 @@ def auto_choice(
     name, reason = choose_schedule(
         max(big_m, 1), max(other, 1), max(split_dim, 1), p, a.element_size(),
         peak_flops=spec.peak_flops(a.dtype), mem_bw_bytes_per_s=spec.mem_bw_bytes_per_s,
-        comm_engine=comm_engine,
+        comm_engine=comm_engine, link_bw_bytes_per_s=spec.link_bw_bytes_per_s,
     )  # fmt: skip
     return name, f"{reason} [{spec.name}]"
 
@@ -206,21 +209,36 @@ def _quartiles(xs: Sequence[float]) -> tuple[float, float, float]:
     return q[0], q[1], q[2]
 
 
+def paired_scores(samples: dict[str, list[float]], active: Sequence[str]) -> dict[str, float]:
+    """Per candidate, the median over rounds of its time divided by the fastest time of that round.
+
+    ``samples[c][i]`` is candidate c's time in round i; every candidate in ``active`` has run in
+    every round so far (eliminated ones stop), so the lists line up. Dividing by the same round's
+    fastest cancels what a round's load did to all candidates alike (the rounds are interleaved),
+    which raw medians under a drifting background load do not. Dimensionless, >= 1.
+    """
+    n = min(len(samples[c]) for c in active)
+    mins = [min(samples[c][i] for c in active) for i in range(n)]
+    return {c: statistics.median(samples[c][i] / mins[i] if mins[i] > 0 else 1.0 for i in range(n)) for c in active}
+
+
 def elimination_step(samples: dict[str, list[float]], active: list[str], margin: float) -> list[str]:
     """Candidates still in the race after one round (pure; rank 0 runs it, the result is broadcast).
 
-    A candidate is dropped when it is clearly slower than the current best (lowest median):
-    its lower quartile is above the best's upper quartile and its median is more than
-    ``margin`` (relative) above the best's. Ties within the noise stay in the race.
+    Paired comparison: the current best is the lowest :func:`paired_scores`; a candidate is
+    dropped when, round by round, it took more than ``1 + margin`` times the best's time in at
+    least three rounds out of four (the lower quartile of its per-round ratios to the best is
+    above ``1 + margin``). Ties within the noise stay in the race.
     """
-    stats = {c: _quartiles(samples[c]) for c in active}
-    best = min(active, key=lambda c: (stats[c][1], active.index(c)))
-    b_lo, b_med, b_hi = stats[best]
+    scores = paired_scores(samples, active)
+    best = min(active, key=lambda c: (scores[c], active.index(c)))
+    n = min(len(samples[c]) for c in active)
     keep = []
     for c in active:
-        lo, med, _hi = stats[c]
-        if c != best and lo > b_hi and med > b_med * (1.0 + margin):
-            continue
+        if c != best:
+            ratios = [samples[c][i] / samples[best][i] for i in range(n) if samples[best][i] > 0]
+            if ratios and _quartiles(ratios)[0] > 1.0 + margin:
+                continue
         keep.append(c)
     return keep
 
@@ -290,11 +308,13 @@ def tune_choice(
     elapsed = torch.tensor([time.perf_counter() - t_start], dtype=torch.float64, device=cdev)
     comm.broadcast(elapsed, 0, group=group, async_op=False)
     medians = {c: statistics.median(samples[c]) for c in cands}
-    best = min(active, key=lambda c: (medians[c], cands.index(c)))
+    scores = paired_scores(samples, active)
+    best = min(active, key=lambda c: (scores[c], cands.index(c)))
     table = tuple((c, medians[c]) for c in cands)
     shown = ", ".join(f"{c}={s * 1e3:.3g}ms" for c, s in table)
     return Decision(
-        best, "tune", f"lowest median of {rounds} interleaved rounds (slowest rank per call): {shown}", table,
+        best, "tune", f"lowest median time relative to each round's fastest, {rounds} interleaved rounds "
+        f"(slowest rank per call; medians {shown})", table,
         tuple((c, tuple(samples[c])) for c in cands), rounds, float(elapsed.item()),
         eliminated=tuple(c for c in cands if c not in active),
     )  # fmt: skip

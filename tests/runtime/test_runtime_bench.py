@@ -40,6 +40,9 @@ def test_bench_json_and_profile(tmp_path, capsys):
                                       "hetero-unfused-1d", "uniform-fused-2d"}  # fmt: skip
     assert all(len(v) == info["rounds"] or k in info["eliminated"] for k, v in info["samples_ms"].items())
     assert res["summary"]["tune_pick"] == info["picked"]
+    # paired judgements: the pick against every concrete schedule per repetition (>= its ratio to itself, 1)
+    assert res["summary"]["tune_pick_vs_fastest_paired"] >= 1.0
+    assert "check_cost_in_serial_paired" in res["summary"]
     for r in by.values():
         assert len(r["times_s"]) == 2 and all(t > 0 for t in r["times_s"])
         if not r["reference"]:

@@ -87,3 +87,47 @@ def test_every_answer_is_a_runtime_schedule():
         assert reason
         seen.add(name)
     assert {"uniform-fused-2d", "uniform-fused-1d"} <= seen
+
+
+# ---------------------------------------------------------------- step 0: "overlap cannot help"
+CPU = {"peak_flops": 1e11, "mem_bw_bytes_per_s": 2e10}
+
+
+def test_overlap_gain_ratio_units():
+    from ccoverlap.deciders.ficco_heuristic import overlap_gain_ratio
+
+    # 2 ranks receive half of [m, k] fp32: 0.5 * 100 * 10 * 4 B at 1e3 B/s = 2 s; GEMM 2*100*5*10 / 1e3 = 10 s
+    assert overlap_gain_ratio(100, 5, 10, 2, 4, peak_flops=1e3, link_bw_bytes_per_s=1e3) == pytest.approx(0.2)
+
+
+def test_gemm_heavy_shape_goes_serial_and_comm_heavy_does_not():
+    from ccoverlap.deciders.ficco_heuristic import COMM_DIL, OVERLAP_LOSS_SM, overlap_gain_ratio
+
+    # the documented CPU shapes with the CPU defaults (0.5 GB/s loopback link)
+    name, why = choose_schedule(4096, 1024, 1024, 2, 4, **CPU, comm_engine="sm", link_bw_bytes_per_s=5e8)
+    r = overlap_gain_ratio(4096, 1024, 1024, 2, 4, peak_flops=1e11, link_bw_bytes_per_s=5e8)
+    assert r * (1 - COMM_DIL) < OVERLAP_LOSS_SM
+    assert name == "serial" and "overlap cannot help" in why
+    name, _ = choose_schedule(8192, 128, 1024, 2, 4, **CPU, comm_engine="sm", link_bw_bytes_per_s=5e8)
+    assert name in FICCO_SCHEDULES
+
+
+def test_serial_branch_threshold_and_engine():
+    # ratio 0.2 -> 0.18 after comm DIL: below the SM loss (0.27) and the DMA loss (0.16)? 0.18 > 0.16
+    kw = dict(peak_flops=1e3, mem_bw_bytes_per_s=1e3, link_bw_bytes_per_s=1e3)
+    assert choose_schedule(100, 5, 10, 2, 4, comm_engine="sm", **kw)[0] == "serial"
+    assert choose_schedule(100, 5, 10, 2, 4, comm_engine="dma", **kw)[0] != "serial"
+    assert choose_schedule(100, 5, 10, 2, 4, comm_engine="dma", overlap_loss=0.19, **kw)[0] == "serial"
+    # a fast link makes communication negligible: serial regardless of shape (also when M <= K)
+    assert choose_schedule(64, 64, 4096, 2, 2, **MI300X, link_bw_bytes_per_s=1e18)[0] == "serial"
+    # without a link bandwidth the rule is FiCCO's unchanged
+    assert choose_schedule(64, 64, 4096, 2, 2, **MI300X)[0] == "uniform-fused-2d"
+    with pytest.raises(ValueError):
+        choose_schedule(100, 5, 10, 2, 4, link_bw_bytes_per_s=0, **{k: v for k, v in kw.items() if k != "link_bw_bytes_per_s"})
+
+
+def test_bf16_h100_keeps_overlapping_a_comm_bound_gemm():
+    # H100 SXM, bf16, NVLink 450 GB/s: a short-K GEMM is communication-bound -> a FiCCO schedule
+    name, _ = choose_schedule(16384, 1024, 8192, 8, 2, peak_flops=989e12, mem_bw_bytes_per_s=3.35e12,
+                              comm_engine="sm", link_bw_bytes_per_s=450e9)
+    assert name in FICCO_SCHEDULES

@@ -163,3 +163,30 @@ def test_dma_is_unavailable_on_cpu_with_a_reason():
 
     ok, why = dma_available(torch.zeros(2, 2), None)
     assert not ok and "CUDA" in why
+
+
+def test_elimination_is_paired_within_rounds():
+    # the background load doubles and halves from round to round; "b" is always 6% slower than
+    # "a" in the same round. Raw quartiles overlap (no elimination by them), the paired rule drops b.
+    from ccoverlap.runtime.tuning import elimination_step, paired_scores
+
+    load = [1.0, 2.0, 1.2, 1.9, 1.1, 2.2]
+    samples = {"a": [10.0 * f for f in load], "b": [10.6 * f for f in load], "c": [10.1 * f for f in load]}
+    scores = paired_scores(samples, ["a", "b", "c"])
+    assert scores["a"] == 1.0 and abs(scores["b"] - 1.06) < 1e-9
+    assert elimination_step(samples, ["a", "b", "c"], margin=0.03) == ["a", "c"]
+    # b faster in half the rounds: not clearly slower, stays
+    samples["b"] = [s * (0.97 if i % 2 else 1.06) for i, s in enumerate(samples["a"])]
+    assert "b" in elimination_step(samples, ["a", "b", "c"], margin=0.03)
+
+
+def test_check_fingerprint_is_stable_and_separates_descriptors():
+    from ccoverlap.runtime.checks import _fingerprint
+
+    row = [12345, 2, 5, 1, 2, 4, 8, -1, -1, -1, -1, -1, -1, 0, 3, 1]
+    assert _fingerprint(row) == _fingerprint(list(row))
+    assert -(2**63) <= _fingerprint(row) < 2**63
+    for i in range(len(row)):  # any one field changed -> another fingerprint
+        other = list(row)
+        other[i] += 1
+        assert _fingerprint(other) != _fingerprint(row)
