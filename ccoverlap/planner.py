@@ -58,6 +58,19 @@ def workload_key(w) -> tuple:
                                         getattr(w, "framework", None)))
 
 
+def screen_microbatches(w) -> int | None:
+    """Micro-batches per pipeline of the reduced step on which candidates are judged in
+    screened mode (:meth:`Planner.screened`), or None when the step is already that small:
+    the smallest multiple of ``pp`` that is at least ``2·pp + 2`` (4 without a pipeline).
+    That is enough for the 1F1B / interleaved steady state (pp warm-up micro-batches, at
+    least pp + 2 in steady state, the same in-flight activations as the full step) and keeps
+    the interleaved schedule's "multiple of pp" rule (Narayanan et al. 2021, §2.2)."""
+    pp = max(1, int(w.parallel.pp))
+    m_s = pp * -(-(2 * pp + 2) // pp)
+    m = w.batch.microbatches(w.parallel.dp)
+    return m_s if m_s < m else None
+
+
 class Planner:
     """One workload, its cost model and a cache of simulated steps.
 
@@ -68,6 +81,10 @@ class Planner:
     ``progress``: called as ``progress(done, total, what)`` by long searches.
     ``jobs``: processes for independent candidates (:meth:`map`); default: the CPUs this
     process may use (1 = everything in this process).
+    ``exact``: False (default) lets strategies judge candidates on a reduced step with fewer
+    micro-batches (:meth:`screened`, :func:`screen_microbatches`) and simulate fully only the
+    configuration they report; True makes :meth:`screened` the identity (every candidate
+    simulated on the full step).
 
     Counters: ``simulations`` (full step simulations run), ``cache_hits`` (simulations avoided
     because the same configuration had been simulated), ``graph_simulations`` (simulations of
@@ -75,8 +92,9 @@ class Planner:
     """
 
     def __init__(self, workload, *, cost=None, keep_timelines: int = 4, progress: ProgressFn | None = None,
-                 jobs: int | None = None):
+                 jobs: int | None = None, exact: bool = False):
         self.workload = workload
+        self.exact = bool(exact)
         self.jobs = default_jobs() if jobs is None else max(1, int(jobs))
         self.cost = cost if cost is not None else cost_model_for(workload)
         self.progress = progress
@@ -89,6 +107,33 @@ class Planner:
         self.simulations = 0
         self.cache_hits = 0
         self.graph_simulations = 0
+
+    # ------------------------------------------------------------------ screening
+    def screened(self, w=None):
+        """The workload on which candidates for ``w`` are judged: ``w`` itself in exact mode or
+        when it has few micro-batches, else ``w`` with the global batch cut to
+        :func:`screen_microbatches` micro-batches per pipeline (same model, layout, micro-batch
+        size and knobs). Choices made on it are re-simulated on the full step
+        (:meth:`restore`) before they are reported."""
+        w = self.workload if w is None else w
+        if self.exact:
+            return w
+        m_s = screen_microbatches(w)
+        if m_s is None:
+            return w
+        b = w.batch
+        return replace(w, batch=replace(b, global_batch=m_s * b.micro_batch * w.parallel.dp))
+
+    @staticmethod
+    def restore(w_screened, like):
+        """``w_screened`` (a configuration chosen on a :meth:`screened` step) with the batch of
+        the full workload ``like``: what is simulated and reported."""
+        return replace(w_screened, batch=like.batch)
+
+    def screening(self, w=None) -> bool:
+        """Whether :meth:`screened` reduces ``w``."""
+        w = self.workload if w is None else w
+        return self.screened(w) is not w
 
     # ------------------------------------------------------------------ building and simulating
     def step(self, w=None):

@@ -38,7 +38,10 @@ def plan_table(payload: dict, console: Console | None = None) -> None:
     console.print(f"compute-to-communication ratio R = {r:.2f} "
                   f"({'communication-bound' if r < 1 else 'compute can hide communication'})")
     console.print(f"[bold]Recommendation:[/bold] {payload['recommendation']}")
-    console.print(f"{payload['simulations']} simulations in {payload['search_seconds']:.1f} s")
+    screened = payload.get("screen_microbatches")
+    how = (f" (candidates judged on {screened} micro-batches per pipeline, every step time above simulated in full;"
+           f" --exact to judge them in full)" if screened else "")
+    console.print(f"{payload['simulations']} simulations in {payload['search_seconds']:.1f} s{how}")
     for name, path in payload["files"].items():
         console.print(f"  {name}: {path}")
 

@@ -18,6 +18,9 @@ def register(sub) -> None:
     p.add_argument("--out", default="ccoverlap-out/plan", help="directory for the PNG and Chrome traces")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--no-png", action="store_true", help="skip the timeline picture")
+    p.add_argument("--exact", action="store_true",
+                   help="judge every knob value and decider candidate on the full step (slower); default: judge "
+                        "them on a step with fewer micro-batches and simulate fully only what is reported")
     p.add_argument("--strategies", help="comma-separated decider strategies to add (default: all available)")
     s = p.add_argument_group("layout search (--search)")
     s.add_argument("--search", action="store_true",
@@ -109,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         registry.select(extra)  # ConfigError naming the unknown one and the available ones
     update, close = _progress_reporter(sys.stderr.isatty() or not args.json)
     try:
-        result = planner.plan(w, progress=update, extra=extra, registry=registry)
+        result = planner.plan(w, progress=update, extra=extra, registry=registry, exact=args.exact)
     finally:
         close()
     out = Path(args.out)
@@ -137,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         "best": best_res.name,
         "strategies": [s.as_dict() for s in result.strategies],
         "simulations": result.simulations,
+        "screen_microbatches": result.stats.get("screen_microbatches"),
         "search_seconds": result.seconds,
         "files": files,
     }

@@ -70,6 +70,10 @@ class CentauriDecision:
     extra_memory_bytes: float = 0.0
     defer_units: int = 0
     tried: list = field(default_factory=list)
+    baseline_workload: object = None
+    operation_index: int | None = None
+    microbatches_judged: int = 0
+    screened_microbatches: int = 0
 
     @property
     def speedup(self) -> float:
@@ -89,6 +93,8 @@ class CentauriDecision:
                                             f"T2={self.layer_rule[1] * 1e3:.1f} ms per layer)"
                                             if self.layer_rule else ""),
                  f"model: L1={self.model[0]}, L2={self.model[1]}" + (f" ({self.model_rule})" if self.model_rule else "")]
+        if self.screened_microbatches:
+            parts.append(f"chosen on {self.screened_microbatches} micro-batches, simulated in full")
         return (f"Centauri — {'; '.join(parts)}. Predicted {self.speedup:.3f}x vs no partition "
                 f"({self.baseline_s * 1e3:.1f} -> {self.step_s * 1e3:.1f} ms); alpha={self.alpha:.2f}, "
                 f"overlap bound min(1/a,1/(1-a))={self.bound:.2f}x (§5.4).")
@@ -453,8 +459,48 @@ def decide(planner, w=None) -> CentauriDecision:
     planner's cost model (configurations expressible as knobs through its cache). Returns the
     :class:`CentauriDecision`."""
     w = planner.workload if w is None else w
-    cost = planner.cost
     w = replace(w, knobs=replace(w.knobs, overlap=True))
+    ws = planner.screened(w)
+    d = _decide(planner, ws)
+    if ws is w:
+        return d
+    return _replay_full(planner, d, w)
+
+
+def _replay_full(planner, d: CentauriDecision, w) -> CentauriDecision:
+    """The choices ``d`` made on the planner's screened step (fewer micro-batches), applied to
+    the full workload ``w`` and simulated there: the knobs of tier 1, tier 2's candidate (its
+    Algorithm 1 plans recomputed on the full step), the layer order, the micro-batch grouping
+    and the deferred reduce-scatters. ``step_s``, ``baseline_s``, the graph, timeline and alpha
+    become the full step's; ``tried`` keeps the screened step times the choices were made on."""
+    cost = planner.cost
+    cw = planner.restore(d.workload, w)
+    step = planner.step(cw)
+    op_fn = None
+    if d.operation_index is not None:
+        cands = _operation_candidates(step, cw, cost)
+        d.operation, op_fn, _ = cands[d.operation_index]
+        algs = [(label, reason) for label, fn, reason in cands if label.startswith("Alg.1")]
+        if algs:
+            d.operation_rule = f"{algs[0][0]} — {algs[0][1]}"
+    layer = "T2" if d.layer.startswith("T2") else "T1"
+    if op_fn is None and layer == "T1" and d.model == (1, 1) and not d.defer_units:
+        step, tl = planner.simulate(cw)  # nothing rewritten: the (cached) knob configuration
+        graph = step.graph
+    else:
+        graph = centauri_graph(step, op_plan=op_fn, layer=layer, model=d.model, defer_units=d.defer_units)
+        tl = planner.simulate_graph(graph)
+    d.workload, d.step, d.graph, d.timeline, d.step_s = cw, step, graph, tl, step_time_s(tl)
+    d.baseline_s = planner.evaluate(planner.restore(d.baseline_workload, w), "centauri").step_time_s
+    d.alpha, _, _ = comm_ratio(d.graph, cost)
+    d.bound = rules.speedup_bound(d.alpha)
+    d.screened_microbatches = d.microbatches_judged
+    return d
+
+
+def _decide(planner, w) -> CentauriDecision:
+    """:func:`decide`'s tiers on ``w`` as it is (every candidate simulated on its step)."""
+    cost = planner.cost
     tried: list = []
     # tier 1: primitive substitution and group partition of gradient collectives (knobs)
     best = None
@@ -464,12 +510,14 @@ def decide(planner, w=None) -> CentauriDecision:
         tried.append(("partition", f"{plabel}; {glabel}", t))
         if best is None:
             baseline = (t, st, tl)
+            baseline_w = cw
         if st.memory.fits or not baseline[1].memory.fits:
             if best is None or t < best[0] * (1 - 1e-9):
                 best = (t, st, tl, plabel, glabel, cw)
     t_best, step, tl_best, plabel, glabel, w_best = best
     d = CentauriDecision(workload=w_best, step=step, graph=step.graph, timeline=tl_best, baseline_s=baseline[0],
-                         step_s=t_best, primitive=plabel, group=glabel, tried=tried)
+                         step_s=t_best, primitive=plabel, group=glabel, tried=tried, baseline_workload=baseline_w,
+                         microbatches_judged=step.microbatches)
     # tier 2: operation level (Algorithm 1) on FSDP forward all-gathers
     op_best = None
     cands = _operation_candidates(step, w_best, cost)
@@ -491,10 +539,10 @@ def decide(planner, w=None) -> CentauriDecision:
         if label.startswith("Alg.1") and not d.operation_rule:
             d.operation_rule = f"{label} — {reason}"
         if op_best is None or t < op_best[0] * (1 - 1e-9):
-            op_best = (t, label, fn)
+            op_best = (t, label, fn, i)
     op_fn = None
     if op_best is not None:
-        d.step_s, d.operation, op_fn = op_best
+        d.step_s, d.operation, op_fn, d.operation_index = op_best
         if op_fn is not None:
             j = next(j for j, i in enumerate(parts) if cands[i][1] is op_fn)
             d.step_s, d.graph, d.timeline = _graph_of(planner, kept, j, op_graph)

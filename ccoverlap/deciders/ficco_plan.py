@@ -107,6 +107,7 @@ def _spliced(planner, step, cluster, pairs, tp: int, engine: str, use: str):
     g = step.graph
     rw = GraphRewrite(g)
     chosen: dict[tuple, tuple] = {}
+    graphs: dict[tuple, OpGraph] = {}  # one schedule graph per shape (splice_schedule only reads it)
     for pattern, cid, gid in pairs:
         gm: GemmSpec = g.ops[gid].spec
         key = (pattern, gm.m, gm.n, gm.k)
@@ -117,7 +118,9 @@ def _spliced(planner, step, cluster, pairs, tp: int, engine: str, use: str):
             chosen[key] = (case, v, v.pick if use == "heuristic" else v.best_overall)
         case, v, sched = chosen[key]
         if sched != "serial":
-            splice_schedule(rw, pattern, cid, gid, ficco.schedule_graph(case, sched))
+            if key not in graphs:
+                graphs[key] = ficco.schedule_graph(case, sched)
+            splice_schedule(rw, pattern, cid, gid, graphs[key])
     return planner.simulate_graph(rw.build()), chosen
 
 
@@ -137,12 +140,21 @@ def ficco_strategy(planner, w):
     if not pairs or p.tp > wf.cluster.gpus_per_node:
         return None
     engines = ("sm", "dma") if wf.cluster.gpu.copy_engines > 0 else ("sm",)
+    # the transfer engine is chosen on the planner's screened step (fewer micro-batches unless
+    # the planner is exact); the schedules per pair do not depend on the micro-batch count
+    ws = planner.screened(wf)
+    judge_step = step if ws is wf else planner.step(ws)
     best = None
-    for engine in engines:
+    if len(engines) > 1:
+        for engine in engines:
+            tl, chosen = _spliced(planner, judge_step, wf.cluster, tp_pairs(judge_step.graph), p.tp, engine, "heuristic")
+            t = step_time_s(tl)
+            if best is None or t < best[0]:
+                best = (t, tl, chosen, engine)
+    if best is None or ws is not wf:
+        engine = engines[0] if best is None else best[3]
         tl, chosen = _spliced(planner, step, wf.cluster, pairs, p.tp, engine, "heuristic")
-        t = step_time_s(tl)
-        if best is None or t < best[0]:
-            best = (t, tl, chosen, engine)
+        best = (step_time_s(tl), tl, chosen, engine)
     t, tl, chosen, engine = best
     if all(v.best_overall == sched for _, v, sched in chosen.values()):
         tl_e = tl  # the heuristic picked the estimator's best everywhere: the same graph

@@ -402,6 +402,9 @@ def _tune_workload(planner, w, method: str, *, top: int = 2):
     from ccoverlap.planner import workload_key
 
     cost = planner.cost
+    # candidates are judged on the planner's screened step (fewer micro-batches unless the
+    # planner is exact); the configuration chosen is simulated on the full step at the end
+    w_full, w = w, planner.screened(w)
 
     def make_groups():
         step, tl = planner.simulate(w)
@@ -437,11 +440,14 @@ def _tune_workload(planner, w, method: str, *, top: int = 2):
         for pg, cands in candidates.items():
             tuned = [c for c in cands if (pg, c) in comm_time]
             chosen[pg] = overrides[pg] = max(tuned, key=lambda c: comm_time[(pg, c)])
-        best = planner.evaluate(with_knobs(w, comm_config_overrides=overrides), method)
-        sims = 1
+        best_w = with_knobs(w, comm_config_overrides=overrides)
+        sims = 1  # the one (full) simulation of the configuration it chose
     else:
         best_w, best = w, planner.evaluate(w, method)
         sims = 1
+        screened = w is not w_full
+        # screened: a candidate better on the screened step is confirmed on the full step
+        best_full = planner.evaluate(planner.restore(w, w_full), method) if screened else best
         for pg, cands in candidates.items():
             # each candidate replaces only this group's configuration of the current best, so
             # they are independent: simulated together (in worker processes where possible)
@@ -454,9 +460,20 @@ def _tune_workload(planner, w, method: str, *, top: int = 2):
             sims += len(cand_ws)
             for cfg, cand_w, res in zip(cands, cand_ws, results):
                 if res.fits_memory and res.step_time_s < best.step_time_s * (1 - 1e-9):
+                    if screened:
+                        full = planner.evaluate(planner.restore(cand_w, w_full), method)
+                        sims += 1
+                        if not (full.fits_memory and full.step_time_s < best_full.step_time_s * (1 - 1e-9)):
+                            continue
+                        best_full = full
                     best_w, best, chosen[pg] = cand_w, res, cfg
+    best = planner.evaluate(planner.restore(best_w, w_full), method)
     what = "Lagom" if method == "lagom" else "AutoCCL-style tuning"
-    tail = f"({what} on {len(groups)} overlap group(s), {profiles} profiles, {sims} step simulations)"
+    screened = ""
+    if w is not w_full:
+        screened = (f" on {w.batch.microbatches(w.parallel.dp)} micro-batches, gains confirmed and the choice "
+                    f"simulated in full")
+    tail = f"({what} on {len(groups)} overlap group(s), {profiles} profiles, {sims} step simulations{screened})"
     if chosen:
         best.note = "; ".join(f"{pg}: {_fmt_config(c)}" for pg, c in chosen.items()) + " " + tail
     else:
