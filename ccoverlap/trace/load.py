@@ -21,6 +21,9 @@ Kineto writes ``"displayTimeUnit": "ns"`` when it records nanosecond resolution,
 with three decimals; that is kept (HolisticTraceAnalysis instead rounds every event inward
 to whole µs, see :mod:`ccoverlap.trace.steps`). Epoch-based µs timestamps (~1.7e15) hold
 about 0.25 µs of resolution in a float64, which bounds every time this module returns.
+
+Which rank a file is (``distributedInfo``, file name, file order) is decided in
+:mod:`ccoverlap.trace.rank_assign`; :func:`assign_ranks` is re-exported here.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import numpy as np
 from ccoverlap.errors import TraceError
 
 from ccoverlap.trace.jsonstream import EventStream, StreamError, Truncated, event_args
+from ccoverlap.trace.rank_assign import assign_ranks, rank_from_meta  # assign_ranks: re-exported
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # categories of device-side events (HTA: stream >= 0 and correlation >= 0)
@@ -53,7 +57,6 @@ COMM_ARG_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", 
 HEADER_KEYS = ("distributedInfo", "deviceProperties", "displayTimeUnit", "baseTimeNanoseconds",
                "traceName", "schemaVersion")
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
-_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
 _NUM = (int, float)
 _EMPTY: dict = {}
 _TAIL_BYTES = 1 << 16
@@ -484,7 +487,7 @@ def _parse_events(path: Path, keep_cpu_ops: bool = True, keep_runtime: bool = Fa
         raw.warnings.append(f"{path}: skipped {n_bad} malformed event(s) (invalid JSON inside the event, "
                             f"NaN/Infinity/out-of-range numbers, wrong types, missing ts, negative duration), "
                             f"first: {'; '.join(where)}")
-    _rank_from_meta(raw)
+    rank_from_meta(raw)
     return raw
 
 
@@ -504,86 +507,7 @@ def _many_pids(threads: list) -> bool:
     return len({p for p, _ in threads}) > 1
 
 
-# ----------------------------------------------------------------------------- ranks
-
-def _as_int(v) -> int | None:
-    if v.__class__ is int and v >= 0:
-        return v
-    if isinstance(v, float) and v.is_integer() and v >= 0:
-        return int(v)
-    if isinstance(v, str) and v.isdigit():
-        return int(v)
-    return None
-
-
-def _rank_from_meta(raw: RawTrace) -> None:
-    """Rank and world size from ``distributedInfo``, else the rank from the file name."""
-    info = raw.meta.get("distributedInfo")
-    if isinstance(info, dict):
-        raw.rank = _as_int(info.get("rank"))
-        raw.world_size = _as_int(info.get("world_size"))
-        if raw.rank is not None:
-            raw.rank_source = "distributedInfo"
-            return
-    m = None
-    for m in _RANK_IN_NAME.finditer(raw.path.name):
-        pass
-    if m is not None:
-        raw.rank = int(m.group(1))
-        raw.rank_source = "file name"
-
-
-def assign_ranks(raws: list[RawTrace]) -> tuple[list[RawTrace], list[str]]:
-    """Give every trace a unique rank; drop what cannot belong to the same job.
-
-    Order of evidence: ``distributedInfo.rank``, then ``rank-3`` / ``rank3`` / ``_rank_3`` in
-    the file name, then (said plainly, per file) the next free rank in file order. Traces
-    whose ``world_size`` differs from the most common one, and second files claiming an
-    already-taken rank (a file stating the world size wins over one that does not), are
-    dropped with a message naming the file.
-    """
-    problems: list[str] = []
-    sizes = [r.world_size for r in raws if r.world_size]
-    world = max(set(sizes), key=lambda s: (sizes.count(s), -s)) if sizes else None
-    kept: list[RawTrace] = []
-    for r in raws:
-        if world is not None and r.world_size is not None and r.world_size != world:
-            problems.append(f"{r.path}: world_size {r.world_size} differs from the other traces' {world} "
-                            f"- a different job? skipped")
-            continue
-        kept.append(r)
-    taken: set[int] = set()
-    out: list[RawTrace] = []
-    # files that state the job's world size claim their rank before files that state none
-    for r in sorted(kept, key=lambda r: r.world_size is None):
-        if r.rank is not None:
-            if r.rank in taken:
-                problems.append(f"{r.path}: rank {r.rank} (from {r.rank_source}) is already taken by "
-                                f"another file - skipped")
-                continue
-            taken.add(r.rank)
-            out.append(r)
-    for r in kept:
-        if r.rank is None:
-            nxt = 0
-            while nxt in taken:
-                nxt += 1
-            r.rank = nxt
-            r.rank_source = "file order"
-            taken.add(nxt)
-            problems.append(f"{r.path}: no rank in distributedInfo or file name - assumed rank {nxt} "
-                            f"(file order)")
-            out.append(r)
-    for r in out:
-        if r.world_size is None:
-            r.world_size = world
-    if world is not None:
-        for r in out:
-            if r.rank is not None and r.rank >= world:
-                problems.append(f"{r.path}: rank {r.rank} is outside world_size {world}")
-    out.sort(key=lambda r: r.rank if r.rank is not None else -1)
-    return out, problems
-
+# ----------------------------------------------------------------------------- all files
 
 def load_all(paths: Iterable[str | Path]) -> tuple[list[RawTrace], list[str]]:
     """Discover, stream and rank every trace; problems are collected, never raised."""

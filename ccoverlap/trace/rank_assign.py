@@ -1,0 +1,100 @@
+"""Which rank each trace file is: from its ``distributedInfo``, its file name, or file order.
+
+Split out of :mod:`ccoverlap.trace.load` (which calls :func:`rank_from_meta` on every file it
+streams and re-exports :func:`assign_ranks`): :func:`rank_from_meta` reads one file's own
+evidence, :func:`assign_ranks` makes the ranks of a set of files unique and drops files that
+cannot belong to the same job, with one message per file.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ccoverlap.trace.load import RawTrace
+
+__all__ = ["rank_from_meta", "assign_ranks"]
+
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
+
+
+def _as_int(v) -> int | None:
+    """A non-negative integer written as int, integral float or digits; else None."""
+    if v.__class__ is int and v >= 0:
+        return v
+    if isinstance(v, float) and v.is_integer() and v >= 0:
+        return int(v)
+    if isinstance(v, str) and v.isdigit():
+        return int(v)
+    return None
+
+
+def rank_from_meta(raw: RawTrace) -> None:
+    """Set ``raw.rank`` / ``raw.world_size`` / ``raw.rank_source`` of one trace from its
+    ``distributedInfo``, else the rank from the file name (``rank3``, ``rank-3``, ``_rank_3``)."""
+    info = raw.meta.get("distributedInfo")
+    if isinstance(info, dict):
+        raw.rank = _as_int(info.get("rank"))
+        raw.world_size = _as_int(info.get("world_size"))
+        if raw.rank is not None:
+            raw.rank_source = "distributedInfo"
+            return
+    m = None
+    for m in _RANK_IN_NAME.finditer(raw.path.name):
+        pass
+    if m is not None:
+        raw.rank = int(m.group(1))
+        raw.rank_source = "file name"
+
+
+def assign_ranks(raws: list[RawTrace]) -> tuple[list[RawTrace], list[str]]:
+    """Give every trace a unique rank; drop what cannot belong to the same job.
+
+    Order of evidence: ``distributedInfo.rank``, then ``rank-3`` / ``rank3`` / ``_rank_3`` in
+    the file name, then (said plainly, per file) the next free rank in file order. Traces
+    whose ``world_size`` differs from the most common one, and second files claiming an
+    already-taken rank (a file stating the world size wins over one that does not), are
+    dropped with a message naming the file.
+    """
+    problems: list[str] = []
+    sizes = [r.world_size for r in raws if r.world_size]
+    world = max(set(sizes), key=lambda s: (sizes.count(s), -s)) if sizes else None
+    kept: list[RawTrace] = []
+    for r in raws:
+        if world is not None and r.world_size is not None and r.world_size != world:
+            problems.append(f"{r.path}: world_size {r.world_size} differs from the other traces' {world} "
+                            f"- a different job? skipped")
+            continue
+        kept.append(r)
+    taken: set[int] = set()
+    out: list[RawTrace] = []
+    # files that state the job's world size claim their rank before files that state none
+    for r in sorted(kept, key=lambda r: r.world_size is None):
+        if r.rank is not None:
+            if r.rank in taken:
+                problems.append(f"{r.path}: rank {r.rank} (from {r.rank_source}) is already taken by "
+                                f"another file - skipped")
+                continue
+            taken.add(r.rank)
+            out.append(r)
+    for r in kept:
+        if r.rank is None:
+            nxt = 0
+            while nxt in taken:
+                nxt += 1
+            r.rank = nxt
+            r.rank_source = "file order"
+            taken.add(nxt)
+            problems.append(f"{r.path}: no rank in distributedInfo or file name - assumed rank {nxt} "
+                            f"(file order)")
+            out.append(r)
+    for r in out:
+        if r.world_size is None:
+            r.world_size = world
+    if world is not None:
+        for r in out:
+            if r.rank is not None and r.rank >= world:
+                problems.append(f"{r.path}: rank {r.rank} is outside world_size {world}")
+    out.sort(key=lambda r: r.rank if r.rank is not None else -1)
+    return out, problems
