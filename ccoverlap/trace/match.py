@@ -73,18 +73,20 @@ _EQUAL_SIZE = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduc
 
 def _same_calls(tl_a: Timeline, rows_a: np.ndarray, tl_b: Timeline, rows_b: np.ndarray,
                 tol_s: float, tol_frac: float) -> bool:
-    """True when the i-th calls of two equally long sequences are one call each: same type,
-    same bytes for :data:`_EQUAL_SIZE` collectives (when both are known), ends within
-    ``tol_s + tol_frac * (shorter duration)`` seconds."""
+    """True when the i-th calls of two equally long sequences can be one call each: same type,
+    same bytes for :data:`_EQUAL_SIZE` collectives (when both are known), and the two ops
+    overlap in time (up to ``tol_s`` seconds of clock offset): a collective cannot finish on
+    one member before another member has started it. Ends need not line up (gloo's CPU ops
+    return at different moments on each rank). ``tol_frac`` is unused here."""
     if not np.array_equal(tl_a.collective[rows_a], tl_b.collective[rows_b]):
         return False
     ba, bb = tl_a.bytes[rows_a], tl_b.bytes[rows_b]
     eq = np.isin(tl_a.collective[rows_a], _EQUAL_SIZE) & (ba > 0) & (bb > 0)
     if np.any(eq & (ba != bb)):
         return False
-    ea, eb = tl_a.end_s[rows_a], tl_b.end_s[rows_b]
-    dur = np.minimum(ea - tl_a.start_s[rows_a], eb - tl_b.start_s[rows_b])
-    return bool(np.all(np.abs(ea - eb) <= tol_s + tol_frac * dur))
+    # no member of a call can finish before every member has started
+    return bool(np.all(tl_a.end_s[rows_a] >= tl_b.start_s[rows_b] - tol_s)
+                and np.all(tl_b.end_s[rows_b] >= tl_a.start_s[rows_a] - tol_s))
 
 
 def pair_calls(tls: dict[Hashable, Timeline], rows: dict[Hashable, np.ndarray], *, by_order: bool = True,
@@ -95,7 +97,7 @@ def pair_calls(tls: dict[Hashable, Timeline], rows: dict[Hashable, np.ndarray], 
     Returns ``(calls, how)``: each call is ``[(k, row), ...]`` with two or more members, in the
     lowest key's call order; ``how`` is ``"order"`` when ``by_order`` allows it, every rank has
     the same number of calls and the N-th calls agree (:func:`_same_calls`: type, size where the
-    collective needs equal sizes, ends lined up), so call order alone pairs them; else
+    collective needs equal sizes, the ops overlap in time), so call order alone pairs them; else
     ``"ends"``: each rank is aligned with the lowest key's rank by :func:`align_by_ends`. Equal
     counts and types are not enough: two sampled traces can each miss a different call.
     """
