@@ -19,6 +19,7 @@ import numpy as np
 
 from ccoverlap.errors import TraceError
 from ccoverlap.replay.graph import BARRIER, CEND, RankGraph
+from ccoverlap.trace.match import comm_rows_by_group, pair_calls
 
 
 @dataclass
@@ -116,62 +117,19 @@ def _match_collectives(ranks: list[RankGraph], offset: list[int], *, tol_s: floa
                        tol_frac: float = 0.02) -> list[tuple]:
     """(group, seq, [(rank index, local row)]) for the comm ops of groups seen on >= 2 ranks.
 
-    Collectives of one process group run in one order on every member, and every member of a
-    call finishes at nearly the same moment (the last chunk arrives everywhere together). The
-    ops of each rank are walked in order beside the lowest rank's: two ops are one call when
-    they have the same type and end within ``tol_s + tol_frac * duration`` of each other;
-    otherwise the one that ended first has no partner here (a call cut off by the profiling
-    window, or dropped by sampling) and the walk moves past it. Clocks are taken as
-    synchronised, as ``analyze`` does.
+    Each group's calls are paired by :func:`ccoverlap.trace.match.pair_calls` with ends lined
+    up (``by_order=False``: the replay needs every pair to be one call, so a call dropped by
+    sampling or cut off by the profiling window is left unpaired rather than shifting the rest).
     """
+    tls = {ri: g.rt.timeline for ri, g in enumerate(ranks)}
     per_group: dict[str, dict[int, np.ndarray]] = {}
-    for ri, g in enumerate(ranks):
-        tl = g.rt.timeline
-        comm = np.flatnonzero(tl.kind == "comm")
-        for grp in np.unique(tl.group[comm]) if len(comm) else []:
-            rows = comm[tl.group[comm] == grp]
-            per_group.setdefault(str(grp), {})[ri] = rows[np.argsort(tl.start_s[rows], kind="stable")]
+    for ri, tl in tls.items():
+        for grp, rows in comm_rows_by_group(tl).items():
+            per_group.setdefault(grp, {})[ri] = rows
     out = []
     for grp, by_rank in per_group.items():
-        if len(by_rank) < 2:
-            continue
-        ref = min(by_rank)
-        ref_rows = by_rank[ref]
-        rt_ref = ranks[ref].rt.timeline
-        partners: dict[int, list[tuple[int, int]]] = {int(i): [(ref, int(r))] for i, r in enumerate(ref_rows)}
-        for ri, rows in by_rank.items():
-            if ri == ref:
-                continue
-            tl = ranks[ri].rt.timeline
-            i = j = 0
-            while i < len(ref_rows) and j < len(rows):
-                a, b = int(ref_rows[i]), int(rows[j])
-                ea, eb = rt_ref.end_s[a], tl.end_s[b]
-                dur = min(rt_ref.end_s[a] - rt_ref.start_s[a], tl.end_s[b] - tl.start_s[b])
-                # one call: same type, ends together, and neither ended before the other started
-                ok = (rt_ref.collective[a] == tl.collective[b] and abs(ea - eb) <= tol_s + tol_frac * dur
-                      and ea >= tl.start_s[b] - 1e-6 and eb >= rt_ref.start_s[a] - 1e-6)
-                if ok and i + 1 < len(ref_rows):      # the next call of the same type fits better
-                    a2 = int(ref_rows[i + 1])
-                    ok = not (rt_ref.collective[a2] == tl.collective[b] and abs(rt_ref.end_s[a2] - eb) < abs(ea - eb)
-                              and rt_ref.end_s[a2] >= tl.start_s[b] - 1e-6)
-                if ok and j + 1 < len(rows):
-                    b2 = int(rows[j + 1])
-                    ok = not (tl.collective[b2] == rt_ref.collective[a] and abs(tl.end_s[b2] - ea) < abs(ea - eb)
-                              and tl.end_s[b2] >= rt_ref.start_s[a] - 1e-6)
-                if ok:
-                    partners[i].append((ri, b))
-                    i += 1
-                    j += 1
-                elif ea <= eb:
-                    i += 1
-                else:
-                    j += 1
-        seq = 0
-        for i in range(len(ref_rows)):
-            if len(partners[i]) >= 2:
-                out.append((grp, seq, partners[i]))
-                seq += 1
+        calls, _ = pair_calls(tls, by_rank, by_order=False, tol_s=tol_s, tol_frac=tol_frac)
+        out.extend((grp, seq, members) for seq, members in enumerate(calls))
     return out
 
 

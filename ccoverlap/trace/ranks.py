@@ -1,8 +1,11 @@
 """Across ranks: match collectives, measure their start skew, find who everyone waits for.
 
 Collectives on one process group are issued in the same order on every member rank (NCCL
-and gloo require it), so the N-th communication row of group ``g`` on each rank is the same
-collective. Its *start skew* is the latest minus the earliest start across the ranks; a
+and gloo require it), so when every rank's trace holds the same sequence of calls the N-th
+communication row of group ``g`` on each rank is the same collective. A sampled or cut trace
+may miss calls; then the sequences are aligned by collective type and ends that line up
+(:mod:`ccoverlap.trace.match`, shared with ``replay``), calls without a partner are counted,
+not compared, and a group where fewer than half the calls pair up gets no skew at all. A call's *start skew* is the latest minus the earliest start across the ranks; a
 rank's *lateness* is its start minus the earliest. A collective cannot finish before its
 last member arrives, so the latest starter is the rank the others wait for (the signal
 HolisticTraceAnalysis' ``get_potential_stragglers`` uses, "late start of communication
@@ -17,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ccoverlap.trace.classify import RankTrace
+from ccoverlap.trace.match import comm_rows_by_group, pair_calls
 
 
 @dataclass
@@ -29,8 +33,9 @@ class GroupSkew:
     mean_skew_s: float
     max_skew_s: float
     total_skew_s: float
-    unmatched: dict[int, int] = field(default_factory=dict)   # rank -> rows beyond the common count
-    type_mismatches: int = 0
+    unmatched: dict[int, int] = field(default_factory=dict)   # rank -> its calls left unpaired
+    paired_by: str = "order"      # "order": call order alone; "ends": aligned by type and ends
+    reliable: bool = True         # False: too few calls pair up; skew not measured
 
 
 @dataclass
@@ -63,6 +68,7 @@ class CrossRank:
 
 
 MAX_CLOCK_SPREAD_S = 10.0
+MIN_PAIRED_FRACTION = 0.5     # below this share of a group's calls paired, its skew is not measured
 
 
 def clock_spread_s(rts: list[RankTrace], masks: dict[int, np.ndarray]) -> float:
@@ -93,44 +99,51 @@ def cross_rank(rts: list[RankTrace], masks: dict[int, np.ndarray],
     if spread > MAX_CLOCK_SPREAD_S:
         return CrossRank([], [], [], slowest, note=f"the ranks' first events are {spread:.0f} s apart: their clocks "
                                                    f"are not comparable, so start skew is not measured")
-    per_group: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
+    tls = {rt.rank: rt.timeline for rt in rts}
+    per_group: dict[str, dict[int, np.ndarray]] = {}
     for rt in rts:
-        tl = rt.timeline
-        m = masks[rt.rank] & (tl.kind == "comm")
-        idx = np.flatnonzero(m)
-        idx = idx[np.argsort(tl.start_s[idx], kind="stable")]
-        for g in np.unique(tl.group[idx]) if len(idx) else []:
-            rows = idx[tl.group[idx] == g]
-            per_group.setdefault(str(g), {})[rt.rank] = (tl.start_s[rows], tl.collective[rows],
-                                                         tl.end_s[rows] - tl.start_s[rows])
+        for g, rows in comm_rows_by_group(rt.timeline, masks[rt.rank]).items():
+            per_group.setdefault(g, {})[rt.rank] = rows
     late_total: dict[int, float] = {rt.rank: 0.0 for rt in rts}
     late_count: dict[int, int] = {rt.rank: 0 for rt in rts}
     seen: dict[int, int] = {rt.rank: 0 for rt in rts}
     dur_total: dict[int, float] = {rt.rank: 0.0 for rt in rts}
     groups: list[GroupSkew] = []
+    unreliable: list[str] = []
     for g, by_rank in sorted(per_group.items()):
         ranks = sorted(by_rank)
         if len(ranks) < 2:
             continue
-        n = min(len(by_rank[r][0]) for r in ranks)
-        if n == 0:
+        calls, how = pair_calls(tls, by_rank)
+        n_rows = sum(len(by_rank[r]) for r in ranks)
+        paired = {r: 0 for r in ranks}
+        for call in calls:
+            for r, _ in call:
+                paired[r] += 1
+        unmatched = {r: len(by_rank[r]) - paired[r] for r in ranks if len(by_rank[r]) > paired[r]}
+        if sum(paired.values()) < MIN_PAIRED_FRACTION * n_rows:
+            unreliable.append(f"group {g}: only {len(calls)} of "
+                              f"{max(len(by_rank[r]) for r in ranks)} calls pair up across ranks")
+            groups.append(GroupSkew(group=g, ranks=ranks, matched=len(calls), mean_skew_s=0.0, max_skew_s=0.0,
+                                    total_skew_s=0.0, unmatched=unmatched, paired_by=how, reliable=False))
             continue
-        starts = np.stack([by_rank[r][0][:n] for r in ranks])          # ranks x n
-        types = np.stack([by_rank[r][1][:n] for r in ranks])
-        mismatch = int(np.sum(np.any(types != types[0], axis=0)))
-        skew = starts.max(axis=0) - starts.min(axis=0)
-        late = starts - starts.min(axis=0)
-        latest = np.argmax(starts, axis=0)
-        for i, r in enumerate(ranks):
-            late_total[r] += float(late[i].sum())
-            late_count[r] += int(np.sum((latest == i) & (skew > 0)))
-            seen[r] += n
-            dur_total[r] += float(by_rank[r][2][:n].sum())
+        if not calls:
+            continue
+        skews = []
+        for call in calls:
+            st = np.array([tls[r].start_s[row] for r, row in call])
+            skew = float(st.max() - st.min())
+            skews.append(skew)
+            latest = int(np.argmax(st))
+            for i, (r, row) in enumerate(call):
+                late_total[r] += float(st[i] - st.min())
+                late_count[r] += int(i == latest and skew > 0)
+                seen[r] += 1
+                dur_total[r] += float(tls[r].end_s[row] - tls[r].start_s[row])
+        sk = np.asarray(skews)
         groups.append(GroupSkew(
-            group=g, ranks=ranks, matched=n, mean_skew_s=float(skew.mean()), max_skew_s=float(skew.max()),
-            total_skew_s=float(skew.sum()),
-            unmatched={r: len(by_rank[r][0]) - n for r in ranks if len(by_rank[r][0]) > n},
-            type_mismatches=mismatch))
+            group=g, ranks=ranks, matched=len(calls), mean_skew_s=float(sk.mean()), max_skew_s=float(sk.max()),
+            total_skew_s=float(sk.sum()), unmatched=unmatched, paired_by=how))
     lateness = [RankLateness(rank=r, collectives=seen[r], times_latest=late_count[r],
                              total_lateness_s=late_total[r],
                              mean_lateness_s=late_total[r] / seen[r] if seen[r] else 0.0)
@@ -148,6 +161,14 @@ def cross_rank(rts: list[RankTrace], masks: dict[int, np.ndarray],
         material = x.total_lateness_s >= 0.05 * dur_total[x.rank]
         if (often or much) and material:
             stragglers.append(x.rank)
-    note = "" if groups else "no process group has collectives on two or more of the loaded ranks"
+    if not groups:
+        note = "no process group has collectives on two or more of the loaded ranks"
+    elif unreliable and not any(gs.reliable for gs in groups):
+        note = ("no reliable pairing of collectives across ranks (" + "; ".join(unreliable)
+                + "), so start skew and stragglers are not measured")
+    elif unreliable:
+        note = "not measured for " + "; ".join(unreliable)
+    else:
+        note = ""
     return CrossRank(groups=groups, lateness=lateness, stragglers=stragglers, slowest_rank_per_step=slowest,
                      note=note)

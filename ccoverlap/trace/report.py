@@ -114,18 +114,27 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
                       d.how.replace("description ", "desc "))
         con.print(t)
     cr = a.cross
-    if cr.groups:
+    if cr.groups and any(g.reliable for g in cr.groups):
         t = Table(title="Across ranks (matched collectives: start skew)", title_justify="left")
-        for col in ("group", "ranks", "matched", "mean skew", "max skew"):
+        for col in ("group", "ranks", "matched", "unpaired", "paired by", "mean skew", "max skew"):
             t.add_column(col, justify="right")
         for g in cr.groups:
-            t.add_row(g.group, _ranges(g.ranks), str(g.matched), _ms(g.mean_skew_s), _ms(g.max_skew_s))
+            unp = ",".join(f"r{r}:{n}" for r, n in sorted(g.unmatched.items())) or "0"
+            t.add_row(g.group, _ranges(g.ranks), str(g.matched), unp,
+                      "call order" if g.paired_by == "order" else "type+ends",
+                      _ms(g.mean_skew_s) if g.reliable else "-", _ms(g.max_skew_s) if g.reliable else "-")
         con.print(t)
+        if cr.note:
+            con.print(f"Across ranks: {cr.note}")
         top = ", ".join(f"rank {x.rank}: last {x.times_latest}/{x.collectives}, late {_ms(x.total_lateness_s)} ms"
                         for x in cr.lateness[:3])
         con.print(f"Latest arrivals: {top}")
+        unpaired = sum(n for g in cr.groups for n in g.unmatched.values())
+        paired = sum(g.matched for g in cr.groups if g.reliable)
         con.print("Stragglers (everyone waits for): "
-                  + (", ".join(f"rank {r}" for r in cr.stragglers) if cr.stragglers else "none stands out"))
+                  + (", ".join(f"rank {r}" for r in cr.stragglers) if cr.stragglers else "none stands out")
+                  + (f" (from {paired} paired call(s); {unpaired} call(s) without a partner on another rank "
+                     f"not compared)" if unpaired else ""))
     elif cr.note:
         con.print(f"Across ranks: {cr.note}")
     c = a.contention
