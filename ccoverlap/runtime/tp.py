@@ -98,7 +98,43 @@ def _shard_param(module: nn.Module, name: str, mesh, placements, src_data_rank) 
     module.register_parameter(name, nn.Parameter(dt, requires_grad=p.requires_grad))
 
 
-class ColwiseParallel(ParallelStyle):
+class _OverlappedLinearStyle(ParallelStyle):
+    """What ColwiseParallel and RowwiseParallel share: torch's arguments plus ``schedule`` /
+    ``comm_engine``, sharding an ``nn.Linear``'s weight and bias with the subclass's placements
+    and routing its forward to the subclass's ``_forward``; any other module goes to torch's
+    own style (``_torch_style``)."""
+
+    _torch_style: type
+    _default_input: Placement
+    _default_output: Placement
+    _weight_placement: Placement
+    _bias_placement: Placement
+
+    def __init__(
+        self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,
+        schedule: str = "auto", comm_engine: str = "sm",
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.input_layout = _one(input_layouts, self._default_input)
+        self.output_layout = _one(output_layouts, self._default_output)
+        self.use_local_output = use_local_output
+        self.schedule = _check_schedule(schedule)
+        self.comm_engine = comm_engine
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        if not isinstance(module, nn.Linear):
+            return self._torch_style(
+                input_layouts=self.input_layout, output_layouts=self.output_layout,
+                use_local_output=self.use_local_output,
+            )._apply(module, device_mesh)  # fmt: skip
+        group = _check_mesh(device_mesh, type(self).__name__)
+        _shard_param(module, "weight", device_mesh, [self._weight_placement], self.src_data_rank)
+        _shard_param(module, "bias", device_mesh, [self._bias_placement], self.src_data_rank)
+        module.forward = partial(self._forward, module, device_mesh, group)
+        return module
+
+
+class ColwiseParallel(_OverlappedLinearStyle):
     """``torch``'s ``ColwiseParallel`` with the all-gather of a sequence-sharded input overlapped.
 
     Same arguments as torch's (``input_layouts``, ``output_layouts``, ``use_local_output``)
@@ -109,28 +145,11 @@ class ColwiseParallel(ParallelStyle):
     Otherwise DTensor's math runs. Works on ``nn.Linear``; other modules go to torch's style.
     """
 
-    def __init__(
-        self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,
-        schedule: str = "auto", comm_engine: str = "sm",
-    ) -> None:  # fmt: skip
-        super().__init__()
-        self.input_layout = _one(input_layouts, Replicate())
-        self.output_layout = _one(output_layouts, Shard(-1))
-        self.use_local_output = use_local_output
-        self.schedule = _check_schedule(schedule)
-        self.comm_engine = comm_engine
-
-    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
-        if not isinstance(module, nn.Linear):
-            return _TorchColwise(
-                input_layouts=self.input_layout, output_layouts=self.output_layout,
-                use_local_output=self.use_local_output,
-            )._apply(module, device_mesh)  # fmt: skip
-        group = _check_mesh(device_mesh, "ColwiseParallel")
-        _shard_param(module, "weight", device_mesh, [Shard(0)], self.src_data_rank)
-        _shard_param(module, "bias", device_mesh, [Shard(0)], self.src_data_rank)
-        module.forward = partial(self._forward, module, device_mesh, group)
-        return module
+    _torch_style = _TorchColwise
+    _default_input = Replicate()
+    _default_output = Shard(-1)
+    _weight_placement = Shard(0)
+    _bias_placement = Shard(0)
 
     def _forward(self, module: nn.Linear, mesh, group, x):
         seq = None
@@ -158,7 +177,7 @@ class ColwiseParallel(ParallelStyle):
         return out.to_local() if self.use_local_output else out
 
 
-class RowwiseParallel(ParallelStyle):
+class RowwiseParallel(_OverlappedLinearStyle):
     """``torch``'s ``RowwiseParallel`` with the reduce-scatter to a sequence shard overlapped.
 
     Same arguments as torch's plus ``schedule``/``comm_engine``. When ``output_layouts`` is
@@ -167,28 +186,11 @@ class RowwiseParallel(ParallelStyle):
     otherwise DTensor's math runs. ``nn.Embedding`` and other modules go to torch's style.
     """
 
-    def __init__(
-        self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,
-        schedule: str = "auto", comm_engine: str = "sm",
-    ) -> None:  # fmt: skip
-        super().__init__()
-        self.input_layout = _one(input_layouts, Shard(-1))
-        self.output_layout = _one(output_layouts, Replicate())
-        self.use_local_output = use_local_output
-        self.schedule = _check_schedule(schedule)
-        self.comm_engine = comm_engine
-
-    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
-        if not isinstance(module, nn.Linear):
-            return _TorchRowwise(
-                input_layouts=self.input_layout, output_layouts=self.output_layout,
-                use_local_output=self.use_local_output,
-            )._apply(module, device_mesh)  # fmt: skip
-        group = _check_mesh(device_mesh, "RowwiseParallel")
-        _shard_param(module, "weight", device_mesh, [Shard(1)], self.src_data_rank)
-        _shard_param(module, "bias", device_mesh, [Replicate()], self.src_data_rank)
-        module.forward = partial(self._forward, module, device_mesh, group)
-        return module
+    _torch_style = _TorchRowwise
+    _default_input = Shard(-1)
+    _default_output = Replicate()
+    _weight_placement = Shard(1)
+    _bias_placement = Replicate()
 
     def _forward(self, module: nn.Linear, mesh, group, x):
         if isinstance(x, DTensor):
