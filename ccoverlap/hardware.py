@@ -11,11 +11,8 @@ Users add their own GPU / cluster with a JSON, TOML or YAML file (:func:`load_cl
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, replace
 
 from ccoverlap.config import dataclass_from_mapping, read_config_file  # noqa: F401 (re-exported)
 from ccoverlap.errors import ConfigError

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from ccoverlap.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
 from ccoverlap.planner import FunctionStrategy, Planner, ProgressFn, Strategy, StrategyRegistry, workload_key  # noqa: F401

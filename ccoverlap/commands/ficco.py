@@ -119,7 +119,7 @@ def accuracy_reports(cluster, cost, engine: str, world: int):
     """The accuracy reports of ``--accuracy``: FiCCO Table I and the synthetic sweep with the
     paper's thresholds, then both again with thresholds retuned on Table I only (so the sweep
     is held out). Returns (reports, fitted constants)."""
-    from ccoverlap.deciders import ficco, ficco_accuracy
+    from ccoverlap.deciders import ficco_accuracy
 
     n_sweep = len(ficco_accuracy.SWEEP_M) * len(ficco_accuracy.SWEEP_N) * len(ficco_accuracy.SWEEP_K)
     paper = ficco_accuracy.accuracy(ficco_accuracy.paper_cases(cluster, engine, world), cost,

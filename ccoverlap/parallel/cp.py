@@ -83,7 +83,7 @@ def merge_fwd_bytes(ctx, step: int, last: bool) -> float:
 
 def grad_acc_bytes(ctx, step: int, last: bool) -> float:
     """fp32 gradient bookkeeping bytes of backward ring step ``step`` (module doc)."""
-    o, k, d = _out_elems(ctx), _kv_elems(ctx), ctx.d
+    o, k = _out_elems(ctx), _kv_elems(ctx)
     b = 10.0 * (o + 2 * k) + 16.0 * k
     if step == 0:
         b += 4.0 * (o + 2 * k)

@@ -322,7 +322,6 @@ class EventStream:
         skipped (:data:`SKIPPED` is yielded in their place, so indices stay true).
         """
         b = self._b
-        loads = self._dec.decode
         index = 0
         c, i = self._char(i)
         if c == "]":
@@ -382,7 +381,6 @@ class EventStream:
 
     def _one(self, i: int, index: int):
         """Decode the event at ``i`` (or skip it when it is not valid JSON); returns (event, end)."""
-        b = self._b
         try:
             return self._value(i, f"event #{index}")
         except json.JSONDecodeError as exc:

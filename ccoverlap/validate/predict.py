@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, fields
 
-from ccoverlap.errors import CCOverlapError, ConfigError
+from ccoverlap.errors import CCOverlapError
 from ccoverlap.validate.reader import EXTRA_PARALLEL, RunSpec
 
 
