@@ -18,6 +18,16 @@ tune and the bench disagreed"): a 5% judgement needs more calls than that, hence
 ``--iters 60``.
 
     python benchmarks/bench_runtime_tune.py --reps 10
+
+``--context N`` instead tests whether the *context* of a call changes its time - what
+``tune`` and the bench could disagree about systematically - on the comm-heavy all-gather
+shape in one 2-rank process group, N interleaved repetitions: (a) a target schedule timed
+right after one predecessor vs right after another (order effect), (b) the same schedule
+called through the public op with the per-call check vs through the schedule kernel
+directly (what ``tune`` used to time). Each line is the median over repetitions of the
+per-repetition ratio, with its interquartile range; 1.000 means no effect.
+
+    python benchmarks/bench_runtime_tune.py --context 40
 """
 
 from __future__ import annotations
@@ -35,6 +45,89 @@ SHAPES = {
 }
 
 
+CONTEXT_PAIRS = [  # (what runs first, untimed; what is timed)
+    ("serial", "ring"), ("hetero-fused-1d", "ring"),
+    ("uniform-fused-1d", "hetero-fused-1d"), ("ring", "hetero-fused-1d"),
+    ("hetero-fused-1d", "hetero-unfused-1d"), ("ring", "hetero-unfused-1d"),
+]  # fmt: skip
+CONTEXT_DIRECT = ("ring", "hetero-fused-1d")
+
+
+def _context_worker(rank: int, world: int, reps: int):
+    """One rank of ``--context``: per repetition, every (predecessor, target) pair and every
+    schedule of CONTEXT_DIRECT through the op and directly, in a rotating order; seconds, MAX over ranks."""
+    import time as _time
+
+    import torch
+    import torch.distributed as dist
+
+    from ccoverlap.runtime import all_gather_matmul, comm
+    from ccoverlap.runtime.schedules import ag_matmul
+
+    torch.set_num_threads(1)
+    m, n, k = 8192, 128, 1024
+    g = torch.Generator().manual_seed(rank)
+    x, w = torch.randn(m // world, k, generator=g) / 32, torch.randn(n, k, generator=g) / 32
+    b = w.t()
+    cases = [("after", pred, tgt) for pred, tgt in CONTEXT_PAIRS]
+    cases += [(how, None, s) for s in CONTEXT_DIRECT for how in ("op", "direct")]
+
+    def run(how, sched):
+        if how == "direct":
+            ag_matmul(x, b, None, sched)
+        else:
+            all_gather_matmul(x, w, schedule=sched)
+
+    times = [[] for _ in cases]
+    with torch.no_grad():
+        for _how, _pred, tgt in cases:
+            run("op", tgt)
+            run("direct", tgt)
+        for it in range(reps):
+            for j in range(len(cases)):
+                i = (j + it) % len(cases)
+                how, pred, tgt = cases[i]
+                if pred is not None:
+                    comm.barrier()
+                    run("op", pred)
+                comm.barrier()
+                t0 = _time.perf_counter()
+                run("op" if how == "after" else how, tgt)
+                times[i].append(_time.perf_counter() - t0)
+    t = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return (cases, t.tolist()) if rank == 0 else None
+
+
+def _context(reps: int) -> int:
+    import statistics
+
+    from ccoverlap.runtime.launch import spawn
+
+    print(f"load average at start: {os.getloadavg()[0]:.1f}")
+    t0 = time.process_time()
+    cases, times = spawn(_context_worker, 2, (reps,), backend="gloo", timeout_s=3600)[0]
+    by = {(how, pred, tgt): v for (how, pred, tgt), v in zip(cases, times)}
+
+    def line(label, num, den):
+        r = [a / b for a, b in zip(num, den) if b > 0]
+        q = statistics.quantiles(r, n=4)
+        print(f"{label:<72} {statistics.median(r):.3f}  (IQR {q[0]:.3f}-{q[2]:.3f}, n={len(r)})")
+
+    print(f"all_gather_matmul M=8192 N=128 K=1024 fp32, gloo, 2 ranks, {reps} interleaved repetitions; "
+          "median of per-repetition ratios")
+    for i in range(0, len(CONTEXT_PAIRS), 2):
+        (p1, tgt), (p2, _) = CONTEXT_PAIRS[i], CONTEXT_PAIRS[i + 1]
+        line(f"{tgt}: after {p1} / after {p2}", by[("after", p1, tgt)], by[("after", p2, tgt)])
+    for s in CONTEXT_DIRECT:
+        line(f"{s}: through the op (check on) / schedule kernel directly", by[("op", None, s)], by[("direct", None, s)])
+    a, b = CONTEXT_DIRECT
+    line(f"{a} / {b}, both through the op", by[("op", None, a)], by[("op", None, b)])
+    line(f"{a} / {b}, both directly", by[("direct", None, a)], by[("direct", None, b)])
+    print(f"load average at end: {os.getloadavg()[0]:.1f}; parent CPU {time.process_time() - t0:.1f} s")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=10)
@@ -44,7 +137,11 @@ def main(argv=None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--out", default=None, help="directory for each run's JSON")
+    ap.add_argument("--context", type=int, default=0, metavar="N",
+                    help="instead: N repetitions of the order-effect / check-on-off experiment (see above)")
     args = ap.parse_args(argv)
+    if args.context:
+        return _context(args.context)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
     tally, tally_paired, noisy = {}, {}, {}
