@@ -28,6 +28,13 @@ directly (what ``tune`` used to time). Each line is the median over repetitions 
 per-repetition ratio, with its interquartile range; 1.000 means no effect.
 
     python benchmarks/bench_runtime_tune.py --context 40
+
+``--rejudge DIR`` reads the JSON files a run kept (``--out DIR``) and asks how good the judge
+can be: for each concrete schedule, in how many runs *always picking that schedule* would
+have passed (ratio of medians, and paired). If no fixed pick reaches 9 of 10, the runs'
+own noise, not ``tune``, is what limits the tally.
+
+    python benchmarks/bench_runtime_tune.py --rejudge /tmp/tune_json
 """
 
 from __future__ import annotations
@@ -128,6 +135,45 @@ def _context(reps: int) -> int:
     return 0
 
 
+def _rejudge(folder: str, shapes: list[str], tolerance: float) -> int:
+    import glob
+    import statistics
+
+    for name in shapes:
+        files = sorted(glob.glob(os.path.join(folder, f"{name}-*.json")),
+                       key=lambda f: int(f.rsplit("-", 1)[1].split(".")[0]))
+        if not files:
+            continue
+        runs = []
+        for f in files:
+            with open(f, encoding="utf-8") as fh:
+                runs.append(json.load(fh))
+        concrete = [r["schedule"] for r in runs[0]["results"] if not r["reference"] and r["schedule"] not in ("auto", "tune")]
+        medians_ok = dict.fromkeys(concrete, 0)
+        paired_ok = dict.fromkeys(concrete, 0)
+        same = []
+        for res in runs:
+            by = {r["schedule"]: r for r in res["results"]}
+            fastest = min(by[c]["median_s"] for c in concrete)
+            for c in concrete:
+                medians_ok[c] += by[c]["median_s"] / fastest <= 1.0 + tolerance
+                worst = max(statistics.median(a / b for a, b in zip(by[c]["times_s"], by[o]["times_s"]) if b > 0)
+                            for o in concrete)
+                paired_ok[c] += worst <= 1.0 + tolerance
+            ran = by.get(by["tune"]["runs"]) if "tune" in by else None
+            if ran:
+                same.append(by["tune"]["median_s"] / ran["median_s"])
+        print(f"{name}: {len(runs)} runs in {folder}, {runs[0]['iters']} calls per schedule")
+        print(f"  {'always picking':<20} {'ok (medians)':>12} {'ok (paired)':>12}")
+        for c in concrete:
+            print(f"  {c:<20} {medians_ok[c]:>12} {paired_ok[c]:>12}")
+        if same:
+            print(f"  tune row / row of the schedule it ran (the judge's own error): "
+                  f"{min(same):.3f} .. {max(same):.3f}, beyond {tolerance:.0%} in "
+                  f"{sum(abs(x - 1) > tolerance for x in same)} of {len(same)}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=10)
@@ -139,7 +185,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="directory for each run's JSON")
     ap.add_argument("--context", type=int, default=0, metavar="N",
                     help="instead: N repetitions of the order-effect / check-on-off experiment (see above)")
+    ap.add_argument("--rejudge", metavar="DIR", help="instead: re-read the JSON files of a run kept with --out DIR")
     args = ap.parse_args(argv)
+    if args.rejudge:
+        return _rejudge(args.rejudge, args.shapes.split(","), args.tolerance)
     if args.context:
         return _context(args.context)
     if args.out:
