@@ -12,10 +12,10 @@ cancels. Prints one line per run and both tallies; ``--out`` keeps every run's J
 The judge has its own noise, shown per run as "same": the ``tune`` row over the row of the
 concrete schedule it ran - the same schedule timed twice in one run, so anything but 1.000
 is the bench's own measurement error at this ``--iters``. On the 2-core CPU machine a call's
-time varies by about 8-14% (one standard deviation) from call to call even when the machine
-is quiet, so 20-call medians of one schedule differed by up to 7.7% (docs/runtime.md, "Why
-tune and the bench disagreed"): a 5% judgement needs more calls than that, hence the default
-``--iters 60``.
+time varies by 8-14% (sigma of log time) from call to call even when the machine is quiet, so
+in the lead's quiet 20-call runs the same schedule's two medians differed by up to 7.7%
+(``--rejudge`` below; docs/runtime.md, "Third pass"): a 5% judgement needs more calls than
+that, hence the default ``--iters 60`` (the spread of a median falls as 1/sqrt(calls)).
 
     python benchmarks/bench_runtime_tune.py --reps 10
 
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -151,7 +152,7 @@ def _rejudge(folder: str, shapes: list[str], tolerance: float) -> int:
         concrete = [r["schedule"] for r in runs[0]["results"] if not r["reference"] and r["schedule"] not in ("auto", "tune")]
         medians_ok = dict.fromkeys(concrete, 0)
         paired_ok = dict.fromkeys(concrete, 0)
-        same = []
+        same, sigma = [], []
         for res in runs:
             by = {r["schedule"]: r for r in res["results"]}
             fastest = min(by[c]["median_s"] for c in concrete)
@@ -163,6 +164,10 @@ def _rejudge(folder: str, shapes: list[str], tolerance: float) -> int:
             ran = by.get(by["tune"]["runs"]) if "tune" in by else None
             if ran:
                 same.append(by["tune"]["median_s"] / ran["median_s"])
+                logs = [math.log(a / b) for a, b in zip(by["tune"]["times_s"], ran["times_s"]) if a > 0 and b > 0]
+                if len(logs) >= 4:  # one call's spread: the IQR of a difference of two calls / (1.349 * sqrt 2)
+                    q = statistics.quantiles(logs, n=4)
+                    sigma.append((q[2] - q[0]) / (1.349 * math.sqrt(2)))
         print(f"{name}: {len(runs)} runs in {folder}, {runs[0]['iters']} calls per schedule")
         print(f"  {'always picking':<20} {'ok (medians)':>12} {'ok (paired)':>12}")
         for c in concrete:
@@ -171,6 +176,9 @@ def _rejudge(folder: str, shapes: list[str], tolerance: float) -> int:
             print(f"  tune row / row of the schedule it ran (the judge's own error): "
                   f"{min(same):.3f} .. {max(same):.3f}, beyond {tolerance:.0%} in "
                   f"{sum(abs(x - 1) > tolerance for x in same)} of {len(same)}")
+        if sigma:
+            print(f"  call-to-call spread of one schedule (sigma of log time, from those paired rows): "
+                  f"{min(sigma):.3f} .. {max(sigma):.3f}, median {statistics.median(sigma):.3f}")
     return 0
 
 
