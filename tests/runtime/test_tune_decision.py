@@ -176,3 +176,13 @@ def test_tune_choice_stops_at_the_time_budget(one_rank):
     opt = TuneOptions(warmup=0, min_reps=8, max_reps=200, budget_s=20.0, margin=0.0, confidence=0.99)
     dec = tuning.tune_choice("ag", fake.run_for, ["a", "b"], None, torch.device("cpu"), options=opt)
     assert dec.rounds == 10 and "time budget" in dec.reason  # 2 s per round: over 20 s after round 10
+
+
+def test_tune_options_reject_a_confidence_outside_one_half_to_one(monkeypatch):
+    before = tuning.get_tune_options()
+    for bad in (0.3, 1.0):
+        with pytest.raises(ValueError, match="confidence"):
+            tuning.set_tune_options(confidence=bad)
+    assert tuning.get_tune_options() == before
+    monkeypatch.setenv("CCOVERLAP_TUNE", "confidence=0.95,min_reps=10")
+    assert tuning._options_from_env() == TuneOptions(confidence=0.95, min_reps=10)
