@@ -15,12 +15,22 @@ With ``distributed_optimizer`` (Megatron-LM; ZeRO-1) a bucket is reduce-scattere
 and parameters are all-gathered bucket by bucket after the optimizer step: with ``overlap`` at
 the start of the (next, steady-state) step, each layer's first forward waiting for its
 buckets (``overlap_param_gather``); without, blocking after the optimizer.
+
+Before a bucket's collective, frameworks whose profile says so run memory-bound kernels over
+the bucket's fp32 gradients on the compute stream (the collective waits for them):
+``ddp_grad_nan_check`` reads it once (Megatron-Core ``Bucket.start_grad_sync``:
+``grad_data.norm(p=2)`` when ``check_for_nan_in_grad``, on by default through
+``--check-for-nan-in-loss-and-grad``), ``ddp_grad_prescale`` reads and writes it
+(``grad_data *= gradient_scaling_factor`` = 1/dp unless ``average_in_collective``;
+Megatron-LM 2021 ``buffer_.data /= dp``). Megatron-LM at ``f2e5db402c``,
+``megatron/core/distributed/param_and_grad_buffer.py``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ccoverlap.graph import MemorySpec
 from ccoverlap.parallel.layer import GRAD_BYTES
 from ccoverlap.parallel.units import unit_tensors
 
@@ -121,6 +131,17 @@ class DDPHook:
         if self.em.knobs.overlap:
             self._issue(chunk)
 
+    def bucket_kernels(self, numel: int) -> MemorySpec | None:
+        """The memory-bound work the framework runs over a bucket of ``numel`` fp32 gradients
+        before its collective (module doc), or None: bytes = ``4·numel`` for the NaN check's
+        norm + ``8·numel`` for the 1/dp scaling (read + write)."""
+        fw = self.em.framework
+        kernels = int(fw.ddp_grad_nan_check) + int(fw.ddp_grad_prescale)
+        if not kernels:
+            return None
+        nbytes = numel * GRAD_BYTES * (int(fw.ddp_grad_nan_check) + 2 * int(fw.ddp_grad_prescale))
+        return MemorySpec(bytes=float(nbytes), kernels=kernels, host_kernels=kernels if fw.eager else 0)
+
     def _issue(self, chunk: int) -> None:
         bs = self.buckets.get(chunk, [])
         i = self.next.get(chunk, 0)
@@ -128,6 +149,9 @@ class DDPHook:
         while i < len(bs) and all(k in self.ready for k in bs[i].tensors):
             b = bs[i]
             dep = max(self.ready[k] for k in b.tensors)
+            pre = self.bucket_kernels(b.numel)
+            if pre is not None:
+                dep = em.g.add("grad_bucket_prep", pre, rank=self.rank, stream="compute", deps=(dep,), phase="dp")
             coll = "reduce_scatter" if self.dist_opt else "all_reduce"
             self.last_comm = em.g.add(f"grad_{'rs' if self.dist_opt else 'ar'}_{b.group}",
                                       self._coll(b, coll, GRAD_BYTES), rank=self.rank,

@@ -28,9 +28,23 @@ Model of one simulated rank (units = embedding, each layer, head):
   out into the parameters on the compute stream before the unit runs (read + write the
   unsharded unit) and pack the gradients into the reduce-scatter input, cast to fp32, on the
   reduce-scatter stream (read bf16, write fp32): FSDP2's ``foreach_all_gather_copy_out`` and
-  ``foreach_reduce`` copy-in. FSDP1 / flat-parameter implementations use views (no copies).
+  ``foreach_reduce`` copy-in. FSDP1's flat parameters use views in forward (no copy-out);
+  their backward copies (below).
 * ``fp8_param_allgather``: parameters are cast to FP8 on the shard and all-gathered at one byte
   per element (torchao ``enable_fsdp_float8_all_gather``).
+* Gradients are reduced in the profile's ``fsdp_reduce_dtype`` (FSDP2 in torchtitan: fp32,
+  ``mixed_precision_reduce = "float32"``; fms-fsdp's FSDP1 ``bfSixteen`` policy: bf16).
+* FSDP1 with flat parameters (profile ``fsdp_flat_param``; ``torch/distributed/fsdp`` with
+  ``use_orig_params=False``): the fp32 shard is cast to the bf16 ``_mp_shard`` before the
+  all-gather (``_use_low_precision_shard``: 4 + 2 bytes per shard element, all-gather stream);
+  the gathered flat parameter is used through views (no copy-out); in backward autograd
+  concatenates the unit's gradients into the flat gradient (``split``'s backward: read + write
+  the unit's bf16 gradients, compute stream); on the post-backward (reduce-scatter) stream
+  the unsharded gradient is divided by the pre-divide factor before the reduce-scatter, the
+  shard by the post-divide factor after it, and the shard is cast to the fp32 flat
+  parameter's dtype (``_post_backward_hook`` / ``default_hooks.reduce_scatter_hook`` /
+  ``_cast_grad_to_param_dtype`` in ``torch/distributed/fsdp/_runtime_utils.py``, PyTorch
+  2.1-2.4).
 """
 
 from __future__ import annotations
@@ -50,6 +64,8 @@ class FSDPHook:
         self.replicas = p.dp_replicate
         self.ag_bytes = 1 if p.fp8_param_allgather else p.dtype_bytes
         self.copies = em.framework.fsdp_copies
+        self.flat = em.framework.fsdp_flat_param
+        self.rb = em.framework.fsdp_reduce_bytes  # bytes per reduced gradient element
         self.bytes: dict[str, dict[str, int]] = {}
         for _, units in chunks:
             for u in units:
@@ -80,8 +96,14 @@ class FSDPHook:
             deps.append(self.ends[j - k.fsdp_limit_all_gathers])
         op = None
         for group, numel in sizes.items():
+            ag_deps = deps
+            if self.flat:  # FSDP1 mixed precision: cast the fp32 shard to the bf16 all-gather input
+                shard = -(-numel // self.sizes[group])
+                ag_deps = [em.g.add("fsdp_shard_cast", em.ctx.mem(shard * (GRAD_BYTES + self.ag_bytes)),
+                                    rank=self.rank, stream=em.stream("fsdp_ag"), deps=deps, microbatch=mb,
+                                    phase=phase, layer=em.layer_of(unit))]
             op = em.g.add(f"fsdp_ag_{group}", em.ctx.coll("all_gather", numel * self.ag_bytes, group),
-                          rank=self.rank, stream=em.stream("fsdp_ag"), deps=deps, microbatch=mb,
+                          rank=self.rank, stream=em.stream("fsdp_ag"), deps=ag_deps, microbatch=mb,
                           phase=phase, layer=em.layer_of(unit))
         if self.copies:  # FSDP2: unpack the gathered buffer into the parameters, on the compute stream
             op = em.g.add("fsdp_copy_out", em.ctx.mem(2.0 * sum(sizes.values()) * self.ag_bytes), rank=self.rank,
@@ -100,20 +122,34 @@ class FSDPHook:
         if phase != "bwd":
             return
         em = self.em
+        d, rb, layer = em.parallel.dtype_bytes, self.rb, em.layer_of(unit)
         for group, numel in self.bytes.get(unit, {}).items():
             dep = end_id
-            if self.copies:  # FSDP2: gradients packed (and cast to fp32) into the reduce-scatter input
-                dep = em.g.add("fsdp_rs_copy_in", em.ctx.mem(numel * (em.parallel.dtype_bytes + GRAD_BYTES)),
+            shard = -(-numel // self.sizes[group])
+            if self.copies:  # FSDP2: gradients packed (and cast to the reduce dtype) into the reduce-scatter input
+                dep = em.g.add("fsdp_rs_copy_in", em.ctx.mem(numel * (d + rb)),
                                rank=self.rank, stream=em.stream("fsdp_rs"), deps=(end_id,), microbatch=mb,
-                               phase="bwd", layer=em.layer_of(unit))
-            self.last_rs = em.g.add(f"fsdp_rs_{group}", em.ctx.coll("reduce_scatter", numel * GRAD_BYTES, group),
+                               phase="bwd", layer=layer)
+            if self.flat:  # FSDP1: autograd cats the unit's gradients into the flat gradient (compute
+                # stream), then the post-backward stream casts to the reduce dtype and pre-divides
+                dep = em.g.add("fsdp_flat_grad_cat", em.ctx.mem(2.0 * numel * d), rank=self.rank,
+                               stream=em.stream("compute"), deps=(end_id,), microbatch=mb, phase="bwd", layer=layer)
+                cast = (d + rb) if d != rb else 0  # ``flat_param.grad.to(reduce_dtype)`` when they differ
+                dep = em.g.add("fsdp_grad_predivide", em.ctx.mem(numel * (cast + 2 * rb)), rank=self.rank,
+                               stream=em.stream("fsdp_rs"), deps=(dep,), microbatch=mb, phase="bwd", layer=layer)
+            self.last_rs = em.g.add(f"fsdp_rs_{group}", em.ctx.coll("reduce_scatter", numel * rb, group),
                                     rank=self.rank, stream=em.stream("fsdp_rs"), deps=(dep,), microbatch=mb,
-                                    phase="bwd", layer=em.layer_of(unit))
+                                    phase="bwd", layer=layer)
             if self.replicas > 1 and group == "dp":
-                shard = -(-numel // self.sizes["dp"])
-                self.last_rs = em.g.add("hsdp_ar", em.ctx.coll("all_reduce", shard * GRAD_BYTES, "dp_rep"),
+                self.last_rs = em.g.add("hsdp_ar", em.ctx.coll("all_reduce", shard * rb, "dp_rep"),
                                         rank=self.rank, stream=em.stream("fsdp_rs"), deps=(self.last_rs,),
-                                        microbatch=mb, phase="bwd", layer=em.layer_of(unit))
+                                        microbatch=mb, phase="bwd", layer=layer)
+            if self.flat:  # FSDP1: post-divide the shard (read + write), cast it to the fp32 flat
+                # parameter's dtype when it was reduced in another
+                cast = (rb + GRAD_BYTES) if rb != GRAD_BYTES else 0
+                self.last_rs = em.g.add("fsdp_grad_postdivide", em.ctx.mem(shard * (2 * rb + cast)),
+                                        rank=self.rank, stream=em.stream("fsdp_rs"), deps=(self.last_rs,),
+                                        microbatch=mb, phase="bwd", layer=layer)
 
     def waits(self) -> list[int]:
         """Ops the optimizer step must wait for (the last reduce-scatter; the stream is FIFO)."""
