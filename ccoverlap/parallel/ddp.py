@@ -16,6 +16,14 @@ and parameters are all-gathered bucket by bucket after the optimizer step: with 
 the start of the (next, steady-state) step, each layer's first forward waiting for its
 buckets (``overlap_param_gather``); without, blocking after the optimizer.
 
+How gradients are bucketed follows the profile's ``ddp_buckets``: ``pytorch`` as above;
+``megatron`` (Megatron-Core ``DistributedDataParallel`` at ``f2e5db402c``): no smaller first
+bucket, ``bucket_cap_mb`` buckets on pipeline rank 0's first model chunk only, one bucket on
+every other pipeline rank ("data-parallel communication on these stages is not on the
+critical path") and model chunk (``disable_bucketing=(model_chunk_idx > 0)`` in
+``megatron/training/training.py``); ``single``: one bucket per model chunk (Megatron-LM 2021
+all-reduces each contiguous gradient buffer whole).
+
 Before a bucket's collective, frameworks whose profile says so run memory-bound kernels over
 the bucket's fp32 gradients on the compute stream (the collective waits for them):
 ``ddp_grad_nan_check`` reads it once (Megatron-Core ``Bucket.start_grad_sync``:
@@ -48,12 +56,16 @@ class Bucket:
     numel: int = 0
 
 
-def plan_buckets(model, parallel, units: list[str], chunk: int, cap_mb: float) -> list[Bucket]:
-    """Buckets of one model chunk (``units`` in forward order), in the order they fill."""
+def plan_buckets(model, parallel, units: list[str], chunk: int, cap_mb: float,
+                 first_bucket_bytes: float = FIRST_BUCKET_BYTES) -> list[Bucket]:
+    """Buckets of one model chunk (``units`` in forward order), in the order they fill: each
+    closes once it holds ``cap_mb`` MiB of fp32 gradients, the first one already at
+    ``first_bucket_bytes`` (PyTorch DDP's 1 MiB; 0 = no smaller first bucket). ``cap_mb`` =
+    ``inf`` gives one bucket per gradient group."""
     cap = cap_mb * MiB
     out: list[Bucket] = []
     current: dict[str, Bucket] = {}
-    first = {"dp": True, "edp": True}
+    first = {"dp": first_bucket_bytes > 0, "edp": first_bucket_bytes > 0}
     for unit in reversed(units):
         for t in reversed(unit_tensors(model, parallel, unit)):
             if t.numel == 0:
@@ -64,7 +76,7 @@ def plan_buckets(model, parallel, units: list[str], chunk: int, cap_mb: float) -
                 out.append(b)
             b.tensors.append((t.unit, t.name))
             b.numel += t.numel
-            limit = FIRST_BUCKET_BYTES if first[t.group] else cap
+            limit = first_bucket_bytes if first[t.group] else cap
             if b.numel * GRAD_BYTES >= limit:
                 first[t.group] = False
                 current.pop(t.group)
@@ -84,8 +96,14 @@ class DDPHook:
         self.next: dict[int, int] = {}
         self.ready: dict[tuple, int] = {}
         self.param_ag: dict[tuple, int] = {}  # (chunk, unit) -> all-gather op its forward waits for
+        rule = em.framework.ddp_buckets
         for chunk, units in chunks:
-            bs = [b for b in plan_buckets(em.model, p, units, chunk, em.knobs.bucket_cap_mb)
+            cap, first = em.knobs.bucket_cap_mb, FIRST_BUCKET_BYTES
+            if rule != "pytorch":
+                first = 0.0
+                if rule == "single" or rank > 0 or chunk > 0:
+                    cap = float("inf")
+            bs = [b for b in plan_buckets(em.model, p, units, chunk, cap, first)
                   if self.sizes[b.group] > 1]
             self.buckets[chunk] = bs
             self.next[chunk] = 0

@@ -46,6 +46,10 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
   all-reduce / reduce-scatter (Megatron-LM ``grad_data *= gradient_scaling_factor``);
   ``ddp_grad_nan_check``: it also reads the bucket once for a NaN check (``grad_data.norm()``,
   Megatron-Core ``check_for_nan_in_grad``). :mod:`ccoverlap.parallel.ddp`.
+* ``ddp_buckets``: how DDP / distributed-optimizer gradients are bucketed: ``pytorch``
+  (PyTorch DDP: a 1 MiB first bucket, then ``bucket_cap_mb``), ``megatron`` (Megatron-Core:
+  ``bucket_cap_mb`` buckets on pipeline rank 0's first model chunk, one bucket elsewhere) or
+  ``single`` (one bucket per model chunk). :mod:`ccoverlap.parallel.ddp`.
 * ``fsdp_reduce_dtype``: ``fp32`` or ``bf16``, the dtype FSDP reduce-scatters (and HSDP
   all-reduces) gradients in (the mixed-precision policy's ``reduce_dtype``).
 * ``fsdp_flat_param``: FSDP1's ``FlatParameter`` (``use_orig_params=False``): the unit's
@@ -75,6 +79,7 @@ FLASH_KERNELS = ("native", "fa2")
 SELECTIVE_RECOMPUTE = ("attention", "op")
 LINEARS = ("qkv", "proj", "fc1", "fc2")
 REDUCE_DTYPES = ("fp32", "bf16")
+DDP_BUCKET_RULES = ("pytorch", "megatron", "single")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +106,7 @@ class FrameworkProfile:
     cp_merge_unfused: bool = False
     fp8_cast_kernels_fwd: tuple = ("proj", "fc2")
     fp8_cast_kernels_bwd: tuple = LINEARS
+    ddp_buckets: str = "pytorch"
     ddp_grad_prescale: bool = False
     ddp_grad_nan_check: bool = False
     fsdp_reduce_dtype: str = "fp32"
@@ -121,6 +127,8 @@ class FrameworkProfile:
                   "ddp_grad_prescale", "ddp_grad_nan_check", "fsdp_flat_param"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"{where}: {f} must be true or false, got {getattr(self, f)!r}")
+        if self.ddp_buckets not in DDP_BUCKET_RULES:
+            raise ConfigError(f"{where}: ddp_buckets must be one of {DDP_BUCKET_RULES}, got {self.ddp_buckets!r}")
         if self.fsdp_reduce_dtype not in REDUCE_DTYPES:
             raise ConfigError(f"{where}: fsdp_reduce_dtype must be one of {REDUCE_DTYPES}, "
                               f"got {self.fsdp_reduce_dtype!r}")
