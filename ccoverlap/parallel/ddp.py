@@ -147,7 +147,7 @@ class DDPHook:
         for t in unit_tensors(self.em.model, self.em.parallel, unit):
             self.ready[(unit, t.name)] = producers.get(t.name, end_id)
         if self.em.knobs.overlap:
-            self._issue(chunk)
+            self._issue(chunk, in_backward=True)
 
     def bucket_kernels(self, numel: int) -> MemorySpec | None:
         """The memory-bound work the framework runs over a bucket of ``numel`` fp32 gradients
@@ -160,7 +160,11 @@ class DDPHook:
         nbytes = numel * GRAD_BYTES * (int(fw.ddp_grad_nan_check) + 2 * int(fw.ddp_grad_prescale))
         return MemorySpec(bytes=float(nbytes), kernels=kernels, host_kernels=kernels if fw.eager else 0)
 
-    def _issue(self, chunk: int) -> None:
+    def _issue(self, chunk: int, in_backward: bool = False) -> None:
+        """Issue every complete bucket of ``chunk`` in fill order. ``in_backward``: called from
+        a unit's backward, so the bucket kernels on the compute stream carry the backward's
+        labels (phase, micro-batch, layer of the last gradient) and stay in it when a decider
+        regroups the backward; after the backward they are labelled ``dp``."""
         bs = self.buckets.get(chunk, [])
         i = self.next.get(chunk, 0)
         em = self.em
@@ -169,7 +173,10 @@ class DDPHook:
             dep = max(self.ready[k] for k in b.tensors)
             pre = self.bucket_kernels(b.numel)
             if pre is not None:
-                dep = em.g.add("grad_bucket_prep", pre, rank=self.rank, stream="compute", deps=(dep,), phase="dp")
+                src = em.g.ops[dep]
+                labels = dict(phase="bwd", microbatch=src.microbatch, layer=src.layer) if in_backward else \
+                    dict(phase="dp")
+                dep = em.g.add("grad_bucket_prep", pre, rank=self.rank, stream="compute", deps=(dep,), **labels)
             coll = "reduce_scatter" if self.dist_opt else "all_reduce"
             self.last_comm = em.g.add(f"grad_{'rs' if self.dist_opt else 'ar'}_{b.group}",
                                       self._coll(b, coll, GRAD_BYTES), rank=self.rank,
