@@ -52,6 +52,9 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
   ``single`` (one bucket per model chunk). :mod:`ccoverlap.parallel.ddp`.
 * ``fsdp_reduce_dtype``: ``fp32`` or ``bf16``, the dtype FSDP reduce-scatters (and HSDP
   all-reduces) gradients in (the mixed-precision policy's ``reduce_dtype``).
+* ``fsdp_pp_deferred_sync``: with pipeline parallelism, FSDP gradients are accumulated
+  unsharded over the micro-batches and reduce-scattered after the stage's last backward, and
+  parameters stay gathered between micro-batches (``torch.distributed.pipelining``).
 * ``fsdp_flat_param``: FSDP1's ``FlatParameter`` (``use_orig_params=False``): the unit's
   gradients are concatenated into the flat gradient by autograd on the compute stream, the
   unsharded gradient is pre-divided and the shard post-divided around the reduce-scatter
@@ -111,6 +114,7 @@ class FrameworkProfile:
     ddp_grad_nan_check: bool = False
     fsdp_reduce_dtype: str = "fp32"
     fsdp_flat_param: bool = False
+    fsdp_pp_deferred_sync: bool = False
     sources: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -124,7 +128,7 @@ class FrameworkProfile:
                               f"got {self.selective_recompute!r}")
         for f in ("softmax_fused", "attention_dropout", "hidden_dropout", "norm_fused", "bias_act_fused",
                   "bias_dropout_add_fused", "rope_fused", "cross_entropy_fused", "eager", "fsdp_copies", "cp_merge_unfused",
-                  "ddp_grad_prescale", "ddp_grad_nan_check", "fsdp_flat_param"):
+                  "ddp_grad_prescale", "ddp_grad_nan_check", "fsdp_flat_param", "fsdp_pp_deferred_sync"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"{where}: {f} must be true or false, got {getattr(self, f)!r}")
         if self.ddp_buckets not in DDP_BUCKET_RULES:

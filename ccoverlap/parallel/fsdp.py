@@ -30,6 +30,17 @@ Model of one simulated rank (units = embedding, each layer, head):
   reduce-scatter stream (read bf16, write fp32): FSDP2's ``foreach_all_gather_copy_out`` and
   ``foreach_reduce`` copy-in. FSDP1's flat parameters use views in forward (no copy-out);
   their backward copies (below).
+* Pipeline parallelism through ``torch.distributed.pipelining`` (profile
+  ``fsdp_pp_deferred_sync``, pp > 1): ``PipelineStage.backward_maybe_with_nosync`` runs every
+  micro-batch's backward with ``set_requires_gradient_sync(False)`` and
+  ``set_reshard_after_backward(False)``, and after the stage's last backward calls
+  ``post_backward()`` of every FSDP state of the stage (``run_post_backward``). So the
+  unsharded gradient is accumulated in the reduce dtype on the compute stream after each
+  micro-batch's backward (FSDP2 ``to_accumulated_grad_if_needed`` /
+  ``accumulate_unsharded_grad_if_needed``: cast d -> reduce bytes the first time, read both and
+  write the accumulator after), every unit of the stage is reduce-scattered, in module order,
+  only after the stage's last backward has finished, and parameters not resharded after
+  forward (torchtitan with PP: ``reshard_after_forward = False``) are gathered once per step.
 * ``fp8_param_allgather``: parameters are cast to FP8 on the shard and all-gathered at one byte
   per element (torchao ``enable_fsdp_float8_all_gather``).
 * Gradients are reduced in the profile's ``fsdp_reduce_dtype`` (FSDP2 in torchtitan: fp32,
@@ -76,6 +87,14 @@ class FSDPHook:
         self.ends: list[int | None] = []  # end op of each gathering execution, in order
         self.pending: dict[tuple, int] = {}  # (chunk, unit, mb, phase) -> index into ends
         self.last_rs: int | None = None
+        # torch.distributed.pipelining with FSDP (profile ``fsdp_pp_deferred_sync``, pp > 1):
+        # gradients accumulate unsharded over the micro-batches and every unit of a stage is
+        # reduce-scattered after the stage's last backward; parameters stay gathered between
+        # micro-batches (gathered once when they are not resharded after forward)
+        self.deferred = em.framework.fsdp_pp_deferred_sync and p.pp > 1
+        self.chunk_units = {c: list(units) for c, units in chunks}
+        self.gathered: set = set()  # (chunk, unit) kept unsharded (deferred mode)
+        self.last_bwd: dict[int, dict[str, tuple]] = {}  # chunk -> unit -> (end op, mb) of its last backward
 
     def start(self) -> None:
         """Nothing to issue before the first unit (gathers are issued per unit)."""
@@ -88,6 +107,10 @@ class FSDPHook:
         sizes = self.bytes.get(unit)
         if not sizes:
             return None
+        if self.deferred and not k.fsdp_reshard_after_forward:
+            if (chunk, unit) in self.gathered:
+                return None  # still unsharded from an earlier micro-batch
+            self.gathered.add((chunk, unit))
         j = len(self.ends)
         deps = []
         if j - k.fsdp_prefetch - 1 >= 0:
@@ -121,6 +144,39 @@ class FSDPHook:
             self.ends[j] = end_id
         if phase != "bwd":
             return
+        if not self.deferred:
+            self._reduce(unit, mb, end_id)
+            return
+        em = self.em
+        d, rb, layer = em.parallel.dtype_bytes, self.rb, em.layer_of(unit)
+        numel = sum(self.bytes.get(unit, {}).values())
+        if numel:  # FSDP2 post-backward without gradient sync: accumulate the unsharded gradient in
+            # the reduce dtype (first micro-batch: cast d -> rb; later: read both, write rb; compute stream)
+            first = unit not in self.last_bwd.get(chunk, {})  # this unit's first backward of the step
+            if rb != d:
+                nbytes = numel * ((d + rb) if first else (d + 2 * rb))
+            else:  # autograd accumulates into .grad in the parameter dtype
+                nbytes = 0 if first else 3 * d * numel
+            if nbytes:
+                end_id = em.g.add("fsdp_grad_accumulate", em.ctx.mem(nbytes), rank=self.rank,
+                                  stream=em.stream("compute"), deps=(end_id,), microbatch=mb, phase="bwd", layer=layer)
+        self.last_bwd.setdefault(chunk, {})[unit] = (end_id, mb)
+        if not last_mb:
+            return
+        done = self.last_bwd[chunk]
+        stage = self.chunk_units.get(chunk, [])
+        if any(u not in done or done[u][1] != mb for u in stage if self.bytes.get(u)):
+            return
+        # the stage's last backward is over: reduce-scatter every unit, in module (forward) order,
+        # after all of it (pipelining's run_post_backward)
+        last = max(done[u][0] for u in stage if u in done)
+        for u in stage:
+            if self.bytes.get(u):
+                self._reduce(u, mb, last)
+
+    def _reduce(self, unit: str, mb: int, end_id: int) -> None:
+        """Reduce-scatter ``unit``'s gradients after op ``end_id`` (and the HSDP all-reduce, the
+        framework's copies and FSDP1 passes around it)."""
         em = self.em
         d, rb, layer = em.parallel.dtype_bytes, self.rb, em.layer_of(unit)
         for group, numel in self.bytes.get(unit, {}).items():

@@ -153,3 +153,42 @@ def test_bad_new_entries_name_the_entry():
     with pytest.raises(ConfigError, match="fsdp_flat_param must be true or false"):
         profile_from_mapping({"name": "x", "entries": {"fsdp_flat_param": {"value": "yes", "source": "s"}}}, "f")
     assert get_framework("fms-fsdp").fsdp_reduce_bytes == 2
+
+
+# ----------------------------------------------------------------------------- FSDP under torch pipelining
+
+def test_pipelining_defers_fsdp_reduce_scatter_to_the_stage_end_and_gathers_once():
+    p = ParallelConfig(dp=2, pp=2, data_parallel="fsdp")
+    knobs = OverlapKnobs(fsdp_reshard_after_forward=False)
+    sg = build(p, "torchtitan", knobs, gb=8)  # 4 micro-batches per step
+    assert sg.microbatches == 4
+    ops = sg.graph.ops
+    for rank in (0, 1):
+        mine = [o for o in ops if o.rank == rank]
+        ags = [o for o in mine if o.name == "fsdp_ag_dp"]
+        rss = [o for o in mine if o.name == "fsdp_rs_dp"]
+        units = {o.layer for o in ags}
+        assert len(ags) == len(units) == len(rss)  # one gather and one reduce-scatter per unit and step
+        last_bwd = max(o.op_id for o in mine if o.phase == "bwd" and o.stream == "compute")
+        assert min(o.op_id for o in rss) > last_bwd  # all after the stage's last backward
+        # every copy-in (FSDP2) waits for the end of the stage's last backward, not its own unit
+        copy_in = [o for o in mine if o.name == "fsdp_rs_copy_in"]
+        assert len({o.deps for o in copy_in}) == 1
+        # unsharded gradients accumulated in fp32 after every micro-batch's backward
+        acc = [o for o in mine if o.name == "fsdp_grad_accumulate" and o.layer == rss[0].layer]
+        n = rss[0].spec.bytes / 4  # fp32 reduce-scatter input: elements of that unit
+        assert [o.spec.bytes for o in acc] == [6 * n] + [10 * n] * 3
+        assert all(o.stream == "compute" for o in acc)
+    # without the deferral (megatron-core's FSDP hook): a reduce-scatter per unit and micro-batch
+    mc = build(p, "megatron-core", knobs, gb=8)
+    rs0 = [o for o in mc.graph.ops if o.rank == 0 and o.name == "fsdp_rs_dp"]
+    ag0 = [o for o in mc.graph.ops if o.rank == 0 and o.name == "fsdp_ag_dp"]
+    assert len(rs0) == 4 * len({o.layer for o in rs0}) and len(ag0) == len(rs0)
+
+
+def test_pipelining_with_reshard_after_forward_still_gathers_per_execution():
+    p = ParallelConfig(dp=2, pp=2, data_parallel="fsdp")
+    sg = build(p, "torchtitan", OverlapKnobs(fsdp_reshard_after_forward=True), gb=8)
+    ags = [o for o in sg.graph.ops if o.rank == 0 and o.name == "fsdp_ag_dp"]
+    rss = [o for o in sg.graph.ops if o.rank == 0 and o.name == "fsdp_rs_dp"]
+    assert len(ags) == 2 * 4 * len(rss)  # forward and backward of each of 4 micro-batches
