@@ -61,7 +61,7 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
   and cast to the fp32 shard, and the fp32 shard is cast to bf16 before the all-gather
   (:mod:`ccoverlap.parallel.fsdp`).
 
-A profile is chosen by name (``megatron-lm-2021``, ``megatron-core``, ``torchtitan``,
+A profile is chosen by name (``megatron-lm-2021``, ``megatron-core``, ``torchtitan``, ``fms-fsdp``,
 ``deepspeed``) or by a path to a YAML / JSON / TOML file with the same schema.
 """
 
