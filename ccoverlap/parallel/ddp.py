@@ -16,6 +16,13 @@ and parameters are all-gathered bucket by bucket after the optimizer step: with 
 the start of the (next, steady-state) step, each layer's first forward waiting for its
 buckets (``overlap_param_gather``); without, blocking after the optimizer.
 
+Gradients are reduced in fp32 (``ddp_reduce_dtype: fp32``: Megatron-Core's fp32 main grads,
+forced with ``--bf16``) or in the parameter dtype (``param``: Megatron-LM 2021's default,
+``--accumulate-allreduce-grads-in-fp32`` off). With ``ddp_coalesce_copies`` (Megatron-LM
+2021 without ``--use-contiguous-buffers-in-ddp``, its default) the gradients are flattened into
+one buffer before the all-reduce and copied back after it, on the compute stream
+(``_flatten_dense_tensors`` / ``_unflatten_dense_tensors`` in ``allreduce_gradients``).
+
 How gradients are bucketed follows the profile's ``ddp_buckets``: ``pytorch`` as above;
 ``megatron`` (Megatron-Core ``DistributedDataParallel`` at ``f2e5db402c``): no smaller first
 bucket, ``bucket_cap_mb`` buckets on pipeline rank 0's first model chunk only, one bucket on
@@ -57,9 +64,9 @@ class Bucket:
 
 
 def plan_buckets(model, parallel, units: list[str], chunk: int, cap_mb: float,
-                 first_bucket_bytes: float = FIRST_BUCKET_BYTES) -> list[Bucket]:
+                 first_bucket_bytes: float = FIRST_BUCKET_BYTES, grad_bytes: int = GRAD_BYTES) -> list[Bucket]:
     """Buckets of one model chunk (``units`` in forward order), in the order they fill: each
-    closes once it holds ``cap_mb`` MiB of fp32 gradients, the first one already at
+    closes once it holds ``cap_mb`` MiB of gradients (``grad_bytes`` each), the first one already at
     ``first_bucket_bytes`` (PyTorch DDP's 1 MiB; 0 = no smaller first bucket). ``cap_mb`` =
     ``inf`` gives one bucket per gradient group."""
     cap = cap_mb * MiB
@@ -77,7 +84,7 @@ def plan_buckets(model, parallel, units: list[str], chunk: int, cap_mb: float,
             b.tensors.append((t.unit, t.name))
             b.numel += t.numel
             limit = first_bucket_bytes if first[t.group] else cap
-            if b.numel * GRAD_BYTES >= limit:
+            if b.numel * grad_bytes >= limit:
                 first[t.group] = False
                 current.pop(t.group)
     return out
@@ -97,13 +104,16 @@ class DDPHook:
         self.ready: dict[tuple, int] = {}
         self.param_ag: dict[tuple, int] = {}  # (chunk, unit) -> all-gather op its forward waits for
         rule = em.framework.ddp_buckets
+        # bytes per reduced gradient element: fp32 main grads, or the parameter dtype
+        self.gb = GRAD_BYTES if em.framework.ddp_reduce_dtype == "fp32" else p.dtype_bytes
+        self.last_post: int | None = None  # last copy-back kernel (ddp_coalesce_copies)
         for chunk, units in chunks:
             cap, first = em.knobs.bucket_cap_mb, FIRST_BUCKET_BYTES
             if rule != "pytorch":
                 first = 0.0
                 if rule == "single" or rank > 0 or chunk > 0:
                     cap = float("inf")
-            bs = [b for b in plan_buckets(em.model, p, units, chunk, cap, first)
+            bs = [b for b in plan_buckets(em.model, p, units, chunk, cap, first, self.gb)
                   if self.sizes[b.group] > 1]
             self.buckets[chunk] = bs
             self.next[chunk] = 0
@@ -150,14 +160,16 @@ class DDPHook:
             self._issue(chunk, in_backward=True)
 
     def bucket_kernels(self, numel: int) -> MemorySpec | None:
-        """The memory-bound work the framework runs over a bucket of ``numel`` fp32 gradients
-        before its collective (module doc), or None: bytes = ``4·numel`` for the NaN check's
-        norm + ``8·numel`` for the 1/dp scaling (read + write)."""
+        """The memory-bound work the framework runs over a bucket of ``numel`` gradients of
+        ``g`` bytes before its collective (module doc), or None: bytes = ``2g·numel`` for the
+        copy into a flat buffer (``ddp_coalesce_copies``) + ``g·numel`` for the NaN check's
+        norm + ``2g·numel`` for the 1/dp scaling (read + write)."""
         fw = self.em.framework
-        kernels = int(fw.ddp_grad_nan_check) + int(fw.ddp_grad_prescale)
+        kernels = int(fw.ddp_coalesce_copies) + int(fw.ddp_grad_nan_check) + int(fw.ddp_grad_prescale)
         if not kernels:
             return None
-        nbytes = numel * GRAD_BYTES * (int(fw.ddp_grad_nan_check) + 2 * int(fw.ddp_grad_prescale))
+        nbytes = numel * self.gb * (2 * int(fw.ddp_coalesce_copies) + int(fw.ddp_grad_nan_check)
+                                    + 2 * int(fw.ddp_grad_prescale))
         return MemorySpec(bytes=float(nbytes), kernels=kernels, host_kernels=kernels if fw.eager else 0)
 
     def _issue(self, chunk: int, in_backward: bool = False) -> None:
@@ -179,8 +191,12 @@ class DDPHook:
                 dep = em.g.add("grad_bucket_prep", pre, rank=self.rank, stream="compute", deps=(dep,), **labels)
             coll = "reduce_scatter" if self.dist_opt else "all_reduce"
             self.last_comm = em.g.add(f"grad_{'rs' if self.dist_opt else 'ar'}_{b.group}",
-                                      self._coll(b, coll, GRAD_BYTES), rank=self.rank,
+                                      self._coll(b, coll, self.gb), rank=self.rank,
                                       stream=em.stream("dp_comm"), deps=(dep,), phase="dp")
+            if em.framework.ddp_coalesce_copies:  # copy the reduced flat buffer back into the grads
+                self.last_post = em.g.add("grad_bucket_copy_back", MemorySpec(
+                    bytes=float(2 * b.numel * self.gb), host_kernels=1 if em.framework.eager else 0),
+                    rank=self.rank, stream="compute", deps=(self.last_comm,), phase="dp")
             i += 1
         self.next[chunk] = i
 
@@ -190,7 +206,7 @@ class DDPHook:
         the optimizer step must wait for."""
         for chunk in sorted(self.buckets):
             self._issue(chunk)
-        return [] if self.last_comm is None else [self.last_comm]
+        return [op for op in (self.last_comm, self.last_post) if op is not None]
 
     def after_optimizer(self, opt_id: int) -> None:
         """Distributed optimizer without overlap: blocking parameter all-gathers after the step."""

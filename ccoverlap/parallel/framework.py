@@ -50,6 +50,10 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
   (PyTorch DDP: a 1 MiB first bucket, then ``bucket_cap_mb``), ``megatron`` (Megatron-Core:
   ``bucket_cap_mb`` buckets on pipeline rank 0's first model chunk, one bucket elsewhere) or
   ``single`` (one bucket per model chunk). :mod:`ccoverlap.parallel.ddp`.
+* ``ddp_reduce_dtype``: ``fp32`` (fp32 main gradients, reduced in fp32) or ``param`` (the
+  gradients stay in the parameter dtype and are reduced in it); ``ddp_coalesce_copies``: the
+  gradients are copied into a flat buffer before the all-reduce and back after it (Megatron-LM
+  2021 without contiguous buffers). :mod:`ccoverlap.parallel.ddp`.
 * ``fsdp_reduce_dtype``: ``fp32`` or ``bf16``, the dtype FSDP reduce-scatters (and HSDP
   all-reduces) gradients in (the mixed-precision policy's ``reduce_dtype``).
 * ``fsdp_pp_deferred_sync``: with pipeline parallelism, FSDP gradients are accumulated
@@ -83,6 +87,7 @@ SELECTIVE_RECOMPUTE = ("attention", "op")
 LINEARS = ("qkv", "proj", "fc1", "fc2")
 REDUCE_DTYPES = ("fp32", "bf16")
 DDP_BUCKET_RULES = ("pytorch", "megatron", "single")
+DDP_REDUCE_DTYPES = ("fp32", "param")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +117,8 @@ class FrameworkProfile:
     ddp_buckets: str = "pytorch"
     ddp_grad_prescale: bool = False
     ddp_grad_nan_check: bool = False
+    ddp_reduce_dtype: str = "fp32"
+    ddp_coalesce_copies: bool = False
     fsdp_reduce_dtype: str = "fp32"
     fsdp_flat_param: bool = False
     fsdp_pp_deferred_sync: bool = False
@@ -128,11 +135,15 @@ class FrameworkProfile:
                               f"got {self.selective_recompute!r}")
         for f in ("softmax_fused", "attention_dropout", "hidden_dropout", "norm_fused", "bias_act_fused",
                   "bias_dropout_add_fused", "rope_fused", "cross_entropy_fused", "eager", "fsdp_copies", "cp_merge_unfused",
-                  "ddp_grad_prescale", "ddp_grad_nan_check", "fsdp_flat_param", "fsdp_pp_deferred_sync"):
+                  "ddp_grad_prescale", "ddp_grad_nan_check", "fsdp_flat_param", "fsdp_pp_deferred_sync",
+                  "ddp_coalesce_copies"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"{where}: {f} must be true or false, got {getattr(self, f)!r}")
         if self.ddp_buckets not in DDP_BUCKET_RULES:
             raise ConfigError(f"{where}: ddp_buckets must be one of {DDP_BUCKET_RULES}, got {self.ddp_buckets!r}")
+        if self.ddp_reduce_dtype not in DDP_REDUCE_DTYPES:
+            raise ConfigError(f"{where}: ddp_reduce_dtype must be one of {DDP_REDUCE_DTYPES}, "
+                              f"got {self.ddp_reduce_dtype!r}")
         if self.fsdp_reduce_dtype not in REDUCE_DTYPES:
             raise ConfigError(f"{where}: fsdp_reduce_dtype must be one of {REDUCE_DTYPES}, "
                               f"got {self.fsdp_reduce_dtype!r}")

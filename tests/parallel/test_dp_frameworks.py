@@ -52,13 +52,23 @@ def test_megatron_core_scales_and_nan_checks_every_bucket_on_the_compute_stream(
     assert sum(o.spec.bytes for o in prep) == pytest.approx(12 * local_params(p))
 
 
-def test_megatron_2021_prescales_only_and_torchtitan_ddp_runs_no_bucket_kernels():
+def test_megatron_2021_reduces_param_dtype_grads_through_a_flat_copy():
+    """Megatron-LM 2021 (defaults at 50a4b5fa02): fp16/bf16 gradients flattened (read + write
+    2 B), divided by dp (2 B read + write), all-reduced in 2 B, copied back (2 B read + write)."""
     p = ParallelConfig(dp=8)
+    n = local_params(p)
     ops = build(p, "megatron-lm-2021").graph.ops
     prep = [o for o in ops if o.name == "grad_bucket_prep"]
-    assert prep and sum(o.spec.bytes for o in prep) == pytest.approx(8 * local_params(p))
-    assert all(o.spec.kernels == 1 for o in prep)
-    assert not [o for o in build(p, "torchtitan").graph.ops if o.name == "grad_bucket_prep"]
+    ars = [o for o in ops if o.name == "grad_ar_dp"]
+    back = [o for o in ops if o.name == "grad_bucket_copy_back"]
+    assert len(prep) == len(ars) == len(back) == 1  # one buffer (ddp_buckets: single)
+    assert prep[0].spec.bytes == 8 * n and prep[0].spec.kernels == 2
+    assert ars[0].spec.bytes == 2 * n
+    assert back[0].spec.bytes == 4 * n and back[0].deps == (ars[0].op_id,) and back[0].stream == "compute"
+    # the optimizer waits for the copy back
+    opt = [o for o in ops if o.name in ("grad_norm", "optimizer_step")][0]
+    assert back[0].op_id in opt.deps
+    assert not [o for o in build(p, "torchtitan").graph.ops if o.name.startswith("grad_bucket")]
 
 
 # ----------------------------------------------------------------------------- bucketing rules
@@ -150,6 +160,8 @@ def test_bad_new_entries_name_the_entry():
         profile_from_mapping({"name": "x", "entries": {"fsdp_reduce_dtype": {"value": "fp16", "source": "s"}}}, "f")
     with pytest.raises(ConfigError, match="ddp_buckets must be one of"):
         profile_from_mapping({"name": "x", "entries": {"ddp_buckets": {"value": "nccl", "source": "s"}}}, "f")
+    with pytest.raises(ConfigError, match="ddp_reduce_dtype must be one of"):
+        profile_from_mapping({"name": "x", "entries": {"ddp_reduce_dtype": {"value": "fp16", "source": "s"}}}, "f")
     with pytest.raises(ConfigError, match="fsdp_flat_param must be true or false"):
         profile_from_mapping({"name": "x", "entries": {"fsdp_flat_param": {"value": "yes", "source": "s"}}}, "f")
     assert get_framework("fms-fsdp").fsdp_reduce_bytes == 2
