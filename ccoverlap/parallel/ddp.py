@@ -32,7 +32,7 @@ critical path") and model chunk (``disable_bucketing=(model_chunk_idx > 0)`` in
 all-reduces each contiguous gradient buffer whole).
 
 Before a bucket's collective, frameworks whose profile says so run memory-bound kernels over
-the bucket's fp32 gradients on the compute stream (the collective waits for them):
+the bucket's gradients on the compute stream (the collective waits for them):
 ``ddp_grad_nan_check`` reads it once (Megatron-Core ``Bucket.start_grad_sync``:
 ``grad_data.norm(p=2)`` when ``check_for_nan_in_grad``, on by default through
 ``--check-for-nan-in-loss-and-grad``), ``ddp_grad_prescale`` reads and writes it

@@ -54,8 +54,8 @@ Model of one simulated rank (units = embedding, each layer, head):
   the unsharded gradient is divided by the pre-divide factor before the reduce-scatter, the
   shard by the post-divide factor after it, and the shard is cast to the fp32 flat
   parameter's dtype (``_post_backward_hook`` / ``default_hooks.reduce_scatter_hook`` /
-  ``_cast_grad_to_param_dtype`` in ``torch/distributed/fsdp/_runtime_utils.py``, PyTorch
-  2.1-2.4).
+  ``_cast_grad_to_param_dtype`` in ``torch/distributed/fsdp/_runtime_utils.py``, read at
+  pytorch/pytorch ``00ae0bc9``).
 """
 
 from __future__ import annotations
