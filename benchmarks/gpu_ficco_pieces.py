@@ -299,6 +299,20 @@ def markdown(doc: dict) -> str:
 
 
 # ----------------------------------------------------------------------------- measuring
+def require_gpu(device: str | None):
+    """The CUDA device to measure on, or one-line ConfigError (no torch / no CUDA / bad device)
+    that points to the no-GPU modes."""
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError("measuring needs PyTorch with CUDA; without a GPU use --dry-run or --from-json") from None
+    if not torch.cuda.is_available():
+        raise ConfigError(f"no CUDA GPU available (torch {torch.__version__}); measuring needs one - "
+                          "without a GPU use --dry-run or --from-json")
+    from ccoverlap.calibrate import microbench as mb
+
+    return mb.require_cuda(device)
+
 
 def measure(plan: list[dict], *, device: str | None, reps: int, warmup: int, window_s: float,
             nc: int, nt: int, chunk: int, kernel_prefer: str, log=print) -> tuple[dict, dict, dict, dict]:
@@ -308,7 +322,7 @@ def measure(plan: list[dict], *, device: str | None, reps: int, warmup: int, win
     from ccoverlap.calibrate import microbench as mb
     from ccoverlap.calibrate.kernels import KernelUnavailable, load_channel_copy
 
-    dev = mb.require_cuda(device)
+    dev = require_gpu(device)
     info = mb.device_info(dev)
     grid = replace(grids.make_grid(quick=True), reps=reps, warmup=warmup, min_window_s=window_s)
     bench = mb.Bench(dev, grid)
@@ -457,7 +471,7 @@ def run(args) -> dict:
     if not args.dry_run and not args.from_json:
         from ccoverlap.calibrate import microbench as mb
 
-        dev = mb.require_cuda(args.device)
+        dev = require_gpu(args.device)
         gpu = gpu or mb.device_info(dev).get("catalog_gpu")
         if not gpu:
             raise ConfigError("this GPU is not in the catalog; pass --gpu NAME")

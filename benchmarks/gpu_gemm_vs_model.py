@@ -287,6 +287,20 @@ def write_outputs(doc: dict, out_dir: str) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- measuring
+def require_gpu(device: str | None):
+    """The CUDA device to measure on, or one-line ConfigError (no torch / no CUDA / bad device)
+    that points to the no-GPU modes."""
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError("measuring needs PyTorch with CUDA; without a GPU use --dry-run or --from-json") from None
+    if not torch.cuda.is_available():
+        raise ConfigError(f"no CUDA GPU available (torch {torch.__version__}); measuring needs one - "
+                          "without a GPU use --dry-run or --from-json")
+    from ccoverlap.calibrate import microbench as mb
+
+    return mb.require_cuda(device)
+
 
 def make_layout_gemm(bench, shape: Shape):
     """A closure running ``C = A @ B`` for ``shape`` in its layout on random bf16 operands:
@@ -309,7 +323,7 @@ def measure(shapes: list[Shape], *, device: str | None, reps: int, warmup: int, 
     key, device info, settings)."""
     from ccoverlap.calibrate import microbench as mb
 
-    dev = mb.require_cuda(device)
+    dev = require_gpu(device)
     info = mb.device_info(dev)
     grid = replace(grids.make_grid(quick=True), reps=reps, warmup=warmup, min_window_s=window_s)
     bench = mb.Bench(dev, grid)
@@ -386,8 +400,13 @@ def run(args: argparse.Namespace) -> dict:
     if args.from_json:
         measured, device, settings = load_measured(args.from_json)
     elif not args.dry_run:
-        # check the calibration file before spending GPU time
-        params_for(args.gpu or "H100-SXM", args.calibration)
+        # check the GPU's catalog entry and the calibration file before spending GPU time
+        from ccoverlap.calibrate import microbench as mb
+
+        found = mb.device_info(require_gpu(args.device)).get("catalog_gpu")
+        if not (args.gpu or found):
+            raise ConfigError("this GPU is not in the catalog; pass --gpu NAME (the closest catalog entry)")
+        params_for(args.gpu or found, args.calibration)
         measured, device, settings = measure(shapes, device=args.device, reps=args.reps, warmup=args.warmup,
                                              window_s=args.window_ms / 1e3)
     gpu_name = args.gpu or device.get("catalog_gpu") or "H100-SXM"
