@@ -22,6 +22,7 @@ BUDGET_S="${CCOV_BUDGET_S:-540}"
 RESERVE_S=25   # kept for packing
 BENCH_SIZE="${CCOV_BENCH_SIZE:-8192}"        # M = N = K of the CUDA bench run
 PYTEST_TARGET="${CCOV_PYTEST_TARGET:-tests}"  # what pytest -m gpu collects
+POLL_S="${CCOV_POLL_S:-10}"                   # how often a wait looks at the background calibration
 FLAT_MAX=6     # files copied flat into $OUT besides the tar.gz (8 files at most come back)
 
 case "$PART" in
@@ -171,8 +172,8 @@ wait_calibration() {  # wait_calibration MAX_S
   local max="$1" s; s=$(date +%s)
   while cal_running; do
     if [ $(( $(date +%s) - s )) -ge "$max" ] || [ "$(left)" -le 0 ]; then return 1; fi
-    sleep 10
-    [ $(( ($(date +%s) - s) % 60 )) -lt 10 ] && log "calibrate: $(tail -n 1 "$CAL/calibrate.log" 2>/dev/null | cut -c1-150)"
+    sleep "$POLL_S"
+    [ $(( ($(date +%s) - s) % 60 )) -lt "$POLL_S" ] && log "calibrate: $(tail -n 1 "$CAL/calibrate.log" 2>/dev/null | cut -c1-150)"
   done
   return 0
 }
