@@ -92,7 +92,7 @@ step() {
 env_info() {
   {
     echo "# environment ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
-    echo "commit: $(git rev-parse HEAD 2>/dev/null || cat .ccoverlap-commit 2>/dev/null || echo unknown)"
+    echo "commit: $(git rev-parse HEAD 2>/dev/null || cat .whl/commit.txt 2>/dev/null || echo unknown)"
     echo "uname: $(uname -a)"; echo "cpus: $(nproc)"; free -g 2>/dev/null | head -2
     echo "--- nvidia-smi"; nvidia-smi 2>&1 | head -25
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,persistence_mode --format=csv 2>&1
