@@ -204,7 +204,13 @@ def analyse(plan: list[dict], measured: dict[str, dict], *, gpu: str, calibratio
     ``pieces`` as recorded by :func:`measure`."""
     cost = cost_model_for_cluster(machine(gpu, None, WORLD), calibration)
     out = {}
-    for engine in ENGINES:
+    for engine, cond in ENGINES.items():
+        missing = sorted({name for name, m in measured.items()
+                          for entry in m["pieces"].values() if not entry.get(cond)})
+        if missing:  # e.g. the channel-copy kernel could not be built: no SM traffic was measured
+            out[engine] = {"rows": [], "cases": 0, "heuristic_matches": 0, "mean_loss": None, "verdicts": [],
+                           "retune": None, "skipped": f"no '{cond}' traffic measured for {', '.join(missing)}"}
+            continue
         rows, pairs = [], []
         for p in plan:
             if p["name"] not in measured:
@@ -264,6 +270,9 @@ def markdown(doc: dict) -> str:
                          f"{'-' if sm is None else f'{sm:.3f}'} | {'-' if ce is None else f'{ce:.3f}'} |")
         lines.append("")
     for engine, res in (doc.get("analysis") or {}).items():
+        if res.get("skipped"):
+            lines += [f"## {engine} transfers: not analysed ({res['skipped']})", ""]
+            continue
         if not res["rows"]:
             continue
         lines += [f"## Schedules composed from measured pieces, {engine} transfers", "",
@@ -518,6 +527,9 @@ def main(argv=None) -> int:
             print(f"{p['name']:>4} {p['m']}x{p['n']}x{p['k']} (x{p['scale']:.3f}) {len(p['pieces'])} pieces; "
                   f"model best (dma) {p['model_best_dma']}, heuristic {p['heuristic_dma']}")
     for engine, res in (doc.get("analysis") or {}).items():
+        if res.get("skipped"):
+            print(f"{engine}: not analysed: {res['skipped']}")
+            continue
         print(f"{engine}: heuristic = measured best in {res['heuristic_matches']}/{res['cases']} cases")
         if res.get("retune"):
             rt = res["retune"]

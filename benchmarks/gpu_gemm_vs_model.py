@@ -165,7 +165,10 @@ def rows_for(shapes: list[Shape], measured: dict[str, dict] | None, variants: di
         meas = (measured or {}).get(s.key())
         row = {"shape": s.key(), "m": s.m, "n": s.n, "k": s.k, "layout": s.layout, "flops": s.flops,
                "labels": list(s.labels), "measured_s": meas["time_s"] if meas else None,
-               "samples_s": meas.get("samples_s") if meas else None, "iters": meas.get("iters") if meas else None}
+               "samples_s": meas.get("samples_s") if meas else None, "iters": meas.get("iters") if meas else None,
+               "timing": meas.get("timing") if meas else None}
+        if meas and meas.get("note"):
+            row["note"] = meas["note"]
         for name, (gpu, params) in variants.items():
             p = predict_s(s, gpu, params)
             row[f"predicted_{name}_s"] = p
@@ -316,11 +319,38 @@ def make_layout_gemm(bench, shape: Shape):
     return lambda: torch.matmul(a, b, out=c)
 
 
+def time_graph(bench, fn, *, max_calls: int = 2000) -> dict:
+    """Seconds per call of ``fn`` as the GPU runs it: ``n`` calls captured in one CUDA graph
+    (``n`` = the eager calls that fill ``min_window_s``, at most ``max_calls``), replays timed
+    with ``Bench.time_loop`` and divided by ``n``. Replaying a graph takes the host's launch
+    cost out, which a Python loop of tiny GEMMs would otherwise measure instead of the kernel."""
+    torch = bench.torch
+    side = torch.cuda.Stream(bench.dev)
+    side.wait_stream(torch.cuda.current_stream(bench.dev))
+    with torch.cuda.stream(side):  # warm-up off the capture stream (cuBLAS handles, workspaces)
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream(bench.dev).wait_stream(side)
+    torch.cuda.synchronize(bench.dev)
+    n = max(1, min(max_calls, bench.iters_for(fn)))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            fn()
+    r = bench.time_loop(graph.replay, iters=1)
+    del graph
+    return {"time_s": r["time_s"] / n, "samples_s": [float(f"{x / n:.6g}") for x in r["samples_s"]],
+            "iters": n, "timing": "graph"}
+
+
 def measure(shapes: list[Shape], *, device: str | None, reps: int, warmup: int, window_s: float,
-            log=print) -> tuple[dict[str, dict], dict, dict]:
-    """Time every shape on the CUDA device (``Bench.time_loop``: ``warmup`` untimed and
-    ``reps`` timed repetitions of loops lasting ``window_s``). Returns (measured per shape
-    key, device info, settings)."""
+            timing: str = "graph", log=print) -> tuple[dict[str, dict], dict, dict]:
+    """Time every shape on the CUDA device: ``warmup`` untimed and ``reps`` timed repetitions
+    (median) of loops lasting at least ``window_s``, either replays of a CUDA graph of the
+    calls (``timing="graph"``, :func:`time_graph`; falls back to eager for a shape whose capture
+    fails, and says so in its record) or an eager loop (``"eager"``, ``Bench.time_loop``, as
+    ``ccoverlap calibrate`` times its GEMM sweep). Returns (measured per shape key, device
+    info, settings)."""
     from ccoverlap.calibrate import microbench as mb
 
     dev = require_gpu(device)
@@ -334,11 +364,23 @@ def measure(shapes: list[Shape], *, device: str | None, reps: int, warmup: int, 
         if i % 25 == 0:
             log(f"[{time.perf_counter() - t0:6.1f}s] gemm {i + 1}/{len(shapes)}: {s.key()}")
         try:
-            out[s.key()] = bench.time_loop(make_layout_gemm(bench, s))
+            fn = make_layout_gemm(bench, s)
+            if timing == "graph":
+                try:
+                    out[s.key()] = time_graph(bench, fn)
+                except oom:
+                    raise
+                except Exception as exc:  # capture refused (or a bug here): time it eagerly, keep the reason
+                    bench.torch.cuda.synchronize(bench.dev)
+                    out[s.key()] = {**bench.time_loop(fn), "timing": "eager",
+                                    "note": f"graph timing failed: {type(exc).__name__}: "
+                                            f"{(str(exc).splitlines() or [''])[0][:160]}"}
+            else:
+                out[s.key()] = {**bench.time_loop(fn), "timing": "eager"}
         except oom:
             log(f"  {s.key()}: out of memory, skipped")
         bench.torch.cuda.empty_cache()
-    settings = {"reps": reps, "warmup": warmup, "min_window_s": window_s, "dtype": "bf16",
+    settings = {"reps": reps, "warmup": warmup, "min_window_s": window_s, "dtype": "bf16", "timing": timing,
                 "allow_tf32": info.get("allow_tf32"), "seconds": round(time.perf_counter() - t0, 1)}
     return out, info, settings
 
@@ -348,7 +390,7 @@ def load_measured(path: str) -> tuple[dict[str, dict], dict, dict]:
     try:
         doc = json.loads(Path(path).read_text())
         measured = {r["shape"]: {"time_s": float(r["measured_s"]), "samples_s": r.get("samples_s"),
-                                 "iters": r.get("iters")}
+                                 "iters": r.get("iters"), "timing": r.get("timing")}
                     for r in doc["rows"] if r.get("measured_s") is not None}
     except FileNotFoundError:
         raise ConfigError(f"--from-json: no such file: {path}") from None
@@ -371,6 +413,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--models", default=",".join(MODELS), help="catalog models (comma-separated)")
     ap.add_argument("--tp", default=",".join(map(str, TPS)), help="TP degrees (comma-separated)")
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="tokens per micro-batch (comma-separated)")
+    ap.add_argument("--timing", choices=("graph", "eager"), default="graph",
+                    help="graph: replay a CUDA graph of the calls (kernel time, no host launch cost; default); "
+                         "eager: a Python loop of launches, as calibrate times its sweep")
     ap.add_argument("--reps", type=int, default=5, help="timed repetitions per shape (median reported)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed repetitions per shape")
     ap.add_argument("--window-ms", type=float, default=3.0, help="each timed loop lasts at least this long")
@@ -408,7 +453,7 @@ def run(args: argparse.Namespace) -> dict:
             raise ConfigError("this GPU is not in the catalog; pass --gpu NAME (the closest catalog entry)")
         params_for(args.gpu or found, args.calibration)
         measured, device, settings = measure(shapes, device=args.device, reps=args.reps, warmup=args.warmup,
-                                             window_s=args.window_ms / 1e3)
+                                             window_s=args.window_ms / 1e3, timing=args.timing)
     gpu_name = args.gpu or device.get("catalog_gpu") or "H100-SXM"
     if not args.gpu and device and not device.get("catalog_gpu"):
         raise ConfigError(f"GPU {device.get('name')!r} is not in the catalog; pass --gpu NAME")

@@ -223,3 +223,16 @@ def test_pieces_measure_on_cuda(tmp_path, plan):
         assert entry["alone"]["time_s"] > 0 and entry["ce"]["time_s"] > 0
     assert traffic["ce"]["bytes_per_s"] > 1e11
     assert set(measured["g1"]["sequences"]) == set(SCHEDULES)
+
+
+def test_an_engine_without_its_traffic_measured_is_skipped_not_faked(plan):
+    measured = synthetic(plan[:16])
+    for m in measured.values():
+        for entry in m["pieces"].values():
+            del entry["sm"]          # as when the channel-copy kernel could not be built
+    res = fp.analyse(plan, measured, gpu="H100-SXM", calibration=None)
+    assert res["sm"]["rows"] == [] and "no 'sm' traffic measured" in res["sm"]["skipped"]
+    assert res["dma"]["cases"] == 16
+    doc = {"created": "t", "command": "c", "gpu": "H100-SXM", "device": {}, "settings": {}, "traffic": {},
+           "plan": plan, "contention": fp.contention_table(plan, measured), "analysis": res}
+    assert "sm transfers: not analysed" in fp.markdown(doc)

@@ -195,3 +195,18 @@ def test_layout_closure_computes_the_product(layout):
     assert a.is_contiguous() == (layout != "tn") and b.is_contiguous() == (layout != "nt")
     ref = a.double() @ b.double()
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.gpu
+def test_graph_and_eager_timing_agree_on_a_large_gemm():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    big = gg.Shape(4096, 28672, 4096, "nt", ())
+    small = gg.Shape(1024, 512, 4096, "nn", ())
+    g, _info, _s = gg.measure([big, small], device=None, reps=5, warmup=2, window_s=0.003, timing="graph", log=print)
+    e, _info, _s = gg.measure([big, small], device=None, reps=5, warmup=2, window_s=0.003, timing="eager", log=print)
+    assert g[big.key()]["timing"] == "graph" and e[big.key()]["timing"] == "eager"
+    print({k: (g[k]["time_s"], e[k]["time_s"]) for k in g})
+    assert g[big.key()]["time_s"] == pytest.approx(e[big.key()]["time_s"], rel=0.15)
+    assert g[small.key()]["time_s"] <= 1.1 * e[small.key()]["time_s"]   # no host launch cost in a replay
