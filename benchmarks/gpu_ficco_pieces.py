@@ -39,7 +39,8 @@ both halves hold two M < K and six M > K shapes, SP+TP and EP ones.
     python3 benchmarks/gpu_ficco_pieces.py --from-json DIR/ficco_pieces.json --out DIR2   # re-analyse
 
 Writes ``ficco_pieces.json`` (raw times, composed schedule times, picks, retune) and
-``ficco_pieces.md`` into ``--out``. Bad input -> one line on stderr, exit 2.
+``ficco_pieces.md`` into ``--out``; while measuring, ``ficco_pieces.partial.json`` after every
+case (``--from-json`` reads it, if a time limit cuts the run short). Bad input -> one line on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -324,10 +325,12 @@ def require_gpu(device: str | None):
 
 
 def measure(plan: list[dict], *, device: str | None, reps: int, warmup: int, window_s: float,
-            nc: int, nt: int, chunk: int, kernel_prefer: str, log=print) -> tuple[dict, dict, dict, dict]:
+            nc: int, nt: int, chunk: int, kernel_prefer: str, log=print,
+            checkpoint=None) -> tuple[dict, dict, dict, dict]:
     """Time every piece of every case alone and beside each traffic, and each schedule's
     compute-stream sequence alone and beside traffic. Returns (measured, device info,
-    settings, traffic description)."""
+    settings, traffic description). ``checkpoint(measured, info, settings, traffic)`` is called
+    after every case, so a run cut short by a time limit keeps what it measured."""
     from ccoverlap.calibrate import microbench as mb
     from ccoverlap.calibrate.kernels import KernelUnavailable, load_channel_copy
 
@@ -390,8 +393,10 @@ def measure(plan: list[dict], *, device: str | None, reps: int, warmup: int, win
         except oom:
             log(f"  {p['name']}: out of memory, skipped")
         torch.cuda.empty_cache()
-    settings = {"reps": reps, "warmup": warmup, "min_window_s": window_s, "dtype": "bf16",
-                "seconds": round(time.perf_counter() - t0, 1)}
+        settings = {"reps": reps, "warmup": warmup, "min_window_s": window_s, "dtype": "bf16",
+                    "seconds": round(time.perf_counter() - t0, 1), "cases_done": len(measured)}
+        if checkpoint is not None:
+            checkpoint(measured, info, settings, traffic)
     return measured, info, settings, traffic
 
 
@@ -487,9 +492,11 @@ def run(args) -> dict:
     gpu = gpu or "H100-SXM"
     plan = make_plan(full, gpu)
     if not args.dry_run and not args.from_json:
+        partial = Path(args.out) / f"{FILE_STEM}.partial.json"
         measured, device, settings, traffic = measure(
             plan, device=args.device, reps=args.reps, warmup=args.warmup, window_s=args.window_ms / 1e3,
-            nc=args.sm_channels, nt=args.sm_threads, chunk=args.sm_chunk_kib * KiB, kernel_prefer=args.kernel)
+            nc=args.sm_channels, nt=args.sm_threads, chunk=args.sm_chunk_kib * KiB, kernel_prefer=args.kernel,
+            checkpoint=lambda m, info, st, tr: write_partial(partial, m, info, st, tr, full))
     doc = {"tool": "benchmarks/gpu_ficco_pieces.py",
            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "command": command,
            "gpu": gpu, "calibration": args.calibration, "device": device, "settings": settings, "traffic": traffic,
@@ -499,6 +506,14 @@ def run(args) -> dict:
         doc["contention"] = contention_table(plan, measured)
         doc["analysis"] = analyse(plan, measured, gpu=gpu, calibration=args.calibration)
     return doc
+
+
+def write_partial(path: Path, measured: dict, info: dict, settings: dict, traffic: dict, full: bool) -> None:
+    """The cases measured so far, in the layout ``--from-json`` reads (a run cut short by a
+    time limit keeps them; the analysis skips missing cases and the retune needs all 16)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"measured": measured, "device": info, "settings": settings, "traffic": traffic,
+                                "full": full}) + "\n")
 
 
 def write_outputs(doc: dict, out_dir: str) -> list[Path]:
@@ -522,6 +537,8 @@ def main(argv=None) -> int:
     except CCOverlapError as exc:
         sys.stderr.write(f"gpu_ficco_pieces: error: {exc}\n")
         return 2
+    if doc.get("measured") and not args.from_json:
+        (Path(args.out) / f"{FILE_STEM}.partial.json").unlink(missing_ok=True)
     if args.dry_run:
         for p in doc["plan"]:
             print(f"{p['name']:>4} {p['m']}x{p['n']}x{p['k']} (x{p['scale']:.3f}) {len(p['pieces'])} pieces; "

@@ -15,7 +15,8 @@ TP 1/2/4/8 and 1k-16k tokens, forward and both backward GEMMs, each in the opera
         --calibration calibrations/h100-sxm.json --out DIR2                    # re-predict, no GPU
 
 Writes ``gemm_vs_model.json`` (every shape: measured samples, predictions, errors) and
-``gemm_vs_model.md`` (per-shape table and mean / worst |error| per group) into ``--out``.
+``gemm_vs_model.md`` (per-shape table and mean / worst |error| per group) into ``--out``;
+while measuring, ``gemm_vs_model.partial.json`` every 50 shapes (``--from-json`` reads it).
 Bad input (unknown GPU, unreadable calibration or JSON) -> one line on stderr, exit 2.
 """
 
@@ -344,7 +345,7 @@ def time_graph(bench, fn, *, max_calls: int = 2000) -> dict:
 
 
 def measure(shapes: list[Shape], *, device: str | None, reps: int, warmup: int, window_s: float,
-            timing: str = "graph", log=print) -> tuple[dict[str, dict], dict, dict]:
+            timing: str = "graph", log=print, checkpoint=None) -> tuple[dict[str, dict], dict, dict]:
     """Time every shape on the CUDA device: ``warmup`` untimed and ``reps`` timed repetitions
     (median) of loops lasting at least ``window_s``, either replays of a CUDA graph of the
     calls (``timing="graph"``, :func:`time_graph`; falls back to eager for a shape whose capture
@@ -380,9 +381,20 @@ def measure(shapes: list[Shape], *, device: str | None, reps: int, warmup: int, 
         except oom:
             log(f"  {s.key()}: out of memory, skipped")
         bench.torch.cuda.empty_cache()
+        if checkpoint is not None and (i + 1) % 50 == 0:
+            checkpoint(out, info)
     settings = {"reps": reps, "warmup": warmup, "min_window_s": window_s, "dtype": "bf16", "timing": timing,
                 "allow_tf32": info.get("allow_tf32"), "seconds": round(time.perf_counter() - t0, 1)}
     return out, info, settings
+
+
+def write_partial(path: Path, measured: dict[str, dict], info: dict, timing: str) -> None:
+    """The shapes measured so far, in the rows format :func:`load_measured` reads (a run cut
+    short by a time limit keeps them; ``--from-json`` re-predicts them)."""
+    rows = [{"shape": k, "measured_s": v["time_s"], "samples_s": v.get("samples_s"), "iters": v.get("iters"),
+             "timing": v.get("timing")} for k, v in measured.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rows": rows, "device": info, "settings": {"timing": timing, "partial": True}}) + "\n")
 
 
 def load_measured(path: str) -> tuple[dict[str, dict], dict, dict]:
@@ -452,8 +464,10 @@ def run(args: argparse.Namespace) -> dict:
         if not (args.gpu or found):
             raise ConfigError("this GPU is not in the catalog; pass --gpu NAME (the closest catalog entry)")
         params_for(args.gpu or found, args.calibration)
+        partial = Path(args.out) / f"{FILE_STEM}.partial.json"
         measured, device, settings = measure(shapes, device=args.device, reps=args.reps, warmup=args.warmup,
-                                             window_s=args.window_ms / 1e3, timing=args.timing)
+                                             window_s=args.window_ms / 1e3, timing=args.timing,
+                                             checkpoint=lambda m, info: write_partial(partial, m, info, args.timing))
     gpu_name = args.gpu or device.get("catalog_gpu") or "H100-SXM"
     if not args.gpu and device and not device.get("catalog_gpu"):
         raise ConfigError(f"GPU {device.get('name')!r} is not in the catalog; pass --gpu NAME")
@@ -472,6 +486,8 @@ def main(argv=None) -> int:
     except CCOverlapError as exc:
         sys.stderr.write(f"gpu_gemm_vs_model: error: {exc}\n")
         return 2
+    if not (args.dry_run or args.from_json):
+        (Path(args.out) / f"{FILE_STEM}.partial.json").unlink(missing_ok=True)
     rows = doc["rows"]
     if args.dry_run:
         print(f"{len(rows)} shapes (dry run; {len(doc['dropped'])} labelled GEMMs left out: the fit measures them)")

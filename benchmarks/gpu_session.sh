@@ -37,7 +37,7 @@ part1  env.txt; ccoverlap calibrate --out calibration.json (full plan) in its ow
 part2  env.txt; pytest -m gpu (<= 300 s); ccoverlap bench --nproc 1 (CUDA, NCCL, --profile-dir) and
        ccoverlap analyze of its trace (<= 150 s together)
 part3  env.txt; benchmarks/gpu_gemm_vs_model.py (<= 240 s; --calibration calibrations/*.json if one is
-       committed); benchmarks/gpu_ficco_pieces.py (what is left)
+       committed for this GPU); benchmarks/gpu_ficco_pieces.py (what is left)
 each part: budget CCOV_BUDGET_S (default 540 s), 25 s kept for packing into $OUT (<= 8 files)
 EOF
   exit 0
@@ -231,9 +231,25 @@ part2() {
 
 part3() {
   wait_calibration $(( BUDGET_S / 2 )) || { log "calibration still running: part3 not started (GPU busy)"; return; }
+  # the calibration file of this GPU (its "gpu" field = the catalog GPU of the device), a full
+  # one before a -quick one; none: predictions with the default parameters only
   local calarg=()
-  local c; c=$(ls calibrations/*.json 2>/dev/null | head -1)
-  [ -n "$c" ] && calarg=(--calibration "$c")
+  local c; c=$("$PY" - 2>/dev/null <<'PYEOF'
+import glob, json
+import torch
+from ccoverlap.calibrate.microbench import catalog_gpu
+gpu = catalog_gpu(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else None
+for f in sorted(glob.glob("calibrations/*.json"), key=lambda f: ("-quick" in f, f)):
+    try:
+        if gpu and json.load(open(f)).get("gpu") == gpu:
+            print(f)
+            break
+    except (OSError, ValueError, AttributeError):
+        pass
+PYEOF
+)
+  if [ -n "$c" ]; then calarg=(--calibration "$c"); log "calibration for the second prediction: $c"
+  else log "no calibrations/*.json for this GPU: default parameters only (re-predict later with --from-json)"; fi
   step gemm-vs-model 240 "$PY" benchmarks/gpu_gemm_vs_model.py --out "$W" "${calarg[@]}"
   tail -n 12 "$W/logs/gemm-vs-model.log"
   step ficco-pieces 600 "$PY" benchmarks/gpu_ficco_pieces.py --out "$W" "${calarg[@]}"

@@ -236,3 +236,13 @@ def test_an_engine_without_its_traffic_measured_is_skipped_not_faked(plan):
     doc = {"created": "t", "command": "c", "gpu": "H100-SXM", "device": {}, "settings": {}, "traffic": {},
            "plan": plan, "contention": fp.contention_table(plan, measured), "analysis": res}
     assert "sm transfers: not analysed" in fp.markdown(doc)
+
+
+def test_partial_file_of_a_cut_short_run_is_analysed_without_retune(tmp_path, plan):
+    measured = synthetic(plan[:5])
+    fp.write_partial(tmp_path / "p.json", measured, {"name": "synthetic", "catalog_gpu": "H100-SXM"},
+                     {"cases_done": 5}, {}, False)
+    out = _run("--from-json", str(tmp_path / "p.json"), "--out", str(tmp_path / "o"))
+    assert out.returncode == 0, out.stderr
+    res = json.loads((tmp_path / "o" / "ficco_pieces.json").read_text())
+    assert res["analysis"]["dma"]["cases"] == 5 and res["analysis"]["dma"]["retune"] is None

@@ -210,3 +210,17 @@ def test_graph_and_eager_timing_agree_on_a_large_gemm():
     print({k: (g[k]["time_s"], e[k]["time_s"]) for k in g})
     assert g[big.key()]["time_s"] == pytest.approx(e[big.key()]["time_s"], rel=0.15)
     assert g[small.key()]["time_s"] <= 1.1 * e[small.key()]["time_s"]   # no host launch cost in a replay
+
+
+def test_partial_file_of_a_cut_short_run_is_read_back(tmp_path):
+    shapes, _ = gg.sweep(models=("Llama-3-8B",), tps=(8,), tokens=(1024,))
+    done = {s.key(): {"time_s": 1e-5 * (i + 1), "samples_s": [1e-5], "iters": 10, "timing": "graph"}
+            for i, s in enumerate(shapes[:5])}
+    gg.write_partial(tmp_path / "p.json", done, {"name": "synthetic", "catalog_gpu": "H100-SXM"}, "graph")
+    out = _run("--from-json", str(tmp_path / "p.json"), "--out", str(tmp_path / "o"),
+               "--models", "Llama-3-8B", "--tp", "8", "--tokens", "1024")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((tmp_path / "o" / "gemm_vs_model.json").read_text())
+    measured = [r for r in doc["rows"] if r["measured_s"] is not None]
+    assert len(measured) == 5 and all(r["timing"] == "graph" for r in measured)
+    assert doc["summary"]["default"][0]["n"] == 5
