@@ -301,7 +301,8 @@ def markdown(doc: dict) -> str:
             lines.append("")
     if doc.get("dry_run"):
         lines += ["## Plan (dry run): pieces and the cost model's times", "",
-                  "| case | M x N x K (scale) | pieces | model best (dma) | heuristic (dma) |", "| :-- | :-- | --: | :-- | :-- |"]
+                  "| case | M x N x K (scale) | pieces | model best (dma) | heuristic (dma) |",
+                  "| :-- | :-- | --: | :-- | :-- |"]
         for p in doc["plan"]:
             lines.append(f"| {p['name']} | {p['m']}x{p['n']}x{p['k']} ({p['scale']:.3f}) | {len(p['pieces'])} | "
                          f"{p['model_best_dma']} | {p['heuristic_dma']} |")
@@ -440,6 +441,7 @@ def make_plan(full: bool, gpu: str) -> list[dict]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """The command-line options (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="ccoverlap-out/gpu", help="folder for ficco_pieces.json/.md")
     ap.add_argument("--gpu", help="catalog GPU (default: recognised from the device; H100-SXM in a dry run)")
@@ -472,7 +474,8 @@ def run(args) -> dict:
     if args.from_json:
         try:
             old = json.loads(Path(args.from_json).read_text())
-            measured, device, settings, traffic = old["measured"], old.get("device") or {}, old["settings"], old["traffic"]
+            measured, device = old["measured"], old.get("device") or {}
+            settings, traffic = old["settings"], old["traffic"]
             full = bool(old.get("full", False))
         except FileNotFoundError:
             raise ConfigError(f"--from-json: no such file: {args.from_json}") from None
@@ -530,6 +533,7 @@ def write_outputs(doc: dict, out_dir: str) -> list[Path]:
 
 
 def main(argv=None) -> int:
+    """Run, write the outputs, print a summary; 0, or 2 with one line on stderr for bad input."""
     args = parse_args(argv)
     try:
         doc = run(args)

@@ -271,7 +271,8 @@ def print_summary(doc: dict, out=sys.stdout) -> None:
 def build_doc(shapes, dropped, measured, variants, *, gpu_name, calibration, device, settings, command) -> dict:
     """The JSON document: rows with predictions and errors, summary per variant."""
     rows = rows_for(shapes, measured, variants)
-    return {"tool": "benchmarks/gpu_gemm_vs_model.py", "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return {"tool": "benchmarks/gpu_gemm_vs_model.py", "created": created,
             "command": command, "gpu": gpu_name, "calibration": calibration, "device": device or {},
             "settings": settings, "variants": list(variants), "dropped": dropped, "rows": rows,
             "summary": {v: summarize(rows, v) for v in variants}}
@@ -407,13 +408,15 @@ def load_measured(path: str) -> tuple[dict[str, dict], dict, dict]:
     except FileNotFoundError:
         raise ConfigError(f"--from-json: no such file: {path}") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"--from-json: {path} is not a gemm_vs_model JSON file ({type(exc).__name__}: {exc})") from None
+        raise ConfigError(f"--from-json: {path} is not a gemm_vs_model JSON file "
+                          f"({type(exc).__name__}: {exc})") from None
     if not measured:
         raise ConfigError(f"--from-json: {path} holds no measured times (a dry run?)")
     return measured, doc.get("device") or {}, doc.get("settings") or {}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """The command-line options (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="ccoverlap-out/gpu", help="folder for gemm_vs_model.json/.md")
     ap.add_argument("--calibration", help="calibration file (ccoverlap calibrate) for the second prediction")
@@ -479,6 +482,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def main(argv=None) -> int:
+    """Run, write the outputs, print a summary; 0, or 2 with one line on stderr for bad input."""
     args = parse_args(argv)
     try:
         doc = run(args)
@@ -491,7 +495,7 @@ def main(argv=None) -> int:
     rows = doc["rows"]
     if args.dry_run:
         print(f"{len(rows)} shapes (dry run; {len(doc['dropped'])} labelled GEMMs left out: the fit measures them)")
-        for r in rows[:: max(1, len(rows) // 40)]:
+        for r in rows:
             print(f"  {r['shape']:<26} {r['flops'] / 1e9:9.1f} GFLOP  default {r['predicted_default_s'] * 1e3:.4f} ms")
     print_summary(doc)
     print("wrote " + ", ".join(map(str, paths)))
