@@ -43,6 +43,9 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
   compute dtype (one read and one write per kernel). Set when the composite upcasts to fp32
   (torchtitan's ``RMSNorm``: ``x.float()``, ``pow``, ``mean``, ``x * rsqrt``, ``type_as``,
   ``* weight`` and their autograd backward).
+* ``rope_bytes`` (optional, with ``rope_fused: false``): [bytes per element of Q and K, kernels]
+  of the unfused rotary embedding, per direction; unset: torchtitan's eager complex multiply
+  (fp32 cast, complex multiply, cast back: 20 bytes, 3 kernels per tensor).
 * ``optimizer_bytes_per_param``: HBM bytes the optimizer step moves per local parameter
   (default 30: a fused Adam over fp32 master weights, gradients and moments that also writes
   the bf16 copy, Megatron-LM / Apex); torchtitan's ``torch.optim.AdamW(foreach=True)`` runs
@@ -92,6 +95,7 @@ class FrameworkProfile:
     norm_fused: bool = True
     norm_kernels: tuple = (1, 1)
     norm_bytes: tuple | None = None
+    rope_bytes: tuple | None = None
     optimizer_bytes_per_param: float = 30.0
     grad_clip_bytes_per_param: float = 4.0
     bias_act_fused: bool = True
@@ -131,6 +135,14 @@ class FrameworkProfile:
                 raise ConfigError(f"{where}: norm_bytes must be [forward, backward] bytes per element, "
                                   f"positive numbers, got {nb!r}")
             object.__setattr__(self, "norm_bytes", (float(nb[0]), float(nb[1])))
+        rb = self.rope_bytes
+        if rb is not None:
+            if (not isinstance(rb, (tuple, list)) or len(rb) != 2 or isinstance(rb[0], bool)
+                    or not isinstance(rb[0], (int, float)) or not rb[0] > 0
+                    or not isinstance(rb[1], int) or isinstance(rb[1], bool) or rb[1] < 1):
+                raise ConfigError(f"{where}: rope_bytes must be [bytes per element (positive), kernels "
+                                  f"(positive integer)], got {rb!r}")
+            object.__setattr__(self, "rope_bytes", (float(rb[0]), int(rb[1])))
         for f in ("optimizer_bytes_per_param", "grad_clip_bytes_per_param"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):

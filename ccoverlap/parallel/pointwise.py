@@ -138,6 +138,8 @@ def rope(ctx) -> MemorySpec | None:
     if ctx.model.position != "rope" or ctx.fw.rope_fused:
         return None
     n = ctx.tokens * (ctx.nq + ctx.nkv) * ctx.hd
+    if ctx.fw.rope_bytes is not None:  # profile entry rope_bytes: [bytes per element, kernels]
+        return kernel_spec(ctx, ctx.fw.rope_bytes[0] * n, ctx.fw.rope_bytes[1])
     return kernel_spec(ctx, 20.0 * n, 6)
 
 
