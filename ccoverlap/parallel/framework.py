@@ -57,8 +57,9 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
   layers' inputs need their own cast(+transpose) kernel (others are fused into the preceding
   norm / activation).
 
-A profile is chosen by name (``megatron-lm-2021``, ``megatron-core``, ``torchtitan``,
-``deepspeed``) or by a path to a YAML / JSON / TOML file with the same schema.
+A profile is chosen by name (``megatron-lm-2021``, ``megatron-core``, ``torchtitan`` (eager),
+``torchtitan-compile`` (torch.compile per block), ``torchtitan-fused-rmsnorm`` (eager with the
+Triton RMSNorm), ``deepspeed``) or by a path to a YAML / JSON / TOML file with the same schema.
 """
 
 from __future__ import annotations
