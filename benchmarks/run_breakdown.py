@@ -11,12 +11,14 @@ here is timed: the numbers are model outputs, identical on any machine::
 
     .venv/bin/python benchmarks/run_breakdown.py mcore-gpt-1.7b torchtitan-llama3.1-8b-fsdp-h100x8
     .venv/bin/python benchmarks/run_breakdown.py --runs my_runs.yaml my-run
+    .venv/bin/python benchmarks/run_breakdown.py torchtitan-llama3.1-8b-fsdp-h100x8 --framework torchtitan-fused-rmsnorm
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from collections import Counter
 from pathlib import Path
 
@@ -66,10 +68,13 @@ def main(argv=None) -> int:
     ap.add_argument("names", nargs="+", help="substrings of run names")
     ap.add_argument("--runs", default=str(default), help="runs file (default: the shipped published set)")
     ap.add_argument("--top", type=int, default=12, help="largest ops listed per run")
+    ap.add_argument("--framework", help="simulate with this framework profile instead of the run's own")
     args = ap.parse_args(argv)
     for run in load_runs(args.runs).runs:
         if not any(n in run.name for n in args.names):
             continue
+        if args.framework:
+            run = replace(run, framework=args.framework)
         b = breakdown(run)
         print(f"## {run.name} (framework {run.framework or 'megatron-core'}): step {b['step']:.3f} s")
         print("   compute stream: " + ", ".join(f"{k} {v:.3f} s" for k, v in b["kinds"].most_common()))
