@@ -53,6 +53,10 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
 * ``grad_clip_bytes_per_param``: HBM bytes the gradient-norm clipping moves per local
   parameter (default 4: read every fp32 gradient for the norm); ``torch.nn.utils.
   clip_grad_norm_`` also multiplies every gradient by the clamped coefficient (+8).
+* ``fp8_weight_cast_bytes``: with ``fp8=True``, HBM bytes per weight element each FP8 linear's
+  forward moves to cast its bf16 weight (torchao ``Float8Linear`` with tensorwise scaling and
+  no float8 all-gather: amax read 2 + cast read 2, write 1 = 5); 0 where the weight is cast
+  once per step and cached (TransformerEngine), which is not modelled.
 * ``fp8_cast_kernels_fwd`` / ``fp8_cast_kernels_bwd``: with ``fp8=True``, which linear
   layers' inputs need their own cast(+transpose) kernel (others are fused into the preceding
   norm / activation).
@@ -99,6 +103,7 @@ class FrameworkProfile:
     rope_bytes: tuple | None = None
     optimizer_bytes_per_param: float = 30.0
     grad_clip_bytes_per_param: float = 4.0
+    fp8_weight_cast_bytes: float = 0.0
     bias_act_fused: bool = True
     bias_dropout_add_fused: bool = True
     rope_fused: bool = True
@@ -144,7 +149,7 @@ class FrameworkProfile:
                 raise ConfigError(f"{where}: rope_bytes must be [bytes per element (positive), kernels "
                                   f"(positive integer)], got {rb!r}")
             object.__setattr__(self, "rope_bytes", (float(rb[0]), int(rb[1])))
-        for f in ("optimizer_bytes_per_param", "grad_clip_bytes_per_param"):
+        for f in ("optimizer_bytes_per_param", "grad_clip_bytes_per_param", "fp8_weight_cast_bytes"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
                 raise ConfigError(f"{where}: {f} must be a non-negative number of bytes, got {v!r}")

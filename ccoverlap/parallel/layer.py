@@ -87,6 +87,13 @@ class LayerCtx:
         fp8 = self.fp8 and linear_kind(name) != "lm_head"
         return GemmSpec(m=m, n=n, k=k, dtype_bytes=1 if fp8 else self.d, host_kernels=1 if self.fw.eager else 0)
 
+    def fp8_weight_cast_bytes(self, name: str) -> float:
+        """Bytes per weight element the forward of FP8 linear ``name`` spends casting its weight
+        (the profile's ``fp8_weight_cast_bytes``; 0 without FP8 and for the bf16 LM head)."""
+        if not self.fp8 or linear_kind(name) == "lm_head":
+            return 0.0
+        return self.fw.fp8_weight_cast_bytes
+
     def fp8_cast(self, name: str, direction: str) -> bool:
         """Whether the linear ``name`` needs its own FP8 cast kernel in ``direction`` (fwd: its
         input; bwd: its output gradient), per the framework profile."""

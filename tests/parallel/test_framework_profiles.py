@@ -226,3 +226,20 @@ def test_torchtitan_fp32_norm_foreach_adamw_and_clip_bytes():
 def test_bad_byte_entries_name_the_entry(entry, value, needle):
     with pytest.raises(ConfigError, match=re.escape(needle)):
         profile_from_mapping({"name": "x", "entries": {entry: {"value": value, "source": "test"}}}, "f")
+
+
+def test_torchao_fp8_weight_cast_on_every_forward():
+    """torchtitan (torchao Float8Linear, tensorwise, no float8 all-gather) casts each bf16 weight
+    in every forward: amax read 2 + cast read 2, write 1 = 5 bytes per weight element, on top of
+    the input's cast(+transpose); TransformerEngine's per-step cached weight cast is not charged."""
+    p = ParallelConfig(fp8=True)
+    T, h = 2 * S, 1024
+    tt = {o.name: o.spec for o in layer("torchtitan", p)}
+    # the MLP's fc1 [T, h] x [h, 4h]: input cast (d + 2 bytes per element) + weight cast 5 per weight element
+    assert tt["mlp_fc1_fp8_cast"].bytes == T * h * (2 + 2) + 5 * h * 4 * h
+    assert tt["mlp_fc1_fp8_cast"].kernels == 3
+    mc = {o.name: o.spec for o in layer("megatron-core", p)}
+    assert mc["mlp_fc2_fp8_cast"].bytes == T * 4 * h * (2 + 2)
+    assert "mlp_fc1_fp8_cast" not in mc and not any(n.endswith("_fp8_weight_cast") for n in mc)
+    # no FP8, no weight casts
+    assert not any("fp8" in o.name for o in layer("torchtitan"))
