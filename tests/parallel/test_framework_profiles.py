@@ -243,3 +243,11 @@ def test_torchao_fp8_weight_cast_on_every_forward():
     assert "mlp_fc1_fp8_cast" not in mc and not any(n.endswith("_fp8_weight_cast") for n in mc)
     # no FP8, no weight casts
     assert not any("fp8" in o.name for o in layer("torchtitan"))
+
+
+def test_no_per_use_weight_cast_with_fp8_param_allgather():
+    """With FSDP's float8 all-gather the weight is gathered already in FP8: no per-forward cast."""
+    p = ParallelConfig(dp=2, data_parallel="fsdp", fp8=True, fp8_param_allgather=True)
+    ops = {o.name: o.spec for o in layer("torchtitan", p)}
+    T, h = 2 * S, 1024
+    assert ops["mlp_fc1_fp8_cast"].bytes == T * h * (2 + 2) and ops["mlp_fc1_fp8_cast"].kernels == 1
