@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.evaluate import StrategyResult, build_workload_step, cost_model_for, summarize
+from ccoverlap.evaluate import (StepMetrics, StrategyResult, build_workload_step, cost_model_for,
+                                extrapolate_metrics, step_totals, summarize, summarize_metrics)
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -71,6 +72,37 @@ def screen_microbatches(w) -> int | None:
     return m_s if m_s < m else None
 
 
+#: pipeline schedules whose step is affine in the micro-batch count past the warm-up, so a
+#: step may be extrapolated from two shorter ones (checked against full simulations in
+#: tests/test_steady_state.py). DualPipe is left out: it splits the micro-batches between two
+#: directions, so its fill and drain depend on the count.
+PERIODIC_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
+def steady_state_microbatches(w) -> tuple[int, int] | None:
+    """The two step lengths (micro-batches per pipeline) from which a step of ``w`` is
+    extrapolated (:func:`ccoverlap.evaluate.extrapolate_metrics`), or None when it must be
+    simulated in full: a schedule not in :data:`PERIODIC_SCHEDULES`, or no more micro-batches
+    than the second length. The first length is :func:`screen_microbatches`' (past the 1F1B /
+    interleaved warm-up, and the step candidates are judged on, so its simulation is usually
+    cached), the second one pipeline round (``pp`` micro-batches) longer, keeping the
+    interleaved schedule's "multiple of pp" rule."""
+    p = w.parallel
+    pp = max(1, int(p.pp))
+    if pp > 1 and p.pp_schedule not in PERIODIC_SCHEDULES:
+        return None
+    m1 = pp * -(-(2 * pp + 2) // pp)
+    m2 = m1 + pp
+    return (m1, m2) if m2 < w.batch.microbatches(p.dp) else None
+
+
+def with_microbatches(w, m: int):
+    """``w`` with the global batch cut (or grown) to ``m`` micro-batches per pipeline (same
+    model, layout, micro-batch size and knobs)."""
+    b = w.batch
+    return replace(w, batch=replace(b, global_batch=m * b.micro_batch * w.parallel.dp))
+
+
 class Planner:
     """One workload, its cost model and a cache of simulated steps.
 
@@ -82,9 +114,10 @@ class Planner:
     ``jobs``: processes for independent candidates (:meth:`map`); default: the CPUs this
     process may use (1 = everything in this process).
     ``exact``: False (default) lets strategies judge candidates on a reduced step with fewer
-    micro-batches (:meth:`screened`, :func:`screen_microbatches`) and simulate fully only the
-    configuration they report; True makes :meth:`screened` the identity (every candidate
-    simulated on the full step).
+    micro-batches (:meth:`screened`, :func:`screen_microbatches`), and the step time of a full
+    step be extrapolated from two shorter ones where the schedule is periodic
+    (:meth:`steady_state`, :meth:`metrics`); True makes :meth:`screened` the identity and
+    simulates every step in full.
 
     Counters: ``simulations`` (full step simulations run), ``cache_hits`` (simulations avoided
     because the same configuration had been simulated), ``graph_simulations`` (simulations of
@@ -104,6 +137,9 @@ class Planner:
         self._summaries: dict[tuple, StrategyResult] = {}
         self._pinned: set[tuple] = set()
         self._memo: dict[tuple, Any] = {}
+        self._metrics: dict[tuple, StepMetrics] = {}
+        self._simulated_summaries: set[tuple] = set()  # summaries from a full simulation, not extrapolated
+        self.extrapolations = 0
         self.simulations = 0
         self.cache_hits = 0
         self.graph_simulations = 0
@@ -121,8 +157,7 @@ class Planner:
         m_s = screen_microbatches(w)
         if m_s is None:
             return w
-        b = w.batch
-        return replace(w, batch=replace(b, global_batch=m_s * b.micro_batch * w.parallel.dp))
+        return with_microbatches(w, m_s)
 
     @staticmethod
     def restore(w_screened, like):
@@ -134,6 +169,72 @@ class Planner:
         """Whether :meth:`screened` reduces ``w``."""
         w = self.workload if w is None else w
         return self.screened(w) is not w
+
+    def steady_state(self, w=None) -> tuple[int, int] | None:
+        """The two step lengths from which :meth:`metrics` extrapolates ``w``'s step
+        (:func:`steady_state_microbatches`), or None when it is simulated in full (always in
+        exact mode)."""
+        w = self.workload if w is None else w
+        return None if self.exact else steady_state_microbatches(w)
+
+    def metrics(self, w=None) -> StepMetrics:
+        """:class:`~ccoverlap.evaluate.StepMetrics` of ``w``'s step: extrapolated from the
+        simulations of two shorter steps (:meth:`steady_state`) or, where that does not apply,
+        from its full simulation. Cached per configuration."""
+        w = self.workload if w is None else w
+        key = workload_key(w)
+        got = self._metrics.get(key)
+        if got is not None:
+            self.cache_hits += 1
+            return got
+        got = self.rewritten_metrics(w, None)
+        self._metrics[key] = got
+        return got
+
+    def rewritten_metrics(self, w, rewrite: Callable[[Any], Any] | None, key: tuple | None = None) -> StepMetrics:
+        """:class:`~ccoverlap.evaluate.StepMetrics` of ``w``'s step rewritten by a decider:
+        ``rewrite(step)`` returns the op graph to simulate for a :class:`StepGraph` (None: the
+        step as built). Where :meth:`steady_state` applies, the rewrite is applied to and
+        simulated on two shorter steps and the metrics extrapolated (so ``rewrite`` must do
+        per micro-batch what it does on the full step); else on the full step. ``key``
+        (hashable, naming the rewrite) caches the result per step length, so a decider that
+        judged a rewrite on the screened step does not simulate it again."""
+        w = self.workload if w is None else w
+        pts = self.steady_state(w)
+        if pts is None:
+            return self._short_metrics(w, rewrite, key)
+        a, b = (self._short_metrics(with_microbatches(w, m), rewrite, key) for m in pts)
+        self.extrapolations += 1
+        return extrapolate_metrics(a, b, w.batch.microbatches(w.parallel.dp))
+
+    def _short_metrics(self, w, rewrite, key) -> StepMetrics:
+        if rewrite is None:
+            got = self._metrics.get(workload_key(w))
+            if got is not None:
+                return got
+            st, tl = self.simulate(w)
+            got = self._metrics[workload_key(w)] = StepMetrics.of(tl, st.microbatches)
+            return got
+        ck = ("rewritten-metrics", key, workload_key(w)) if key is not None else None
+        if ck is not None and ck in self._memo:
+            self.cache_hits += 1
+            return self._memo[ck]
+        st = self.step(w)
+        got = StepMetrics.of(self.simulate_graph(rewrite(st)), st.microbatches)
+        if ck is not None:
+            self._memo[ck] = got
+        return got
+
+    def remember_rewritten(self, w, key: tuple, tl) -> None:
+        """Record the timeline ``tl`` of ``w``'s step rewritten by the rewrite named ``key`` (a
+        decider simulated it itself), for :meth:`rewritten_metrics`."""
+        self._memo[("rewritten-metrics", key, workload_key(w))] = StepMetrics.of(tl, self.step(w).microbatches)
+
+    def summarize_metrics(self, name: str, w, metrics: StepMetrics, *, note: str = "",
+                          extra_memory_bytes: float = 0.0) -> StrategyResult:
+        """:func:`ccoverlap.evaluate.summarize_metrics` with ``w``'s totals (tokens, model FLOPs,
+        memory estimate), for metrics from :meth:`metrics` / :meth:`rewritten_metrics`."""
+        return summarize_metrics(name, w, metrics, step_totals(w), note=note, extra_memory_bytes=extra_memory_bytes)
 
     # ------------------------------------------------------------------ building and simulating
     def step(self, w=None):
@@ -198,13 +299,19 @@ class Planner:
 
     def evaluate(self, w=None, name: str = "as-given", *, note: str = "", keep_timeline: bool = False) -> StrategyResult:
         """Simulate ``w`` (cached) and summarise it as a :class:`StrategyResult` named ``name``
-        (definitions in :mod:`ccoverlap.evaluate`). Each call returns a fresh result object."""
+        (definitions in :mod:`ccoverlap.evaluate`). Each call returns a fresh result object.
+        Without ``keep_timeline`` the step may be extrapolated from two shorter ones
+        (:meth:`metrics`); with it, it is simulated in full (the timeline is what is kept)."""
         w = self.workload if w is None else w
         key = workload_key(w)
         base = self._summaries.get(key)
-        if base is None or (keep_timeline and key not in self._timelines):
+        if keep_timeline and (key not in self._timelines or key not in self._simulated_summaries):
             st, tl = self.simulate(w)
             base = summarize(name, w, st, tl, keep_timeline=False)
+            self._summaries[key] = base
+            self._simulated_summaries.add(key)
+        elif base is None:
+            base = self.summarize_metrics(name, w, self.metrics(w))
             self._summaries[key] = base
         else:
             self.cache_hits += 1
@@ -249,7 +356,7 @@ class Planner:
     def stats(self) -> dict:
         """Counters, for reports: simulations, graph simulations, cache hits."""
         return {"simulations": self.simulations, "graph_simulations": self.graph_simulations,
-                "cache_hits": self.cache_hits}
+                "cache_hits": self.cache_hits, "extrapolations": self.extrapolations}
 
 
 # ----------------------------------------------------------------------------- processes
