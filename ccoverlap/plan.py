@@ -167,12 +167,19 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
     registry = registry if registry is not None else default_registry()
     chosen = registry.select(list(extra) if extra is not None else None)
     seconds: dict[str, float] = {}
-    t = time.perf_counter()
+    cpu_seconds: dict[str, float] = {}  # this process only (worker processes not counted)
+    t, c = time.perf_counter(), time.process_time()
+
+    def lap(name: str) -> None:
+        nonlocal t, c
+        seconds[name], cpu_seconds[name] = time.perf_counter() - t, time.process_time() - c
+        t, c = time.perf_counter(), time.process_time()
+
     as_given = AS_GIVEN.run(planner, w)
     no_overlap = NO_OVERLAP.run(planner, w)
-    t, seconds["as-given+no-overlap"] = time.perf_counter(), time.perf_counter() - t
+    lap("as-given+no-overlap")
     best_w, best, _ = search_best_knobs(planner, w, progress=progress)
-    t, seconds["best-knobs"] = time.perf_counter(), time.perf_counter() - t
+    lap("best-knobs")
     changed = {k: v for k, v in best_w.knobs.to_dict().items() if w.knobs.to_dict().get(k) != v}
     best.note = ("changed: " + ", ".join(f"{k}={v}" for k, v in changed.items())) if changed else "as given is best"
     strategies = [as_given, no_overlap, best]
@@ -180,11 +187,11 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
         if progress:
             progress(i, len(chosen), f"strategy {strat.name}")
         res = strat.run(planner, best_w)
-        t, seconds[strat.name] = time.perf_counter(), time.perf_counter() - t
+        lap(strat.name)
         if res is not None:
             strategies.append(res)
     sims = planner.simulations + planner.graph_simulations
-    stats = {**planner.stats(), "seconds": seconds,
+    stats = {**planner.stats(), "seconds": seconds, "cpu_seconds": cpu_seconds,
              "screen_microbatches": planner.screened(w).batch.microbatches(w.parallel.dp) if planner.screening(w) else None}
     return PlanResult(workload=w, strategies=strategies, simulations=sims, seconds=time.perf_counter() - t0,
                       best_workload=best_w, stats=stats)

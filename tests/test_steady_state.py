@@ -1,0 +1,113 @@
+"""Steady-state extrapolation (Planner.metrics / rewritten_metrics): a full step's summary taken
+from two shorter simulated steps must match the full simulation on every pipeline schedule it is
+used for, with and without TP, with FSDP and DDP, and for graphs the deciders rewrite.
+
+Tolerance: 1e-4 of the step time (step time, exposed communication, compute, communication).
+1F1B, interleaved and no-pipeline steps are affine in the micro-batch count to rounding
+(~1e-13 measured); GPipe, whose forwards of all micro-batches contend with the DDP gradient
+all-reduce differently as the count grows, is off by up to ~2e-5 (0.01 ms on a 540 ms step).
+1e-4 is five times that and below the plan table's print resolution (0.1 ms) for any step up
+to 1 s; a schedule that is not periodic (e.g. a fill or drain that grows with the count) is
+off by far more (DualPipe extrapolated from 8 and 12 micro-batches: 1.4e-4), so the check
+can fail.
+"""
+
+import pytest
+
+from ccoverlap.deciders.centauri_tiers import centauri_graph
+from ccoverlap.deciders.ficco_plan import _spliced_graph
+from ccoverlap.evaluate import StepMetrics, extrapolate_metrics
+from ccoverlap.planner import Planner, steady_state_microbatches, with_microbatches
+from ccoverlap.workload import workload_from_mapping
+
+TOL = 1e-4
+
+
+def _w(parallel, microbatches, nodes=1):
+    dp = parallel.get("dp", 1)
+    return workload_from_mapping({"model": "phi-2", "cluster": "dgx-h100", "nodes": nodes, "parallel": parallel,
+                                  "batch": {"global_batch": microbatches * dp, "micro_batch": 1, "seq_len": 2048}})
+
+
+LAYOUTS = {
+    "1f1b-tp2-sp-fsdp": _w({"tp": 2, "pp": 2, "dp": 2, "data_parallel": "fsdp", "sequence_parallel": True,
+                            "pp_schedule": "1f1b"}, 24),
+    "interleaved-tp2-ddp": _w({"tp": 2, "pp": 2, "dp": 2, "data_parallel": "ddp", "pp_schedule": "interleaved",
+                               "virtual_stages": 2}, 24),
+    "interleaved-pp4-tp2-sp-fsdp": _w({"tp": 2, "pp": 4, "dp": 2, "data_parallel": "fsdp", "sequence_parallel": True,
+                                       "pp_schedule": "interleaved", "virtual_stages": 2}, 32, nodes=2),
+    "gpipe-pp4-ddp": _w({"pp": 4, "dp": 2, "data_parallel": "ddp", "pp_schedule": "gpipe"}, 24),
+    "1f1b-pp4-fsdp": _w({"pp": 4, "dp": 2, "data_parallel": "fsdp", "pp_schedule": "1f1b"}, 24),
+    "no-pp-tp2-sp-fsdp": _w({"tp": 2, "dp": 4, "data_parallel": "fsdp", "sequence_parallel": True}, 16),
+    "no-pp-dp8-ddp": _w({"dp": 8, "data_parallel": "ddp"}, 16),
+}
+
+
+def _close(fast, exact):
+    t = exact.step_time_s
+    assert fast.step_time_s == pytest.approx(t, rel=TOL)
+    for field in ("exposed_comm_s", "compute_s", "comm_s"):
+        assert abs(getattr(fast, field) - getattr(exact, field)) <= TOL * t, field
+    assert fast.overlap_ratio == pytest.approx(exact.overlap_ratio, abs=TOL)
+    assert fast.mfu == pytest.approx(exact.mfu, rel=TOL)
+    assert fast.peak_memory_bytes == exact.peak_memory_bytes and fast.fits_memory == exact.fits_memory
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_extrapolated_step_matches_full_simulation(name):
+    w = LAYOUTS[name]
+    fast, exact = Planner(w, jobs=1), Planner(w, jobs=1, exact=True)
+    assert fast.steady_state(w) is not None and exact.steady_state(w) is None
+    got = fast.evaluate(w, "x")
+    assert fast.extrapolations == 1 and fast.simulations == 2  # two short steps, not the full one
+    assert exact.metrics(w).extrapolated_from is None
+    _close(got, exact.evaluate(w, "x"))
+
+
+def test_ficco_rewrite_extrapolated_matches_full_simulation():
+    w = LAYOUTS["1f1b-tp2-sp-fsdp"]
+    fast, exact = Planner(w, jobs=1), Planner(w, jobs=1, exact=True)
+
+    def rewrite(pl):
+        return lambda st: _spliced_graph(pl, st, w.cluster, 2, "sm", "heuristic")
+
+    a = fast.rewritten_metrics(w, rewrite(fast), key=("test",))
+    b = exact.rewritten_metrics(w, rewrite(exact), key=("test",))
+    assert a.extrapolated_from == (6, 8) and b.extrapolated_from is None
+    _close(fast.summarize_metrics("f", w, a), exact.summarize_metrics("f", w, b))
+    # the rewrite changed the step (else this would only re-test the plain step)
+    assert a.step_time_s != pytest.approx(fast.metrics(w).step_time_s, rel=1e-3)
+    # cached per step length under its key: asking again simulates nothing
+    n = fast.graph_simulations
+    fast.rewritten_metrics(w, rewrite(fast), key=("test",))
+    assert fast.graph_simulations == n
+
+
+@pytest.mark.parametrize("kw", [{"layer": "T2"}, {"defer_units": 2}], ids=["t2", "defer-2"])
+def test_centauri_rewrite_extrapolated_matches_full_simulation(kw):
+    w = LAYOUTS["1f1b-pp4-fsdp"]
+    fast, exact = Planner(w, jobs=1), Planner(w, jobs=1, exact=True)
+    a = fast.rewritten_metrics(w, lambda st: centauri_graph(st, **kw))
+    b = exact.rewritten_metrics(w, lambda st: centauri_graph(st, **kw))
+    assert a.extrapolated_from is not None
+    _close(fast.summarize_metrics("c", w, a), exact.summarize_metrics("c", w, b))
+
+
+def test_which_steps_are_extrapolated():
+    assert steady_state_microbatches(LAYOUTS["1f1b-tp2-sp-fsdp"]) == (6, 8)
+    inter = LAYOUTS["interleaved-pp4-tp2-sp-fsdp"]
+    assert steady_state_microbatches(inter) == (12, 16) and all(m % 4 == 0 for m in (12, 16))
+    assert steady_state_microbatches(LAYOUTS["no-pp-dp8-ddp"]) == (4, 5)
+    # DualPipe is not extrapolated; nor is a step no longer than the second short one
+    assert steady_state_microbatches(_w({"pp": 4, "dp": 2, "pp_schedule": "dualpipe"}, 24)) is None
+    assert steady_state_microbatches(_w({"pp": 2, "dp": 4, "pp_schedule": "1f1b"}, 8)) is None
+    assert with_microbatches(LAYOUTS["no-pp-dp8-ddp"], 5).batch.microbatches(8) == 5
+
+
+def test_extrapolation_needs_two_lengths():
+    w = LAYOUTS["no-pp-dp8-ddp"]
+    pl = Planner(w, jobs=1, exact=True)
+    m = pl.metrics(with_microbatches(w, 4))
+    with pytest.raises(ValueError):
+        extrapolate_metrics(m, m, 16)
+    assert isinstance(m, StepMetrics) and m.microbatches == 4
