@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from ccoverlap.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
-from ccoverlap.planner import FunctionStrategy, Planner, ProgressFn, Strategy, StrategyRegistry, workload_key  # noqa: F401
+from ccoverlap.planner import (FunctionStrategy, Planner, ProgressFn, Strategy, StrategyRegistry,  # noqa: F401
+                               fork_available, strategy_groups, workload_key)
 from ccoverlap.workload import Workload
 
 
@@ -183,18 +184,49 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
     changed = {k: v for k, v in best_w.knobs.to_dict().items() if w.knobs.to_dict().get(k) != v}
     best.note = ("changed: " + ", ".join(f"{k}={v}" for k, v in changed.items())) if changed else "as given is best"
     strategies = [as_given, no_overlap, best]
-    for i, strat in enumerate(chosen):
+    groups = strategy_groups(chosen)
+    if planner.jobs > 1 and len(groups) > 1 and fork_available():
+        # independent strategies in worker processes (each inherits the planner and its cache,
+        # e.g. the best knobs' simulations), heaviest group first; their own candidates then
+        # run in that process. Results, times and counters come back; predictions are the same.
         if progress:
-            progress(i, len(chosen), f"strategy {strat.name}")
-        res = strat.run(planner, best_w)
-        lap(strat.name)
-        if res is not None:
-            strategies.append(res)
+            progress(0, len(chosen), "strategies " + ", ".join(s.name for s in chosen))
+        done = {}
+        for part in planner.map(lambda i: _run_group(planner, groups[i], best_w), len(groups)):
+            for name, res, wall, cpu, counts in part:
+                done[name] = res
+                seconds[name], cpu_seconds[name] = wall, cpu
+                planner.add_counts(counts)
+        strategies.extend(done[s.name] for s in chosen if done[s.name] is not None)
+    else:
+        for i, strat in enumerate(chosen):
+            if progress:
+                progress(i, len(chosen), f"strategy {strat.name}")
+            res = strat.run(planner, best_w)
+            lap(strat.name)
+            if res is not None:
+                strategies.append(res)
     sims = planner.simulations + planner.graph_simulations
     stats = {**planner.stats(), "seconds": seconds, "cpu_seconds": cpu_seconds,
              "screen_microbatches": planner.screened(w).batch.microbatches(w.parallel.dp) if planner.screening(w) else None}
     return PlanResult(workload=w, strategies=strategies, simulations=sims, seconds=time.perf_counter() - t0,
                       best_workload=best_w, stats=stats)
+
+
+def _run_group(planner: Planner, group: list, start: Workload) -> list[tuple]:
+    """Run the strategies of ``group`` one after the other on ``planner`` (in a worker process):
+    ``(name, result without its timeline, wall s, CPU s, counter increments)`` each."""
+    out = []
+    for strat in group:
+        before = planner.stats()
+        t, c = time.perf_counter(), time.process_time()
+        res = strat.run(planner, start)
+        if res is not None:
+            res.timeline = None
+        after = planner.stats()
+        out.append((strat.name, res, time.perf_counter() - t, time.process_time() - c,
+                    {k: after[k] - before[k] for k in after}))
+    return out
 
 
 def recommendation(result: PlanResult) -> str:

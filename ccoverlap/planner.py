@@ -353,6 +353,12 @@ class Planner:
         """:func:`ccoverlap.evaluate.summarize` (same definitions for every strategy)."""
         return summarize(name, w, step, timeline, **kw)
 
+    def add_counts(self, counts: dict) -> None:
+        """Add counter increments (from :meth:`stats` differences, e.g. of a worker process)."""
+        for k, v in counts.items():
+            if k in ("simulations", "graph_simulations", "cache_hits", "extrapolations"):
+                setattr(self, k, getattr(self, k) + int(v))
+
     def stats(self) -> dict:
         """Counters, for reports: simulations, graph simulations, cache hits."""
         return {"simulations": self.simulations, "graph_simulations": self.graph_simulations,
@@ -397,6 +403,11 @@ class Strategy(Protocol):
     ``run(planner, start)``: simulate the strategy starting from workload ``start`` (the
     planner's best knobs) with the planner's cost model and cache; return a
     :class:`StrategyResult` (seconds, bytes) or None when it does not apply to the workload.
+
+    Optional attributes read by :func:`ccoverlap.plan.plan` when it runs strategies in worker
+    processes (:func:`strategy_groups`): ``group`` (strategies with the same non-empty group
+    run in one process, in registration order, so they share what they :meth:`Planner.memo`)
+    and ``weight`` (relative cost, a scheduling hint: heavier groups start first; default 1).
     """
 
     name: str
@@ -412,10 +423,29 @@ class FunctionStrategy:
     name: str
     fn: Callable[[Planner, Any], StrategyResult | None]
     summary: str = ""
+    group: str = ""
+    weight: float = 1.0
 
     def run(self, planner: Planner, start) -> StrategyResult | None:
         """Run ``fn`` on the planner and the starting workload."""
         return self.fn(planner, start)
+
+
+def strategy_groups(strategies: list) -> list[list]:
+    """``strategies`` split into the groups that :func:`ccoverlap.plan.plan` may run in separate
+    processes: one per distinct ``group`` attribute (strategies without one alone), members in
+    the given order; groups ordered by total ``weight``, heaviest first (the longest-processing-
+    time-first rule, so the last group to start is a short one)."""
+    groups: dict[str, list] = {}
+    for i, s in enumerate(strategies):
+        groups.setdefault(getattr(s, "group", "") or f"\0{i}", []).append(s)
+    return sorted(groups.values(), key=lambda g: -sum(float(getattr(s, "weight", 1.0)) for s in g))
+
+
+def fork_available() -> bool:
+    """Whether :meth:`Planner.map` can use worker processes here (fork start method, not
+    already inside a worker)."""
+    return not _IN_WORKER and "fork" in mp.get_all_start_methods()
 
 
 class StrategyRegistry:

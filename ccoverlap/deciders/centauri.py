@@ -301,6 +301,8 @@ def centauri_strategy(planner, start):
                                 extra_memory_bytes=d.extra_memory_bytes)
 
 
-# planner strategy (registered by ccoverlap.plan.default_registry)
+# planner strategy (registered by ccoverlap.plan.default_registry); ``weight``: a scheduling
+# hint only (CPU seconds on the README's 70B plan, docs/planner.md)
 CENTAURI = FunctionStrategy("centauri", centauri_strategy,
-                            "Centauri: partition of collectives (§3.1) and operation / layer / model scheduling tiers")
+                            "Centauri: partition of collectives (§3.1) and operation / layer / model scheduling tiers",
+                            weight=3.0)

@@ -200,6 +200,8 @@ def ficco_strategy(planner, w):
     return planner.summarize_metrics("ficco", wf, metrics, note=note)
 
 
-# planner strategy (registered by ccoverlap.plan.default_registry)
+# planner strategy (registered by ccoverlap.plan.default_registry); ``weight``: a scheduling
+# hint only (CPU seconds on the README's 70B plan, docs/planner.md)
 FICCO = FunctionStrategy("ficco", ficco_strategy,
-                         "FiCCO (§V-C heuristic): finer-grain schedules for every forward TP+SP all-gather/reduce-scatter + GEMM pair")
+                         "FiCCO (§V-C heuristic): finer-grain schedules for every forward TP+SP all-gather/reduce-scatter + GEMM pair",
+                         weight=4.0)
