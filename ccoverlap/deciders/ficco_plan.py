@@ -49,14 +49,44 @@ def tp_pairs(graph: OpGraph) -> list[tuple[str, int, int]]:
     return out
 
 
-def splice_schedule(rw: GraphRewrite, pattern: str, coll_id: int, gemm_id: int, sched: OpGraph) -> None:
+def splice_schedule(rw: GraphRewrite, pattern: str, coll_id: int, gemm_id: int, sched: OpGraph,
+                    templates: dict | None = None) -> None:
     """Replace the pair (``coll_id``, ``gemm_id`` in ``rw.src``) by the ops of the FiCCO schedule
     graph ``sched``: its transfers become pieces of the collective op (on that op's stream, with
     its CommConfig), its GEMM / copy / reduction ops pieces of the GEMM op; the schedule's
-    internal dependencies are kept and the pair's outside dependencies carried over."""
+    internal dependencies are kept and the pair's outside dependencies carried over.
+    ``templates``: a dict the caller keeps across pairs, so the pieces of a schedule are worked
+    out once per (schedule, names, streams, configuration) and only their references to the
+    pair's op ids are filled in per pair."""
     src = rw.src
     coll, gemm = src.ops[coll_id], src.ops[gemm_id]
     input_side = pattern != "gemm-rs"
+    tkey = (id(sched), pattern, coll.name, gemm.name, coll.stream, gemm.stream, coll.spec.config)
+    tpl = templates.get(tkey) if templates is not None else None
+    if tpl is None:
+        tpl = _splice_template(sched, input_side, coll, gemm)
+        if templates is not None:
+            templates[tkey] = tpl
+    comm_tpl, comp_tpl = tpl
+    ids = (coll_id, gemm_id)
+    comm_pieces = [p if refs is None else Piece(name=p.name, spec=p.spec, stream=p.stream, inherit_deps=p.inherit_deps,
+                                                after=p.after, on=tuple((ids[w], i) for w, i in refs))
+                   for p, refs in comm_tpl]
+    comp_pieces = [p if refs is None else Piece(name=p.name, spec=p.spec, stream=p.stream, inherit_deps=p.inherit_deps,
+                                                after=p.after, on=tuple((ids[w], i) for w, i in refs))
+                   for p, refs in comp_tpl]
+    if input_side:
+        rw.drop_dep(gemm_id, coll_id)
+        for d in coll.deps:  # the local shard is the collective's input
+            rw.add_dep(gemm_id, d)
+    rw.replace(coll_id, comm_pieces)
+    rw.replace(gemm_id, comp_pieces)
+
+
+def _splice_template(sched: OpGraph, input_side: bool, coll, gemm) -> tuple[list, list]:
+    """The pieces :func:`splice_schedule` makes of ``sched`` for a pair like (``coll``, ``gemm``):
+    two lists of ``(piece, refs)``, ``refs`` None when the piece waits for nothing of the other
+    op, else ``(0 = the collective | 1 = the GEMM, piece index)`` pairs to put in its ``on``."""
     # which schedule ops become pieces of the collective op: its transfers and, on the output
     # side, whatever waits for a transfer (the reductions of DMA reduce-scatters, the ring's adds)
     comm_idx: dict[int, int] = {}
@@ -68,35 +98,30 @@ def splice_schedule(rw: GraphRewrite, pattern: str, coll_id: int, gemm_id: int, 
             comm_idx[op.op_id] = len(comm_idx)
         else:
             comp_idx[op.op_id] = len(comp_idx)
-    comm_pieces: list[Piece] = []
-    comp_pieces: list[Piece] = []
+    comm_tpl: list = []
+    comp_tpl: list = []
     for op in sched.ops:
         is_comm = op.op_id in comm_idx
         spec = op.spec
         if isinstance(spec, CollectiveSpec):
             spec = replace(spec, config=coll.spec.config)
-        after, on = [], []
+        after, refs = [], []
         for d in op.deps:
             same = (d in comm_idx) == is_comm
             if same:
                 after.append(comm_idx[d] if is_comm else comp_idx[d])
             else:
-                on.append((coll_id, comm_idx[d]) if d in comm_idx else (gemm_id, comp_idx[d]))
+                refs.append((0, comm_idx[d]) if d in comm_idx else (1, comp_idx[d]))
         stream = coll.stream if op.stream == "comm" else _STREAMS.get(op.stream, gemm.stream)
         if is_comm:
             # input side: transfers inherit the collective's inputs; output side: they wait for
             # their GEMM pieces only (the whole GEMM is no longer a dependency)
-            comm_pieces.append(Piece(name=f"{coll.name}.{op.name}", spec=spec, stream=stream,
-                                     inherit_deps=input_side, after=tuple(after), on=tuple(on)))
+            comm_tpl.append((Piece(name=f"{coll.name}.{op.name}", spec=spec, stream=stream,
+                                   inherit_deps=input_side, after=tuple(after)), tuple(refs) or None))
         else:
-            comp_pieces.append(Piece(name=f"{gemm.name}.{op.name}", spec=spec, stream=stream,
-                                     inherit_deps=True, after=tuple(after), on=tuple(on)))
-    if input_side:
-        rw.drop_dep(gemm_id, coll_id)
-        for d in coll.deps:  # the local shard is the collective's input
-            rw.add_dep(gemm_id, d)
-    rw.replace(coll_id, comm_pieces)
-    rw.replace(gemm_id, comp_pieces)
+            comp_tpl.append((Piece(name=f"{gemm.name}.{op.name}", spec=spec, stream=stream,
+                                   inherit_deps=True, after=tuple(after)), tuple(refs) or None))
+    return comm_tpl, comp_tpl
 
 
 def _judged_pairs(planner, step, cluster, pairs, tp: int, engine: str) -> dict[tuple, tuple]:
@@ -132,6 +157,7 @@ def _spliced_graph(planner, step, cluster, tp: int, engine: str, use: str) -> Op
     judged = _judged_pairs(planner, step, cluster, pairs, tp, engine)
     rw = GraphRewrite(g)
     graphs: dict[tuple, OpGraph] = {}  # one schedule graph per shape (splice_schedule only reads it)
+    templates: dict = {}
     for pattern, cid, gid in pairs:
         gm: GemmSpec = g.ops[gid].spec
         key = (pattern, gm.m, gm.n, gm.k)
@@ -140,7 +166,7 @@ def _spliced_graph(planner, step, cluster, tp: int, engine: str, use: str) -> Op
         if sched != "serial":
             if key not in graphs:
                 graphs[key] = ficco.schedule_graph(case, sched)
-            splice_schedule(rw, pattern, cid, gid, graphs[key])
+            splice_schedule(rw, pattern, cid, gid, graphs[key], templates)
     return rw.build()
 
 

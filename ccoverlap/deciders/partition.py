@@ -225,16 +225,23 @@ def backward_weight_first(rw: GraphRewrite, stream: str = "compute") -> int:
     for (rank, strm), seq in seqs.items():
         if strm != stream:
             continue
-        new = list(seq)
+        # the dgrads of each (weight, layer, micro-batch), in stream order (one pass, not a scan
+        # of the stream's prefix per wgrad)
+        dgrads_of: dict[tuple, list[int]] = {}
+        for oid in seq:
+            op = g.ops[oid]
+            if "_dgrad" in op.name:
+                key = weight_key(op.name)
+                if op.name.startswith(key + "_dgrad"):
+                    dgrads_of.setdefault((key, op.layer, op.microbatch), []).append(oid)
         pos = {oid: i for i, oid in enumerate(seq)}
+        before: dict[int, list[int]] = {}  # dgrad -> the wgrads moved right before it, in order
         for oid in seq:
             op = g.ops[oid]
             if op.phase != "bwd" or not op.name.endswith("_wgrad") or not isinstance(op.spec, GemmSpec):
                 continue
             key = weight_key(op.name)
-            dgrads = [i for i in seq[:pos[oid]]
-                      if g.ops[i].name.startswith(key + "_dgrad") and weight_key(g.ops[i].name) == key
-                      and (g.ops[i].layer, g.ops[i].microbatch) == (op.layer, op.microbatch)]
+            dgrads = [i for i in dgrads_of.get((key, op.layer, op.microbatch), ()) if pos[i] < pos[oid]]
             if not dgrads:
                 continue
             first = dgrads[0]
@@ -245,11 +252,18 @@ def backward_weight_first(rw: GraphRewrite, stream: str = "compute") -> int:
                 for d in g.ops[dg].deps:
                     if g.ops[d].kind == COMM and d not in op.deps:
                         rw.add_dep(oid, d)
-            new.remove(oid)
-            new.insert(new.index(first), oid)
+            before.setdefault(first, []).append(oid)
             moved += 1
-        if new != seq:
-            rw.reorder(rank, strm, new)
+        if before:
+            moving = {oid for ws in before.values() for oid in ws}
+            new = []
+            for oid in seq:
+                if oid in moving:
+                    continue
+                new.extend(before.get(oid, ()))
+                new.append(oid)
+            if new != seq:
+                rw.reorder(rank, strm, new)
     return moved
 
 

@@ -175,6 +175,10 @@ class GraphRewrite:
             for src_id, idx in p.on:
                 ids = new_ids[src_id]
                 pd.extend(ids if idx < 0 else [ids[idx]])
-            made.append(out.add(p.name, p.spec, stream=p.stream or op.stream, deps=pd,
-                                duration_s=p.duration_s, **label))
+            if p.duration_s is None:  # ids of ops already emitted: clean once sorted
+                made.append(out.append_op(p.name, p.spec, op.rank, p.stream or op.stream, tuple(sorted(set(pd))),
+                                          op.layer, op.microbatch, op.phase))
+            else:
+                made.append(out.add(p.name, p.spec, stream=p.stream or op.stream, deps=pd,
+                                    duration_s=p.duration_s, **label))
         new_ids[op.op_id] = made
