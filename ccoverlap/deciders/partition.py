@@ -60,8 +60,20 @@ def _dependents(graph: OpGraph) -> list[list[int]]:
     return out
 
 
+class _StreamSeqs(dict):
+    """(rank, stream) -> op ids in stream order, with :meth:`position` (an op's index in its
+    stream) from an index built on first use instead of a linear search per call."""
+
+    _where: dict[int, int] | None = None
+
+    def position(self, op_id: int) -> int:
+        if self._where is None:
+            self._where = {oid: i for seq in self.values() for i, oid in enumerate(seq)}
+        return self._where[op_id]
+
+
 def _stream_seqs(graph: OpGraph) -> dict[tuple[int, str], list[int]]:
-    seqs: dict[tuple[int, str], list[int]] = {}
+    seqs: dict[tuple[int, str], list[int]] = _StreamSeqs()
     for op in graph.ops:
         seqs.setdefault((op.rank, op.stream), []).append(op.op_id)
     return seqs
@@ -85,7 +97,7 @@ def consumer_chain(graph: OpGraph, ag_id: int, dependents: list[list[int]] | Non
         return []
     first = min(cons, key=lambda o: o.op_id)
     seq = seqs[(first.rank, first.stream)]
-    pos = seq.index(first.op_id)
+    pos = seqs.position(first.op_id) if isinstance(seqs, _StreamSeqs) else seq.index(first.op_id)
     label = (first.layer, first.microbatch, first.phase)
     chain = []
     for oid in seq[pos:]:
