@@ -208,7 +208,8 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
                 strategies.append(res)
     sims = planner.simulations + planner.graph_simulations
     stats = {**planner.stats(), "seconds": seconds, "cpu_seconds": cpu_seconds,
-             "screen_microbatches": planner.screened(w).batch.microbatches(w.parallel.dp) if planner.screening(w) else None}
+             "screen_microbatches": planner.screened(w).batch.microbatches(w.parallel.dp) if planner.screening(w) else None,
+             "extrapolated_from": planner.steady_state(w)}
     return PlanResult(workload=w, strategies=strategies, simulations=sims, seconds=time.perf_counter() - t0,
                       best_workload=best_w, stats=stats)
 

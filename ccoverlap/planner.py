@@ -177,6 +177,12 @@ class Planner:
         w = self.workload if w is None else w
         return None if self.exact else steady_state_microbatches(w)
 
+    def full_step_how(self, w=None) -> str:
+        """How :meth:`metrics` gets ``w``'s full step, for notes: "simulated in full" or
+        "extrapolated from M1 and M2 micro-batches"."""
+        pts = self.steady_state(self.workload if w is None else w)
+        return "simulated in full" if pts is None else f"extrapolated from {pts[0]} and {pts[1]} micro-batches"
+
     def metrics(self, w=None) -> StepMetrics:
         """:class:`~ccoverlap.evaluate.StepMetrics` of ``w``'s step: extrapolated from the
         simulations of two shorter steps (:meth:`steady_state`) or, where that does not apply,

@@ -472,7 +472,7 @@ def _tune_workload(planner, w, method: str, *, top: int = 2):
     screened = ""
     if w is not w_full:
         screened = (f" on {w.batch.microbatches(w.parallel.dp)} micro-batches, gains confirmed and the choice "
-                    f"simulated in full")
+                    f"on the full step, {planner.full_step_how(w_full)}")
     tail = f"({what} on {len(groups)} overlap group(s), {profiles} profiles, {sims} step simulations{screened})"
     if chosen:
         best.note = "; ".join(f"{pg}: {_fmt_config(c)}" for pg, c in chosen.items()) + " " + tail
