@@ -96,6 +96,13 @@ def steady_state_microbatches(w) -> tuple[int, int] | None:
     return (m1, m2) if m2 < w.batch.microbatches(p.dp) else None
 
 
+#: fewest ops in a candidate's step for which :meth:`Planner.evaluate_many` uses worker
+#: processes: a map over 2 forked workers costs 0.05-0.08 s wall (measured after the README
+#: plan's knob search, load ~7, docs/planner.md), about what simulating 15,000 ops of that plan
+#: costs; below ~40,000 ops the candidates run faster in this process.
+PARALLEL_MIN_OPS = 40_000
+
+
 def with_microbatches(w, m: int):
     """``w`` with the global batch cut (or grown) to ``m`` micro-batches per pipeline (same
     model, layout, micro-batch size and knobs)."""
@@ -344,11 +351,20 @@ class Planner:
         finally:
             _MAP_TASK = None
 
+    def _worth_processes(self, w) -> bool:
+        """Whether simulating steps like ``w``'s (at the length :meth:`metrics` would simulate)
+        takes long enough to pay for worker processes: at least :data:`PARALLEL_MIN_OPS` ops.
+        Builds that step (cached, so the candidate's own evaluation reuses it)."""
+        pts = self.steady_state(w)
+        probe = with_microbatches(w, pts[1]) if pts else w
+        return len(self.step(probe).graph.ops) >= PARALLEL_MIN_OPS
+
     def evaluate_many(self, ws: list, name: str) -> list[StrategyResult]:
         """:meth:`evaluate` of each workload in ``ws`` (no timelines), the uncached ones in
-        parallel (:meth:`map`); their summaries join this planner's cache."""
+        parallel (:meth:`map`) when their steps are large enough (:meth:`_worth_processes`);
+        their summaries join this planner's cache."""
         todo = [i for i, w in enumerate(ws) if workload_key(w) not in self._summaries]
-        if len(todo) > 1 and self.jobs > 1 and not _IN_WORKER:
+        if len(todo) > 1 and self.jobs > 1 and not _IN_WORKER and self._worth_processes(ws[todo[0]]):
             done = self.map(lambda j: self.evaluate(ws[todo[j]], name), len(todo))
             for j, res in zip(todo, done):
                 self._summaries[workload_key(ws[j])] = replace(res, timeline=None)

@@ -17,7 +17,7 @@ from dataclasses import replace
 from ccoverlap.deciders import ficco
 from ccoverlap.deciders.ficco_accuracy import judge
 from ccoverlap.deciders.rewrite import GraphRewrite, Piece
-from ccoverlap.graph import CollectiveSpec, GemmSpec, OpGraph, P2PSpec
+from ccoverlap.graph import CollectiveSpec, GemmSpec, OpGraph, P2PSpec, gc_paused
 from ccoverlap.planner import FunctionStrategy
 
 __all__ = ["tp_pairs", "splice_schedule", "ficco_strategy"]
@@ -158,6 +158,13 @@ def _spliced_graph(planner, step, cluster, tp: int, engine: str, use: str) -> Op
     rw = GraphRewrite(g)
     graphs: dict[tuple, OpGraph] = {}  # one schedule graph per shape (splice_schedule only reads it)
     templates: dict = {}
+    with gc_paused():
+        _splice_all(rw, g, pairs, judged, use, graphs, templates)
+    return rw.build()
+
+
+def _splice_all(rw, g, pairs, judged, use, graphs, templates) -> None:
+    """Splice the schedule ``use`` picks for each pair's shape into ``rw`` (see :func:`_spliced_graph`)."""
     for pattern, cid, gid in pairs:
         gm: GemmSpec = g.ops[gid].spec
         key = (pattern, gm.m, gm.n, gm.k)
@@ -167,7 +174,6 @@ def _spliced_graph(planner, step, cluster, tp: int, engine: str, use: str) -> Op
             if key not in graphs:
                 graphs[key] = ficco.schedule_graph(case, sched)
             splice_schedule(rw, pattern, cid, gid, graphs[key], templates)
-    return rw.build()
 
 
 def ficco_strategy(planner, w):

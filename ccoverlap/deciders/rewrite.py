@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import Op, OpGraph, Spec
+from ccoverlap.graph import Op, OpGraph, Spec, gc_paused
 
 __all__ = ["Piece", "GraphRewrite"]
 
@@ -81,6 +81,10 @@ class GraphRewrite:
     def build(self) -> OpGraph:
         """The rewritten graph. Raises ConfigError if the requested orders and dependencies
         cannot all hold (a cycle)."""
+        with gc_paused():  # 10^5 new records, no cycles: as the step builder does
+            return self._build()
+
+    def _build(self) -> OpGraph:
         src = self.src
         ops = src.ops
         n = len(ops)
@@ -115,7 +119,7 @@ class GraphRewrite:
                 while h < len(seq):
                     oid = seq[h]
                     ds = deps[oid]
-                    if not all(emitted[d] for d in ds):
+                    if not all(map(emitted.__getitem__, ds)):
                         break
                     op = ops[oid]
                     if oid in touched or op.duration_s is not None:
