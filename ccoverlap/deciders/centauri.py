@@ -354,4 +354,4 @@ def centauri_strategy(planner, start):
 # hint only (CPU seconds on the README's 70B plan, docs/planner.md)
 CENTAURI = FunctionStrategy("centauri", centauri_strategy,
                             "Centauri: partition of collectives (§3.1) and operation / layer / model scheduling tiers",
-                            weight=3.0)
+                            weight=1.6)

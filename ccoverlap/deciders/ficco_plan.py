@@ -236,4 +236,4 @@ def ficco_strategy(planner, w):
 # hint only (CPU seconds on the README's 70B plan, docs/planner.md)
 FICCO = FunctionStrategy("ficco", ficco_strategy,
                          "FiCCO (§V-C heuristic): finer-grain schedules for every forward TP+SP all-gather/reduce-scatter + GEMM pair",
-                         weight=4.0)
+                         weight=2.8)

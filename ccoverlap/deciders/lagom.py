@@ -500,7 +500,7 @@ def autoccl_strategy(planner, start):
 # ``weight`` is a scheduling hint only (CPU seconds on the README's 70B plan, docs/planner.md)
 LAGOM = FunctionStrategy("lagom", lagom_strategy,
                          "Lagom (lagom §3.4, Algorithms 1-2): NCCL channels/threads/chunk co-tuned for the makespan",
-                         group="nccl-tuning", weight=2.3)
+                         group="nccl-tuning", weight=2.2)
 AUTOCCL = FunctionStrategy("autoccl", autoccl_strategy,
                            "AutoCCL-style baseline (lagom §2.2, eq. 2): each collective tuned for its own speed",
-                           group="nccl-tuning", weight=0.4)
+                           group="nccl-tuning", weight=0.5)
