@@ -238,11 +238,6 @@ class Planner:
             self._memo[ck] = got
         return got
 
-    def remember_rewritten(self, w, key: tuple, tl) -> None:
-        """Record the timeline ``tl`` of ``w``'s step rewritten by the rewrite named ``key`` (a
-        decider simulated it itself), for :meth:`rewritten_metrics`."""
-        self._memo[("rewritten-metrics", key, workload_key(w))] = StepMetrics.of(tl, self.step(w).microbatches)
-
     def summarize_metrics(self, name: str, w, metrics: StepMetrics, *, note: str = "",
                           extra_memory_bytes: float = 0.0) -> StrategyResult:
         """:func:`ccoverlap.evaluate.summarize_metrics` with ``w``'s totals (tokens, model FLOPs,
