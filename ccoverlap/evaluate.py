@@ -5,6 +5,10 @@ Definitions: MFU = model FLOPs per step / (world size × dense peak FLOP/s × st
 PaLM / Megatron definition (recomputation not counted); exposed communication, compute and
 communication are those of the simulated rank with the most exposed communication (the
 critical one); the overlap ratio is taken over all simulated ranks' communication.
+
+A summary is made from a simulated timeline (:func:`summarize`) or from :class:`StepMetrics`,
+which may be extrapolated from two shorter steps in a pipeline's steady state
+(:func:`extrapolate_metrics`, used by :class:`ccoverlap.planner.Planner`; docs/planner.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Steady-state extrapolation (Planner.metrics / rewritten_metrics): a full step's summary taken
 from two shorter simulated steps must match the full simulation on every pipeline schedule it is
-used for, with and without TP, with FSDP and DDP, and for graphs the deciders rewrite.
+used for, with and without TP, with FSDP and DDP, with recomputation, context and expert
+parallelism, and for graphs the deciders rewrite.
 
 Tolerance: 1e-4 of the step time (step time, exposed communication, compute, communication).
 1F1B, interleaved and no-pipeline steps are affine in the micro-batch count to rounding
@@ -23,10 +24,10 @@ from ccoverlap.workload import workload_from_mapping
 TOL = 1e-4
 
 
-def _w(parallel, microbatches, nodes=1):
+def _w(parallel, microbatches, nodes=1, model="phi-2", seq_len=2048):
     dp = parallel.get("dp", 1)
-    return workload_from_mapping({"model": "phi-2", "cluster": "dgx-h100", "nodes": nodes, "parallel": parallel,
-                                  "batch": {"global_batch": microbatches * dp, "micro_batch": 1, "seq_len": 2048}})
+    return workload_from_mapping({"model": model, "cluster": "dgx-h100", "nodes": nodes, "parallel": parallel,
+                                  "batch": {"global_batch": microbatches * dp, "micro_batch": 1, "seq_len": seq_len}})
 
 
 LAYOUTS = {
@@ -40,6 +41,11 @@ LAYOUTS = {
     "1f1b-pp4-fsdp": _w({"pp": 4, "dp": 2, "data_parallel": "fsdp", "pp_schedule": "1f1b"}, 24),
     "no-pp-tp2-sp-fsdp": _w({"tp": 2, "dp": 4, "data_parallel": "fsdp", "sequence_parallel": True}, 16),
     "no-pp-dp8-ddp": _w({"dp": 8, "data_parallel": "ddp"}, 16),
+    "1f1b-tp2-full-recompute": _w({"tp": 2, "pp": 2, "dp": 2, "pp_schedule": "1f1b", "recompute": "full"}, 24),
+    "1f1b-cp2-fsdp": _w({"cp": 2, "pp": 2, "dp": 2, "pp_schedule": "1f1b", "data_parallel": "fsdp"}, 24,
+                        seq_len=8192),
+    "1f1b-moe-ep4": _w({"pp": 2, "dp": 4, "ep": 4, "pp_schedule": "1f1b"}, 24, model="olmoe"),
+    "no-pp-moe-ep4-tp2-sp": _w({"tp": 2, "dp": 4, "ep": 4, "sequence_parallel": True}, 16, model="olmoe"),
 }
 
 
