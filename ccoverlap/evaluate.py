@@ -120,11 +120,11 @@ def extrapolate_metrics(a: StepMetrics, b: StepMetrics, microbatches: int) -> St
     simulated steps ``a`` and ``b`` with fewer (``a.microbatches < b.microbatches``), assuming
     every time is affine in the micro-batch count: x(M) = x(a) + (M − M_a)·(x(b) − x(a))/(M_b − M_a).
 
-    That holds once both steps are past the pipeline's warm-up: in GPipe, 1F1B and interleaved
-    1F1B each further micro-batch adds one forward and one backward per stage to the steady
-    state while the fill / drain and the once-per-step work (gradient synchronisation,
-    optimizer) stay the same (Narayanan et al. 2021, §2.2, step time (M + p − 1)·(t_f + t_b)
-    for 1F1B; Huang et al. 2019 for GPipe). The planner checks which schedules qualify
+    That holds once both steps are past the pipeline's warm-up: in 1F1B and interleaved 1F1B
+    each further micro-batch adds one forward and one backward per stage to the steady state
+    while the fill / drain and the once-per-step work (gradient synchronisation, optimizer)
+    stay the same (Narayanan et al. 2021, §2.2, step time (M + p − 1)·(t_f + t_b) for 1F1B);
+    without a pipeline each adds its forward and backward. The planner checks which schedules qualify
     (:meth:`ccoverlap.planner.Planner.steady_state`); ``tests/test_steady_state.py`` compares
     the extrapolation with full simulations. Ratios (overlap, R) are recomputed from the
     extrapolated times; negative extrapolations are clipped to 0."""

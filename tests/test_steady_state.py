@@ -3,14 +3,13 @@ from two shorter simulated steps must match the full simulation on every pipelin
 used for, with and without TP, with FSDP and DDP, with recomputation, context and expert
 parallelism, and for graphs the deciders rewrite.
 
-Tolerance: 1e-4 of the step time (step time, exposed communication, compute, communication).
-1F1B, interleaved and no-pipeline steps are affine in the micro-batch count to rounding
-(~1e-13 measured); GPipe, whose forwards of all micro-batches contend with the DDP gradient
-all-reduce differently as the count grows, is off by up to ~2e-5 (0.01 ms on a 540 ms step).
-1e-4 is five times that and below the plan table's print resolution (0.1 ms) for any step up
-to 1 s; a schedule that is not periodic (e.g. a fill or drain that grows with the count) is
-off by far more (DualPipe extrapolated from 8 and 12 micro-batches: 1.4e-4), so the check
-can fail.
+Tolerance: 1e-4 of the step time (step time, exposed communication, compute, communication)
+and 1e-4 of overlap ratio. 1F1B, interleaved and no-pipeline steps are affine in the micro-batch
+count to rounding (~1e-13 measured); a decider's configuration can leave a little more (Lagom's
+on the README 70B plan: 2.4e-7 of exposed communication). 1e-4 is below the plan table's print
+resolution (0.1 ms for any step up to 1 s, whole per cent of overlap). GPipe is not extrapolated
+because it fails this check (overlap ratio off by 3.2e-4 on the PP4 DDP layout below, step time
+by 2.1e-5), nor is DualPipe (step time off by 1.6e-4 from 8 and 12 micro-batches).
 """
 
 import pytest
@@ -37,7 +36,6 @@ LAYOUTS = {
                                "virtual_stages": 2}, 24),
     "interleaved-pp4-tp2-sp-fsdp": _w({"tp": 2, "pp": 4, "dp": 2, "data_parallel": "fsdp", "sequence_parallel": True,
                                        "pp_schedule": "interleaved", "virtual_stages": 2}, 32, nodes=2),
-    "gpipe-pp4-ddp": _w({"pp": 4, "dp": 2, "data_parallel": "ddp", "pp_schedule": "gpipe"}, 24),
     "1f1b-pp4-fsdp": _w({"pp": 4, "dp": 2, "data_parallel": "fsdp", "pp_schedule": "1f1b"}, 24),
     "no-pp-tp2-sp-fsdp": _w({"tp": 2, "dp": 4, "data_parallel": "fsdp", "sequence_parallel": True}, 16),
     "no-pp-dp8-ddp": _w({"dp": 8, "data_parallel": "ddp"}, 16),
@@ -104,10 +102,20 @@ def test_which_steps_are_extrapolated():
     inter = LAYOUTS["interleaved-pp4-tp2-sp-fsdp"]
     assert steady_state_microbatches(inter) == (12, 16) and all(m % 4 == 0 for m in (12, 16))
     assert steady_state_microbatches(LAYOUTS["no-pp-dp8-ddp"]) == (4, 5)
-    # DualPipe is not extrapolated; nor is a step no longer than the second short one
+    # GPipe and DualPipe are not extrapolated; nor is a step no longer than the second short one
     assert steady_state_microbatches(_w({"pp": 4, "dp": 2, "pp_schedule": "dualpipe"}, 24)) is None
+    assert steady_state_microbatches(_w({"pp": 4, "dp": 2, "pp_schedule": "gpipe"}, 24)) is None
     assert steady_state_microbatches(_w({"pp": 2, "dp": 4, "pp_schedule": "1f1b"}, 8)) is None
     assert with_microbatches(LAYOUTS["no-pp-dp8-ddp"], 5).batch.microbatches(8) == 5
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "dualpipe"])
+def test_schedules_not_extrapolated_are_simulated_in_full(schedule):
+    w = _w({"pp": 4, "dp": 2, "data_parallel": "ddp", "pp_schedule": schedule}, 24)
+    fast, exact = Planner(w, jobs=1), Planner(w, jobs=1, exact=True)
+    got = fast.evaluate(w, "x")
+    assert fast.extrapolations == 0 and fast.metrics(w).extrapolated_from is None
+    assert got.step_time_s == exact.evaluate(w, "x").step_time_s
 
 
 def test_extrapolation_needs_two_lengths():

@@ -21,7 +21,7 @@ def register(sub) -> None:
     p.add_argument("--exact", action="store_true",
                    help="judge every knob value and decider candidate on the full step and simulate every "
                         "reported row in full (slower); default: judge them on a step with fewer micro-batches and, "
-                        "for 1F1B / interleaved / GPipe / no pipeline, extrapolate the reported full steps from two "
+                        "for 1F1B / interleaved / no pipeline, extrapolate the reported full steps from two "
                         "short ones (as-given and best-knobs are always simulated in full)")
     p.add_argument("--strategies", help="comma-separated decider strategies to add (default: all available)")
     s = p.add_argument_group("layout search (--search)")
