@@ -160,15 +160,19 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
     ``as-given``. Times in seconds.
 
     ``exact`` (used when no ``planner`` is given): judge every candidate (knob values,
-    decider alternatives) on the full step. Default: judge them on a step with fewer
-    micro-batches (:meth:`Planner.screened`) and simulate fully only each strategy's chosen
-    configuration, so every reported step time is still a full simulation (docs/planner.md)."""
+    decider alternatives) on the full step and simulate every reported row in full. Default:
+    judge them on a step with fewer micro-batches (:meth:`Planner.screened`) and report each
+    strategy's chosen configuration on the full step — simulated in full for ``as-given`` and
+    ``best-knobs`` (their timelines are kept), else extrapolated from two short steps where the
+    pipeline schedule allows (:meth:`Planner.metrics`; docs/planner.md, "Steady state").
+    When the planner may use several processes, the registered strategies run in forked worker
+    processes, one :func:`~ccoverlap.planner.strategy_groups` group each (same results)."""
     t0 = time.perf_counter()
     planner = planner or Planner(w, progress=progress, exact=exact)
     registry = registry if registry is not None else default_registry()
     chosen = registry.select(list(extra) if extra is not None else None)
     seconds: dict[str, float] = {}
-    cpu_seconds: dict[str, float] = {}  # this process only (worker processes not counted)
+    cpu_seconds: dict[str, float] = {}  # of the process that ran the part (its own candidates' workers not counted)
     t, c = time.perf_counter(), time.process_time()
 
     def lap(name: str) -> None:
