@@ -90,7 +90,7 @@ class _Compiled:
     """A Segment flattened for fast stamping: its ops as :class:`CompiledOp` records."""
 
     __slots__ = ("ops", "out", "last_compute", "first_compute", "unit", "comm_only", "recompute", "fixed",
-                 "special", "tensors", "exports")
+                 "special", "input_only", "other_special", "tensors", "exports")
 
     def __init__(self, seg: Segment, stream_of, recompute: bool = False):
         self.ops: list[CompiledOp] = []
@@ -108,8 +108,15 @@ class _Compiled:
         # stamping tables: (index, name, spec, stream, local deps) of every op; the ops whose
         # deps need more than the segment's own ids (input, exports, the hook's extra edge);
         # the ops that finish a tensor's gradient or export their id
-        self.fixed = [(i, c.name, c.spec, c.stream, c.local) for i, c in enumerate(self.ops)]
+        # (a one-dependency op's local deps as the bare index: stamped as a 1-tuple directly)
+        self.fixed = [(i, c.name, c.spec, c.stream, c.local[0] if len(c.local) == 1 else c.local)
+                      for i, c in enumerate(self.ops)]
         self.special = [i for i, c in enumerate(self.ops) if not c.plain]
+        # the special ops that wait for the segment's input only (the usual first op)
+        self.input_only = [(i, c.name, c.spec, c.stream) for i, c in enumerate(self.ops)
+                           if c.use_in and not c.local and not c.sdeps]
+        self.other_special = [i for i in self.special if not (self.ops[i].use_in and not self.ops[i].local
+                                                              and not self.ops[i].sdeps)]
         self.tensors = [(i, c.tensor) for i, c in enumerate(self.ops) if c.tensor]
         self.exports = [(i, c.export) for i, c in enumerate(self.ops) if c.export]
 
@@ -212,12 +219,17 @@ class _Emitter:
         ops = self.g.ops
         base = len(ops)
         add = base.__add__
-        new = [new_op(Op, (base + i, name, rank, stream, spec, tuple(map(add, local)) if local else (), None,
-                           layer, mb, phase))
+        new = [new_op(Op, (base + i, name, rank, stream, spec,
+                           (base + local,) if local.__class__ is int else (tuple(map(add, local)) if local else ()),
+                           None, layer, mb, phase))
                for i, name, spec, stream, local in cs.fixed]
-        special = cs.special
-        if extra is not None:
-            special = sorted({*special, 0, cs.first_compute})
+        if extra is None:
+            dep_in = () if in_id is None else (in_id,)
+            for i, name, spec, stream in cs.input_only:
+                new[i] = new_op(Op, (base + i, name, rank, stream, spec, dep_in, None, layer, mb, phase))
+            special = cs.other_special
+        else:
+            special = sorted({*cs.special, 0, cs.first_compute})
         for i in special:
             c = cs.ops[i]
             dl = [base + j for j in c.local]
