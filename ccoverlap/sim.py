@@ -125,7 +125,11 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
     one = n_dependents == 1
     cand = np.where(one, dst_sorted[np.minimum(ptr_a[:-1], max(len(dst_sorted) - 1, 0))] if len(dst_sorted)
                     else 0, 0)
-    simple = np.where(one & (wd[cand] == 1) & (sarr[cand] == sarr) & (pos[cand] == pos + 1), cand, -1).tolist()
+    single = one & (wd[cand] == 1)
+    simple = np.where(single & (sarr[cand] == sarr) & (pos[cand] == pos + 1), cand, -1).tolist()
+    # link[i]: i's only dependent, waiting on i only, on another stream of i's rank (it starts
+    # when i ends if it heads its stream then), else -1
+    link = np.where(single & (sarr[cand] != sarr) & (rank_arr[cand] == rank_arr), cand, -1).tolist()
     n_streams = len(queues)
     head = [0] * n_streams
     busy = [False] * n_streams
@@ -219,6 +223,24 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
                 j = simple[i]
             sid = op_stream[i]
             pos = op_pos[i] + 1  # i heads its stream: the stream's head once i is done
+            c = link[i]
+            if c >= 0:  # its only dependent is on another stream: it alone starts if it heads
+                # that stream and the next op of i's stream is not ready
+                csid = op_stream[c]
+                if op_pos[c] == lhead.get(csid, head[csid]):
+                    q = queues[sid]
+                    if pos >= len(q) or lwait.get(q[pos], waiting_deps[q[pos]]):
+                        lhead[sid] = pos
+                        d = fixed[c]
+                        if d is None:
+                            d = alone[op_spec[c]]
+                            if d is None:
+                                d = duration(c, ())
+                        t = t + d
+                        add_id(c)
+                        add_end(t)
+                        i = c
+                        continue
             lhead[sid] = pos
             nxt = -1
             nxt2 = -1
@@ -318,10 +340,14 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
                 ends.append(f2)
                 i, t = e2, f2
                 continue
-            d = duration(nxt, ())
+            d = fixed[nxt]
+            if d is None:
+                d = alone[op_spec[nxt]]
+                if d is None:
+                    d = duration(nxt, ())
             t = t + d
-            ids.append(nxt)
-            ends.append(t)
+            add_id(nxt)
+            add_end(t)
             i = nxt
         if len(ids) == 1:
             return False
