@@ -15,6 +15,7 @@ aligned as the hosts' clocks (NTP: typically well under a millisecond).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -59,6 +60,8 @@ class CrossRank:
     stragglers: list[int]
     slowest_rank_per_step: dict[int, int]
     note: str = ""
+    too_few: str = ""           # ranks that look late but on too few paired calls to be named
+
 
     def as_dict(self) -> dict:
         """Plain dict for JSON (step keys as strings)."""
@@ -68,6 +71,23 @@ class CrossRank:
 
 
 MAX_CLOCK_SPREAD_S = 10.0
+# A straggler is named only when its lateness is unlikely to be chance: being the latest arrival
+# so often has a one-sided binomial tail below STRAGGLER_SIGNIFICANCE (each call's latest rank
+# taken as uniform among the call's ranks), or, for a total-lateness straggler, at least
+# MIN_STRAGGLER_CALLS paired calls back it. (A rank last in 3 of 3 calls of a 2-rank group has a
+# 12.5% chance of that by luck alone.)
+STRAGGLER_SIGNIFICANCE = 0.05
+MIN_STRAGGLER_CALLS = 5
+
+
+def chance_of_being_latest(times_latest: int, calls: int, p_latest: float) -> float:
+    """Probability that a rank is the latest arrival in at least ``times_latest`` of ``calls``
+    collectives by chance, when each call's latest is any of its ranks with probability
+    ``p_latest`` (1 / ranks per call): the binomial upper tail, a plain sign test."""
+    if times_latest <= 0:
+        return 1.0
+    return float(sum(math.comb(calls, k) * p_latest ** k * (1 - p_latest) ** (calls - k)
+                     for k in range(times_latest, calls + 1)))
 MIN_PAIRED_FRACTION = 0.5     # below this share of a group's calls paired, its skew is not measured
 
 
@@ -85,9 +105,12 @@ def cross_rank(rts: list[RankTrace], masks: dict[int, np.ndarray],
 
     ``step_times[step][rank]`` (seconds) gives the slowest rank per step. A rank is called a
     straggler when it is the latest arrival in more than half of the matched collectives it
-    took part in, or its total lateness is at least twice the median of the other ranks' and
-    above 1% of the skew summed over groups - and, either way, its mean lateness is at least 5%
-    of the mean duration of those collectives (microsecond jitter names no straggler).
+    took part in (and that many is unlikely by chance: :func:`chance_of_being_latest` below
+    ``STRAGGLER_SIGNIFICANCE``), or its total lateness is at least twice the median of the other
+    ranks' and above 1% of the skew summed over groups (over at least ``MIN_STRAGGLER_CALLS``
+    calls) - and, either way, its mean lateness is at least 5% of the mean duration of those
+    collectives (microsecond jitter names no straggler). Ranks that pass the first tests on too
+    few calls are listed in ``too_few`` instead.
     """
     slowest = {}
     for step, per_rank in sorted((step_times or {}).items()):
@@ -108,6 +131,7 @@ def cross_rank(rts: list[RankTrace], masks: dict[int, np.ndarray],
     late_count: dict[int, int] = {rt.rank: 0 for rt in rts}
     seen: dict[int, int] = {rt.rank: 0 for rt in rts}
     dur_total: dict[int, float] = {rt.rank: 0.0 for rt in rts}
+    p_latest_sum: dict[int, float] = {rt.rank: 0.0 for rt in rts}
     groups: list[GroupSkew] = []
     unreliable: list[str] = []
     for g, by_rank in sorted(per_group.items()):
@@ -139,6 +163,7 @@ def cross_rank(rts: list[RankTrace], masks: dict[int, np.ndarray],
                 late_total[r] += float(st[i] - st.min())
                 late_count[r] += int(i == latest and skew > 0)
                 seen[r] += 1
+                p_latest_sum[r] += 1.0 / len(call)
                 dur_total[r] += float(tls[r].end_s[row] - tls[r].start_s[row])
         sk = np.asarray(skews)
         groups.append(GroupSkew(
@@ -151,6 +176,7 @@ def cross_rank(rts: list[RankTrace], masks: dict[int, np.ndarray],
     lateness.sort(key=lambda x: (-x.total_lateness_s, x.rank))
     total_skew = sum(gs.total_skew_s for gs in groups)
     stragglers = []
+    too_few = []
     for x in lateness:
         if x.collectives == 0 or x.total_lateness_s <= 0:
             continue
@@ -159,8 +185,14 @@ def cross_rank(rts: list[RankTrace], masks: dict[int, np.ndarray],
         often = x.times_latest > x.collectives / 2
         much = x.total_lateness_s >= 2 * med and x.total_lateness_s > 0.01 * total_skew
         material = x.total_lateness_s >= 0.05 * dur_total[x.rank]
-        if (often or much) and material:
+        if not ((often or much) and material):
+            continue
+        chance = chance_of_being_latest(x.times_latest, x.collectives, p_latest_sum[x.rank] / x.collectives)
+        if (often and chance < STRAGGLER_SIGNIFICANCE) or (much and x.collectives >= MIN_STRAGGLER_CALLS):
             stragglers.append(x.rank)
+        else:
+            too_few.append(f"rank {x.rank} was last in {x.times_latest} of {x.collectives} paired call(s) "
+                           f"({chance:.0%} likely by chance): too few to name a straggler")
     if not groups:
         note = "no process group has collectives on two or more of the loaded ranks"
     elif unreliable and not any(gs.reliable for gs in groups):
@@ -171,4 +203,4 @@ def cross_rank(rts: list[RankTrace], masks: dict[int, np.ndarray],
     else:
         note = ""
     return CrossRank(groups=groups, lateness=lateness, stragglers=stragglers, slowest_rank_per_step=slowest,
-                     note=note)
+                     note=note, too_few="; ".join(too_few))

@@ -132,7 +132,8 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
         unpaired = sum(n for g in cr.groups for n in g.unmatched.values())
         paired = sum(g.matched for g in cr.groups if g.reliable)
         con.print("Stragglers (everyone waits for): "
-                  + (", ".join(f"rank {r}" for r in cr.stragglers) if cr.stragglers else "none stands out")
+                  + (", ".join(f"rank {r}" for r in cr.stragglers) if cr.stragglers
+                     else f"none stands out ({cr.too_few})" if cr.too_few else "none stands out")
                   + (f" (from {paired} paired call(s); {unpaired} call(s) without a partner on another rank "
                      f"not compared)" if unpaired else ""))
     elif cr.note:
