@@ -175,12 +175,11 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         return d
 
     start = [0.0] * n
-    end = [0.0] * n
-    done = [False] * n
+    end = [-1.0] * n  # -1: not ended yet (every event of an ended op is stale: see ``version``)
     # running ops per rank, in start order: op_id -> [remaining_fraction, rate, last_update_time]
     running: dict[int, dict[int, list[float]]] = {}
     heap: list[tuple[float, int, int]] = []  # (finish_time, version, op_id)
-    version = [0] * n
+    version = [0] * n  # bumped at every push: only the latest event of an op holds (none once it ended)
     inf = float("inf")
     push = heapq.heappush
     # Quiet-rank spans: rank -> (op ids, their end times, state of the first op when planned,
@@ -380,7 +379,6 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             if prev >= 0.0:
                 start[oid] = prev
             prev = t
-            done[oid] = True
             end[oid] = t
             sid = op_stream[oid]
             busy[sid] = False
@@ -485,14 +483,14 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
     report_at = 4096
     while heap:
         finish, ver, op_id = pop(heap)
-        if ver != version[op_id] or done[op_id]:
+        if ver != version[op_id]:
             continue
         now = finish
         # finish every op whose (valid) event is at this same instant before rescheduling
         batch = [op_id]
         while heap and heap[0][0] <= now:
             f2, v2, o2 = pop(heap)
-            if v2 == version[o2] and not done[o2]:
+            if v2 == version[o2]:
                 batch.append(o2)
         if spans:
             for oid in batch:  # a span's end event: book its quiet ops, its last one ends now
@@ -502,7 +500,6 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         touched = set()
         candidates: dict[int, None] = {}
         for oid in batch:
-            done[oid] = True
             end[oid] = now
             finished += 1
             rank = op_rank[oid]
@@ -547,7 +544,7 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             report_at = (finished // 4096 + 1) * 4096
 
     if finished != n:
-        stuck = next(op for op in ops if not done[op.op_id])
+        stuck = next(op for op in ops if end[op.op_id] < 0.0)
         raise ConfigError(
             f"the op graph deadlocks: op {stuck.name!r} on rank {stuck.rank} stream {stuck.stream!r} "
             f"never became ready (dependency cycle through stream order?)"
