@@ -171,9 +171,10 @@ class _Emitter:
             v = self._layer_of[unit] = self.model.layers if unit == "head" else layer_index(unit)
         return v
 
-    def _chain(self, stage: int, phase: str, half: bool) -> tuple[list, dict]:
+    def _chain(self, stage: int, phase: str, half: bool) -> tuple[list, dict, list]:
         """(unit, compiled segment, layer label) in execution order for one task of ``stage``,
-        and how many segments of each unit the task stamps (cached)."""
+        how many segments of each unit the task stamps, and the same chain grouped by unit as
+        (unit, layer label, its segments) (cached)."""
         key = (stage, phase, half)
         c = self._chains.get(key)
         if c is None:
@@ -184,7 +185,9 @@ class _Emitter:
             count: dict[str, int] = {}
             for u, _, _ in chain:
                 count[u] = count.get(u, 0) + halves
-            c = self._chains[key] = (chain, count)
+            by_unit = [(u, self.layer_of(u), self._segs(u, phase, half)) for u in order
+                       if self._segs(u, phase, half)]
+            c = self._chains[key] = (chain, count, by_unit)
         return c
 
     def _segs(self, unit: str, phase: str, half: bool) -> list[_Compiled]:
@@ -280,37 +283,52 @@ class _Emitter:
                           phase=phase)
         order = units if kind == "F" else units[::-1]
         halves = 2 if self.two_batch else 1
-        chain, count = self._chain(stage, phase, halves == 2)
-        remaining = dict(count)
+        chain, count, by_unit = self._chain(stage, phase, halves == 2)
         started: set = set()
         ends: dict[str, int] = {}
         prods: dict[str, dict] = {u: {} for u in order} if kind == "B" else {}
         first_use = (chunk, mb) in first_f
         last_mb = (chunk, mb) in last_b
-        if halves == 1:
-            groups = [[chain]]
+        if halves == 1:  # each unit's segments one after the other: its hooks around them
+            cur1 = in_id
+            exports1: dict = {}
+            emit = self._emit
+            for u, layer, segs in by_unit:
+                extra = hook.before_unit(chunk, u, phase, mb, first_use)
+                prod = prods.get(u)
+                end_u = -1
+                for cs in segs:
+                    out, lc = emit(cs, rank, cur1, extra, layer, mb, phase, exports1, prod)
+                    extra = None
+                    if not cs.recompute:
+                        cur1 = out
+                    if lc > end_u:
+                        end_u = lc
+                hook.unit_done(chunk, u, phase, mb, end_u, prods.get(u, {}), last_mb)
+            cur = [cur1]
         else:
+            remaining = dict(count)
             cut = epm.two_batch_groups([cs for _, cs, _ in chain])
             groups, i = [], 0
             for grp in cut:
                 groups.append([chain[i:i + len(grp)]] * 2)
                 i += len(grp)
-        cur = [in_id] * halves
-        exports = [{} for _ in range(halves)]
-        for grp in groups:
-            for h in range(halves):
-                for u, cs, layer in grp[h]:
-                    extra = None
-                    if u not in started:
-                        started.add(u)
-                        extra = hook.before_unit(chunk, u, phase, mb, first_use)
-                    out, lc = self._emit(cs, rank, cur[h], extra, layer, mb, phase, exports[h], prods.get(u))
-                    if not cs.recompute:
-                        cur[h] = out
-                    ends[u] = max(ends.get(u, lc), lc)
-                    remaining[u] -= 1
-                    if remaining[u] == 0:
-                        hook.unit_done(chunk, u, phase, mb, ends[u], prods.get(u, {}), last_mb)
+            cur = [in_id] * halves
+            exports = [{} for _ in range(halves)]
+            for grp in groups:
+                for h in range(halves):
+                    for u, cs, layer in grp[h]:
+                        extra = None
+                        if u not in started:
+                            started.add(u)
+                            extra = hook.before_unit(chunk, u, phase, mb, first_use)
+                        out, lc = self._emit(cs, rank, cur[h], extra, layer, mb, phase, exports[h], prods.get(u))
+                        if not cs.recompute:
+                            cur[h] = out
+                        ends[u] = max(ends.get(u, lc), lc)
+                        remaining[u] -= 1
+                        if remaining[u] == 0:
+                            hook.unit_done(chunk, u, phase, mb, ends[u], prods.get(u, {}), last_mb)
         outs = [c for c in cur if c is not None]
         if kind == "F" and stage < S - 1:
             fwd_out[(mb, stage)] = outs
