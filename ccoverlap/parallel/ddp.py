@@ -15,12 +15,37 @@ With ``distributed_optimizer`` (Megatron-LM; ZeRO-1) a bucket is reduce-scattere
 and parameters are all-gathered bucket by bucket after the optimizer step: with ``overlap`` at
 the start of the (next, steady-state) step, each layer's first forward waiting for its
 buckets (``overlap_param_gather``); without, blocking after the optimizer.
+
+Gradients are reduced in fp32 (``ddp_reduce_dtype: fp32``: Megatron-Core's fp32 main grads,
+forced with ``--bf16``) or in the parameter dtype (``param``: Megatron-LM 2021's default,
+``--accumulate-allreduce-grads-in-fp32`` off). With ``ddp_coalesce_copies`` (Megatron-LM
+2021 without ``--use-contiguous-buffers-in-ddp``, its default) the gradients are flattened into
+one buffer before the all-reduce and copied back after it, on the compute stream
+(``_flatten_dense_tensors`` / ``_unflatten_dense_tensors`` in ``allreduce_gradients``).
+
+How gradients are bucketed follows the profile's ``ddp_buckets``: ``pytorch`` as above;
+``megatron`` (Megatron-Core ``DistributedDataParallel`` at ``f2e5db402c``): no smaller first
+bucket, ``bucket_cap_mb`` buckets on pipeline rank 0's first model chunk only, one bucket on
+every other pipeline rank ("data-parallel communication on these stages is not on the
+critical path") and model chunk (``disable_bucketing=(model_chunk_idx > 0)`` in
+``megatron/training/training.py``); ``single``: one bucket per model chunk (Megatron-LM 2021
+all-reduces each contiguous gradient buffer whole).
+
+Before a bucket's collective, frameworks whose profile says so run memory-bound kernels over
+the bucket's gradients on the compute stream (the collective waits for them):
+``ddp_grad_nan_check`` reads it once (Megatron-Core ``Bucket.start_grad_sync``:
+``grad_data.norm(p=2)`` when ``check_for_nan_in_grad``, on by default through
+``--check-for-nan-in-loss-and-grad``), ``ddp_grad_prescale`` reads and writes it
+(``grad_data *= gradient_scaling_factor`` = 1/dp unless ``average_in_collective``;
+Megatron-LM 2021 ``buffer_.data /= dp``). Megatron-LM at ``f2e5db402c``,
+``megatron/core/distributed/param_and_grad_buffer.py``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ccoverlap.graph import MemorySpec
 from ccoverlap.parallel.layer import GRAD_BYTES
 from ccoverlap.parallel.units import unit_tensors
 
@@ -38,12 +63,16 @@ class Bucket:
     numel: int = 0
 
 
-def plan_buckets(model, parallel, units: list[str], chunk: int, cap_mb: float) -> list[Bucket]:
-    """Buckets of one model chunk (``units`` in forward order), in the order they fill."""
+def plan_buckets(model, parallel, units: list[str], chunk: int, cap_mb: float,
+                 first_bucket_bytes: float = FIRST_BUCKET_BYTES, grad_bytes: int = GRAD_BYTES) -> list[Bucket]:
+    """Buckets of one model chunk (``units`` in forward order), in the order they fill: each
+    closes once it holds ``cap_mb`` MiB of gradients (``grad_bytes`` each), the first one already at
+    ``first_bucket_bytes`` (PyTorch DDP's 1 MiB; 0 = no smaller first bucket). ``cap_mb`` =
+    ``inf`` gives one bucket per gradient group."""
     cap = cap_mb * MiB
     out: list[Bucket] = []
     current: dict[str, Bucket] = {}
-    first = {"dp": True, "edp": True}
+    first = {"dp": first_bucket_bytes > 0, "edp": first_bucket_bytes > 0}
     for unit in reversed(units):
         for t in reversed(unit_tensors(model, parallel, unit)):
             if t.numel == 0:
@@ -54,8 +83,8 @@ def plan_buckets(model, parallel, units: list[str], chunk: int, cap_mb: float) -
                 out.append(b)
             b.tensors.append((t.unit, t.name))
             b.numel += t.numel
-            limit = FIRST_BUCKET_BYTES if first[t.group] else cap
-            if b.numel * GRAD_BYTES >= limit:
+            limit = first_bucket_bytes if first[t.group] else cap
+            if b.numel * grad_bytes >= limit:
                 first[t.group] = False
                 current.pop(t.group)
     return out
@@ -74,8 +103,17 @@ class DDPHook:
         self.next: dict[int, int] = {}
         self.ready: dict[tuple, int] = {}
         self.param_ag: dict[tuple, int] = {}  # (chunk, unit) -> all-gather op its forward waits for
+        rule = em.framework.ddp_buckets
+        # bytes per reduced gradient element: fp32 main grads, or the parameter dtype
+        self.gb = GRAD_BYTES if em.framework.ddp_reduce_dtype == "fp32" else p.dtype_bytes
+        self.last_post: int | None = None  # last copy-back kernel (ddp_coalesce_copies)
         for chunk, units in chunks:
-            bs = [b for b in plan_buckets(em.model, p, units, chunk, em.knobs.bucket_cap_mb)
+            cap, first = em.knobs.bucket_cap_mb, FIRST_BUCKET_BYTES
+            if rule != "pytorch":
+                first = 0.0
+                if rule == "single" or rank > 0 or chunk > 0:
+                    cap = float("inf")
+            bs = [b for b in plan_buckets(em.model, p, units, chunk, cap, first, self.gb)
                   if self.sizes[b.group] > 1]
             self.buckets[chunk] = bs
             self.next[chunk] = 0
@@ -119,19 +157,46 @@ class DDPHook:
         for t in unit_tensors(self.em.model, self.em.parallel, unit):
             self.ready[(unit, t.name)] = producers.get(t.name, end_id)
         if self.em.knobs.overlap:
-            self._issue(chunk)
+            self._issue(chunk, in_backward=True)
 
-    def _issue(self, chunk: int) -> None:
+    def bucket_kernels(self, numel: int) -> MemorySpec | None:
+        """The memory-bound work the framework runs over a bucket of ``numel`` gradients of
+        ``g`` bytes before its collective (module doc), or None: bytes = ``2g·numel`` for the
+        copy into a flat buffer (``ddp_coalesce_copies``) + ``g·numel`` for the NaN check's
+        norm + ``2g·numel`` for the 1/dp scaling (read + write)."""
+        fw = self.em.framework
+        kernels = int(fw.ddp_coalesce_copies) + int(fw.ddp_grad_nan_check) + int(fw.ddp_grad_prescale)
+        if not kernels:
+            return None
+        nbytes = numel * self.gb * (2 * int(fw.ddp_coalesce_copies) + int(fw.ddp_grad_nan_check)
+                                    + 2 * int(fw.ddp_grad_prescale))
+        return MemorySpec(bytes=float(nbytes), kernels=kernels, host_kernels=kernels if fw.eager else 0)
+
+    def _issue(self, chunk: int, in_backward: bool = False) -> None:
+        """Issue every complete bucket of ``chunk`` in fill order. ``in_backward``: called from
+        a unit's backward, so the bucket kernels on the compute stream carry the backward's
+        labels (phase, micro-batch, layer of the last gradient) and stay in it when a decider
+        regroups the backward; after the backward they are labelled ``dp``."""
         bs = self.buckets.get(chunk, [])
         i = self.next.get(chunk, 0)
         em = self.em
         while i < len(bs) and all(k in self.ready for k in bs[i].tensors):
             b = bs[i]
             dep = max(self.ready[k] for k in b.tensors)
+            pre = self.bucket_kernels(b.numel)
+            if pre is not None:
+                src = em.g.ops[dep]
+                labels = dict(phase="bwd", microbatch=src.microbatch, layer=src.layer) if in_backward else \
+                    dict(phase="dp")
+                dep = em.g.add("grad_bucket_prep", pre, rank=self.rank, stream="compute", deps=(dep,), **labels)
             coll = "reduce_scatter" if self.dist_opt else "all_reduce"
             self.last_comm = em.g.add(f"grad_{'rs' if self.dist_opt else 'ar'}_{b.group}",
-                                      self._coll(b, coll, GRAD_BYTES), rank=self.rank,
+                                      self._coll(b, coll, self.gb), rank=self.rank,
                                       stream=em.stream("dp_comm"), deps=(dep,), phase="dp")
+            if em.framework.ddp_coalesce_copies:  # copy the reduced flat buffer back into the grads
+                self.last_post = em.g.add("grad_bucket_copy_back", MemorySpec(
+                    bytes=float(2 * b.numel * self.gb), host_kernels=1 if em.framework.eager else 0),
+                    rank=self.rank, stream="compute", deps=(self.last_comm,), phase="dp")
             i += 1
         self.next[chunk] = i
 
@@ -141,7 +206,7 @@ class DDPHook:
         the optimizer step must wait for."""
         for chunk in sorted(self.buckets):
             self._issue(chunk)
-        return [] if self.last_comm is None else [self.last_comm]
+        return [op for op in (self.last_comm, self.last_post) if op is not None]
 
     def after_optimizer(self, opt_id: int) -> None:
         """Distributed optimizer without overlap: blocking parameter all-gathers after the step."""

@@ -41,8 +41,31 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
 * ``fp8_cast_kernels_fwd`` / ``fp8_cast_kernels_bwd``: with ``fp8=True``, which linear
   layers' inputs need their own cast(+transpose) kernel (others are fused into the preceding
   norm / activation).
+* ``ddp_grad_prescale``: data parallelism with replicated weights (DDP / distributed
+  optimizer) multiplies each gradient bucket by 1/dp on the compute stream before its
+  all-reduce / reduce-scatter (Megatron-LM ``grad_data *= gradient_scaling_factor``);
+  ``ddp_grad_nan_check``: it also reads the bucket once for a NaN check (``grad_data.norm()``,
+  Megatron-Core ``check_for_nan_in_grad``). :mod:`ccoverlap.parallel.ddp`.
+* ``ddp_buckets``: how DDP / distributed-optimizer gradients are bucketed: ``pytorch``
+  (PyTorch DDP: a 1 MiB first bucket, then ``bucket_cap_mb``), ``megatron`` (Megatron-Core:
+  ``bucket_cap_mb`` buckets on pipeline rank 0's first model chunk, one bucket elsewhere) or
+  ``single`` (one bucket per model chunk). :mod:`ccoverlap.parallel.ddp`.
+* ``ddp_reduce_dtype``: ``fp32`` (fp32 main gradients, reduced in fp32) or ``param`` (the
+  gradients stay in the parameter dtype and are reduced in it); ``ddp_coalesce_copies``: the
+  gradients are copied into a flat buffer before the all-reduce and back after it (Megatron-LM
+  2021 without contiguous buffers). :mod:`ccoverlap.parallel.ddp`.
+* ``fsdp_reduce_dtype``: ``fp32`` or ``bf16``, the dtype FSDP reduce-scatters (and HSDP
+  all-reduces) gradients in (the mixed-precision policy's ``reduce_dtype``).
+* ``fsdp_pp_deferred_sync``: with pipeline parallelism, FSDP gradients are accumulated
+  unsharded over the micro-batches and reduce-scattered after the stage's last backward, and
+  parameters stay gathered between micro-batches (``torch.distributed.pipelining``).
+* ``fsdp_flat_param``: FSDP1's ``FlatParameter`` (``use_orig_params=False``): the unit's
+  gradients are concatenated into the flat gradient by autograd on the compute stream, the
+  unsharded gradient is pre-divided and the shard post-divided around the reduce-scatter
+  and cast to the fp32 shard, and the fp32 shard is cast to bf16 before the all-gather
+  (:mod:`ccoverlap.parallel.fsdp`).
 
-A profile is chosen by name (``megatron-lm-2021``, ``megatron-core``, ``torchtitan``,
+A profile is chosen by name (``megatron-lm-2021``, ``megatron-core``, ``torchtitan``, ``fms-fsdp``,
 ``deepspeed``) or by a path to a YAML / JSON / TOML file with the same schema.
 """
 
@@ -62,6 +85,9 @@ ATTENTION_IMPLS = ("flash", "unfused")
 FLASH_KERNELS = ("native", "fa2")
 SELECTIVE_RECOMPUTE = ("attention", "op")
 LINEARS = ("qkv", "proj", "fc1", "fc2")
+REDUCE_DTYPES = ("fp32", "bf16")
+DDP_BUCKET_RULES = ("pytorch", "megatron", "single")
+DDP_REDUCE_DTYPES = ("fp32", "param")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +114,14 @@ class FrameworkProfile:
     cp_merge_unfused: bool = False
     fp8_cast_kernels_fwd: tuple = ("proj", "fc2")
     fp8_cast_kernels_bwd: tuple = LINEARS
+    ddp_buckets: str = "pytorch"
+    ddp_grad_prescale: bool = False
+    ddp_grad_nan_check: bool = False
+    ddp_reduce_dtype: str = "fp32"
+    ddp_coalesce_copies: bool = False
+    fsdp_reduce_dtype: str = "fp32"
+    fsdp_flat_param: bool = False
+    fsdp_pp_deferred_sync: bool = False
     sources: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -100,9 +134,19 @@ class FrameworkProfile:
             raise ConfigError(f"{where}: selective_recompute must be one of {SELECTIVE_RECOMPUTE}, "
                               f"got {self.selective_recompute!r}")
         for f in ("softmax_fused", "attention_dropout", "hidden_dropout", "norm_fused", "bias_act_fused",
-                  "bias_dropout_add_fused", "rope_fused", "cross_entropy_fused", "eager", "fsdp_copies", "cp_merge_unfused"):
+                  "bias_dropout_add_fused", "rope_fused", "cross_entropy_fused", "eager", "fsdp_copies", "cp_merge_unfused",
+                  "ddp_grad_prescale", "ddp_grad_nan_check", "fsdp_flat_param", "fsdp_pp_deferred_sync",
+                  "ddp_coalesce_copies"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"{where}: {f} must be true or false, got {getattr(self, f)!r}")
+        if self.ddp_buckets not in DDP_BUCKET_RULES:
+            raise ConfigError(f"{where}: ddp_buckets must be one of {DDP_BUCKET_RULES}, got {self.ddp_buckets!r}")
+        if self.ddp_reduce_dtype not in DDP_REDUCE_DTYPES:
+            raise ConfigError(f"{where}: ddp_reduce_dtype must be one of {DDP_REDUCE_DTYPES}, "
+                              f"got {self.ddp_reduce_dtype!r}")
+        if self.fsdp_reduce_dtype not in REDUCE_DTYPES:
+            raise ConfigError(f"{where}: fsdp_reduce_dtype must be one of {REDUCE_DTYPES}, "
+                              f"got {self.fsdp_reduce_dtype!r}")
         nk = self.norm_kernels
         if (not isinstance(nk, (tuple, list)) or len(nk) != 2
                 or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in nk)):
@@ -119,6 +163,11 @@ class FrameworkProfile:
     def flash(self) -> bool:
         """Whether attention is one fused flash kernel per direction."""
         return self.attention == "flash"
+
+    @property
+    def fsdp_reduce_bytes(self) -> int:
+        """Bytes per gradient element FSDP reduces in (``fsdp_reduce_dtype``)."""
+        return 4 if self.fsdp_reduce_dtype == "fp32" else 2
 
     def to_dict(self) -> dict:
         """Entry name -> value (sources left out)."""

@@ -28,9 +28,34 @@ Model of one simulated rank (units = embedding, each layer, head):
   out into the parameters on the compute stream before the unit runs (read + write the
   unsharded unit) and pack the gradients into the reduce-scatter input, cast to fp32, on the
   reduce-scatter stream (read bf16, write fp32): FSDP2's ``foreach_all_gather_copy_out`` and
-  ``foreach_reduce`` copy-in. FSDP1 / flat-parameter implementations use views (no copies).
+  ``foreach_reduce`` copy-in. FSDP1's flat parameters use views in forward (no copy-out);
+  their backward copies (below).
+* Pipeline parallelism through ``torch.distributed.pipelining`` (profile
+  ``fsdp_pp_deferred_sync``, pp > 1): ``PipelineStage.backward_maybe_with_nosync`` runs every
+  micro-batch's backward with ``set_requires_gradient_sync(False)`` and
+  ``set_reshard_after_backward(False)``, and after the stage's last backward calls
+  ``post_backward()`` of every FSDP state of the stage (``run_post_backward``). So the
+  unsharded gradient is accumulated in the reduce dtype on the compute stream after each
+  micro-batch's backward (FSDP2 ``to_accumulated_grad_if_needed`` /
+  ``accumulate_unsharded_grad_if_needed``: cast d -> reduce bytes the first time, read both and
+  write the accumulator after), every unit of the stage is reduce-scattered, in module order,
+  only after the stage's last backward has finished, and parameters not resharded after
+  forward (torchtitan with PP: ``reshard_after_forward = False``) are gathered once per step.
 * ``fp8_param_allgather``: parameters are cast to FP8 on the shard and all-gathered at one byte
   per element (torchao ``enable_fsdp_float8_all_gather``).
+* Gradients are reduced in the profile's ``fsdp_reduce_dtype`` (FSDP2 in torchtitan: fp32,
+  ``mixed_precision_reduce = "float32"``; fms-fsdp's FSDP1 ``bfSixteen`` policy: bf16).
+* FSDP1 with flat parameters (profile ``fsdp_flat_param``; ``torch/distributed/fsdp`` with
+  ``use_orig_params=False``): the fp32 shard is cast to the bf16 ``_mp_shard`` before the
+  all-gather (``_use_low_precision_shard``: 4 + 2 bytes per shard element, all-gather stream);
+  the gathered flat parameter is used through views (no copy-out); in backward autograd
+  concatenates the unit's gradients into the flat gradient (``split``'s backward: read + write
+  the unit's bf16 gradients, compute stream); on the post-backward (reduce-scatter) stream
+  the unsharded gradient is divided by the pre-divide factor before the reduce-scatter, the
+  shard by the post-divide factor after it, and the shard is cast to the fp32 flat
+  parameter's dtype (``_post_backward_hook`` / ``default_hooks.reduce_scatter_hook`` /
+  ``_cast_grad_to_param_dtype`` in ``torch/distributed/fsdp/_runtime_utils.py``, read at
+  pytorch/pytorch ``00ae0bc9``).
 """
 
 from __future__ import annotations
@@ -50,6 +75,8 @@ class FSDPHook:
         self.replicas = p.dp_replicate
         self.ag_bytes = 1 if p.fp8_param_allgather else p.dtype_bytes
         self.copies = em.framework.fsdp_copies
+        self.flat = em.framework.fsdp_flat_param
+        self.rb = em.framework.fsdp_reduce_bytes  # bytes per reduced gradient element
         self.bytes: dict[str, dict[str, int]] = {}
         for _, units in chunks:
             for u in units:
@@ -60,6 +87,14 @@ class FSDPHook:
         self.ends: list[int | None] = []  # end op of each gathering execution, in order
         self.pending: dict[tuple, int] = {}  # (chunk, unit, mb, phase) -> index into ends
         self.last_rs: int | None = None
+        # torch.distributed.pipelining with FSDP (profile ``fsdp_pp_deferred_sync``, pp > 1):
+        # gradients accumulate unsharded over the micro-batches and every unit of a stage is
+        # reduce-scattered after the stage's last backward; parameters stay gathered between
+        # micro-batches (gathered once when they are not resharded after forward)
+        self.deferred = em.framework.fsdp_pp_deferred_sync and p.pp > 1
+        self.chunk_units = {c: list(units) for c, units in chunks}
+        self.gathered: set = set()  # (chunk, unit) kept unsharded (deferred mode)
+        self.last_bwd: dict[int, dict[str, tuple]] = {}  # chunk -> unit -> (end op, mb) of its last backward
 
     def start(self) -> None:
         """Nothing to issue before the first unit (gathers are issued per unit)."""
@@ -72,6 +107,10 @@ class FSDPHook:
         sizes = self.bytes.get(unit)
         if not sizes:
             return None
+        if self.deferred and not k.fsdp_reshard_after_forward:
+            if (chunk, unit) in self.gathered:
+                return None  # still unsharded from an earlier micro-batch
+            self.gathered.add((chunk, unit))
         j = len(self.ends)
         deps = []
         if j - k.fsdp_prefetch - 1 >= 0:
@@ -80,8 +119,14 @@ class FSDPHook:
             deps.append(self.ends[j - k.fsdp_limit_all_gathers])
         op = None
         for group, numel in sizes.items():
+            ag_deps = deps
+            if self.flat:  # FSDP1 mixed precision: cast the fp32 shard to the bf16 all-gather input
+                shard = -(-numel // self.sizes[group])
+                ag_deps = [em.g.add("fsdp_shard_cast", em.ctx.mem(shard * (GRAD_BYTES + self.ag_bytes)),
+                                    rank=self.rank, stream=em.stream("fsdp_ag"), deps=deps, microbatch=mb,
+                                    phase=phase, layer=em.layer_of(unit))]
             op = em.g.add(f"fsdp_ag_{group}", em.ctx.coll("all_gather", numel * self.ag_bytes, group),
-                          rank=self.rank, stream=em.stream("fsdp_ag"), deps=deps, microbatch=mb,
+                          rank=self.rank, stream=em.stream("fsdp_ag"), deps=ag_deps, microbatch=mb,
                           phase=phase, layer=em.layer_of(unit))
         if self.copies:  # FSDP2: unpack the gathered buffer into the parameters, on the compute stream
             op = em.g.add("fsdp_copy_out", em.ctx.mem(2.0 * sum(sizes.values()) * self.ag_bytes), rank=self.rank,
@@ -99,21 +144,68 @@ class FSDPHook:
             self.ends[j] = end_id
         if phase != "bwd":
             return
+        if not self.deferred:
+            self._reduce(unit, mb, end_id)
+            return
         em = self.em
+        d, rb, layer = em.parallel.dtype_bytes, self.rb, em.layer_of(unit)
+        numel = sum(self.bytes.get(unit, {}).values())
+        if numel:  # FSDP2 post-backward without gradient sync: accumulate the unsharded gradient in
+            # the reduce dtype (first micro-batch: cast d -> rb; later: read both, write rb; compute stream)
+            first = unit not in self.last_bwd.get(chunk, {})  # this unit's first backward of the step
+            if rb != d:
+                nbytes = numel * ((d + rb) if first else (d + 2 * rb))
+            else:  # autograd accumulates into .grad in the parameter dtype
+                nbytes = 0 if first else 3 * d * numel
+            if nbytes:
+                end_id = em.g.add("fsdp_grad_accumulate", em.ctx.mem(nbytes), rank=self.rank,
+                                  stream=em.stream("compute"), deps=(end_id,), microbatch=mb, phase="bwd", layer=layer)
+        self.last_bwd.setdefault(chunk, {})[unit] = (end_id, mb)
+        if not last_mb:
+            return
+        done = self.last_bwd[chunk]
+        stage = self.chunk_units.get(chunk, [])
+        if any(u not in done or done[u][1] != mb for u in stage if self.bytes.get(u)):
+            return
+        # the stage's last backward is over: reduce-scatter every unit, in module (forward) order,
+        # after all of it (pipelining's run_post_backward)
+        last = max(done[u][0] for u in stage if u in done)
+        for u in stage:
+            if self.bytes.get(u):
+                self._reduce(u, mb, last)
+
+    def _reduce(self, unit: str, mb: int, end_id: int) -> None:
+        """Reduce-scatter ``unit``'s gradients after op ``end_id`` (and the HSDP all-reduce, the
+        framework's copies and FSDP1 passes around it)."""
+        em = self.em
+        d, rb, layer = em.parallel.dtype_bytes, self.rb, em.layer_of(unit)
         for group, numel in self.bytes.get(unit, {}).items():
             dep = end_id
-            if self.copies:  # FSDP2: gradients packed (and cast to fp32) into the reduce-scatter input
-                dep = em.g.add("fsdp_rs_copy_in", em.ctx.mem(numel * (em.parallel.dtype_bytes + GRAD_BYTES)),
+            shard = -(-numel // self.sizes[group])
+            if self.copies:  # FSDP2: gradients packed (and cast to the reduce dtype) into the reduce-scatter input
+                dep = em.g.add("fsdp_rs_copy_in", em.ctx.mem(numel * (d + rb)),
                                rank=self.rank, stream=em.stream("fsdp_rs"), deps=(end_id,), microbatch=mb,
-                               phase="bwd", layer=em.layer_of(unit))
-            self.last_rs = em.g.add(f"fsdp_rs_{group}", em.ctx.coll("reduce_scatter", numel * GRAD_BYTES, group),
+                               phase="bwd", layer=layer)
+            if self.flat:  # FSDP1: autograd cats the unit's gradients into the flat gradient (compute
+                # stream), then the post-backward stream casts to the reduce dtype and pre-divides
+                dep = em.g.add("fsdp_flat_grad_cat", em.ctx.mem(2.0 * numel * d), rank=self.rank,
+                               stream=em.stream("compute"), deps=(end_id,), microbatch=mb, phase="bwd", layer=layer)
+                cast = (d + rb) if d != rb else 0  # ``flat_param.grad.to(reduce_dtype)`` when they differ
+                dep = em.g.add("fsdp_grad_predivide", em.ctx.mem(numel * (cast + 2 * rb)), rank=self.rank,
+                               stream=em.stream("fsdp_rs"), deps=(dep,), microbatch=mb, phase="bwd", layer=layer)
+            self.last_rs = em.g.add(f"fsdp_rs_{group}", em.ctx.coll("reduce_scatter", numel * rb, group),
                                     rank=self.rank, stream=em.stream("fsdp_rs"), deps=(dep,), microbatch=mb,
-                                    phase="bwd", layer=em.layer_of(unit))
+                                    phase="bwd", layer=layer)
             if self.replicas > 1 and group == "dp":
-                shard = -(-numel // self.sizes["dp"])
-                self.last_rs = em.g.add("hsdp_ar", em.ctx.coll("all_reduce", shard * GRAD_BYTES, "dp_rep"),
+                self.last_rs = em.g.add("hsdp_ar", em.ctx.coll("all_reduce", shard * rb, "dp_rep"),
                                         rank=self.rank, stream=em.stream("fsdp_rs"), deps=(self.last_rs,),
-                                        microbatch=mb, phase="bwd", layer=em.layer_of(unit))
+                                        microbatch=mb, phase="bwd", layer=layer)
+            if self.flat:  # FSDP1: post-divide the shard (read + write), cast it to the fp32 flat
+                # parameter's dtype when it was reduced in another
+                cast = (rb + GRAD_BYTES) if rb != GRAD_BYTES else 0
+                self.last_rs = em.g.add("fsdp_grad_postdivide", em.ctx.mem(shard * (2 * rb + cast)),
+                                        rank=self.rank, stream=em.stream("fsdp_rs"), deps=(self.last_rs,),
+                                        microbatch=mb, phase="bwd", layer=layer)
 
     def waits(self) -> list[int]:
         """Ops the optimizer step must wait for (the last reduce-scatter; the stream is FIFO)."""

@@ -64,3 +64,27 @@ def test_a40_two_node_all_gather_is_inter_node_bound():
           f"= {per_gpu / 1e9:.2f} GB/s per GPU share of the node NIC")
     assert 1.1e9 < per_gpu <= cl.inter.bandwidth_bytes_per_s
     assert busbw < 12.5e9
+
+
+def test_h100_one_gpu_per_node_reduce_scatter_busbw():
+    """The DP group of a TP 8 layout on DGX H100: one GPU per node, 48 nodes, each GPU on its own
+    NDR 400G NIC; fp32 gradient reduce-scatter of 1 GB (Megatron-Core bucket order of magnitude).
+
+    Reference: NVIDIA/nccl-tests#290 (AddyLaddy, NVIDIA): "For NDR @ 400Gbps you should see
+    46-48GB/s per NIC". No in-network reduction helps a ring reduce-scatter with one GPU per node.
+    """
+    from ccoverlap.hardware import get_cluster
+
+    cluster = get_cluster("dgx-h100", nodes=48)
+    cm = CostModel(cluster)
+    g = GroupSpec(name="dp", size=48, local_size=1)
+    m = 1e9
+    t = cm.duration_s(CollectiveSpec(collective="reduce_scatter", bytes=m, group=g))
+    bw = bus_bandwidth("reduce_scatter", m, 48, t)
+    print(f"\nreduce-scatter, 48 nodes x 1 GPU, 1 GB: {t * 1e3:.2f} ms, busbw {bw / 1e9:.1f} GB/s")
+    assert 42e9 < bw < 48.5e9
+    # two GPUs of the group per node use two NICs: twice the bus bandwidth (TP 4 layout)
+    g2 = GroupSpec(name="dp", size=48, local_size=2)
+    t2 = CostModel(get_cluster("dgx-h100", nodes=24)).duration_s(
+        CollectiveSpec(collective="reduce_scatter", bytes=m, group=g2))
+    assert 1.8 < t / t2 < 2.1

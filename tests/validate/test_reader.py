@@ -230,3 +230,5 @@ def test_sensitivity_file_varies_published_runs():
         assert r.subset is None
         assert r.measured_step_time_s == pytest.approx(base.measured_step_time_s)
         assert (r.parallel, r.batch, r.knobs) != (base.parallel, base.batch, base.knobs)
+        # a variant states every knob its published run states (facts such as Megatron's bucket)
+        assert set(base.knobs) <= set(r.knobs), (r.name, sorted(set(base.knobs) - set(r.knobs)))
