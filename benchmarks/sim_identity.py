@@ -21,6 +21,13 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def fingerprint(ops, timeline) -> list[str]:
+    """[SHA-1 of the op records (every field, in order), SHA-1 of the start and end times'
+    float64 bytes] of one built and simulated step."""
+    return [hashlib.sha1(repr([tuple(op) for op in ops]).encode()).hexdigest(),
+            hashlib.sha1(timeline.start_s.tobytes() + timeline.end_s.tobytes()).hexdigest()]
+
+
 def fingerprints() -> dict:
     """{workload name: [op records SHA-1, start/end times SHA-1]}."""
     sys.path.insert(0, HERE)
@@ -39,8 +46,7 @@ def fingerprints() -> dict:
         w = workload_from_mapping(m, source=name)
         step = build_workload_step(w)
         tl = simulate(step.graph, cost_model_for(w))
-        out[name] = [hashlib.sha1(repr([tuple(op) for op in step.graph.ops]).encode()).hexdigest(),
-                     hashlib.sha1(tl.start_s.tobytes() + tl.end_s.tobytes()).hexdigest()]
+        out[name] = fingerprint(step.graph.ops, tl)
     return out
 
 
