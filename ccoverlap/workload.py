@@ -84,7 +84,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
                    help="overlap knob as given, e.g. --knob fsdp_prefetch=2 --knob bucket_cap_mb=50")
     g.add_argument("--calibration", help="calibration file written by `ccoverlap calibrate`")
     g.add_argument("--framework", help="framework profile: megatron-core (default), megatron-lm-2021, torchtitan, "
-                                       "deepspeed, fms-fsdp, or a profile file (docs/model.md)")
+                                       "torchtitan-compile, torchtitan-fused-rmsnorm, deepspeed, fms-fsdp, or a "
+                                       "profile file (docs/model.md)")
 
 
 def _parse_scalar(text: str) -> Any:

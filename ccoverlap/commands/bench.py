@@ -3,8 +3,9 @@
 For one GEMM shape it times every overlap schedule of an op (``serial``, ``ring``, the four
 FiCCO schedules, ``auto``, ``tune``) on the live backend - NCCL on GPUs, gloo on CPU - and
 prints, on rank 0, the median time per call (the slowest rank's time of each repetition,
-after warm-up; repetitions go round-robin over the schedules so that background load and
-drift hit all of them alike) and the speedup over ``serial``. ``--json`` prints one JSON object instead;
+after warm-up; every repetition runs each schedule once, in a Williams order - every
+schedule first, and right after every other one, equally often - so that background load,
+drift and what ran before hit all of them alike) and the speedup over ``serial``. ``--json`` prints one JSON object instead;
 ``--profile-dir DIR`` also writes a torch.profiler Chrome trace per rank
 (``DIR/rank-<r>.json``, one profiler step per call) for ``ccoverlap analyze``.
 
@@ -162,7 +163,7 @@ def _worker(rank: int, world: int, cfg: dict):
 
     from ccoverlap.runtime import all_gather_matmul, all_to_all_matmul, matmul_reduce_scatter
     from ccoverlap.runtime import comm
-    from ccoverlap.runtime.tuning import resolve
+    from ccoverlap.runtime.tuning import resolve, round_order
 
     backend = comm.backend_of()
     device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
@@ -279,8 +280,10 @@ def _worker(rank: int, world: int, cfg: dict):
                 run_one(sched)
         times = [[] for _ in scheds]
         for it in range(cfg["iters"]):
-            # the order rotates every repetition, so no schedule always runs right after another
-            for i in [(j + it) % len(scheds) for j in range(len(scheds))]:
+            # Williams order (as tune's rounds): over a cycle of repetitions every schedule runs
+            # first, and right after every other one, equally often (a plain rotation kept each
+            # schedule's predecessor fixed: ring always ran right after serial)
+            for i in round_order(len(scheds), it):
                 sched = scheds[i]
                 sync()
                 comm.barrier()

@@ -38,6 +38,25 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
 * ``cp_merge_unfused``: ring context parallelism merges each step's partial attention output
   and accumulates dQ, dK, dV in fp32 with separate element-wise kernels (PyTorch's
   ``context_parallel``, :mod:`ccoverlap.parallel.cp`) rather than in a fused correction kernel.
+* ``norm_bytes`` (optional, with ``norm_fused: false``): HBM bytes per element of [Tl, h] the
+  composite norm's kernels move, [forward, backward]; unset: ``2 x kernels`` passes of the
+  compute dtype (one read and one write per kernel). Set when the composite upcasts to fp32
+  (torchtitan's ``RMSNorm``: ``x.float()``, ``pow``, ``mean``, ``x * rsqrt``, ``type_as``,
+  ``* weight`` and their autograd backward).
+* ``rope_bytes`` (optional, with ``rope_fused: false``): [bytes per element of Q and K, kernels]
+  of the unfused rotary embedding, per direction; unset: torchtitan's eager complex multiply
+  (fp32 cast, complex multiply, cast back: 20 bytes, 3 kernels per tensor).
+* ``optimizer_bytes_per_param``: HBM bytes the optimizer step moves per local parameter
+  (default 30: a fused Adam over fp32 master weights, gradients and moments that also writes
+  the bf16 copy, Megatron-LM / Apex); torchtitan's ``torch.optim.AdamW(foreach=True)`` runs
+  one pass per ``torch._foreach_*`` op.
+* ``grad_clip_bytes_per_param``: HBM bytes the gradient-norm clipping moves per local
+  parameter (default 4: read every fp32 gradient for the norm); ``torch.nn.utils.
+  clip_grad_norm_`` also multiplies every gradient by the clamped coefficient (+8).
+* ``fp8_weight_cast_bytes``: with ``fp8=True``, HBM bytes per weight element each FP8 linear's
+  forward moves to cast its bf16 weight (torchao ``Float8Linear`` with tensorwise scaling and
+  no float8 all-gather: amax read 2 + cast read 2, write 1 = 5); 0 where the weight is cast
+  once per step and cached (TransformerEngine), which is not modelled.
 * ``fp8_cast_kernels_fwd`` / ``fp8_cast_kernels_bwd``: with ``fp8=True``, which linear
   layers' inputs need their own cast(+transpose) kernel (others are fused into the preceding
   norm / activation).
@@ -65,8 +84,10 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
   and cast to the fp32 shard, and the fp32 shard is cast to bf16 before the all-gather
   (:mod:`ccoverlap.parallel.fsdp`).
 
-A profile is chosen by name (``megatron-lm-2021``, ``megatron-core``, ``torchtitan``, ``fms-fsdp``,
-``deepspeed``) or by a path to a YAML / JSON / TOML file with the same schema.
+A profile is chosen by name (``megatron-lm-2021``, ``megatron-core``, ``torchtitan`` (eager),
+``torchtitan-compile`` (torch.compile per block), ``torchtitan-fused-rmsnorm`` (eager with the
+Triton RMSNorm), ``fms-fsdp``, ``deepspeed``) or by a path to a YAML / JSON / TOML file with the
+same schema.
 """
 
 from __future__ import annotations
@@ -105,6 +126,11 @@ class FrameworkProfile:
     hidden_dropout: bool = False
     norm_fused: bool = True
     norm_kernels: tuple = (1, 1)
+    norm_bytes: tuple | None = None
+    rope_bytes: tuple | None = None
+    optimizer_bytes_per_param: float = 30.0
+    grad_clip_bytes_per_param: float = 4.0
+    fp8_weight_cast_bytes: float = 0.0
     bias_act_fused: bool = True
     bias_dropout_add_fused: bool = True
     rope_fused: bool = True
@@ -153,6 +179,26 @@ class FrameworkProfile:
             raise ConfigError(f"{where}: norm_kernels must be [forward kernels, backward kernels], "
                               f"positive integers, got {nk!r}")
         object.__setattr__(self, "norm_kernels", tuple(nk))
+        nb = self.norm_bytes
+        if nb is not None:
+            if (not isinstance(nb, (tuple, list)) or len(nb) != 2
+                    or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0 for b in nb)):
+                raise ConfigError(f"{where}: norm_bytes must be [forward, backward] bytes per element, "
+                                  f"positive numbers, got {nb!r}")
+            object.__setattr__(self, "norm_bytes", (float(nb[0]), float(nb[1])))
+        rb = self.rope_bytes
+        if rb is not None:
+            if (not isinstance(rb, (tuple, list)) or len(rb) != 2 or isinstance(rb[0], bool)
+                    or not isinstance(rb[0], (int, float)) or not rb[0] > 0
+                    or not isinstance(rb[1], int) or isinstance(rb[1], bool) or rb[1] < 1):
+                raise ConfigError(f"{where}: rope_bytes must be [bytes per element (positive), kernels "
+                                  f"(positive integer)], got {rb!r}")
+            object.__setattr__(self, "rope_bytes", (float(rb[0]), int(rb[1])))
+        for f in ("optimizer_bytes_per_param", "grad_clip_bytes_per_param", "fp8_weight_cast_bytes"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
+                raise ConfigError(f"{where}: {f} must be a non-negative number of bytes, got {v!r}")
+            object.__setattr__(self, f, float(v))
         for f in ("fp8_cast_kernels_fwd", "fp8_cast_kernels_bwd"):
             v = getattr(self, f)
             if not isinstance(v, (tuple, list)) or any(x not in LINEARS for x in v):

@@ -87,6 +87,15 @@ class LayerCtx:
         fp8 = self.fp8 and linear_kind(name) != "lm_head"
         return GemmSpec(m=m, n=n, k=k, dtype_bytes=1 if fp8 else self.d, host_kernels=1 if self.fw.eager else 0)
 
+    def fp8_weight_cast_bytes(self, name: str) -> float:
+        """Bytes per weight element the forward of FP8 linear ``name`` spends casting its weight
+        (the profile's ``fp8_weight_cast_bytes``; 0 without FP8 and for the bf16 LM head). With
+        ``fp8_param_allgather`` the weight arrives in FP8 (torchao casts the local shard before
+        the all-gather, 1/shard of the work, not charged), so nothing is cast per use."""
+        if not self.fp8 or linear_kind(name) == "lm_head" or getattr(self.p, "fp8_param_allgather", False):
+            return 0.0
+        return self.fw.fp8_weight_cast_bytes
+
     def fp8_cast(self, name: str, direction: str) -> bool:
         """Whether the linear ``name`` needs its own FP8 cast kernel in ``direction`` (fwd: its
         input; bwd: its output gradient), per the framework profile."""

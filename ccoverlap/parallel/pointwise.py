@@ -10,7 +10,8 @@ sequence parallelism), ``T`` = tokens inside it, ``h`` hidden, ``f`` the local M
 =========================  ===============================  ===================================
 op                         fused (one kernel)                unfused (kernels, passes)
 =========================  ===============================  ===================================
-norm fwd / bwd             2 / 4 passes of [Tl, h]           k_f / k_b kernels x 2 passes
+norm fwd / bwd             2 / 4 passes of [Tl, h]           k_f / k_b kernels x 2 passes, or the
+                                                             profile's norm_bytes per element
 sublayer epilogue fwd      bias+dropout+residual add:        bias add 2, dropout 2 (+mask),
                            3 passes (+ mask)                 residual add 3
 sublayer epilogue bwd      dropout bwd 2 (+mask), bias       same, one kernel each
@@ -56,7 +57,10 @@ def _norm(ctx, direction: str) -> tuple[float, int]:
     n = ctx.local_tokens * ctx.h
     if ctx.fw.norm_fused:
         return (2 if direction == "fwd" else 4) * n * ctx.d, 1
-    k = ctx.fw.norm_kernels[0 if direction == "fwd" else 1]
+    i = 0 if direction == "fwd" else 1
+    k = ctx.fw.norm_kernels[i]
+    if ctx.fw.norm_bytes is not None:  # a composite with an fp32 upcast (profile entry norm_bytes)
+        return ctx.fw.norm_bytes[i] * n, k
     return 2 * k * n * ctx.d, k
 
 
@@ -134,6 +138,8 @@ def rope(ctx) -> MemorySpec | None:
     if ctx.model.position != "rope" or ctx.fw.rope_fused:
         return None
     n = ctx.tokens * (ctx.nq + ctx.nkv) * ctx.hd
+    if ctx.fw.rope_bytes is not None:  # profile entry rope_bytes: [bytes per element, kernels]
+        return kernel_spec(ctx, ctx.fw.rope_bytes[0] * n, ctx.fw.rope_bytes[1])
     return kernel_spec(ctx, 20.0 * n, 6)
 
 

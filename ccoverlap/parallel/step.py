@@ -17,9 +17,11 @@ Per rank the step is: the schedule's forward/backward tasks (each a chain of lay
 from :mod:`~ccoverlap.parallel.layer` / :mod:`~ccoverlap.parallel.ep`, with receive before and
 send after), the DP hooks (:mod:`~ccoverlap.parallel.ddp`, :mod:`~ccoverlap.parallel.fsdp`),
 then the tied-embedding gradient all-reduce (first and last stage, pp > 1), gradient-norm
-(read every local gradient, all-reduce one float: gradient clipping) and the Adam step
-(memory-bound: fp32 master weight, gradient and both moments read, master and moments
-written, bf16 copy written: 30 bytes per local parameter).
+(read every local gradient, all-reduce one float: gradient clipping; the framework profile's
+``grad_clip_bytes_per_param``, 4 by default, 12 where ``clip_grad_norm_`` also rescales every
+gradient) and the Adam step (memory-bound: the profile's ``optimizer_bytes_per_param``; 30 by
+default: fp32 master weight, gradient and both moments read, master and moments written,
+bf16 copy written; 80 for PyTorch's foreach AdamW, one pass per ``torch._foreach_*`` op).
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from ccoverlap.parallel.segment import IN, Segment
 from ccoverlap.parallel.units import layer_index, stage_units, unit_tensors
 
 new_op = tuple.__new__  # an Op record from a tuple of its fields, without keyword handling
-ADAM_BYTES_PER_PARAM = 30  # read master 4, grad 4, m 4, v 4; write master 4, m 4, v 4, bf16 copy 2
 
 
 @dataclass
@@ -407,12 +408,12 @@ class _Emitter:
         shard = p.dp_shard if p.data_parallel == "fsdp" else p.dp_cp
         local = dense // shard + expert // p.expert_dp if sharded else dense + expert
         if self.grad_clip:
-            norm = g.add("grad_norm", MemorySpec(bytes=float(local * lay.GRAD_BYTES)), rank=r, deps=waits,
-                         phase="opt")
+            clip_bytes = local * self.framework.grad_clip_bytes_per_param
+            norm = g.add("grad_norm", MemorySpec(bytes=float(clip_bytes)), rank=r, deps=waits, phase="opt")
             waits = [g.add("grad_norm_ar", ctx.coll("all_reduce", 4, "world" if sharded else "mp"), rank=r,
                            deps=(norm,), phase="opt")]
-        opt = g.add("optimizer_step", MemorySpec(bytes=float(local * ADAM_BYTES_PER_PARAM)), rank=r,
-                    deps=waits, phase="opt")
+        opt_bytes = local * self.framework.optimizer_bytes_per_param
+        opt = g.add("optimizer_step", MemorySpec(bytes=float(opt_bytes)), rank=r, deps=waits, phase="opt")
         hook.after_optimizer(opt)
 
     def describe_ranks(self) -> list:

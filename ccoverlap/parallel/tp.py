@@ -33,13 +33,20 @@ from __future__ import annotations
 from ccoverlap.parallel import pointwise as pw
 
 
-def _cast(seg, ctx, src, name: str, direction: str, rows: int, cols: int):
+def _cast(seg, ctx, src, name: str, direction: str, rows: int, cols: int, weight_elems: int = 0):
     """With FP8, the cast(+transpose) kernel of a linear's input (fwd) or output gradient (bwd)
-    when the framework profile does not fuse it into the previous kernel; else ``src``."""
+    when the framework profile does not fuse it into the previous kernel, and in forward the
+    cast of its ``weight_elems`` local weight elements when the profile casts weights on every
+    use (``fp8_weight_cast_bytes``, torchao ``Float8Linear``: amax + cast, 2 kernels); else ``src``."""
+    wbytes = ctx.fp8_weight_cast_bytes(name) * weight_elems if direction == "fwd" else 0.0
     if not ctx.fp8_cast(name, direction):
-        return src
-    return seg.add(f"{name}_fp8_cast" + ("_bwd" if direction == "bwd" else ""), pw.fp8_cast(ctx, rows, cols),
-                   deps=(src,))
+        if wbytes <= 0:
+            return src
+        return seg.add(f"{name}_fp8_weight_cast", pw.kernel_spec(ctx, wbytes, 2), deps=(src,))
+    spec = pw.fp8_cast(ctx, rows, cols)
+    if wbytes > 0:
+        spec = pw.kernel_spec(ctx, spec.bytes + wbytes, spec.kernels + 2)
+    return seg.add(f"{name}_fp8_cast" + ("_bwd" if direction == "bwd" else ""), spec, deps=(src,))
 
 
 def _chunks(ctx, m: int) -> int:
@@ -55,7 +62,7 @@ def fwd_ag_gemm(seg, ctx, src: int, name: str, n: int, k: int, tensor: str = "")
     """Column-parallel GEMM [T, k] x [k, n] in forward, preceded by the SP all-gather of its
     input (T·h·dtype bytes, the gathered size). Returns the index of the (last) GEMM."""
     T, d = ctx.tokens, ctx.d
-    src = _cast(seg, ctx, src, name, "fwd", ctx.local_tokens, k)
+    src = _cast(seg, ctx, src, name, "fwd", ctx.local_tokens, k, n * k)
     if ctx.tp == 1 or not ctx.sp:
         return seg.add(name, ctx.gemm(T, n, k, name), deps=(src,), tensor=tensor)
     c = _chunks(ctx, T)
@@ -74,7 +81,7 @@ def fwd_gemm_reduce(seg, ctx, src: int, name: str, n: int, k: int, deps=()) -> i
     """Row-parallel GEMM [T, k] x [k, n] in forward followed by the reduce-scatter (SP) or
     all-reduce of its [T, n] output. Returns the index of the op producing the reduced output."""
     T, d = ctx.tokens, ctx.d
-    src = _cast(seg, ctx, src, name, "fwd", T, k)
+    src = _cast(seg, ctx, src, name, "fwd", T, k, n * k)
     gemm = ctx.gemm(T, n, k, name)
     if ctx.tp == 1:
         return seg.add(name, gemm, deps=(src, *deps))

@@ -8,16 +8,26 @@ a clear error rather than a hang.
 
 * ``auto``: rank 0's heuristic answer is broadcast once per key.
 * ``tune``: the candidates run in *rounds* (one timed call of every remaining candidate per
-  round, the order rotated every round so drift and background load hit all alike). A
+  round) through the public op, per-call cross-rank check included, so ``tune`` times what a
+  user's call (and ``ccoverlap bench``) runs. The order inside a round follows a Williams
+  design (:func:`round_order`): over a cycle of rounds every candidate runs right after every
+  other one equally often, so no candidate always inherits the same predecessor's state. A
   call's time is the slowest rank's (all-reduce MAX per round). Comparisons are *paired*
   within a round (a shared machine's load changes from round to round and moves every
-  candidate of that round alike): after ``min_reps`` rounds rank 0 drops every candidate
-  that took more than ``1 + margin`` times the current best's time in at least three rounds
-  out of four, and stops when one candidate is left, after ``max_reps`` rounds, or when its
-  clock passes ``budget_s``; the stop flag and the surviving set are broadcast from rank 0,
-  so every rank follows rank 0's decision. The pick is the survivor with the lowest median
-  of (its time / the fastest time of the same round).
-  Settings: :func:`set_tune_options` or ``CCOVERLAP_TUNE="min_reps=5,max_reps=40,budget_s=10"``.
+  candidate of that round alike): for two candidates the per-round ratios of their times
+  give a distribution-free confidence interval for the median ratio (sign-test order
+  statistics, :func:`median_ratio_interval`, level ``confidence``). After ``min_reps`` rounds
+  rank 0 applies :func:`tune_step` every round: a candidate is dropped once it is *provably*
+  slower than another remaining one (the interval lies above 1), and tuning stops when one
+  remaining candidate is provably within ``margin`` of every other remaining one (one left
+  is the special case) - the pick is then the *simplest* such candidate (the order the
+  candidates are listed in: fewest transfers first, see :func:`tune_candidates`), a
+  deterministic tie-break that costs at most ``margin``. Otherwise it stops after
+  ``max_reps`` rounds or when rank 0's clock passes ``budget_s`` and picks the remaining
+  candidate with the lowest median of (its time / the fastest time of the same round).
+  The stop flag, the pick and the surviving set are broadcast from rank 0, so every rank
+  follows rank 0's decision.
+  Settings: :func:`set_tune_options` or ``CCOVERLAP_TUNE="min_reps=8,max_reps=200,budget_s=10"``.
 * An optional JSON cache file (:func:`set_tune_cache_file` or ``CCOVERLAP_TUNE_CACHE``) keeps
   tune decisions across runs, keyed by op, shapes, dtype, device name, group size, backend
   and engine; only rank 0 reads and writes it and broadcasts what it found.
@@ -26,6 +36,7 @@ a clear error rather than a hang.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import threading
@@ -38,7 +49,7 @@ import torch
 from ccoverlap.deciders.ficco_heuristic import choose_schedule
 from ccoverlap.runtime import comm
 from ccoverlap.runtime.machine import MachineSpec, machine_for
-from ccoverlap.runtime.schedules import SCHEDULES, ag_matmul, matmul_rs
+from ccoverlap.runtime.schedules import SCHEDULES
 
 __all__ = [
     "Decision",
@@ -53,8 +64,10 @@ __all__ = [
     "set_tune_options",
     "get_tune_options",
     "set_tune_cache_file",
-    "elimination_step",
     "paired_scores",
+    "median_ratio_interval",
+    "round_order",
+    "tune_step",
 ]
 
 _lock = threading.Lock()
@@ -66,16 +79,28 @@ class TuneOptions:
     """How hard ``tune`` measures: rounds (each times every remaining candidate once) and budget.
 
     ``warmup``: untimed calls per candidate; ``min_reps``/``max_reps``: timed rounds before
-    elimination may start / at most; ``budget_s``: rank 0's wall-clock budget in seconds
-    (checked after each round, at least ``min_reps`` rounds run); ``margin``: relative
-    median gap below which two candidates count as tied (never eliminated against each other).
+    any decision may be taken / at most; ``budget_s``: rank 0's wall-clock budget in seconds
+    (checked after each round, at least ``min_reps`` rounds run); ``margin``: relative gap
+    (dimensionless) within which a candidate that is *provably* that close to every other one
+    ends the tuning (the simplest such is picked); ``confidence``: level of the per-pair
+    interval of the median ratio used both to drop a candidate and to call a tie.
+
+    Defaults (assumed, not fitted): ``confidence=0.99`` needs at least 8 rounds before a pair
+    can be told apart at all (a sign test over n rounds reaches 1 - 2/2**n), hence
+    ``min_reps=8``; ``margin=0.02`` keeps the cost of the tie-break well inside the issue's 5%
+    tolerance; ``max_reps=200``/``budget_s=10`` let the time budget bind first on the
+    documented CPU shapes (a round of three survivors takes ~0.12 s there on a quiet machine),
+    since the call-to-call spread measured there (sigma of log time 0.08-0.14 for one
+    schedule on a quiet machine: ``benchmarks/bench_runtime_tune.py --rejudge``, docs/runtime.md
+    "Third pass") needs tens of rounds to resolve gaps of a few percent.
     """
 
     warmup: int = 2
-    min_reps: int = 5
-    max_reps: int = 40
+    min_reps: int = 8
+    max_reps: int = 200
     budget_s: float = 10.0
-    margin: float = 0.03
+    margin: float = 0.02
+    confidence: float = 0.99
 
 
 def _options_from_env() -> TuneOptions:
@@ -88,7 +113,7 @@ def _options_from_env() -> TuneOptions:
         name = name.strip()
         if name not in TuneOptions.__dataclass_fields__:
             raise ValueError(f"CCOVERLAP_TUNE: unknown option {name!r}; known: {list(TuneOptions.__dataclass_fields__)}")
-        kw[name] = float(value) if name in ("budget_s", "margin") else int(value)
+        kw[name] = float(value) if name in ("budget_s", "margin", "confidence") else int(value)
     return TuneOptions(**kw)
 
 
@@ -105,8 +130,10 @@ def set_tune_options(**kwargs) -> TuneOptions:
     global _options
     old = _options
     new = replace(old, **kwargs)
-    if new.min_reps < 1 or new.max_reps < new.min_reps or new.warmup < 0 or new.budget_s <= 0 or new.margin < 0:
-        raise ValueError(f"set_tune_options: need warmup >= 0, 1 <= min_reps <= max_reps, budget_s > 0, margin >= 0: {new}")
+    if (new.min_reps < 1 or new.max_reps < new.min_reps or new.warmup < 0 or new.budget_s <= 0 or new.margin < 0
+            or not 0.5 <= new.confidence < 1):
+        raise ValueError(f"set_tune_options: need warmup >= 0, 1 <= min_reps <= max_reps, budget_s > 0, margin >= 0, "
+                         f"0.5 <= confidence < 1: {new}")
     _options = new
     return old
 
@@ -201,14 +228,6 @@ def auto_choice(
     return name, f"{reason} [{spec.name}]"
 
 
-def _quartiles(xs: Sequence[float]) -> tuple[float, float, float]:
-    s = sorted(xs)
-    if len(s) < 4:
-        return s[0], statistics.median(s), s[-1]
-    q = statistics.quantiles(s, n=4, method="inclusive")
-    return q[0], q[1], q[2]
-
-
 def paired_scores(samples: dict[str, list[float]], active: Sequence[str]) -> dict[str, float]:
     """Per candidate, the median over rounds of its time divided by the fastest time of that round.
 
@@ -222,25 +241,100 @@ def paired_scores(samples: dict[str, list[float]], active: Sequence[str]) -> dic
     return {c: statistics.median(samples[c][i] / mins[i] if mins[i] > 0 else 1.0 for i in range(n)) for c in active}
 
 
-def elimination_step(samples: dict[str, list[float]], active: list[str], margin: float) -> list[str]:
-    """Candidates still in the race after one round (pure; rank 0 runs it, the result is broadcast).
+def _sign_test_rank(n: int, confidence: float) -> int:
+    """Largest j >= 1 with P(Binomial(n, 1/2) <= j - 1) <= (1 - confidence) / 2, or 0 when none."""
+    tail = (1.0 - confidence) / 2.0
+    cdf, j = 0.0, 0
+    for i in range(n):
+        cdf += math.comb(n, i) / 2.0**n
+        if cdf > tail:
+            break
+        j = i + 1
+    return j
 
-    Paired comparison: the current best is the lowest :func:`paired_scores`; a candidate is
-    dropped when, round by round, it took more than ``1 + margin`` times the best's time in at
-    least three rounds out of four (the lower quartile of its per-round ratios to the best is
-    above ``1 + margin``). Ties within the noise stay in the race.
+
+def median_ratio_interval(num: Sequence[float], den: Sequence[float], confidence: float) -> tuple[float, float]:
+    """Confidence interval (level ``confidence``) of the median of the per-round ratios ``num[i] / den[i]``.
+
+    Distribution-free: the j-th smallest and j-th largest ratio, with j from the sign test
+    (the median lies below the j-th smallest of n values with probability
+    P(Binomial(n, 1/2) <= j - 1)); Hollander & Wolfe, *Nonparametric Statistical Methods*,
+    §3.6. Dimensionless. ``(0, inf)`` when there are too few rounds for that level (fewer
+    than log2(2 / (1 - confidence)) + 1, i.e. 8 at 0.99). Rounds where ``den`` is 0 are skipped.
     """
-    scores = paired_scores(samples, active)
-    best = min(active, key=lambda c: (scores[c], active.index(c)))
-    n = min(len(samples[c]) for c in active)
-    keep = []
-    for c in active:
-        if c != best:
-            ratios = [samples[c][i] / samples[best][i] for i in range(n) if samples[best][i] > 0]
-            if ratios and _quartiles(ratios)[0] > 1.0 + margin:
-                continue
-        keep.append(c)
-    return keep
+    ratios = sorted(a / b for a, b in zip(num, den) if b > 0)
+    j = _sign_test_rank(len(ratios), confidence)
+    if j == 0:
+        return 0.0, math.inf
+    return ratios[j - 1], ratios[len(ratios) - j]
+
+
+def round_order(n: int, round_index: int) -> list[int]:
+    """Positions ``0..n-1`` in the order round ``round_index`` runs them (Williams design).
+
+    Row 0 is ``0, 1, n-1, 2, n-2, ...``; row r adds r (mod n); for odd n the rows of the
+    second half-cycle are reversed. Over ``n`` rounds (``2n`` for odd n) every position runs
+    first equally often and directly after every other position equally often (Williams,
+    Aust. J. Sci. Res. A 2 (1949) 149-168), so no candidate always inherits the same
+    predecessor's state (a plain rotation keeps every predecessor fixed).
+    """
+    if n <= 0:
+        return []
+    first, lo, hi = [0], 1, n - 1
+    while lo <= hi:
+        first.append(lo)
+        lo += 1
+        if lo <= hi:
+            first.append(hi)
+            hi -= 1
+    r = round_index % (2 * n if n % 2 else n)
+    row = [(x + r) % n for x in first]
+    return row[::-1] if n % 2 and r >= n else row
+
+
+@dataclass(frozen=True)
+class TuneStep:
+    """Rank 0's decision after one round: who stays, and the pick when tuning can stop."""
+
+    keep: tuple[str, ...]
+    pick: str | None
+    why: str
+
+
+def tune_step(samples: dict[str, list[float]], active: Sequence[str], margin: float, confidence: float) -> TuneStep:
+    """One round's decision (pure; rank 0 runs it and broadcasts the result).
+
+    ``samples[c][i]``: candidate c's time in round i (seconds, any unit, paired by round);
+    ``active``: the remaining candidates, simplest first. With ``I(c, d)`` the
+    :func:`median_ratio_interval` of ``c``'s time over ``d``'s at level ``confidence``:
+
+    * **drop** ``c`` when some other remaining ``d`` has ``I(c, d)`` entirely above 1 (``c``
+      is provably slower than ``d``; if this would drop every candidate, none is dropped);
+    * **stop** when some remaining ``s`` has ``I(s, d)`` entirely at or below ``1 + margin``
+      for every other remaining ``d`` (``s`` is provably at most ``margin`` slower than any of
+      them); the pick is the first such ``s`` in ``active`` order, the simplest. One candidate
+      left is the special case.
+
+    Otherwise ``pick`` is None (go on measuring).
+    """
+    active = list(active)
+    if len(active) == 1:
+        return TuneStep(tuple(active), active[0], "the only candidate")
+    iv = {(c, d): median_ratio_interval(samples[c], samples[d], confidence) for c in active for d in active if c != d}
+    keep = [c for c in active if not any(iv[(c, d)][0] > 1.0 for d in active if d != c)]
+    if not keep:  # a cycle of "provably slower" (non-transitive medians): drop nobody this round
+        keep = active
+    dropped = [c for c in active if c not in keep]
+    for s in keep:
+        if all(iv[(s, d)][1] <= 1.0 + margin for d in keep if d != s):
+            if len(keep) == 1:
+                why = "every other candidate provably slower"
+            else:
+                others = ", ".join(d for d in keep if d != s)
+                why = (f"provably within {margin:.0%} of {others} at {confidence:.0%} confidence; "
+                       "the simplest of the tied candidates")
+            return TuneStep(tuple(keep), s, why)
+    return TuneStep(tuple(keep), None, f"dropped {', '.join(dropped)}" if dropped else "undecided")
 
 
 def tune_choice(
@@ -254,10 +348,11 @@ def tune_choice(
 ) -> Decision:
     """Time ``candidates`` in interleaved rounds until the order is clear; every rank follows rank 0.
 
-    ``run_for(name)`` returns a zero-argument callable running candidate ``name`` once.
+    ``run_for(name)`` returns a zero-argument callable running candidate ``name`` once;
+    ``candidates`` are listed simplest first (the tie-break order).
     Collective: every rank of ``group`` must call it with the same candidates. Times are
-    seconds per call, MAX over ranks per round; the pick is the lowest median (ties: the
-    earlier candidate). See the module docstring for the stopping rule.
+    seconds per call, MAX over ranks per round. See the module docstring for the stopping
+    rule (:func:`tune_step`) and the pick.
     """
     opt = options or _options
     cands = list(candidates)
@@ -267,15 +362,16 @@ def tune_choice(
     cdev = comm.comm_device(group)
     is_root = comm.group_rank(group) == 0
     t_start = time.perf_counter()
+    why = ""
     with torch.no_grad():
         for c in cands:
             for _ in range(opt.warmup):
                 runs[c]()
         rounds = 0
         while True:
-            order = active[rounds % len(active):] + active[: rounds % len(active)]
             local = torch.zeros(len(cands), dtype=torch.float64)
-            for c in order:
+            for pos in round_order(len(active), rounds):
+                c = active[pos]
                 _sync(device)
                 comm.barrier(group)
                 t0 = time.perf_counter()
@@ -288,40 +384,51 @@ def tune_choice(
             for c in active:
                 samples[c].append(worst[cands.index(c)])
             rounds += 1
-            # rank 0 decides whether to go on and who stays; everyone follows its broadcast
-            ctl = torch.zeros(1 + len(cands), dtype=torch.int64)
+            # rank 0 decides whether to go on, who stays and what is picked; everyone follows its broadcast
+            ctl = torch.zeros(2 + len(cands), dtype=torch.int64)
             if is_root:
-                keep = active
+                keep, pick = active, None
                 if rounds >= opt.min_reps:
-                    keep = elimination_step(samples, active, opt.margin)
-                over = time.perf_counter() - t_start >= opt.budget_s
-                stop = len(keep) == 1 or rounds >= opt.max_reps or (over and rounds >= opt.min_reps)
-                ctl[0] = int(stop)
+                    step = tune_step(samples, active, opt.margin, opt.confidence)
+                    keep, pick, why = list(step.keep), step.pick, step.why
+                over = time.perf_counter() - t_start >= opt.budget_s and rounds >= opt.min_reps
+                if pick is None and (rounds >= opt.max_reps or over):
+                    scores = paired_scores(samples, keep)
+                    pick = min(keep, key=lambda c: (scores[c], cands.index(c)))
+                    why = (f"{'time budget' if over else 'max_reps'} reached with {len(keep)} candidates not "
+                           "told apart; lowest median time relative to each round's fastest")
+                ctl[0] = int(pick is not None)
+                ctl[1] = cands.index(pick) if pick is not None else -1
                 for c in keep:
-                    ctl[1 + cands.index(c)] = 1
+                    ctl[2 + cands.index(c)] = 1
             ctl = ctl.to(cdev)
             comm.broadcast(ctl, 0, group=group, async_op=False)
             flags = ctl.cpu().tolist()
-            active = [c for i, c in enumerate(cands) if flags[1 + i]]
+            active = [c for i, c in enumerate(cands) if flags[2 + i]]
             if flags[0]:
+                best = cands[flags[1]]
                 break
     elapsed = torch.tensor([time.perf_counter() - t_start], dtype=torch.float64, device=cdev)
     comm.broadcast(elapsed, 0, group=group, async_op=False)
     medians = {c: statistics.median(samples[c]) for c in cands}
-    scores = paired_scores(samples, active)
-    best = min(active, key=lambda c: (scores[c], cands.index(c)))
     table = tuple((c, medians[c]) for c in cands)
     shown = ", ".join(f"{c}={s * 1e3:.3g}ms" for c, s in table)
+    if not is_root:
+        why = "rank 0's decision"
     return Decision(
-        best, "tune", f"lowest median time relative to each round's fastest, {rounds} interleaved rounds "
-        f"(slowest rank per call; medians {shown})", table,
+        best, "tune", f"{why}; {rounds} interleaved rounds (slowest rank per call; medians {shown})", table,
         tuple((c, tuple(samples[c])) for c in cands), rounds, float(elapsed.item()),
         eliminated=tuple(c for c in cands if c not in active),
     )  # fmt: skip
 
 
 def tune_candidates(kind: str) -> tuple[str, ...]:
-    """The schedules ``tune`` times for op kind ``"ag"``/``"rs"`` (every concrete schedule)."""
+    """The schedules ``tune`` times for op kind ``"ag"``/``"rs"``: every concrete schedule, simplest first.
+
+    "Simplest" is the tie-break order of :func:`tune_step`: fewest transfers per call first
+    (``serial``: one collective; ``ring``: P-1 whole-shard exchanges; the FiCCO schedules:
+    P steps of pieces, in the order FiCCO §V-B lists them) - the order of ``SCHEDULES``.
+    """
     return SCHEDULES
 
 
@@ -417,15 +524,15 @@ def _to_file(key: tuple, device: torch.device, decision: Decision, group) -> Non
 
 
 def _runner(kind, a, b, group, name, comm_engine="sm"):
-    if kind == "ag":
-        tx = None
-        if comm_engine == "dma":
-            from ccoverlap.runtime import cuda
+    """One call of the public op with schedule ``name``: what a user's call (and ``ccoverlap bench``)
+    runs, the per-call cross-rank check and the agreed comm engine's transport included."""
+    from ccoverlap.runtime import ops  # ops imports this module
 
-            tx = cuda.SymmMemTransport  # time the transport that will run (the engine was agreed)
-        return lambda: ag_matmul(a, b, group, name, transport=tx)
+    weight = b.t()  # the ops take an nn.Linear weight [n, k] and compute a @ weight.T = a @ b
+    if kind == "ag":
+        return lambda: ops.all_gather_matmul(a, weight, group, schedule=name, comm_engine=comm_engine)
     if kind == "rs":
-        return lambda: matmul_rs(a, b, group, name)
+        return lambda: ops.matmul_reduce_scatter(a, weight, group, schedule=name, comm_engine=comm_engine)
     raise ValueError(f"unknown op kind {kind!r}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import replace
 
 import pytest
@@ -185,3 +186,68 @@ def test_cli_bad_framework_or_cp_is_one_line_exit_2(capsys, tmp_path, argv, need
                  "--global-batch", "8", "--out", str(tmp_path), *argv])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
+
+
+def test_torchtitan_fp32_norm_foreach_adamw_and_clip_bytes():
+    """torchtitan's eager RMSNorm upcasts to fp32 (36 / 92 bytes per element, 8 / 15 kernels);
+    compiled per block it is one fused kernel; its foreach AdamW moves 80 bytes per local
+    parameter and clip_grad_norm_ 12, against 30 and 4 for Megatron's fused kernels."""
+    n = 2 * S * 1024  # micro-batch 2 x S tokens x hidden
+    eager = {o.name: o.spec for o in layer("torchtitan")}
+    # + the unfused epilogue of the sublayer before: bias add 2 + residual add 3 passes of bf16
+    assert eager["mlp_norm"].bytes == 36 * n + 5 * n * 2 and eager["mlp_norm"].kernels == 8 + 2
+    bwd = {o.name: o.spec for o in layer("torchtitan", phase="bwd")}
+    # + autograd's residual-gradient add (3 passes) + the bias gradient of the epilogue (1 pass)
+    assert bwd["mlp_norm_bwd"].bytes == 92 * n + 3 * n * 2 + n * 2 and bwd["mlp_norm_bwd"].kernels == 15 + 1 + 1
+    compiled = {o.name: o.spec for o in layer("torchtitan-compile")}
+    # fused norm (2 passes) + fused bias-residual add (3 passes), one kernel each
+    assert compiled["mlp_norm"].bytes == 2 * n * 2 + 3 * n * 2 and compiled["mlp_norm"].kernels == 2
+    p = ParallelConfig(dp=4, data_parallel="fsdp")
+    b = BatchConfig(global_batch=4, micro_batch=1, seq_len=S)
+
+    def opt_ops(fw):
+        sg = build_step(GPT, p, b, cluster(4), framework=fw)
+        return {o.name: o.spec.bytes for o in sg.graph.ops if o.rank == 0 and o.name in ("grad_norm", "optimizer_step")}
+
+    tt, mc, tc = opt_ops("torchtitan"), opt_ops("megatron-core"), opt_ops("torchtitan-compile")
+    local = mc["optimizer_step"] / 30
+    assert local == int(local) and local > 0
+    assert tt == {"grad_norm": 12 * local, "optimizer_step": 80 * local} == tc
+    assert mc["grad_norm"] == 4 * local
+
+
+@pytest.mark.parametrize("entry,value,needle", [
+    ("norm_bytes", [36], "norm_bytes must be [forward, backward]"),
+    ("norm_bytes", [36, -1], "norm_bytes must be [forward, backward]"),
+    ("rope_bytes", [4, 0], "rope_bytes must be [bytes per element"),
+    ("optimizer_bytes_per_param", -1, "optimizer_bytes_per_param must be a non-negative"),
+    ("grad_clip_bytes_per_param", "many", "grad_clip_bytes_per_param must be a non-negative"),
+])
+def test_bad_byte_entries_name_the_entry(entry, value, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        profile_from_mapping({"name": "x", "entries": {entry: {"value": value, "source": "test"}}}, "f")
+
+
+def test_torchao_fp8_weight_cast_on_every_forward():
+    """torchtitan (torchao Float8Linear, tensorwise, no float8 all-gather) casts each bf16 weight
+    in every forward: amax read 2 + cast read 2, write 1 = 5 bytes per weight element, on top of
+    the input's cast(+transpose); TransformerEngine's per-step cached weight cast is not charged."""
+    p = ParallelConfig(fp8=True)
+    T, h = 2 * S, 1024
+    tt = {o.name: o.spec for o in layer("torchtitan", p)}
+    # the MLP's fc1 [T, h] x [h, 4h]: input cast (d + 2 bytes per element) + weight cast 5 per weight element
+    assert tt["mlp_fc1_fp8_cast"].bytes == T * h * (2 + 2) + 5 * h * 4 * h
+    assert tt["mlp_fc1_fp8_cast"].kernels == 3
+    mc = {o.name: o.spec for o in layer("megatron-core", p)}
+    assert mc["mlp_fc2_fp8_cast"].bytes == T * 4 * h * (2 + 2)
+    assert "mlp_fc1_fp8_cast" not in mc and not any(n.endswith("_fp8_weight_cast") for n in mc)
+    # no FP8, no weight casts
+    assert not any("fp8" in o.name for o in layer("torchtitan"))
+
+
+def test_no_per_use_weight_cast_with_fp8_param_allgather():
+    """With FSDP's float8 all-gather the weight is gathered already in FP8: no per-forward cast."""
+    p = ParallelConfig(dp=2, data_parallel="fsdp", fp8=True, fp8_param_allgather=True)
+    ops = {o.name: o.spec for o in layer("torchtitan", p)}
+    T, h = 2 * S, 1024
+    assert ops["mlp_fc1_fp8_cast"].bytes == T * h * (2 + 2) and ops["mlp_fc1_fp8_cast"].kernels == 1

@@ -95,19 +95,6 @@ def test_agreed_engine_falls_back_on_every_rank_unless_all_can_use_dma():
     assert engine == "sm" and "rank(s) [1]" in why
 
 
-def test_elimination_keeps_ties_and_drops_the_clearly_slower():
-    from ccoverlap.runtime.tuning import elimination_step
-
-    samples = {
-        "a": [10.0, 10.2, 9.9, 10.1, 10.0],
-        "b": [10.1, 10.3, 10.0, 10.2, 10.1],  # within the margin of a: stays
-        "c": [13.0, 13.5, 12.9, 13.2, 13.1],  # clearly slower: dropped
-        "d": [9.0, 15.0, 8.0, 16.0, 12.0],  # noisy, overlapping a: stays
-    }
-    assert elimination_step(samples, ["a", "b", "c", "d"], margin=0.03) == ["a", "b", "d"]
-    assert elimination_step(samples, ["c"], margin=0.03) == ["c"]
-
-
 def test_tune_options_validate():
     import pytest
 
@@ -163,21 +150,6 @@ def test_dma_is_unavailable_on_cpu_with_a_reason():
 
     ok, why = dma_available(torch.zeros(2, 2), None)
     assert not ok and "CUDA" in why
-
-
-def test_elimination_is_paired_within_rounds():
-    # the background load doubles and halves from round to round; "b" is always 6% slower than
-    # "a" in the same round. Raw quartiles overlap (no elimination by them), the paired rule drops b.
-    from ccoverlap.runtime.tuning import elimination_step, paired_scores
-
-    load = [1.0, 2.0, 1.2, 1.9, 1.1, 2.2]
-    samples = {"a": [10.0 * f for f in load], "b": [10.6 * f for f in load], "c": [10.1 * f for f in load]}
-    scores = paired_scores(samples, ["a", "b", "c"])
-    assert scores["a"] == 1.0 and abs(scores["b"] - 1.06) < 1e-9
-    assert elimination_step(samples, ["a", "b", "c"], margin=0.03) == ["a", "c"]
-    # b faster in half the rounds: not clearly slower, stays
-    samples["b"] = [s * (0.97 if i % 2 else 1.06) for i, s in enumerate(samples["a"])]
-    assert "b" in elimination_step(samples, ["a", "b", "c"], margin=0.03)
 
 
 def test_check_fingerprint_is_stable_and_separates_descriptors():
