@@ -149,7 +149,7 @@ def main(argv=None) -> int:
 
     head = ["case", "target (s)", "wall (s)", "CPU (s)", "runs"]
     if args.baseline:
-        head += ["baseline wall (s)", "baseline CPU (s)", "CPU speed-up"]
+        head += ["baseline wall (s)", "baseline CPU (s)", "wall speed-up", "CPU speed-up"]
     head.append("prediction / notes")
     rows = []
     for c in cases:
@@ -158,7 +158,7 @@ def main(argv=None) -> int:
         row = [c, f"{TARGETS[c]:g}", fmt(wall), fmt(cpu), str(len([r for r in ours[c] if "wall_s" in r]))]
         if args.baseline:
             bw, bc = med(base[c], "wall_s"), med(base[c], "cpu_s")
-            row += [fmt(bw), fmt(bc), f"{bc / cpu:.1f}x" if bc and cpu else "-"]
+            row += [fmt(bw), fmt(bc), f"{bw / wall:.1f}x" if bw and wall else "-", f"{bc / cpu:.1f}x" if bc and cpu else "-"]
             binfo = next((r.get("info") for r in base[c] if r.get("info")), None)
             if binfo is not None and binfo != info:
                 info = f"{info}  | baseline: {binfo}"

@@ -5,13 +5,17 @@ Definitions: MFU = model FLOPs per step / (world size × dense peak FLOP/s × st
 PaLM / Megatron definition (recomputation not counted); exposed communication, compute and
 communication are those of the simulated rank with the most exposed communication (the
 critical one); the overlap ratio is taken over all simulated ranks' communication.
+
+A summary is made from a simulated timeline (:func:`summarize`) or from :class:`StepMetrics`,
+which may be extrapolated from two shorter steps in a pipeline's steady state
+(:func:`extrapolate_metrics`, used by :class:`ccoverlap.planner.Planner`; docs/planner.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ccoverlap.timeline import Timeline, all_rank_metrics, step_time_s
+from ccoverlap.timeline import RankMetrics, Timeline, all_rank_metrics, step_time_s
 
 
 @dataclass
@@ -87,25 +91,117 @@ def simulate_workload(w, *, cost=None, progress=None):
     return step, tl
 
 
+@dataclass(frozen=True)
+class StepMetrics:
+    """What a summary reads from a simulated step: the step time (first start to last end over
+    all ranks, seconds), every simulated rank's :class:`~ccoverlap.timeline.RankMetrics` and the
+    number of micro-batches per pipeline the step ran. Made from a timeline (:meth:`of`) or
+    extrapolated from two shorter steps (:func:`extrapolate_metrics`)."""
+
+    step_time_s: float
+    ranks: tuple[RankMetrics, ...]
+    microbatches: int
+    extrapolated_from: tuple[int, int] | None = None
+
+    @classmethod
+    def of(cls, tl: Timeline, microbatches: int) -> "StepMetrics":
+        """The metrics of the simulated timeline ``tl`` of a step of ``microbatches`` micro-batches."""
+        return cls(step_time_s(tl), tuple(all_rank_metrics(tl)), int(microbatches))
+
+
+#: RankMetrics fields that are sums of time over the step (affine in the micro-batch count in a
+#: pipeline's steady state); the ratios are recomputed from them
+_AFFINE_FIELDS = ("step_time_s", "compute_s", "comm_s", "memcpy_s", "overlap_s", "exposed_comm_s",
+                  "compute_only_s", "idle_s", "bubble_s", "flops", "comm_bytes")
+
+
+def extrapolate_metrics(a: StepMetrics, b: StepMetrics, microbatches: int) -> StepMetrics:
+    """The metrics of the same step with ``microbatches`` micro-batches per pipeline, from two
+    simulated steps ``a`` and ``b`` with fewer (``a.microbatches < b.microbatches``), assuming
+    every time is affine in the micro-batch count: x(M) = x(a) + (M − M_a)·(x(b) − x(a))/(M_b − M_a).
+
+    That holds once both steps are past the pipeline's warm-up: in 1F1B and interleaved 1F1B
+    each further micro-batch adds one forward and one backward per stage to the steady state
+    while the fill / drain and the once-per-step work (gradient synchronisation, optimizer)
+    stay the same (Narayanan et al. 2021, §2.2, step time (M + p − 1)·(t_f + t_b) for 1F1B);
+    without a pipeline each adds its forward and backward. The planner checks which schedules qualify
+    (:meth:`ccoverlap.planner.Planner.steady_state`); ``tests/test_steady_state.py`` compares
+    the extrapolation with full simulations. Ratios (overlap, R) are recomputed from the
+    extrapolated times; negative extrapolations are clipped to 0."""
+    if not a.microbatches < b.microbatches:
+        raise ValueError(f"extrapolation needs two step lengths, got {a.microbatches} and {b.microbatches}")
+    if len(a.ranks) != len(b.ranks):
+        raise ValueError("extrapolation needs the same simulated ranks in both steps")
+    f = (microbatches - a.microbatches) / (b.microbatches - a.microbatches)
+
+    def ex(x: float, y: float) -> float:
+        return max(0.0, x + f * (y - x))
+
+    ranks = []
+    for ra, rb in zip(a.ranks, b.ranks):
+        vals = {k: ex(getattr(ra, k), getattr(rb, k)) for k in _AFFINE_FIELDS}
+        comm, comp = vals["comm_s"], vals["compute_s"]
+        vals["overlap_ratio"] = vals["overlap_s"] / comm if comm > 0 else 0.0
+        vals["compute_comm_ratio"] = comp / comm if comm > 0 else float("inf")
+        ranks.append(replace(ra, **vals))
+    return StepMetrics(ex(a.step_time_s, b.step_time_s), tuple(ranks), int(microbatches),
+                       extrapolated_from=(a.microbatches, b.microbatches))
+
+
 def summarize(name: str, w, step, tl: Timeline, *, note: str = "", extra_memory_bytes: float = 0.0,
               keep_timeline: bool = True) -> StrategyResult:
     """Summarise the simulated timeline ``tl`` of ``step`` (the StepGraph of workload ``w``, maybe
     rewritten by a decider). ``extra_memory_bytes`` is added to the step's memory estimate (e.g.
     activations of micro-batches launched together) and re-checked against the usable memory."""
-    t = step_time_s(tl)
-    ranks = all_rank_metrics(tl)
+    res = summarize_metrics(name, w, StepMetrics.of(tl, step.microbatches), step_totals(w, step),
+                            note=note, extra_memory_bytes=extra_memory_bytes)
+    res.timeline = tl if keep_timeline else None
+    return res
+
+
+@dataclass(frozen=True)
+class StepTotals:
+    """What a summary reads from the workload rather than the timeline: world size, tokens and
+    model FLOPs per step (PaLM's MFU definition) and the memory estimate."""
+
+    world_size: int
+    tokens_per_step: float
+    model_flops_per_step: float
+    memory: object  # ccoverlap.parallel.memory.MemoryEstimate
+
+
+def step_totals(w, step=None) -> StepTotals:
+    """:class:`StepTotals` of workload ``w``: taken from its built ``step`` if given, else
+    computed without building it (the same formulas as :func:`ccoverlap.parallel.build_step`)."""
+    if step is not None:
+        return StepTotals(step.world_size, step.tokens_per_step, step.model_flops_per_step, step.memory)
+    from ccoverlap.parallel.framework import get_framework
+    from ccoverlap.parallel.memory import estimate_memory
+
+    fw = get_framework(getattr(w, "framework", None))
+    tokens = w.batch.global_batch * w.batch.seq_len
+    mem = estimate_memory(w.model, w.parallel, w.batch, w.cluster, w.knobs, flash_attention=fw.flash)
+    return StepTotals(w.parallel.world_size, tokens, w.model.flops_per_token(w.batch.seq_len) * tokens, mem)
+
+
+def summarize_metrics(name: str, w, metrics: StepMetrics, totals: StepTotals, *, note: str = "",
+                      extra_memory_bytes: float = 0.0) -> StrategyResult:
+    """:func:`summarize` from step metrics (simulated or extrapolated, :class:`StepMetrics`) and
+    the workload's :class:`StepTotals`; the definitions are the module docstring's."""
+    t = metrics.step_time_s
+    ranks = metrics.ranks
     worst = max(ranks, key=lambda m: m.exposed_comm_s)
     comm_total = sum(m.comm_s for m in ranks)
     overlap = sum(m.overlap_s for m in ranks) / comm_total if comm_total > 0 else 0.0
-    peak = w.cluster.gpu.flops_for(w.parallel.dtype_bytes) * step.world_size
-    mem = step.memory
+    peak = w.cluster.gpu.flops_for(w.parallel.dtype_bytes) * totals.world_size
+    mem = totals.memory
     total = float(mem.total_bytes) + float(extra_memory_bytes)
     return StrategyResult(
         name=name,
         knobs=w.knobs.to_dict(),
         step_time_s=t,
-        tokens_per_s=step.tokens_per_step / t if t > 0 else 0.0,
-        mfu=step.model_flops_per_step / (peak * t) if t > 0 else 0.0,
+        tokens_per_s=totals.tokens_per_step / t if t > 0 else 0.0,
+        mfu=totals.model_flops_per_step / (peak * t) if t > 0 else 0.0,
         exposed_comm_s=worst.exposed_comm_s,
         overlap_ratio=overlap,
         compute_s=worst.compute_s,
@@ -114,7 +210,6 @@ def summarize(name: str, w, step, tl: Timeline, *, note: str = "", extra_memory_
         peak_memory_bytes=total,
         fits_memory=bool(total <= mem.usable_bytes) if extra_memory_bytes else bool(mem.fits),
         note=note,
-        timeline=tl if keep_timeline else None,
     )
 
 

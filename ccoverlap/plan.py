@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from ccoverlap.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
-from ccoverlap.planner import FunctionStrategy, Planner, ProgressFn, Strategy, StrategyRegistry, workload_key  # noqa: F401
+from ccoverlap.planner import (FunctionStrategy, Planner, ProgressFn, Strategy, StrategyRegistry,  # noqa: F401
+                               fork_available, strategy_groups, workload_key)
 from ccoverlap.workload import Workload
 
 
@@ -159,35 +160,78 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
     ``as-given``. Times in seconds.
 
     ``exact`` (used when no ``planner`` is given): judge every candidate (knob values,
-    decider alternatives) on the full step. Default: judge them on a step with fewer
-    micro-batches (:meth:`Planner.screened`) and simulate fully only each strategy's chosen
-    configuration, so every reported step time is still a full simulation (docs/planner.md)."""
+    decider alternatives) on the full step and simulate every reported row in full. Default:
+    judge them on a step with fewer micro-batches (:meth:`Planner.screened`) and report each
+    strategy's chosen configuration on the full step — simulated in full for ``as-given`` and
+    ``best-knobs`` (their timelines are kept), else extrapolated from two short steps where the
+    pipeline schedule allows (:meth:`Planner.metrics`; docs/planner.md, "Steady state").
+    When the planner may use several processes, the registered strategies run in forked worker
+    processes, one :func:`~ccoverlap.planner.strategy_groups` group each (same results)."""
     t0 = time.perf_counter()
     planner = planner or Planner(w, progress=progress, exact=exact)
     registry = registry if registry is not None else default_registry()
     chosen = registry.select(list(extra) if extra is not None else None)
     seconds: dict[str, float] = {}
-    t = time.perf_counter()
+    cpu_seconds: dict[str, float] = {}  # of the process that ran the part (its own candidates' workers not counted)
+    t, c = time.perf_counter(), time.process_time()
+
+    def lap(name: str) -> None:
+        nonlocal t, c
+        seconds[name], cpu_seconds[name] = time.perf_counter() - t, time.process_time() - c
+        t, c = time.perf_counter(), time.process_time()
+
     as_given = AS_GIVEN.run(planner, w)
     no_overlap = NO_OVERLAP.run(planner, w)
-    t, seconds["as-given+no-overlap"] = time.perf_counter(), time.perf_counter() - t
+    lap("as-given+no-overlap")
     best_w, best, _ = search_best_knobs(planner, w, progress=progress)
-    t, seconds["best-knobs"] = time.perf_counter(), time.perf_counter() - t
+    lap("best-knobs")
     changed = {k: v for k, v in best_w.knobs.to_dict().items() if w.knobs.to_dict().get(k) != v}
     best.note = ("changed: " + ", ".join(f"{k}={v}" for k, v in changed.items())) if changed else "as given is best"
     strategies = [as_given, no_overlap, best]
-    for i, strat in enumerate(chosen):
+    groups = strategy_groups(chosen)
+    if planner.jobs > 1 and len(groups) > 1 and fork_available():
+        # independent strategies in worker processes (each inherits the planner and its cache,
+        # e.g. the best knobs' simulations), heaviest group first; their own candidates then
+        # run in that process. Results, times and counters come back; predictions are the same.
         if progress:
-            progress(i, len(chosen), f"strategy {strat.name}")
-        res = strat.run(planner, best_w)
-        t, seconds[strat.name] = time.perf_counter(), time.perf_counter() - t
-        if res is not None:
-            strategies.append(res)
+            progress(0, len(chosen), "strategies " + ", ".join(s.name for s in chosen))
+        done = {}
+        for part in planner.map(lambda i: _run_group(planner, groups[i], best_w), len(groups)):
+            for name, res, wall, cpu, counts in part:
+                done[name] = res
+                seconds[name], cpu_seconds[name] = wall, cpu
+                planner.add_counts(counts)
+        strategies.extend(done[s.name] for s in chosen if done[s.name] is not None)
+    else:
+        for i, strat in enumerate(chosen):
+            if progress:
+                progress(i, len(chosen), f"strategy {strat.name}")
+            res = strat.run(planner, best_w)
+            lap(strat.name)
+            if res is not None:
+                strategies.append(res)
     sims = planner.simulations + planner.graph_simulations
-    stats = {**planner.stats(), "seconds": seconds,
-             "screen_microbatches": planner.screened(w).batch.microbatches(w.parallel.dp) if planner.screening(w) else None}
+    stats = {**planner.stats(), "seconds": seconds, "cpu_seconds": cpu_seconds,
+             "screen_microbatches": planner.screened(w).batch.microbatches(w.parallel.dp) if planner.screening(w) else None,
+             "extrapolated_from": planner.steady_state(w)}
     return PlanResult(workload=w, strategies=strategies, simulations=sims, seconds=time.perf_counter() - t0,
                       best_workload=best_w, stats=stats)
+
+
+def _run_group(planner: Planner, group: list, start: Workload) -> list[tuple]:
+    """Run the strategies of ``group`` one after the other on ``planner`` (in a worker process):
+    ``(name, result without its timeline, wall s, CPU s, counter increments)`` each."""
+    out = []
+    for strat in group:
+        before = planner.stats()
+        t, c = time.perf_counter(), time.process_time()
+        res = strat.run(planner, start)
+        if res is not None:
+            res.timeline = None
+        after = planner.stats()
+        out.append((strat.name, res, time.perf_counter() - t, time.process_time() - c,
+                    {k: after[k] - before[k] for k in after}))
+    return out
 
 
 def recommendation(result: PlanResult) -> str:

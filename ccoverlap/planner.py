@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.evaluate import StrategyResult, build_workload_step, cost_model_for, summarize
+from ccoverlap.evaluate import (StepMetrics, StrategyResult, build_workload_step, cost_model_for,
+                                extrapolate_metrics, step_totals, summarize, summarize_metrics)
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -71,6 +72,46 @@ def screen_microbatches(w) -> int | None:
     return m_s if m_s < m else None
 
 
+#: pipeline schedules whose step is affine in the micro-batch count past the warm-up, so a
+#: step may be extrapolated from two shorter ones (checked against full simulations in
+#: tests/test_steady_state.py; steps without a pipeline qualify too). Left out: DualPipe (it
+#: splits the micro-batches between two directions; extrapolated from 8 and 12 micro-batches
+#: it is off by 1.6e-4) and GPipe (measured off by 2.1e-5 in step time and 3.2e-4 in overlap
+#: ratio on a PP4 DDP step, where 1F1B and interleaved agree to rounding; docs/planner.md).
+PERIODIC_SCHEDULES = ("1f1b", "interleaved")
+
+
+def steady_state_microbatches(w) -> tuple[int, int] | None:
+    """The two step lengths (micro-batches per pipeline) from which a step of ``w`` is
+    extrapolated (:func:`ccoverlap.evaluate.extrapolate_metrics`), or None when it must be
+    simulated in full: a schedule not in :data:`PERIODIC_SCHEDULES`, or no more micro-batches
+    than the second length. The first length is :func:`screen_microbatches`' (past the 1F1B /
+    interleaved warm-up, and the step candidates are judged on, so its simulation is usually
+    cached), the second one pipeline round (``pp`` micro-batches) longer, keeping the
+    interleaved schedule's "multiple of pp" rule."""
+    p = w.parallel
+    pp = max(1, int(p.pp))
+    if pp > 1 and p.pp_schedule not in PERIODIC_SCHEDULES:
+        return None
+    m1 = pp * -(-(2 * pp + 2) // pp)
+    m2 = m1 + pp
+    return (m1, m2) if m2 < w.batch.microbatches(p.dp) else None
+
+
+#: fewest ops in a candidate's step for which :meth:`Planner.evaluate_many` uses worker
+#: processes: a map over 2 forked workers costs 0.05-0.08 s wall (measured after the README
+#: plan's knob search, load ~7, docs/planner.md), about what simulating 15,000 ops of that plan
+#: costs; below ~40,000 ops the candidates run faster in this process.
+PARALLEL_MIN_OPS = 40_000
+
+
+def with_microbatches(w, m: int):
+    """``w`` with the global batch cut (or grown) to ``m`` micro-batches per pipeline (same
+    model, layout, micro-batch size and knobs)."""
+    b = w.batch
+    return replace(w, batch=replace(b, global_batch=m * b.micro_batch * w.parallel.dp))
+
+
 class Planner:
     """One workload, its cost model and a cache of simulated steps.
 
@@ -82,9 +123,10 @@ class Planner:
     ``jobs``: processes for independent candidates (:meth:`map`); default: the CPUs this
     process may use (1 = everything in this process).
     ``exact``: False (default) lets strategies judge candidates on a reduced step with fewer
-    micro-batches (:meth:`screened`, :func:`screen_microbatches`) and simulate fully only the
-    configuration they report; True makes :meth:`screened` the identity (every candidate
-    simulated on the full step).
+    micro-batches (:meth:`screened`, :func:`screen_microbatches`), and the step time of a full
+    step be extrapolated from two shorter ones where the schedule is periodic
+    (:meth:`steady_state`, :meth:`metrics`); True makes :meth:`screened` the identity and
+    simulates every step in full.
 
     Counters: ``simulations`` (full step simulations run), ``cache_hits`` (simulations avoided
     because the same configuration had been simulated), ``graph_simulations`` (simulations of
@@ -104,6 +146,9 @@ class Planner:
         self._summaries: dict[tuple, StrategyResult] = {}
         self._pinned: set[tuple] = set()
         self._memo: dict[tuple, Any] = {}
+        self._metrics: dict[tuple, StepMetrics] = {}
+        self._simulated_summaries: set[tuple] = set()  # summaries from a full simulation, not extrapolated
+        self.extrapolations = 0
         self.simulations = 0
         self.cache_hits = 0
         self.graph_simulations = 0
@@ -121,8 +166,7 @@ class Planner:
         m_s = screen_microbatches(w)
         if m_s is None:
             return w
-        b = w.batch
-        return replace(w, batch=replace(b, global_batch=m_s * b.micro_batch * w.parallel.dp))
+        return with_microbatches(w, m_s)
 
     @staticmethod
     def restore(w_screened, like):
@@ -134,6 +178,73 @@ class Planner:
         """Whether :meth:`screened` reduces ``w``."""
         w = self.workload if w is None else w
         return self.screened(w) is not w
+
+    def steady_state(self, w=None) -> tuple[int, int] | None:
+        """The two step lengths from which :meth:`metrics` extrapolates ``w``'s step
+        (:func:`steady_state_microbatches`), or None when it is simulated in full (always in
+        exact mode)."""
+        w = self.workload if w is None else w
+        return None if self.exact else steady_state_microbatches(w)
+
+    def full_step_how(self, w=None) -> str:
+        """How :meth:`metrics` gets ``w``'s full step, for notes: "simulated in full" or
+        "extrapolated from M1 and M2 micro-batches"."""
+        pts = self.steady_state(self.workload if w is None else w)
+        return "simulated in full" if pts is None else f"extrapolated from {pts[0]} and {pts[1]} micro-batches"
+
+    def metrics(self, w=None) -> StepMetrics:
+        """:class:`~ccoverlap.evaluate.StepMetrics` of ``w``'s step: extrapolated from the
+        simulations of two shorter steps (:meth:`steady_state`) or, where that does not apply,
+        from its full simulation. Cached per configuration."""
+        w = self.workload if w is None else w
+        key = workload_key(w)
+        got = self._metrics.get(key)
+        if got is not None:
+            self.cache_hits += 1
+            return got
+        got = self.rewritten_metrics(w, None)
+        self._metrics[key] = got
+        return got
+
+    def rewritten_metrics(self, w, rewrite: Callable[[Any], Any] | None, key: tuple | None = None) -> StepMetrics:
+        """:class:`~ccoverlap.evaluate.StepMetrics` of ``w``'s step rewritten by a decider:
+        ``rewrite(step)`` returns the op graph to simulate for a :class:`StepGraph` (None: the
+        step as built). Where :meth:`steady_state` applies, the rewrite is applied to and
+        simulated on two shorter steps and the metrics extrapolated (so ``rewrite`` must do
+        per micro-batch what it does on the full step); else on the full step. ``key``
+        (hashable, naming the rewrite) caches the result per step length, so a decider that
+        judged a rewrite on the screened step does not simulate it again."""
+        w = self.workload if w is None else w
+        pts = self.steady_state(w)
+        if pts is None:
+            return self._short_metrics(w, rewrite, key)
+        a, b = (self._short_metrics(with_microbatches(w, m), rewrite, key) for m in pts)
+        self.extrapolations += 1
+        return extrapolate_metrics(a, b, w.batch.microbatches(w.parallel.dp))
+
+    def _short_metrics(self, w, rewrite, key) -> StepMetrics:
+        if rewrite is None:
+            got = self._metrics.get(workload_key(w))
+            if got is not None:
+                return got
+            st, tl = self.simulate(w)
+            got = self._metrics[workload_key(w)] = StepMetrics.of(tl, st.microbatches)
+            return got
+        ck = ("rewritten-metrics", key, workload_key(w)) if key is not None else None
+        if ck is not None and ck in self._memo:
+            self.cache_hits += 1
+            return self._memo[ck]
+        st = self.step(w)
+        got = StepMetrics.of(self.simulate_graph(rewrite(st)), st.microbatches)
+        if ck is not None:
+            self._memo[ck] = got
+        return got
+
+    def summarize_metrics(self, name: str, w, metrics: StepMetrics, *, note: str = "",
+                          extra_memory_bytes: float = 0.0) -> StrategyResult:
+        """:func:`ccoverlap.evaluate.summarize_metrics` with ``w``'s totals (tokens, model FLOPs,
+        memory estimate), for metrics from :meth:`metrics` / :meth:`rewritten_metrics`."""
+        return summarize_metrics(name, w, metrics, step_totals(w), note=note, extra_memory_bytes=extra_memory_bytes)
 
     # ------------------------------------------------------------------ building and simulating
     def step(self, w=None):
@@ -198,13 +309,19 @@ class Planner:
 
     def evaluate(self, w=None, name: str = "as-given", *, note: str = "", keep_timeline: bool = False) -> StrategyResult:
         """Simulate ``w`` (cached) and summarise it as a :class:`StrategyResult` named ``name``
-        (definitions in :mod:`ccoverlap.evaluate`). Each call returns a fresh result object."""
+        (definitions in :mod:`ccoverlap.evaluate`). Each call returns a fresh result object.
+        Without ``keep_timeline`` the step may be extrapolated from two shorter ones
+        (:meth:`metrics`); with it, it is simulated in full (the timeline is what is kept)."""
         w = self.workload if w is None else w
         key = workload_key(w)
         base = self._summaries.get(key)
-        if base is None or (keep_timeline and key not in self._timelines):
+        if keep_timeline and (key not in self._timelines or key not in self._simulated_summaries):
             st, tl = self.simulate(w)
             base = summarize(name, w, st, tl, keep_timeline=False)
+            self._summaries[key] = base
+            self._simulated_summaries.add(key)
+        elif base is None:
+            base = self.summarize_metrics(name, w, self.metrics(w))
             self._summaries[key] = base
         else:
             self.cache_hits += 1
@@ -231,11 +348,20 @@ class Planner:
         finally:
             _MAP_TASK = None
 
+    def _worth_processes(self, w) -> bool:
+        """Whether simulating steps like ``w``'s (at the length :meth:`metrics` would simulate)
+        takes long enough to pay for worker processes: at least :data:`PARALLEL_MIN_OPS` ops.
+        Builds that step (cached, so the candidate's own evaluation reuses it)."""
+        pts = self.steady_state(w)
+        probe = with_microbatches(w, pts[1]) if pts else w
+        return len(self.step(probe).graph.ops) >= PARALLEL_MIN_OPS
+
     def evaluate_many(self, ws: list, name: str) -> list[StrategyResult]:
         """:meth:`evaluate` of each workload in ``ws`` (no timelines), the uncached ones in
-        parallel (:meth:`map`); their summaries join this planner's cache."""
+        parallel (:meth:`map`) when their steps are large enough (:meth:`_worth_processes`);
+        their summaries join this planner's cache."""
         todo = [i for i, w in enumerate(ws) if workload_key(w) not in self._summaries]
-        if len(todo) > 1 and self.jobs > 1 and not _IN_WORKER:
+        if len(todo) > 1 and self.jobs > 1 and not _IN_WORKER and self._worth_processes(ws[todo[0]]):
             done = self.map(lambda j: self.evaluate(ws[todo[j]], name), len(todo))
             for j, res in zip(todo, done):
                 self._summaries[workload_key(ws[j])] = replace(res, timeline=None)
@@ -246,10 +372,16 @@ class Planner:
         """:func:`ccoverlap.evaluate.summarize` (same definitions for every strategy)."""
         return summarize(name, w, step, timeline, **kw)
 
+    def add_counts(self, counts: dict) -> None:
+        """Add counter increments (from :meth:`stats` differences, e.g. of a worker process)."""
+        for k, v in counts.items():
+            if k in ("simulations", "graph_simulations", "cache_hits", "extrapolations"):
+                setattr(self, k, getattr(self, k) + int(v))
+
     def stats(self) -> dict:
         """Counters, for reports: simulations, graph simulations, cache hits."""
         return {"simulations": self.simulations, "graph_simulations": self.graph_simulations,
-                "cache_hits": self.cache_hits}
+                "cache_hits": self.cache_hits, "extrapolations": self.extrapolations}
 
 
 # ----------------------------------------------------------------------------- processes
@@ -290,6 +422,11 @@ class Strategy(Protocol):
     ``run(planner, start)``: simulate the strategy starting from workload ``start`` (the
     planner's best knobs) with the planner's cost model and cache; return a
     :class:`StrategyResult` (seconds, bytes) or None when it does not apply to the workload.
+
+    Optional attributes read by :func:`ccoverlap.plan.plan` when it runs strategies in worker
+    processes (:func:`strategy_groups`): ``group`` (strategies with the same non-empty group
+    run in one process, in registration order, so they share what they :meth:`Planner.memo`)
+    and ``weight`` (relative cost, a scheduling hint: heavier groups start first; default 1).
     """
 
     name: str
@@ -305,10 +442,29 @@ class FunctionStrategy:
     name: str
     fn: Callable[[Planner, Any], StrategyResult | None]
     summary: str = ""
+    group: str = ""
+    weight: float = 1.0
 
     def run(self, planner: Planner, start) -> StrategyResult | None:
         """Run ``fn`` on the planner and the starting workload."""
         return self.fn(planner, start)
+
+
+def strategy_groups(strategies: list) -> list[list]:
+    """``strategies`` split into the groups that :func:`ccoverlap.plan.plan` may run in separate
+    processes: one per distinct ``group`` attribute (strategies without one alone), members in
+    the given order; groups ordered by total ``weight``, heaviest first (the longest-processing-
+    time-first rule, so the last group to start is a short one)."""
+    groups: dict[str, list] = {}
+    for i, s in enumerate(strategies):
+        groups.setdefault(getattr(s, "group", "") or f"\0{i}", []).append(s)
+    return sorted(groups.values(), key=lambda g: -sum(float(getattr(s, "weight", 1.0)) for s in g))
+
+
+def fork_available() -> bool:
+    """Whether :meth:`Planner.map` can use worker processes here (fork start method, not
+    already inside a worker)."""
+    return not _IN_WORKER and "fork" in mp.get_all_start_methods()
 
 
 class StrategyRegistry:

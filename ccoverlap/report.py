@@ -39,8 +39,11 @@ def plan_table(payload: dict, console: Console | None = None) -> None:
                   f"({'communication-bound' if r < 1 else 'compute can hide communication'})")
     console.print(f"[bold]Recommendation:[/bold] {payload['recommendation']}")
     screened = payload.get("screen_microbatches")
-    how = (f" (candidates judged on {screened} micro-batches per pipeline, every step time above simulated in full;"
-           f" --exact to judge them in full)" if screened else "")
+    ex = payload.get("extrapolated_from")
+    full = ("as-given and best-knobs simulated in full, the other rows extrapolated from steps of "
+            f"{ex[0]} and {ex[1]} micro-batches" if ex else "every step time above simulated in full")
+    how = (f" (candidates judged on {screened} micro-batches per pipeline, {full};"
+           f" --exact to judge and simulate everything in full)" if screened else "")
     console.print(f"{payload['simulations']} simulations in {payload['search_seconds']:.1f} s{how}")
     for name, path in payload["files"].items():
         console.print(f"  {name}: {path}")

@@ -7,7 +7,7 @@ import pytest
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.plan import AS_GIVEN, default_registry, plan
-from ccoverlap.planner import FunctionStrategy, Planner, Strategy, StrategyRegistry, workload_key
+from ccoverlap.planner import FunctionStrategy, Planner, Strategy, StrategyRegistry, strategy_groups, workload_key
 from ccoverlap.workload import workload_from_mapping, with_knobs
 
 W = workload_from_mapping({"model": "phi-2", "cluster": "dgx-h100", "nodes": 1,
@@ -66,6 +66,39 @@ def test_worker_processes_do_not_change_predictions():
     assert [(s.name, s.step_time_s, s.note) for s in serial.strategies] == \
         [(s.name, s.step_time_s, s.note) for s in parallel.strategies]
     assert serial.best_workload == parallel.best_workload
+
+
+def test_strategies_in_worker_processes_match_one_process_on_a_pipeline():
+    # every registered strategy, each group in its own process, on a 1F1B step whose reported
+    # rows are extrapolated from 6 and 8 micro-batches: the same rows as in one process
+    w = workload_from_mapping({"model": "phi-2", "cluster": "dgx-h100", "nodes": 1,
+                               "parallel": {"tp": 2, "pp": 2, "dp": 2, "data_parallel": "fsdp",
+                                            "sequence_parallel": True, "pp_schedule": "1f1b"},
+                               "batch": {"global_batch": 20, "micro_batch": 1, "seq_len": 2048}})
+    serial = plan(w, planner=Planner(w, jobs=1))
+    parallel = plan(w, planner=Planner(w, jobs=2))
+    assert parallel.stats["extrapolated_from"] == (6, 8)
+    assert [s.name for s in serial.strategies] == ["as-given", "no-overlap", "best-knobs", "lagom", "autoccl",
+                                                   "centauri", "ficco"]
+    assert [(s.name, s.step_time_s, s.exposed_comm_s, s.note) for s in serial.strategies] == \
+        [(s.name, s.step_time_s, s.exposed_comm_s, s.note) for s in parallel.strategies]
+    # the workers' simulations are counted
+    assert parallel.stats["graph_simulations"] == serial.stats["graph_simulations"] > 0
+    assert set(parallel.stats["cpu_seconds"]) == set(serial.stats["cpu_seconds"])
+
+
+def test_strategy_groups_keep_shared_work_together_heaviest_first():
+    def none(planner, start):
+        return None
+
+    a = FunctionStrategy("a", none, group="g", weight=1.0)
+    b = FunctionStrategy("b", none, weight=5.0)
+    c = FunctionStrategy("c", none, group="g", weight=1.5)
+    d = FunctionStrategy("d", none)
+    assert [[s.name for s in g] for g in strategy_groups([a, b, c, d])] == [["b"], ["a", "c"], ["d"]]
+    lagom = next(s for s in default_registry().select(None) if s.name == "lagom")
+    autoccl = next(s for s in default_registry().select(None) if s.name == "autoccl")
+    assert lagom.group == autoccl.group != ""  # they share overlap-group profiles
 
 
 def test_pinned_timeline_survives_eviction():

@@ -19,8 +19,10 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--no-png", action="store_true", help="skip the timeline picture")
     p.add_argument("--exact", action="store_true",
-                   help="judge every knob value and decider candidate on the full step (slower); default: judge "
-                        "them on a step with fewer micro-batches and simulate fully only what is reported")
+                   help="judge every knob value and decider candidate on the full step and simulate every "
+                        "reported row in full (slower); default: judge them on a step with fewer micro-batches and, "
+                        "for 1F1B / interleaved / no pipeline, extrapolate the reported full steps from two "
+                        "short ones (as-given and best-knobs are always simulated in full)")
     p.add_argument("--strategies", help="comma-separated decider strategies to add (default: all available)")
     s = p.add_argument_group("layout search (--search)")
     s.add_argument("--search", action="store_true",
@@ -141,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         "strategies": [s.as_dict() for s in result.strategies],
         "simulations": result.simulations,
         "screen_microbatches": result.stats.get("screen_microbatches"),
+        "extrapolated_from": result.stats.get("extrapolated_from"),
         "search_seconds": result.seconds,
         "files": files,
     }

@@ -44,7 +44,7 @@ from ccoverlap.deciders.centauri_tiers import (  # re-exported: callers import t
     operation_candidates,
 )
 from ccoverlap.graph import OpGraph
-from ccoverlap.planner import FunctionStrategy
+from ccoverlap.planner import FunctionStrategy, with_microbatches
 from ccoverlap.timeline import Timeline, step_time_s
 
 __all__ = ["CentauriDecision", "decide", "comm_ratio", "centauri_strategy", "centauri_graph", "layer_costs"]
@@ -83,6 +83,9 @@ class CentauriDecision:
     operation_index: int | None = None
     microbatches_judged: int = 0
     screened_microbatches: int = 0
+    #: the full step's metrics when they were extrapolated from two short steps (then ``graph``
+    #: and ``timeline`` are the screened step's, and the Alg. 1 counts in the labels too)
+    metrics: object = None
 
     @property
     def speedup(self) -> float:
@@ -102,7 +105,11 @@ class CentauriDecision:
                                             f"T2={self.layer_rule[1] * 1e3:.1f} ms per layer)"
                                             if self.layer_rule else ""),
                  f"model: L1={self.model[0]}, L2={self.model[1]}" + (f" ({self.model_rule})" if self.model_rule else "")]
-        if self.screened_microbatches:
+        if self.screened_microbatches and self.metrics is not None and self.metrics.extrapolated_from:
+            m1, m2 = self.metrics.extrapolated_from
+            parts.append(f"chosen on {self.screened_microbatches} micro-batches (the Alg.1 counts are that step's), "
+                         f"full step extrapolated from {m1} and {m2}")
+        elif self.screened_microbatches:
             parts.append(f"chosen on {self.screened_microbatches} micro-batches, simulated in full")
         return (f"Centauri — {'; '.join(parts)}. Predicted {self.speedup:.3f}x vs no partition "
                 f"({self.baseline_s * 1e3:.1f} -> {self.step_s * 1e3:.1f} ms); alpha={self.alpha:.2f}, "
@@ -167,6 +174,8 @@ def _replay_full(planner, d: CentauriDecision, w) -> CentauriDecision:
     become the full step's; ``tried`` keeps the screened step times the choices were made on."""
     cost = planner.cost
     cw = planner.restore(d.workload, w)
+    if planner.steady_state(cw) is not None and d.model == (1, 1):
+        return _extrapolate_full(planner, d, cw, w)
     step = planner.step(cw)
     op_fn = None
     if d.operation_index is not None:
@@ -185,6 +194,43 @@ def _replay_full(planner, d: CentauriDecision, w) -> CentauriDecision:
     d.workload, d.step, d.graph, d.timeline, d.step_s = cw, step, graph, tl, step_time_s(tl)
     d.baseline_s = planner.evaluate(planner.restore(d.baseline_workload, w), "centauri").step_time_s
     d.alpha, _, _ = comm_ratio(d.graph, cost)
+    d.bound = rules.speedup_bound(d.alpha)
+    d.screened_microbatches = d.microbatches_judged
+    return d
+
+
+def _extrapolate_full(planner, d: CentauriDecision, cw, w) -> CentauriDecision:
+    """:func:`_replay_full` where the planner extrapolates the full step from two short ones
+    (:meth:`~ccoverlap.planner.Planner.rewritten_metrics`): the choices ``d`` made are applied
+    to each short step (tier 2's Algorithm 1 plans recomputed on it) and the step times, and
+    alpha's serial communication and compute, extrapolated. Not used with a micro-batch grouping
+    (L1, L2) != (1, 1), which is not the same per micro-batch."""
+    cost = planner.cost
+    layer = "T2" if d.layer.startswith("T2") else "T1"
+    partitioned = d.operation_index not in (None, 0)  # candidate 0 is "none" (no partition)
+    serial: dict[int, tuple[float, float]] = {}
+
+    def rewrite(st):
+        op_fn = operation_candidates(st, cw, cost)[d.operation_index][1] if partitioned else None
+        if op_fn is None and layer == "T1" and not d.defer_units:
+            graph = st.graph
+        else:
+            graph = centauri_graph(st, op_plan=op_fn, layer=layer, defer_units=d.defer_units)
+        serial[st.microbatches] = comm_ratio(graph, cost)[1:]
+        return graph
+
+    if not partitioned and layer == "T1" and not d.defer_units:
+        metrics = planner.metrics(cw)  # nothing rewritten: the (cached) knob configuration
+        for m in planner.steady_state(cw):
+            rewrite(planner.step(with_microbatches(cw, m)))
+    else:
+        metrics = planner.rewritten_metrics(cw, rewrite)
+    (m1, (comm1, comp1)), (m2, (comm2, comp2)) = sorted(serial.items())[:2]
+    f = (metrics.microbatches - m1) / (m2 - m1)
+    comm, comp = comm1 + f * (comm2 - comm1), comp1 + f * (comp2 - comp1)
+    d.workload, d.metrics, d.step_s = cw, metrics, metrics.step_time_s
+    d.baseline_s = planner.evaluate(planner.restore(d.baseline_workload, w), "centauri").step_time_s
+    d.alpha = comm / (comm + comp) if comm + comp > 0 else 0.0
     d.bound = rules.speedup_bound(d.alpha)
     d.screened_microbatches = d.microbatches_judged
     return d
@@ -297,10 +343,15 @@ def centauri_strategy(planner, start):
     if start.parallel.dp <= 1:
         return None
     d = decide(planner, start)
+    if d.metrics is not None:
+        return planner.summarize_metrics("centauri", d.workload, d.metrics, note=d.note(),
+                                         extra_memory_bytes=d.extra_memory_bytes)
     return planner.summarize("centauri", d.workload, d.step, d.timeline, note=d.note(),
-                                extra_memory_bytes=d.extra_memory_bytes)
+                             extra_memory_bytes=d.extra_memory_bytes)
 
 
-# planner strategy (registered by ccoverlap.plan.default_registry)
+# planner strategy (registered by ccoverlap.plan.default_registry); ``weight``: a scheduling
+# hint only (CPU seconds on the README's 70B plan, docs/planner.md)
 CENTAURI = FunctionStrategy("centauri", centauri_strategy,
-                            "Centauri: partition of collectives (§3.1) and operation / layer / model scheduling tiers")
+                            "Centauri: partition of collectives (§3.1) and operation / layer / model scheduling tiers",
+                            weight=1.6)

@@ -17,7 +17,7 @@ from dataclasses import replace
 from ccoverlap.deciders import ficco
 from ccoverlap.deciders.ficco_accuracy import judge
 from ccoverlap.deciders.rewrite import GraphRewrite, Piece
-from ccoverlap.graph import CollectiveSpec, GemmSpec, OpGraph, P2PSpec
+from ccoverlap.graph import CollectiveSpec, GemmSpec, OpGraph, P2PSpec, gc_paused
 from ccoverlap.planner import FunctionStrategy
 
 __all__ = ["tp_pairs", "splice_schedule", "ficco_strategy"]
@@ -49,14 +49,44 @@ def tp_pairs(graph: OpGraph) -> list[tuple[str, int, int]]:
     return out
 
 
-def splice_schedule(rw: GraphRewrite, pattern: str, coll_id: int, gemm_id: int, sched: OpGraph) -> None:
+def splice_schedule(rw: GraphRewrite, pattern: str, coll_id: int, gemm_id: int, sched: OpGraph,
+                    templates: dict | None = None) -> None:
     """Replace the pair (``coll_id``, ``gemm_id`` in ``rw.src``) by the ops of the FiCCO schedule
     graph ``sched``: its transfers become pieces of the collective op (on that op's stream, with
     its CommConfig), its GEMM / copy / reduction ops pieces of the GEMM op; the schedule's
-    internal dependencies are kept and the pair's outside dependencies carried over."""
+    internal dependencies are kept and the pair's outside dependencies carried over.
+    ``templates``: a dict the caller keeps across pairs, so the pieces of a schedule are worked
+    out once per (schedule, names, streams, configuration) and only their references to the
+    pair's op ids are filled in per pair."""
     src = rw.src
     coll, gemm = src.ops[coll_id], src.ops[gemm_id]
     input_side = pattern != "gemm-rs"
+    tkey = (id(sched), pattern, coll.name, gemm.name, coll.stream, gemm.stream, coll.spec.config)
+    tpl = templates.get(tkey) if templates is not None else None
+    if tpl is None:
+        tpl = _splice_template(sched, input_side, coll, gemm)
+        if templates is not None:
+            templates[tkey] = tpl
+    comm_tpl, comp_tpl = tpl
+    ids = (coll_id, gemm_id)
+    comm_pieces = [p if refs is None else Piece(name=p.name, spec=p.spec, stream=p.stream, inherit_deps=p.inherit_deps,
+                                                after=p.after, on=tuple((ids[w], i) for w, i in refs))
+                   for p, refs in comm_tpl]
+    comp_pieces = [p if refs is None else Piece(name=p.name, spec=p.spec, stream=p.stream, inherit_deps=p.inherit_deps,
+                                                after=p.after, on=tuple((ids[w], i) for w, i in refs))
+                   for p, refs in comp_tpl]
+    if input_side:
+        rw.drop_dep(gemm_id, coll_id)
+        for d in coll.deps:  # the local shard is the collective's input
+            rw.add_dep(gemm_id, d)
+    rw.replace(coll_id, comm_pieces)
+    rw.replace(gemm_id, comp_pieces)
+
+
+def _splice_template(sched: OpGraph, input_side: bool, coll, gemm) -> tuple[list, list]:
+    """The pieces :func:`splice_schedule` makes of ``sched`` for a pair like (``coll``, ``gemm``):
+    two lists of ``(piece, refs)``, ``refs`` None when the piece waits for nothing of the other
+    op, else ``(0 = the collective | 1 = the GEMM, piece index)`` pairs to put in its ``on``."""
     # which schedule ops become pieces of the collective op: its transfers and, on the output
     # side, whatever waits for a transfer (the reductions of DMA reduce-scatters, the ring's adds)
     comm_idx: dict[int, int] = {}
@@ -68,109 +98,142 @@ def splice_schedule(rw: GraphRewrite, pattern: str, coll_id: int, gemm_id: int, 
             comm_idx[op.op_id] = len(comm_idx)
         else:
             comp_idx[op.op_id] = len(comp_idx)
-    comm_pieces: list[Piece] = []
-    comp_pieces: list[Piece] = []
+    comm_tpl: list = []
+    comp_tpl: list = []
     for op in sched.ops:
         is_comm = op.op_id in comm_idx
         spec = op.spec
         if isinstance(spec, CollectiveSpec):
             spec = replace(spec, config=coll.spec.config)
-        after, on = [], []
+        after, refs = [], []
         for d in op.deps:
             same = (d in comm_idx) == is_comm
             if same:
                 after.append(comm_idx[d] if is_comm else comp_idx[d])
             else:
-                on.append((coll_id, comm_idx[d]) if d in comm_idx else (gemm_id, comp_idx[d]))
+                refs.append((0, comm_idx[d]) if d in comm_idx else (1, comp_idx[d]))
         stream = coll.stream if op.stream == "comm" else _STREAMS.get(op.stream, gemm.stream)
         if is_comm:
             # input side: transfers inherit the collective's inputs; output side: they wait for
             # their GEMM pieces only (the whole GEMM is no longer a dependency)
-            comm_pieces.append(Piece(name=f"{coll.name}.{op.name}", spec=spec, stream=stream,
-                                     inherit_deps=input_side, after=tuple(after), on=tuple(on)))
+            comm_tpl.append((Piece(name=f"{coll.name}.{op.name}", spec=spec, stream=stream,
+                                   inherit_deps=input_side, after=tuple(after)), tuple(refs) or None))
         else:
-            comp_pieces.append(Piece(name=f"{gemm.name}.{op.name}", spec=spec, stream=stream,
-                                     inherit_deps=True, after=tuple(after), on=tuple(on)))
-    if input_side:
-        rw.drop_dep(gemm_id, coll_id)
-        for d in coll.deps:  # the local shard is the collective's input
-            rw.add_dep(gemm_id, d)
-    rw.replace(coll_id, comm_pieces)
-    rw.replace(gemm_id, comp_pieces)
+            comp_tpl.append((Piece(name=f"{gemm.name}.{op.name}", spec=spec, stream=stream,
+                                   inherit_deps=True, after=tuple(after)), tuple(refs) or None))
+    return comm_tpl, comp_tpl
 
 
-def _spliced(planner, step, cluster, pairs, tp: int, engine: str, use: str):
-    """Simulate ``step`` with every pair replaced by its FiCCO schedule: ``use`` = "heuristic"
-    (the §V-C pick) or "estimator" (the estimator's fastest for the pair alone). Returns
-    (timeline, {shape key: (case, verdict, schedule used)})."""
-    cost = planner.cost
+def _judged_pairs(planner, step, cluster, pairs, tp: int, engine: str) -> dict[tuple, tuple]:
+    """``{(pattern, m, n, k): (FiccoCase, verdict)}`` for the distinct shapes of ``pairs`` (the
+    estimator's verdicts, :func:`ccoverlap.deciders.ficco_accuracy.judge`; the shapes are per
+    micro-batch, so the same on every step length), made once per planner."""
     g = step.graph
-    rw = GraphRewrite(g)
-    chosen: dict[tuple, tuple] = {}
-    graphs: dict[tuple, OpGraph] = {}  # one schedule graph per shape (splice_schedule only reads it)
+    out: dict[tuple, tuple] = {}
     for pattern, cid, gid in pairs:
         gm: GemmSpec = g.ops[gid].spec
         key = (pattern, gm.m, gm.n, gm.k)
-        if key not in chosen:
-            case = ficco.FiccoCase(m=gm.m, n=gm.n, k=gm.k, world=tp, cluster=cluster, pattern=pattern, engine=engine, dtype_bytes=gm.dtype_bytes,
-                                   name=g.ops[gid].name)
-            v = judge(case, cost)
-            chosen[key] = (case, v, v.pick if use == "heuristic" else v.best_overall)
-        case, v, sched = chosen[key]
+        if key in out:
+            continue
+
+        def make(pattern=pattern, gm=gm, name=g.ops[gid].name):
+            case = ficco.FiccoCase(m=gm.m, n=gm.n, k=gm.k, world=tp, cluster=cluster, pattern=pattern, engine=engine,
+                                   dtype_bytes=gm.dtype_bytes, name=name)
+            return case, judge(case, planner.cost)
+
+        out[key] = planner.memo(("ficco-judge", engine, key, gm.dtype_bytes, g.ops[gid].name), make)
+    return out
+
+
+def _schedule(v, use: str) -> str:
+    return v.pick if use == "heuristic" else v.best_overall
+
+
+def _spliced_graph(planner, step, cluster, tp: int, engine: str, use: str) -> OpGraph:
+    """``step``'s graph with every forward TP+SP pair replaced by its FiCCO schedule: ``use`` =
+    "heuristic" (the §V-C pick) or "estimator" (the estimator's fastest for the pair alone)."""
+    g = step.graph
+    pairs = tp_pairs(g)
+    judged = _judged_pairs(planner, step, cluster, pairs, tp, engine)
+    rw = GraphRewrite(g)
+    graphs: dict[tuple, OpGraph] = {}  # one schedule graph per shape (splice_schedule only reads it)
+    templates: dict = {}
+    with gc_paused():
+        _splice_all(rw, g, pairs, judged, use, graphs, templates)
+    return rw.build()
+
+
+def _splice_all(rw, g, pairs, judged, use, graphs, templates) -> None:
+    """Splice the schedule ``use`` picks for each pair's shape into ``rw`` (see :func:`_spliced_graph`)."""
+    for pattern, cid, gid in pairs:
+        gm: GemmSpec = g.ops[gid].spec
+        key = (pattern, gm.m, gm.n, gm.k)
+        case, v = judged[key]
+        sched = _schedule(v, use)
         if sched != "serial":
             if key not in graphs:
                 graphs[key] = ficco.schedule_graph(case, sched)
-            splice_schedule(rw, pattern, cid, gid, graphs[key])
-    return planner.simulate_graph(rw.build()), chosen
+            splice_schedule(rw, pattern, cid, gid, graphs[key], templates)
 
 
 def ficco_strategy(planner, w):
     """Planner strategy ``ficco`` (see the module docstring): the §V-C heuristic's schedule for
     every forward TP+SP pair, with SM-driven and (if the GPU has copy engines) DMA transfers,
     the faster kept; the note also gives the step time with the estimator's best schedule per
-    pair. None without TP + SP. Times in seconds."""
+    pair. None without TP + SP. Times in seconds.
+
+    The engine is chosen on the planner's screened step (fewer micro-batches unless the planner
+    is exact; the schedules per pair do not depend on the micro-batch count); the two reported
+    steps (heuristic, estimator) go through :meth:`Planner.rewritten_metrics`, i.e. they are
+    extrapolated from two short steps where the pipeline schedule allows it (the first is the
+    screened step, already simulated), else simulated in full."""
     p = w.parallel
     if p.tp <= 1 or not p.sequence_parallel or not w.knobs.overlap:
         return None
-    from ccoverlap.timeline import step_time_s
 
     wf = replace(w, knobs=replace(w.knobs, tp_overlap="none", comm_transport="sm"))
-    step = planner.step(wf)
-    pairs = tp_pairs(step.graph)
+    ws = planner.screened(wf)
+    judge_step = planner.step(ws)
+    pairs = tp_pairs(judge_step.graph)
     if not pairs or p.tp > wf.cluster.gpus_per_node:
         return None
     engines = ("sm", "dma") if wf.cluster.gpu.copy_engines > 0 else ("sm",)
-    # the transfer engine is chosen on the planner's screened step (fewer micro-batches unless
-    # the planner is exact); the schedules per pair do not depend on the micro-batch count
-    ws = planner.screened(wf)
-    judge_step = step if ws is wf else planner.step(ws)
-    best = None
+
+    def rewrite(engine: str, use: str):
+        return lambda st: _spliced_graph(planner, st, wf.cluster, p.tp, engine, use)
+
+    engine = engines[0]
     if len(engines) > 1:
-        for engine in engines:
-            tl, chosen = _spliced(planner, judge_step, wf.cluster, tp_pairs(judge_step.graph), p.tp, engine, "heuristic")
-            t = step_time_s(tl)
-            if best is None or t < best[0]:
-                best = (t, tl, chosen, engine)
-    if best is None or ws is not wf:
-        engine = engines[0] if best is None else best[3]
-        tl, chosen = _spliced(planner, step, wf.cluster, pairs, p.tp, engine, "heuristic")
-        best = (step_time_s(tl), tl, chosen, engine)
-    t, tl, chosen, engine = best
-    if all(v.best_overall == sched for _, v, sched in chosen.values()):
-        tl_e = tl  # the heuristic picked the estimator's best everywhere: the same graph
+        best_t = None
+        for e in engines:
+            t = planner.rewritten_metrics(ws, rewrite(e, "heuristic"), key=("ficco", e, "heuristic")).step_time_s
+            if best_t is None or t < best_t:
+                best_t, engine = t, e
+    metrics = planner.rewritten_metrics(wf, rewrite(engine, "heuristic"), key=("ficco", engine, "heuristic"))
+    judged = _judged_pairs(planner, judge_step, wf.cluster, pairs, p.tp, engine)
+    if all(v.best_overall == v.pick for _, v in judged.values()):
+        metrics_e = metrics  # the heuristic picked the estimator's best everywhere: the same graph
     else:
-        tl_e, _ = _spliced(planner, step, wf.cluster, pairs, p.tp, engine, "estimator")
+        metrics_e = planner.rewritten_metrics(wf, rewrite(engine, "estimator"), key=("ficco", engine, "estimator"))
     parts = []
-    for key, (case, v, sched) in chosen.items():
+    for case, v in judged.values():
+        sched = v.pick
         by = {e.schedule: e for e in v.estimates}
         parts.append(f"{case.name} {case.pattern} ({case.m},{case.n},{case.k}): {sched} {by[sched].speedup:.2f}x"
                      + ("" if v.best_overall == sched else f" (estimator: {v.best_overall} "
                         f"{by[v.best_overall].speedup:.2f}x)"))
+    how = ""
+    if metrics.extrapolated_from:
+        how = (f" (transfer engine chosen on {metrics.extrapolated_from[0]} micro-batches; steps extrapolated from "
+               f"{metrics.extrapolated_from[0]} and {metrics.extrapolated_from[1]})")
     note = (f"FiCCO §V-C picks, {engine} transfers — " + "; ".join(parts) +
-            f". With the estimator's best schedule per pair the step would take {step_time_s(tl_e) * 1e3:.1f} ms.")
-    return planner.summarize("ficco", wf, step, tl, note=note)
+            f". With the estimator's best schedule per pair the step would take {metrics_e.step_time_s * 1e3:.1f} ms"
+            + how + ".")
+    return planner.summarize_metrics("ficco", wf, metrics, note=note)
 
 
-# planner strategy (registered by ccoverlap.plan.default_registry)
+# planner strategy (registered by ccoverlap.plan.default_registry); ``weight``: a scheduling
+# hint only (CPU seconds on the README's 70B plan, docs/planner.md)
 FICCO = FunctionStrategy("ficco", ficco_strategy,
-                         "FiCCO (§V-C heuristic): finer-grain schedules for every forward TP+SP all-gather/reduce-scatter + GEMM pair")
+                         "FiCCO (§V-C heuristic): finer-grain schedules for every forward TP+SP all-gather/reduce-scatter + GEMM pair",
+                         weight=2.8)

@@ -472,7 +472,7 @@ def _tune_workload(planner, w, method: str, *, top: int = 2):
     screened = ""
     if w is not w_full:
         screened = (f" on {w.batch.microbatches(w.parallel.dp)} micro-batches, gains confirmed and the choice "
-                    f"simulated in full")
+                    f"on the full step, {planner.full_step_how(w_full)}")
     tail = f"({what} on {len(groups)} overlap group(s), {profiles} profiles, {sims} step simulations{screened})"
     if chosen:
         best.note = "; ".join(f"{pg}: {_fmt_config(c)}" for pg, c in chosen.items()) + " " + tail
@@ -495,8 +495,12 @@ def autoccl_strategy(planner, start):
     return _tune_workload(planner, start, "autoccl")
 
 
-# planner strategies (registered by ccoverlap.plan.default_registry)
+# planner strategies (registered by ccoverlap.plan.default_registry). Both share the overlap
+# groups and their simulated profiles (Planner.memo), so they run in one process ("group");
+# ``weight`` is a scheduling hint only (CPU seconds on the README's 70B plan, docs/planner.md)
 LAGOM = FunctionStrategy("lagom", lagom_strategy,
-                         "Lagom (lagom §3.4, Algorithms 1-2): NCCL channels/threads/chunk co-tuned for the makespan")
+                         "Lagom (lagom §3.4, Algorithms 1-2): NCCL channels/threads/chunk co-tuned for the makespan",
+                         group="nccl-tuning", weight=2.2)
 AUTOCCL = FunctionStrategy("autoccl", autoccl_strategy,
-                           "AutoCCL-style baseline (lagom §2.2, eq. 2): each collective tuned for its own speed")
+                           "AutoCCL-style baseline (lagom §2.2, eq. 2): each collective tuned for its own speed",
+                           group="nccl-tuning", weight=0.5)

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import numpy as np
+
 from ccoverlap.config import check_keys
 from ccoverlap.errors import ConfigError
 from ccoverlap.graph import (
@@ -460,17 +462,18 @@ def overlap_groups_from_step(graph: OpGraph, timeline, cluster: ClusterSpec, *, 
     w_start = {k: min(float(starts[i]) for i in windows[k]) for k in keys}
     w_end = {k: max(float(ends[i]) for i in windows[k]) for k in keys}
     assigned: dict[tuple, list[int]] = {k: [] for k in keys}
+    ws_arr = np.array([w_start[k] for k in keys])
+    we_arr = np.array([w_end[k] for k in keys])
     for c in colls:
         cs, ce = float(starts[c]), float(ends[c])
         if ce <= cs:
             continue
-        best, best_ov = None, 0.0
-        for k in keys:
-            ov = min(ce, w_end[k]) - max(cs, w_start[k])
-            if ov > best_ov:
-                best, best_ov = k, ov
-        if best is not None and best_ov >= min_overlap * (ce - cs):
-            assigned[best].append(c)
+        # the window it overlaps most (the first of equals), if it overlaps one at all
+        ov = np.minimum(ce, we_arr) - np.maximum(cs, ws_arr)
+        j = int(np.argmax(ov))
+        best_ov = float(ov[j])
+        if best_ov > 0.0 and best_ov >= min_overlap * (ce - cs):
+            assigned[keys[j]].append(c)
     found: "OrderedDict[tuple, dict]" = OrderedDict()
     for k in keys:
         if not assigned[k]:

@@ -60,8 +60,20 @@ def _dependents(graph: OpGraph) -> list[list[int]]:
     return out
 
 
+class _StreamSeqs(dict):
+    """(rank, stream) -> op ids in stream order, with :meth:`position` (an op's index in its
+    stream) from an index built on first use instead of a linear search per call."""
+
+    _where: dict[int, int] | None = None
+
+    def position(self, op_id: int) -> int:
+        if self._where is None:
+            self._where = {oid: i for seq in self.values() for i, oid in enumerate(seq)}
+        return self._where[op_id]
+
+
 def _stream_seqs(graph: OpGraph) -> dict[tuple[int, str], list[int]]:
-    seqs: dict[tuple[int, str], list[int]] = {}
+    seqs: dict[tuple[int, str], list[int]] = _StreamSeqs()
     for op in graph.ops:
         seqs.setdefault((op.rank, op.stream), []).append(op.op_id)
     return seqs
@@ -85,7 +97,7 @@ def consumer_chain(graph: OpGraph, ag_id: int, dependents: list[list[int]] | Non
         return []
     first = min(cons, key=lambda o: o.op_id)
     seq = seqs[(first.rank, first.stream)]
-    pos = seq.index(first.op_id)
+    pos = seqs.position(first.op_id) if isinstance(seqs, _StreamSeqs) else seq.index(first.op_id)
     label = (first.layer, first.microbatch, first.phase)
     chain = []
     for oid in seq[pos:]:
@@ -225,16 +237,23 @@ def backward_weight_first(rw: GraphRewrite, stream: str = "compute") -> int:
     for (rank, strm), seq in seqs.items():
         if strm != stream:
             continue
-        new = list(seq)
+        # the dgrads of each (weight, layer, micro-batch), in stream order (one pass, not a scan
+        # of the stream's prefix per wgrad)
+        dgrads_of: dict[tuple, list[int]] = {}
+        for oid in seq:
+            op = g.ops[oid]
+            if "_dgrad" in op.name:
+                key = weight_key(op.name)
+                if op.name.startswith(key + "_dgrad"):
+                    dgrads_of.setdefault((key, op.layer, op.microbatch), []).append(oid)
         pos = {oid: i for i, oid in enumerate(seq)}
+        before: dict[int, list[int]] = {}  # dgrad -> the wgrads moved right before it, in order
         for oid in seq:
             op = g.ops[oid]
             if op.phase != "bwd" or not op.name.endswith("_wgrad") or not isinstance(op.spec, GemmSpec):
                 continue
             key = weight_key(op.name)
-            dgrads = [i for i in seq[:pos[oid]]
-                      if g.ops[i].name.startswith(key + "_dgrad") and weight_key(g.ops[i].name) == key
-                      and (g.ops[i].layer, g.ops[i].microbatch) == (op.layer, op.microbatch)]
+            dgrads = [i for i in dgrads_of.get((key, op.layer, op.microbatch), ()) if pos[i] < pos[oid]]
             if not dgrads:
                 continue
             first = dgrads[0]
@@ -245,11 +264,18 @@ def backward_weight_first(rw: GraphRewrite, stream: str = "compute") -> int:
                 for d in g.ops[dg].deps:
                     if g.ops[d].kind == COMM and d not in op.deps:
                         rw.add_dep(oid, d)
-            new.remove(oid)
-            new.insert(new.index(first), oid)
+            before.setdefault(first, []).append(oid)
             moved += 1
-        if new != seq:
-            rw.reorder(rank, strm, new)
+        if before:
+            moving = {oid for ws in before.values() for oid in ws}
+            new = []
+            for oid in seq:
+                if oid in moving:
+                    continue
+                new.extend(before.get(oid, ()))
+                new.append(oid)
+            if new != seq:
+                rw.reorder(rank, strm, new)
     return moved
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import Op, OpGraph, Spec
+from ccoverlap.graph import Op, OpGraph, Spec, gc_paused
 
 __all__ = ["Piece", "GraphRewrite"]
 
@@ -81,6 +81,10 @@ class GraphRewrite:
     def build(self) -> OpGraph:
         """The rewritten graph. Raises ConfigError if the requested orders and dependencies
         cannot all hold (a cycle)."""
+        with gc_paused():  # 10^5 new records, no cycles: as the step builder does
+            return self._build()
+
+    def _build(self) -> OpGraph:
         src = self.src
         ops = src.ops
         n = len(ops)
@@ -93,28 +97,48 @@ class GraphRewrite:
             if sorted(have) != sorted(order):
                 raise ConfigError(f"reorder of rank {key[0]} stream {key[1]!r} must list exactly its {len(have)} ops")
             seqs[key] = list(order)
-        deps = {op.op_id: self._deps(op) for op in ops}
+        # ops no edit touches keep their dependency tuple and are emitted on a fast path
+        touched = set(self.pieces) | set(self.extra_deps)
+        touched.update(c for c, _ in self.dropped_deps)
+        touched.update(c for c, _ in self.dep_pieces)
+        deps = [self._deps(op) if op.op_id in touched else op.deps for op in ops]
         out = OpGraph()
         out.meta = dict(src.meta)
         out.meta.update(self.meta)
-        new_ids: dict[int, list[int]] = {}
+        new_ids: list[list[int] | None] = [None] * n
         heads = {k: 0 for k in seqs}
         emitted = [False] * n
         pending = n
         keys = list(seqs)
+        append = out.append_op
         while pending:
             progressed = False
             for key in keys:
                 seq = seqs[key]
-                while heads[key] < len(seq):
-                    oid = seq[heads[key]]
-                    if not all(emitted[d] for d in deps[oid]):
+                h = heads[key]
+                while h < len(seq):
+                    oid = seq[h]
+                    ds = deps[oid]
+                    if not all(map(emitted.__getitem__, ds)):
                         break
-                    self._emit(out, ops[oid], deps[oid], new_ids)
+                    op = ops[oid]
+                    if oid in touched or op.duration_s is not None:
+                        self._emit(out, op, ds, new_ids)
+                    else:  # untouched: the new ids of its dependencies, sorted without repeats
+                        if len(ds) == 1:
+                            nd = tuple(new_ids[ds[0]])
+                        else:
+                            acc: list[int] = []
+                            for d in ds:
+                                acc.extend(new_ids[d])
+                            nd = tuple(sorted(set(acc)))
+                        new_ids[oid] = [append(op.name, op.spec, op.rank, op.stream, nd, op.layer,
+                                               op.microbatch, op.phase)]
                     emitted[oid] = True
-                    heads[key] += 1
+                    h += 1
                     pending -= 1
                     progressed = True
+                heads[key] = h
             if not progressed:
                 stuck = next(ops[seqs[k][heads[k]]] for k in keys if heads[k] < len(seqs[k]))
                 raise ConfigError(f"graph rewrite: op {stuck.name!r} can never be issued (the requested "
@@ -129,14 +153,14 @@ class GraphRewrite:
         d.discard(op.op_id)
         return d
 
-    def _map_dep(self, consumer: int, producer: int, new_ids: dict[int, list[int]]) -> list[int]:
+    def _map_dep(self, consumer: int, producer: int, new_ids) -> list[int]:
         ids = new_ids[producer]
         idx = self.dep_pieces.get((consumer, producer))
         if idx is None:
             return ids
         return [ids[i] for i in idx]
 
-    def _emit(self, out: OpGraph, op: Op, deps: set[int], new_ids: dict[int, list[int]]) -> None:
+    def _emit(self, out: OpGraph, op: Op, deps, new_ids) -> None:
         inherited: list[int] = []
         extra = self.extra_deps.get(op.op_id, set())
         for d in sorted(deps):
@@ -155,6 +179,10 @@ class GraphRewrite:
             for src_id, idx in p.on:
                 ids = new_ids[src_id]
                 pd.extend(ids if idx < 0 else [ids[idx]])
-            made.append(out.add(p.name, p.spec, stream=p.stream or op.stream, deps=pd,
-                                duration_s=p.duration_s, **label))
+            if p.duration_s is None:  # ids of ops already emitted: clean once sorted
+                made.append(out.append_op(p.name, p.spec, op.rank, p.stream or op.stream, tuple(sorted(set(pd))),
+                                          op.layer, op.microbatch, op.phase))
+            else:
+                made.append(out.add(p.name, p.spec, stream=p.stream or op.stream, deps=pd,
+                                    duration_s=p.duration_s, **label))
         new_ids[op.op_id] = made
