@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import itertools
-from operator import itemgetter
+from array import array
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.graph import COMPUTE, CollectiveSpec, OpGraph, P2PSpec, Spec, gc_paused, kind_of
+from ccoverlap.sim_tables import static_tables
 from ccoverlap.timeline import Timeline, TimelineBuilder
 
 
@@ -63,69 +63,8 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
     if n == 0:
         return TimelineBuilder().build(meta=dict(graph.meta))
 
-    # ---- static tables (one transpose of the Op records, comprehensions and numpy: no per-op
-    # Python statements)
-    # the six columns needed (one itemgetter pass each is cheaper than transposing all ten)
-    names, op_rank, stream_names, spec_objs, deps_of, durations_given = (
-        list(map(itemgetter(k), ops)) for k in range(1, 7))
-    # streams: integer ids in first-use order of (rank, stream)
-    name_code = {s: c for c, s in enumerate(dict.fromkeys(stream_names))}
-    rank_arr = np.fromiter(op_rank, dtype=np.int64, count=n)
-    key = rank_arr * len(name_code) + np.fromiter(map(name_code.__getitem__, stream_names), dtype=np.int64,
-                                                  count=n)
-    _, first_use, inverse = np.unique(key, return_index=True, return_inverse=True)
-    by_first_use = np.argsort(first_use, kind="stable")
-    renumber = np.empty(len(first_use), dtype=np.int64)
-    renumber[by_first_use] = np.arange(len(first_use))
-    sarr = renumber[inverse.reshape(-1)]
-    op_stream = sarr.tolist()
-    stream_rank = rank_arr[first_use[by_first_use]].tolist()
-    n_streams = len(first_use)
-    order = np.argsort(sarr, kind="stable")
-    counts = np.bincount(sarr, minlength=n_streams)
-    firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n) - np.repeat(firsts, counts)
-    op_pos = pos.tolist()  # position of every op in its stream's queue
-    order_l = order.tolist()
-    queues = [order_l[a:a + c] for a, c in zip(firsts.tolist(), counts.tolist())]
-    # specs interned by value: ops stamped from one template share one spec object
-    spec_ids = list(map(id, spec_objs))
-    spec_of_value: dict = {}
-    specs: list = []
-    index_of_id: dict[int, int] = {id(None): -1}
-    for obj in dict(zip(spec_ids, spec_objs)).values():
-        if obj is not None:
-            si = spec_of_value.get(obj)
-            if si is None:
-                si = spec_of_value[obj] = len(specs)
-                specs.append(obj)
-            index_of_id[id(obj)] = si
-    op_spec = list(map(index_of_id.__getitem__, spec_ids))  # -1 without a spec
-    # duration override (seconds) or 0 for an op without a spec, else None (ask the cost model);
-    # indexed by spec index, -1 (no spec) picking the last entry
-    fixed = list(map(([None] * len(specs) + [0.0]).__getitem__, op_spec))
-    if durations_given.count(None) != n:
-        for i, d in enumerate(durations_given):
-            if d is not None:
-                fixed[i] = d
-    wd = np.fromiter(map(len, deps_of), dtype=np.int64, count=n)
-    waiting_deps = wd.tolist()
-    src = np.fromiter(itertools.chain.from_iterable(deps_of), dtype=np.int64, count=int(wd.sum()))
-    dst = np.repeat(np.arange(n), wd)
-    by_src = np.argsort(src, kind="stable")
-    dst_sorted = dst[by_src]
-    dst_l = dst_sorted.tolist()
-    n_dependents = np.bincount(src, minlength=n)
-    ptr_a = np.concatenate(([0], np.cumsum(n_dependents)))
-    ptr = ptr_a.tolist()
-    dependents = [dst_l[a:b] for a, b in zip(ptr[:-1], ptr[1:])]
-    # simple[i]: the op that surely starts, alone, when i ends (i's only dependent, waiting on
-    # i only, next on i's stream), else -1
-    one = n_dependents == 1
-    cand = np.where(one, dst_sorted[np.minimum(ptr_a[:-1], max(len(dst_sorted) - 1, 0))] if len(dst_sorted)
-                    else 0, 0)
-    simple = np.where(one & (wd[cand] == 1) & (sarr[cand] == sarr) & (pos[cand] == pos + 1), cand, -1).tolist()
+    (names, op_rank, rank_arr, stream_names, op_stream, stream_rank, op_pos, queues, specs, op_spec, fixed,
+     waiting_deps, dependents, simple, link) = static_tables(ops)
     n_streams = len(queues)
     head = [0] * n_streams
     busy = [False] * n_streams
@@ -170,13 +109,15 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             alone[si] = d
         return d
 
-    start = [0.0] * n
-    end = [0.0] * n
-    done = [False] * n
+    # start and end times in C doubles (array.array): stores cost what list stores cost, but no
+    # float object per op stays alive, and the Timeline's columns are a copy of the buffer
+    # (a list of 10^5 scattered floats takes longer to convert than to fill)
+    start = array("d", bytes(8 * n))
+    end = array("d", [-1.0]) * n  # -1: not ended yet (every event of an ended op is stale: see ``version``)
     # running ops per rank, in start order: op_id -> [remaining_fraction, rate, last_update_time]
     running: dict[int, dict[int, list[float]]] = {}
     heap: list[tuple[float, int, int]] = []  # (finish_time, version, op_id)
-    version = [0] * n
+    version = [0] * n  # bumped at every push: only the latest event of an op holds (none once it ended)
     inf = float("inf")
     push = heapq.heappush
     # Quiet-rank spans: rank -> (op ids, their end times, state of the first op when planned,
@@ -219,6 +160,24 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
                 j = simple[i]
             sid = op_stream[i]
             pos = op_pos[i] + 1  # i heads its stream: the stream's head once i is done
+            c = link[i]
+            if c >= 0:  # its only dependent is on another stream: it alone starts if it heads
+                # that stream and the next op of i's stream is not ready
+                csid = op_stream[c]
+                if op_pos[c] == lhead.get(csid, head[csid]):
+                    q = queues[sid]
+                    if pos >= len(q) or lwait.get(q[pos], waiting_deps[q[pos]]):
+                        lhead[sid] = pos
+                        d = fixed[c]
+                        if d is None:
+                            d = alone[op_spec[c]]
+                            if d is None:
+                                d = duration(c, ())
+                        t = t + d
+                        add_id(c)
+                        add_end(t)
+                        i = c
+                        continue
             lhead[sid] = pos
             nxt = -1
             nxt2 = -1
@@ -318,10 +277,14 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
                 ends.append(f2)
                 i, t = e2, f2
                 continue
-            d = duration(nxt, ())
+            d = fixed[nxt]
+            if d is None:
+                d = alone[op_spec[nxt]]
+                if d is None:
+                    d = duration(nxt, ())
             t = t + d
-            ids.append(nxt)
-            ends.append(t)
+            add_id(nxt)
+            add_end(t)
             i = nxt
         if len(ids) == 1:
             return False
@@ -354,7 +317,6 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             if prev >= 0.0:
                 start[oid] = prev
             prev = t
-            done[oid] = True
             end[oid] = t
             sid = op_stream[oid]
             busy[sid] = False
@@ -459,14 +421,14 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
     report_at = 4096
     while heap:
         finish, ver, op_id = pop(heap)
-        if ver != version[op_id] or done[op_id]:
+        if ver != version[op_id]:
             continue
         now = finish
         # finish every op whose (valid) event is at this same instant before rescheduling
         batch = [op_id]
         while heap and heap[0][0] <= now:
             f2, v2, o2 = pop(heap)
-            if v2 == version[o2] and not done[o2]:
+            if v2 == version[o2]:
                 batch.append(o2)
         if spans:
             for oid in batch:  # a span's end event: book its quiet ops, its last one ends now
@@ -476,7 +438,6 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         touched = set()
         candidates: dict[int, None] = {}
         for oid in batch:
-            done[oid] = True
             end[oid] = now
             finished += 1
             rank = op_rank[oid]
@@ -521,17 +482,18 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             report_at = (finished // 4096 + 1) * 4096
 
     if finished != n:
-        stuck = next(op for op in ops if not done[op.op_id])
+        stuck = next(op for op in ops if end[op.op_id] < 0.0)
         raise ConfigError(
             f"the op graph deadlocks: op {stuck.name!r} on rank {stuck.rank} stream {stuck.stream!r} "
             f"never became ready (dependency cycle through stream order?)"
         )
     if progress is not None:
         progress(n, n)
-    return _to_timeline(graph, start, end, op_spec, specs, (rank_arr, stream_names, names))
+    return _to_timeline(graph, np.frombuffer(start, dtype=np.float64).copy(),
+                        np.frombuffer(end, dtype=np.float64).copy(), op_spec, specs, (rank_arr, stream_names, names))
 
 
-def _to_timeline(graph: OpGraph, start: list[float], end: list[float], op_spec: list[int],
+def _to_timeline(graph: OpGraph, start: np.ndarray, end: np.ndarray, op_spec: list[int],
                  specs: list, labels: tuple) -> Timeline:
     """The columnar Timeline of the played graph (one row per op, in op order). The per-spec
     columns (kind, bytes, FLOPs, collective, group) are worked out once per interned spec

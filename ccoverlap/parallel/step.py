@@ -91,7 +91,7 @@ class _Compiled:
     """A Segment flattened for fast stamping: its ops as :class:`CompiledOp` records."""
 
     __slots__ = ("ops", "out", "last_compute", "first_compute", "unit", "comm_only", "recompute", "fixed",
-                 "special", "tensors", "exports")
+                 "special", "input_only", "other_special", "tensors", "exports")
 
     def __init__(self, seg: Segment, stream_of, recompute: bool = False):
         self.ops: list[CompiledOp] = []
@@ -109,8 +109,15 @@ class _Compiled:
         # stamping tables: (index, name, spec, stream, local deps) of every op; the ops whose
         # deps need more than the segment's own ids (input, exports, the hook's extra edge);
         # the ops that finish a tensor's gradient or export their id
-        self.fixed = [(i, c.name, c.spec, c.stream, c.local) for i, c in enumerate(self.ops)]
+        # (a one-dependency op's local deps as the bare index: stamped as a 1-tuple directly)
+        self.fixed = [(i, c.name, c.spec, c.stream, c.local[0] if len(c.local) == 1 else c.local)
+                      for i, c in enumerate(self.ops)]
         self.special = [i for i, c in enumerate(self.ops) if not c.plain]
+        # the special ops that wait for the segment's input only (the usual first op)
+        self.input_only = [(i, c.name, c.spec, c.stream) for i, c in enumerate(self.ops)
+                           if c.use_in and not c.local and not c.sdeps]
+        self.other_special = [i for i in self.special if not (self.ops[i].use_in and not self.ops[i].local
+                                                              and not self.ops[i].sdeps)]
         self.tensors = [(i, c.tensor) for i, c in enumerate(self.ops) if c.tensor]
         self.exports = [(i, c.export) for i, c in enumerate(self.ops) if c.export]
 
@@ -165,9 +172,10 @@ class _Emitter:
             v = self._layer_of[unit] = self.model.layers if unit == "head" else layer_index(unit)
         return v
 
-    def _chain(self, stage: int, phase: str, half: bool) -> tuple[list, dict]:
+    def _chain(self, stage: int, phase: str, half: bool) -> tuple[list, dict, list]:
         """(unit, compiled segment, layer label) in execution order for one task of ``stage``,
-        and how many segments of each unit the task stamps (cached)."""
+        how many segments of each unit the task stamps, and the same chain grouped by unit as
+        (unit, layer label, its segments) (cached)."""
         key = (stage, phase, half)
         c = self._chains.get(key)
         if c is None:
@@ -178,7 +186,9 @@ class _Emitter:
             count: dict[str, int] = {}
             for u, _, _ in chain:
                 count[u] = count.get(u, 0) + halves
-            c = self._chains[key] = (chain, count)
+            by_unit = [(u, self.layer_of(u), self._segs(u, phase, half)) for u in order
+                       if self._segs(u, phase, half)]
+            c = self._chains[key] = (chain, count, by_unit)
         return c
 
     def _segs(self, unit: str, phase: str, half: bool) -> list[_Compiled]:
@@ -213,12 +223,17 @@ class _Emitter:
         ops = self.g.ops
         base = len(ops)
         add = base.__add__
-        new = [new_op(Op, (base + i, name, rank, stream, spec, tuple(map(add, local)) if local else (), None,
-                           layer, mb, phase))
+        new = [new_op(Op, (base + i, name, rank, stream, spec,
+                           (base + local,) if local.__class__ is int else (tuple(map(add, local)) if local else ()),
+                           None, layer, mb, phase))
                for i, name, spec, stream, local in cs.fixed]
-        special = cs.special
-        if extra is not None:
-            special = sorted({*special, 0, cs.first_compute})
+        if extra is None:
+            dep_in = () if in_id is None else (in_id,)
+            for i, name, spec, stream in cs.input_only:
+                new[i] = new_op(Op, (base + i, name, rank, stream, spec, dep_in, None, layer, mb, phase))
+            special = cs.other_special
+        else:
+            special = sorted({*cs.special, 0, cs.first_compute})
         for i in special:
             c = cs.ops[i]
             dl = [base + j for j in c.local]
@@ -269,37 +284,52 @@ class _Emitter:
                           phase=phase)
         order = units if kind == "F" else units[::-1]
         halves = 2 if self.two_batch else 1
-        chain, count = self._chain(stage, phase, halves == 2)
-        remaining = dict(count)
+        chain, count, by_unit = self._chain(stage, phase, halves == 2)
         started: set = set()
         ends: dict[str, int] = {}
         prods: dict[str, dict] = {u: {} for u in order} if kind == "B" else {}
         first_use = (chunk, mb) in first_f
         last_mb = (chunk, mb) in last_b
-        if halves == 1:
-            groups = [[chain]]
+        if halves == 1:  # each unit's segments one after the other: its hooks around them
+            cur1 = in_id
+            exports1: dict = {}
+            emit = self._emit
+            for u, layer, segs in by_unit:
+                extra = hook.before_unit(chunk, u, phase, mb, first_use)
+                prod = prods.get(u)
+                end_u = -1
+                for cs in segs:
+                    out, lc = emit(cs, rank, cur1, extra, layer, mb, phase, exports1, prod)
+                    extra = None
+                    if not cs.recompute:
+                        cur1 = out
+                    if lc > end_u:
+                        end_u = lc
+                hook.unit_done(chunk, u, phase, mb, end_u, prods.get(u, {}), last_mb)
+            cur = [cur1]
         else:
+            remaining = dict(count)
             cut = epm.two_batch_groups([cs for _, cs, _ in chain])
             groups, i = [], 0
             for grp in cut:
                 groups.append([chain[i:i + len(grp)]] * 2)
                 i += len(grp)
-        cur = [in_id] * halves
-        exports = [{} for _ in range(halves)]
-        for grp in groups:
-            for h in range(halves):
-                for u, cs, layer in grp[h]:
-                    extra = None
-                    if u not in started:
-                        started.add(u)
-                        extra = hook.before_unit(chunk, u, phase, mb, first_use)
-                    out, lc = self._emit(cs, rank, cur[h], extra, layer, mb, phase, exports[h], prods.get(u))
-                    if not cs.recompute:
-                        cur[h] = out
-                    ends[u] = max(ends.get(u, lc), lc)
-                    remaining[u] -= 1
-                    if remaining[u] == 0:
-                        hook.unit_done(chunk, u, phase, mb, ends[u], prods.get(u, {}), last_mb)
+            cur = [in_id] * halves
+            exports = [{} for _ in range(halves)]
+            for grp in groups:
+                for h in range(halves):
+                    for u, cs, layer in grp[h]:
+                        extra = None
+                        if u not in started:
+                            started.add(u)
+                            extra = hook.before_unit(chunk, u, phase, mb, first_use)
+                        out, lc = self._emit(cs, rank, cur[h], extra, layer, mb, phase, exports[h], prods.get(u))
+                        if not cs.recompute:
+                            cur[h] = out
+                        ends[u] = max(ends.get(u, lc), lc)
+                        remaining[u] -= 1
+                        if remaining[u] == 0:
+                            hook.unit_done(chunk, u, phase, mb, ends[u], prods.get(u, {}), last_mb)
         outs = [c for c in cur if c is not None]
         if kind == "F" and stage < S - 1:
             fwd_out[(mb, stage)] = outs
