@@ -50,22 +50,6 @@ def exposed_comm_intervals(tl: Timeline, rank: int) -> tuple[np.ndarray, np.ndar
     return np.array(starts), np.array(ends)
 
 
-def merge_below(start: np.ndarray, end: np.ndarray, gap: float) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals where gaps no longer than ``gap`` (same unit) are closed too: what a
-    picture can show at a resolution of ``gap``. Sorted, disjoint (start, end) arrays."""
-    if len(start) == 0:
-        return np.empty(0), np.empty(0)
-    order = np.argsort(start, kind="stable")
-    s = np.asarray(start, dtype=np.float64)[order]
-    e = np.asarray(end, dtype=np.float64)[order]
-    running_end = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > running_end[:-1] + gap
-    idx = np.flatnonzero(new)
-    return s[idx], np.maximum.reduceat(e, idx)
-
-
 # A timeline picture is ~1300 pixels wide (12 in at 110 dpi); bars of one kind on one lane closer
 # than a fifth of a pixel are drawn as one (the same picture, a fraction of the rectangles:
 # hundreds of thousands of ops on a 70B step made matplotlib the slowest part of `plan`).
@@ -75,7 +59,7 @@ _DRAW_RESOLUTION = 1 / 6500
 def draw_timeline(ax, tl: Timeline, *, title: str = "", max_lanes: int = 24) -> None:
     """Draw ``tl`` on ``ax``: one lane per (rank, stream); exposed communication as a red band
     above each rank's lanes. Times in milliseconds from the first start; bars of one kind closer
-    than a fifth of a pixel are merged (:func:`merge_below`)."""
+    than a fifth of a pixel are merged (``merge_intervals`` with a gap)."""
     if len(tl) == 0:
         ax.set_title(title + " (empty)")
         return
@@ -98,7 +82,7 @@ def draw_timeline(ax, tl: Timeline, *, title: str = "", max_lanes: int = 24) -> 
             for kind, color in KIND_COLORS.items():
                 mk = m & (tl.kind == kind)
                 if mk.any():
-                    bs, be = merge_below(tl.start_s[mk], tl.end_s[mk], gap)
+                    bs, be = merge_intervals(tl.start_s[mk], tl.end_s[mk], gap)
                     ax.broken_barh(list(zip((bs - t0) * 1e3, (be - bs) * 1e3)),
                                    (y - 0.4, 0.8), color=color, linewidth=0)
             labels.append(f"rank {rank} {stream}")

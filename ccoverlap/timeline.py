@@ -136,8 +136,10 @@ class TimelineBuilder:
 
 # ----------------------------------------------------------------------------- intervals
 
-def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals as sorted, disjoint (start, end) arrays (a numpy sweep, O(n log n))."""
+def merge_intervals(start: np.ndarray, end: np.ndarray, gap: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted, disjoint (start, end) arrays (a numpy sweep, O(n log n)).
+    With ``gap`` > 0 (same unit as the times), gaps no longer than ``gap`` are closed too: what a
+    picture at that resolution shows."""
     if len(start) == 0:
         return np.empty(0), np.empty(0)
     order = np.argsort(start, kind="stable")
@@ -147,7 +149,7 @@ def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.
     # a new merged interval begins where the start lies beyond every earlier end
     new = np.empty(len(s), dtype=bool)
     new[0] = True
-    new[1:] = s[1:] > running_end[:-1]
+    new[1:] = s[1:] > running_end[:-1] + gap
     idx = np.flatnonzero(new)
     out_start = s[idx]
     out_end = np.maximum.reduceat(e, idx)

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ccoverlap.plots import merge_below
-from ccoverlap.timeline import union_length
+from ccoverlap.timeline import merge_intervals, union_length
 
 
 def test_gaps_below_the_resolution_are_closed_and_larger_ones_kept():
     s = np.array([0.0, 1.05, 2.0, 5.0])
     e = np.array([1.0, 1.9, 2.5, 6.0])
-    ms, me = merge_below(s, e, gap=0.1)
+    ms, me = merge_intervals(s, e, gap=0.1)
     assert ms.tolist() == [0.0, 5.0] and me.tolist() == [2.5, 6.0]
-    ms, me = merge_below(s, e, gap=0.0)          # no gap closed: the plain union
+    ms, me = merge_intervals(s, e, gap=0.0)          # no gap closed: the plain union
     assert ms.tolist() == [0.0, 1.05, 2.0, 5.0] and me.tolist() == [1.0, 1.9, 2.5, 6.0]
 
 
@@ -22,7 +21,7 @@ def test_merging_never_loses_busy_time_and_adds_at_most_the_closed_gaps():
     s = np.sort(rng.uniform(0, 100, 5000))
     e = s + rng.uniform(0.001, 0.05, len(s))
     gap = 0.02
-    ms, me = merge_below(s, e, gap)
+    ms, me = merge_intervals(s, e, gap)
     assert np.all(ms[1:] - me[:-1] > gap)                    # what is left apart is visibly apart
     for a, b in zip(s, e):                                   # every bar lies inside one drawn bar
         i = np.searchsorted(ms, a, side="right") - 1
