@@ -311,18 +311,10 @@ def markdown(doc: dict) -> str:
 
 # ----------------------------------------------------------------------------- measuring
 def require_gpu(device: str | None):
-    """The CUDA device to measure on, or one-line ConfigError (no torch / no CUDA / bad device)
-    that points to the no-GPU modes."""
-    try:
-        import torch
-    except ImportError:
-        raise ConfigError("measuring needs PyTorch with CUDA; without a GPU use --dry-run or --from-json") from None
-    if not torch.cuda.is_available():
-        raise ConfigError(f"no CUDA GPU available (torch {torch.__version__}); measuring needs one - "
-                          "without a GPU use --dry-run or --from-json")
+    """The CUDA device to measure on, or a one-line ConfigError that points to the no-GPU modes."""
     from ccoverlap.calibrate import microbench as mb
 
-    return mb.require_cuda(device)
+    return mb.require_cuda(device, offline_hint="--dry-run or --from-json")
 
 
 def measure(plan: list[dict], *, device: str | None, reps: int, warmup: int, window_s: float,

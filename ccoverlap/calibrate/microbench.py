@@ -34,14 +34,21 @@ from ccoverlap.calibrate import grids
 from ccoverlap.errors import ConfigError
 
 
-def require_cuda(device: str | None = None):
+def require_cuda(device: str | None = None, *, offline_hint: str | None = None):
     """The ``torch.device`` to calibrate, or :class:`ConfigError` (one line) when there is no
-    usable CUDA GPU. ``device``: ``"cuda"``, ``"cuda:N"`` or ``"N"`` (default: current)."""
+    usable CUDA GPU. ``device``: ``"cuda"``, ``"cuda:N"`` or ``"N"`` (default: current).
+    ``offline_hint``: for a measuring script with modes that need no GPU, what to use instead
+    (e.g. ``"--dry-run or --from-json"``); the message then names it."""
     try:
         import torch
     except ImportError:
+        if offline_hint:
+            raise ConfigError(f"measuring needs PyTorch with CUDA; without a GPU use {offline_hint}") from None
         raise ConfigError("calibrate needs PyTorch with CUDA (pip install torch); torch is not installed") from None
     if not torch.cuda.is_available():
+        if offline_hint:
+            raise ConfigError(f"no CUDA GPU available (torch {torch.__version__}); measuring needs one - "
+                              f"without a GPU use {offline_hint}")
         built = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
         raise ConfigError(f"no CUDA GPU available (torch {torch.__version__}, {built}); "
                           "run `ccoverlap calibrate` on a machine with an NVIDIA GPU")
