@@ -117,3 +117,22 @@ def test_built_in_example_is_compute_bound_and_overlap_choices_matter(capsys, tm
     # the decision matters: no overlap is more than 5% slower, the best strategy more than 3% faster
     assert t["no-overlap"] > 1.05 * t["as-given"]
     assert min(t.values()) < 0.97 * t["as-given"]
+
+
+def test_the_progress_bar_runs_no_thread_the_planner_could_fork():
+    # the planner forks worker processes; a rich refresh thread alive at fork time may deadlock
+    # the child (Python 3.12 warns). The bar must be drawn from the caller's updates instead.
+    import threading
+    import time
+
+    from ccoverlap.commands.plan import _progress_reporter
+
+    before = threading.active_count()
+    update, close = _progress_reporter(True)
+    time.sleep(1.05)                     # the bar appears only after a second
+    update(1, 10, "candidate 1")
+    update(10, 10, "candidate 10")
+    try:
+        assert threading.active_count() == before
+    finally:
+        close()

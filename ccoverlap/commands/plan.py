@@ -35,14 +35,17 @@ def register(sub) -> None:
 
 
 def _progress_reporter(enabled: bool, label: str = "planning"):
-    """A progress bar on stderr, shown only once a search has run for more than a second."""
+    """A progress bar on stderr, shown only once a search has run for more than a second.
+    Redrawn from the caller's updates (at most 10 times a second), not by rich's refresh thread:
+    the planner forks worker processes, and forking a process that runs threads may deadlock
+    the child (Python 3.12 warns about it)."""
     if not enabled:
         return None, lambda: None
     import time
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    state = {"bar": None, "task": None, "t0": time.perf_counter()}
+    state = {"bar": None, "task": None, "t0": time.perf_counter(), "drawn": 0.0}
 
     def update(done: int, total: int, what: str) -> None:
         if state["bar"] is None:
@@ -52,10 +55,14 @@ def _progress_reporter(enabled: bool, label: str = "planning"):
 
             state["bar"] = Progress(TextColumn(label), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                                     TextColumn("{task.description}"), TimeElapsedColumn(),
-                                    console=Console(stderr=True), transient=True)
+                                    console=Console(stderr=True), transient=True, auto_refresh=False)
             state["bar"].start()
             state["task"] = state["bar"].add_task(what, total=total)
         state["bar"].update(state["task"], completed=done, total=total, description=what)
+        now = time.perf_counter()
+        if now - state["drawn"] >= 0.1 or done >= total:
+            state["drawn"] = now
+            state["bar"].refresh()
 
     def close() -> None:
         if state["bar"] is not None:
