@@ -15,7 +15,8 @@ is the bench's own measurement error at this ``--iters``. On the 2-core CPU mach
 time varies by 8-14% (sigma of log time) from call to call even when the machine is quiet, so
 in the lead's quiet 20-call runs the same schedule's two medians differed by up to 7.7%
 (``--rejudge`` below; docs/runtime.md, "Third pass"): a 5% judgement needs more calls than
-that, hence the default ``--iters 60`` (the spread of a median falls as 1/sqrt(calls)).
+that, hence many calls per row (the spread of a median falls as 1/sqrt(calls)): at 60 the
+judge still erred by more than 5% in 2 of 10 quiet runs, at 120 (the default) in none.
 
     python benchmarks/bench_runtime_tune.py --reps 10
 
@@ -186,7 +187,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=60, help="timed calls per schedule in each bench run (default 60)")
+    ap.add_argument("--iters", type=int, default=120, help="timed calls per schedule in each bench run (default 120)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("--shapes", default=",".join(SHAPES))
