@@ -2,16 +2,20 @@
 
 1. **Enumerate** the legal layouts: TP (dividing a node and the attention / KV heads; sequence
    parallelism on whenever TP > 1, as Megatron-LM recommends), PP (dividing the layers), CP
-   (when ``ParallelConfig`` has a ``cp`` field, see :func:`cp_degrees`), DP filling the rest of the cluster, FSDP vs DDP, micro-batch,
-   recomputation (none / selective / full) and PP schedule (1F1B, interleaved with 2 virtual
-   stages). Illegal combinations are dropped by the same checks as ``plan``
+   (when ``ParallelConfig`` has a ``cp`` field, see :func:`cp_degrees`), DP filling the rest of
+   the cluster, FSDP vs DDP, HSDP (FSDP with ``dp_replicate`` > 1 dividing ``dp``: shard
+   groups of ``dp·cp / dp_replicate`` ranks, laid out inside a node first by ``Layout``),
+   expert parallelism for mixture-of-experts models (``ep`` dividing the experts and ``dp``),
+   micro-batch, recomputation (none / selective / full) and PP schedule (1F1B, interleaved
+   with 2 virtual stages, GPipe, DualPipe). Illegal combinations are dropped by the same checks as ``plan``
    (:func:`ccoverlap.parallel.config.config_problems`).
 2. **Memory**: keep only layouts whose per-GPU estimate fits
    (:func:`ccoverlap.parallel.memory.estimate_memory`, with the default knobs).
 3. **Screen**: an analytical estimate of each layout's step from the cost model's isolated
    times of one transformer layer's ops (forward, backward, recomputation; TP collectives
-   included since they block the layer), times layers per stage, times micro-batches plus the
-   pipeline bubble ``(pp − 1) / v`` (Narayanan et al. 2021, §2.2). It leaves out data-parallel
+   included since they block the layer; for MoE layers the router, the expert GEMMs and the
+   EP all-to-alls), times layers per stage, times micro-batches plus the pipeline bubble
+   ``(pp − 1) / v`` (Narayanan et al. 2021, §2.2; ``pp/2 − 1`` for DualPipe). It leaves out data-parallel
    communication, the embedding / head and any contention, so under the simulator's own
    assumptions it should not exceed the simulated time; every simulated layout is checked and
    exceptions are counted (``bound_violations``).
@@ -113,22 +117,32 @@ def cp_degrees(model, batch, cluster) -> list[int]:
 
 
 def label(p, b) -> str:
-    """A short name of a layout, e.g. ``TP8 PP2(1f1b) DP4 FSDP mb1 rc=none``."""
+    """A short name of a layout, e.g. ``TP8 PP2(1f1b) DP4 FSDP mb1 rc=none``; HSDP shows
+    replicas x shard-group size (``DP32 HSDP(2x16)``), expert parallelism ``EP8``."""
     parts = [f"TP{p.tp}{'+SP' if p.sp_enabled else ''}"]
     if getattr(p, "cp", 1) > 1:
         parts.append(f"CP{p.cp}")
     if p.pp > 1:
         parts.append(f"PP{p.pp}({p.pp_schedule}{'x' + str(p.virtual_stages) if p.virtual_stages > 1 else ''})")
-    parts.append(f"DP{p.dp}{' ' + p.data_parallel.upper() if p.dp > 1 else ''}")
+    if p.dp > 1 and p.data_parallel == "fsdp" and p.dp_replicate > 1:
+        parts.append(f"DP{p.dp} HSDP({p.dp_replicate}x{p.dp_shard})")
+    else:
+        parts.append(f"DP{p.dp}{' ' + p.data_parallel.upper() if p.dp > 1 else ''}")
+    if p.ep > 1:
+        parts.append(f"EP{p.ep}")
     parts.append(f"mb{b.micro_batch}")
     parts.append(f"rc={p.recompute}")
     return " ".join(parts)
 
 
 def enumerate_layouts(model, cluster, batch, *, micro_batches=(1, 2, 4), recompute=("none", "selective", "full"),
-                      data_parallel=("fsdp", "ddp"), schedules=("1f1b", "interleaved")) -> list[tuple]:
+                      data_parallel=("fsdp", "ddp"), schedules=("1f1b", "interleaved", "gpipe", "dualpipe"),
+                      hsdp: bool = True, expert_parallel: bool = True) -> list[tuple]:
     """Legal ``(ParallelConfig, BatchConfig)`` pairs for ``model`` on ``cluster`` at ``batch``'s
-    global batch and sequence length (see the module docstring for the axes)."""
+    global batch and sequence length (see the module docstring for the axes). With FSDP,
+    ``hsdp`` adds every ``dp_replicate`` > 1 dividing ``dp`` that leaves shard groups of at
+    least two ranks; for a mixture-of-experts model ``expert_parallel`` adds every ``ep`` > 1
+    dividing both the experts and ``dp``."""
     from ccoverlap.parallel.config import ParallelConfig, config_problems
 
     world = cluster.world_size
@@ -141,33 +155,44 @@ def enumerate_layouts(model, cluster, batch, *, micro_batches=(1, 2, 4), recompu
                     continue
                 scheds = [("1f1b", 1)] if pp == 1 else [(s, 2 if s == "interleaved" else 1) for s in schedules]
                 for sched, v in scheds:
-                    for dpt in (data_parallel if dp > 1 else ("ddp",)):
-                        for mb in micro_batches:
-                            if batch.global_batch % (dp * mb):
-                                continue
-                            for rc in recompute:
-                                kw = dict(tp=tp, pp=pp, dp=dp, data_parallel=dpt, sequence_parallel=tp > 1,
-                                          pp_schedule=sched, virtual_stages=v, recompute=rc)
-                                if cp > 1:
-                                    kw["cp"] = cp
-                                try:
-                                    p = ParallelConfig(**kw)
-                                except ConfigError:
+                    dp_kinds = [(t, 1) for t in (data_parallel if dp > 1 else ("ddp",))]
+                    if hsdp and dp > 1 and "fsdp" in data_parallel:
+                        dp_kinds += [("fsdp", r) for r in _divisors(dp) if 1 < r and dp * cp // r >= 2]
+                    eps = ([e for e in _divisors(model.experts) if dp % e == 0]
+                           if model.is_moe and expert_parallel else [1])
+                    for dpt, rep in dp_kinds:
+                        for ep in eps:
+                            for mb in micro_batches:
+                                if batch.global_batch % (dp * mb):
                                     continue
-                                b = replace(batch, micro_batch=mb)
-                                if not config_problems(p, model, cluster, b):
-                                    out.append((p, b))
+                                for rc in recompute:
+                                    kw = dict(tp=tp, pp=pp, dp=dp, data_parallel=dpt, sequence_parallel=tp > 1,
+                                              pp_schedule=sched, virtual_stages=v, recompute=rc)
+                                    for k, val in (("cp", cp), ("dp_replicate", rep), ("ep", ep)):
+                                        if val > 1:
+                                            kw[k] = val
+                                    try:
+                                        p = ParallelConfig(**kw)
+                                    except ConfigError:
+                                        continue
+                                    b = replace(batch, micro_batch=mb)
+                                    if not config_problems(p, model, cluster, b):
+                                        out.append((p, b))
     return out
 
 
-def screen_estimate(model, cluster, p, b, cost) -> float:
-    """Analytical step-time estimate of a layout (seconds; see the module docstring, step 3)."""
+def _layer_work_s(model, cluster, p, b, cost, moe: bool) -> float:
+    """Isolated seconds of one layer's forward + backward + recomputation on one rank: the
+    cost model's time of every op of the layer template (dense, or MoE with the router, the
+    expert GEMMs and, when ep > 1, the dispatch / combine all-to-alls, which block the layer
+    under the default knobs)."""
+    from ccoverlap.parallel import ep as epm
     from ccoverlap.parallel import layer as lay
     from ccoverlap.parallel.config import OverlapKnobs
     from ccoverlap.parallel.layout import Layout
 
     ctx = lay.LayerCtx(model, p, b.micro_batch, b.seq_len, Layout.build(p, cluster.gpus_per_node), OverlapKnobs())
-    fwd, bwd = lay.dense_layer(ctx, "layer0")
+    fwd, bwd = epm.moe_layer(ctx, "layer0") if moe else lay.dense_layer(ctx, "layer0")
 
     def dur(segs) -> float:
         return sum(float(cost.duration_s(o.spec, ())) for s in segs for o in s.ops if o.spec is not None)
@@ -179,11 +204,32 @@ def screen_estimate(model, cluster, p, b, cost) -> float:
         rc = float(cost.duration_s(ctx.attention_fwd(), ()))
     else:
         rc = 0.0
+    return f + bw + rc
+
+
+def screen_estimate(model, cluster, p, b, cost) -> float:
+    """Analytical step-time estimate of a layout (seconds; see the module docstring, step 3).
+
+    Per-rank work = (summed layer work) / pp per micro-batch (for a MoE model with leading dense
+    layers, the average stage, which no rank's stage undercuts in total); times the M
+    micro-batches plus the bubble in stage-times: ``(pp − 1) / v`` for 1F1B / GPipe /
+    interleaved (Narayanan et al. 2021, §2.2), ``pp/2 − 1`` for DualPipe (DeepSeek-V3 report
+    §3.2.1, Table 2: its bubble is (pp/2 − 1)(F&B + B − 3W); the simulator's, without the
+    zero-bubble split, (pp/2 − 1)(F + 2B), at least (pp/2 − 1)(F + B))."""
+    moe_layers = sum(1 for li in range(model.layers) if model.is_moe_layer(li)) if model.is_moe else 0
+    total = 0.0
+    if moe_layers:
+        total += moe_layers * _layer_work_s(model, cluster, p, b, cost, True)
+    if model.layers - moe_layers:
+        total += (model.layers - moe_layers) * _layer_work_s(model, cluster, p, b, cost, False)
     # with context parallelism the layer templates hold 1/cp of the tokens (LayerCtx.tokens)
-    per_stage = (model.layers // p.pp) * (f + bw + rc)
+    per_stage = total / p.pp
     M = b.global_batch // (p.dp * b.micro_batch)
-    v = p.virtual_stages if p.pp_schedule == "interleaved" else 1
-    return per_stage * (M + (p.pp - 1) / v)
+    if p.pp_schedule == "dualpipe":
+        bubble = p.pp / 2 - 1
+    else:
+        bubble = (p.pp - 1) / (p.virtual_stages if p.pp_schedule == "interleaved" else 1)
+    return per_stage * (M + bubble)
 
 
 def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, top: int = 3,
@@ -197,9 +243,6 @@ def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, 
     from ccoverlap.planner import Planner
 
     t0 = time.perf_counter()
-    if w.model.is_moe:
-        raise ConfigError(f"plan --search handles dense models; {w.model.name} is a mixture of experts "
-                          f"(plan its layouts one at a time)")
     cost = cost_model_for(w)
     layouts = enumerate_layouts(w.model, w.cluster, w.batch, **enum_kw)
     if not layouts:

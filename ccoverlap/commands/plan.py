@@ -26,7 +26,8 @@ def register(sub) -> None:
     p.add_argument("--strategies", help="comma-separated decider strategies to add (default: all available)")
     s = p.add_argument_group("layout search (--search)")
     s.add_argument("--search", action="store_true",
-                   help="search layouts (TP/PP/CP/DP, FSDP vs DDP, micro-batch, recompute, PP schedule, knobs) "
+                   help="search layouts (TP/PP/CP/DP, FSDP vs DDP vs HSDP, EP for MoE models, micro-batch, recompute, "
+                        "PP schedule 1F1B/interleaved/GPipe/DualPipe, knobs) "
                         "for the model, cluster and global batch; rank those that fit by predicted step time")
     s.add_argument("--max-simulations", type=int, default=24, help="most layouts simulated (default 24)")
     s.add_argument("--top", type=int, default=3, help="layouts that get the best-knobs search (default 3)")
