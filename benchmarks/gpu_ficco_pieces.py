@@ -513,15 +513,9 @@ def write_partial(path: Path, measured: dict, info: dict, settings: dict, traffi
 
 def write_outputs(doc: dict, out_dir: str) -> list[Path]:
     """Write ``ficco_pieces.json`` and ``.md`` into ``out_dir``."""
-    d = Path(out_dir)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        pj, pm = d / f"{FILE_STEM}.json", d / f"{FILE_STEM}.md"
-        pj.write_text(json.dumps(doc, indent=1) + "\n")
-        pm.write_text(markdown(doc))
-    except OSError as exc:
-        raise ConfigError(f"--out: cannot write into {out_dir}: {exc}") from None
-    return [pj, pm]
+    from ccoverlap.calibrate.fileformat import write_result_files
+
+    return write_result_files(doc, out_dir, FILE_STEM, markdown(doc))
 
 
 def main(argv=None) -> int:

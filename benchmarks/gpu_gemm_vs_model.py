@@ -280,15 +280,9 @@ def build_doc(shapes, dropped, measured, variants, *, gpu_name, calibration, dev
 
 def write_outputs(doc: dict, out_dir: str) -> list[Path]:
     """Write ``gemm_vs_model.json`` and ``.md`` into ``out_dir`` (created); returns the paths."""
-    d = Path(out_dir)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        pj, pm = d / f"{FILE_STEM}.json", d / f"{FILE_STEM}.md"
-        pj.write_text(json.dumps(doc, indent=1) + "\n")
-        pm.write_text(markdown(doc))
-    except OSError as exc:
-        raise ConfigError(f"--out: cannot write into {out_dir}: {exc}") from None
-    return [pj, pm]
+    from ccoverlap.calibrate.fileformat import write_result_files
+
+    return write_result_files(doc, out_dir, FILE_STEM, markdown(doc))
 
 
 # ----------------------------------------------------------------------------- measuring

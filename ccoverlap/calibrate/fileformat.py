@@ -199,3 +199,17 @@ def build(*, gpu: str, params: dict, fit_error: float | None, notes: list[str], 
             "measurements": measurements,
         },
     }
+
+
+def write_result_files(doc: dict, out_dir: str, stem: str, markdown_text: str) -> list[Path]:
+    """Write a measuring script's ``<stem>.json`` (``doc``) and ``<stem>.md`` (``markdown_text``)
+    into ``out_dir`` (created); one-line :class:`ConfigError` when it cannot be written."""
+    d = Path(out_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        pj, pm = d / f"{stem}.json", d / f"{stem}.md"
+        pj.write_text(json.dumps(doc, indent=1) + "\n")
+        pm.write_text(markdown_text)
+    except OSError as exc:
+        raise ConfigError(f"--out: cannot write into {out_dir}: {exc}") from None
+    return [pj, pm]
