@@ -12,6 +12,9 @@ dispatched by the host). A profile says which; it is data, one YAML file per pro
       attention: {value: flash, source: "Megatron-Core TransformerEngine DotProductAttention ..."}
       ...
 
+A variant of another profile names it as ``base: NAME`` (a built-in profile) and lists only the
+entries it changes; every other entry, with its source, is the base's.
+
 Entries (see :class:`FrameworkProfile` for types and defaults):
 
 * ``attention``: ``flash`` (one fused kernel per direction) or ``unfused`` (batched QKᵀ GEMM,
@@ -224,14 +227,15 @@ _ENTRY_FIELDS = tuple(f.name for f in fields(FrameworkProfile) if f.name not in 
 
 
 def profile_from_mapping(data: Any, where: str) -> FrameworkProfile:
-    """A profile from its file contents (``name``, ``description``, ``entries`` of
-    ``{value, source}``). Unknown keys, an entry without ``source`` or a bad value raise one
-    ConfigError naming ``where`` and the entry."""
+    """A profile from its file contents (``name``, ``description``, optional ``base``, ``entries``
+    of ``{value, source}``; with ``base: NAME`` the entries not listed, and their sources, are
+    those of the built-in profile NAME). Unknown keys, an entry without ``source``, an unknown
+    base or a bad value raise one ConfigError naming ``where`` and the entry."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a framework profile must be a mapping")
-    unknown = sorted(set(data) - {"name", "description", "entries"})
+    unknown = sorted(set(data) - {"name", "description", "base", "entries"})
     if unknown:
-        raise ConfigError(f"{where}: unknown top-level key(s) {unknown}; expected name, description, entries")
+        raise ConfigError(f"{where}: unknown top-level key(s) {unknown}; expected name, description, base, entries")
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}: 'name' must be a non-empty string")
@@ -240,6 +244,14 @@ def profile_from_mapping(data: Any, where: str) -> FrameworkProfile:
         raise ConfigError(f"{where}: 'entries' must be a mapping of entry name to {{value, source}}")
     values: dict = {}
     sources: dict = {}
+    base = data.get("base")
+    if base is not None:
+        if not isinstance(base, str) or base not in builtin_frameworks() or base == name:
+            raise ConfigError(f"{where}: 'base' must name another built-in profile "
+                              f"({', '.join(builtin_frameworks())}), got {base!r}")
+        parent = _load(base)
+        values = {key: getattr(parent, key) for key in parent.sources}
+        sources = dict(parent.sources)
     for key, entry in entries.items():
         if key not in _ENTRY_FIELDS:
             raise ConfigError(f"{where}: unknown entry {key!r}; expected some of {sorted(_ENTRY_FIELDS)}")

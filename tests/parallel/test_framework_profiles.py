@@ -60,6 +60,24 @@ def test_bad_profiles_name_the_entry(tmp_path):
     assert fw.name == "mine" and fw.eager is False and fw.attention == "flash"
 
 
+def test_a_variant_profile_takes_every_entry_it_does_not_list_from_its_base():
+    base = get_framework("torchtitan")
+    fw = profile_from_mapping({"name": "v", "base": "torchtitan",
+                               "entries": {"norm_fused": {"value": True, "source": "a fused norm"}}}, "f")
+    assert fw.norm_fused is True and fw.sources["norm_fused"] == "a fused norm"
+    for key in set(base.sources) - {"norm_fused"}:
+        assert getattr(fw, key) == getattr(base, key) and fw.sources[key] == base.sources[key], key
+    # the shipped variants list only what they change
+    for name, changed in (("torchtitan-fused-rmsnorm", "norm_fused"), ("torchtitan-compile", "bias_act_fused")):
+        v = get_framework(name)
+        assert getattr(v, changed) != getattr(base, changed)
+        assert v.optimizer_bytes_per_param == base.optimizer_bytes_per_param
+        assert v.sources["optimizer_bytes_per_param"] == base.sources["optimizer_bytes_per_param"]
+    for bad in ("nope", "v", 3):
+        with pytest.raises(ConfigError, match="'base' must name another built-in profile"):
+            profile_from_mapping({"name": "v", "base": bad, "entries": {}}, "f")
+
+
 def test_unfused_attention_hand_computed():
     """megatron-lm-2021, micro-batch 2, 16 heads of 64, s = 1024: the batched GEMMs and the
     memory-bound score ops over b·a·s² = 2·16·1024² = 33.5M elements."""
