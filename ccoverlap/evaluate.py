@@ -172,16 +172,14 @@ class StepTotals:
 
 def step_totals(w, step=None) -> StepTotals:
     """:class:`StepTotals` of workload ``w``: taken from its built ``step`` if given, else
-    computed without building it (the same formulas as :func:`ccoverlap.parallel.build_step`)."""
+    computed without building it (:func:`ccoverlap.parallel.step.step_totals`, which
+    :func:`ccoverlap.parallel.build_step` uses too)."""
     if step is not None:
         return StepTotals(step.world_size, step.tokens_per_step, step.model_flops_per_step, step.memory)
-    from ccoverlap.parallel.framework import get_framework
-    from ccoverlap.parallel.memory import estimate_memory
+    from ccoverlap.parallel.step import step_totals as totals_of
 
-    fw = get_framework(getattr(w, "framework", None))
-    tokens = w.batch.global_batch * w.batch.seq_len
-    mem = estimate_memory(w.model, w.parallel, w.batch, w.cluster, w.knobs, flash_attention=fw.flash)
-    return StepTotals(w.parallel.world_size, tokens, w.model.flops_per_token(w.batch.seq_len) * tokens, mem)
+    tokens, flops, mem = totals_of(w.model, w.parallel, w.batch, w.cluster, w.knobs, getattr(w, "framework", None))
+    return StepTotals(w.parallel.world_size, tokens, flops, mem)
 
 
 def summarize_metrics(name: str, w, metrics: StepMetrics, totals: StepTotals, *, note: str = "",

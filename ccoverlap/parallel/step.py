@@ -454,14 +454,25 @@ def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
         "framework": em.framework.name,
         "rank_weights": {r: n for r, _, n in em.describe_ranks()},
     })
-    tokens = batch.global_batch * batch.seq_len
+    tokens, flops, memory = step_totals(model, parallel, batch, cluster, knobs, em.framework)
     return StepGraph(
         graph=graph,
         world_size=parallel.world_size,
         tokens_per_step=tokens,
-        model_flops_per_step=model.flops_per_token(batch.seq_len) * tokens,
+        model_flops_per_step=flops,
         simulated_ranks=em.describe_ranks(),
-        memory=estimate_memory(model, parallel, batch, cluster, knobs, flash_attention=em.framework.flash),
+        memory=memory,
         microbatches=em.M,
         schedule=em.sched,
     )
+
+
+def step_totals(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
+                knobs: OverlapKnobs | None = None, framework=None) -> tuple[int, float, MemoryEstimate]:
+    """What a step's :class:`StepGraph` carries besides its graph, without building the graph:
+    global tokens per step, model FLOPs per step (PaLM's MFU definition,
+    :meth:`ModelSpec.flops_per_token`) and the per-GPU memory estimate (bytes)."""
+    tokens = batch.global_batch * batch.seq_len
+    memory = estimate_memory(model, parallel, batch, cluster, knobs or OverlapKnobs(),
+                             flash_attention=get_framework(framework).flash)
+    return tokens, model.flops_per_token(batch.seq_len) * tokens, memory
