@@ -65,7 +65,8 @@ def _calibration_paths(path: str, gpus: list[str]) -> dict[str, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ccoverlap.validate.compare import compare_runs, format_details, format_table, stderr_progress, summarize
+    from ccoverlap.validate.compare import (compare_runs, format_details, format_table, stderr_progress,
+                                            summarize, summarize_groups)
     from ccoverlap.validate.predict import cost_params_for
     from ccoverlap.validate.reader import SUBSETS, load_runs
 
@@ -124,10 +125,14 @@ def run(args: argparse.Namespace) -> int:
             if sel and len(sel) < len(rows):
                 parts[s] = summarize(sel)
 
+    groups = summarize_groups(rows)
+    if len(groups) < 2:
+        groups = {}  # one group says nothing the all-runs line does not
     if args.json:
         payload = {"runs_file": str(path), "parameters": "fitted" if names else
                    ("calibration " + ", ".join(args.calibration) if args.calibration else "defaults (nothing fitted)"),
                    "summary": summary.as_dict(), "subsets": {k: v.as_dict() for k, v in parts.items()},
+                   "groups": {k: v.as_dict() for k, v in groups.items()},
                    "runs": [r.as_dict() for r in rows]}
         if fit_report:
             payload["fit"] = fit_report
@@ -145,6 +150,12 @@ def run(args: argparse.Namespace) -> int:
         print(bullet + summary.line("all runs"))
         for label, s in parts.items():
             print(bullet + s.line(label))
+        if groups:
+            print()
+            print(f"{'**' if args.markdown else ''}by group{'**' if args.markdown else ''} "
+                  "(a bias one framework or cluster shares shows here)")
+            for label, s in groups.items():
+                print(bullet + s.line(label))
         if fit_report:
             print()
             for gpu, vals in fit_report["values"].items():

@@ -95,6 +95,19 @@ def summarize(rows: Iterable[Row]) -> Summary:
                    worst.run.name, worst.error_pct)
 
 
+def summarize_groups(rows: Iterable[Row]) -> dict[str, Summary]:
+    """:func:`summarize` per declared ``group`` of the runs (in the order groups first appear),
+    so a bias shared by one framework or cluster shows as that group's mean signed error.
+    Runs without a group are listed under ``(no group)``; empty when no run declares one."""
+    rows = list(rows)
+    if not any(r.run.group for r in rows):
+        return {}
+    by: dict[str, list[Row]] = {}
+    for r in rows:
+        by.setdefault(r.run.group or "(no group)", []).append(r)
+    return {g: summarize(sel) for g, sel in by.items()}
+
+
 def _one(args, step_cache: dict | None = None) -> Row:
     run, params = args
     measured = run.measured_step_time_s

@@ -187,3 +187,37 @@ def test_cached_step_resimulated_with_new_params_equals_a_fresh_build(tmp_path):
     assert again.step_time_s == pytest.approx(predict_run(run, params=slow).step_time_s, rel=1e-12)
     assert predict_run(run, step_cache=cache).step_time_s == pytest.approx(first.step_time_s, rel=1e-12)
     assert again.step_time_s > first.step_time_s
+
+
+def test_summary_by_group_matches_each_groups_rows(tmp_path, capsys):
+    """Runs that declare a ``group`` get one summary line per group (JSON ``groups``), computed
+    from that group's rows only; a runs file with a single group prints no group block."""
+    a = dict(copy.deepcopy(RUN_A), group="torchtitan (A100)")
+    b = dict(copy.deepcopy(RUN_B), group="other stack")
+    c = dict(copy.deepcopy(RUN_A), name="tt-llama3-70b-again", group="torchtitan (A100)",
+             measured={"tokens_per_s_per_gpu": 300}, subset="held-out")
+    p = write(tmp_path, [a, b, c])
+    assert main(["validate", str(p), "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    err = {r["name"]: r["error_pct"] for r in out["runs"]}
+    g = out["groups"]
+    assert list(g) == ["torchtitan (A100)", "other stack"]
+    tt = [err["tt-llama3-70b"], err["tt-llama3-70b-again"]]
+    assert g["torchtitan (A100)"]["runs_predicted"] == 2
+    assert g["torchtitan (A100)"]["mean_signed_error_pct"] == pytest.approx(sum(tt) / 2)
+    assert g["torchtitan (A100)"]["mean_abs_error_pct"] == pytest.approx(sum(map(abs, tt)) / 2)
+    assert g["other stack"]["mean_signed_error_pct"] == pytest.approx(err["tt-llama2-70b"])
+    # the same run measured at a lower throughput is a slower measured step, so the (same)
+    # prediction is relatively faster: a more negative signed error
+    assert err["tt-llama3-70b-again"] < err["tt-llama3-70b"]
+
+    assert main(["validate", str(p), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "by group" in text
+    assert f"torchtitan (A100): mean |error| {g['torchtitan (A100)']['mean_abs_error_pct']:.1f}%" in text
+
+    p1 = write(tmp_path, [a, c], name="one-group.yaml")
+    assert main(["validate", str(p1), "--json", "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["groups"] == {}
+    assert main(["validate", str(p1), "--quiet"]) == 0
+    assert "by group" not in capsys.readouterr().out
