@@ -10,7 +10,7 @@ and each wave takes
     f = max(θ, D/B) + (1 − overlap) · min(θ, D/B)                             (eq. 6)
 
 where θ is the tile's main loop (``ceil(K/tile_k) + prologue/epilogue`` K-steps at one SM's
-achievable FLOP rate), D the HBM bytes the wave moves (its A row-panels and B column-panels,
+achievable FLOP rate: peak × ``gemm_peak_fraction`` × ``sustained_clock_fraction`` / SMs), D the HBM bytes the wave moves (its A row-panels and B column-panels,
 shared across the wave's tiles through L2, plus its output tiles, read too when
 accumulating), and B the HBM bandwidth left to it. ``overlap = 0`` is eq. 6 verbatim
 (θ + D/B); the default hides most of the shorter term, as multistage pipelines do. The
@@ -88,7 +88,8 @@ def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw:
     slots = sms * tpsm
     waves = gemm_waves(tiles, sms, tpsm)
     ksteps = math.ceil(spec.k / tk)
-    per_sm_flops = gpu.flops_for(spec.dtype_bytes) * params.gemm_peak_fraction / gpu.sms
+    per_sm_flops = (gpu.flops_for(spec.dtype_bytes) * params.gemm_peak_fraction
+                    * params.sustained_clock_fraction / gpu.sms)
     tile_s = 2.0 * tm * tn * tk * (ksteps + params.gemm_tile_overhead_ksteps) / (per_sm_flops * eff)
     dt = spec.dtype_bytes
     mem_scale = (1.0 + l2_pollution) / bw
@@ -194,7 +195,8 @@ def attention_time_s(spec: AttentionSpec, gpu: GPUSpec, params: CostParams | Non
                      sms_available: float | None = None,
                      hbm_bytes_per_s_available: float | None = None) -> float:
     """Seconds of a fused (flash) attention kernel: roofline ``max(FLOPs / (peak ×
-    fraction × SM share), bytes / bandwidth)`` plus launch overhead, where the fraction is
+    fraction × sustained_clock_fraction × SM share), bytes / bandwidth)`` plus launch
+    overhead, where the fraction is
     :func:`attention_fraction` of the kernel (forward / backward, native / FA2-class), derated
     on Hopper for a causal mask by :func:`ccoverlap.cost.params.causal_attention_factor`
     (FlashAttention-3 paper Fig. 5). No wave quantisation (flash kernels tile over heads × query blocks, usually many waves)."""
@@ -203,7 +205,7 @@ def attention_time_s(spec: AttentionSpec, gpu: GPUSpec, params: CostParams | Non
     frac = attention_fraction(spec, p)
     if getattr(spec, "causal_len", 0) and _is_hopper(gpu):
         frac *= causal_attention_factor(spec.kernel, spec.causal_len)
-    flops_rate = gpu.flops_for(spec.dtype_bytes) * frac * sms / gpu.sms
+    flops_rate = gpu.flops_for(spec.dtype_bytes) * frac * p.sustained_clock_fraction * sms / gpu.sms
     t_c = spec.flops / flops_rate
     t_m = spec.bytes / _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
     return max(max(t_c, t_m) + p.kernel_launch_overhead_s, _host_floor(spec, p))
@@ -237,5 +239,6 @@ def memory_time_s(spec: MemorySpec, gpu: GPUSpec, params: CostParams | None = No
     p = params if params is not None else CostParams()
     sms = float(gpu.sms if sms_available is None else min(max(sms_available, 1.0), gpu.sms))
     t_m = spec.bytes / _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
-    t_c = spec.flops / (gpu.peak_flops["fp32"] * sms / gpu.sms) if spec.flops else 0.0
+    t_c = (spec.flops / (gpu.peak_flops["fp32"] * p.sustained_clock_fraction * sms / gpu.sms)
+           if spec.flops else 0.0)
     return max(max(t_m, t_c) + p.kernel_launch_overhead_s * spec.kernels, _host_floor(spec, p))

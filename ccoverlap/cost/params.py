@@ -85,6 +85,17 @@ class CostParams:
     attention_bwd_peak_fraction: float = 0.51
     attention_fa2_peak_fraction: float = 0.37
     attention_fa2_bwd_peak_fraction: float = 0.32
+    # Fraction of the clock behind the datasheet dense peak that the SMs sustain through a long
+    # training step, with every GPU of the node busy at its power limit. The fractions above
+    # come from microbenchmarks that ran at whatever clock the chip held for a short loop;
+    # a power- or thermally-limited job runs slower (NVIDIA quotes A100's HPL Rpeak at the
+    # 1305 MHz it sustains at its power limit, not the 1410 MHz boost behind the 312 TFLOP/s
+    # datasheet figure: G. Lockwood, "Peak FLOPS", glennklockwood.com/garden/peak-FLOPS).
+    # Scales GEMM, attention and CUDA-core throughput, not HBM bandwidth. 1.0 = the
+    # microbenchmarks' clock (assumption: the sustained clock of a user's job is unknown until
+    # measured); fit: `validate --fit sustained_clock_fraction` on measured steps, or the
+    # clock a long GEMM loop settles at (nvidia-smi).
+    sustained_clock_fraction: float = 1.0
 
     # ------------------------------------------------------------------ memory
     # Achievable fraction of datasheet HBM bandwidth for streaming kernels (~3.0 of 3.35 TB/s
@@ -190,7 +201,7 @@ class CostParams:
             object.__setattr__(self, name, int(v))
         for name in ("gemm_peak_fraction", "attention_peak_fraction", "attention_bwd_peak_fraction",
                      "attention_fa2_peak_fraction", "attention_fa2_bwd_peak_fraction", "mem_bw_fraction",
-                     "dma_link_efficiency", "tree_bw_efficiency", "proto_ll_bw_factor",
+                     "sustained_clock_fraction", "dma_link_efficiency", "tree_bw_efficiency", "proto_ll_bw_factor",
                      "proto_ll128_bw_factor", "mem_sm_saturation_fraction", "min_bandwidth_share",
                      "channel_bytes_per_s", "host_link_bytes_per_s", "dma_engine_bytes_per_s",
                      "channel_saturation_sharpness") + tuple(
@@ -199,7 +210,7 @@ class CostParams:
                 raise ConfigError(f"cost parameter {name} must be positive, got {getattr(self, name)}")
         for name in ("gemm_peak_fraction", "attention_peak_fraction", "attention_bwd_peak_fraction",
                      "attention_fa2_peak_fraction", "attention_fa2_bwd_peak_fraction", "mem_bw_fraction",
-                     "gemm_mem_overlap", "gemm_small_tile_efficiency", "dma_link_efficiency",
+                     "sustained_clock_fraction", "gemm_mem_overlap", "gemm_small_tile_efficiency", "dma_link_efficiency",
                      "tree_bw_efficiency", "proto_ll_bw_factor", "proto_ll128_bw_factor",
                      "mem_sm_saturation_fraction", "min_bandwidth_share",
                      "dma_l2_pollution_fraction") + tuple(

@@ -127,3 +127,23 @@ def test_k_split_pays_for_accumulating_into_c():
         without = sum(gemm_time_s(piece, H100, P, accumulate=False) for piece in pieces)
         extra_read = (ways - 1) * FFN.m * FFN.n * FFN.dtype_bytes / (H100.hbm_bytes_per_s * P.mem_bw_fraction)
         assert split_gemm_time_s(FFN, ways, "k", H100, P) - without > 0.15 * extra_read
+
+
+def test_sustained_clock_scales_tensor_work_not_hbm_bandwidth():
+    """``sustained_clock_fraction`` c divides the compute-bound time of GEMMs and attention by
+    c (the launch overhead is a fixed cost; a GEMM's partly hidden memory term, eq. 6 with
+    ``gemm_mem_overlap``, does not scale, hence the 1% tolerance) and leaves a memory-bound
+    kernel's time alone."""
+    slow = P.with_overrides(sustained_clock_fraction=0.8)
+    launch = P.kernel_launch_overhead_s
+    g = GemmSpec(m=8192, n=8192, k=8192)  # compute-bound
+    ratio = (gemm_time_s(g, H100, slow) - launch) / (gemm_time_s(g, H100, P) - launch)
+    assert 0.99 / 0.8 < ratio <= 1 / 0.8 + 1e-12
+    a = AttentionSpec(flops=4e13, bytes=1e8)  # compute-bound flash kernel
+    assert (attention_time_s(a, H100, slow) - launch) == pytest.approx((attention_time_s(a, H100, P) - launch) / 0.8,
+                                                                       rel=1e-9)
+    m = MemorySpec(bytes=4e9)
+    assert memory_time_s(m, H100, slow) == memory_time_s(m, H100, P)
+    assert P.sustained_clock_fraction == 1.0  # the default changes nothing
+    with pytest.raises(Exception, match="sustained_clock_fraction"):
+        P.with_overrides(sustained_clock_fraction=1.2)
