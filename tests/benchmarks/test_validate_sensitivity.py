@@ -80,3 +80,18 @@ def test_pair_with_unknown_run_exits_with_one_line(capsys):
     with pytest.raises(SystemExit) as exc:
         _load_pairs().main(["no-such-run:other"])
     assert "RUN_A:RUN_B" in str(exc.value) and "no-such-run:other" in str(exc.value)
+
+
+def test_shipped_ac_pair_differs_only_in_recompute_and_costs_time():
+    """benchmarks/torchtitan_ac_pair.yaml: the two published rows differ only in the AC policy
+    (and the measurement); recomputing costs predicted time, less than a full forward."""
+    from ccoverlap.validate.reader import load_runs
+
+    runs = load_runs(os.path.join(BENCH, "torchtitan_ac_pair.yaml")).runs
+    a, b = runs
+    assert (a.parallel["recompute"], b.parallel["recompute"]) == ("none", "selective")
+    assert {k: v for k, v in a.parallel.items() if k != "recompute"} == \
+        {k: v for k, v in b.parallel.items() if k != "recompute"}
+    assert (a.model, a.batch, a.framework, a.cluster) == (b.model, b.batch, b.framework, b.cluster)
+    (r,) = _load_pairs().increments(runs, [(a.name, b.name)])
+    assert 1.0 < r["predicted_ratio"] < 1.34
