@@ -47,6 +47,7 @@ TOP_LEVEL = ("version", "gpu", "params", "fit_error", "notes", "source")
 _POS = "positive number"
 _INT = "positive integer"
 _VICTIM = "victim"
+_POS_LIST = "non-empty list of positive numbers"
 # kind -> {field: expected}; expected is _POS, _INT, _VICTIM or a tuple of allowed strings
 KINDS: dict[str, dict[str, Any]] = {
     "gemm": {"dtype": ("bf16", "fp16", "fp32"), "m": _INT, "n": _INT, "k": _INT, "time_s": _POS},
@@ -58,6 +59,8 @@ KINDS: dict[str, dict[str, Any]] = {
                       "victim_alone_s": _POS, "victim_s": _POS, "copy_alone_s": _POS, "copy_s": _POS},
     "ce_contention": {"victim": _VICTIM, "direction": ("d2d", "h2d", "d2h"), "bytes": _POS,
                       "victim_alone_s": _POS, "victim_s": _POS, "copy_alone_s": _POS, "copy_s": _POS},
+    "sustained": {"dtype": ("bf16", "fp16", "fp32"), "m": _INT, "n": _INT, "k": _INT, "seconds": _POS,
+                  "iters_per_window": _INT, "window_time_s": _POS_LIST},
 }
 
 
@@ -79,6 +82,9 @@ def _check_value(where: str, name: str, v: Any, expected: Any) -> None:
     elif expected == _INT:
         if not _is_num(v) or v <= 0 or int(v) != v:
             raise _err(where, name, f"expected a {_INT}, got {v!r}")
+    elif expected == _POS_LIST:
+        if not isinstance(v, list) or not v or not all(_is_num(x) and x > 0 for x in v):
+            raise _err(where, name, f"expected a {_POS_LIST}, got {v!r}"[:300])
     elif expected == _VICTIM:
         if not isinstance(v, dict) or v.get("op") not in ("gemm", "memory"):
             raise _err(where, name, f"expected a mapping with op 'gemm' or 'memory', got {v!r}")

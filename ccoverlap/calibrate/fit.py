@@ -529,7 +529,11 @@ def fit(records: list[dict], gpu: GPUSpec, base: CostParams, *, every: int = 4,
             p = p_new
             params.update(info["values"])
     result.cost_params = p
+    from ccoverlap.calibrate.sustained import add_sustained_clock
+
+    add_sustained_clock(records, result)
     return result
+
 
 
 # ----------------------------------------------------------------------------- checking

@@ -195,9 +195,12 @@ def contention_sections(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]
 
 
 def run_suite(dev, grid: grids.Grid, *, log: Callable[[str], None], kernel_prefer: str = "auto",
-              sections: tuple[str, ...] = ("gemm", "split", "copy", "contention")) -> tuple[list[dict], list[str], dict]:
+              sections: tuple[str, ...] = ("gemm", "split", "copy", "contention", "sustained"),
+              ) -> tuple[list[dict], list[str], dict]:
     """Run the measurement plan on ``dev``. Returns (records, notes, settings), settings
-    saying which channel-copy backend ran (or why none could be built)."""
+    saying which channel-copy backend ran (or why none could be built). ``sustained`` (the
+    clock a long GEMM loop settles at, :mod:`ccoverlap.calibrate.sustained`) runs last, so
+    the heat it leaves does not reach the other sections."""
     from ccoverlap.calibrate.kernels import KernelUnavailable, load_channel_copy
 
     bench = mb.Bench(dev, grid, log=log)
@@ -223,4 +226,8 @@ def run_suite(dev, grid: grids.Grid, *, log: Callable[[str], None], kernel_prefe
         records += copy_section(bench, kernel, notes)
     if "contention" in sections:
         records += contention_sections(bench, kernel, notes)
+    if "sustained" in sections:
+        from ccoverlap.calibrate.sustained import sustained_section
+
+        records += sustained_section(bench, notes)
     return records, notes, settings
