@@ -60,10 +60,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("pairs", nargs="*", metavar="RUN_A:RUN_B", help="pairs of run names (default: the list above)")
     ap.add_argument("--runs", default="published", help="runs file (default: the shipped published set)")
     args = ap.parse_args(argv)
-    from ccoverlap.commands.validate import PUBLISHED
     from ccoverlap.validate.reader import load_runs
 
-    runs = load_runs(PUBLISHED if args.runs == "published" else args.runs).runs
+    runs = load_runs(args.runs).runs
     known = {r.name for r in runs}
     pairs = []
     for item in args.pairs or DEFAULT_PAIRS:
