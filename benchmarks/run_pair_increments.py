@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--calibration", action="append", default=[], metavar="FILE",
                     help="calibration file(s) to predict with, as ccoverlap validate --calibration")
     args = ap.parse_args(argv)
-    from ccoverlap.commands.validate import PUBLISHED, _load_calibrations
+    from ccoverlap.commands.validate import _load_calibrations
     from ccoverlap.validate.predict import cost_params_for
     from ccoverlap.validate.reader import load_runs
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         def params_for(r):
             return cost_params_for(r, None, calib)
 
-    runs = load_runs(PUBLISHED if args.runs == "published" else args.runs).runs
+    runs = load_runs(args.runs).runs
     known = {r.name for r in runs}
     pairs = []
     for item in args.pairs or DEFAULT_PAIRS:

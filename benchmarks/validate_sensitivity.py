@@ -63,11 +63,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("scalings", nargs="*", metavar="NAME=FACTOR", help="cost parameter and the factor to scale it by")
     ap.add_argument("--runs", default="published", help="runs file (default: the shipped published set)")
     args = ap.parse_args(argv)
-    from ccoverlap.commands.validate import PUBLISHED
     from ccoverlap.validate.reader import load_runs
 
     scalings = parse_scalings(args.scalings)
-    runs = load_runs(PUBLISHED if args.runs == "published" else args.runs).runs
+    runs = load_runs(args.runs).runs
     rows = table(runs, scalings)
     groups = [g for g in rows[0][1] if g != "all"]
     print("| variant | mean abs error % | mean signed error % | " + " | ".join(f"{g} (signed %)" for g in groups) + " |")

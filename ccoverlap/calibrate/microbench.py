@@ -166,36 +166,34 @@ class Bench:
     def time_loop(self, fn: Callable[[], None], *, iters: int | None = None) -> dict:
         """Median seconds per call of ``fn`` (enqueued on the main stream), with
         ``iters`` calls per timed repetition (default: enough for ``min_window_s``)."""
-        torch = self.torch
         if iters is None:
             iters = self.iters_for(fn)
         samples = []
         for r in range(self.grid.warmup + self.grid.reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            with torch.cuda.stream(self.main):
-                a.record()
-                for _ in range(iters):
-                    fn()
-                b.record()
-            b.synchronize()
+            t = self.timed_calls(fn, iters)
             if r >= self.grid.warmup:
-                samples.append(a.elapsed_time(b) / 1e3 / iters)
+                samples.append(t / iters)
         return summary(samples, iters=iters)
+
+    def timed_calls(self, fn: Callable[[], None], iters: int) -> float:
+        """Seconds that ``iters`` back-to-back calls of ``fn`` take on the main stream, between
+        two CUDA events (waits for the second)."""
+        torch = self.torch
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(self.main):
+            a.record()
+            for _ in range(iters):
+                fn()
+            b.record()
+        b.synchronize()
+        return a.elapsed_time(b) / 1e3
 
     def iters_for(self, fn: Callable[[], None], window_s: float | None = None) -> int:
         """Calls of ``fn`` that take at least ``window_s`` (default ``min_window_s``)."""
-        torch = self.torch
         window = self.grid.min_window_s if window_s is None else window_s
         n, t = 1, 0.0
         for _ in range(12):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            with torch.cuda.stream(self.main):
-                a.record()
-                for _ in range(n):
-                    fn()
-                b.record()
-            b.synchronize()
-            t = a.elapsed_time(b) / 1e3
+            t = self.timed_calls(fn, n)
             if t >= window:
                 return n
             n = min(100_000, max(n * 2, int(math.ceil(n * window / max(t, 1e-7) * 1.2))))

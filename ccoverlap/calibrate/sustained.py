@@ -38,21 +38,13 @@ def sustained_section(bench, notes: list[str], *, seconds: float | None = None) 
     except getattr(torch.cuda, "OutOfMemoryError", RuntimeError):
         notes.append(f"sustained clock: a {m}x{n}x{k} bf16 GEMM does not fit in memory; not measured")
         return []
-    per_call = bench.time_loop(fn)["time_s"]
-    iters = max(1, round(WINDOW_S / max(per_call, 1e-9)))
+    iters = bench.iters_for(fn, WINDOW_S)
     bench.log(f"sustained clock: {m}x{n}x{k} bf16 back to back for {seconds:.0f} s "
               f"({iters} calls per {WINDOW_S} s window)")
     times, clocks = [], []
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(bench.main):
-            a.record()
-            for _ in range(iters):
-                fn()
-            b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3 / iters)
+        times.append(bench.timed_calls(fn, iters) / iters)
         clocks.append(_sm_clock_mhz(torch, bench.dev))
     del fn
     torch.cuda.empty_cache()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ccoverlap.errors import ConfigError
 
-PUBLISHED = Path(__file__).resolve().parents[1] / "data" / "runs" / "published.yaml"
+from ccoverlap.validate.reader import PUBLISHED, runs_path  # noqa: F401  (PUBLISHED: re-exported for scripts)
 
 
 def register(sub) -> None:
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from ccoverlap.validate.predict import cost_params_for
     from ccoverlap.validate.reader import SUBSETS, load_runs
 
-    path = PUBLISHED if args.runs_file == "published" else Path(args.runs_file)
+    path = runs_path(args.runs_file)
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     if bool(args.fit) != bool(args.fit_on):

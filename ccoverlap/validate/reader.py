@@ -404,12 +404,22 @@ def read_run(raw: Any, index: int, path: str, base_dir: Path) -> RunSpec:
     return spec
 
 
+PUBLISHED = Path(__file__).resolve().parents[1] / "data" / "runs" / "published.yaml"
+
+
+def runs_path(arg: str | Path) -> Path:
+    """The runs file ``arg`` names: ``published`` is the set shipped with ccoverlap
+    (:data:`PUBLISHED`), anything else a path."""
+    return PUBLISHED if str(arg) == "published" else Path(arg)
+
+
 def load_runs(path: str | Path) -> RunsFile:
-    """Read and check the runs file at ``path`` (YAML / JSON / TOML). Raises one ConfigError
-    naming the file, the run and the field on the first problem found."""
+    """Read and check the runs file at ``path`` (YAML / JSON / TOML; ``published``: the
+    shipped set). Raises one ConfigError naming the file, the run and the field on the first
+    problem found."""
     from ccoverlap.hardware import read_config_file
 
-    p = Path(path)
+    p = runs_path(path)
     data = read_config_file(p)
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
