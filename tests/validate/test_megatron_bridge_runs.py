@@ -24,7 +24,9 @@ def test_runs_file_loads_cites_pinned_commits_and_is_never_fitted_on():
     assert len(runs) == 4
     for r in runs.values():
         assert r.subset is None  # an out-of-sample test: no fit / held-out split
-        assert r.source.startswith("[MB-SUMMARY]") and ("[MB-2511]" in r.source or "[MB-2604]" in r.source)
+        # the table and the recipe it cites, each at its commit
+        assert r.source.startswith("[MB-SUMMARY] at 067f987df0: ")
+        assert "[MB-2511] at 97ad8cc6fb: " in r.source or "[MB-2604] at 21d102f5ec: " in r.source
         assert r.framework == "megatron-bridge" and r.parallel["fp8"] is True and r.assumptions
     # the three sources name full 40-hex commits
     raw = yaml.safe_load(RUNS.read_text())["sources"]
