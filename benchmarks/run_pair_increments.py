@@ -10,6 +10,10 @@ nothing is fitted; the numbers are model outputs with default parameters::
 
     .venv/bin/python benchmarks/run_pair_increments.py            # the default pairs below
     .venv/bin/python benchmarks/run_pair_increments.py RUN_A:RUN_B --runs my_runs.yaml
+    .venv/bin/python benchmarks/run_pair_increments.py RUN_A:RUN_B --calibration calib/clock.H100-SXM.json
+
+``--calibration FILE`` (repeatable) predicts with a calibration file as ``ccoverlap validate
+--calibration`` does (applied to the runs on the file's GPU).
 """
 
 from __future__ import annotations
@@ -34,13 +38,14 @@ DEFAULT_PAIRS = (
 )
 
 
-def increments(runs, pairs: list[tuple[str, str]]) -> list[dict]:
-    """Per pair: measured / predicted step of A and B (s), increments B - A (s), ratios B / A."""
+def increments(runs, pairs: list[tuple[str, str]], params_for=None) -> list[dict]:
+    """Per pair: measured / predicted step of A and B (s), increments B - A (s), ratios B / A.
+    ``params_for(run)`` gives a run's cost parameters (default: its GPU's defaults)."""
     from ccoverlap.validate.compare import compare_runs
 
     by_name = {r.name: r for r in runs}
     names = sorted({n for p in pairs for n in p})
-    rows = {r.run.name: r for r in compare_runs([by_name[n] for n in names])}
+    rows = {r.run.name: r for r in compare_runs([by_name[n] for n in names], params_for=params_for)}
     out = []
     for a, b in pairs:
         ra, rb = rows[a], rows[b]
@@ -59,8 +64,19 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pairs", nargs="*", metavar="RUN_A:RUN_B", help="pairs of run names (default: the list above)")
     ap.add_argument("--runs", default="published", help="runs file (default: the shipped published set)")
+    ap.add_argument("--calibration", action="append", default=[], metavar="FILE",
+                    help="calibration file(s) to predict with, as ccoverlap validate --calibration")
     args = ap.parse_args(argv)
+    from ccoverlap.commands.validate import _load_calibrations
+    from ccoverlap.validate.predict import cost_params_for
     from ccoverlap.validate.reader import load_runs
+
+    params_for = None
+    if args.calibration:
+        calib = _load_calibrations(args.calibration)
+
+        def params_for(r):
+            return cost_params_for(r, None, calib)
 
     runs = load_runs(args.runs).runs
     known = {r.name for r in runs}
@@ -73,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     print("| A -> B | measured A / B (s) | predicted A / B (s) | measured B-A (s) | predicted B-A (s) "
           "| measured B/A | predicted B/A |")
     print("| :-- | --: | --: | --: | --: | --: | --: |")
-    for r in increments(runs, pairs):
+    for r in increments(runs, pairs, params_for):
         print(f"| {r['a']} -> {r['b']} | {r['measured_a']:.3f} / {r['measured_b']:.3f} | "
               f"{r['predicted_a']:.3f} / {r['predicted_b']:.3f} | {r['measured_increment']:+.3f} | "
               f"{r['predicted_increment']:+.3f} | {r['measured_ratio']:.3f} | {r['predicted_ratio']:.3f} |")

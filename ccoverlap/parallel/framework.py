@@ -89,7 +89,8 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
 
 A profile is chosen by name (``megatron-lm-2021``, ``megatron-core``, ``torchtitan`` (eager),
 ``torchtitan-compile`` (torch.compile per block), ``torchtitan-fused-rmsnorm`` (eager with the
-Triton RMSNorm), ``fms-fsdp``, ``deepspeed``) or by a path to a YAML / JSON / TOML file with the
+Triton RMSNorm), ``fms-fsdp``, ``deepspeed``, ``megatron-bridge`` (megatron-core with NVIDIA
+Megatron-Bridge's benchmark settings)) or by a path to a YAML / JSON / TOML file with the
 same schema.
 """
 
