@@ -33,7 +33,8 @@ def register(sub) -> None:
     p.add_argument("--subset", help="only the runs of this declared subset (fit / held-out)")
     p.add_argument("--calibration", action="append", default=[], metavar="FILE",
                    help="calibration file(s) to predict with (applied to runs on the file's 'gpu', or to all)")
-    p.add_argument("--fit", metavar="PARAMS", help="comma-separated physical cost parameters to fit")
+    p.add_argument("--fit", metavar="PARAMS", help="comma-separated physical cost parameters to fit "
+                   "(recommended: sustained_clock_fraction, one number per GPU; docs/validation.md)")
     p.add_argument("--fit-on", metavar="SUBSET", help="declared subset to fit on (the runs' 'subset:' value)")
     p.add_argument("--write-calibration", metavar="PATH", default="ccoverlap-out/validate/calibration.json",
                    help="where --fit writes its calibration (one file per GPU: PATH with the GPU name "
