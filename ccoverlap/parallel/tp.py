@@ -63,6 +63,7 @@ local index of the op the next step should depend on. ``ctx`` is a
 
 from __future__ import annotations
 
+from ccoverlap.errors import ConfigError
 from ccoverlap.graph import CopySpec, P2PSpec
 from ccoverlap.parallel import pointwise as pw
 
@@ -93,8 +94,14 @@ def _split(m: int, c: int) -> int:
 
 
 def _symm_mem(ctx) -> bool:
-    """Whether the TP matmuls run as PyTorch's symmetric-memory async TP (SP only)."""
-    return ctx.tp > 1 and ctx.sp and ctx.tp_overlap == "symm_mem"
+    """Whether the TP matmuls run as PyTorch's symmetric-memory async TP (SP only). Symmetric
+    memory maps the peers' buffers over NVLink, so the TP group must sit inside one node."""
+    if not (ctx.tp > 1 and ctx.sp and ctx.tp_overlap == "symm_mem"):
+        return False
+    if ctx.layout.tp.nodes > 1:
+        raise ConfigError(f"tp_overlap 'symm_mem' needs the TP group inside one node (tp={ctx.tp} spans "
+                          f"{ctx.layout.tp.nodes} nodes; symmetric memory maps peers' buffers over the intra-node fabric)")
+    return True
 
 
 def _peer_copy(ctx, nbytes: float) -> P2PSpec:

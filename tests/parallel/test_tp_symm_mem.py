@@ -136,3 +136,26 @@ def test_bad_mode_in_a_runs_file_exits_2_with_one_line(tmp_path, capsys):
     assert main(["validate", str(p), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err and "tp_overlap must be one of" in err
+
+
+def test_simulated_peer_copies_take_time_on_the_tp_stream_and_count_as_tp_traffic():
+    from ccoverlap.cost import CostModel
+    from ccoverlap.sim import simulate
+
+    sg = build(SP4, "symm_mem")
+    c = cluster(SP4.world_size)
+    tl = simulate(sg.graph, CostModel(c))
+    copies = [i for i, o in enumerate(sg.graph.ops) if "_symm_cp" in o.name]
+    assert copies and all(tl.group[i] == "tp" and tl.collective[i] == "p2p" and tl.stream[i] == "tp_comm"
+                          for i in copies)
+    # a copy-engine copy of one 8 MiB shard alone: bytes / (link x dma efficiency, capped by the engines) + latency
+    from ccoverlap.cost.comm import p2p_time_s
+    i = copies[0]
+    assert tl.end_s[i] - tl.start_s[i] >= p2p_time_s(sg.graph.ops[i].spec, c) * (1 - 1e-9)
+
+
+def test_a_tp_group_across_nodes_is_refused_with_one_message():
+    p = ParallelConfig(tp=4, dp=1, sequence_parallel=True)
+    with pytest.raises(ConfigError, match=r"tp_overlap 'symm_mem' needs the TP group inside one node \(tp=4 spans 2"):
+        build_step(L8, p, BatchConfig(global_batch=1, micro_batch=1, seq_len=S), cluster(4, gpus_per_node=2),
+                   OverlapKnobs(tp_overlap="symm_mem"))
