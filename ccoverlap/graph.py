@@ -176,12 +176,14 @@ class CollectiveSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class P2PSpec:
-    """A point-to-point transfer of ``bytes`` (pipeline activations / gradients)."""
+    """A point-to-point transfer of ``bytes`` (pipeline activations / gradients, or one peer's
+    shard of a symmetric-memory TP step). ``group`` names the parallelism it serves (timelines)."""
 
     bytes: float
     inter_node: bool
     config: CommConfig = field(default_factory=CommConfig)
     transport: str = "sm"
+    group: str = "pp"
 
     def __post_init__(self) -> None:
         if self.bytes < 0:

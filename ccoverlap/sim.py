@@ -507,8 +507,8 @@ def _to_timeline(graph: OpGraph, start: np.ndarray, end: np.ndarray, op_spec: li
             c, g, b = spec.collective, spec.group.name, float(spec.bytes)
             group_sizes[g] = spec.group.size
         elif isinstance(spec, P2PSpec):
-            c, g, b = "p2p", "pp", float(spec.bytes)
-            group_sizes.setdefault("pp", 2)
+            c, g, b = "p2p", spec.group, float(spec.bytes)
+            group_sizes.setdefault(g, 2)
         elif spec is not None:
             b = float(getattr(spec, "bytes", 0.0))
             f = float(getattr(spec, "flops", 0.0))

@@ -33,7 +33,7 @@ DATA_PARALLEL = ("ddp", "fsdp")
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
 RECOMPUTE = ("none", "selective", "full")
 CP_IMPLS = ("ring", "allgather")
-TP_OVERLAP = ("none", "chunked")
+TP_OVERLAP = ("none", "chunked", "symm_mem")
 
 
 def _is_int(v) -> bool:
@@ -326,7 +326,9 @@ class OverlapKnobs:
     ``limit_all_gathers`` rate limiter / FSDP2 buffer reuse). ``fsdp_reshard_after_forward``:
     free gathered parameters after forward (all-gather again in backward).
     ``tp_overlap``: ``"chunked"`` decomposes AG+GEMM and GEMM+RS (or +AR) into ``tp_chunks``
-    pieces pipelined on two streams. ``ep_overlap``: split each micro-batch in two and
+    pieces pipelined on two streams; ``"symm_mem"`` is PyTorch's async TP (symmetric-memory
+    fused all-gather+matmul / matmul+reduce-scatter, with sequence parallelism): one step per
+    TP rank, each moving one shard by a copy-engine peer copy (:mod:`ccoverlap.parallel.tp`). ``ep_overlap``: split each micro-batch in two and
     overlap one half's all-to-all with the other half's compute (DualPipe / two-batch
     overlap). ``pp_p2p_overlap``: pipeline sends/receives on their own streams (False:
     blocking on the compute stream). ``comm_config`` applies to every collective;
@@ -357,7 +359,7 @@ class OverlapKnobs:
         if not _is_int(self.fsdp_limit_all_gathers) or self.fsdp_limit_all_gathers < 1:
             problems.append(f"fsdp_limit_all_gathers must be an integer >= 1, got {self.fsdp_limit_all_gathers!r}")
         if self.tp_overlap not in TP_OVERLAP:
-            problems.append(f"tp_overlap must be one of {TP_OVERLAP}, got {self.tp_overlap!r}")
+            problems.append(f"tp_overlap must be one of {', '.join(TP_OVERLAP)}, got {self.tp_overlap!r}")
         if not _is_int(self.tp_chunks) or self.tp_chunks < 1:
             problems.append(f"tp_chunks must be a positive integer, got {self.tp_chunks!r}")
         if self.comm_transport not in TRANSPORTS:

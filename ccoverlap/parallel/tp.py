@@ -19,6 +19,39 @@ AG+dgrad pair, into ``tp_chunks`` pieces along the token dimension, so that piec
 communication runs while piece ``i`` computes (TransformerEngine's userbuffers overlap; the
 "shard-based overlap" of FiCCO §II-B).
 
+``tp_overlap="symm_mem"`` is PyTorch's async TP as torchtitan enables it
+(``torch._inductor.config._micro_pipeline_tp`` + ``enable_symm_mem_for_group``), with sequence
+parallelism only (the inductor pass fuses all-gather -> matmul and matmul -> reduce-scatter;
+there is no all-reduce form). Source: ``torch/distributed/_symmetric_memory/__init__.py``
+(``_pipelined_all_gather_and_consume``, ``_pipelined_produce_and_all2all``,
+``_fused_matmul_reduce_scatter_impl``) and ``torch/_inductor/fx_passes/micro_pipeline_tp.py``:
+
+* fused AG+GEMM (:func:`fwd_ag_gemm`, and the output-gradient all-gather + dgrad of
+  :func:`bwd_row`): ``tp`` steps. The local shard is consumed first ("shard_consumer(shard,
+  rank)"); step ``s = 1..tp-1`` pulls one peer's ``[T/tp, k]`` shard from its symmetric-memory
+  buffer with ``Tensor.copy_`` (a peer copy on a copy engine: :class:`~ccoverlap.graph.P2PSpec`
+  with ``transport="dma"``) and runs the GEMM on those rows. Steps alternate between the
+  current stream and one backend stream, so step ``s``'s copy waits for step ``s-2``'s GEMM.
+  Before the local GEMM each rank copies its shard into its own symmetric buffer ("mv",
+  not overlapped: "we are giving up the chance to overlap mv and b with the first
+  shard_consumer for now"): a device-local copy-engine copy (:class:`~ccoverlap.graph.CopySpec`).
+* fused GEMM+RS (:func:`fwd_gemm_reduce`): steps ``s = 1..tp-1`` compute the partial output
+  ``[T/tp, n]`` for rank ``rank+s`` into one of two symmetric buffers, then every rank pulls
+  the partial meant for it from a peer (copy engine); the GEMM of step ``s`` reuses the
+  buffer of step ``s-2`` only after that copy (the second barrier). The local partial is
+  computed last, then ``torch.sum`` over the stacked ``[tp, T/tp, n]`` partials (one
+  memory-bound kernel: reads ``T·n``, writes ``T/tp·n`` elements) -- the reduction NCCL's
+  reduce-scatter does inside its kernel.
+* Not fused (kept as collectives): the backward reduce-scatter of a column-parallel input
+  gradient (its input is the sum of several dgrads, not one matmul: the pass's
+  ``_find_producer_matmul`` finds no ``mm``) and the backward all-gather of the saved input
+  for the wgrads (the gathered tensor is the wgrad's second operand, not the ``mm``'s lhs
+  that ``_find_consumer_matmuls`` looks for).
+
+The GEMMs of all steps run on the compute stream in step order (the source's two streams
+let two steps' GEMMs overlap each other, which is not modelled); the peer copies run on the
+``tp`` stream one after another ("cp from different streams cannot overlap").
+
 With ``fp8`` the linear GEMMs run on FP8 operands (``LayerCtx.gemm``) and the framework
 profile decides which inputs / output gradients need their own cast kernel (``_cast``); TP
 collectives stay in the compute dtype.
@@ -30,6 +63,8 @@ local index of the op the next step should depend on. ``ctx`` is a
 
 from __future__ import annotations
 
+from ccoverlap.errors import ConfigError
+from ccoverlap.graph import CopySpec, P2PSpec
 from ccoverlap.parallel import pointwise as pw
 
 
@@ -58,6 +93,39 @@ def _split(m: int, c: int) -> int:
     return -(-m // c)
 
 
+def _symm_mem(ctx) -> bool:
+    """Whether the TP matmuls run as PyTorch's symmetric-memory async TP (SP only). Symmetric
+    memory maps the peers' buffers over NVLink, so the TP group must sit inside one node."""
+    if not (ctx.tp > 1 and ctx.sp and ctx.tp_overlap == "symm_mem"):
+        return False
+    if ctx.layout.tp.nodes > 1:
+        raise ConfigError(f"tp_overlap 'symm_mem' needs the TP group inside one node (tp={ctx.tp} spans "
+                          f"{ctx.layout.tp.nodes} nodes; symmetric memory maps peers' buffers over the intra-node fabric)")
+    return True
+
+
+def _peer_copy(ctx, nbytes: float) -> P2PSpec:
+    """One peer's shard pulled from its symmetric-memory buffer by ``Tensor.copy_``: a
+    copy-engine transfer over the intra-node fabric (``nbytes`` bytes)."""
+    return P2PSpec(bytes=float(nbytes), inter_node=False, transport="dma", group="tp")
+
+
+def _symm_ag_consume(seg, ctx, src: int, name: str, rows: int, k: int, consume) -> int:
+    """Async TP's ``_pipelined_all_gather_and_consume`` over a ``[rows, k]`` local shard:
+    copy it into the local symmetric buffer, consume it, then for each of the ``tp - 1`` peers
+    a peer copy (``tp`` stream) and its consumer. ``consume(step, dep)`` appends the consumer
+    op(s) of one step depending on ``dep`` and returns the last one. Returns the last
+    consumer's index."""
+    nbytes = rows * k * ctx.d
+    mv = seg.add(f"{name}_symm_mv", CopySpec(bytes=float(nbytes)), deps=(src,))
+    done = [consume(0, mv)]
+    for s in range(1, ctx.tp):
+        deps = (mv,) if s < 2 else (mv, done[s - 2])  # the backend stream waits for the mv; stream order
+        cp = seg.add(f"{name}_symm_cp{s}", _peer_copy(ctx, nbytes), "tp", deps=deps)
+        done.append(consume(s, cp))
+    return done[-1]
+
+
 def fwd_ag_gemm(seg, ctx, src: int, name: str, n: int, k: int, tensor: str = "") -> int:
     """Column-parallel GEMM [T, k] x [k, n] in forward, preceded by the SP all-gather of its
     input (T·h·dtype bytes, the gathered size). Returns the index of the (last) GEMM."""
@@ -65,6 +133,10 @@ def fwd_ag_gemm(seg, ctx, src: int, name: str, n: int, k: int, tensor: str = "")
     src = _cast(seg, ctx, src, name, "fwd", ctx.local_tokens, k, n * k)
     if ctx.tp == 1 or not ctx.sp:
         return seg.add(name, ctx.gemm(T, n, k, name), deps=(src,), tensor=tensor)
+    if _symm_mem(ctx):
+        rows = ctx.local_tokens
+        return _symm_ag_consume(seg, ctx, src, name, rows, k, lambda s, dep: seg.add(
+            f"{name}{s}", ctx.gemm(rows, n, k, name), deps=(dep,), tensor=tensor))
     c = _chunks(ctx, T)
     if c == 1:
         ag = seg.add(f"{name}_ag", ctx.coll("all_gather", T * k * d, "tp"), "tp", deps=(src,))
@@ -85,6 +157,8 @@ def fwd_gemm_reduce(seg, ctx, src: int, name: str, n: int, k: int, deps=()) -> i
     gemm = ctx.gemm(T, n, k, name)
     if ctx.tp == 1:
         return seg.add(name, gemm, deps=(src, *deps))
+    if _symm_mem(ctx):
+        return _symm_gemm_rs(seg, ctx, src, name, n, k, deps)
     coll = "reduce_scatter" if ctx.sp else "all_reduce"
     c = _chunks(ctx, T)
     if c == 1:
@@ -98,6 +172,22 @@ def fwd_gemm_reduce(seg, ctx, src: int, name: str, n: int, k: int, deps=()) -> i
     return r
 
 
+def _symm_gemm_rs(seg, ctx, src: int, name: str, n: int, k: int, deps=()) -> int:
+    """Async TP's fused matmul + reduce-scatter (``_fused_matmul_reduce_scatter_impl`` over
+    ``_pipelined_produce_and_all2all``): ``tp - 1`` remote partials ``[T/tp, n]`` each computed
+    and pulled by its owner with a peer copy, the local partial last, then the ``torch.sum``
+    over the ``tp`` stacked partials (reads ``T·n``, writes ``T/tp·n`` elements). Returns the
+    index of the reduction."""
+    rows, d = ctx.local_tokens, ctx.d
+    gemms, copies = [], []
+    for s in range(1, ctx.tp):
+        g_deps = (src, *deps) if s < 3 else (src, *deps, copies[s - 3])  # two buffers, reused after the pull
+        gemms.append(seg.add(f"{name}{s}", ctx.gemm(rows, n, k, name), deps=g_deps))
+        copies.append(seg.add(f"{name}_symm_cp{s}", _peer_copy(ctx, rows * n * d), "tp", deps=(gemms[-1],)))
+    local = seg.add(f"{name}0", ctx.gemm(rows, n, k, name), deps=(src, *deps))
+    return seg.add(f"{name}_symm_reduce", ctx.mem((ctx.tp + 1) * rows * n * d), deps=(local, copies[-1]))
+
+
 def bwd_row(seg, ctx, src: int, name: str, n: int, k: int, tensor: str) -> int:
     """Backward of a row-parallel Y[T, n] = X[T, k] W[k, n]: (SP) all-gather of dY, dgrad
     dX = dY Wᵀ ([T, n] x [n, k]) and wgrad dW = Xᵀ dY ([k, T] x [T, n]). Returns the dgrad index
@@ -107,6 +197,15 @@ def bwd_row(seg, ctx, src: int, name: str, n: int, k: int, tensor: str) -> int:
     if ctx.tp == 1 or not ctx.sp:
         src = _cast(seg, ctx, src, name, "bwd", T, n)
         dg = seg.add(f"{name}_dgrad", ctx.gemm(T, k, n, name), deps=(src,))
+        seg.add(f"{name}_wgrad", wgrad, deps=(dg,), tensor=tensor)
+        return dg
+    if _symm_mem(ctx):
+        rows = ctx.local_tokens
+
+        def dgrad(s: int, dep: int) -> int:
+            g = _cast(seg, ctx, dep, name, "bwd", rows, n)
+            return seg.add(f"{name}_dgrad{s}", ctx.gemm(rows, k, n, name), deps=(g,))
+        dg = _symm_ag_consume(seg, ctx, src, f"{name}_grad", rows, n, dgrad)
         seg.add(f"{name}_wgrad", wgrad, deps=(dg,), tensor=tensor)
         return dg
     c = _chunks(ctx, T)
