@@ -56,7 +56,9 @@ def test_profiles_say_which_framework_saves_the_gathered_input_and_gathers_fp8()
         titan = name.startswith("torchtitan")
         assert fw.tp_sp_save_gathered_input is titan, name
         assert fw.fp8_tp_collectives == (("input_ag", "grad_ag") if titan else ()), name
-        assert "parallelize_llama.py" in fw.sources["tp_sp_save_gathered_input"] if titan else True
+        if titan:
+            assert "parallelize_llama.py" in fw.sources["tp_sp_save_gathered_input"]
+            assert "float8_tensor_parallel.py" in fw.sources["fp8_tp_collectives"]
 
 
 @pytest.mark.parametrize("mode", MODES)
