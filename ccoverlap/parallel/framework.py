@@ -60,6 +60,20 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
   forward moves to cast its bf16 weight (torchao ``Float8Linear`` with tensorwise scaling and
   no float8 all-gather: amax read 2 + cast read 2, write 1 = 5); 0 where the weight is cast
   once per step and cached (TransformerEngine), which is not modelled.
+* ``tp_sp_save_gathered_input``: with sequence parallelism, autograd saves a column-parallel
+  linear's *all-gathered* input for its weight gradient (PyTorch DTensor TP: the
+  ``Shard(1) -> Replicate`` redistribute of ``PrepareModuleInput`` happens before the matmul,
+  whose autograd saves the gathered tensor), so the backward has no second all-gather of it
+  (Megatron-LM saves the ``[T/t, h]`` shard and all-gathers it again: ``input_ag``); the
+  activation estimate charges the gathered ``[T, h]`` tensor. Under torchtitan's per-op
+  selective recompute the all-gather is not on the save list, so the recompute re-runs it.
+* ``fp8_tp_collectives``: with ``fp8=True`` and sequence parallelism, which TP all-gathers move
+  1-byte FP8 elements because the tensor is cast before the all-gather: ``input_ag`` (the
+  all-gather of a column-parallel linear's input, forward, its recomputation and any backward
+  re-gather) and ``grad_ag`` (the backward all-gather of a row-parallel linear's output
+  gradient, whose cast then runs on the local ``[T/t, n]`` shard before it). Reductions
+  (reduce-scatter / all-reduce) stay in the compute dtype; so does the LM head. Empty: every TP
+  collective in the compute dtype. :mod:`ccoverlap.parallel.tp`.
 * ``fp8_cast_kernels_fwd`` / ``fp8_cast_kernels_bwd``: with ``fp8=True``, which linear
   layers' inputs need their own cast(+transpose) kernel (others are fused into the preceding
   norm / activation).
@@ -113,6 +127,7 @@ LINEARS = ("qkv", "proj", "fc1", "fc2")
 REDUCE_DTYPES = ("fp32", "bf16")
 DDP_BUCKET_RULES = ("pytorch", "megatron", "single")
 DDP_REDUCE_DTYPES = ("fp32", "param")
+FP8_TP_COLLECTIVES = ("input_ag", "grad_ag")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,6 +159,8 @@ class FrameworkProfile:
     cp_merge_unfused: bool = False
     fp8_cast_kernels_fwd: tuple = ("proj", "fc2")
     fp8_cast_kernels_bwd: tuple = LINEARS
+    fp8_tp_collectives: tuple = ()
+    tp_sp_save_gathered_input: bool = False
     ddp_buckets: str = "pytorch"
     ddp_grad_prescale: bool = False
     ddp_grad_nan_check: bool = False
@@ -166,7 +183,7 @@ class FrameworkProfile:
         for f in ("softmax_fused", "attention_dropout", "hidden_dropout", "norm_fused", "bias_act_fused",
                   "bias_dropout_add_fused", "rope_fused", "cross_entropy_fused", "eager", "fsdp_copies", "cp_merge_unfused",
                   "ddp_grad_prescale", "ddp_grad_nan_check", "fsdp_flat_param", "fsdp_pp_deferred_sync",
-                  "ddp_coalesce_copies"):
+                  "ddp_coalesce_copies", "tp_sp_save_gathered_input"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"{where}: {f} must be true or false, got {getattr(self, f)!r}")
         if self.ddp_buckets not in DDP_BUCKET_RULES:
@@ -208,6 +225,10 @@ class FrameworkProfile:
             if not isinstance(v, (tuple, list)) or any(x not in LINEARS for x in v):
                 raise ConfigError(f"{where}: {f} must be a list of some of {LINEARS}, got {v!r}")
             object.__setattr__(self, f, tuple(v))
+        v = self.fp8_tp_collectives
+        if not isinstance(v, (tuple, list)) or any(x not in FP8_TP_COLLECTIVES for x in v):
+            raise ConfigError(f"{where}: fp8_tp_collectives must be a list of some of {FP8_TP_COLLECTIVES}, got {v!r}")
+        object.__setattr__(self, "fp8_tp_collectives", tuple(v))
 
     @property
     def flash(self) -> bool:

@@ -24,7 +24,9 @@ before its backward (Megatron-LM), or, in a profile with ``selective_recompute: 
 (:func:`op_sac_recompute`); ``full`` re-runs the whole layer forward (with its TP collectives)
 before the layer's backward (added by the step builder). With sequence parallelism the
 backward all-gathers the saved [T/t, h] input again for the wgrad GEMMs (``input_ag``,
-:func:`ccoverlap.parallel.tp.bwd_col`), the TP communication selective recompute keeps.
+:func:`ccoverlap.parallel.tp.bwd_col`), the TP communication selective recompute keeps,
+unless the profile's ``tp_sp_save_gathered_input`` says autograd saved the gathered input
+(PyTorch DTensor TP; its per-op recompute then re-runs the forward all-gathers instead).
 """
 
 from __future__ import annotations
@@ -95,6 +97,20 @@ class LayerCtx:
         if not self.fp8 or linear_kind(name) == "lm_head" or getattr(self.p, "fp8_param_allgather", False):
             return 0.0
         return self.fw.fp8_weight_cast_bytes
+
+    def fp8_tp_collective(self, name: str, which: str) -> bool:
+        """Whether the TP all-gather ``which`` (``input_ag``: a column-parallel linear's input;
+        ``grad_ag``: a row-parallel linear's output gradient) of linear ``name`` moves 1-byte
+        FP8 elements: with ``fp8``, sequence parallelism and ``which`` in the profile's
+        ``fp8_tp_collectives`` (torchao's Float8 TP styles cast before the all-gather); never
+        for the bf16 LM head."""
+        return (self.fp8 and self.sp and linear_kind(name) != "lm_head"
+                and which in self.fw.fp8_tp_collectives)
+
+    def tp_gather_bytes(self, name: str, which: str) -> int:
+        """Bytes per element of TP all-gather ``which`` of linear ``name``: 1 when it moves FP8
+        (:meth:`fp8_tp_collective`), else the compute dtype's ``d``."""
+        return 1 if self.fp8_tp_collective(name, which) else self.d
 
     def fp8_cast(self, name: str, direction: str) -> bool:
         """Whether the linear ``name`` needs its own FP8 cast kernel in ``direction`` (fwd: its
@@ -211,13 +227,26 @@ def op_sac_recompute(ctx: LayerCtx, unit: str) -> Segment:
     matmuls and attention are saved except every second matmul of the block (counted in
     forward order over the separate projections wq, wk, wv, wo, w1, w3, w2 -- or wq, wk, wv,
     wo, fc1, fc2 without gating), and every element-wise op is recomputed: the two norms,
-    the rotary embedding and the activation, plus the 2nd, 4th, 6th matmul (wk, wo, w3)."""
+    the rotary embedding and the activation, plus the 2nd, 4th, 6th matmul (wk, wo, w3).
+    With sequence parallelism and a profile that saves the gathered input
+    (``tp_sp_save_gathered_input``, PyTorch DTensor TP) the SP all-gathers of the attention and
+    MLP inputs are re-run too: torchtitan's ``_save_list`` holds mm, SDPA and reduce-scatter
+    but not all-gather, so the recompute repeats it (``recompute_attn_ag``,
+    ``recompute_mlp_ag``: plain collectives in every ``tp_overlap`` mode)."""
     s = Segment(name="op_sac_recompute", unit=unit)
     T, h, hd = ctx.tokens, ctx.h, ctx.hd
     f = ctx.ffn_local(ctx.model.ffn_hidden)
     mms = [("wq", ctx.nq * hd, h), ("wk", ctx.nkv * hd, h), ("wv", ctx.nkv * hd, h), ("wo", h, ctx.nq * hd)]
     mms += [("w1", f, h), ("w3", f, h), ("w2", h, f)] if ctx.model.gated_mlp else [("w1", f, h), ("w2", h, f)]
+    regather = ctx.tp > 1 and ctx.sp and ctx.fw.tp_sp_save_gathered_input
+
+    def gather(dep: int, name: str, linear: str) -> int:
+        if not regather:
+            return dep
+        nbytes = T * h * ctx.tp_gather_bytes(linear, "input_ag")
+        return s.add(name, ctx.coll("all_gather", nbytes, "tp"), "tp", deps=(dep,))
     g = s.add("recompute_attn_norm", pw.norm_fwd(ctx), deps=(IN,))
+    g = gather(g, "recompute_attn_ag", "qkv")
     r = pw.rope(ctx)
     if r is not None:
         g = s.add("recompute_rope", r, deps=(g,))
@@ -225,6 +254,7 @@ def op_sac_recompute(ctx: LayerCtx, unit: str) -> Segment:
         if i % 2 == 1:
             g = s.add(f"recompute_{name}", ctx.gemm(T, n, k, "fc1" if name in ("w1", "w3") else name), deps=(g,))
     g = s.add("recompute_mlp_norm", pw.norm_fwd(ctx), deps=(g,))
+    g = gather(g, "recompute_mlp_ag", "fc1")
     return s.finish(s.add("recompute_act", pw.act_fwd(ctx, f), deps=(g,)))
 
 

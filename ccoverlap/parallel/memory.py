@@ -38,6 +38,9 @@ the combine output.
 Context parallelism (``cp``): every term uses the ``s / cp`` local tokens (flash attention
 only, so no ``s²`` term); HSDP shards model states over the shard group (``dp·cp /
 dp_replicate``) only; ``fp8_param_allgather`` keeps gathered FSDP units in FP8 (1 byte).
+PyTorch DTensor TP with SP saves the all-gathered QKV / fc1 inputs (``[T, h]`` each) where
+Megatron-LM keeps the ``[T/t, h]`` shard (``sp_save_gathered_input``, the framework profile's
+``tp_sp_save_gathered_input``); saved FP8 copies of linear inputs are not modelled.
 
 In-flight micro-batches come from the schedule itself: the most forward chunks a pipeline
 rank has run without their backward (1F1B: ``min(P − r, M)``, first stage P; GPipe: M;
@@ -87,9 +90,12 @@ class MemoryEstimate:
 
 
 def layer_activation_bytes(model, parallel, micro_batch: int, seq_len: int, layer: int, *,
-                           flash_attention: bool = True) -> float:
+                           flash_attention: bool = True, sp_save_gathered_input: bool = False) -> float:
     """Activation bytes one layer keeps for backward, per micro-batch, on one rank
-    (Korthikanti et al. 2022, generalised; see module doc)."""
+    (Korthikanti et al. 2022, generalised; see module doc). ``sp_save_gathered_input``: with
+    sequence parallelism the QKV / fc1 inputs are kept all-gathered (``[T, h]``, PyTorch
+    DTensor TP; the framework profile's ``tp_sp_save_gathered_input``) instead of as the
+    ``[T/t, h]`` shard Megatron-LM keeps."""
     t = parallel.tp
     sp = parallel.sequence_parallel and t > 1
     d = parallel.dtype_bytes
@@ -101,7 +107,8 @@ def layer_activation_bytes(model, parallel, micro_batch: int, seq_len: int, laye
         return d * Tl * h
     # attention block
     rep = 2 * d * Tl * h  # inputs of the two norms
-    rep += 2 * d * Tl * h if not model.parallel_attn_mlp else d * Tl * h  # norm outputs (QKV / fc1 input)
+    Tin = T if sp_save_gathered_input else Tl  # tokens of the saved QKV / fc1 input
+    rep += 2 * d * Tin * h if not model.parallel_attn_mlp else d * Tin * h  # norm outputs (QKV / fc1 input)
     rep += 2 * drop * Tl * h  # residual dropout masks
     split = d * T * (model.q_dim + 2 * model.kv_dim) / t + d * T * model.q_dim / t
     a_local = model.heads / t
@@ -131,11 +138,13 @@ def _rank_layers(model, parallel, sched, rank: int) -> tuple[list[list[str]], in
     return chunks, model.layers // sched.stages
 
 
-def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attention: bool = True) -> MemoryEstimate:
+def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attention: bool = True,
+                    sp_save_gathered_input: bool = False) -> MemoryEstimate:
     """Memory per GPU for ``model`` under ``parallel`` / ``batch`` on ``cluster`` (bytes).
 
-    ``knobs`` (OverlapKnobs) sets the DDP bucket size and the FSDP gathered units; see the
-    module docstring for every term and its source."""
+    ``knobs`` (OverlapKnobs) sets the DDP bucket size and the FSDP gathered units;
+    ``flash_attention`` and ``sp_save_gathered_input`` are the framework profile's (see
+    :func:`layer_activation_bytes`); see the module docstring for every term and its source."""
     from ccoverlap.parallel.config import OverlapKnobs
 
     knobs = knobs or OverlapKnobs()
@@ -190,12 +199,14 @@ def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attent
         live = in_flight(sched, r)
         layers = [layer_index(u) for u in chunks[0] if layer_index(u) >= 0]
         per_layer = max(layer_activation_bytes(model, p, batch.micro_batch, seq_local, li,
-                                               flash_attention=flash_attention) for li in layers)
+                                               flash_attention=flash_attention,
+                                               sp_save_gathered_input=sp_save_gathered_input) for li in layers)
         act = live * per_chunk * per_layer
         if p.recompute == "full":
             full = type(p)(**{**p.to_dict(), "recompute": "none"})
             act += max(layer_activation_bytes(model, full, batch.micro_batch, seq_local, li,
-                                              flash_attention=flash_attention) for li in layers)
+                                              flash_attention=flash_attention,
+                                              sp_save_gathered_input=sp_save_gathered_input) for li in layers)
         stages = [sched.stage_of(r, c) for c in range(len(chunks))]
         Tl = T / p.tp if sp else T
         if sched.stages - 1 in stages:  # logits (bf16) and fp32 softmax kept for the loss backward

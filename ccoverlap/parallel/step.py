@@ -473,6 +473,7 @@ def step_totals(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
     global tokens per step, model FLOPs per step (PaLM's MFU definition,
     :meth:`ModelSpec.flops_per_token`) and the per-GPU memory estimate (bytes)."""
     tokens = batch.global_batch * batch.seq_len
+    fw = get_framework(framework)
     memory = estimate_memory(model, parallel, batch, cluster, knobs or OverlapKnobs(),
-                             flash_attention=get_framework(framework).flash)
+                             flash_attention=fw.flash, sp_save_gathered_input=fw.tp_sp_save_gathered_input)
     return tokens, model.flops_per_token(batch.seq_len) * tokens, memory

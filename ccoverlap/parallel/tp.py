@@ -53,8 +53,17 @@ let two steps' GEMMs overlap each other, which is not modelled); the peer copies
 ``tp`` stream one after another ("cp from different streams cannot overlap").
 
 With ``fp8`` the linear GEMMs run on FP8 operands (``LayerCtx.gemm``) and the framework
-profile decides which inputs / output gradients need their own cast kernel (``_cast``); TP
-collectives stay in the compute dtype.
+profile decides which inputs / output gradients need their own cast kernel (``_cast``). TP
+reductions stay in the compute dtype; the all-gathers the profile lists in
+``fp8_tp_collectives`` move 1-byte elements in every ``tp_overlap`` mode (torchao's Float8 TP
+styles cast before the all-gather, ``LayerCtx.tp_gather_bytes``): ``input_ag`` (forward input,
+and the backward re-gather where there is one) and ``grad_ag`` (a row-parallel output
+gradient, whose cast then runs once on the local ``[T/t, n]`` shard before the all-gather).
+
+Frameworks differ in what the backward of a column-parallel linear re-gathers: Megatron-LM
+saves the ``[T/t, h]`` shard and all-gathers it again (``input_ag`` above); PyTorch DTensor TP
+(torchtitan) saves the gathered input, so with the profile's ``tp_sp_save_gathered_input``
+:func:`bwd_col` has no ``input_ag`` in any ``tp_overlap`` mode.
 
 Every function appends ops to a :class:`~ccoverlap.parallel.segment.Segment` and returns the
 local index of the op the next step should depend on. ``ctx`` is a
@@ -110,13 +119,13 @@ def _peer_copy(ctx, nbytes: float) -> P2PSpec:
     return P2PSpec(bytes=float(nbytes), inter_node=False, transport="dma", group="tp")
 
 
-def _symm_ag_consume(seg, ctx, src: int, name: str, rows: int, k: int, consume) -> int:
-    """Async TP's ``_pipelined_all_gather_and_consume`` over a ``[rows, k]`` local shard:
-    copy it into the local symmetric buffer, consume it, then for each of the ``tp - 1`` peers
-    a peer copy (``tp`` stream) and its consumer. ``consume(step, dep)`` appends the consumer
-    op(s) of one step depending on ``dep`` and returns the last one. Returns the last
-    consumer's index."""
-    nbytes = rows * k * ctx.d
+def _symm_ag_consume(seg, ctx, src: int, name: str, rows: int, k: int, consume, elem_bytes: int) -> int:
+    """Async TP's ``_pipelined_all_gather_and_consume`` over a ``[rows, k]`` local shard of
+    ``elem_bytes`` bytes per element: copy it into the local symmetric buffer, consume it, then
+    for each of the ``tp - 1`` peers a peer copy (``tp`` stream) and its consumer.
+    ``consume(step, dep)`` appends the consumer op(s) of one step depending on ``dep`` and
+    returns the last one. Returns the last consumer's index."""
+    nbytes = rows * k * elem_bytes
     mv = seg.add(f"{name}_symm_mv", CopySpec(bytes=float(nbytes)), deps=(src,))
     done = [consume(0, mv)]
     for s in range(1, ctx.tp):
@@ -128,15 +137,17 @@ def _symm_ag_consume(seg, ctx, src: int, name: str, rows: int, k: int, consume) 
 
 def fwd_ag_gemm(seg, ctx, src: int, name: str, n: int, k: int, tensor: str = "") -> int:
     """Column-parallel GEMM [T, k] x [k, n] in forward, preceded by the SP all-gather of its
-    input (T·h·dtype bytes, the gathered size). Returns the index of the (last) GEMM."""
-    T, d = ctx.tokens, ctx.d
+    input (T·k elements of ``LayerCtx.tp_gather_bytes(name, "input_ag")`` bytes, the gathered
+    size). Returns the index of the (last) GEMM."""
+    T = ctx.tokens
+    d = ctx.tp_gather_bytes(name, "input_ag")
     src = _cast(seg, ctx, src, name, "fwd", ctx.local_tokens, k, n * k)
     if ctx.tp == 1 or not ctx.sp:
         return seg.add(name, ctx.gemm(T, n, k, name), deps=(src,), tensor=tensor)
     if _symm_mem(ctx):
         rows = ctx.local_tokens
         return _symm_ag_consume(seg, ctx, src, name, rows, k, lambda s, dep: seg.add(
-            f"{name}{s}", ctx.gemm(rows, n, k, name), deps=(dep,), tensor=tensor))
+            f"{name}{s}", ctx.gemm(rows, n, k, name), deps=(dep,), tensor=tensor), d)
     c = _chunks(ctx, T)
     if c == 1:
         ag = seg.add(f"{name}_ag", ctx.coll("all_gather", T * k * d, "tp"), "tp", deps=(src,))
@@ -190,22 +201,31 @@ def _symm_gemm_rs(seg, ctx, src: int, name: str, n: int, k: int, deps=()) -> int
 
 def bwd_row(seg, ctx, src: int, name: str, n: int, k: int, tensor: str) -> int:
     """Backward of a row-parallel Y[T, n] = X[T, k] W[k, n]: (SP) all-gather of dY, dgrad
-    dX = dY Wᵀ ([T, n] x [n, k]) and wgrad dW = Xᵀ dY ([k, T] x [T, n]). Returns the dgrad index
-    (the wgrad follows it on the compute stream)."""
-    T, d = ctx.tokens, ctx.d
+    dX = dY Wᵀ ([T, n] x [n, k]) and wgrad dW = Xᵀ dY ([k, T] x [T, n]). With an FP8
+    ``grad_ag`` (``LayerCtx.fp8_tp_collective``) dY is cast once on the local shard and
+    gathered at 1 byte per element; otherwise the gathered rows are cast. Returns the dgrad
+    index (the wgrad follows it on the compute stream)."""
+    T = ctx.tokens
     wgrad = ctx.gemm(k, n, T, name)
     if ctx.tp == 1 or not ctx.sp:
         src = _cast(seg, ctx, src, name, "bwd", T, n)
         dg = seg.add(f"{name}_dgrad", ctx.gemm(T, k, n, name), deps=(src,))
         seg.add(f"{name}_wgrad", wgrad, deps=(dg,), tensor=tensor)
         return dg
+    fp8_gather = ctx.fp8_tp_collective(name, "grad_ag")
+    d = ctx.tp_gather_bytes(name, "grad_ag")
+    if fp8_gather:
+        src = _cast(seg, ctx, src, name, "bwd", ctx.local_tokens, n)
+
+    def cast_gathered(dep: int, rows: int) -> int:
+        return dep if fp8_gather else _cast(seg, ctx, dep, name, "bwd", rows, n)
     if _symm_mem(ctx):
         rows = ctx.local_tokens
 
         def dgrad(s: int, dep: int) -> int:
-            g = _cast(seg, ctx, dep, name, "bwd", rows, n)
+            g = cast_gathered(dep, rows)
             return seg.add(f"{name}_dgrad{s}", ctx.gemm(rows, k, n, name), deps=(g,))
-        dg = _symm_ag_consume(seg, ctx, src, f"{name}_grad", rows, n, dgrad)
+        dg = _symm_ag_consume(seg, ctx, src, f"{name}_grad", rows, n, dgrad, d)
         seg.add(f"{name}_wgrad", wgrad, deps=(dg,), tensor=tensor)
         return dg
     c = _chunks(ctx, T)
@@ -214,7 +234,7 @@ def bwd_row(seg, ctx, src: int, name: str, n: int, k: int, tensor: str) -> int:
     for i in range(c):
         sfx = str(i) if c > 1 else ""
         ag = seg.add(f"{name}_grad_ag{sfx}", ctx.coll("all_gather", mc * n * d, "tp"), "tp", deps=(src,))
-        ag = _cast(seg, ctx, ag, name, "bwd", mc, n)
+        ag = cast_gathered(ag, mc)
         dg = seg.add(f"{name}_dgrad{sfx}", ctx.gemm(mc, k, n, name), deps=(ag,))
     seg.add(f"{name}_wgrad", wgrad, deps=(dg,), tensor=tensor)
     return dg
@@ -223,13 +243,15 @@ def bwd_row(seg, ctx, src: int, name: str, n: int, k: int, tensor: str) -> int:
 def bwd_col(seg, ctx, src: int, gemms: list[tuple[str, int, int, str]], in_dim: int) -> int:
     """Backward of column-parallel GEMMs that read the same input X[T, in_dim] (QKV; or QKV and
     fc1 of a parallel attention+MLP block). ``gemms`` = [(name, n, k, tensor)]. Order, as
-    Megatron-LM: (SP) all-gather of the saved input on the TP stream, every dgrad, then the
-    reduce-scatter (SP) / all-reduce of dX on the TP stream while the wgrads run. Returns the
-    index of the op producing the reduced dX."""
+    Megatron-LM: (SP) all-gather of the saved input on the TP stream (none where the profile's
+    ``tp_sp_save_gathered_input`` says autograd kept the gathered input: PyTorch DTensor TP),
+    every dgrad, then the reduce-scatter (SP) / all-reduce of dX on the TP stream while the
+    wgrads run. Returns the index of the op producing the reduced dX."""
     T, d = ctx.tokens, ctx.d
     ag = None
-    if ctx.tp > 1 and ctx.sp:
-        ag = seg.add("input_ag", ctx.coll("all_gather", T * in_dim * d, "tp"), "tp", deps=(src,))
+    if ctx.tp > 1 and ctx.sp and not ctx.fw.tp_sp_save_gathered_input:
+        ab = ctx.tp_gather_bytes(gemms[0][0], "input_ag")
+        ag = seg.add("input_ag", ctx.coll("all_gather", T * in_dim * ab, "tp"), "tp", deps=(src,))
     dg = src
     for name, n, k, _ in gemms:
         g = _cast(seg, ctx, src, name, "bwd", T, n)
