@@ -10,7 +10,8 @@
    with 2 virtual stages, GPipe, DualPipe). Illegal combinations are dropped by the same checks as ``plan``
    (:func:`ccoverlap.parallel.config.config_problems`).
 2. **Memory**: keep only layouts whose per-GPU estimate fits
-   (:func:`ccoverlap.parallel.memory.estimate_memory`, with the default knobs).
+   (:func:`ccoverlap.parallel.memory.estimate_memory` through :func:`ccoverlap.parallel.step.step_totals`,
+   with the default knobs and the workload's framework profile).
 3. **Screen**: an analytical estimate of each layout's step from the cost model's isolated
    times of one transformer layer's ops (forward, backward, recomputation; TP collectives
    included since they block the layer; for MoE layers the router, the expert GEMMs and the
@@ -238,7 +239,7 @@ def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, 
     sequence length (see the module docstring). ``max_simulations`` caps step simulations with
     default knobs; ``top`` layouts get the best-knobs search. Returns a :class:`SearchResult`."""
     from ccoverlap.evaluate import cost_model_for
-    from ccoverlap.parallel.memory import estimate_memory
+    from ccoverlap.parallel.step import step_totals
     from ccoverlap.plan import search_best_knobs
     from ccoverlap.planner import Planner
 
@@ -251,7 +252,8 @@ def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, 
     knobs0 = replace(w.knobs, overlap=True)
     cands: list[Candidate] = []
     for p, b in layouts:
-        mem = estimate_memory(w.model, p, b, w.cluster, knobs0)
+        # the same estimate the simulated step carries, with the framework profile's flags
+        mem = step_totals(w.model, p, b, w.cluster, knobs0, w.framework)[2]
         cands.append(Candidate(parallel=p, batch=b, label=label(p, b), memory_bytes=float(mem.total_bytes),
                                fits=bool(mem.fits)))
     fitting = [c for c in cands if c.fits]

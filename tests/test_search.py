@@ -163,3 +163,28 @@ def test_moe_search_json_carries_the_new_fields(capsys, tmp_path):
     for r in rows:
         p = r["parallel"]
         assert ("EP" in r["label"]) == (p["ep"] > 1) and ("HSDP" in r["label"]) == (p["dp_replicate"] > 1)
+
+
+def test_memory_filter_uses_the_framework_profile():
+    """The search's memory estimate is the one the simulated step carries for the workload's
+    framework: torchtitan keeps the gathered SP input (tp_sp_save_gathered_input), so its TP
+    layouts need more memory than the same layouts under megatron-core."""
+    from ccoverlap.parallel.memory import estimate_memory
+    from ccoverlap.search import search
+    from ccoverlap.workload import workload_from_mapping
+
+    def run(framework):
+        w = workload_from_mapping({"model": "phi-2", "cluster": "dgx-h100", "nodes": 1, "parallel": {"dp": 8},
+                                   "batch": {"global_batch": 16, "micro_batch": 1, "seq_len": 2048},
+                                   "framework": framework})
+        return w, {c.label: c for c in search(w, max_simulations=1, top=0).candidates}
+
+    w, tt = run("torchtitan")
+    _, mc = run("megatron-core")
+    tp_sp = [c for c in tt.values() if c.parallel.tp > 1 and c.parallel.sequence_parallel]
+    assert tp_sp
+    knobs = w.knobs.__class__(**{**w.knobs.__dict__, "overlap": True})
+    for c in tp_sp[:5]:
+        want = estimate_memory(w.model, c.parallel, c.batch, w.cluster, knobs, sp_save_gathered_input=True)
+        assert c.memory_bytes == pytest.approx(float(want.total_bytes))
+        assert c.memory_bytes > mc[c.label].memory_bytes
