@@ -4,31 +4,19 @@ the heuristic's verdicts and the retune on a declared half, and the usage errors
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from bench_scripts import BENCH, ROOT, load_script
 from ccoverlap.deciders.ficco import SCHEDULES, machine, schedule_graph
 from ccoverlap.evaluate import cost_model_for_cluster
 from ccoverlap.graph import CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "gpu_ficco_pieces.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("gpu_ficco_pieces", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_ficco_pieces"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fp = _load()
+SCRIPT = BENCH / "gpu_ficco_pieces.py"
+fp = load_script("gpu_ficco_pieces")
 COST = cost_model_for_cluster(machine("H100-SXM", None, fp.WORLD))
 
 

@@ -4,31 +4,19 @@ measurements, --from-json re-prediction with a calibration file, and its usage e
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from bench_scripts import BENCH, ROOT, load_script
 from ccoverlap.calibrate import grids
 from ccoverlap.cost.compute import split_gemm
 from ccoverlap.graph import GemmSpec
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "gpu_gemm_vs_model.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("gpu_gemm_vs_model", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_gemm_vs_model"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-gg = _load()
+SCRIPT = BENCH / "gpu_gemm_vs_model.py"
+gg = load_script("gpu_gemm_vs_model")
 
 
 def _run(*args, cwd=ROOT):

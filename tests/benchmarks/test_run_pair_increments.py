@@ -3,22 +3,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
 import pytest
 
-BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+from bench_scripts import BENCH, load_script
+
 RUNS = os.path.join(BENCH, "megatron_bridge_h100.yaml")
 PAIR = "mbridge-llama3-70b-fp8cs-gbs128-h100x64:mbridge-llama3-70b-fp8cs-gbs256-h100x64"
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("run_pair_increments", os.path.join(BENCH, "run_pair_increments.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _row(out: str) -> list[str]:
@@ -28,7 +22,7 @@ def _row(out: str) -> list[str]:
 
 
 def test_calibration_slows_both_runs_and_leaves_the_measurements(tmp_path, capsys):
-    mod = _load()
+    mod = load_script("run_pair_increments")
     mod.main(["--runs", RUNS, PAIR])
     base = _row(capsys.readouterr().out)
     cal = tmp_path / "clock.json"

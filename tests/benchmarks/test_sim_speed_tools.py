@@ -3,22 +3,15 @@ any op field or any time, and ``sim_instructions`` refuses bad input with exit 2
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 
+from bench_scripts import BENCH, load_script
 from ccoverlap.graph import GemmSpec, OpGraph
 from ccoverlap.sim import simulate
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
 
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(BENCH, name + ".py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class _Cost:
@@ -34,7 +27,7 @@ def _graph(k=512, dep=True):
 
 
 def test_fingerprint_sees_an_op_field_and_a_time():
-    fp = _load("sim_identity").fingerprint
+    fp = load_script("sim_identity").fingerprint
     g = _graph()
     base = fp(g.ops, simulate(g, _Cost()))
     assert base == fp(_graph().ops, simulate(_graph(), _Cost()))

@@ -4,20 +4,14 @@ cost parameter (checked against `ccoverlap validate`'s own summaries) and its on
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
 
 import pytest
 import yaml
 
-BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+from bench_scripts import BENCH, load_script
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("validate_sensitivity", os.path.join(BENCH, "validate_sensitivity.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 RUN = {"name": "a", "group": "g1", "source": "test", "assumptions": [], "model": "Llama-3-70B",
@@ -35,7 +29,7 @@ def test_slower_gemms_raise_every_groups_signed_error_and_defaults_match_validat
     p = tmp_path / "runs.yaml"
     p.write_text(yaml.safe_dump({"runs": [RUN, b]}))
     runs = load_runs(p).runs
-    mod = _load()
+    mod = load_script("validate_sensitivity")
     rows = dict(mod.table(runs, [("gemm_peak_fraction", 0.5)]))
     base, slow = rows["defaults"], rows["gemm_peak_fraction x0.5"]
     ref = summarize_groups(compare_runs(runs))
@@ -47,15 +41,9 @@ def test_slower_gemms_raise_every_groups_signed_error_and_defaults_match_validat
 @pytest.mark.parametrize("item", ["gemm_peak_fraction", "nope=0.9", "gemm_peak_fraction=-1", "gemm_peak_fraction=x"])
 def test_malformed_scaling_exits_with_one_line(item):
     with pytest.raises(SystemExit) as exc:
-        _load().parse_scalings([item])
+        load_script("validate_sensitivity").parse_scalings([item])
     assert "NAME=FACTOR" in str(exc.value) and item in str(exc.value)
 
-
-def _load_pairs():
-    spec = importlib.util.spec_from_file_location("run_pair_increments", os.path.join(BENCH, "run_pair_increments.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_pair_increments_are_differences_of_validate_rows(tmp_path):
@@ -67,7 +55,7 @@ def test_pair_increments_are_differences_of_validate_rows(tmp_path):
     p = tmp_path / "runs.yaml"
     p.write_text(yaml.safe_dump({"runs": [RUN, b]}))
     runs = load_runs(p).runs
-    (r,) = _load_pairs().increments(runs, [("a", "b")])
+    (r,) = load_script("run_pair_increments").increments(runs, [("a", "b")])
     ref = {x.run.name: x for x in compare_runs(runs)}
     assert r["measured_increment"] == pytest.approx(ref["b"].measured_s - ref["a"].measured_s)
     assert r["predicted_increment"] == pytest.approx(ref["b"].prediction.step_time_s - ref["a"].prediction.step_time_s)
@@ -78,7 +66,7 @@ def test_pair_increments_are_differences_of_validate_rows(tmp_path):
 
 def test_pair_with_unknown_run_exits_with_one_line(capsys):
     with pytest.raises(SystemExit) as exc:
-        _load_pairs().main(["no-such-run:other"])
+        load_script("run_pair_increments").main(["no-such-run:other"])
     assert "RUN_A:RUN_B" in str(exc.value) and "no-such-run:other" in str(exc.value)
 
 
@@ -93,5 +81,5 @@ def test_shipped_ac_pair_differs_only_in_recompute_and_costs_time():
     assert {k: v for k, v in a.parallel.items() if k != "recompute"} == \
         {k: v for k, v in b.parallel.items() if k != "recompute"}
     assert (a.model, a.batch, a.framework, a.cluster) == (b.model, b.batch, b.framework, b.cluster)
-    (r,) = _load_pairs().increments(runs, [(a.name, b.name)])
+    (r,) = load_script("run_pair_increments").increments(runs, [(a.name, b.name)])
     assert 1.0 < r["predicted_ratio"] < 1.34
