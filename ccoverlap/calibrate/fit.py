@@ -535,7 +535,6 @@ def fit(records: list[dict], gpu: GPUSpec, base: CostParams, *, every: int = 4,
     return result
 
 
-
 # ----------------------------------------------------------------------------- checking
 
 def heldout_errors(result: FitResult, gpu: GPUSpec, *, held_out: bool = True) -> list[dict]:

@@ -10,12 +10,13 @@ and each wave takes
     f = max(θ, D/B) + (1 − overlap) · min(θ, D/B)                             (eq. 6)
 
 where θ is the tile's main loop (``ceil(K/tile_k) + prologue/epilogue`` K-steps at one SM's
-achievable FLOP rate: peak × ``gemm_peak_fraction`` × ``sustained_clock_fraction`` / SMs), D the HBM bytes the wave moves (its A row-panels and B column-panels,
-shared across the wave's tiles through L2, plus its output tiles, read too when
-accumulating), and B the HBM bandwidth left to it. ``overlap = 0`` is eq. 6 verbatim
-(θ + D/B); the default hides most of the shorter term, as multistage pipelines do. The
-kernel time is ``Σ_waves f + launch overhead`` (eq. 4). Contention enters through
-``sms_available`` (eq. 5) and ``hbm_bytes_per_s_available`` (eq. 6's B̄ − V).
+achievable FLOP rate: peak × ``gemm_peak_fraction`` × ``sustained_clock_fraction`` / SMs), D
+the HBM bytes the wave moves (its A row-panels and B column-panels, shared across the wave's
+tiles through L2, plus its output tiles, read too when accumulating), and B the HBM bandwidth
+left to it. ``overlap = 0`` is eq. 6 verbatim (θ + D/B); the default hides most of the
+shorter term, as multistage pipelines do. The kernel time is ``Σ_waves f + launch overhead``
+(eq. 4). Contention enters through ``sms_available`` (eq. 5) and ``hbm_bytes_per_s_available``
+(eq. 6's B̄ − V).
 
 Decomposition loss (ficco §IV-C1) falls out of the same terms: splitting M leaves partial
 waves and more launches; splitting K shortens the tile main loop against a fixed
