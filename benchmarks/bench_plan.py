@@ -39,7 +39,7 @@ TARGETS = {"plan-70b": 10.0, "plan-70b-exact": 10.0, "sim-gpt3-175b": 0.5, "sim-
 
 
 def _workload(case: str):
-    from ccoverlap.workload import workload_from_mapping
+    from ccoverlap.predict.workload import workload_from_mapping
 
     if case.startswith("plan-70b"):
         data = {"model": "llama-3-70b", "cluster": "dgx-h100", "nodes": 4,
@@ -65,7 +65,7 @@ def run_case(case: str) -> dict:
     """Run ``case`` once in this process; returns wall / CPU seconds (this process and its worker
     processes) and what was predicted."""
     w = _workload(case)
-    from ccoverlap import plan as planmod
+    from ccoverlap.planning import strategies as planmod
 
     w0, c0 = time.perf_counter(), time.process_time()
     if case.startswith("plan-70b"):
@@ -78,10 +78,10 @@ def run_case(case: str) -> dict:
         res = planmod.plan(w, exact=True) if case == "plan-70b-exact" else planmod.plan(w)
         info = {s.name: round(s.step_time_s * 1e3, 1) for s in res.strategies}
     elif case.startswith("sim-"):
-        from ccoverlap.evaluate import cost_model_for
+        from ccoverlap.predict.evaluate import cost_model_for
         from ccoverlap.parallel import build_step
-        from ccoverlap.sim import simulate
-        from ccoverlap.timeline import step_time_s
+        from ccoverlap.sim.engine import simulate
+        from ccoverlap.sim.timeline import step_time_s
 
         cost = cost_model_for(w)
         step = build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs)
@@ -89,7 +89,7 @@ def run_case(case: str) -> dict:
         info = {"step_ms": round(step_time_s(tl) * 1e3, 1), "ops": len(step.graph.ops)}
     else:
         try:
-            from ccoverlap.search import search
+            from ccoverlap.planning.search import search
         except ImportError:  # checkouts before plan --search
             return {"missing": True}
         res = search(w)

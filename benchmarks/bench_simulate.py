@@ -7,7 +7,7 @@ Targets (issue 10): one step of
 * Llama-3-70B on 1024 H100 (128 x DGX-H100), TP 8 x PP 8 x DP 16, 1F1B, 16 micro-batches of
   1 x 8192 tokens — goal <= 0.2 s.
 
-Each timed run is ``ccoverlap.evaluate.simulate_workload(workload)`` — build the op graph, make
+Each timed run is ``ccoverlap.predict.evaluate.simulate_workload(workload)`` — build the op graph, make
 the cost model, simulate — in a fresh subprocess per sample after one untimed warm-up run
 (imports and first-call caches are not a simulation's cost). Samples of this tree and of the
 baseline are interleaved A/B so both see the same machine load. The baseline is, by default,
@@ -60,9 +60,9 @@ TARGETS = {
 
 def worker(target: str, runs: int) -> int:
     """Time ``runs`` simulations of ``target`` (after one warm-up) in this process; print JSON."""
-    from ccoverlap.evaluate import simulate_workload
-    from ccoverlap.timeline import step_time_s
-    from ccoverlap.workload import workload_from_mapping
+    from ccoverlap.predict.evaluate import simulate_workload
+    from ccoverlap.sim.timeline import step_time_s
+    from ccoverlap.predict.workload import workload_from_mapping
 
     w = workload_from_mapping(TARGETS[target]["workload"], source=target)
     step, tl = simulate_workload(w)  # warm-up: imports, first-call caches
@@ -151,7 +151,7 @@ def _run(args, trees) -> int:
                 r.update(ops=d["ops"], ranks=d["ranks"], step_s=d["step_s"])
 
     med = statistics.median
-    print(f"one simulated step through ccoverlap.evaluate.simulate_workload (build + cost model + simulate); "
+    print(f"one simulated step through ccoverlap.predict.evaluate.simulate_workload (build + cost model + simulate); "
           f"median of {args.runs} samples, interleaved A/B")
     print("trees: " + ", ".join(f"{name} = {tree} @ {_commit(tree) if name == 'this' or args.baseline else args.baseline_commit}"
                                 for name, tree in trees))

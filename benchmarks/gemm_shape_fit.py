@@ -47,7 +47,7 @@ def error_table(table: list[tuple[int, int, int, int, float]], params, gpu) -> l
     """(bin, n, mean log(predicted / measured time), rms) by measured kernel duration and by K;
     positive = the model is slower than the measurement."""
     from ccoverlap.cost.compute import gemm_time_s
-    from ccoverlap.graph import GemmSpec
+    from ccoverlap.sim.graph import GemmSpec
 
     errs = [(t, k, math.log(gemm_time_s(GemmSpec(m=m, n=n, k=k, batch=b), gpu, params) / t))
             for b, m, n, k, t in table]
@@ -75,7 +75,7 @@ def _print(title: str, table) -> None:
 def main(argv=None) -> int:
     from ccoverlap.calibrate.fit import STAGES, fit
     from ccoverlap.cost.params import default_params
-    from ccoverlap.hardware import get_gpu
+    from ccoverlap.catalog.hardware import get_gpu
 
     gpu = get_gpu("H100-SXM")
     base = default_params(gpu)

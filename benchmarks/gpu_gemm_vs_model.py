@@ -35,9 +35,9 @@ from ccoverlap.calibrate import grids
 from ccoverlap.cost.compute import gemm_time_s, split_gemm
 from ccoverlap.cost.params import CostParams, default_params
 from ccoverlap.errors import CCOverlapError, ConfigError
-from ccoverlap.graph import GemmSpec
-from ccoverlap.hardware import get_gpu
-from ccoverlap.models import get_model
+from ccoverlap.sim.graph import GemmSpec
+from ccoverlap.catalog.hardware import get_gpu
+from ccoverlap.catalog.models import get_model
 
 MODELS = ("Llama-3-8B", "Llama-3-70B")
 TPS = (1, 2, 4, 8)
@@ -73,7 +73,7 @@ class Shape:
 
 def layer_linears(model_name: str, tp: int) -> dict[str, tuple[int, int]]:
     """(in, out) features per TP rank of the four linear layers of one transformer layer of
-    ``model_name`` (catalog :mod:`ccoverlap.models`) under Megatron tensor parallelism ``tp``:
+    ``model_name`` (catalog :mod:`ccoverlap.catalog.models`) under Megatron tensor parallelism ``tp``:
     QKV and MLP gate+up column-parallel (out / tp), out-projection and MLP down row-parallel
     (in / tp). The gated MLP's gate and up projections are one fused GEMM."""
     m = get_model(model_name)

@@ -19,7 +19,7 @@ import sys
 from collections import Counter
 from dataclasses import replace
 
-from ccoverlap.graph import AttentionSpec, GemmSpec, MemorySpec
+from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
 
 DEFAULT = ["--model", "llama-3-8b", "--cluster", "dgx-h100", "--nodes", "1", "--dp", "8", "--data-parallel", "fsdp",
            "--global-batch", "8", "--micro-batch", "1", "--seq-len", "8192"]
@@ -27,8 +27,8 @@ DEFAULT = ["--model", "llama-3-8b", "--cluster", "dgx-h100", "--nodes", "1", "--
 
 def breakdown(w):
     """(step seconds, {category: busy seconds}, Counter of op name -> seconds) for rank 0."""
-    from ccoverlap.evaluate import simulate_workload
-    from ccoverlap.timeline import step_time_s
+    from ccoverlap.predict.evaluate import simulate_workload
+    from ccoverlap.sim.timeline import step_time_s
 
     step, tl = simulate_workload(w)
     cats: Counter = Counter()
@@ -45,8 +45,8 @@ def breakdown(w):
 
 
 def main(argv=None) -> int:
-    from ccoverlap.parallel.framework import builtin_frameworks
-    from ccoverlap.workload import add_workload_arguments, workload_from_args
+    from ccoverlap.catalog.frameworks import builtin_frameworks
+    from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_workload_arguments(ap)

@@ -24,8 +24,8 @@ def main(argv=None) -> int:
     """Print the table (Markdown); returns the exit status."""
     from ccoverlap.cost.comm import bus_bandwidth, collective_profile
     from ccoverlap.cost.params import default_params
-    from ccoverlap.graph import CollectiveSpec, GroupSpec
-    from ccoverlap.hardware import get_cluster
+    from ccoverlap.sim.graph import CollectiveSpec, GroupSpec
+    from ccoverlap.catalog.hardware import get_cluster
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bytes", type=float, default=1e9, help="message size as nccl-tests' size (default 1 GB)")

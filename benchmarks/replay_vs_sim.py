@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ccoverlap.hardware import get_cluster  # noqa: E402
+from ccoverlap.catalog.hardware import get_cluster  # noqa: E402
 
 JOB = ["--tp", "1", "--pp", "1", "--dp", "16", "--data-parallel", "fsdp", "--global-batch", "32",
        "--micro-batch", "1"]

@@ -27,10 +27,10 @@ def breakdown(run) -> dict:
     """Model outputs for one run (seconds): step, busy time by kind, per-op totals and counts,
     host-dispatch total and the time of host-bound ops."""
     from ccoverlap.cost import CostModel
-    from ccoverlap.evaluate import build_workload_step
-    from ccoverlap.graph import AttentionSpec, GemmSpec, MemorySpec
-    from ccoverlap.sim import simulate
-    from ccoverlap.timeline import step_time_s
+    from ccoverlap.predict.evaluate import build_workload_step
+    from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
+    from ccoverlap.sim.engine import simulate
+    from ccoverlap.sim.timeline import step_time_s
     from ccoverlap.validate.predict import cost_params_for, workload_for
 
     w, _ = workload_for(run)

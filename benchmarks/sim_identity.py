@@ -35,9 +35,9 @@ def fingerprints() -> dict:
     from bench_simulate import TARGETS
     from regression_workloads import WORKLOADS
 
-    from ccoverlap.evaluate import build_workload_step, cost_model_for
-    from ccoverlap.sim import simulate
-    from ccoverlap.workload import workload_from_mapping
+    from ccoverlap.predict.evaluate import build_workload_step, cost_model_for
+    from ccoverlap.sim.engine import simulate
+    from ccoverlap.predict.workload import workload_from_mapping
 
     mappings = dict(WORKLOADS)
     mappings.update({name: t["workload"] for name, t in TARGETS.items()})

@@ -33,9 +33,9 @@ _CHILD = r"""
 import sys
 sys.path.insert(0, {bench!r})
 from bench_simulate import TARGETS
-from ccoverlap.evaluate import build_workload_step, cost_model_for
-from ccoverlap.sim import simulate
-from ccoverlap.workload import workload_from_mapping
+from ccoverlap.predict.evaluate import build_workload_step, cost_model_for
+from ccoverlap.sim.engine import simulate
+from ccoverlap.predict.workload import workload_from_mapping
 import ccoverlap
 assert ccoverlap.__file__.startswith({tree!r}), ccoverlap.__file__
 w = workload_from_mapping(TARGETS[{target!r}]["workload"], source={target!r})

@@ -2,9 +2,9 @@
 dataclasses with one clear error per problem.
 
 The one place the project turns a user's mapping into a typed object: hardware
-(:func:`ccoverlap.hardware.cluster_from_dict`), models (:func:`ccoverlap.models.model_from_dict`),
+(:func:`ccoverlap.catalog.hardware.cluster_from_dict`), models (:func:`ccoverlap.catalog.models.model_from_dict`),
 parallel / batch configurations and overlap knobs (:mod:`ccoverlap.parallel.config`,
-:mod:`ccoverlap.workload`) and overlap groups (:mod:`ccoverlap.deciders.overlap_group`) all go
+:mod:`ccoverlap.predict.workload`) and overlap groups (:mod:`ccoverlap.deciders.overlap_group`) all go
 through :func:`check_keys` / :func:`dataclass_from_mapping`, so an unknown field is reported the
 same way everywhere: ``WHERE: unknown field(s) [...]; expected some of [...]``.
 """

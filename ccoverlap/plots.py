@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ccoverlap.timeline import Timeline, merge_intervals
+from ccoverlap.sim.timeline import Timeline, merge_intervals
 
 KIND_COLORS = {"compute": "#4C72B0", "comm": "#DD8452", "memcpy": "#55A868", "other": "#8C8C8C"}
 EXPOSED_COLOR = "#C44E52"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from ccoverlap.graph import gc_paused
+from ccoverlap.sim.graph import gc_paused
 
 
 class _Node:

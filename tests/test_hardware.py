@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.hardware import GPUS, get_cluster, get_gpu, load_cluster_file
+from ccoverlap.catalog.hardware import GPUS, get_cluster, get_gpu, load_cluster_file
 
 REQUIRED = ("H100-SXM", "H200", "A100-80GB-SXM", "A40", "MI300X")
 
@@ -66,7 +66,7 @@ def test_power_limited_h100_peak_interpolates_the_two_datasheets():
     """[PCAP]: the power law through H100 SXM (700 W, 989.4) and H100 NVL (400 W, 835.5 dense bf16)."""
     import math
 
-    from ccoverlap.hardware import power_limited_peak
+    from ccoverlap.catalog.hardware import power_limited_peak
 
     assert power_limited_peak(989.4e12, 700.0) == 989.4e12
     assert math.isclose(power_limited_peak(989.4e12, 400.0), 835.5e12, rel_tol=1e-12)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.models import MODELS, ModelSpec, get_model, model_from_dict, model_names
+from ccoverlap.catalog.models import MODELS, ModelSpec, get_model, model_from_dict, model_names
 
 # published totals: HF model cards / papers (exact where the card gives the exact number)
 PUBLISHED = {

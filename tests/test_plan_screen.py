@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from ccoverlap.plan import plan
+from ccoverlap.planning.strategies import plan
 from ccoverlap.parallel import OverlapKnobs
-from ccoverlap.planner import Planner, screen_microbatches
-from ccoverlap.workload import workload_from_mapping
+from ccoverlap.predict.planner import Planner, screen_microbatches
+from ccoverlap.predict.workload import workload_from_mapping
 
 
 def _w(parallel, global_batch, model="phi-2"):

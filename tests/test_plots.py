@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ccoverlap.timeline import merge_intervals, union_length
+from ccoverlap.sim.timeline import merge_intervals, union_length
 
 
 def test_gaps_below_the_resolution_are_closed_and_larger_ones_kept():
@@ -32,7 +32,7 @@ def test_merging_never_loses_busy_time_and_adds_at_most_the_closed_gaps():
 
 def test_the_picture_of_a_large_step_is_drawn(tmp_path):
     from ccoverlap.plots import save_plan_figure
-    from ccoverlap.timeline import TimelineBuilder
+    from ccoverlap.sim.timeline import TimelineBuilder
 
     b = TimelineBuilder()
     for i in range(20000):                 # 20k back-to-back 99 µs kernels: one solid bar when drawn

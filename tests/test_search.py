@@ -5,10 +5,10 @@ import json
 import pytest
 
 from ccoverlap.cli import main
-from ccoverlap.hardware import get_cluster
-from ccoverlap.models import get_model
+from ccoverlap.catalog.hardware import get_cluster
+from ccoverlap.catalog.models import get_model
 from ccoverlap.parallel.config import BatchConfig, config_problems
-from ccoverlap.search import enumerate_layouts, label, screen_estimate
+from ccoverlap.planning.search import enumerate_layouts, label, screen_estimate
 
 ARGS = ["plan", "--search", "--model", "phi-2", "--cluster", "dgx-h100", "--nodes", "1", "--global-batch", "16",
         "--seq-len", "2048", "--max-simulations", "4", "--top", "1"]
@@ -121,9 +121,9 @@ def _simulated_vs_estimate(model, p, b, nodes=1):
     """(screening estimate, simulated step with default knobs and overlap on) of one layout."""
     from dataclasses import replace
 
-    from ccoverlap.evaluate import cost_model_for
-    from ccoverlap.planner import Planner
-    from ccoverlap.workload import workload_from_mapping
+    from ccoverlap.predict.evaluate import cost_model_for
+    from ccoverlap.predict.planner import Planner
+    from ccoverlap.predict.workload import workload_from_mapping
 
     w = workload_from_mapping({"model": model, "cluster": "dgx-h100", "nodes": nodes,
                                "parallel": p.to_dict(), "batch": b.to_dict()})
@@ -170,8 +170,8 @@ def test_memory_filter_uses_the_framework_profile():
     framework: torchtitan keeps the gathered SP input (tp_sp_save_gathered_input), so its TP
     layouts need more memory than the same layouts under megatron-core."""
     from ccoverlap.parallel.memory import estimate_memory
-    from ccoverlap.search import search
-    from ccoverlap.workload import workload_from_mapping
+    from ccoverlap.planning.search import search
+    from ccoverlap.predict.workload import workload_from_mapping
 
     def run(framework):
         w = workload_from_mapping({"model": "phi-2", "cluster": "dgx-h100", "nodes": 1, "parallel": {"dp": 8},

@@ -3,9 +3,9 @@
 import pytest
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import CollectiveSpec, CopySpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
-from ccoverlap.sim import simulate
-from ccoverlap.timeline import rank_metrics
+from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
+from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.timeline import rank_metrics
 
 DP = GroupSpec(name="dp", size=8, local_size=8)
 

@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from ccoverlap.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
-from ccoverlap.sim import simulate
+from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
+from ccoverlap.sim.engine import simulate
 from test_sim_reference import SharingCost, reference_simulate
 
 TP = GroupSpec(name="tp", size=8, local_size=8)

@@ -1,6 +1,6 @@
 """The fast simulator (spec interning, quiet-rank spans) against a plain op-by-op reference.
 
-``reference_simulate`` is the event loop of commit 4cea150's ``ccoverlap.sim.simulate``, kept
+``reference_simulate`` is the event loop of commit 4cea150's ``ccoverlap.sim.engine.simulate``, kept
 here verbatim in substance: every op is its own event and every change of a rank's running
 set re-evaluates each running op's speed. Random graphs with several ranks and streams,
 cross-rank edges, zero-length ops and a cost that depends on what runs beside an op must give
@@ -13,8 +13,8 @@ import random
 
 import pytest
 
-from ccoverlap.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
-from ccoverlap.sim import simulate
+from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
+from ccoverlap.sim.engine import simulate
 
 TP = GroupSpec(name="tp", size=8, local_size=8)
 

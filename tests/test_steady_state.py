@@ -16,9 +16,9 @@ import pytest
 
 from ccoverlap.deciders.centauri_tiers import centauri_graph
 from ccoverlap.deciders.ficco_plan import _spliced_graph
-from ccoverlap.evaluate import StepMetrics, extrapolate_metrics
-from ccoverlap.planner import Planner, steady_state_microbatches, with_microbatches
-from ccoverlap.workload import workload_from_mapping
+from ccoverlap.predict.evaluate import StepMetrics, extrapolate_metrics
+from ccoverlap.predict.planner import Planner, steady_state_microbatches, with_microbatches
+from ccoverlap.predict.workload import workload_from_mapping
 
 TOL = 1e-4
 

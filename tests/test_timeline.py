@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccoverlap.chrome_trace import write_chrome_traces
-from ccoverlap.timeline import (
+from ccoverlap.sim.chrome_trace import write_chrome_traces
+from ccoverlap.sim.timeline import (
     Timeline,
     TimelineBuilder,
     intersection_length,

@@ -56,8 +56,8 @@ from ccoverlap.cost import comm as cm
 from ccoverlap.cost import contention as ct
 from ccoverlap.cost.compute import gemm_profile, gemm_time_s, memory_time_s, split_gemm
 from ccoverlap.cost.params import CostParams
-from ccoverlap.graph import CommConfig, CopySpec, GemmSpec, MemorySpec, P2PSpec
-from ccoverlap.hardware import ClusterSpec, GPUSpec, LinkSpec
+from ccoverlap.sim.graph import CommConfig, CopySpec, GemmSpec, MemorySpec, P2PSpec
+from ccoverlap.catalog.hardware import ClusterSpec, GPUSpec, LinkSpec
 
 
 @dataclass(frozen=True)

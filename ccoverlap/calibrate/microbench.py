@@ -94,7 +94,7 @@ def _driver_version() -> str:
 
 def device_info(dev) -> dict:
     """Name, SM count, memory, L2, compute capability of ``dev``, plus driver, torch and CUDA
-    versions and the catalog GPU it matches (``ccoverlap.hardware``), for the file header."""
+    versions and the catalog GPU it matches (``ccoverlap.catalog.hardware``), for the file header."""
     import platform
 
     import torch
@@ -118,7 +118,7 @@ def device_info(dev) -> dict:
 
 
 def catalog_gpu(device_name: str) -> str | None:
-    """The :data:`ccoverlap.hardware.GPUS` entry a CUDA device name corresponds to, or None
+    """The :data:`ccoverlap.catalog.hardware.GPUS` entry a CUDA device name corresponds to, or None
     (``"NVIDIA H100 80GB HBM3"`` -> ``"H100-SXM"``; PCIe and NVL variants are not in the catalog)."""
     n = device_name.lower()
     if "h100" in n:

@@ -53,7 +53,7 @@ def _log(quiet: bool):
 
 
 def _resolve_gpu(name: str | None, device_name: str):
-    from ccoverlap.hardware import GPUS, get_gpu
+    from ccoverlap.catalog.hardware import GPUS, get_gpu
 
     if name:
         return get_gpu(name)
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         records = src.get("measurements") or []
         if not records:
             raise ConfigError(f"{args.refit}: field 'source.measurements': no measurements to fit")
-        from ccoverlap.hardware import get_gpu
+        from ccoverlap.catalog.hardware import get_gpu
 
         gpu = get_gpu(args.gpu or old["gpu"])
         device = src.get("device", {})

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from ccoverlap.workload import add_workload_arguments, workload_from_args
+from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
 
 
 def register(sub) -> None:
@@ -75,7 +75,7 @@ def _progress_reporter(enabled: bool, label: str = "planning"):
 def run_search(args: argparse.Namespace) -> int:
     """``plan --search``: ranked table (or JSON) and the frontier picture."""
     from ccoverlap.errors import ConfigError
-    from ccoverlap.search import save_frontier, search
+    from ccoverlap.planning.search import save_frontier, search
 
     if args.max_simulations < 1 or args.top < 0 or args.show < 1:
         raise ConfigError("--max-simulations and --show must be >= 1, --top >= 0")
@@ -102,7 +102,7 @@ def run_search(args: argparse.Namespace) -> int:
         json.dump(payload, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
         return 0
-    from ccoverlap.report import search_table
+    from ccoverlap.planning.report import search_table
 
     search_table(payload, show=args.show)
     return 0
@@ -111,9 +111,9 @@ def run_search(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.search:
         return run_search(args)
-    from ccoverlap import plan as planner
-    from ccoverlap.chrome_trace import write_chrome_traces
-    from ccoverlap.report import plan_table
+    from ccoverlap.planning import strategies as planner
+    from ccoverlap.sim.chrome_trace import write_chrome_traces
+    from ccoverlap.planning.report import plan_table
 
     w = workload_from_args(args)
     registry = planner.default_registry()

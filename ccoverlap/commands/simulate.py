@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from ccoverlap.workload import add_workload_arguments, workload_from_args
+from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
 
 
 def register(sub) -> None:
@@ -22,9 +22,9 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ccoverlap.chrome_trace import write_chrome_traces
-    from ccoverlap.plan import simulate_workload
-    from ccoverlap.timeline import all_rank_metrics, step_time_s
+    from ccoverlap.sim.chrome_trace import write_chrome_traces
+    from ccoverlap.planning.strategies import simulate_workload
+    from ccoverlap.sim.timeline import all_rank_metrics, step_time_s
 
     w = workload_from_args(args)
     step, tl = simulate_workload(w)

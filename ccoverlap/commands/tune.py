@@ -17,7 +17,7 @@ import sys
 import time
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.workload import add_workload_arguments
+from ccoverlap.predict.workload import add_workload_arguments
 
 
 def register(sub) -> None:
@@ -37,7 +37,7 @@ def register(sub) -> None:
 
 
 def _cost_model(cluster, calibration: str | None):
-    from ccoverlap.evaluate import cost_model_for_cluster
+    from ccoverlap.predict.evaluate import cost_model_for_cluster
 
     return cost_model_for_cluster(cluster, calibration)
 
@@ -49,12 +49,12 @@ def _groups(args):
     if args.group:
         cluster = None
         if args.cluster:
-            from ccoverlap.workload import _cluster
+            from ccoverlap.predict.workload import _cluster
 
             cluster = _cluster(args.cluster, args.nodes)
         group = load_overlap_group(args.group, cluster=cluster)
         return [group], _cost_model(group.cluster, args.calibration), args.group
-    from ccoverlap.workload import workload_from_args
+    from ccoverlap.predict.workload import workload_from_args
 
     if args.top < 1:
         raise ConfigError(f"--top must be >= 1, got {args.top}")

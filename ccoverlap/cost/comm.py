@@ -38,8 +38,8 @@ import math
 from dataclasses import dataclass, replace
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import COLLECTIVES, CollectiveSpec, CommConfig, CopySpec, GroupSpec, P2PSpec
-from ccoverlap.hardware import ClusterSpec, LinkSpec
+from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, CommConfig, CopySpec, GroupSpec, P2PSpec
+from ccoverlap.catalog.hardware import ClusterSpec, LinkSpec
 
 from ccoverlap.cost.params import CostParams
 

@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import AttentionSpec, GemmSpec, MemorySpec
-from ccoverlap.hardware import GPUSpec
+from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
+from ccoverlap.catalog.hardware import GPUSpec
 
 from ccoverlap.cost.params import CostParams, causal_attention_factor
 

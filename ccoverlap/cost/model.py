@@ -6,9 +6,9 @@ from dataclasses import replace
 from typing import Sequence
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import (AttentionSpec, CollectiveSpec, CommConfig, CopySpec, GemmSpec, MemorySpec,
+from ccoverlap.sim.graph import (AttentionSpec, CollectiveSpec, CommConfig, CopySpec, GemmSpec, MemorySpec,
                              P2PSpec, Spec)
-from ccoverlap.hardware import ClusterSpec
+from ccoverlap.catalog.hardware import ClusterSpec
 
 from ccoverlap.cost import comm as _comm
 from ccoverlap.cost import contention as _ct

@@ -1,6 +1,6 @@
 """Every achievable-fraction, derating and contention factor of the cost model, by name.
 
-Datasheet peaks live in :mod:`ccoverlap.hardware`; what fraction of them a real kernel gets,
+Datasheet peaks live in :mod:`ccoverlap.catalog.hardware`; what fraction of them a real kernel gets,
 and how much one kernel slows another, lives here, so that ``ccoverlap calibrate`` can fit
 these numbers on a real GPU and write them to a JSON calibration file::
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.hardware import GPUSpec
+from ccoverlap.catalog.hardware import GPUSpec
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -43,9 +43,9 @@ from ccoverlap.deciders.centauri_tiers import (  # re-exported: callers import t
     model_level_choice,
     operation_candidates,
 )
-from ccoverlap.graph import OpGraph
-from ccoverlap.planner import FunctionStrategy, with_microbatches
-from ccoverlap.timeline import Timeline, step_time_s
+from ccoverlap.sim.graph import OpGraph
+from ccoverlap.predict.planner import FunctionStrategy, with_microbatches
+from ccoverlap.sim.timeline import Timeline, step_time_s
 
 __all__ = ["CentauriDecision", "decide", "comm_ratio", "centauri_strategy", "centauri_graph", "layer_costs"]
 
@@ -201,7 +201,7 @@ def _replay_full(planner, d: CentauriDecision, w) -> CentauriDecision:
 
 def _extrapolate_full(planner, d: CentauriDecision, cw, w) -> CentauriDecision:
     """:func:`_replay_full` where the planner extrapolates the full step from two short ones
-    (:meth:`~ccoverlap.planner.Planner.rewritten_metrics`): the choices ``d`` made are applied
+    (:meth:`~ccoverlap.predict.planner.Planner.rewritten_metrics`): the choices ``d`` made are applied
     to each short step (tier 2's Algorithm 1 plans recomputed on it) and the step times, and
     alpha's serial communication and compute, extrapolated. Not used with a micro-batch grouping
     (L1, L2) != (1, 1), which is not the same per micro-batch."""
@@ -336,8 +336,8 @@ def _decide(planner, w) -> CentauriDecision:
 
 def centauri_strategy(planner, start):
     """Planner strategy ``centauri`` (in this module's ``STRATEGIES``):
-    :func:`decide` on the workload, summarised as a :class:`~ccoverlap.plan.StrategyResult`
-    with the same definitions as :func:`ccoverlap.plan.evaluate` (MFU, exposed communication
+    :func:`decide` on the workload, summarised as a :class:`~ccoverlap.planning.strategies.StrategyResult`
+    with the same definitions as :func:`ccoverlap.planning.strategies.evaluate` (MFU, exposed communication
     and compute of the critical rank). None when there is no data-parallel communication to
     partition (dp == 1)."""
     if start.parallel.dp <= 1:
@@ -350,7 +350,7 @@ def centauri_strategy(planner, start):
                              extra_memory_bytes=d.extra_memory_bytes)
 
 
-# planner strategy (registered by ccoverlap.plan.default_registry); ``weight``: a scheduling
+# planner strategy (registered by ccoverlap.planning.strategies.default_registry); ``weight``: a scheduling
 # hint only (CPU seconds on the README's 70B plan, docs/planner.md)
 CENTAURI = FunctionStrategy("centauri", centauri_strategy,
                             "Centauri: partition of collectives (§3.1) and operation / layer / model scheduling tiers",

@@ -18,7 +18,7 @@ from typing import Callable
 from ccoverlap.deciders import centauri_rules as rules
 from ccoverlap.deciders import partition as part
 from ccoverlap.deciders.rewrite import GraphRewrite
-from ccoverlap.graph import COMM, COMPUTE, CollectiveSpec, GemmSpec, Op, OpGraph
+from ccoverlap.sim.graph import COMM, COMPUTE, CollectiveSpec, GemmSpec, Op, OpGraph
 
 __all__ = ["comm_ratio", "knob_candidates", "operation_candidates", "layer_costs", "model_level_choice",
            "centauri_graph"]

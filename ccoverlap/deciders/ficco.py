@@ -9,7 +9,7 @@ split transfers run less efficiently than whole ones) and the *contention loss* 
 a GEMM and a transfer running at once slow each other; copy-engine (DMA) transfers much
 less than SM-driven ones).
 
-Here each schedule is written as a small :class:`~ccoverlap.graph.OpGraph` of one rank
+Here each schedule is written as a small :class:`~ccoverlap.sim.graph.OpGraph` of one rank
 (GEMM pieces, transfer pieces, the gather/scatter copies of §III-B, reductions) on its
 streams, and played by the stream simulator under the project cost model. So:
 
@@ -41,7 +41,7 @@ from typing import Iterable, Sequence
 
 from ccoverlap.deciders.ficco_heuristic import FICCO_SCHEDULES, choose_schedule
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import (
+from ccoverlap.sim.graph import (
     CollectiveSpec,
     GemmSpec,
     GroupSpec,
@@ -49,9 +49,9 @@ from ccoverlap.graph import (
     OpGraph,
     P2PSpec,
 )
-from ccoverlap.hardware import CLUSTERS, DEFAULT_CLUSTER_FOR_GPU, ClusterSpec, LinkSpec, get_gpu
-from ccoverlap.sim import simulate
-from ccoverlap.timeline import step_time_s
+from ccoverlap.catalog.hardware import CLUSTERS, DEFAULT_CLUSTER_FOR_GPU, ClusterSpec, LinkSpec, get_gpu
+from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.timeline import step_time_s
 
 __all__ = [
     "SCHEDULES",
@@ -148,7 +148,7 @@ def machine(gpu: str, topology: str | None = None, world: int = 8) -> ClusterSpe
     """A one-node machine of ``world`` catalog GPUs named ``gpu`` on a ``topology``.
 
     ``topology`` ``"switch"`` or ``"full_mesh"`` keeps the per-GPU bandwidth and latency of
-    the GPU's catalog node (:data:`ccoverlap.hardware.CLUSTERS`) and changes only the fabric,
+    the GPU's catalog node (:data:`ccoverlap.catalog.hardware.CLUSTERS`) and changes only the fabric,
     so that the two topologies differ in how peers are reached, not in bytes/s. ``None``: the
     catalog node as it is (e.g. MI300X -> full mesh, H100 -> NVSwitch). Raises ConfigError on
     an unknown GPU or topology.
@@ -483,7 +483,7 @@ def heuristic_pick(case: FiccoCase, **tuning) -> tuple[str, str]:
 
 def cost_model_for_cluster(cluster: ClusterSpec):
     """The project cost model of ``cluster`` with the GPU's default parameters
-    (:func:`ccoverlap.evaluate.cost_model_for_cluster`)."""
-    from ccoverlap.evaluate import cost_model_for_cluster as impl
+    (:func:`ccoverlap.predict.evaluate.cost_model_for_cluster`)."""
+    from ccoverlap.predict.evaluate import cost_model_for_cluster as impl
 
     return impl(cluster)

@@ -11,7 +11,7 @@ from typing import Sequence
 from ccoverlap.deciders.ficco import (SCHEDULES, FiccoCase, ScheduleEstimate, best_schedule, estimate_all,
                                       heuristic_pick, machine)
 from ccoverlap.deciders.ficco_heuristic import FICCO_SCHEDULES
-from ccoverlap.hardware import ClusterSpec
+from ccoverlap.catalog.hardware import ClusterSpec
 
 __all__ = ["PAPER_SCENARIOS", "SWEEP_M", "SWEEP_N", "SWEEP_K", "paper_cases", "synthetic_cases", "CaseVerdict",
            "AccuracyReport", "judge", "accuracy", "rejudge", "fit_heuristic", "FIT_REFERENCE_TIMES_S",

@@ -17,8 +17,8 @@ from dataclasses import replace
 from ccoverlap.deciders import ficco
 from ccoverlap.deciders.ficco_accuracy import judge
 from ccoverlap.deciders.rewrite import GraphRewrite, Piece
-from ccoverlap.graph import CollectiveSpec, GemmSpec, OpGraph, P2PSpec, gc_paused
-from ccoverlap.planner import FunctionStrategy
+from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, OpGraph, P2PSpec, gc_paused
+from ccoverlap.predict.planner import FunctionStrategy
 
 __all__ = ["tp_pairs", "splice_schedule", "ficco_strategy"]
 
@@ -232,7 +232,7 @@ def ficco_strategy(planner, w):
     return planner.summarize_metrics("ficco", wf, metrics, note=note)
 
 
-# planner strategy (registered by ccoverlap.plan.default_registry); ``weight``: a scheduling
+# planner strategy (registered by ccoverlap.planning.strategies.default_registry); ``weight``: a scheduling
 # hint only (CPU seconds on the README's 70B plan, docs/planner.md)
 FICCO = FunctionStrategy("ficco", ficco_strategy,
                          "FiCCO (§V-C heuristic): finer-grain schedules for every forward TP+SP all-gather/reduce-scatter + GEMM pair",

@@ -58,8 +58,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import CommConfig
-from ccoverlap.planner import FunctionStrategy
+from ccoverlap.sim.graph import CommConfig
+from ccoverlap.predict.planner import FunctionStrategy
 
 from .nccl_tuning import (ProgressFn, TuneResult, TuneStep, TuningSpace, _choose_implementations, _Counter,
                           _with, autoccl_tune, config_dict, exhaustive_grid, exhaustive_tune,
@@ -339,7 +339,7 @@ def tune_group(group: OverlapGroup, cost=None, *, profiler: Profiler | None = No
     space = space or TuningSpace()
     if profiler is None:
         if cost is None:
-            from ccoverlap.evaluate import cost_model_for_cluster
+            from ccoverlap.predict.evaluate import cost_model_for_cluster
 
             cost = cost_model_for_cluster(group.cluster)
         profiler = SimulatedProfiler(group, cost)
@@ -382,7 +382,7 @@ def _tune_workload(planner, w, method: str, *, top: int = 2):
     """Tune the main overlap groups of ``w`` with ``method`` ("lagom" or "autoccl") and apply
     the result per process group (the knobs hold one CommConfig per group name, shared by
     every collective on it, while the tuners choose per collective). Returns a
-    :class:`ccoverlap.plan.StrategyResult` (seconds), or None when nothing overlaps.
+    :class:`ccoverlap.planning.strategies.StrategyResult` (seconds), or None when nothing overlaps.
 
     Each method applies its own objective at the step level too:
 
@@ -395,11 +395,11 @@ def _tune_workload(planner, w, method: str, *, top: int = 2):
       groups (collectives no computation hides share the process group's configuration), so
       this is Lagom's "keep the best configuration profiled", with the step as the profile.
     """
-    from ccoverlap.workload import with_knobs
+    from ccoverlap.predict.workload import with_knobs
 
     from .overlap_group import overlap_groups_from_step
 
-    from ccoverlap.planner import workload_key
+    from ccoverlap.predict.planner import workload_key
 
     cost = planner.cost
     # candidates are judged on the planner's screened step (fewer micro-batches unless the
@@ -495,7 +495,7 @@ def autoccl_strategy(planner, start):
     return _tune_workload(planner, start, "autoccl")
 
 
-# planner strategies (registered by ccoverlap.plan.default_registry). Both share the overlap
+# planner strategies (registered by ccoverlap.planning.strategies.default_registry). Both share the overlap
 # groups and their simulated profiles (Planner.memo), so they run in one process ("group");
 # ``weight`` is a scheduling hint only (CPU seconds on the README's 70B plan, docs/planner.md)
 LAGOM = FunctionStrategy("lagom", lagom_strategy,

@@ -2,7 +2,7 @@
 Lagom is compared with (lagom §2.2, §4): NCCL's defaults, AutoCCL-style tuning of every
 collective for its own speed, and exhaustive search over a discretised space.
 
-A configuration is a :class:`~ccoverlap.graph.CommConfig` ``s_j = (algorithm, protocol, NC,
+A configuration is a :class:`~ccoverlap.sim.graph.CommConfig` ``s_j = (algorithm, protocol, NC,
 NT, C)`` (lagom Table 1). Every search here works through a
 :class:`~ccoverlap.deciders.profiler.Profiler` and counts its profiling steps. No torch.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import CollectiveSpec, CommConfig
+from ccoverlap.sim.graph import CollectiveSpec, CommConfig
 
 from .overlap_group import OverlapGroup
 from .profiler import ProfileResult, Profiler

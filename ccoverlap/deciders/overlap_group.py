@@ -6,7 +6,7 @@ configuration ``s_j = (algorithm, protocol, NC, NT, C)``. Its makespan is eq. (1
 ``Z = max(X, Y)`` with ``Y = sum_i y_i`` and ``X = sum_j x_j^{s_j}``, where every ``y_i``
 and ``x_j`` already include the contention between the two streams (eqs. 4-6); the simulator
 plays that contention through the cost model, so here a group is only data plus the
-:class:`~ccoverlap.graph.OpGraph` that the simulator runs.
+:class:`~ccoverlap.sim.graph.OpGraph` that the simulator runs.
 
 A group comes from
 
@@ -33,7 +33,7 @@ import numpy as np
 
 from ccoverlap.config import check_keys
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import (
+from ccoverlap.sim.graph import (
     COLLECTIVES,
     AttentionSpec,
     CollectiveSpec,
@@ -43,7 +43,7 @@ from ccoverlap.graph import (
     MemorySpec,
     OpGraph,
 )
-from ccoverlap.hardware import ClusterSpec
+from ccoverlap.catalog.hardware import ClusterSpec
 
 __all__ = [
     "Computation",
@@ -345,7 +345,7 @@ def overlap_group_from_mapping(data: dict, *, source: str = "overlap group",
 
     Raises ConfigError naming ``source`` and the field on any problem.
     """
-    from ccoverlap.workload import _cluster
+    from ccoverlap.predict.workload import _cluster
 
     _check_keys(data, ("name", "cluster", "nodes", "computations", "collectives", "weight"), source)
     if cluster is None:
@@ -369,7 +369,7 @@ def overlap_group_from_mapping(data: dict, *, source: str = "overlap group",
 
 def load_overlap_group(path: str, *, cluster: ClusterSpec | None = None) -> OverlapGroup:
     """Read an overlap group from a JSON / TOML / YAML file (schema: :func:`overlap_group_from_mapping`)."""
-    from ccoverlap.hardware import read_config_file
+    from ccoverlap.catalog.hardware import read_config_file
 
     return overlap_group_from_mapping(read_config_file(path), source=str(path), cluster=cluster)
 
@@ -499,8 +499,8 @@ def overlap_groups_from_step(graph: OpGraph, timeline, cluster: ClusterSpec, *, 
 def overlap_groups_from_workload(w, cost=None, *, top: int = 2, planner=None) -> list[OverlapGroup]:
     """The main overlap groups (see :func:`overlap_groups_from_step`) of workload ``w``'s step,
     simulated with its knobs as given through ``planner`` (default: a new
-    :class:`~ccoverlap.planner.Planner` with ``cost``, default the workload's cost model)."""
-    from ccoverlap.planner import Planner
+    :class:`~ccoverlap.predict.planner.Planner` with ``cost``, default the workload's cost model)."""
+    from ccoverlap.predict.planner import Planner
 
     planner = planner if planner is not None else Planner(w, cost=cost)
     step, tl = planner.simulate(w)

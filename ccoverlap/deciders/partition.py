@@ -1,7 +1,7 @@
 """Centauri's partitions and orders as rewrites of a built step graph (Chen et al., ASPLOS '24).
 
 What the step builders' knobs cannot say is expressed here on the
-:class:`~ccoverlap.graph.OpGraph` they build (:mod:`ccoverlap.deciders.rewrite`):
+:class:`~ccoverlap.sim.graph.OpGraph` they build (:mod:`ccoverlap.deciders.rewrite`):
 
 * :func:`partition_allgathers` — §3.1.2 group partition and §3.1.3 workload partition of the
   FSDP forward weight all-gathers: each all-gather becomes the sub-collectives of
@@ -32,7 +32,7 @@ from typing import Callable
 
 from ccoverlap.deciders.centauri_rules import OperationPlan, allgather_pieces
 from ccoverlap.deciders.rewrite import GraphRewrite, Piece
-from ccoverlap.graph import COMM, CollectiveSpec, GemmSpec, Op, OpGraph
+from ccoverlap.sim.graph import COMM, CollectiveSpec, GemmSpec, Op, OpGraph
 
 __all__ = [
     "fsdp_forward_allgathers",

@@ -5,7 +5,7 @@ returns the per-collective communication times ``x_j^{s_j}``, the computation ti
 ``Y = sum_i y_i`` and the makespan ``Z`` (lagom eq. 1), all measured *during* the overlap,
 so contention (eqs. 4-6) is in every number. Two implementations:
 
-* :class:`SimulatedProfiler` - the group as an :class:`~ccoverlap.graph.OpGraph` played by
+* :class:`SimulatedProfiler` - the group as an :class:`~ccoverlap.sim.graph.OpGraph` played by
   the stream simulator under a cost model (processor-sharing contention). Deterministic.
 * :class:`LiveNCCLProfiler` - the group run on GPUs with NCCL, timed with CUDA events. It is
   written for a multi-GPU job launched with torchrun but has **not been run** (this project's
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from ccoverlap.errors import CCOverlapError, ConfigError
-from ccoverlap.graph import AttentionSpec, CollectiveSpec, CommConfig, GemmSpec, MemorySpec
+from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, CommConfig, GemmSpec, MemorySpec
 
 from .overlap_group import OverlapGroup, equivalent_spec
 
@@ -78,7 +78,7 @@ class SimulatedProfiler:
 
     def profile(self, configs: Sequence[CommConfig]) -> ProfileResult:
         """Simulate the group with ``configs``; returns x_j, Y and Z in seconds (lagom eq. 1)."""
-        from ccoverlap.sim import simulate
+        from ccoverlap.sim.engine import simulate
 
         self.calls += 1
         key = tuple(configs)

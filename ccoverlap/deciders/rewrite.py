@@ -1,4 +1,4 @@
-"""Rewriting a built :class:`~ccoverlap.graph.OpGraph`: split ops into pieces, add or drop
+"""Rewriting a built :class:`~ccoverlap.sim.graph.OpGraph`: split ops into pieces, add or drop
 dependencies, reorder a stream. The deciders use it to express partitions and schedules that
 the step builders' knobs cannot (Centauri §3.1 partitions, §3.2 orders; FiCCO schedules).
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import Op, OpGraph, Spec, gc_paused
+from ccoverlap.sim.graph import Op, OpGraph, Spec, gc_paused
 
 __all__ = ["Piece", "GraphRewrite"]
 
@@ -27,7 +27,7 @@ class Piece:
     ``stream``: its stream (None: the old op's). ``inherit_deps``: depend on the old op's
     dependencies. ``after``: indices of earlier pieces of the same replacement it waits for.
     ``on``: ``(old op id, piece index)`` pairs of *other* replaced ops it waits for (piece
-    index -1: all pieces of that op). ``duration_s`` as :class:`~ccoverlap.graph.Op`.
+    index -1: all pieces of that op). ``duration_s`` as :class:`~ccoverlap.sim.graph.Op`.
     """
 
     name: str

@@ -28,7 +28,7 @@ backward (profiles with ``selective_recompute: attention``; torchtitan's per-op 
 
 from __future__ import annotations
 
-from ccoverlap.graph import AttentionSpec, GemmSpec
+from ccoverlap.sim.graph import AttentionSpec, GemmSpec
 from ccoverlap.parallel import cp as cpm
 from ccoverlap.parallel import pointwise as pw
 

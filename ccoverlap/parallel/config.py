@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import CommConfig, TRANSPORTS
+from ccoverlap.sim.graph import CommConfig, TRANSPORTS
 
 DATA_PARALLEL = ("ddp", "fsdp")
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")

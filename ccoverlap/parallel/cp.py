@@ -41,7 +41,7 @@ Bytes use the local ``kv_heads / tp``; the CP group is laid out with stride ``tp
 
 from __future__ import annotations
 
-from ccoverlap.graph import P2PSpec
+from ccoverlap.sim.graph import P2PSpec
 
 
 def kv_block_bytes(ctx) -> float:

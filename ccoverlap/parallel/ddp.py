@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ccoverlap.graph import MemorySpec
+from ccoverlap.sim.graph import MemorySpec
 from ccoverlap.parallel.layer import GRAD_BYTES
 from ccoverlap.parallel.units import unit_tensors
 

@@ -23,7 +23,7 @@ the all-to-alls ``dispatch(A) dispatch(B) combine(A) combine(B)`` on the EP stre
 
 from __future__ import annotations
 
-from ccoverlap.graph import GemmSpec
+from ccoverlap.sim.graph import GemmSpec
 from ccoverlap.parallel import tp as tpc
 from ccoverlap.parallel.layer import LayerCtx, attn_bwd, attn_fwd
 from ccoverlap.parallel.segment import IN, Segment

@@ -14,7 +14,7 @@ Shapes (``T`` = micro_batch × seq_len / cp tokens, ``t`` = tp, ``d`` = dtype by
   previous sublayer's epilogue (bias add, hidden dropout, residual add); each norm-backward op
   carries autograd's residual-gradient add and the next sublayer's dropout / bias backward;
   activations, rotary embedding and cross-entropy are fused or unfused per the profile
-  (:mod:`ccoverlap.parallel.framework`, docs/model.md).
+  (:mod:`ccoverlap.catalog.frameworks`, docs/model.md).
 * FP8 (``ParallelConfig.fp8``): linear GEMMs on FP8 operands (:meth:`LayerCtx.gemm`) with the
   profile's cast kernels (:mod:`ccoverlap.parallel.tp`).
 
@@ -31,11 +31,11 @@ unless the profile's ``tp_sp_save_gathered_input`` says autograd saved the gathe
 
 from __future__ import annotations
 
-from ccoverlap.graph import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec
+from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec
 from ccoverlap.parallel import attention as attn
 from ccoverlap.parallel import pointwise as pw
 from ccoverlap.parallel import tp as tpc
-from ccoverlap.parallel.framework import get_framework
+from ccoverlap.catalog.frameworks import get_framework
 from ccoverlap.parallel.segment import IN, Segment
 
 GRAD_BYTES = 4  # fp32 gradients / main grads (Megatron-LM main_grad, PyTorch AMP fp32 params)

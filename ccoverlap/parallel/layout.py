@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
-from ccoverlap.graph import GroupSpec
+from ccoverlap.sim.graph import GroupSpec
 from ccoverlap.parallel.config import ParallelConfig
 
 

@@ -1,6 +1,6 @@
 """Op templates: a :class:`Segment` is a short, reusable list of ops (one sublayer's forward,
 one all-to-all, ...) with dependencies local to the segment, built once per configuration and
-stamped into the :class:`~ccoverlap.graph.OpGraph` many times (every layer, every micro-batch).
+stamped into the :class:`~ccoverlap.sim.graph.OpGraph` many times (every layer, every micro-batch).
 
 Streams inside a template are *logical*: ``"compute"``, ``"tp"`` (tensor-parallel
 collectives), ``"ep"`` (expert all-to-all). The step builder maps them to real stream names

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import MemorySpec, Op, OpGraph, P2PSpec, gc_paused
+from ccoverlap.sim.graph import MemorySpec, Op, OpGraph, P2PSpec, gc_paused
 from ccoverlap.parallel import ep as epm
 from ccoverlap.parallel import layer as lay
 from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig
 from ccoverlap.parallel.ddp import DDPHook
-from ccoverlap.parallel.framework import check_framework, get_framework
+from ccoverlap.catalog.frameworks import check_framework, get_framework
 from ccoverlap.parallel.fsdp import FSDPHook
 from ccoverlap.parallel.layout import Layout
 from ccoverlap.parallel.memory import MemoryEstimate, estimate_memory
@@ -437,7 +437,7 @@ def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
     """Build the op graph of one training step of ``model`` under ``parallel`` on ``cluster``.
 
     Validates everything first (ConfigError lists every problem). Returns a :class:`StepGraph`
-    whose ``graph`` :func:`ccoverlap.sim.simulate` plays; one simulated rank per pipeline rank.
+    whose ``graph`` :func:`ccoverlap.sim.engine.simulate` plays; one simulated rank per pipeline rank.
     ``grad_clip``: compute the global gradient norm (read every local gradient, all-reduce one
     float) before the optimizer step, as gradient clipping does.
     Model FLOPs follow PaLM's MFU definition (:meth:`ModelSpec.flops_per_token`).

@@ -6,7 +6,7 @@
 graph (:mod:`.graph`) and joins them (:mod:`.engine`). ``scenario_metrics`` turns node times
 into a replayed :class:`~ccoverlap.trace.classify.RankTrace` per rank and measures it with the
 analyser's own functions (step assignment by launch time, HTA's step window, per-step
-windows, :func:`ccoverlap.timeline.rank_metrics`), so replayed and measured numbers - and a
+windows, :func:`ccoverlap.sim.timeline.rank_metrics`), so replayed and measured numbers - and a
 replayed Chrome trace read back by ``ccoverlap analyze`` - are computed by the same code.
 """
 
@@ -22,7 +22,7 @@ import numpy as np
 from ccoverlap.errors import ConfigError, TraceError
 from ccoverlap.replay.engine import JobGraph, join
 from ccoverlap.replay.graph import build_rank_graph
-from ccoverlap.timeline import RankMetrics, Timeline, rank_metrics
+from ccoverlap.sim.timeline import RankMetrics, Timeline, rank_metrics
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
 from ccoverlap.trace.steps import assign_steps, available_steps, parse_steps, selection_mask, step_windows

@@ -6,8 +6,8 @@ shared beyond what the edges say (a stream is a chain of edges), so with the mea
 durations the unedited graph gives back the measured times (the fidelity check), and a
 what-if is an edit of ``dur`` / ``w`` / ``on`` (edge enabled) / ``xfer`` (collective transfer
 times) re-run through :meth:`JobGraph.run`. This is the replay-specific event loop the
-project's simulator (:mod:`ccoverlap.sim`, cost-model durations, one shared schedule per
-rank) does not offer; its output is the project's :class:`~ccoverlap.timeline.Timeline`.
+project's simulator (:mod:`ccoverlap.sim.engine`, cost-model durations, one shared schedule per
+rank) does not offer; its output is the project's :class:`~ccoverlap.sim.timeline.Timeline`.
 """
 
 from __future__ import annotations

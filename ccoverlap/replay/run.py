@@ -92,7 +92,7 @@ def summarise(name: str, note: str, m: Measured) -> Scenario:
 def cluster_for(job: Job, name: str | None):
     """The catalog cluster for the copy-engine cost model: ``name``, else from the traces'
     GPU name (A100 / H100 / H200 / MI300X), else dgx-h100 (said in the note)."""
-    from ccoverlap.hardware import get_cluster
+    from ccoverlap.catalog.hardware import get_cluster
 
     if name:
         return get_cluster(name), ""

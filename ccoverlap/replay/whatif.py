@@ -200,7 +200,7 @@ def network_ratio(collective: str, nbytes: float, group_size: int, factor: float
     from dataclasses import replace
 
     from ccoverlap.cost.comm import collective_profile
-    from ccoverlap.graph import COLLECTIVES, CollectiveSpec, GroupSpec
+    from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, GroupSpec
 
     gpn = cluster.gpus_per_node
     if collective not in COLLECTIVES or nbytes <= 0 or group_size <= gpn or group_size % gpn:
@@ -249,7 +249,7 @@ def dma_ratio(collective: str, nbytes: float, group_size: int, cluster) -> float
     """Cost model DMA (copy-engine) time / SM (NCCL) time of one intra-node collective, or None
     when it cannot run on copy engines (reductions, inter-node groups, unknown size)."""
     from ccoverlap.cost.comm import collective_profile
-    from ccoverlap.graph import CollectiveSpec, GroupSpec
+    from ccoverlap.sim.graph import CollectiveSpec, GroupSpec
 
     coll = {"send": "all_to_all", "recv": "all_to_all", "p2p": "all_to_all"}.get(collective, collective)
     if collective not in _NON_REDUCING or nbytes <= 0 or group_size < 2 or group_size > cluster.gpus_per_node:
@@ -276,7 +276,7 @@ def copy_engine(jg: JobGraph, cluster) -> Edit:
 
 def _exposed(jg: JobGraph, t: np.ndarray) -> list[tuple[float, int]]:
     """(exposed seconds, global node) of every communication op: the part of it no compute covers."""
-    from ccoverlap.timeline import merge_intervals
+    from ccoverlap.sim.timeline import merge_intervals
     from ccoverlap.trace.contention import covered_length
 
     start, end = jg.intervals(t)
@@ -362,7 +362,7 @@ def lagom_ratios(collective: str, nbytes: float, group_size: int, compute_s: flo
     from ccoverlap.deciders.nccl_tuning import nccl_default_configs
     from ccoverlap.deciders.overlap_group import Computation, OverlapCollective, OverlapGroup
     from ccoverlap.deciders.profiler import SimulatedProfiler
-    from ccoverlap.graph import COLLECTIVES, CollectiveSpec, GroupSpec
+    from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, GroupSpec
 
     if collective not in COLLECTIVES or nbytes <= 0 or group_size < 2 or compute_s <= 0:
         return None

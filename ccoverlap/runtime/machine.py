@@ -1,7 +1,7 @@
 """Peak compute and memory bandwidth of the device an op runs on (inputs to FiCCO §V-C).
 
 A small table keyed by a substring of ``torch.cuda.get_device_name()``, built from the
-hardware catalog (:data:`ccoverlap.hardware.GPUS`, dense datasheet figures with sources). CPUs get conservative defaults, because the
+hardware catalog (:data:`ccoverlap.catalog.hardware.GPUS`, dense datasheet figures with sources). CPUs get conservative defaults, because the
 heuristic only needs an order of magnitude and a CPU's real peak depends on cores, SIMD
 width and clocks that torch does not report.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ccoverlap.hardware import GPUS
+from ccoverlap.catalog.hardware import GPUS
 
 __all__ = ["MachineSpec", "GPU_TABLE", "CPU_DEFAULT", "machine_for"]
 

@@ -3,7 +3,7 @@
 ``analyze(paths)`` streams each file (:mod:`.load`), builds one Timeline per rank
 (:mod:`.classify`), picks the analysed rows (:mod:`.steps`, HolisticTraceAnalysis' default
 window unless told otherwise), and computes with the simulator's own
-:func:`ccoverlap.timeline.rank_metrics`: per rank and per step compute / communication /
+:func:`ccoverlap.sim.timeline.rank_metrics`: per rank and per step compute / communication /
 memcpy time, overlap ratio (HTA's definition), exposed communication, compute-only and idle
 time, R = compute / communication; then per-collective bandwidths, cross-rank skew and
 stragglers, contention, and a verdict. Problems with single files become lines in
@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from ccoverlap.errors import ConfigError, TraceError
-from ccoverlap.timeline import RankMetrics, rank_metrics
+from ccoverlap.sim.timeline import RankMetrics, rank_metrics
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
 from ccoverlap.trace.collectives import CollectiveStats, busbw_factor, collective_stats

@@ -1,4 +1,4 @@
-"""Classify trace events and build one rank's :class:`~ccoverlap.timeline.Timeline`.
+"""Classify trace events and build one rank's :class:`~ccoverlap.sim.timeline.Timeline`.
 
 Device events (GPU kernels, memcpy/memset, syncs) are sorted into the Timeline kinds with
 HolisticTraceAnalysis' name patterns (``hta/common/types.py``), so the overlap ratio is
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ccoverlap.timeline import Timeline
+from ccoverlap.sim.timeline import Timeline
 from ccoverlap.trace.load import DEVICE_CAT_LIST, KIND_CODES, RawTrace
 
 _COMM_RE = re.compile(r"(nccl)|(rccl)|(hccl)|(.*ncclKernel)|(.*ncclDevKernel)|(.*rcclKernel)")

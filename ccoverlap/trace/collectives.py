@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ccoverlap.timeline import merge_intervals
+from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.classify import RankTrace
 from ccoverlap.trace.contention import covered_length
 

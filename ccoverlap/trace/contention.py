@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ccoverlap.timeline import merge_intervals
+from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.classify import RankTrace
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.timeline import merge_intervals
+from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.classify import RankTrace
 from ccoverlap.trace.contention import covered_length
 

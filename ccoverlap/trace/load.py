@@ -86,7 +86,7 @@ class RawTrace:
     k_corr: np.ndarray
     k_ext: np.ndarray
     k_info: np.ndarray
-    k_kind: np.ndarray          # ccoverlap_kind written by ccoverlap.chrome_trace (-1: none)
+    k_kind: np.ndarray          # ccoverlap_kind written by ccoverlap.sim.chrome_trace (-1: none)
     k_cat: np.ndarray           # index into DEVICE_CAT_LIST
     k_shape: np.ndarray         # hash of the launch (grid, block); 0 when not recorded
     c_nid: np.ndarray

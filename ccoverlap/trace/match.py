@@ -15,7 +15,7 @@ from typing import Hashable
 
 import numpy as np
 
-from ccoverlap.timeline import Timeline
+from ccoverlap.sim.timeline import Timeline
 
 
 def comm_rows_by_group(tl: Timeline, mask: np.ndarray | None = None) -> dict[str, np.ndarray]:

@@ -15,7 +15,7 @@ from typing import IO
 
 import numpy as np
 
-from ccoverlap.timeline import merge_intervals
+from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.analyze import Analysis
 from ccoverlap.trace.ranks import MAX_CLOCK_SPREAD_S
 

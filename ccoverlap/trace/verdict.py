@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ccoverlap.timeline import RankMetrics
+from ccoverlap.sim.timeline import RankMetrics
 from ccoverlap.trace.collectives import CollectiveStats
 from ccoverlap.trace.contention import Contention
 

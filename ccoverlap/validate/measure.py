@@ -25,7 +25,7 @@ With ``B`` sequences of ``s`` tokens per step on ``G`` GPUs, the step time is
     (``a`` heads, ``g`` KV heads, ``q`` = a x head_dim, ``f`` FFN size).
   - ``palm``: PaLM (Chowdhery et al. 2022, App. B) MFU, ``F = B s (6 N + 12 l a d s)`` with ``N``
     the matmul parameters a token meets (LM head included, input embedding excluded) and the
-    full (non-causal) s x s attention; :meth:`ccoverlap.models.ModelSpec.flops_per_token`.
+    full (non-causal) s x s attention; :meth:`ccoverlap.catalog.models.ModelSpec.flops_per_token`.
   - ``6n``: ``F = 6 N_total B s`` (the "6ND" rule, all parameters, no attention term).
 """
 

@@ -1,5 +1,5 @@
 """Predict one measured run: build its workload from the checked :class:`RunSpec` and simulate
-one training step with the planner's definitions (:func:`ccoverlap.evaluate.evaluate`).
+one training step with the planner's definitions (:func:`ccoverlap.predict.evaluate.evaluate`).
 
 Whatever this build of the simulator cannot express (a parallel field its ``ParallelConfig``
 lacks, e.g. context parallelism before it lands) is an :class:`Unsupported` problem of that run
@@ -39,11 +39,11 @@ def _has_field(cls, name: str) -> bool:
 
 
 def workload_for(run: RunSpec, *, calibration: str | None = None):
-    """The :class:`~ccoverlap.workload.Workload` of ``run``, through the same loader as
+    """The :class:`~ccoverlap.predict.workload.Workload` of ``run``, through the same loader as
     ``plan --config``. Returns (workload, notes); raises :class:`Unsupported` for parallel
     fields this build lacks and :class:`ConfigError` for anything else."""
     from ccoverlap.parallel.config import ParallelConfig
-    from ccoverlap.workload import Workload, workload_from_mapping
+    from ccoverlap.predict.workload import Workload, workload_from_mapping
 
     notes = []
     par = dict(run.parallel)
@@ -90,8 +90,8 @@ def predict_run(run: RunSpec, *, params=None, workload=None, step_cache: dict | 
     ``step_cache`` (run name -> (workload, notes, step)) keeps built steps across calls, so a
     fit re-simulates the same step graph with new parameters instead of rebuilding it."""
     from ccoverlap.cost import CostModel
-    from ccoverlap.evaluate import build_workload_step, summarize
-    from ccoverlap.sim import simulate
+    from ccoverlap.predict.evaluate import build_workload_step, summarize
+    from ccoverlap.sim.engine import simulate
 
     t0 = time.perf_counter()
     cached = step_cache.get(run.name) if step_cache is not None else None

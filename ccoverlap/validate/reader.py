@@ -123,8 +123,8 @@ def _strip_error(exc: Exception) -> str:
 
 
 def _model(value: Any, where: _Where, fld: str, base_dir: Path):
-    from ccoverlap.hardware import read_config_file
-    from ccoverlap.models import get_model, model_from_dict
+    from ccoverlap.catalog.hardware import read_config_file
+    from ccoverlap.catalog.models import get_model, model_from_dict
 
     try:
         if isinstance(value, dict):
@@ -141,7 +141,7 @@ def _model(value: Any, where: _Where, fld: str, base_dir: Path):
 
 
 def _cluster(value: Any, nodes: Any, where: _Where, base_dir: Path):
-    from ccoverlap.hardware import GPUSpec, LinkSpec, cluster_from_dict, get_cluster, load_cluster_file
+    from ccoverlap.catalog.hardware import GPUSpec, LinkSpec, cluster_from_dict, get_cluster, load_cluster_file
 
     if nodes is not None and (not _is_int(nodes) or nodes < 1):
         raise where.err("nodes", f"must be a positive integer, got {nodes!r}")
@@ -168,7 +168,7 @@ def _cluster(value: Any, nodes: Any, where: _Where, base_dir: Path):
             if "gpus_per_node" in value:
                 changes["gpus_per_node"] = value["gpus_per_node"]
             if isinstance(value.get("gpu"), str):
-                from ccoverlap.hardware import get_gpu
+                from ccoverlap.catalog.hardware import get_gpu
 
                 c = replace(c, gpu=get_gpu(value["gpu"]))
             for key, cls, cur in (("gpu", GPUSpec, c.gpu), ("intra", LinkSpec, c.intra), ("inter", LinkSpec, c.inter)):
@@ -417,7 +417,7 @@ def load_runs(path: str | Path) -> RunsFile:
     """Read and check the runs file at ``path`` (YAML / JSON / TOML; ``published``: the
     shipped set). Raises one ConfigError naming the file, the run and the field on the first
     problem found."""
-    from ccoverlap.hardware import read_config_file
+    from ccoverlap.catalog.hardware import read_config_file
 
     p = runs_path(path)
     data = read_config_file(p)

@@ -12,8 +12,8 @@ import pytest
 
 from bench_scripts import BENCH, ROOT, load_script
 from ccoverlap.deciders.ficco import SCHEDULES, machine, schedule_graph
-from ccoverlap.evaluate import cost_model_for_cluster
-from ccoverlap.graph import CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
+from ccoverlap.predict.evaluate import cost_model_for_cluster
+from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
 
 SCRIPT = BENCH / "gpu_ficco_pieces.py"
 fp = load_script("gpu_ficco_pieces")

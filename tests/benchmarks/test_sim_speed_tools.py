@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 from bench_scripts import BENCH, load_script
-from ccoverlap.graph import GemmSpec, OpGraph
-from ccoverlap.sim import simulate
+from ccoverlap.sim.graph import GemmSpec, OpGraph
+from ccoverlap.sim.engine import simulate
 
 
 

@@ -5,7 +5,7 @@ import pytest
 import calibrate_synth as synth
 from ccoverlap.calibrate import fit as F
 from ccoverlap.cost.params import default_params
-from ccoverlap.hardware import GPUS
+from ccoverlap.catalog.hardware import GPUS
 
 GPU = GPUS["H100-SXM"]
 

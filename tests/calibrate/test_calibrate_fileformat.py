@@ -10,8 +10,8 @@ from ccoverlap.calibrate import fit as F
 from ccoverlap.cost import CostModel
 from ccoverlap.cost.params import CostParams, default_params
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import GemmSpec
-from ccoverlap.hardware import CLUSTERS
+from ccoverlap.sim.graph import GemmSpec
+from ccoverlap.catalog.hardware import CLUSTERS
 
 
 def make_file(noisy_fit, noisy_records, gpu):

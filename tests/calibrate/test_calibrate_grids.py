@@ -6,7 +6,7 @@ import pytest
 from ccoverlap.calibrate import grids
 from ccoverlap.calibrate.kernels import check_launch
 from ccoverlap.calibrate.microbench import catalog_gpu
-from ccoverlap.hardware import GPUS
+from ccoverlap.catalog.hardware import GPUS
 
 
 @pytest.mark.parametrize("quick", [False, True])

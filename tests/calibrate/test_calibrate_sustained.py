@@ -9,7 +9,7 @@ from ccoverlap.calibrate import fit as F
 from ccoverlap.calibrate.sustained import EARLY_WINDOWS, MIN_WINDOWS, sustained_fraction
 from ccoverlap.cost.params import default_params
 from ccoverlap.errors import ConfigError
-from ccoverlap.hardware import GPUS
+from ccoverlap.catalog.hardware import GPUS
 
 
 def record(times, clocks=None):

@@ -11,8 +11,8 @@ from ccoverlap.cost import (CostParams, bus_bandwidth, bus_bandwidth_factor, cha
                             ring_all_gather_time_s, ring_all_reduce_time_s, ring_reduce_scatter_time_s,
                             tree_all_reduce_time_s)
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import COLLECTIVES, CollectiveSpec, CommConfig, CopySpec, GroupSpec, P2PSpec
-from ccoverlap.hardware import CLUSTERS
+from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, CommConfig, CopySpec, GroupSpec, P2PSpec
+from ccoverlap.catalog.hardware import CLUSTERS
 
 H100 = CLUSTERS["dgx-h100"]
 A40 = CLUSTERS["a40-pcie"]

@@ -5,10 +5,10 @@ import math
 import pytest
 
 from ccoverlap.cost import CostModel, comm_sms
-from ccoverlap.graph import (AttentionSpec, CollectiveSpec, CommConfig, CopySpec, GemmSpec, GroupSpec,
+from ccoverlap.sim.graph import (AttentionSpec, CollectiveSpec, CommConfig, CopySpec, GemmSpec, GroupSpec,
                              MemorySpec, OpGraph, P2PSpec)
-from ccoverlap.hardware import CLUSTERS
-from ccoverlap.sim import simulate
+from ccoverlap.catalog.hardware import CLUSTERS
+from ccoverlap.sim.engine import simulate
 
 H100 = CLUSTERS["dgx-h100"]
 A40 = CLUSTERS["a40-pcie"]

@@ -7,7 +7,7 @@ import pytest
 
 from ccoverlap.cost import CostParams, default_params
 from ccoverlap.errors import ConfigError
-from ccoverlap.hardware import GPUS
+from ccoverlap.catalog.hardware import GPUS
 
 
 def test_round_trip_through_dict_preserves_every_field():
@@ -78,7 +78,7 @@ def test_causal_attention_factor_follows_the_fa3_paper_figure():
 
     from ccoverlap.cost.compute import attention_time_s
     from ccoverlap.cost.params import causal_attention_factor
-    from ccoverlap.graph import AttentionSpec
+    from ccoverlap.sim.graph import AttentionSpec
 
     assert math.isclose(causal_attention_factor("fa2", 8192), 333 / 370)
     assert math.isclose(causal_attention_factor("native", 8192), 529 / 600)

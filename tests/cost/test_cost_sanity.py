@@ -4,8 +4,8 @@ Run ``pytest tests/cost/test_cost_sanity.py -s`` to see the values printed.
 """
 
 from ccoverlap.cost import CostModel, bus_bandwidth
-from ccoverlap.graph import CollectiveSpec, GemmSpec, GroupSpec
-from ccoverlap.hardware import CLUSTERS
+from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec
+from ccoverlap.catalog.hardware import CLUSTERS
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -73,7 +73,7 @@ def test_h100_one_gpu_per_node_reduce_scatter_busbw():
     Reference: NVIDIA/nccl-tests#290 (AddyLaddy, NVIDIA): "For NDR @ 400Gbps you should see
     46-48GB/s per NIC". No in-network reduction helps a ring reduce-scatter with one GPU per node.
     """
-    from ccoverlap.hardware import get_cluster
+    from ccoverlap.catalog.hardware import get_cluster
 
     cluster = get_cluster("dgx-h100", nodes=48)
     cm = CostModel(cluster)

@@ -12,7 +12,7 @@ from ccoverlap.cli import main
 from ccoverlap.deciders import ficco, ficco_accuracy
 from ccoverlap.deciders.ficco_heuristic import FICCO_SCHEDULES
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import CollectiveSpec, GemmSpec, P2PSpec
+from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, P2PSpec
 
 MESH = ficco.machine("MI300X", "full_mesh", 8)
 SWITCH = ficco.machine("MI300X", "switch", 8)
@@ -245,9 +245,9 @@ def test_spliced_pair_runs_like_its_estimate(pattern, schedule):
     the two tiny ops around it): the splice keeps every dependency of the schedule."""
     from ccoverlap.deciders.ficco_plan import splice_schedule
     from ccoverlap.deciders.rewrite import GraphRewrite
-    from ccoverlap.graph import MemorySpec, OpGraph
-    from ccoverlap.sim import simulate
-    from ccoverlap.timeline import step_time_s
+    from ccoverlap.sim.graph import MemorySpec, OpGraph
+    from ccoverlap.sim.engine import simulate
+    from ccoverlap.sim.timeline import step_time_s
 
     cl = ficco.machine("H100", None, 8)
     cost = ficco.cost_model_for_cluster(cl)
@@ -273,11 +273,11 @@ def test_spliced_pair_runs_like_its_estimate(pattern, schedule):
 
 
 def test_ficco_strategy_on_tp_sp_and_none_elsewhere():
-    from ccoverlap.hardware import get_cluster
-    from ccoverlap.models import get_model
+    from ccoverlap.catalog.hardware import get_cluster
+    from ccoverlap.catalog.models import get_model
     from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig
-    from ccoverlap.plan import Planner, default_registry
-    from ccoverlap.workload import Workload
+    from ccoverlap.planning.strategies import Planner, default_registry
+    from ccoverlap.predict.workload import Workload
 
     ficco_s = default_registry().get("ficco")
     w = Workload(model=get_model("phi-2"), cluster=get_cluster("dgx-h100"),

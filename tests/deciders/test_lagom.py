@@ -38,9 +38,9 @@ from ccoverlap.deciders.overlap_group import (
 )
 from ccoverlap.deciders.profiler import LiveNCCLProfiler, ProfilerUnavailable, SimulatedProfiler
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec, MemorySpec, OpGraph
-from ccoverlap.hardware import get_cluster
-from ccoverlap.sim import simulate
+from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec, MemorySpec, OpGraph
+from ccoverlap.catalog.hardware import get_cluster
+from ccoverlap.sim.engine import simulate
 
 MiB = 1 << 20
 H100 = get_cluster("dgx-h100", nodes=1)
@@ -477,9 +477,9 @@ def test_tune_command_table_and_errors(capsys, tmp_path):
 
 
 def test_strategies_register_and_apply_per_group():
-    from ccoverlap import plan
+    from ccoverlap.planning import strategies as plan
     from ccoverlap.deciders import lagom
-    from ccoverlap.workload import workload_from_mapping
+    from ccoverlap.predict.workload import workload_from_mapping
 
     reg = plan.default_registry()
     assert reg.get("lagom") is lagom.LAGOM and reg.get("lagom").fn is lagom.lagom_strategy

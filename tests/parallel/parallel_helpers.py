@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ccoverlap.graph import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
-from ccoverlap.hardware import CLUSTERS
-from ccoverlap.timeline import merge_intervals
+from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
+from ccoverlap.catalog.hardware import CLUSTERS
+from ccoverlap.sim.timeline import merge_intervals
 
 
 class ToyCost:

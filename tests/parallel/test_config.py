@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import CommConfig
-from ccoverlap.models import get_model
+from ccoverlap.sim.graph import CommConfig
+from ccoverlap.catalog.models import get_model
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, config_problems, validate
 
 from parallel_helpers import cluster

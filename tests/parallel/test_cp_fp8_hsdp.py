@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
-from ccoverlap.hardware import CLUSTERS
-from ccoverlap.models import model_from_dict
+from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
+from ccoverlap.catalog.hardware import CLUSTERS
+from ccoverlap.catalog.models import model_from_dict
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step, estimate_memory
 from ccoverlap.parallel.layout import Layout
-from ccoverlap.sim import simulate
+from ccoverlap.sim.engine import simulate
 
 from parallel_helpers import ToyCost, cluster
 

@@ -8,9 +8,9 @@ import math
 import pytest
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.models import model_from_dict
+from ccoverlap.catalog.models import model_from_dict
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
-from ccoverlap.parallel.framework import get_framework, profile_from_mapping
+from ccoverlap.catalog.frameworks import get_framework, profile_from_mapping
 from ccoverlap.parallel.units import unit_tensors
 
 from parallel_helpers import cluster

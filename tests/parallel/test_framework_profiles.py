@@ -11,12 +11,12 @@ import pytest
 from ccoverlap.cost.compute import attention_fraction, memory_time_s
 from ccoverlap.cost.params import CostParams
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import AttentionSpec, GemmSpec, MemorySpec
-from ccoverlap.hardware import CLUSTERS
-from ccoverlap.models import model_from_dict
+from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
+from ccoverlap.catalog.hardware import CLUSTERS
+from ccoverlap.catalog.models import model_from_dict
 from ccoverlap.parallel import BatchConfig, ParallelConfig, build_step
-from ccoverlap.parallel.framework import builtin_frameworks, get_framework, profile_from_mapping
-from ccoverlap.workload import add_workload_arguments, workload_from_args, workload_from_mapping
+from ccoverlap.catalog.frameworks import builtin_frameworks, get_framework, profile_from_mapping
+from ccoverlap.predict.workload import add_workload_arguments, workload_from_args, workload_from_mapping
 
 from parallel_helpers import cluster
 

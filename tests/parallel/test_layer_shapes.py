@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from ccoverlap.graph import AttentionSpec, CollectiveSpec, GemmSpec
-from ccoverlap.models import get_model, model_from_dict
+from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, GemmSpec
+from ccoverlap.catalog.models import get_model, model_from_dict
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
 
 from parallel_helpers import cluster

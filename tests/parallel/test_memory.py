@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ccoverlap.models import get_model, model_from_dict
+from ccoverlap.catalog.models import get_model, model_from_dict
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, estimate_memory, layer_activation_bytes
 from ccoverlap.parallel.memory import MEMORY_RESERVE_FRACTION
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ccoverlap.graph import CollectiveSpec
-from ccoverlap.models import get_model, model_from_dict
+from ccoverlap.sim.graph import CollectiveSpec
+from ccoverlap.catalog.models import get_model, model_from_dict
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
-from ccoverlap.sim import simulate
-from ccoverlap.timeline import rank_metrics, step_time_s
+from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.timeline import rank_metrics, step_time_s
 
 from parallel_helpers import ToyCost, cluster
 
@@ -181,7 +181,7 @@ def test_tp_chunked_overlap_hides_more_than_none():
 
 
 def test_comm_config_and_transport_reach_the_collectives():
-    from ccoverlap.graph import CommConfig
+    from ccoverlap.sim.graph import CommConfig
 
     k = OverlapKnobs(comm_config=CommConfig(channels=2), comm_config_overrides={"dp": CommConfig(channels=8)},
                      comm_transport="dma")

@@ -8,12 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import P2PSpec
-from ccoverlap.models import model_from_dict
+from ccoverlap.sim.graph import P2PSpec
+from ccoverlap.catalog.models import model_from_dict
 from ccoverlap.parallel import BatchConfig, ParallelConfig, build_step
 from ccoverlap.parallel.pp import in_flight, make_schedule
-from ccoverlap.sim import simulate
-from ccoverlap.timeline import step_time_s
+from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.timeline import step_time_s
 
 from parallel_helpers import ToyCost, cluster, compute_busy_s
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import CollectiveSpec
-from ccoverlap.models import MODELS, get_model
+from ccoverlap.sim.graph import CollectiveSpec
+from ccoverlap.catalog.models import MODELS, get_model
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
 from ccoverlap.parallel.layout import Layout, local_size
-from ccoverlap.sim import simulate
-from ccoverlap.timeline import step_time_s
+from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.timeline import step_time_s
 
 from parallel_helpers import ToyCost, cluster
 
@@ -85,7 +85,7 @@ def test_build_is_deterministic():
 
 
 def test_grad_clip_is_optional_and_p2p_gets_the_pp_config():
-    from ccoverlap.graph import CommConfig, P2PSpec
+    from ccoverlap.sim.graph import CommConfig, P2PSpec
 
     m = get_model("Llama-3-8B")
     p = ParallelConfig(pp=2, dp=4)

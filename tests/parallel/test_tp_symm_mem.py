@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec
-from ccoverlap.models import get_model
+from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec
+from ccoverlap.catalog.models import get_model
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
 
 from parallel_helpers import cluster
@@ -140,7 +140,7 @@ def test_bad_mode_in_a_runs_file_exits_2_with_one_line(tmp_path, capsys):
 
 def test_simulated_peer_copies_take_time_on_the_tp_stream_and_count_as_tp_traffic():
     from ccoverlap.cost import CostModel
-    from ccoverlap.sim import simulate
+    from ccoverlap.sim.engine import simulate
 
     sg = build(SP4, "symm_mem")
     c = cluster(SP4.world_size)

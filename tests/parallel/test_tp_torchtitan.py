@@ -17,10 +17,10 @@ import pytest
 
 from ccoverlap.cli import main
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import CollectiveSpec, MemorySpec, P2PSpec
-from ccoverlap.models import get_model
+from ccoverlap.sim.graph import CollectiveSpec, MemorySpec, P2PSpec
+from ccoverlap.catalog.models import get_model
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
-from ccoverlap.parallel.framework import builtin_frameworks, get_framework, profile_from_mapping
+from ccoverlap.catalog.frameworks import builtin_frameworks, get_framework, profile_from_mapping
 from ccoverlap.parallel.memory import layer_activation_bytes
 from ccoverlap.parallel.step import step_totals
 

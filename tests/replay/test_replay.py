@@ -112,7 +112,7 @@ def test_no_contention_and_whole_window(tmp_path):
 
 
 def test_copy_engine_scales_by_cost_model(tmp_path):
-    from ccoverlap.hardware import get_cluster
+    from ccoverlap.catalog.hardware import get_cluster
 
     res = replay([str(_contention_trace(tmp_path))], whatifs=["copy-engine"], cluster="dgx-h100")
     s = res.whatifs[0]
@@ -216,7 +216,7 @@ def test_real_traces_fidelity(name):
 
 
 def test_lagom_scales_group_by_tuned_ratio(tmp_path):
-    from ccoverlap.hardware import get_cluster
+    from ccoverlap.catalog.hardware import get_cluster
 
     # K (compute, 10-1010) runs beside an all-gather C (stream 20, 10-810); Z (1010-1110) after K
     k = Rank(0, 1)
@@ -340,7 +340,7 @@ def test_stream_sync_and_blocking_memcpy_follow_the_gpu(tmp_path):
 
 
 def test_network_with_named_cluster_uses_cost_model_ratio(tmp_path):
-    from ccoverlap.hardware import get_cluster
+    from ccoverlap.catalog.hardware import get_cluster
 
     paths = [str(p) for p in two_rank_job(tmp_path, group_size=16)]
     res = replay(paths, steps="all", whatifs=["network-2x"], cluster="a40-pcie")

@@ -1,6 +1,6 @@
 """The workloads of the simulator regression fixture (``step_baseline.json``).
 
-Each entry is a workload mapping in the config-file schema of :mod:`ccoverlap.workload`;
+Each entry is a workload mapping in the config-file schema of :mod:`ccoverlap.predict.workload`;
 together they cover DDP (with and without the distributed optimizer), FSDP, TP+SP with
 chunked TP overlap, every pipeline schedule (GPipe, 1F1B, interleaved, DualPipe), expert
 parallelism with two-batch overlap, recomputation, a parallel-block model and overlap off.
@@ -95,7 +95,7 @@ def metrics_of(step, tl) -> dict:
     (a fingerprint that any change of any op's timing moves) and its rank metrics."""
     import numpy as np
 
-    from ccoverlap.timeline import all_rank_metrics, step_time_s
+    from ccoverlap.sim.timeline import all_rank_metrics, step_time_s
 
     out = {"ops": len(step.graph), "step_time_s": step_time_s(tl), "ranks": {}}
     for m in all_rank_metrics(tl):

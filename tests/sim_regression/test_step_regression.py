@@ -17,8 +17,8 @@ import pytest
 
 from regression_workloads import WORKLOADS, metrics_of
 
-from ccoverlap.evaluate import simulate_workload
-from ccoverlap.workload import workload_from_mapping
+from ccoverlap.predict.evaluate import simulate_workload
+from ccoverlap.predict.workload import workload_from_mapping
 
 BASELINE = json.loads((Path(__file__).parent / "step_baseline.json").read_text())
 REL = 1e-6

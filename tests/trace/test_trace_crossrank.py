@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ccoverlap.timeline import RankMetrics
+from ccoverlap.sim.timeline import RankMetrics
 from ccoverlap.trace.analyze import analyze
 from ccoverlap.trace.collectives import busbw_factor
 from ccoverlap.trace.contention import Contention, covered_length

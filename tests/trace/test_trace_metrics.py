@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ccoverlap.chrome_trace import write_chrome_traces
+from ccoverlap.sim.chrome_trace import write_chrome_traces
 from ccoverlap.errors import ConfigError
-from ccoverlap.timeline import TimelineBuilder, rank_metrics
+from ccoverlap.sim.timeline import TimelineBuilder, rank_metrics
 from ccoverlap.trace.analyze import analyze
 from ccoverlap.trace.steps import parse_steps
 from trace_synth import kernel, nccl, trace, write

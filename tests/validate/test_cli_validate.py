@@ -155,7 +155,7 @@ def test_fit_optimizer_recovers_a_known_minimum():
     class R:
         def __init__(self, gpu):
             self.gpu_name = gpu
-            from ccoverlap.hardware import get_gpu
+            from ccoverlap.catalog.hardware import get_gpu
             from types import SimpleNamespace
             self.cluster = SimpleNamespace(gpu=get_gpu(gpu))
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ccoverlap.cli import main
-from ccoverlap.parallel.framework import get_framework
+from ccoverlap.catalog.frameworks import get_framework
 from ccoverlap.validate.reader import load_runs
 
 ROOT = Path(__file__).resolve().parents[2]

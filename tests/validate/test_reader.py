@@ -97,7 +97,7 @@ def test_published_conversions_reproduce_source_totals():
 def test_measurement_kinds_hand_computed():
     class B:  # a batch of 4 sequences of 1000 tokens
         global_batch, seq_len = 4, 1000
-    from ccoverlap.models import get_model
+    from ccoverlap.catalog.models import get_model
 
     m = get_model("Llama-2-7B")
     assert implied_step_time_s(Measurement("step_time_s", 2.5), model=m, batch=B, gpus=8) == 2.5
@@ -196,7 +196,7 @@ def test_duplicate_names_and_file_level_problems(tmp_path):
 def test_added_catalog_models_reproduce_published_sizes():
     """Llama-2-7B / 13B (added for the IBM and torchtitan runs): HF config shapes give the
     published 6.74B and 13.0B parameters."""
-    from ccoverlap.models import get_model
+    from ccoverlap.catalog.models import get_model
 
     assert get_model("Llama-2-7B").param_count().total == 6_738_415_616
     assert get_model("llama2-13b").param_count().total == pytest.approx(13.016e9, rel=1e-3)

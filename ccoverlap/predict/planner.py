@@ -2,18 +2,18 @@
 handed to every strategy.
 
 A :class:`Planner` is what every overlap strategy receives (the built-in ones of
-:mod:`ccoverlap.plan` and the deciders' in :mod:`ccoverlap.deciders`). Strategies never build
+:mod:`ccoverlap.planning.strategies` and the deciders' in :mod:`ccoverlap.deciders`). Strategies never build
 a cost model or a step themselves: they ask the planner, so a configuration that two
 strategies try (e.g. the best knobs, which Lagom, AutoCCL and Centauri all start from) is
 built and simulated once.
 
 Strategies implement the :class:`Strategy` protocol (a ``name``, a one-line ``summary`` and
 ``run(planner, start) -> StrategyResult | None``) and are registered explicitly in a
-:class:`StrategyRegistry` (see :func:`ccoverlap.plan.default_registry`); nothing registers
+:class:`StrategyRegistry` (see :func:`ccoverlap.planning.strategies.default_registry`); nothing registers
 itself on import.
 
 This module sits below the deciders in the import order (README, Layout): it imports the
-simulator, the step builder and the summary definitions of :mod:`ccoverlap.evaluate` only.
+simulator, the step builder and the summary definitions of :mod:`ccoverlap.predict.evaluate` only.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.evaluate import (StepMetrics, StrategyResult, build_workload_step, cost_model_for,
+from ccoverlap.predict.evaluate import (StepMetrics, StrategyResult, build_workload_step, cost_model_for,
                                 extrapolate_metrics, step_totals, summarize, summarize_metrics)
 
 ProgressFn = Callable[[int, int, str], None]
@@ -83,7 +83,7 @@ PERIODIC_SCHEDULES = ("1f1b", "interleaved")
 
 def steady_state_microbatches(w) -> tuple[int, int] | None:
     """The two step lengths (micro-batches per pipeline) from which a step of ``w`` is
-    extrapolated (:func:`ccoverlap.evaluate.extrapolate_metrics`), or None when it must be
+    extrapolated (:func:`ccoverlap.predict.evaluate.extrapolate_metrics`), or None when it must be
     simulated in full: a schedule not in :data:`PERIODIC_SCHEDULES`, or no more micro-batches
     than the second length. The first length is :func:`screen_microbatches`' (past the 1F1B /
     interleaved warm-up, and the step candidates are judged on, so its simulation is usually
@@ -115,7 +115,7 @@ def with_microbatches(w, m: int):
 class Planner:
     """One workload, its cost model and a cache of simulated steps.
 
-    ``workload``: the configuration as given (a :class:`ccoverlap.workload.Workload`).
+    ``workload``: the configuration as given (a :class:`ccoverlap.predict.workload.Workload`).
     ``cost``: the cost model to use (default: the workload's, with its calibration file).
     ``keep_timelines``: how many simulated timelines the cache holds (least recently used
     dropped first; summaries are kept for every configuration simulated).
@@ -193,7 +193,7 @@ class Planner:
         return "simulated in full" if pts is None else f"extrapolated from {pts[0]} and {pts[1]} micro-batches"
 
     def metrics(self, w=None) -> StepMetrics:
-        """:class:`~ccoverlap.evaluate.StepMetrics` of ``w``'s step: extrapolated from the
+        """:class:`~ccoverlap.predict.evaluate.StepMetrics` of ``w``'s step: extrapolated from the
         simulations of two shorter steps (:meth:`steady_state`) or, where that does not apply,
         from its full simulation. Cached per configuration."""
         w = self.workload if w is None else w
@@ -207,7 +207,7 @@ class Planner:
         return got
 
     def rewritten_metrics(self, w, rewrite: Callable[[Any], Any] | None, key: tuple | None = None) -> StepMetrics:
-        """:class:`~ccoverlap.evaluate.StepMetrics` of ``w``'s step rewritten by a decider:
+        """:class:`~ccoverlap.predict.evaluate.StepMetrics` of ``w``'s step rewritten by a decider:
         ``rewrite(step)`` returns the op graph to simulate for a :class:`StepGraph` (None: the
         step as built). Where :meth:`steady_state` applies, the rewrite is applied to and
         simulated on two shorter steps and the metrics extrapolated (so ``rewrite`` must do
@@ -242,7 +242,7 @@ class Planner:
 
     def summarize_metrics(self, name: str, w, metrics: StepMetrics, *, note: str = "",
                           extra_memory_bytes: float = 0.0) -> StrategyResult:
-        """:func:`ccoverlap.evaluate.summarize_metrics` with ``w``'s totals (tokens, model FLOPs,
+        """:func:`ccoverlap.predict.evaluate.summarize_metrics` with ``w``'s totals (tokens, model FLOPs,
         memory estimate), for metrics from :meth:`metrics` / :meth:`rewritten_metrics`."""
         return summarize_metrics(name, w, metrics, step_totals(w), note=note, extra_memory_bytes=extra_memory_bytes)
 
@@ -266,7 +266,7 @@ class Planner:
         """Build and simulate one training step of ``w`` (default: the planner's workload);
         returns ``(StepGraph, Timeline)``. A configuration simulated before (and whose timeline
         is still cached) is not simulated again."""
-        from ccoverlap.sim import simulate
+        from ccoverlap.sim.engine import simulate
 
         w = self.workload if w is None else w
         key = workload_key(w)
@@ -302,14 +302,14 @@ class Planner:
 
     def simulate_graph(self, graph):
         """Simulate an op graph a strategy built or rewrote (not cached); returns the Timeline."""
-        from ccoverlap.sim import simulate
+        from ccoverlap.sim.engine import simulate
 
         self.graph_simulations += 1
         return simulate(graph, self.cost)
 
     def evaluate(self, w=None, name: str = "as-given", *, note: str = "", keep_timeline: bool = False) -> StrategyResult:
         """Simulate ``w`` (cached) and summarise it as a :class:`StrategyResult` named ``name``
-        (definitions in :mod:`ccoverlap.evaluate`). Each call returns a fresh result object.
+        (definitions in :mod:`ccoverlap.predict.evaluate`). Each call returns a fresh result object.
         Without ``keep_timeline`` the step may be extrapolated from two shorter ones
         (:meth:`metrics`); with it, it is simulated in full (the timeline is what is kept)."""
         w = self.workload if w is None else w
@@ -369,7 +369,7 @@ class Planner:
         return [self.evaluate(w, name) for w in ws]
 
     def summarize(self, name: str, w, step, timeline, **kw) -> StrategyResult:
-        """:func:`ccoverlap.evaluate.summarize` (same definitions for every strategy)."""
+        """:func:`ccoverlap.predict.evaluate.summarize` (same definitions for every strategy)."""
         return summarize(name, w, step, timeline, **kw)
 
     def add_counts(self, counts: dict) -> None:
@@ -423,7 +423,7 @@ class Strategy(Protocol):
     planner's best knobs) with the planner's cost model and cache; return a
     :class:`StrategyResult` (seconds, bytes) or None when it does not apply to the workload.
 
-    Optional attributes read by :func:`ccoverlap.plan.plan` when it runs strategies in worker
+    Optional attributes read by :func:`ccoverlap.planning.strategies.plan` when it runs strategies in worker
     processes (:func:`strategy_groups`): ``group`` (strategies with the same non-empty group
     run in one process, in registration order, so they share what they :meth:`Planner.memo`)
     and ``weight`` (relative cost, a scheduling hint: heavier groups start first; default 1).
@@ -451,7 +451,7 @@ class FunctionStrategy:
 
 
 def strategy_groups(strategies: list) -> list[list]:
-    """``strategies`` split into the groups that :func:`ccoverlap.plan.plan` may run in separate
+    """``strategies`` split into the groups that :func:`ccoverlap.planning.strategies.plan` may run in separate
     processes: one per distinct ``group`` attribute (strategies without one alone), members in
     the given order; groups ordered by total ``weight``, heaviest first (the longest-processing-
     time-first rule, so the last group to start is a short one)."""

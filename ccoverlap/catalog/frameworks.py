@@ -300,7 +300,7 @@ def builtin_frameworks() -> list[str]:
 
 @lru_cache(maxsize=64)
 def _load(key: str) -> FrameworkProfile:
-    from ccoverlap.hardware import read_config_file
+    from ccoverlap.catalog.hardware import read_config_file
 
     path = _DATA_DIR / f"{key}.yaml"
     if not path.is_file():

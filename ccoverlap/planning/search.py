@@ -24,7 +24,7 @@
    exceeds the best simulated step time (nothing later can win if the estimate is a lower
    bound), or after ``max_simulations``. Each is simulated with overlap on and default knobs;
    the ``top`` best then get the planner's best-knobs search (one round of coordinate descent,
-   :func:`ccoverlap.plan.search_best_knobs`) and are ranked by that.
+   :func:`ccoverlap.planning.strategies.search_best_knobs`) and are ranked by that.
 
 Times in seconds, memory in bytes.
 """
@@ -238,10 +238,10 @@ def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, 
     """Search the layouts of workload ``w``'s model on its cluster at its global batch and
     sequence length (see the module docstring). ``max_simulations`` caps step simulations with
     default knobs; ``top`` layouts get the best-knobs search. Returns a :class:`SearchResult`."""
-    from ccoverlap.evaluate import cost_model_for
+    from ccoverlap.predict.evaluate import cost_model_for
     from ccoverlap.parallel.step import step_totals
-    from ccoverlap.plan import search_best_knobs
-    from ccoverlap.planner import Planner
+    from ccoverlap.planning.strategies import search_best_knobs
+    from ccoverlap.predict.planner import Planner
 
     t0 = time.perf_counter()
     cost = cost_model_for(w)

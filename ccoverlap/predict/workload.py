@@ -22,7 +22,7 @@ from typing import Any
 
 from ccoverlap.config import check_keys, dataclass_from_mapping, read_config_file
 from ccoverlap.errors import ConfigError
-from ccoverlap.hardware import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_file
+from ccoverlap.catalog.hardware import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_file
 
 # The built-in example (issue 10): a compute-bound job where the overlap decision matters —
 # Llama-3-8B on one DGX H100 (8 GPUs, NVSwitch), TP2 with sequence parallelism inside FSDP over
@@ -103,7 +103,7 @@ def _parse_scalar(text: str) -> Any:
 
 
 def _model(value: Any, where: str):
-    from ccoverlap.models import get_model, model_from_dict
+    from ccoverlap.catalog.models import get_model, model_from_dict
 
     if isinstance(value, dict):
         return model_from_dict(value)
@@ -143,7 +143,7 @@ def workload_from_mapping(data: dict, *, source: str = "config") -> Workload:
     batch = dataclass_from_mapping(BatchConfig, data.get("batch") or {}, f"{source}: batch")
     knobs = OverlapKnobs.from_dict(data.get("knobs") or {}, where=f"{source}: knobs")  # nested comm_config too
     validate(model, parallel, batch, cluster)
-    from ccoverlap.parallel.framework import DEFAULT_FRAMEWORK, check_framework, get_framework
+    from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK, check_framework, get_framework
 
     framework = data.get("framework") or DEFAULT_FRAMEWORK
     try:

@@ -8,14 +8,14 @@ critical one); the overlap ratio is taken over all simulated ranks' communicatio
 
 A summary is made from a simulated timeline (:func:`summarize`) or from :class:`StepMetrics`,
 which may be extrapolated from two shorter steps in a pipeline's steady state
-(:func:`extrapolate_metrics`, used by :class:`ccoverlap.planner.Planner`; docs/planner.md).
+(:func:`extrapolate_metrics`, used by :class:`ccoverlap.predict.planner.Planner`; docs/planner.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ccoverlap.timeline import RankMetrics, Timeline, all_rank_metrics, step_time_s
+from ccoverlap.sim.timeline import RankMetrics, Timeline, all_rank_metrics, step_time_s
 
 
 @dataclass
@@ -84,7 +84,7 @@ def build_workload_step(w):
 
 def simulate_workload(w, *, cost=None, progress=None):
     """Build and simulate one training step of ``w``; returns (StepGraph, Timeline)."""
-    from ccoverlap.sim import simulate
+    from ccoverlap.sim.engine import simulate
 
     step = build_workload_step(w)
     tl = simulate(step.graph, cost if cost is not None else cost_model_for(w), progress=progress)
@@ -94,7 +94,7 @@ def simulate_workload(w, *, cost=None, progress=None):
 @dataclass(frozen=True)
 class StepMetrics:
     """What a summary reads from a simulated step: the step time (first start to last end over
-    all ranks, seconds), every simulated rank's :class:`~ccoverlap.timeline.RankMetrics` and the
+    all ranks, seconds), every simulated rank's :class:`~ccoverlap.sim.timeline.RankMetrics` and the
     number of micro-batches per pipeline the step ran. Made from a timeline (:meth:`of`) or
     extrapolated from two shorter steps (:func:`extrapolate_metrics`)."""
 
@@ -125,7 +125,7 @@ def extrapolate_metrics(a: StepMetrics, b: StepMetrics, microbatches: int) -> St
     while the fill / drain and the once-per-step work (gradient synchronisation, optimizer)
     stay the same (Narayanan et al. 2021, §2.2, step time (M + p − 1)·(t_f + t_b) for 1F1B);
     without a pipeline each adds its forward and backward. The planner checks which schedules qualify
-    (:meth:`ccoverlap.planner.Planner.steady_state`); ``tests/test_steady_state.py`` compares
+    (:meth:`ccoverlap.predict.planner.Planner.steady_state`); ``tests/test_steady_state.py`` compares
     the extrapolation with full simulations. Ratios (overlap, R) are recomputed from the
     extrapolated times; negative extrapolations are clipped to 0."""
     if not a.microbatches < b.microbatches:

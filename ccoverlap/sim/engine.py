@@ -1,4 +1,4 @@
-"""Discrete-event stream simulator: an :class:`~ccoverlap.graph.OpGraph` and a cost model -> Timeline.
+"""Discrete-event stream simulator: an :class:`~ccoverlap.sim.graph.OpGraph` and a cost model -> Timeline.
 
 Semantics (those of CUDA streams and events):
 
@@ -25,9 +25,9 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.graph import COMPUTE, CollectiveSpec, OpGraph, P2PSpec, Spec, gc_paused, kind_of
-from ccoverlap.sim_tables import static_tables
-from ccoverlap.timeline import Timeline, TimelineBuilder
+from ccoverlap.sim.graph import COMPUTE, CollectiveSpec, OpGraph, P2PSpec, Spec, gc_paused, kind_of
+from ccoverlap.sim.tables import static_tables
+from ccoverlap.sim.timeline import Timeline, TimelineBuilder
 
 
 class CostModel(Protocol):

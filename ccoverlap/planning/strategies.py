@@ -21,10 +21,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
-from ccoverlap.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
-from ccoverlap.planner import (FunctionStrategy, Planner, ProgressFn, Strategy, StrategyRegistry,  # noqa: F401
+from ccoverlap.predict.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
+from ccoverlap.predict.planner import (FunctionStrategy, Planner, ProgressFn, Strategy, StrategyRegistry,  # noqa: F401
                                fork_available, strategy_groups, workload_key)
-from ccoverlap.workload import Workload
+from ccoverlap.predict.workload import Workload
 
 
 def knob_space(w: Workload) -> dict[str, list[Any]]:
@@ -166,7 +166,7 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
     ``best-knobs`` (their timelines are kept), else extrapolated from two short steps where the
     pipeline schedule allows (:meth:`Planner.metrics`; docs/planner.md, "Steady state").
     When the planner may use several processes, the registered strategies run in forked worker
-    processes, one :func:`~ccoverlap.planner.strategy_groups` group each (same results)."""
+    processes, one :func:`~ccoverlap.predict.planner.strategy_groups` group each (same results)."""
     t0 = time.perf_counter()
     planner = planner or Planner(w, progress=progress, exact=exact)
     registry = registry if registry is not None else default_registry()

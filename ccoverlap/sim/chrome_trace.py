@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ccoverlap.timeline import Timeline
+from ccoverlap.sim.timeline import Timeline
 
 _NCCL_NAMES = {
     "all_reduce": "AllReduce",
