@@ -24,6 +24,7 @@ COMMANDS = {
     "bench": "ccoverlap.commands.bench",
     "calibrate": "ccoverlap.commands.calibrate",
     "validate": "ccoverlap.commands.validate",
+    "reproduce": "ccoverlap.commands.reproduce",
 }
 
 

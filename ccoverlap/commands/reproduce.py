@@ -1,0 +1,57 @@
+"""``ccoverlap reproduce``: the papers' headline experiments (Lagom, Centauri, FiCCO) as
+ccoverlap comparisons, each against the paper's own figure.
+
+Per case: the setting, the paper's table / figure / section, the method and the baseline the
+paper names, the paper's speedup, ccoverlap's for the same comparison, the gain ratio
+(ours - 1) / (paper - 1) and a verdict (match: the gain within 30% of the paper's). The cases
+live in ccoverlap/data/reproduce/<paper>.yaml; docs/seeds.md explains each miss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(sub) -> None:
+    from ccoverlap.reproduce.suite import PAPERS
+
+    p = sub.add_parser("reproduce", help="the papers' headline experiments, ours against theirs",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--paper", action="append", choices=sorted(PAPERS), help="only this paper (repeatable)")
+    p.add_argument("--case", action="append", metavar="ID", help="only this case (repeatable)")
+    p.add_argument("--json", action="store_true", help="print everything as JSON")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.add_argument("--jobs", type=int, default=None, help="evaluate cases in this many processes "
+                   "(default: up to 4, one per core)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ccoverlap.console import make_console
+    from ccoverlap.errors import ConfigError
+    from ccoverlap.reproduce.report import markdown, print_table
+    from ccoverlap.reproduce.suite import default_jobs, run_suite
+
+    jobs = default_jobs() if args.jobs is None else args.jobs
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+
+    def progress(done: int, total: int, what: str) -> None:
+        if not args.quiet:
+            sys.stderr.write(f"\r[{done}/{total}] {what[:60]:<60}")
+            if done == total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+    result = run_suite(args.paper, ids=args.case, jobs=jobs, progress=progress)
+    if args.json:
+        json.dump(result.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif args.markdown:
+        sys.stdout.write(markdown(result))
+    else:
+        print_table(result, make_console())
+    return 0

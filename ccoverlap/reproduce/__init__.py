@@ -1,0 +1,1 @@
+"""The papers' headline experiments run as ccoverlap comparisons (``ccoverlap reproduce``)."""

@@ -1,0 +1,63 @@
+"""The reproduction table as text (rich), Markdown or JSON-ready dicts."""
+
+from __future__ import annotations
+
+from ccoverlap.reproduce.suite import SuiteResult, TOLERANCE
+
+
+def _x(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}x"
+
+
+def _ratio(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}"
+
+
+def summary_lines(result: SuiteResult) -> list[str]:
+    """One line for the whole suite and one per paper: matches over expressible cases."""
+    s = result.summary()
+    lines = []
+    for paper, c in s["papers"].items():
+        lines.append(f"{paper}: {c['matches']} of {c['expressible']} expressible comparisons within "
+                     f"{TOLERANCE:.0%} of the paper's gain ({c['cases']} cases; headline "
+                     f"{c['headline_matches']} of {c['headline_cases']})")
+    a = s["all"]
+    share = f" ({a['share']:.0%})" if a["share"] is not None else ""
+    lines.append(f"all: {a['matches']} of {a['expressible']} expressible comparisons match{share}, "
+                 f"{a['cases']} cases in all")
+    return lines
+
+
+def print_table(result: SuiteResult, console) -> None:
+    """The table on a rich console: one row per case, then the summary lines."""
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for col, justify in (("paper", "left"), ("case", "left"), ("source", "left"), ("method / baseline", "left"),
+                         ("paper", "right"), ("ours", "right"), ("gain ratio", "right"), ("verdict", "left")):
+        table.add_column(col, justify=justify, overflow="fold")
+    styles = {"match": "green", "miss": "red", "error": "bold red"}
+    for r in result.rows:
+        d = r.to_dict()
+        table.add_row(d["paper"], d["id"] + (" *" if d["headline"] else ""), d["source"],
+                      f"{d['method']} / {d['baseline']}", _x(d["paper_speedup"]), _x(d["ours_speedup"]),
+                      _ratio(d["gain_ratio"]), d["verdict"], style=styles.get(d["verdict"]))
+    console.print(table)
+    console.print("* the paper's headline figure; gain ratio = (ours - 1) / (paper - 1)", highlight=False)
+    for line in summary_lines(result):
+        console.print(line, highlight=False)
+
+
+def markdown(result: SuiteResult) -> str:
+    """The table as Markdown (with each case's detail), then the summary lines."""
+    out = ["| paper | case | source | method / baseline | paper | ours | gain ratio | verdict | detail |",
+           "|---|---|---|---|---:|---:|---:|---|---|"]
+    for r in result.rows:
+        d = r.to_dict()
+        detail = str(d["detail"]).replace("|", "\\|")
+        out.append(f"| {d['paper']} | {d['id']}{' *' if d['headline'] else ''} | {d['source']} | "
+                   f"{d['method']} / {d['baseline']} | {_x(d['paper_speedup'])} | {_x(d['ours_speedup'])} | "
+                   f"{_ratio(d['gain_ratio'])} | {d['verdict']} | {detail} |")
+    out.append("")
+    out.extend(f"- {line}" for line in summary_lines(result))
+    return "\n".join(out) + "\n"
