@@ -186,6 +186,8 @@ def _sniff(path: Path) -> None:
             chunk = fh.read(64)
             if not chunk:
                 raise TraceError(f"{path}: contains only whitespace, not a JSON trace")
+            if read == 0 and chunk.startswith(b"\xef\xbb\xbf"):
+                chunk = chunk[3:]                # a UTF-8 byte-order mark: accepted
             read += len(chunk)
             first = chunk.lstrip()[:1]
             if read > (1 << 20) and not first:
