@@ -80,3 +80,19 @@ def test_the_comparison_notices_a_change():
     assert golden.diff({"x": [1.0 + 1e-6, "s", 2], "y": {"z": 0.5}}, a)
     assert golden.diff({"x": [1.0, "t", 2], "y": {"z": 0.5}}, a)
     assert golden.diff({"x": [1.0, "s"], "y": {"z": 0.5}}, a)
+
+
+@pytest.mark.parametrize("case", [c for c in golden.CASES if c[0] in ("gloo_tpdp_4rank", "two_steps", "trace_filter",
+                                                                     "nccl_parser_config")], ids=lambda c: c[0])
+def test_the_standard_library_reader_gives_the_pinned_output(case, monkeypatch):
+    """Without msgspec's typed decode (the tolerant path every bad window takes) the output is the same."""
+    from ccoverlap.trace import jsonstream
+
+    name, where, folder, opts = case
+    if not (golden.base_dir(where) / folder).is_dir():
+        pytest.skip("real traces not present")
+    monkeypatch.setattr(jsonstream, "_BATCH", None)
+    with gzip.open(golden.GOLDEN / f"{name}.json.gz", "rt") as fh:
+        pinned = json.load(fh)
+    problems = golden.diff(golden.run_case(where, folder, [*opts, "--jobs", "1"]), pinned)
+    assert not problems, "\n".join(problems[:20])
