@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
+from ccoverlap.trace.engine import ENGINES, make_engine
 
 
 def register(sub) -> None:
@@ -32,6 +33,11 @@ def register(sub) -> None:
     s.add_argument("--max-simulations", type=int, default=24, help="most layouts simulated (default 24)")
     s.add_argument("--top", type=int, default=3, help="layouts that get the best-knobs search (default 3)")
     s.add_argument("--show", type=int, default=15, help="rows of the ranked table (default 15)")
+    s.add_argument("--engine", choices=ENGINES, default="local",
+                   help="where layouts are simulated: 'local' (default) or 'ray' (a Ray cluster's workers; "
+                        "pip install 'ccoverlap[ray]'); the result is the same")
+    s.add_argument("--address", help="with --engine ray: the cluster's head, host:port or 'auto' (default: start "
+                                     "Ray on this machine)")
     p.set_defaults(run=run)
 
 
@@ -86,9 +92,10 @@ def run_search(args: argparse.Namespace) -> int:
     args.data_parallel = args.pp_schedule = args.virtual_stages = args.recompute = None
     args.sequence_parallel = None
     w = workload_from_args(args)
+    engine = make_engine(args.engine, address=args.address) if args.engine != "local" else None
     update, close = _progress_reporter(True, label="searching")
     try:
-        result = search(w, progress=update, max_simulations=args.max_simulations, top=args.top)
+        result = search(w, progress=update, max_simulations=args.max_simulations, top=args.top, engine=engine)
     finally:
         close()
     out = Path(args.out)
@@ -111,6 +118,10 @@ def run_search(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.search:
         return run_search(args)
+    if args.engine != "local" or args.address:
+        from ccoverlap.errors import ConfigError
+
+        raise ConfigError("--engine and --address are for --search")
     from ccoverlap.planning import strategies as planner
     from ccoverlap.sim.chrome_trace import write_chrome_traces
     from ccoverlap.planning.report import plan_table

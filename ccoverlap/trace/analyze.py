@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -29,7 +28,8 @@ from ccoverlap.trace.collectives import CollectiveStats, busbw_factor
 from ccoverlap.trace.combine import analyze_job
 from ccoverlap.trace.contention import Contention
 from ccoverlap.trace.dimensions import DimensionStats
-from ccoverlap.trace.engine import local_engine
+from ccoverlap.trace.engine import make_engine
+from ccoverlap.trace.sources import size as source_size
 from ccoverlap.trace.ranks import CrossRank
 from ccoverlap.trace.steps import StepRanges, parse_steps
 from ccoverlap.trace.summary import JobContext, RankSummary
@@ -170,15 +170,18 @@ def _clean(x):
 
 def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", time_resolution: str = "hta",
             jobs: int | None = None, min_samples: int = 3, groups: dict[str, str] | None = None,
-            engine=None, picture: bool = False, png_step: int | None = None) -> Analysis:
+            engine=None, address: str | None = None, picture: bool = False,
+            png_step: int | None = None) -> Analysis:
     """Analyse the traces under ``paths`` (files or directories; one file per rank).
 
     ``steps``: ``"hta"`` (HolisticTraceAnalysis' default window), ``"all"``, or ``"3,4"`` /
     ``"3-5"`` (see :mod:`ccoverlap.trace.steps`). ``time_resolution``: ``"hta"`` rounds
     sub-µs timestamps inward to whole µs as HTA does (start up, end down); ``"exact"`` keeps
-    them. ``engine``: what runs the per-rank work (:mod:`ccoverlap.trace.engine`); default a
-    pool of ``jobs`` processes (default: one per CPU when there are two or more files totalling
-    at least 2 MiB, else this process). ``picture``: also keep one step's intervals of the first
+    them. ``engine``: what runs the per-rank work (:mod:`ccoverlap.trace.engine`): an engine
+    object, ``"ray"`` (the Ray cluster at ``address``, default one started on this machine) or
+    ``"local"`` / None: a pool of ``jobs`` processes (default: one per CPU when there are two or
+    more files totalling at least 2 MiB, else this process). ``paths`` may be fsspec URLs
+    (:mod:`ccoverlap.trace.sources`). ``picture``: also keep one step's intervals of the first
     16 ranks for :func:`ccoverlap.trace.report.write_png` (``png_step``, default the first
     analysed). Raises :class:`TraceError` when nothing could be analysed and
     :class:`ConfigError` for a bad ``steps`` / ``time_resolution``. ``groups``: process group ->
@@ -188,18 +191,15 @@ def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", ti
     if time_resolution not in ("hta", "exact"):
         raise ConfigError(f"time resolution must be 'hta' or 'exact', got {time_resolution!r}")
     files, problems = _load.discover(list(paths))
-    if engine is None:
-        engine = local_engine(len(files), sum(_size(f) for f in files), jobs)
+    if engine is None or isinstance(engine, str):
+        local = engine in (None, "local")
+        engine = make_engine(engine, address=address, n_items=len(files), jobs=jobs,
+                             total_bytes=sum(source_size(f) for f in files) if local else 0)
     ctx = JobContext(steps=spec, time_resolution=time_resolution, groups=groups, min_samples=min_samples,
                      lanes=picture, lanes_step=png_step)
     return analyze_job(files, ctx, engine, problems, png_step=png_step, picture=picture)
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 COMPARE_KEYS = ("step_time_s", "compute_s", "comm_s", "overlap_ratio", "exposed_comm_s", "compute_only_s",

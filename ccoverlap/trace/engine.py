@@ -1,12 +1,16 @@
-"""Where the per-rank work runs: a small engine interface and its local implementations.
+"""Where independent pieces of work run: a small engine interface and its implementations.
 
 An engine has one method, ``map(fn, items)``: call ``fn(item)`` for every item, possibly in other
 processes or on other machines, and yield the results in the order of ``items``. ``fn`` and the
-items must be picklable (``ccoverlap analyze`` maps :func:`ccoverlap.trace.summary.summarize_rank`
-over ``(path or URL, JobContext)`` pairs; each result is a small
-:class:`~ccoverlap.trace.summary.RankSummary`). :class:`SerialEngine` runs in this process,
-:class:`LocalEngine` on a pool of worker processes; :func:`local_engine` picks one. An engine for
-a cluster plugs in the same way: any object with that ``map``.
+items must be picklable. ``ccoverlap analyze`` maps :func:`ccoverlap.trace.summary.summarize_rank`
+over ``(path or URL, JobContext)`` pairs (each result is a small
+:class:`~ccoverlap.trace.summary.RankSummary`); ``ccoverlap plan --search`` maps the simulation of
+candidate layouts (:mod:`ccoverlap.planning.search`).
+
+:class:`SerialEngine` runs in this process, :class:`LocalEngine` on a pool of worker processes
+forked from this one; :func:`local_engine` picks one of the two. :class:`~ccoverlap.trace.ray_engine.RayEngine`
+runs on a Ray cluster's workers; :func:`make_engine` builds the engine a command line names
+(``--engine local|ray``, ``--address``) and imports Ray only for ``ray``.
 """
 
 from __future__ import annotations
@@ -68,3 +72,28 @@ def local_engine(n_items: int, total_bytes: int, jobs: int | None = None):
     if jobs is None:
         jobs = min(n_items, cpu_count()) if n_items > 1 and total_bytes >= PARALLEL_MIN_BYTES else 1
     return LocalEngine(jobs) if jobs > 1 and n_items > 1 else SerialEngine()
+
+
+#: the engines a command line may name (``--engine``)
+ENGINES = ("local", "ray")
+
+
+def make_engine(name: str | None, *, address: str | None = None, n_items: int = 0, total_bytes: int = 0,
+                jobs: int | None = None):
+    """The engine ``--engine NAME [--address ADDR]`` asks for: ``local`` (or None) is
+    :func:`local_engine` for ``n_items`` files of ``total_bytes``; ``ray`` a
+    :class:`~ccoverlap.trace.ray_engine.RayEngine` connected to ``address`` (default: a Ray
+    instance started on this machine). Ray is imported only here, only for ``ray``."""
+    from ccoverlap.errors import ConfigError
+
+    if name in (None, "local"):
+        if address:
+            raise ConfigError("--address is for --engine ray")
+        return local_engine(n_items, total_bytes, jobs)
+    if name == "ray":
+        if jobs is not None:
+            raise ConfigError("--jobs is for the local engine; on Ray every worker CPU takes tasks")
+        from ccoverlap.trace.ray_engine import RayEngine
+
+        return RayEngine(address)
+    raise ConfigError(f"unknown engine {name!r}: choose one of {', '.join(ENGINES)}")
