@@ -325,7 +325,7 @@ def _simulate_in_order(fitting: list[Candidate], jobs: list, simulate: Callable,
                  if fitting[j].estimate_s <= best_t]
         for j, res in zip(batch, simulate([jobs[j] for j in batch])):
             c = fitting[j]
-            if j > i and (c.estimate_s > best_t or simulated >= max_simulations):
+            if c.estimate_s > best_t or simulated >= max_simulations:
                 break   # the serial search stops here; the checks above say why on the next turn
             c.step_time_s, c.tokens_per_s, c.mfu, c.exposed_comm_s, fits = res
             simulated += 1
