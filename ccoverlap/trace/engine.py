@@ -20,6 +20,8 @@ from typing import Callable, Iterable, Iterator, Protocol
 
 # the per-rank work pays for a worker process from about this much trace data (on disk)
 PARALLEL_MIN_BYTES = 2 << 20
+#: items queued per forked worker of :class:`LocalEngine` (one running, one waiting)
+AHEAD_PER_WORKER = 2
 
 
 class Engine(Protocol):
@@ -40,21 +42,45 @@ class SerialEngine:
 
 
 class LocalEngine:
-    """A pool of ``jobs`` worker processes on this machine (forked where the platform allows:
-    no re-import, a few milliseconds to start)."""
+    """``jobs`` processes on this machine: this one and ``jobs - 1`` workers forked from it (where
+    the platform allows: no re-import, a few milliseconds to start, the imported modules' pages
+    shared with this process)."""
 
     def __init__(self, jobs: int) -> None:
         self.jobs = jobs
 
     def map(self, fn: Callable, items: Iterable) -> Iterator:
-        """``fn(item)`` for each item in the pool; results in item order as they complete."""
+        """``fn(item)`` for each item, results in item order. The workers are kept
+        :data:`AHEAD_PER_WORKER` items ahead; this process takes the next item itself whenever
+        they are, so no process waits idle while there is work and none is started for
+        nothing."""
         import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor   # imported only when used: start-up time
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait   # only when used: start-up
 
         items = list(items)
+        workers = min(self.jobs, len(items)) - 1
+        if workers < 1:
+            yield from map(fn, items)
+            return
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=min(self.jobs, max(len(items), 1)), mp_context=ctx) as pool:
-            yield from pool.map(fn, items)
+        done: dict[int, object] = {}
+        pending: dict = {}
+        nxt = out = 0
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            while out < len(items):
+                while nxt < len(items) and len(pending) < AHEAD_PER_WORKER * workers:
+                    pending[pool.submit(fn, items[nxt])] = nxt
+                    nxt += 1
+                if nxt < len(items):
+                    done[nxt] = fn(items[nxt])
+                    nxt += 1
+                elif pending:
+                    wait(pending, return_when=FIRST_COMPLETED)
+                for f in [f for f in pending if f.done()]:
+                    done[pending.pop(f)] = f.result()
+                while out in done:
+                    yield done.pop(out)
+                    out += 1
 
 
 def cpu_count() -> int:
