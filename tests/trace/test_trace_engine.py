@@ -83,7 +83,7 @@ def test_object_store_without_its_fsspec_extra_names_the_package():
     assert "s3fs" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_local_run_imports_neither_ray_nor_fsspec():
+def test_local_run_imports_neither_ray_nor_fsspec(tmp_path):
     code = ("import sys, contextlib, io\n"
             "from ccoverlap.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
@@ -92,8 +92,7 @@ def test_local_run_imports_neither_ray_nor_fsspec():
             " '--nodes', '1', '--global-batch', '16', '--seq-len', '2048', '--max-simulations', '1', '--top', '0',"
             " '--out', sys.argv[1]]) == 0\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'fsspec')))\n")
-    out = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent / ".." / ".." / "ccoverlap-out")],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
