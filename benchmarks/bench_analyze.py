@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# the shared real traces sit beside the checkout (or beside its folder of worktrees)
+# the shared real traces sit beside the checkout or one folder further up
 DEFAULT_SHARED = next((p / "shared" / "traces" for p in ROOT.parents[:2] if (p / "shared" / "traces").is_dir()),
                       ROOT.parent / "shared" / "traces")
 SOURCE = "nccl_parser_config/nccl_data.json.gz"

@@ -94,10 +94,12 @@ class Analysis:
     def comm_kernels(self) -> list[dict]:
         """Every analysed communication kernel (gloo op on CPU): rank, collective, group, size, start,
         duration, its own algbw / busbw in bytes/s (nccl-tests definitions) and where the size came from."""
-        return _comm_kernels(self)
+        return [json_ready(row) for row in comm_kernel_rows(self)]
 
-    def to_dict(self) -> dict:
-        """One JSON-ready object (``inf``/``nan`` become null)."""
+    def to_dict(self, comm_kernels: object = None) -> dict:
+        """One JSON-ready object (``inf``/``nan`` become null). ``comm_kernels``: put this value
+        in place of the list of :meth:`comm_kernels` (a writer that streams the rows, one per
+        analysed communication kernel of the job, passes a placeholder)."""
         ranks = []
         for m, rt in zip(self.metrics, self.ranks):
             d = {"rank": m.rank}
@@ -125,16 +127,16 @@ class Analysis:
             "per_step": steps,
             "collectives": [c.as_dict() for c in self.collectives],
             "dimensions": [d.as_dict() for d in self.dimensions],
-            "comm_kernels": self.comm_kernels(),
+            "comm_kernels": self.comm_kernels() if comm_kernels is None else comm_kernels,
             "cross_rank": self.cross.as_dict(),
             "contention": self.contention.as_dict(),
             "verdict": self.verdict.as_dict(),
         }
-        return _clean(doc)
+        return json_ready(doc)
 
 
-def _comm_kernels(a: "Analysis") -> list[dict]:
-    rows_out = []
+def comm_kernel_rows(a: "Analysis"):
+    """The rows of :meth:`Analysis.comm_kernels`, one at a time, before :func:`json_ready`."""
     for rt in a.ranks:
         tl = rt.comm
         if not len(tl):
@@ -147,19 +149,20 @@ def _comm_kernels(a: "Analysis") -> list[dict]:
             dur = en - st
             alg = b / dur if b > 0 and dur > 0 else None
             f = busbw_factor(c, int(gs)) if gs else None
-            rows_out.append({"rank": rt.rank, "name": str(name), "collective": c, "group": g,
-                             "group_desc": (pg.get(str(g)) or {}).get("desc"), "group_size": int(gs),
-                             "step": int(step), "start_s": st, "dur_s": dur, "bytes": b,
-                             "size_source": ss or None, "algbw": alg,
-                             "busbw": alg * f if alg is not None and f is not None else None})
-    return rows_out
+            yield {"rank": rt.rank, "name": str(name), "collective": c, "group": g,
+                   "group_desc": (pg.get(str(g)) or {}).get("desc"), "group_size": int(gs),
+                   "step": int(step), "start_s": st, "dur_s": dur, "bytes": b,
+                   "size_source": ss or None, "algbw": alg,
+                   "busbw": alg * f if alg is not None and f is not None else None}
 
 
-def _clean(x):
+def json_ready(x):
+    """``x`` with numpy integers as ints, floats to 12 significant digits (no 1e-17 noise), inf /
+    nan as None, tuples as lists and dict keys as strings."""
     if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
+        return {str(k): json_ready(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [json_ready(v) for v in x]
     if isinstance(x, (np.integer,)):
         return int(x)
     if isinstance(x, (float, np.floating)):
@@ -241,7 +244,7 @@ def compare(a: Analysis, b: Analysis) -> dict:
         coll_rows.append({"metric": f"{name} mean time_s", "a": x, "b": y,
                           "diff": (y - x) if x is not None and y is not None else None,
                           "ratio": (y / x) if x and y is not None else None})
-    return _clean({"job": rows(mean_over(pa), mean_over(pb)),
+    return json_ready({"job": rows(mean_over(pa), mean_over(pb)),
                    "ranks": {r: rows(pa[r], pb[r]) for r in common},
                    "collectives": coll_rows,
                    "only_in_a": sorted(set(pa) - set(pb)), "only_in_b": sorted(set(pb) - set(pa))})

@@ -178,7 +178,7 @@ def _measure(rt: RankTrace, ctx: JobContext, out: RankSummary) -> None:
     tl = rt.timeline
     out.rows = int(mask.sum())
     out.first_start_s = float(tl.start_s[mask].min()) if out.rows else None
-    sel = tl.select(mask)
+    sel = tl if out.rows == len(tl) else tl.select(mask)   # no copy of every row when all are analysed
     out.metrics = rank_metrics(sel, rt.rank)
     by_step = step_rows(rt, mask)
     for s, window in step_windows(rt, mask).items():
