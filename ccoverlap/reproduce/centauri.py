@@ -143,7 +143,7 @@ def _label(value) -> str:
 
 def expand(setting: Setting) -> list[tuple[str, dict]]:
     """The workload mappings of a setting: its template with every combination of ``vary``,
-    ``global_batch`` filled in; each with a short label of what varies."""
+    ``global_batch`` filled in; each labelled with its layout and the other values that vary."""
     keys = list(setting.vary)
     out = []
     for combo in itertools.product(*(setting.vary[k] for k in keys)):
@@ -155,8 +155,9 @@ def expand(setting: Setting) -> list[tuple[str, dict]]:
             raise ConfigError("a Centauri setting gives micro_batch and microbatches, not global_batch")
         batch["global_batch"] = int(par.get("dp", 1)) * int(batch.get("micro_batch", 1)) * setting.microbatches
         w = {**w, "batch": batch}
-        out.append((" ".join(_label(v) if isinstance(v, dict) else f"{k.split('.')[-1]}={v}"
-                             for k, v in zip(keys, combo)), w))
+        parts = [_label(v) if isinstance(v, dict) else f"{k.split('.')[-1]}={v}" for k, v in zip(keys, combo)
+                 if k != "parallel"]
+        out.append((" ".join([_label(w.get("parallel") or {})] + parts), w))
     return out
 
 
