@@ -45,6 +45,7 @@ from typing import Callable
 from ccoverlap.deciders import centauri_rules as rules
 from ccoverlap.deciders.centauri_tiers import (  # re-exported: callers import them from here
     centauri_graph,
+    centauri_scheduling,
     comm_ratio,
     knob_candidates,
     layer_costs,
@@ -56,7 +57,8 @@ from ccoverlap.sim.graph import OpGraph
 from ccoverlap.predict.planner import FunctionStrategy, with_microbatches
 from ccoverlap.sim.timeline import Timeline, step_time_s
 
-__all__ = ["CentauriDecision", "decide", "comm_ratio", "centauri_strategy", "centauri_graph", "layer_costs"]
+__all__ = ["CentauriDecision", "decide", "comm_ratio", "centauri_strategy", "centauri_graph", "layer_costs",
+           "centauri_scheduling", "knob_candidates", "pipeline_group_choice"]
 
 
 @dataclass
