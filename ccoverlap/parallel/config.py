@@ -342,7 +342,8 @@ class OverlapKnobs:
     ``fsdp_fetch``: ``"unit"`` (PyTorch FSDP: one all-gather per wrapped unit, prefetched
     ``fsdp_prefetch`` units ahead) or ``"parameter"`` (DeepSpeed ZeRO-3: one all-gather per
     parameter tensor at its submodule's hook, the next tensors prefetched up to 5e7 elements;
-    :mod:`ccoverlap.parallel.zero3`; ``fsdp_prefetch`` is then not used).
+    :mod:`ccoverlap.parallel.zero3`; ``fsdp_prefetch`` is then not used; with ``overlap=False``
+    every all-gather blocks and the two are the same).
     ``fsdp_limit_all_gathers``: most unsharded units alive at once (FSDP1
     ``limit_all_gathers`` rate limiter / FSDP2 buffer reuse). ``fsdp_reshard_after_forward``:
     free gathered parameters after forward (all-gather again in backward).

@@ -87,7 +87,7 @@ class FSDPHook:
         self.bytes: dict[str, dict[str, int]] = {}
         # DeepSpeed ZeRO-3 fetching (knob fsdp_fetch="parameter", ccoverlap.parallel.zero3): the
         # gathered tensors of each unit; tensors under the persistence threshold stay gathered
-        self.per_tensor = em.knobs.fsdp_fetch == "parameter"
+        self.per_tensor = em.knobs.fsdp_fetch == "parameter" and em.knobs.overlap  # without overlap all block
         self.tensors: dict[str, list[tuple[str, int]]] = {}
         for _, units in chunks:
             for u in units:

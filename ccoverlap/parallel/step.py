@@ -449,7 +449,7 @@ def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
     """
     knobs = knobs or OverlapKnobs()
     em = _Emitter(model, parallel, batch, cluster, knobs, grad_clip, framework)
-    zero3 = knobs.fsdp_fetch == "parameter" and parallel.fsdp_enabled
+    zero3 = knobs.fsdp_fetch == "parameter" and parallel.fsdp_enabled and knobs.overlap  # (blocking either way)
     if zero3:
         _check_zero3(em)
     with gc_paused():
@@ -478,15 +478,13 @@ def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
 def _check_zero3(em: _Emitter) -> None:
     """Configurations the ZeRO-3 per-parameter fetch (:mod:`ccoverlap.parallel.zero3`) does not
     model: one ConfigError naming what is wrong."""
-    fw, p, k = em.framework, em.parallel, em.knobs
+    fw, p = em.framework, em.parallel
     why = []
     if fw.fsdp_copies or fw.fsdp_flat_param:
         how = "FSDP2 copies" if fw.fsdp_copies else "FSDP1 flat parameters"
         why.append(f"framework {fw.name!r} gathers FSDP units with {how}")
     if em.model.is_moe:
         why.append("expert parameters are not fetched per tensor")
-    if not k.overlap:
-        why.append("overlap=False puts every all-gather on the compute stream")
     if p.pp > 1 and fw.fsdp_pp_deferred_sync:
         why.append("parameters stay gathered across micro-batches with fsdp_pp_deferred_sync")
     if why:

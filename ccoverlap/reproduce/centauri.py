@@ -134,11 +134,13 @@ def _label(value) -> str:
         return str(value)
     if "name" in value:
         return str(value["name"])
-    if value.get("data_parallel") == "fsdp" and int(value.get("dp_replicate", 1)) > 1:
-        r = int(value["dp_replicate"])
-        return f"DP{r}+FSDP{int(value['dp']) // r}"
-    dims = [f"{k.upper()}{value[k]}" for k in ("tp", "pp", "dp") if int(value.get(k, 1)) > 1]
-    return "+".join(dims) or ",".join(f"{k}={v}" for k, v in value.items())
+    dims = [f"{k.upper()}{value[k]}" for k in ("tp", "pp") if int(value.get(k, 1)) > 1]
+    dp, r = int(value.get("dp", 1)), int(value.get("dp_replicate", 1))
+    if value.get("data_parallel") == "fsdp":
+        dims.append(f"DP{r}+FSDP{dp // r}" if r > 1 else f"FSDP{dp}")
+    elif dp > 1:
+        dims.append(f"DP{dp}")
+    return "+".join(dims) or "1 GPU"
 
 
 def expand(setting: Setting) -> list[tuple[str, dict]]:
@@ -176,7 +178,28 @@ def compare(label: str, mapping: dict, baseline: str) -> Result:
     base = planner.evaluate(w)
     d = decide(planner, w)
     return Result(label=label, baseline_s=base.step_time_s, centauri_s=d.step_s, baseline_fits=base.fits_memory,
-                  note=d.note())
+                  note=_choices(d))
+
+
+def _choices(d) -> str:
+    """Centauri's choices in a few words: the tiers that changed something, and alpha."""
+    parts = []
+    if d.scheduling != "as given":
+        parts.append("its runtime scheduling")
+    for v in (d.primitive, d.group):
+        if v not in ("as given", "flat"):
+            parts.append(v)
+    if d.operation != "none":
+        parts.append(f"operation: {d.operation.split(' per all-gather')[0]}")
+    if d.layer.startswith("T2"):
+        parts.append("backward T2")
+    if d.pipeline_group:
+        parts.append(f"pipeline group L={d.pipeline_group}")
+    elif d.model != (1, 1):
+        parts.append(f"L1={d.model[0]}, L2={d.model[1]}")
+    if d.defer_units:
+        parts.append(f"last {d.defer_units} reduce-scatters deferred")
+    return f"{'; '.join(parts) or 'nothing beats the baseline'} (alpha {d.alpha:.2f})"
 
 
 def evaluate(case: Case) -> Outcome:
@@ -196,18 +219,19 @@ def evaluate(case: Case) -> Outcome:
         name, r = runs[0]
         fit = "" if r.baseline_fits else " (the baseline does not fit in memory)"
         return Outcome(ours_speedup=r.speedup,
-                       detail=f"{BASELINES[name].summary} {r.baseline_s * 1e3:.0f} ms, Centauri "
-                              f"{r.centauri_s * 1e3:.0f} ms{fit}. {r.note}",
+                       detail=f"{BASELINES[name].summary} {r.baseline_s * 1e3:.0f} ms -> Centauri "
+                              f"{r.centauri_s * 1e3:.0f} ms{fit}: {r.note}",
                        extra={"settings": [_row(name, r)]})
     fits = [(n, r) for n, r in runs if r.baseline_fits]
     if not fits:
         raise ConfigError(f"{case.id}: no setting's baseline fits in memory")
     name, best = max(fits, key=lambda nr: nr[1].speedup)
-    spread = ", ".join(f"{r.label} {r.speedup:.2f}x" for _, r in sorted(fits, key=lambda nr: -nr[1].speedup)[:4])
+    spread = ", ".join(f"{r.label} {r.speedup:.2f}x" for _, r in sorted(fits, key=lambda nr: -nr[1].speedup)[1:4])
     left = len(runs) - len(fits)
     return Outcome(ours_speedup=best.speedup,
-                   detail=f"largest of {len(fits)} settings: {best.label} vs {BASELINES[name].summary} "
-                          f"({best.baseline_s * 1e3:.0f} -> {best.centauri_s * 1e3:.0f} ms); top: {spread}"
+                   detail=f"largest of {len(fits)}: {best.label}, {BASELINES[name].summary} "
+                          f"{best.baseline_s * 1e3:.0f} ms -> Centauri {best.centauri_s * 1e3:.0f} ms: {best.note}; "
+                          f"next: {spread}"
                           + (f"; {left} left out (baseline out of memory)" if left else ""),
                    extra={"settings": [_row(n, r) for n, r in runs]})
 
