@@ -121,7 +121,8 @@ class CentauriDecision:
                                             f"T2={self.layer_rule[1] * 1e3:.1f} ms per layer)"
                                             if self.layer_rule else ""),
                  (f"model: pipeline group L={self.pipeline_group}" if self.pipeline_group else
-                  f"model: L1={self.model[0]}, L2={self.model[1]}") + (f" ({self.model_rule})" if self.model_rule else "")]
+                  f"model: L1={self.model[0]}, L2={self.model[1]}")
+                 + (f" ({self.model_rule})" if self.model_rule else "")]
         if self.screened_microbatches and self.metrics is not None and self.metrics.extrapolated_from:
             m1, m2 = self.metrics.extrapolated_from
             parts.append(f"chosen on {self.screened_microbatches} micro-batches (the Alg.1 counts are that step's), "

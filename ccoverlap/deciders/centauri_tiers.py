@@ -104,7 +104,8 @@ def _group_partitions(w) -> list[tuple[str, object]]:
              if g.size > 1 and g.nodes > 1 and g.local_size > 1]
     out = [("flat", w)]
     for name, g in split:
-        out.append((f"hierarchical {name} ({g.nodes} nodes x {g.local_size})", _with_algorithm(w, name, "hierarchical")))
+        out.append((f"hierarchical {name} ({g.nodes} nodes x {g.local_size})",
+                    _with_algorithm(w, name, "hierarchical")))
     if len(split) == 2:
         both = w
         for name, _ in split:
@@ -289,7 +290,8 @@ def model_level_choice(step, w, cost) -> tuple[int, int, str, float]:
     p = w.parallel
     M = step.microbatches
     if not (p.ddp_enabled and p.distributed_optimizer and not p.pp_enabled):
-        return 1, 1, "eq.2 not applied: it schedules the once-per-step DP all-gather/reduce-scatter (DDP with sharded optimizer, no PP)", 0.0
+        return 1, 1, ("eq.2 not applied: it schedules the once-per-step DP all-gather/reduce-scatter (DDP with "
+                      "sharded optimizer, no PP)"), 0.0
     g = step.graph
     c_ag = sum(_iso(cost, o) for o in g.ops if o.name == "param_ag")
     c_rs = sum(_iso(cost, o) for o in g.ops if o.name.startswith("grad_rs"))

@@ -26,7 +26,6 @@ phase labels; backward GEMMs are ``<weight>_dgrad[i]`` and ``<weight>_wgrad``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable
 
