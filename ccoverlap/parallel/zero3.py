@@ -66,7 +66,7 @@ def _chain(graph: OpGraph, users: list[int], seq: list[int], pos: dict[int, int]
 
 def _fetches(graph: OpGraph, rank: int, dependents, seq, pos) -> list[dict]:
     """Rank ``rank``'s per-tensor all-gathers grouped by unit execution, in issue order:
-    ``ags`` (op ids), ``tensors`` (name per op), ``numel`` (from the op's bytes), ``chain``
+    ``ags`` (op ids), ``tensors`` (name per op), ``bytes`` (each all-gather's), ``chain``
     (the unit execution's compute ops) and ``first`` (the first op using each tensor)."""
     groups: list[list] = []
     for op in graph.ops:
@@ -88,7 +88,7 @@ def _fetches(graph: OpGraph, rank: int, dependents, seq, pos) -> list[dict]:
             t = tensor_of(graph.ops[oid].name, known)
             if t is not None:
                 first.setdefault(t, oid)
-        out.append({"ags": [a.op_id for a in ags], "tensors": names, "numel": [a.spec.bytes for a in ags],
+        out.append({"ags": [a.op_id for a in ags], "tensors": names, "bytes": [a.spec.bytes for a in ags],
                     "chain": chain, "first": [first.get(t, chain[0]) for t in names]})
     return out
 
@@ -109,7 +109,7 @@ def fetch_per_parameter(graph: OpGraph, *, bucket_numel: int = PREFETCH_BUCKET_N
         pos = {oid: i for i, oid in enumerate(seq)}
         fetches = _fetches(graph, rank, dependents, seq, pos)
         flat = [(f, i) for f in fetches for i in range(len(f["ags"]))]
-        trigger = _prefetch_triggers([f["numel"][i] / dtype_bytes for f, i in flat], bucket_numel)
+        trigger = _prefetch_triggers([f["bytes"][i] / dtype_bytes for f, i in flat], bucket_numel)
         for j, (f, i) in enumerate(flat):
             h, prefetched = trigger[j]
             hf, hi = flat[h]
