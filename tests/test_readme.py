@@ -157,6 +157,7 @@ def test_readme_has_commands_and_is_short() -> None:
         assert any(c.startswith(f"ccoverlap {verb}") for c in COMMANDS), verb
 
 
+@pytest.mark.slow  # runs in CI (nothing deselects slow); the commands spawn gloo processes and take ~1 min
 @pytest.mark.parametrize("cmd", COMMANDS)
 def test_readme_command_exits_0(results, cmd) -> None:
     """Each command of the README exits 0 (stderr shown when it does not)."""
