@@ -15,7 +15,8 @@ def register(sub) -> None:
     p = sub.add_parser("ficco", help="estimate FiCCO overlap schedules for a GEMM with its collective",
                        description=__doc__)
     p.add_argument("--m", type=int, default=131072, help="GEMM rows after the all-gather (M, elements)")
-    p.add_argument("--n", type=int, default=16384, help="GEMM output columns (N)")
+    p.add_argument("--n", type=int, default=2048,
+                   help="output columns one GPU computes (N; with tensor parallelism the layer's width / TP)")
     p.add_argument("--k", type=int, default=16384, help="GEMM reduction dimension (K)")
     p.add_argument("--world", type=int, default=8, help="ranks in the group (one node)")
     p.add_argument("--gpu", default="MI300X", help="catalog GPU (MI300X, H100-SXM, H200, A100-80GB-SXM, ...)")
@@ -27,8 +28,8 @@ def register(sub) -> None:
                    help="all-gather then GEMM, GEMM then reduce-scatter, or all-to-all then GEMM")
     p.add_argument("--dtype-bytes", type=int, default=2, help="element size in bytes (2 = bf16)")
     p.add_argument("--accuracy", action="store_true",
-                   help="heuristic accuracy over FiCCO's 16 scenarios (Table I) and a synthetic sweep, "
-                        "on --gpu/--topology/--engine")
+                   help="heuristic accuracy over FiCCO's 16 scenarios (Table I, as each GPU runs them) and a "
+                        "synthetic sweep, on --gpu/--topology/--engine")
     p.add_argument("--markdown", action="store_true", help="print markdown tables (for docs)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)

@@ -172,18 +172,10 @@ def choose_schedule(
     if world_size == 1:
         return "serial", "one rank: there is no communication to overlap"
     if link_bw_bytes_per_s is not None:
-        if link_bw_bytes_per_s <= 0:
-            raise ValueError("choose_schedule: link_bw_bytes_per_s must be positive")
-        loss = overlap_loss if overlap_loss is not None else (OVERLAP_LOSS_SM if comm_engine == "sm" else OVERLAP_LOSS_DMA)
-        ratio = overlap_gain_ratio(m, n, k, world_size, dtype_bytes, peak_flops=peak_flops,
-                                   link_bw_bytes_per_s=link_bw_bytes_per_s)
-        if ratio * (1.0 - COMM_DIL) < loss:
-            return (
-                "serial",
-                f"overlap cannot help: T_comm/T_gemm={ratio:.3g} at {link_bw_bytes_per_s:.3g} B/s and "
-                f"{peak_flops:.3g} flop/s; hiding it saves at most {ratio * (1 - COMM_DIL):.3g} of the GEMM "
-                f"time, less than the {loss:.2g} that decomposition and contention cost ({comm_engine} comm)",
-            )
+        serial = _serial_when_overlap_cannot_pay(m, n, k, world_size, dtype_bytes, peak_flops, link_bw_bytes_per_s,
+                                                 comm_engine, overlap_loss)
+        if serial is not None:
+            return serial
     rows_per_shard = m // world_size
     machine_otb = peak_flops / mem_bw_bytes_per_s
     # Step 1 (§V-C): communication shape from the relative size of M and K (§IV-C1).
@@ -216,3 +208,23 @@ def choose_schedule(
             f"M={m} > K={k}; combined OTB and MT above {hetero_unfused_factor:g}x threshold: {detail}",
         )
     return "hetero-fused-1d", f"M={m} > K={k}; combined OTB and MT between the bands: {detail}"
+
+
+def _serial_when_overlap_cannot_pay(m: int, n: int, k: int, world_size: int, dtype_bytes: int, peak_flops: float,
+                                    link_bw_bytes_per_s: float, comm_engine: str,
+                                    overlap_loss: float | None) -> tuple[str, str] | None:
+    """Step 0 of :func:`choose_schedule` (not in the paper): ``("serial", reason)`` when hiding the
+    whole transfer saves less than the losses of decomposing, else None."""
+    if link_bw_bytes_per_s <= 0:
+        raise ValueError("choose_schedule: link_bw_bytes_per_s must be positive")
+    loss = overlap_loss if overlap_loss is not None else (OVERLAP_LOSS_SM if comm_engine == "sm" else OVERLAP_LOSS_DMA)
+    ratio = overlap_gain_ratio(m, n, k, world_size, dtype_bytes, peak_flops=peak_flops,
+                               link_bw_bytes_per_s=link_bw_bytes_per_s)
+    if ratio * (1.0 - COMM_DIL) >= loss:
+        return None
+    return (
+        "serial",
+        f"overlap cannot help: T_comm/T_gemm={ratio:.3g} at {link_bw_bytes_per_s:.3g} B/s and "
+        f"{peak_flops:.3g} flop/s; hiding it saves at most {ratio * (1 - COMM_DIL):.3g} of the GEMM "
+        f"time, less than the {loss:.2g} that decomposition and contention cost ({comm_engine} comm)",
+    )
