@@ -34,6 +34,7 @@ PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
 RECOMPUTE = ("none", "selective", "full")
 CP_IMPLS = ("ring", "allgather")
 TP_OVERLAP = ("none", "chunked", "symm_mem")
+FSDP_FETCH = ("unit", "parameter")
 
 
 def _is_int(v) -> bool:
@@ -47,7 +48,9 @@ class ParallelConfig:
     ``data_parallel``: ``"ddp"`` (replicated weights, gradient all-reduce; with
     ``distributed_optimizer`` the optimizer state is sharded ZeRO-1 style and gradients are
     reduce-scattered, parameters all-gathered, as Megatron-LM's distributed optimizer) or
-    ``"fsdp"`` (ZeRO-3: parameters, gradients and optimizer state sharded over dp).
+    ``"fsdp"`` (ZeRO-3: parameters, gradients and optimizer state sharded over dp; with HSDP,
+    ``dp_replicate > 1``, ``distributed_optimizer`` makes the replicas ZeRO-1/2: the gradient
+    shard is reduce-scattered across them and the updated shard all-gathered back).
     ``recompute``: activation recomputation (Korthikanti et al., 2022): ``"selective"``
     recomputes the attention core, ``"full"`` the whole layer from its input.
     ``dtype_bytes``: width of weights / activations in compute (2 = bf16).
@@ -62,6 +65,8 @@ class ParallelConfig:
     distributed_optimizer: bool = False
     pp_schedule: str = "1f1b"
     virtual_stages: int = 1
+    # interleaved schedule: micro-batches launched together per model chunk (0 = pp, Megatron-LM's)
+    pp_group: int = 0
     recompute: str = "none"
     dtype_bytes: int = 2
     # context parallelism (model engineer, docs/model.md): cp ranks each hold seq_len / cp tokens
@@ -107,6 +112,16 @@ class ParallelConfig:
               and self.dp_replicate == self.dp * self.cp):
             problems.append(f"dp_replicate={self.dp_replicate} leaves shard groups of one rank: that is DDP, "
                             f"use data_parallel='ddp' (HSDP needs dp x cp / dp_replicate >= 2)")
+        if self.distributed_optimizer is True and self.data_parallel == "fsdp" and not (
+                _is_int(self.dp_replicate) and self.dp_replicate > 1):
+            problems.append("distributed_optimizer=True with data_parallel='fsdp' shards the optimizer across HSDP "
+                            "replicas (ZeRO-1/2 over dp_replicate): it needs dp_replicate > 1")
+        if not _is_int(self.pp_group) or self.pp_group < 0:
+            problems.append(f"pp_group must be an integer >= 0 (0: pp), got {self.pp_group!r}")
+        elif self.pp_group and self.pp_schedule != "interleaved":
+            problems.append(f"pp_group={self.pp_group} needs pp_schedule='interleaved', got {self.pp_schedule!r}")
+        elif self.pp_group and _is_int(self.pp) and self.pp_group < self.pp:
+            problems.append(f"pp_group={self.pp_group} must be at least pp={self.pp}")
         if _is_int(self.virtual_stages) and self.virtual_stages > 1 and self.pp_schedule != "interleaved":
             problems.append(f"virtual_stages={self.virtual_stages} needs pp_schedule='interleaved', "
                             f"got {self.pp_schedule!r}")
@@ -305,6 +320,8 @@ class BatchConfig:
         if p.pp_schedule == "interleaved" and p.pp > 1 and m % p.pp:
             out.append(f"the interleaved schedule needs the number of micro-batches ({m}) to be a multiple "
                        f"of pp={p.pp}")
+        elif p.pp_schedule == "interleaved" and p.pp > 1 and p.pp_group and (m % p.pp_group or p.pp_group > m):
+            out.append(f"pp_group={p.pp_group} must divide the number of micro-batches ({m})")
         if p.pp_schedule == "dualpipe" and (m % 2 or m < 2 * p.pp):
             out.append(f"DualPipe needs an even number of micro-batches >= 2 x pp = {2 * p.pp}, got {m}")
         return out
@@ -322,6 +339,11 @@ class OverlapKnobs:
     ``bucket_cap_mb``: DDP gradient bucket size in MiB (PyTorch default 25; the first bucket
     is 1 MiB as in PyTorch DDP). ``fsdp_prefetch``: how many units ahead an all-gather is
     issued, forward and backward (0 = none: each unit's all-gather blocks its compute).
+    ``fsdp_fetch``: ``"unit"`` (PyTorch FSDP: one all-gather per wrapped unit, prefetched
+    ``fsdp_prefetch`` units ahead) or ``"parameter"`` (DeepSpeed ZeRO-3: one all-gather per
+    parameter tensor at its submodule's hook, the next tensors prefetched up to 5e7 elements;
+    :mod:`ccoverlap.parallel.zero3`; ``fsdp_prefetch`` is then not used; with ``overlap=False``
+    every all-gather blocks and the two are the same).
     ``fsdp_limit_all_gathers``: most unsharded units alive at once (FSDP1
     ``limit_all_gathers`` rate limiter / FSDP2 buffer reuse). ``fsdp_reshard_after_forward``:
     free gathered parameters after forward (all-gather again in backward).
@@ -331,7 +353,16 @@ class OverlapKnobs:
     TP rank, each moving one shard by a copy-engine peer copy (:mod:`ccoverlap.parallel.tp`). ``ep_overlap``: split each micro-batch in two and
     overlap one half's all-to-all with the other half's compute (DualPipe / two-batch
     overlap). ``pp_p2p_overlap``: pipeline sends/receives on their own streams (False:
-    blocking on the compute stream). ``comm_config`` applies to every collective;
+    blocking on the compute stream). ``overlap_grad_reduce``: DDP gradient buckets are
+    reduced as soon as their gradients are ready, on their own stream (PyTorch DDP;
+    Megatron-Core ``--overlap-grad-reduce``); False: after the rank's whole backward, on the
+    compute stream (Megatron-LM before that flag, e.g. at ``e6d7e09``: ``reduce_model_grads``
+    after ``forward_backward_func``; DeepSpeed ZeRO-1/2 with ``overlap_comm`` false).
+    ``overlap_param_gather``: with a sharded optimizer (``distributed_optimizer``, DDP or HSDP)
+    the updated parameters are all-gathered at the start of the next step, each unit's first
+    forward waiting for its own (Megatron-Core ``--overlap-param-gather``); False: blocking,
+    after the optimizer step (Megatron-LM ``gather_model_params`` at ``e6d7e09``; DeepSpeed
+    ZeRO-1/2 all-gathers the updated partitions at the end of ``step``). ``comm_config`` applies to every collective;
     ``comm_config_overrides`` maps a group name (``tp``, ``dp``, ``ep``, ``edp``, ``pp``, ...)
     to its own CommConfig (a dict is accepted and stored as sorted pairs, so knobs stay hashable).
     """
@@ -339,12 +370,15 @@ class OverlapKnobs:
     overlap: bool = True
     bucket_cap_mb: float = 25.0
     fsdp_prefetch: int = 1
+    fsdp_fetch: str = "unit"
     fsdp_limit_all_gathers: int = 2
     fsdp_reshard_after_forward: bool = True
     tp_overlap: str = "none"
     tp_chunks: int = 4
     ep_overlap: bool = False
     pp_p2p_overlap: bool = True
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
     comm_config: CommConfig = field(default_factory=CommConfig)
     comm_config_overrides: tuple = ()
     comm_transport: str = "sm"
@@ -362,6 +396,11 @@ class OverlapKnobs:
             problems.append(f"tp_overlap must be one of {', '.join(TP_OVERLAP)}, got {self.tp_overlap!r}")
         if not _is_int(self.tp_chunks) or self.tp_chunks < 1:
             problems.append(f"tp_chunks must be a positive integer, got {self.tp_chunks!r}")
+        if self.fsdp_fetch not in FSDP_FETCH:
+            problems.append(f"fsdp_fetch must be one of {', '.join(FSDP_FETCH)}, got {self.fsdp_fetch!r}")
+        for f in ("overlap_grad_reduce", "overlap_param_gather"):
+            if not isinstance(getattr(self, f), bool):
+                problems.append(f"{f} must be true or false, got {getattr(self, f)!r}")
         if self.comm_transport not in TRANSPORTS:
             problems.append(f"comm_transport must be one of {TRANSPORTS}, got {self.comm_transport!r}")
         if not isinstance(self.comm_config, CommConfig):

@@ -67,6 +67,8 @@ def screen_microbatches(w) -> int | None:
     least pp + 2 in steady state, the same in-flight activations as the full step) and keeps
     the interleaved schedule's "multiple of pp" rule (Narayanan et al. 2021, §2.2)."""
     pp = max(1, int(w.parallel.pp))
+    if getattr(w.parallel, "pp_group", 0):  # a pipeline group ties the schedule to the micro-batch count
+        return None
     m_s = pp * -(-(2 * pp + 2) // pp)
     m = w.batch.microbatches(w.parallel.dp)
     return m_s if m_s < m else None
@@ -91,7 +93,7 @@ def steady_state_microbatches(w) -> tuple[int, int] | None:
     interleaved schedule's "multiple of pp" rule."""
     p = w.parallel
     pp = max(1, int(p.pp))
-    if pp > 1 and p.pp_schedule not in PERIODIC_SCHEDULES:
+    if pp > 1 and (p.pp_schedule not in PERIODIC_SCHEDULES or getattr(p, "pp_group", 0)):
         return None
     m1 = pp * -(-(2 * pp + 2) // pp)
     m2 = m1 + pp
