@@ -32,9 +32,7 @@ def read_config_file(path: str | os.PathLike) -> dict:
         if suffix == ".json":
             data = json.loads(text)
         elif suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(text)
+            data = toml_module().loads(text)
         elif suffix in (".yaml", ".yml"):
             import yaml
 
@@ -49,6 +47,20 @@ def read_config_file(path: str | os.PathLike) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
     return data
+
+
+def toml_module():
+    """The TOML parser: the standard library's ``tomllib`` (Python 3.11+), else ``tomli``
+    (the same parser, installed as a dependency on Python 3.10)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        try:
+            import tomli as tomllib
+        except ModuleNotFoundError:
+            raise ConfigError("reading TOML on Python 3.10 needs the 'tomli' package "
+                              "(pip install tomli)") from None
+    return tomllib
 
 
 def read_json_object(path: str | os.PathLike, what: str = "file") -> dict:
