@@ -17,7 +17,7 @@ def _run(capsys, *argv):
 
 @pytest.mark.parametrize("argv,needle", [
     (["--model", "llama-9"], "unknown model 'llama-9'"),
-    (["--cluster", "B300"], "unknown GPU 'B300'"),
+    (["--cluster", "B300"], "unknown cluster 'B300'"),
     (["--model", "llama-3-8b", "--cluster", "dgx-h100", "--nodes", "1", "--tp", "3", "--dp", "1", "--pp", "1"],
      "tp"),
     (["--cluster", "dgx-h100", "--nodes", "2", "--tp", "2", "--dp", "4"], "16"),
