@@ -210,6 +210,8 @@ def validation_message(exc: msgspec.ValidationError, target: Any, data: Any) -> 
     short prefix of the value: ``tp must be an integer, got 'two'``."""
     text = str(exc)
     m = re.match(r"^(.*?) - at `\$(.*)`$", text, re.S)
+    if not m and text.startswith("Object missing required field"):
+        m = re.match(r"^(.*)()$", text, re.S)
     if not m:  # raised by the object's own checks (__post_init__): already a sentence
         return _clip(text)
     what, path = m.group(1).replace("`", ""), m.group(2)

@@ -66,6 +66,22 @@ def _calibration_paths(path: str, gpus: list[str]) -> dict[str, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Predict the runs that pass the checks, list the ones that do not; exit 2 only when no
+    run is predicted. ``--json`` prints one object in every case (``error`` when the file
+    cannot be used at all)."""
+    from ccoverlap.errors import CCOverlapError
+
+    try:
+        return _run(args)
+    except CCOverlapError as exc:
+        if args.json:
+            json.dump({"runs_file": str(args.runs_file), "error": str(exc), "summary": None, "runs": [],
+                       "invalid_runs": []}, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
     from ccoverlap.validate.compare import (compare_runs, format_details, format_table, stderr_progress,
                                             summarize, summarize_groups)
     from ccoverlap.validate.predict import cost_params_for
@@ -85,8 +101,10 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--fit-on must be one of the declared subsets {SUBSETS}, got {args.fit_on!r}")
     if args.subset is not None and args.subset not in SUBSETS:
         raise ConfigError(f"--subset must be one of {SUBSETS}, got {args.subset!r}")
-    rf = load_runs(path)
+    rf = load_runs(path, keep_going=True)
     runs = rf.runs
+    if not runs:
+        raise ConfigError(f"no run of {path} passed the checks; first problem: {rf.problems[0]}")
     if args.only:
         known = {r.name for r in runs}
         missing = [n for n in args.only if n not in known]
@@ -134,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                    ("calibration " + ", ".join(args.calibration) if args.calibration else "defaults (nothing fitted)"),
                    "summary": summary.as_dict(), "subsets": {k: v.as_dict() for k, v in parts.items()},
                    "groups": {k: v.as_dict() for k, v in groups.items()},
-                   "runs": [r.as_dict() for r in rows]}
+                   "runs": [r.as_dict() for r in rows], "invalid_runs": rf.problems}
         if fit_report:
             payload["fit"] = fit_report
         json.dump(payload, sys.stdout, indent=2, default=str)
@@ -164,6 +182,11 @@ def run(args: argparse.Namespace) -> int:
                 print(bullet + f"fitted on {gpu} ({fit_report['fit_runs'][gpu]} runs): " + ", ".join(
                     f"{k} {dflt[k]:.4g} -> {v:.4g}" for k, v in vals.items())
                     + f"; calibration written to {fit_report['written'][gpu]}")
+        if rf.problems:
+            print()
+            print(f"{len(rf.problems)} run(s) of the file not read (fix them to include them):")
+            for line in rf.problems:
+                print(f"{'* ' if args.markdown else '  '}{line}")
         if args.details:
             print()
             for r in rows:

@@ -266,8 +266,11 @@ def workload_from_mapping(data: dict, *, source: str = "config") -> Workload:
 
     check_keys(data, WorkloadFile.__struct_fields__, source, what="top-level key")
     top = typed(data, WorkloadFile, source)
-    model = _model(top.model if top.model is not None else DEFAULT_EXAMPLE["model"], f"{source}: model")
-    cluster = _cluster(top.cluster if top.cluster is not None else DEFAULT_EXAMPLE["cluster"], top.nodes)
+    try:
+        model = _model(top.model if top.model is not None else DEFAULT_EXAMPLE["model"], "model")
+        cluster = _cluster(top.cluster if top.cluster is not None else DEFAULT_EXAMPLE["cluster"], top.nodes)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     parallel = dataclass_from_mapping(ParallelConfig, top.parallel or {}, f"{source}: parallel")
     batch = dataclass_from_mapping(BatchConfig, top.batch or {}, f"{source}: batch")
     knobs = OverlapKnobs.from_dict(top.knobs or {}, where=f"{source}: knobs")  # nested comm_config too
