@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ccoverlap", description=__doc__.splitlines()[0])
-    from ccoverlap import __version__
+    from ccoverlap.version import __version__
 
     parser.add_argument("--version", action="version", version=f"ccoverlap {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
