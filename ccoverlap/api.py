@@ -133,6 +133,12 @@ def validate(runs: str | os.PathLike = "published", *, only: Sequence[str] | Non
     from ccoverlap.validate.reader import load_runs
 
     rf = load_runs(runs, keep_going=True)
+    names = [r.name for r in rf.runs]
+    for name in only or ():
+        if name not in names:
+            from ccoverlap.config import short, suggest
+
+            raise ConfigError(f"{rf.path}: no run named {short(name)}{suggest(name, names)}")
     chosen = [r for r in rf.runs if (not only or r.name in only) and (subset is None or r.subset == subset)]
     if not chosen:
         raise ConfigError(f"{rf.path}: no run to predict" + (f" ({rf.problems[0]})" if rf.problems else ""))

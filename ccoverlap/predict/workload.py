@@ -175,13 +175,13 @@ def _plain(v: Any) -> Any:
 
 
 def _split_options(options: dict) -> dict:
-    unknown = sorted(set(options) - set(_INIT_OPTIONS) - {"model", "cluster", "calibration", "framework", "parallel",
-                                                          "batch", "knobs"})
+    known = (*_INIT_OPTIONS, "model", "cluster", "calibration", "framework", "parallel", "batch", "knobs")
+    unknown = sorted(set(options) - set(known))
     if unknown:
         from ccoverlap.config import suggest
 
-        raise ConfigError(f"unknown workload option {short(unknown[0])}{suggest(unknown[0], _INIT_OPTIONS)}; "
-                          f"expected some of {list(_INIT_OPTIONS)}")
+        raise ConfigError(f"unknown workload option {short(unknown[0])}{suggest(unknown[0], known)}; "
+                          f"expected some of {list(known)}")
     return {k: v for k, v in options.items() if v is not None}
 
 
