@@ -89,13 +89,19 @@ def toml_module():
 
 
 def _read_text(p: Path, what: str) -> str:
-    if not p.is_file():
-        raise ConfigError(f"{p}: no such {what}")
-    size = p.stat().st_size
+    try:
+        if not p.is_file():
+            raise ConfigError(f"{short(str(p))}: no such {what}")
+        size = p.stat().st_size
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, no permission
+        raise ConfigError(f"{short(str(p))}: cannot read the {what}: {type(exc).__name__}") from None
     if size > MAX_CONFIG_BYTES:
         raise ConfigError(f"{p}: {size / 2**20:.0f} MiB is larger than a {what} may be "
                           f"({MAX_CONFIG_BYTES // 2**20} MiB)")
-    return p.read_text(errors="replace")
+    try:
+        return p.read_text(errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read the {what}: {exc.strerror or type(exc).__name__}") from None
 
 
 def read_config_file(path: str | os.PathLike) -> dict:
