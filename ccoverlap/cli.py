@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return _quiet_broken_pipe()
     except CCOverlapError as exc:
-        sys.stderr.write(f"ccoverlap {args.command}: error: {exc}\n")
+        message = " ".join(str(exc).split("\n"))  # one line, whatever a message holds
+        sys.stderr.write(f"ccoverlap {args.command}: error: {message}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("ccoverlap: interrupted\n")

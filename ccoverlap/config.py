@@ -88,13 +88,18 @@ def toml_module():
     return tomllib
 
 
+def _path_name(p: Path) -> str:
+    """``p`` as given, or a short quote of it when it is too long to be a file name."""
+    return str(p) if len(str(p)) <= 4096 else short(str(p))
+
+
 def _read_text(p: Path, what: str) -> str:
     try:
-        if not p.is_file():
-            raise ConfigError(f"{short(str(p))}: no such {what}")
-        size = p.stat().st_size
+        size = p.stat().st_size if p.is_file() else None
     except (OSError, ValueError) as exc:  # a name too long, a NUL byte, no permission
-        raise ConfigError(f"{short(str(p))}: cannot read the {what}: {type(exc).__name__}") from None
+        raise ConfigError(f"{_path_name(p)}: cannot read the {what}: {type(exc).__name__}") from None
+    if size is None:
+        raise ConfigError(f"{_path_name(p)}: no such {what}")
     if size > MAX_CONFIG_BYTES:
         raise ConfigError(f"{p}: {size / 2**20:.0f} MiB is larger than a {what} may be "
                           f"({MAX_CONFIG_BYTES // 2**20} MiB)")

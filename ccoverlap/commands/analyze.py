@@ -4,15 +4,16 @@ One trace file per rank (``.json`` / ``.json.gz``), given as files or directorie
 per-rank and per-step compute / communication / overlap (HolisticTraceAnalysis' definition)
 / exposed communication / idle time, per-collective bandwidths, cross-rank skew and
 stragglers, the slowdown overlap causes compute, and a verdict; ``--json`` prints one JSON
-object instead; a PNG of one step is written too. ``--vs B`` compares with another run (for
-example a ``ccoverlap simulate`` output). Exit code 2 only when nothing could be analysed.
+object instead; ``--png`` draws one step. ``--vs B`` compares with another run (for example a
+``ccoverlap simulate`` output). Exit code 2 only when nothing could be analysed.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+
+from ccoverlap.commands.options import add_common, png_path
 
 DEFAULT_OUT = "ccoverlap-out/analyze"
 
@@ -28,9 +29,7 @@ def register(sub) -> None:
     p.add_argument("--time-resolution", choices=("hta", "exact"), default="hta",
                    help="'hta' (default) rounds sub-microsecond timestamps inward to whole µs like HTA; "
                         "'exact' keeps the trace's ns resolution")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    p.add_argument("--png", metavar="FILE", help=f"timeline picture (default {DEFAULT_OUT}/analyze.png)")
-    p.add_argument("--no-png", action="store_true", help="do not draw the picture")
+    add_common(p, out=DEFAULT_OUT, png=True)
     p.add_argument("--png-step", type=int, help="profiler step drawn in the picture (default: first analysed)")
     p.add_argument("--vs", nargs="+", metavar="TRACE", help="compare with these traces (e.g. a simulated run)")
     p.add_argument("--jobs", type=int, default=None, help="processes for loading (default: automatic)")
@@ -38,7 +37,6 @@ def register(sub) -> None:
                    help="JSON mapping of process groups to parallelism dimensions, e.g. "
                         "{\"0\": \"DP\", \"tp_group\": \"TP\"} (keys: group name, description or "
                         "'ranks:0,1'); default: inferred from the groups' names, descriptions and ranks")
-    p.add_argument("-q", "--quiet", action="store_true", help="no warnings on stderr")
     p.set_defaults(run=run)
 
 
@@ -74,10 +72,10 @@ def run(args: argparse.Namespace) -> int:
         print_problems(a.problems, sys.stderr)
         if b is not None:
             print_problems([f"(--vs) {p}" for p in b.problems], sys.stderr)
-    png = None
-    if not args.no_png:
+    png = png_path(args, "analyze")
+    if png is not None:
         try:
-            png = write_png(a, Path(args.png) if args.png else Path(DEFAULT_OUT) / "analyze.png", step=args.png_step)
+            png = write_png(a, png, step=args.png_step)
         except OSError as exc:
             raise ConfigError(f"cannot write the picture: {exc}") from None
     extra = {"png": str(png) if png else None}

@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from ccoverlap.commands.options import add_json, add_quiet
 from ccoverlap.errors import ConfigError
 
 from ccoverlap.validate.reader import PUBLISHED, runs_path  # noqa: F401  (PUBLISHED: re-exported for scripts)
@@ -26,7 +27,7 @@ def register(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs_file", metavar="RUNS_FILE",
                    help="runs file (YAML/JSON/TOML, see docs/validation.md), or 'published' for the shipped set")
-    p.add_argument("--json", action="store_true", help="print everything as JSON")
+    add_json(p)
     p.add_argument("--markdown", action="store_true", help="print Markdown tables")
     p.add_argument("--details", action="store_true", help="per run: source, conversion, assumptions, breakdown")
     p.add_argument("--run", dest="only", action="append", default=[], metavar="NAME", help="only this run (repeatable)")
@@ -40,7 +41,7 @@ def register(sub) -> None:
                    help="where --fit writes its calibration (one file per GPU: PATH with the GPU name "
                         "inserted when several)")
     p.add_argument("--jobs", type=int, default=1, help="simulate runs in this many processes")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_quiet(p)
     p.set_defaults(run=run)
 
 
@@ -82,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ccoverlap.validate.compare import (compare_runs, format_details, format_table, stderr_progress,
-                                            summarize, summarize_groups)
+    from ccoverlap.console import Progress
+    from ccoverlap.validate.compare import compare_runs, format_details, format_table, summarize, summarize_groups
     from ccoverlap.validate.predict import cost_params_for
     from ccoverlap.validate.reader import SUBSETS, load_runs
 
@@ -116,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
         if not runs:
             raise ConfigError(f"{path}: no run declares subset {args.subset!r}")
     calib = _load_calibrations(args.calibration) if args.calibration else None
-    progress = None if args.quiet else stderr_progress()
+    progress = Progress("validate", enabled=not args.quiet, delay=0)
 
     def params_for(r, overrides=None):
         return cost_params_for(r, overrides, calib)
@@ -200,7 +201,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _fit(args, names, fit_runs, params_for) -> dict:
     """Fit ``names`` per GPU on ``fit_runs``; write one calibration file per GPU."""
-    from ccoverlap.validate.compare import compare_runs, stderr_progress
+    from ccoverlap.console import Progress
+    from ccoverlap.validate.compare import compare_runs
     from ccoverlap.validate.fit import fit_params
 
     steps: dict = {}  # built once per run, re-simulated with each candidate (single process)
@@ -222,7 +224,7 @@ def _fit(args, names, fit_runs, params_for) -> dict:
     # Runs this build cannot predict take no part in the fit.
     say(f"fitting {', '.join(names)} on {len(fit_runs)} runs of subset {args.fit_on!r} (one simulation each first)")
     usable = [r for r in compare_runs(fit_runs, params_for=params_for, jobs=args.jobs,
-                                      progress=None if args.quiet else stderr_progress("validate: fit check"))
+                                      progress=Progress("validate: fit check", enabled=not args.quiet, delay=0))
               if r.ok]
     if not usable:
         raise ConfigError(f"--fit: no run of subset {args.fit_on!r} could be predicted")

@@ -66,16 +66,6 @@ __all__ = [
     "estimate_all",
     "best_schedule",
     "heuristic_pick",
-    "PAPER_SCENARIOS",
-    "paper_cases",
-    "synthetic_cases",
-    "CaseVerdict",
-    "AccuracyReport",
-    "accuracy",
-    "judge",
-    "rejudge",
-    "fit_heuristic",
-    "ficco_strategy",
 ]
 
 #: Every schedule the estimator times: serial, shard-level ring (§II-B), the four of §V-B.

@@ -436,7 +436,7 @@ class OverlapKnobs:
             if not isinstance(ov, dict):
                 raise ConfigError(f"{where}.comm_config_overrides: expected a mapping of group name to CommConfig")
             data["comm_config_overrides"] = tuple(sorted(
-                (str(k), cc(v, f"comm_config_overrides.{k}")) for k, v in ov.items()))
+                (str(k), cc(v, f"comm_config_overrides[{short(k)}]")) for k, v in ov.items()))
         return dataclass_from_mapping(cls, data, where)
 
 

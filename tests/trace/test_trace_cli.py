@@ -91,4 +91,6 @@ def test_bad_steps_is_a_usage_error(fixtures_dir, capsys):
 def test_default_png_goes_to_the_output_dir(fixtures_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["analyze", str(fixtures_dir / "synthetic" / "overlap50")]) == 0
+    assert not (tmp_path / "ccoverlap-out").exists()  # no picture unless asked
+    assert main(["analyze", str(fixtures_dir / "synthetic" / "overlap50"), "--png"]) == 0
     assert (tmp_path / "ccoverlap-out" / "analyze" / "analyze.png").is_file()
