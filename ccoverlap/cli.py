@@ -106,6 +106,16 @@ def _quiet_broken_pipe() -> int:
     return 0
 
 
+def _stdout_is_devnull() -> bool:
+    """Whether stdout now points at /dev/null, as rich leaves it when the reader went away
+    (rich's Console then raises SystemExit(1))."""
+    try:
+        out, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
+    except (OSError, ValueError):
+        return False
+    return (out.st_dev, out.st_ino) == (null.st_dev, null.st_ino)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit code (0 ok, 2 error, 130 interrupted)."""
     parser = build_parser()
@@ -119,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _quiet_broken_pipe()
+    except SystemExit as exc:
+        if exc.code == 1 and _stdout_is_devnull():  # a rich Console met the closed pipe
+            return 0
+        raise
     except CCOverlapError as exc:
         message = " ".join(str(exc).split("\n"))  # one line, whatever a message holds
         sys.stderr.write(f"ccoverlap {args.command}: error: {message}\n")

@@ -31,11 +31,17 @@ def console_width(file: IO | None = None) -> int | None:
 
 
 def make_console(file: IO | None = None, *, stderr: bool = False, **kw):
-    """A rich Console for command output (see the module docstring for its width)."""
+    """A rich Console for command output (see the module docstring for its width); a closed
+    pipe raises BrokenPipeError, which the CLI turns into a quiet exit 0 (rich's own
+    handling exits 1)."""
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError
+
     target = file if file is not None else (sys.stderr if stderr else sys.stdout)
-    return Console(file=file, stderr=stderr, width=console_width(target), **kw)
+    return _Console(file=file, stderr=stderr, width=console_width(target), **kw)
 
 
 class Progress:
