@@ -4,7 +4,8 @@ Thin by design: each command lives in :mod:`ccoverlap.commands.<name>` and expos
 ``register(subparsers)`` and ``run(args) -> int``; the flags every command shares are defined
 once in :mod:`ccoverlap.commands.options`. Errors derived from
 :class:`ccoverlap.errors.CCOverlapError` become one line on stderr and exit code 2; a usage
-error prints the usage line, the error and the closest known flag or name; a closed pipe
+error prints the usage line, the error and the closest known flag or name; with ``--json`` a
+failing command still prints one JSON object (``{"error": ...}``); a closed pipe
 (``ccoverlap analyze ... | head -1``) ends quietly with exit code 0.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import json
 import os
 import re
 import sys
@@ -33,6 +35,8 @@ COMMANDS = {
     "reproduce": "ccoverlap.commands.reproduce",
     "list": "ccoverlap.commands.listing",
 }
+#: Commands that print their own JSON object when they fail (with more than the message).
+OWN_JSON_ERRORS = ("analyze", "validate")
 
 
 def _closest(word: str, choices) -> str | None:
@@ -135,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         raise
     except CCOverlapError as exc:
         message = " ".join(str(exc).split("\n"))  # one line, whatever a message holds
+        if getattr(args, "json", False) and args.command not in OWN_JSON_ERRORS:
+            sys.stdout.write(json.dumps({"tool": f"ccoverlap {args.command}", "error": message}) + "\n")
         sys.stderr.write(f"ccoverlap {args.command}: error: {message}\n")
         return 2
     except KeyboardInterrupt:

@@ -46,7 +46,7 @@ def test_import_is_light_and_torch_free():
     assert out.stdout.strip() == "[]"
 
 
-def test_the_issue_one_liner_works():
+def test_the_quick_start_one_liner_works():
     code = ("import ccoverlap as cc; w = cc.Workload(model='llama-3-8b', cluster='dgx-h100', tp=2, dp=4); "
             f"print(cc.plan(w)); print(cc.analyze({str(TRACES / 'gloo_2rank')!r}).to_dataframe())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

@@ -158,3 +158,12 @@ def test_key_columns_whole_at_80_columns(tmp_path):
     for name in ("as-given", "no-overlap", "best-knobs", "lagom", "centauri"):
         row = next(line for line in lines if line.split() and line.split()[0] == name)
         assert row.split()[-1].endswith("x") and "…" not in row, row  # the speedup cell, whole
+
+
+@pytest.mark.parametrize("argv", [["plan", "--tp", "3"], ["simulate", "--model", "nope"], ["ficco", "--m", "0"],
+                                  ["validate", "missing.yaml"], ["tune", "--group", "missing.yaml"]])
+def test_json_prints_one_object_also_on_failure(capsys, tmp_path, argv):
+    assert main([*argv, "--json"]) == 2
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out)
+    assert isinstance(doc, dict) and doc["error"] in cap.err
