@@ -1,4 +1,4 @@
-"""FiCCO's compute pieces on a real GPU, alone and beside emulated transfer traffic (issue 14, item 3).
+"""FiCCO's compute pieces on a real GPU, alone and beside emulated transfer traffic.
 
 For each GEMM of the FiCCO paper's Table I (``ccoverlap.calibrate.grids.ficco_shapes``: every
 shape scaled by one factor to the calibration's FLOP / memory budget, so M < K stays M < K)
@@ -22,7 +22,7 @@ throughout the timed piece (``Bench.overlap``: the covering side outlasts the ti
 That is the memory / SM pressure of a transfer that is always in flight, at local HBM copy
 rates (several TB/s), not at NVLink rates (~450 GB/s per direction on H100): an upper bound
 on the pressure of one transfer. The covering copy's own rate is kept in the JSON (``cover``)
-so a later session can rescale; every repetition's time is kept (``samples_s``).
+so a later analysis can rescale; every repetition's time is kept (``samples_s``).
 
 Each schedule's time is then composed from these pieces by the project's stream simulator
 (``ccoverlap.sim.engine.simulate`` on the schedule's op graph) with a cost object that returns the

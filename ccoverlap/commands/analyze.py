@@ -4,8 +4,9 @@ One trace file per rank (``.json`` / ``.json.gz``), given as files or directorie
 per-rank and per-step compute / communication / overlap (HolisticTraceAnalysis' definition)
 / exposed communication / idle time, per-collective bandwidths, cross-rank skew and
 stragglers, the slowdown overlap causes compute, and a verdict; ``--json`` prints one JSON
-object instead; ``--png`` draws one step. ``--vs B`` compares with another run (for example a
-``ccoverlap simulate`` output). Exit code 2 only when nothing could be analysed.
+object instead; ``--png`` also draws one step (never with ``--json``). The ranks are read in
+parallel worker processes (one per CPU) when that pays. ``--vs B`` compares with another run (for
+example a ``ccoverlap simulate`` output). Exit code 2 only when nothing could be analysed.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ def register(sub) -> None:
     p.add_argument("--time-resolution", choices=("hta", "exact"), default="hta",
                    help="'hta' (default) rounds sub-microsecond timestamps inward to whole µs like HTA; "
                         "'exact' keeps the trace's ns resolution")
-    add_common(p, out=DEFAULT_OUT, png=True)
+    add_common(p, out=DEFAULT_OUT, png=True)  # --png: one step's timeline (not with --json)
     p.add_argument("--png-step", type=int, help="profiler step drawn in the picture (default: first analysed)")
     p.add_argument("--vs", nargs="+", metavar="TRACE", help="compare with these traces (e.g. a simulated run)")
-    p.add_argument("--jobs", type=int, default=None, help="processes for loading (default: automatic)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="worker processes reading the ranks (default: one per CPU when there are two or more "
+                        "files totalling 2 MiB or more)")
     p.add_argument("--groups", metavar="FILE",
                    help="JSON mapping of process groups to parallelism dimensions, e.g. "
                         "{\"0\": \"DP\", \"tp_group\": \"TP\"} (keys: group name, description or "
@@ -53,8 +56,9 @@ def run(args: argparse.Namespace) -> int:
         if args.jobs is not None and args.jobs < 1:
             raise ConfigError("--jobs must be >= 1")
         groups = load_groups(args.groups) if getattr(args, "groups", None) else None
+        picture = args.png is not None and not args.json
         a = analyze(args.traces, steps=args.steps, time_resolution=args.time_resolution, jobs=args.jobs,
-                    groups=groups)
+                    groups=groups, picture=picture, png_step=args.png_step)
         b = None
         if args.vs:
             b = analyze(args.vs, steps=args.steps if args.steps in ("hta", "all") else "hta",
@@ -72,10 +76,12 @@ def run(args: argparse.Namespace) -> int:
         print_problems(a.problems, sys.stderr)
         if b is not None:
             print_problems([f"(--vs) {p}" for p in b.problems], sys.stderr)
-    png = png_path(args, "analyze")
-    if png is not None:
+    png = None
+    if args.png is not None and args.json and not args.quiet:
+        print_problems(["--png is not drawn with --json (one JSON object on stdout)"], sys.stderr)
+    if picture:
         try:
-            png = write_png(a, png, step=args.png_step)
+            png = write_png(a, png_path(args, "analyze"), step=args.png_step)
         except OSError as exc:
             raise ConfigError(f"cannot write the picture: {exc}") from None
     extra = {"png": str(png) if png else None}
