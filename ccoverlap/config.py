@@ -30,9 +30,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
-import msgspec
-
 from ccoverlap.errors import ConfigError
+
+try:
+    import msgspec
+except ImportError:  # a machine without msgspec: the analyser runs; typed conversion says it needs it
+    msgspec = None
 
 #: Largest configuration / runs file read (bytes); the shipped ones are a few KiB.
 MAX_CONFIG_BYTES = 16 * 2**20
@@ -41,13 +44,21 @@ QUOTE_CHARS = 40
 #: Most characters of one error message built here.
 MESSAGE_CHARS = 400
 
+
+
+def bounded(kind: type, **limits) -> Any:
+    """``Annotated[kind, msgspec.Meta(**limits)]``: a type whose values :func:`typed` checks
+    against ``limits`` (``ge``, ``le``, ``gt``, ...); plain ``kind`` without msgspec."""
+    return Annotated[kind, msgspec.Meta(**limits)] if msgspec is not None else kind
+
+
 # Bounded integer types for configuration fields (msgspec constraints).
 #: A parallel degree, a node count or a GPU count: 1 .. 2**20.
-Count = Annotated[int, msgspec.Meta(ge=1, le=2**20)]
+Count = bounded(int, ge=1, le=2**20)
 #: A count that may be zero (prefetch depth, experts of a dense model): 0 .. 2**20.
-Count0 = Annotated[int, msgspec.Meta(ge=0, le=2**20)]
+Count0 = bounded(int, ge=0, le=2**20)
 #: Sequences or tokens: 1 .. 2**30.
-Size = Annotated[int, msgspec.Meta(ge=1, le=2**30)]
+Size = bounded(int, ge=1, le=2**30)
 
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = QUOTE_CHARS
@@ -216,7 +227,7 @@ def _value_at(data: Any, path: str) -> tuple[bool, Any]:
     return True, data
 
 
-def validation_message(exc: msgspec.ValidationError, target: Any, data: Any) -> str:
+def validation_message(exc: Exception, target: Any, data: Any) -> str:
     """One short line for a msgspec validation error, naming the field and quoting at most a
     short prefix of the value: ``tp must be an integer, got 'two'``."""
     text = str(exc)
@@ -249,6 +260,8 @@ def typed(data: Any, target: Any, where: str):
     """``data`` converted to ``target`` (a dataclass, msgspec Struct or type) by
     ``msgspec.convert`` in strict mode; one short ConfigError naming ``where`` and the field
     otherwise (wrong type, out of range, not one of the choices, or the object's own check)."""
+    if msgspec is None:
+        raise ConfigError(f"{where}: reading configuration needs the 'msgspec' package (pip install msgspec)")
     try:
         return msgspec.convert(data, target, strict=True)
     except msgspec.ValidationError as exc:

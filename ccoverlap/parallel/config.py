@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field, fields
-from typing import Annotated, Literal, get_args
+from typing import Literal, get_args
 
-import msgspec
-
-from ccoverlap.config import Count, Size, short
+from ccoverlap.config import Count, Size, bounded, short
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import TRANSPORTS, CommConfig
 
@@ -47,10 +45,10 @@ TP_OVERLAP = get_args(TPOverlap)
 #: Element width in bytes (1 = fp8, 2 = bf16 / fp16, 4 = fp32, 8 = fp64).
 DtypeBytes = Literal[1, 2, 4, 8]
 #: DDP bucket size in MiB: more than 0, at most 1 TiB.
-BucketMiB = Annotated[float, msgspec.Meta(gt=0, le=2**20)]
+BucketMiB = bounded(float, gt=0, le=2**20)
 #: A small count (virtual stages, prefetch depth, chunks): 1 .. 1024.
-SmallCount = Annotated[int, msgspec.Meta(ge=1, le=1024)]
-SmallCount0 = Annotated[int, msgspec.Meta(ge=0, le=1024)]
+SmallCount = bounded(int, ge=1, le=1024)
+SmallCount0 = bounded(int, ge=0, le=1024)
 
 #: Most operations one simulated step may have (estimated by :func:`estimate_step_ops` before
 #: anything is built; ~1.3 KB and ~7 us of simulation each, so ~5 GB at most). The largest run of

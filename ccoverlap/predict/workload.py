@@ -25,8 +25,6 @@ import argparse
 from dataclasses import InitVar, dataclass, fields, replace
 from typing import Any
 
-import msgspec
-
 from ccoverlap.catalog.hardware import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_file
 from ccoverlap.config import Count, check_keys, dataclass_from_mapping, read_config_file, short, typed
 from ccoverlap.errors import ConfigError
@@ -53,7 +51,8 @@ BATCH_OPTIONS = ("global_batch", "micro_batch", "seq_len")
 DTYPES = {"bfloat16": (2, False), "float16": (2, False), "float32": (4, False), "fp8": (2, True)}
 
 
-class WorkloadFile(msgspec.Struct, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class WorkloadFile:
     """The top level of a workload config file (types only; the sections are checked by their
     own dataclasses)."""
 
@@ -264,7 +263,7 @@ def workload_from_mapping(data: dict, *, source: str = "config") -> Workload:
     from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK, check_framework, get_framework
     from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, check_step_size, validate
 
-    check_keys(data, WorkloadFile.__struct_fields__, source, what="top-level key")
+    check_keys(data, [f.name for f in fields(WorkloadFile)], source, what="top-level key")
     top = typed(data, WorkloadFile, source)
     try:
         model = _model(top.model if top.model is not None else DEFAULT_EXAMPLE["model"], "model")
