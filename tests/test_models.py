@@ -50,7 +50,7 @@ def test_get_model_case_insensitive_and_clear_error():
     assert get_model("llama-3-70b") is MODELS["Llama-3-70B"]
     assert get_model("MIXTRAL-8X7B").experts == 8
     assert get_model("phi2").parallel_attn_mlp
-    with pytest.raises(ConfigError, match=r"unknown model 'llama-5'; known: Llama-3-8B, Llama-3-70B"):
+    with pytest.raises(ConfigError, match=r"unknown model 'llama-5' \(did you mean '.*'\?\); known: Llama-3-8B, Llama-3-70B"):
         get_model("llama-5")
     assert model_names()[0] == "Llama-3-8B"
 

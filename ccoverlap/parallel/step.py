@@ -33,7 +33,7 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import MemorySpec, Op, OpGraph, P2PSpec, gc_paused
 from ccoverlap.parallel import ep as epm
 from ccoverlap.parallel import layer as lay
-from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig
+from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, check_step_size
 from ccoverlap.parallel.ddp import DDPHook
 from ccoverlap.catalog.frameworks import check_framework, get_framework
 from ccoverlap.parallel.fsdp import FSDPHook
@@ -448,6 +448,7 @@ def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
     ``megatron-core``) that decides which kernels a layer runs (docs/model.md).
     """
     knobs = knobs or OverlapKnobs()
+    check_step_size(model.layers, parallel, batch, knobs)  # before anything is built
     em = _Emitter(model, parallel, batch, cluster, knobs, grad_clip, framework)
     zero3 = knobs.fsdp_fetch == "parameter" and parallel.fsdp_enabled and knobs.overlap  # (blocking either way)
     if zero3:

@@ -234,10 +234,12 @@ def screen_estimate(model, cluster, p, b, cost) -> float:
 
 
 def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, top: int = 3,
-           planner_factory=None, **enum_kw) -> SearchResult:
+           planner_factory=None, constraints: dict | None = None, **enum_kw) -> SearchResult:
     """Search the layouts of workload ``w``'s model on its cluster at its global batch and
     sequence length (see the module docstring). ``max_simulations`` caps step simulations with
-    default knobs; ``top`` layouts get the best-knobs search. Returns a :class:`SearchResult`."""
+    default knobs; ``top`` layouts get the best-knobs search; ``constraints`` (ParallelConfig
+    field -> value, e.g. ``{"tp": 8}``) keeps only the layouts that have those values. Returns
+    a :class:`SearchResult`."""
     from ccoverlap.predict.evaluate import cost_model_for
     from ccoverlap.parallel.step import step_totals
     from ccoverlap.planning.strategies import search_best_knobs
@@ -246,9 +248,12 @@ def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, 
     t0 = time.perf_counter()
     cost = cost_model_for(w)
     layouts = enumerate_layouts(w.model, w.cluster, w.batch, **enum_kw)
+    constraints = dict(constraints or {})
+    layouts = [(p, b) for p, b in layouts if all(getattr(p, k) == v for k, v in constraints.items())]
     if not layouts:
+        given = "".join(f", {k}={v}" for k, v in constraints.items())
         raise ConfigError(f"no legal layout of {w.model.name} on {w.cluster.world_size} GPUs with global batch "
-                          f"{w.batch.global_batch}")
+                          f"{w.batch.global_batch}{given}")
     knobs0 = replace(w.knobs, overlap=True)
     cands: list[Candidate] = []
     for p, b in layouts:

@@ -494,7 +494,10 @@ class StrategyRegistry:
         try:
             return self._by_name[name]
         except KeyError:
-            raise ConfigError(f"unknown strategy {name!r}; available: {', '.join(self._by_name) or 'none'}") from None
+            from ccoverlap.config import short, suggest
+
+            raise ConfigError(f"unknown strategy {short(name)}{suggest(name, self._by_name)}; "
+                              f"available: {', '.join(self._by_name) or 'none'}") from None
 
     def select(self, names: Iterable[str] | None) -> list[Strategy]:
         """The strategies called ``names`` (all when None), checked."""

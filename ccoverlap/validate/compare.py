@@ -208,12 +208,3 @@ def format_details(r: Row) -> str:
                      f"simulated in {p.seconds:.2f} s")
         lines += [f"  note: {n}" for n in p.notes]
     return "\n".join(lines)
-
-
-def stderr_progress(prefix: str = "validate") -> ProgressFn:
-    """Progress lines on stderr ('[i/n] run'), so stdout stays a clean table when piped."""
-    def cb(i: int, n: int, what: str) -> None:
-        if i < n:
-            sys.stderr.write(f"{prefix}: [{i + 1}/{n}] {what}\n")
-            sys.stderr.flush()
-    return cb

@@ -373,7 +373,7 @@ def test_group_from_mapping():
     ({"collectives": [{"collective": "all_gather", "bytes": 1, "group_size": 8, "colour": 1}]}, "unknown field"),
     ({"collectives": [{"collective": "all_gather", "bytes": 1, "group_size": 8, "config": {"nc": 0}}]},
      "positive integer"),
-    ({"cluster": "dgx-h9000"}, "unknown GPU"),
+    ({"cluster": "dgx-h9000"}, "unknown cluster"),
     ({"extra": 1}, "unknown field"),
 ])
 def test_group_file_errors_name_the_field(patch, message):
