@@ -17,8 +17,15 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ccoverlap.results import (AnalysisResult, PlanReport, ReplayReport, ReproductionReport, SearchReport,
-                               SimulationResult, ValidationReport)
+from ccoverlap.results import (
+    AnalysisResult,
+    PlanReport,
+    ReplayReport,
+    ReproductionReport,
+    SearchReport,
+    SimulationResult,
+    ValidationReport,
+)
 
 Paths = "str | os.PathLike | Sequence[str | os.PathLike]"
 

@@ -87,7 +87,8 @@ class Progress:
     def _draw(self, done: int, total: int, what: str, now: float) -> None:
         if self._bar is None:
             from rich.console import Console
-            from rich.progress import BarColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
 
             self._bar = Bar(TextColumn(self.label), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                             TextColumn("{task.description}"), TimeElapsedColumn(),
@@ -105,7 +106,7 @@ class Progress:
             self._bar.stop()
             self._bar = None
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -122,10 +122,9 @@ def test_built_in_example_is_compute_bound_and_overlap_choices_matter(capsys, tm
 def test_the_progress_bar_runs_no_thread_the_planner_could_fork():
     # the planner forks worker processes; a rich refresh thread alive at fork time may deadlock
     # the child (Python 3.12 warns). The bar must be drawn from the caller's updates instead.
+    import io
     import threading
     import time
-
-    import io
 
     from ccoverlap.console import Progress
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ccoverlap.errors import ConfigError
 from ccoverlap.catalog.models import MODELS, ModelSpec, get_model, model_from_dict, model_names
+from ccoverlap.errors import ConfigError
 
 # published totals: HF model cards / papers (exact where the card gives the exact number)
 PUBLISHED = {

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from ccoverlap.planning.strategies import plan
 from ccoverlap.parallel import OverlapKnobs
+from ccoverlap.planning.strategies import plan
 from ccoverlap.predict.planner import Planner, screen_microbatches
 from ccoverlap.predict.workload import workload_from_mapping
 

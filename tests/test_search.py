@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from ccoverlap.cli import main
 from ccoverlap.catalog.hardware import get_cluster
 from ccoverlap.catalog.models import get_model
+from ccoverlap.cli import main
 from ccoverlap.parallel.config import BatchConfig, config_problems
 from ccoverlap.planning.search import enumerate_layouts, label, screen_estimate
 

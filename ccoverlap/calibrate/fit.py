@@ -46,20 +46,20 @@ fit uses the training part and :func:`heldout_errors` reports the error on the r
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable, Iterable
 
 import numpy as np
 from scipy.optimize import least_squares as scipy_least_squares
 
 from ccoverlap.calibrate.grids import DTYPE_BYTES, is_held_out
+from ccoverlap.catalog.hardware import ClusterSpec, GPUSpec, LinkSpec
 from ccoverlap.cost import comm as cm
 from ccoverlap.cost import contention as ct
 from ccoverlap.cost.compute import gemm_profile, gemm_time_s, memory_time_s, split_gemm
 from ccoverlap.cost.params import CostParams
 from ccoverlap.sim.graph import CommConfig, CopySpec, GemmSpec, MemorySpec, P2PSpec
-from ccoverlap.catalog.hardware import ClusterSpec, GPUSpec, LinkSpec
 
 
 @dataclass(frozen=True)

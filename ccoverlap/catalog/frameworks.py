@@ -317,7 +317,7 @@ def _load(key: str) -> FrameworkProfile:
     return profile_from_mapping(read_config_file(path), f"framework {key!r}")
 
 
-def get_framework(framework: "str | os.PathLike | FrameworkProfile | None") -> FrameworkProfile:
+def get_framework(framework: str | os.PathLike | FrameworkProfile | None) -> FrameworkProfile:
     """The profile named ``framework`` (a built-in name or a file path); None gives the default
     (``megatron-core``); a FrameworkProfile is returned as is."""
     if isinstance(framework, FrameworkProfile):

@@ -102,7 +102,7 @@ class ClusterSpec:
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
 
-    def with_nodes(self, nodes: int) -> "ClusterSpec":
+    def with_nodes(self, nodes: int) -> ClusterSpec:
         return replace(self, nodes=nodes)
 
 

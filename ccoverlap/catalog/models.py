@@ -17,7 +17,7 @@ per batch) for a GPT with 4h MLP, which also counts the LM-head matmul.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 from ccoverlap.errors import ConfigError

@@ -45,12 +45,10 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Analyse, print (table or JSON), draw; 0 on success (TraceError/ConfigError -> exit 2 in the CLI)."""
-    from ccoverlap.errors import ConfigError
+    from ccoverlap.errors import CCOverlapError, ConfigError
     from ccoverlap.trace.analyze import analyze, compare
     from ccoverlap.trace.dimensions import load_groups
     from ccoverlap.trace.report import print_comparison, print_problems, print_report, write_json, write_png
-
-    from ccoverlap.errors import CCOverlapError
 
     try:
         if args.jobs is not None and args.jobs < 1:

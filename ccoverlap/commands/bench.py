@@ -27,9 +27,8 @@ import os
 import statistics
 import sys
 
-from ccoverlap.errors import ConfigError
-
 from ccoverlap.commands.options import add_common, add_dtype
+from ccoverlap.errors import ConfigError
 
 OPS = ("all_gather_matmul", "matmul_reduce_scatter", "all_to_all_matmul")
 _DTYPES = ("bfloat16", "float16", "float32")  # the overlapped ops run no fp8
@@ -164,8 +163,7 @@ def _worker(rank: int, world: int, cfg: dict):
     import torch
     import torch.distributed as dist
 
-    from ccoverlap.runtime import all_gather_matmul, all_to_all_matmul, matmul_reduce_scatter
-    from ccoverlap.runtime import comm
+    from ccoverlap.runtime import all_gather_matmul, all_to_all_matmul, comm, matmul_reduce_scatter
     from ccoverlap.runtime.tuning import resolve, round_order
 
     backend = comm.backend_of()
@@ -390,7 +388,6 @@ def _summary(rows: list[dict]) -> dict:
 
 def _profile(cfg: dict, rank: int, call, sync, device) -> None:
     from torch.profiler import ProfilerActivity, profile, record_function
-
     from torch.profiler import schedule as prof_schedule
 
     os.makedirs(cfg["profile_dir"], exist_ok=True)

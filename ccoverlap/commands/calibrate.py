@@ -129,9 +129,9 @@ def print_report(result, held, decomposition, base, path: Path, out=None) -> Non
 def run(args: argparse.Namespace) -> int:
     """Measure (or, with ``--refit``, read the measurements of a file), fit, print the report,
     write the calibration file; 0 on success. User errors raise ConfigError (exit 2)."""
-    from ccoverlap.version import __version__
     from ccoverlap.calibrate import fileformat
     from ccoverlap.cost.params import default_params
+    from ccoverlap.version import __version__
 
     log = _log(args.quiet)
     if args.refit:

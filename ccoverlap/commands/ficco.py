@@ -97,8 +97,9 @@ def case_markdown(verdict) -> str:
 
 
 def _print_case(verdict) -> None:
-    from ccoverlap.console import make_console
     from rich.table import Table
+
+    from ccoverlap.console import make_console
 
     console = make_console()
     console.print(f"[bold]{verdict.case.describe()}[/bold]")
@@ -191,8 +192,9 @@ def _run_accuracy(args, ficco, cluster, cost) -> int:
         print(header + "\n")
         print(accuracy_markdown(reports, fit))
         return 0
-    from ccoverlap.console import make_console
     from rich.table import Table
+
+    from ccoverlap.console import make_console
 
     console = make_console()
     console.print(f"[bold]{header}[/bold]")

@@ -15,7 +15,6 @@ import sys
 
 from ccoverlap.commands.options import add_json, add_quiet
 
-
 PAPER_NAMES = ("centauri", "ficco", "lagom")  # the papers of ccoverlap.reproduce.suite.PAPERS (checked by a test)
 
 

@@ -80,8 +80,9 @@ def _cfg(c) -> str:
 
 
 def _print(payload: dict, tunings, show_steps: bool) -> None:
-    from ccoverlap.console import make_console
     from rich.table import Table
+
+    from ccoverlap.console import make_console
 
     con = make_console()
     con.print(f"[bold]Lagom tuning[/bold] — {payload['source']} (simulated profiling on the cost model)")

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from ccoverlap.commands.options import add_json, add_quiet
 from ccoverlap.errors import ConfigError
-
 from ccoverlap.validate.reader import PUBLISHED, runs_path  # noqa: F401  (PUBLISHED: re-exported for scripts)
 
 

@@ -39,8 +39,8 @@ rewrite are in :mod:`ccoverlap.deciders.centauri_tiers` (re-exported here).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 from ccoverlap.deciders import centauri_rules as rules
 from ccoverlap.deciders.centauri_tiers import (  # re-exported: callers import them from here
@@ -53,8 +53,8 @@ from ccoverlap.deciders.centauri_tiers import (  # re-exported: callers import t
     operation_candidates,
     pipeline_group_choice,
 )
-from ccoverlap.sim.graph import OpGraph
 from ccoverlap.predict.planner import FunctionStrategy, with_microbatches
+from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.timeline import Timeline, step_time_s
 
 __all__ = ["CentauriDecision", "decide", "comm_ratio", "centauri_strategy", "centauri_graph", "layer_costs",

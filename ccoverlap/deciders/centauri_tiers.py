@@ -12,8 +12,8 @@ the candidates and keeps the fastest. The rules themselves are in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from ccoverlap.deciders import centauri_rules as rules
 from ccoverlap.deciders import partition as part

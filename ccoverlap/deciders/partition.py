@@ -26,8 +26,8 @@ phase labels; backward GEMMs are ``<weight>_dgrad[i]`` and ``<weight>_wgrad``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ccoverlap.deciders.centauri_rules import OperationPlan, allgather_pieces
 from ccoverlap.deciders.rewrite import GraphRewrite, Piece

@@ -232,7 +232,7 @@ class ParallelConfig:
             return None
         return world_size // model_parallel
 
-    def validate(self, model, cluster=None, batch: "BatchConfig | None" = None) -> None:
+    def validate(self, model, cluster=None, batch: BatchConfig | None = None) -> None:
         """Check this configuration against ``model`` (a ModelSpec), ``cluster`` (a
         ClusterSpec, optional) and ``batch`` (optional). Raises one ConfigError whose message
         lists every problem found, one sentence each."""
@@ -245,7 +245,7 @@ class ParallelConfig:
         return asdict(self)
 
 
-def config_problems(p: ParallelConfig, model, cluster=None, batch: "BatchConfig | None" = None) -> list[str]:
+def config_problems(p: ParallelConfig, model, cluster=None, batch: BatchConfig | None = None) -> list[str]:
     """Every problem of ``p`` against model / cluster / batch, one sentence each (empty = valid)."""
     out: list[str] = []
     if model.heads % p.tp:
@@ -286,7 +286,7 @@ def config_problems(p: ParallelConfig, model, cluster=None, batch: "BatchConfig 
     return out
 
 
-def validate(model, parallel: ParallelConfig, batch: "BatchConfig | None" = None, cluster=None) -> None:
+def validate(model, parallel: ParallelConfig, batch: BatchConfig | None = None, cluster=None) -> None:
     """Check ``parallel`` (and ``batch``, ``cluster`` when given) against ``model``; one
     ConfigError listing every problem. Same checks as :meth:`ParallelConfig.validate`."""
     if not isinstance(parallel, ParallelConfig):
@@ -456,7 +456,7 @@ class OverlapKnobs:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict, where: str = "knobs") -> "OverlapKnobs":
+    def from_dict(cls, d: dict, where: str = "knobs") -> OverlapKnobs:
         """Knobs from a mapping (``comm_config`` and overrides may be nested mappings)."""
         from ccoverlap.config import check_keys, dataclass_from_mapping, field_names
 

@@ -29,13 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ccoverlap.catalog.frameworks import check_framework, get_framework
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import MemorySpec, Op, OpGraph, P2PSpec, gc_paused
 from ccoverlap.parallel import ep as epm
 from ccoverlap.parallel import layer as lay
 from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, check_step_size
 from ccoverlap.parallel.ddp import DDPHook
-from ccoverlap.catalog.frameworks import check_framework, get_framework
 from ccoverlap.parallel.fsdp import FSDPHook
 from ccoverlap.parallel.layout import Layout
 from ccoverlap.parallel.memory import MemoryEstimate, estimate_memory
@@ -43,6 +42,7 @@ from ccoverlap.parallel.pp import Schedule, make_schedule
 from ccoverlap.parallel.segment import IN, Segment
 from ccoverlap.parallel.units import layer_index, stage_units, unit_tensors
 from ccoverlap.parallel.zero3 import fetch_per_parameter
+from ccoverlap.sim.graph import MemorySpec, Op, OpGraph, P2PSpec, gc_paused
 
 new_op = tuple.__new__  # an Op record from a tuple of its fields, without keyword handling
 

@@ -32,8 +32,8 @@ Times in seconds, memory in bytes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable
 
 from ccoverlap.errors import ConfigError
 
@@ -240,9 +240,9 @@ def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, 
     default knobs; ``top`` layouts get the best-knobs search; ``constraints`` (ParallelConfig
     field -> value, e.g. ``{"tp": 8}``) keeps only the layouts that have those values. Returns
     a :class:`SearchResult`."""
-    from ccoverlap.predict.evaluate import cost_model_for
     from ccoverlap.parallel.step import step_totals
     from ccoverlap.planning.strategies import search_best_knobs
+    from ccoverlap.predict.evaluate import cost_model_for
     from ccoverlap.predict.planner import Planner
 
     t0 = time.perf_counter()

@@ -21,12 +21,21 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.predict.evaluate import (StepMetrics, StrategyResult, build_workload_step, cost_model_for,
-                                extrapolate_metrics, step_totals, summarize, summarize_metrics)
+from ccoverlap.predict.evaluate import (
+    StepMetrics,
+    StrategyResult,
+    build_workload_step,
+    cost_model_for,
+    extrapolate_metrics,
+    step_totals,
+    summarize,
+    summarize_metrics,
+)
 
 ProgressFn = Callable[[int, int, str], None]
 

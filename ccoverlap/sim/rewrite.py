@@ -12,8 +12,8 @@ told otherwise waits for every piece.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import Op, OpGraph, Spec, gc_paused

@@ -8,10 +8,10 @@ error (the bias) and the worst run, over the runs that could be predicted.
 from __future__ import annotations
 
 import math
-import sys
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ccoverlap.errors import CCOverlapError
 from ccoverlap.validate.predict import Prediction, Unsupported, predict_run, workload_for

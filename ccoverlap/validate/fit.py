@@ -16,8 +16,8 @@ the fit runs, so the line search's evaluations are capped (``iters``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Callable
 
 from scipy.optimize import minimize_scalar
 

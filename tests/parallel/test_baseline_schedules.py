@@ -6,6 +6,7 @@ micro-batches (Centauri Fig. 7) and DeepSpeed ZeRO-3's per-tensor fetching."""
 from __future__ import annotations
 
 import pytest
+from parallel_helpers import ToyCost, cluster
 
 from ccoverlap.catalog.models import model_from_dict
 from ccoverlap.errors import ConfigError
@@ -15,8 +16,6 @@ from ccoverlap.parallel.units import tensor_of
 from ccoverlap.parallel.zero3 import PERSISTENCE_THRESHOLD_NUMEL, _prefetch_triggers, gathered_tensors
 from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import CollectiveSpec, GemmSpec
-
-from parallel_helpers import ToyCost, cluster
 
 TINY = model_from_dict({"name": "tiny", "hidden": 1024, "ffn_hidden": 4096, "heads": 8, "kv_heads": 8,
                         "layers": 4, "vocab": 1024, "seq_len": 1024})

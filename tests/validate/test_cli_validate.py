@@ -162,8 +162,9 @@ def test_fit_optimizer_recovers_a_known_minimum():
     class R:
         def __init__(self, gpu):
             self.gpu_name = gpu
-            from ccoverlap.catalog.hardware import get_gpu
             from types import SimpleNamespace
+
+            from ccoverlap.catalog.hardware import get_gpu
             self.cluster = SimpleNamespace(gpu=get_gpu(gpu))
 
     target = {"H100-SXM": 0.61, "A100-80GB-SXM": 0.74}
