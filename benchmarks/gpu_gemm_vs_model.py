@@ -1,4 +1,4 @@
-"""Held-out check of the cost model's GEMM time on a real GPU (issue 14, item 2).
+"""Held-out check of the cost model's GEMM time on a real GPU.
 
 Times cuBLAS GEMMs (``torch.matmul`` into a preallocated output, bf16, CUDA events, median of
 several repetitions, :class:`ccoverlap.calibrate.microbench.Bench`) on shapes that
@@ -32,12 +32,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ccoverlap.calibrate import grids
+from ccoverlap.catalog.hardware import get_gpu
+from ccoverlap.catalog.models import get_model
 from ccoverlap.cost.compute import gemm_time_s, split_gemm
 from ccoverlap.cost.params import CostParams, default_params
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.sim.graph import GemmSpec
-from ccoverlap.catalog.hardware import get_gpu
-from ccoverlap.catalog.models import get_model
 
 MODELS = ("Llama-3-8B", "Llama-3-70B")
 TPS = (1, 2, 4, 8)

@@ -16,21 +16,21 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
-from ccoverlap.errors import ConfigError, TraceError
-from ccoverlap.sim.timeline import RankMetrics, rank_metrics
+from ccoverlap.errors import ConfigError
+from ccoverlap.sim.timeline import RankMetrics
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.collectives import CollectiveStats, busbw_factor
 from ccoverlap.trace.combine import analyze_job
 from ccoverlap.trace.contention import Contention
 from ccoverlap.trace.dimensions import DimensionStats
 from ccoverlap.trace.engine import make_engine
-from ccoverlap.trace.sources import size as source_size
 from ccoverlap.trace.ranks import CrossRank
+from ccoverlap.trace.sources import size as source_size
 from ccoverlap.trace.steps import StepRanges, parse_steps
 from ccoverlap.trace.summary import JobContext, RankSummary
 from ccoverlap.trace.verdict import Verdict
@@ -135,7 +135,7 @@ class Analysis:
         return json_ready(doc)
 
 
-def comm_kernel_rows(a: "Analysis"):
+def comm_kernel_rows(a: Analysis):
     """The rows of :meth:`Analysis.comm_kernels`, one at a time, before :func:`json_ready`."""
     for rt in a.ranks:
         tl = rt.comm

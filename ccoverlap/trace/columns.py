@@ -133,7 +133,7 @@ class Columns:
 
     def _partition(self, batch: list, base: int) -> dict:
         """Complete events by category, with their indices (typed batch: ph / cat are str or None).
-        Four list comprehensions and numpy, no per-event branches."""
+        Four list comprehensions and numpy, no per-event conditionals."""
         phc = np.array([_PH.get(p, 3) for p in [e.ph for e in batch]], dtype=np.int8)
         cats = [e.cat for e in batch]
         cid = self._cat_ids

@@ -16,7 +16,8 @@ runs on a Ray cluster's workers; :func:`make_engine` builds the engine a command
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable, Iterator, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
 # the per-rank work pays for a worker process from about this much trace data (on disk)
 PARALLEL_MIN_BYTES = 2 << 20
@@ -55,7 +56,7 @@ class LocalEngine:
         they are, so no process waits idle while there is work and none is started for
         nothing."""
         import multiprocessing as mp
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait   # only when used: start-up
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait  # only when used: start-up
 
         items = list(items)
         workers = min(self.jobs, len(items)) - 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections import deque
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from ccoverlap.errors import CCOverlapError, ConfigError
 

@@ -1,4 +1,4 @@
-"""The two speed-check tools of issue 10: ``sim_identity.fingerprint`` tells two steps apart by
+"""The two simulator speed-check tools: ``sim_identity.fingerprint`` tells two steps apart by
 any op field or any time, and ``sim_instructions`` refuses bad input with exit 2."""
 
 from __future__ import annotations
@@ -8,10 +8,9 @@ import subprocess
 import sys
 
 from bench_scripts import BENCH, load_script
-from ccoverlap.sim.graph import GemmSpec, OpGraph
+
 from ccoverlap.sim.engine import simulate
-
-
+from ccoverlap.sim.graph import GemmSpec, OpGraph
 
 
 class _Cost:

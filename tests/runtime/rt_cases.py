@@ -5,7 +5,7 @@
 spawn per world size and turns each case into a test. Every rank generates every rank's
 inputs from fixed seeds, so each rank computes the single-process reference locally.
 
-Cases never branch on local results before a collective, so a wrong answer on one rank
+Cases never choose a path by local results before a collective, so a wrong answer on one rank
 is reported instead of desynchronising the group.
 """
 
@@ -25,11 +25,12 @@ from ccoverlap.runtime import (
     all_gather_matmul,
     all_to_all_matmul,
     allreduce_sequence_parallel_grads,
+    comm,
     matmul_reduce_scatter,
+    partition,
     set_shape_check,
     tuning_cache,
 )
-from ccoverlap.runtime import comm, partition
 
 RTOL, ATOL = 1e-4, 1e-5
 _CASES: list[tuple[str, object]] = []

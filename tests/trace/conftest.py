@@ -11,7 +11,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 FIXTURES = HERE.parent / "fixtures" / "traces"
-# the shared real traces sit beside the checkout (or beside the folder of worktrees)
+# the shared real traces sit beside the checkout or one folder further up
 SHARED = next((p / "shared" / "traces" for p in HERE.parents[2:4] if (p / "shared" / "traces").is_dir()),
               HERE.parents[2] / "shared" / "traces")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "traces"
-# the shared real traces sit beside the checkout (or beside the folder of worktrees)
+# the shared real traces sit beside the checkout or one folder further up
 SHARED = next((p / "shared" / "traces" for p in (ROOT.parent, ROOT.parent.parent)
                if (p / "shared" / "traces").is_dir()), ROOT.parent / "shared" / "traces")
 GOLDEN = ROOT / "tests" / "fixtures" / "analyze_golden"
@@ -70,9 +70,9 @@ def run_case(where: str, folder: str, opts: list[str]) -> dict:
 
 def run_case_text(where: str, folder: str, opts: list[str]) -> str:
     """The tables ``ccoverlap analyze`` prints for one case (120 columns), paths replaced by ``<TRACES>``."""
-    from ccoverlap.cli import main
-
     import os
+
+    from ccoverlap.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     old = os.environ.get("COLUMNS")

@@ -10,14 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from ccoverlap.cli import main
 from ccoverlap.errors import ConfigError
 from ccoverlap.planning.search import Candidate, _simulate_in_order
 from ccoverlap.trace.analyze import analyze
 from ccoverlap.trace.engine import LocalEngine, SerialEngine, make_engine
-
-from conftest import FIXTURES
 
 fsspec = pytest.importorskip("fsspec")
 

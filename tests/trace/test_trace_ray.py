@@ -12,13 +12,12 @@ import subprocess
 import sys
 
 import pytest
+from conftest import FIXTURES
 
 from ccoverlap.cli import main
 from ccoverlap.errors import CCOverlapError
 from ccoverlap.trace.analyze import analyze
 from ccoverlap.trace.engine import SerialEngine
-
-from conftest import FIXTURES
 
 ray = pytest.importorskip("ray")
 
