@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 from ccoverlap.replay import whatif as W
-from ccoverlap.replay.core import load_job
+from ccoverlap.replay.core import gpu_times, load_job
+from ccoverlap.replay.graph import EDGE_KINDS
 from ccoverlap.replay.run import replay
 
+from .conftest import SHARED
 from .synth import Rank, allreduce_args, two_rank_job
 
 US = 1e-6
@@ -28,12 +30,14 @@ def _step1(res_scn, rank=None):
 
 def test_dependency_kinds_found(tmp_path):
     job = load_job([str(p) for p in two_rank_job(tmp_path)], steps="all")
-    for g in job.graph.ranks:
+    for gi, g in enumerate(job.graph.ranks):
         inf = g.inferred
         assert inf["cross_stream_inferred_from_timing"] == 2          # C waits for A, B for C
         assert inf["host_sync_blocking_calls"] == 1                   # cudaDeviceSynchronize
         assert abs(inf["launch_latency_us"] - 10.0) < 1e-6            # A and D: 10 µs after launch
-        kinds = set(g.ekind)
+        off = job.graph.offset[gi]
+        own = (job.graph.dst >= off) & (job.graph.dst < off + g.n_nodes)
+        kinds = {EDGE_KINDS[k] for k in job.graph.ekind[own]}
         assert {"cpu", "launch", "stream", "xstream", "sync"} <= kinds
     assert len(job.graph.collectives) == 1                             # matched across the two ranks
     c = job.graph.collectives[0]
@@ -71,16 +75,16 @@ def test_comm_hidden(tmp_path):
 def test_network_cross_rank(tmp_path):
     # group of 16 GPUs: inter-node; 2x faster network -> transfer 200 µs, C ends 1710 on both ranks
     paths = [str(p) for p in two_rank_job(tmp_path, group_size=16)]
-    res = replay(paths, steps="all", whatifs=["network-2x", "network-0.5x"])
+    res = replay(paths, steps="all", whatifs=["network-2x", "network-0.5x"], keep_times=True)
     fast, slow = res.whatifs
     assert _step1(fast, 0) == pytest.approx((2925 - 200) * US)
     assert _step1(fast, 1) == pytest.approx((2925 - 200) * US)
     assert _step1(slow, 0) == pytest.approx((2925 + 400) * US)
     # the slower rank 1 still sets the end of the collective on rank 0
     ends = {}
-    for r, rt in fast.measured.rts.items():
-        tl = rt.timeline
-        ends[r] = float(tl.end_s[tl.kind == "comm"][0])
+    for r, e in gpu_times(res.job, fast.times, fast.dur)[1].items():
+        kind = res.job.rts[r].timeline.kind
+        ends[r] = float(e[kind == "comm"][0])
     assert ends[0] == pytest.approx(ends[1])
 
 
@@ -114,13 +118,13 @@ def test_no_contention_and_whole_window(tmp_path):
 def test_copy_engine_scales_by_cost_model(tmp_path):
     from ccoverlap.catalog.hardware import get_cluster
 
-    res = replay([str(_contention_trace(tmp_path))], whatifs=["copy-engine"], cluster="dgx-h100")
+    res = replay([str(_contention_trace(tmp_path))], whatifs=["copy-engine"], cluster="dgx-h100", keep_times=True)
     s = res.whatifs[0]
     ratio = W.dma_ratio("all_gather", 8 * 4 * (1 << 20), 8, get_cluster("dgx-h100"))
     assert ratio is not None
-    tl = s.measured.rts[0].timeline
-    comm = tl.kind == "comm"
-    assert float((tl.end_s - tl.start_s)[comm][0]) == pytest.approx(390 * US * ratio)
+    comm = res.job.rts[0].timeline.kind == "comm"
+    starts, ends = gpu_times(res.job, s.times, s.dur)
+    assert float((ends[0] - starts[0])[comm][0]) == pytest.approx(390 * US * ratio)
     assert W.dma_ratio("all_reduce", 1e6, 8, get_cluster("dgx-h100")) is None    # reductions stay on SMs
 
 
@@ -158,7 +162,7 @@ def test_chrome_trace_reads_back(tmp_path):
     from ccoverlap.trace.analyze import analyze
 
     paths = [str(p) for p in two_rank_job(tmp_path, group_size=16)]
-    res = replay(paths, steps="all", whatifs=["network-2x"])
+    res = replay(paths, steps="all", whatifs=["network-2x"], keep_times=True)
     for s in [res.replay] + res.whatifs:
         out = write_chrome(res, s, tmp_path / "out" / s.name)
         a = analyze([str(p) for p in out], steps="all")
@@ -203,7 +207,6 @@ def test_cli_json(tmp_path):
     assert (tmp_path / "o" / "no-comm" / "rank-1.json.gz").exists()
 
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="../shared/traces not present")
@@ -244,7 +247,7 @@ def test_ops_without_launch_stay_in_their_step(tmp_path):
     k.kernel("gemm_K", 1, 7, 0.0, 100.0)
     k.kernel("ncclDevKernel_AllReduce_RING_LL", 2, 20, 100.0, 200.0, **allreduce_args(16))
     k.kernel("gemm_B", 3, 7, 300.0, 100.0)
-    res = replay([str(k.write(tmp_path / "rank-0.json"))], whatifs=["network-0.5x"])
+    res = replay([str(k.write(tmp_path / "rank-0.json"))], whatifs=["network-0.5x"], keep_times=True)
     s = res.whatifs[0]
     # C 100-500, B 500-600: the step grows past its annotation and keeps B
     assert s.step_time_s == pytest.approx(600 * US)
@@ -307,7 +310,7 @@ def test_cli_text_piped_keeps_whole_tables(tmp_path):
     paths = two_rank_job(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     r = subprocess.run([sys.executable, "-m", "ccoverlap", "replay", *map(str, paths), "--steps", "all", "-q",
-                        "--whatif", "no-comm", "network-2x"], capture_output=True, text=True, env=env)
+                        "--whatif", "no-comm,network-2x"], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert "error (structure)" in r.stdout and "exposed comm" in r.stdout
     assert any("no-comm" in line and "+13.2%" in line for line in r.stdout.splitlines())   # 200 of 1512.5 µs
@@ -357,7 +360,7 @@ def test_real_trace_chrome_reads_back(tmp_path, name):
     from ccoverlap.replay.report import write_chrome
     from ccoverlap.trace.analyze import analyze
 
-    res = replay([str(SHARED / name)], whatifs=["no-comm"])
+    res = replay([str(SHARED / name)], whatifs=["no-comm"], keep_times=True)
     s = res.whatifs[0]
     a = analyze([str(p) for p in write_chrome(res, s, tmp_path / "out")])
     for m in a.metrics:
