@@ -100,7 +100,8 @@ def critical_path(jg: JobGraph, t: np.ndarray, gi: int, start_s: float, end_s: f
             T, ending = lo, False
             continue
         b = int(bind[v])
-        if b < 0:
+        if b < 0:   # a root: a thread's first call or an op with nothing before it, at its measured time
+            account(start_s, "host" if jg.kind[v] == CPU else "waits", v)
             break
         u = int(jg.src[b])
         lo = float(t[u] + jg.dur[u]) if jg.from_end[b] else float(t[u])
@@ -146,19 +147,22 @@ def explain(res) -> str:
         return ""
     per = {k: v / n for k, v in path.seconds.items()}
     ms = lambda x: f"{x * 1e3:.2f} ms"   # noqa: E731
-    head = (f"analyze counts {ms(exposed)} of exposed communication per step (no compute beside it) but removing "
+    head = (f"analyze counts {ms(exposed)} of exposed communication per step (no compute beside it), removing "
             f"all communication shortens the replayed step by {ms(gain)}: ")
-    where = (f"on rank {path.rank}'s critical path (per step: host code {ms(per['host'])}, GPU compute "
+    where = (f" (rank {path.rank}'s critical path per step: host code {ms(per['host'])}, GPU compute "
              f"{ms(per['compute'])}, communication {ms(per['communication'])}, waits on other streams or syncs "
              f"{ms(per['waits'])}, other GPU work {ms(per['other GPU'])})")
-    if gain < exposed:
-        if path.share("host") >= 0.5:
-            why = ("the step is CPU-bound - the GPU waits for the CPU to launch the next work, so exposed "
-                   "communication runs in time the GPU would idle anyway; ")
-        else:
-            why = ("most exposed communication is off the critical path - what follows it does not wait for it "
-                   "(dependencies); ")
-        return head + why + where + "."
-    peers = f"{ms(path.other_ranks_s / n)} of it on other ranks, " if path.other_ranks_s > 0 else ""
-    return (head + "more than is exposed, because compute waits for collectives that ran beside other compute, "
-            "or collectives wait for their slowest member (dependencies) - " + peers + where + ".")
+    if gain > exposed:
+        peers = f", {ms(path.other_ranks_s / n)} of the path on other ranks" if path.other_ranks_s > 0 else ""
+        return (head + "more than is exposed - compute waits for collectives that ran beside other compute, or "
+                "collectives wait for their slowest member (dependencies)" + peers + where + ".")
+    if path.share("host") >= 0.5:
+        why = ("the step is CPU-bound: the GPU waits for the CPU to launch the next work, so exposed communication "
+               "runs in time the GPU would idle anyway")
+    elif per["communication"] < exposed:
+        why = ("most exposed communication is off the critical path: what follows it does not wait for it "
+               "(dependencies)")
+    else:
+        why = ("communication is on the critical path, but another path nearly as long (compute or host work on "
+               "other streams and threads) sets the step once it is gone")
+    return head + why + where + "."

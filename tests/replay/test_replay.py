@@ -129,6 +129,8 @@ def test_copy_engine_scales_by_cost_model(tmp_path):
 
 
 def test_centauri(tmp_path):
+    from ccoverlap.deciders.centauri_rules import MAX_CHUNKS
+
     # A 10-1010 (launch 0); C all-gather 1010-1410 (launch 1000, 10 µs latency); B 1410-2210 waits for C
     k = Rank(0, 1)
     k.launch("gemm_A", 0.0, 7, 10.0, 1000.0)
@@ -138,9 +140,12 @@ def test_centauri(tmp_path):
     k.launch("gemm_B", 1005.0, 7, 1410.0, 800.0)
     res = replay([str(k.write(tmp_path / "rank-0.json"))], whatifs=["centauri"])
     s = res.whatifs[0]
-    # k=4, latency 10 µs: B starts at 1010 + 400/4 + 3*10 = 1140, ends 1940; window 10..1940
+    # Centauri's Algorithm 1: no independent compute beside C -> MAX_CHUNKS (8) chunks; latency 10 µs:
+    # B starts at 1010 + 400/8 + 7*10 = 1130, ends 1930; window 10..1930
+    assert MAX_CHUNKS == 8
     assert res.replay.step_time_s == pytest.approx(2200 * US)
-    assert s.step_time_s == pytest.approx(1930 * US)
+    assert s.step_time_s == pytest.approx(1920 * US)
+    assert "in 8 chunks" in s.note and "applied 1" in s.note
 
 
 def test_cross_stream_from_cuda_sync_args(tmp_path):
@@ -218,22 +223,44 @@ def test_real_traces_fidelity(name):
         assert abs(row["error_pct"]) <= 3.0
 
 
-def test_lagom_scales_group_by_tuned_ratio(tmp_path):
-    from ccoverlap.catalog.hardware import get_cluster
-
-    # K (compute, 10-1010) runs beside an all-gather C (stream 20, 10-810); Z (1010-1110) after K
+def _lagom_trace(d: Path, kernels: list[float], c_dur: float) -> Path:
+    """Compute kernels back to back on stream 7 from 10 µs (then Z, 100 µs) and a 128 MiB
+    all-gather C on stream 20 from 10 µs, beside the first kernel."""
+    d.mkdir()
     k = Rank(0, 1)
-    k.launch("gemm_K", 0.0, 7, 10.0, 1000.0)
-    k.launch("ncclDevKernel_AllGather_RING_LL", 0.5, 20, 10.0, 800.0,
+    t = 10.0
+    for i, dur in enumerate(kernels):
+        k.launch(f"gemm_K{i}", 0.1 * i, 7, t, dur)
+        t += dur
+    k.launch("ncclDevKernel_AllGather_RING_LL", 0.5, 20, 10.0, c_dur,
              **{"Collective name": "allgather", "In msg nelems": 1 << 22, "Out msg nelems": 8 << 22,
                 "dtype": "Float", "Group size": 8, "Process Group Name": "0"})
-    k.launch("gemm_Z", 1.0, 7, 1010.0, 100.0)
-    res = replay([str(k.write(tmp_path / "rank-0.json"))], whatifs=["lagom"], cluster="dgx-h100")
-    rx, ry = W.lagom_ratios("all_gather", 4.0 * (8 << 22), 8, 1000 * US, get_cluster("dgx-h100"))
+    k.launch("gemm_Z", 1.0, 7, t, 100.0)
+    return k.write(d / "rank-0.json")
+
+
+def test_lagom_applies_a_faster_configuration_and_keeps_the_given_one_otherwise(tmp_path):
+    from ccoverlap.catalog.hardware import get_cluster
+    from ccoverlap.replay.decide import lagom_ratios
+
+    h100 = get_cluster("dgx-h100")
+    # K0 (500 µs) runs beside C (400 µs), K1 (500 µs) and Z after it: Lagom's group is C + 500 µs of compute
+    rx, ry, rz = lagom_ratios("all_gather", 4.0 * (8 << 22), 8, 1, 500 * US, h100)
+    assert rz < 1 and ry < 1
+    res = replay([str(_lagom_trace(tmp_path / "a", [500.0, 500.0], 400.0))], whatifs=["lagom"], cluster="dgx-h100")
     s = res.whatifs[0]
-    # K scales by ry, C by rx; Z follows K: window = max(1000 ry + 100, 800 rx)
-    assert s.step_time_s == pytest.approx(max(1000 * ry + 100, 800 * rx) * US)
-    assert "1 overlap group" in s.note
+    # K0 500 ry, K1 500, Z 100 after it; C ends at 400 rx, earlier
+    assert 400 * rx < 500 * ry + 600
+    assert s.step_time_s == pytest.approx((500 * ry + 600) * US)
+    assert s.gain_s > 0 and "applied 1" in s.note
+    # K (1000 µs) beside an 800 µs C: Lagom gives C fewer resources (its model: C stays hidden), but
+    # C then ends at 800 rx > 1100 µs - slower in the replay, so the given configuration stays
+    rx, ry, rz = lagom_ratios("all_gather", 4.0 * (8 << 22), 8, 1, 1000 * US, h100)
+    assert rz < 1 and 800 * rx > 1100
+    res = replay([str(_lagom_trace(tmp_path / "b", [1000.0], 800.0))], whatifs=["lagom"], cluster="dgx-h100")
+    s = res.whatifs[0]
+    assert s.gain_s == 0.0 and s.step_time_s == res.replay.step_time_s
+    assert "kept the given configuration for 1" in s.note
 
 
 def test_ops_without_launch_stay_in_their_step(tmp_path):
@@ -347,7 +374,7 @@ def test_network_with_named_cluster_uses_cost_model_ratio(tmp_path):
 
     paths = [str(p) for p in two_rank_job(tmp_path, group_size=16)]
     res = replay(paths, steps="all", whatifs=["network-2x"], cluster="a40-pcie")
-    r = W.network_ratio("all_reduce", 4.0 * (1 << 20), 16, 2.0, get_cluster("a40-pcie"))
+    r = W.network_ratio("all_reduce", 4.0 * (1 << 20), 16, 2, 2.0, get_cluster("a40-pcie"))
     assert r is not None and 0.5 < r < 1.0
     # C ends at 1510 + 400 r on both ranks; then B 1000, sync +5, launch +10, D +10: step 1 = 2525 + 400 r
     assert _step1(res.whatifs[0], 0) == pytest.approx((2525 + 400 * r) * US)
@@ -368,3 +395,85 @@ def test_real_trace_chrome_reads_back(tmp_path, name):
         assert m.exposed_comm_s == pytest.approx(s.measured.overall[m.rank].exposed_comm_s, abs=1e-9)
         for st, sm in a.step_metrics.items():
             assert sm[m.rank].step_time_s == pytest.approx(s.measured.steps[m.rank][st].step_time_s, abs=1e-9)
+
+
+def test_cli_whatif_names_never_take_the_traces(tmp_path):
+    paths = [str(p) for p in two_rank_job(tmp_path)]
+    cli = [sys.executable, "-m", "ccoverlap", "replay", "--steps", "all", "-q", "--json"]
+    r = subprocess.run(cli + ["--whatif", "none", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["whatifs"] == []
+    for args in (["--whatif", "no-comm,network-2x"], ["--whatif", "no-comm", "--whatif", "network-2x"]):
+        r = subprocess.run(cli + args + paths, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert sorted(w["name"] for w in json.loads(r.stdout)["whatifs"]) == ["network-2x", "no-comm"]
+    # the old space-separated form: a what-if name where a trace belongs is named, in one line
+    r = subprocess.run(cli + ["--whatif", "no-comm", "network-2x", *paths], capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "'network-2x' is a what-if, not a trace" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_spans_nodes_from_ranks_size_and_world():
+    # the group's ranks decide when the trace lists them: 8 ranks strided over 16 GPUs span two nodes
+    assert W.spans_nodes(list(range(0, 16, 2)), 8, 16, 8) is True
+    assert W.spans_nodes(list(range(8, 16)), 8, 16, 8) is False
+    assert W.spans_nodes([0, 4], 2, 8, 4) is True
+    # else the size: more GPUs than a node spans nodes; a job of one node never does
+    assert W.spans_nodes(None, 16, 16, 8) is True
+    assert W.spans_nodes(None, 8, 8, 8) is False
+    # a group of at most one node's GPUs in a larger job, ranks not listed: the trace cannot tell
+    assert W.spans_nodes(None, 8, 16, 8) is None
+
+
+def _world_job(d: Path, world: int, group_ranks=None) -> Path:
+    """One rank of a ``world``-rank job: K (1000 µs) then an all-reduce C of group size 8
+    (1000-2000) that B (2000-2100) waits for."""
+    d.mkdir()
+    k = Rank(0, world)
+    k.launch("gemm_K", 0.0, 7, 0.0, 1000.0)
+    k.launch("ncclDevKernel_AllReduce_RING_LL", 1.0, 7, 1000.0, 1000.0, **allreduce_args(8))
+    k.launch("gemm_B", 2.0, 7, 2000.0, 100.0)
+    path = k.write(d / "rank-0.json")
+    if group_ranks is not None:
+        doc = json.loads(path.read_text())
+        doc["distributedInfo"]["pg_config"] = [{"pg_name": "0", "pg_desc": "dp", "pg_size": 8, "ranks": group_ranks}]
+        path.write_text(json.dumps(doc))
+    return path
+
+
+def test_network_acts_on_every_inter_node_collective(tmp_path):
+    # world size 8 on 8-GPU nodes: one node, nothing to change
+    res = replay([str(_world_job(tmp_path / "w8", 8))], whatifs=["network-0.5x"], cluster="dgx-h100")
+    assert res.whatifs[0].gain_s == 0 and "no collective spans nodes" in res.whatifs[0].note
+    # world size 16, a group of 8 whose ranks the trace does not list: said, not guessed
+    res = replay([str(_world_job(tmp_path / "w16", 16))], whatifs=["network-0.5x"])
+    assert res.whatifs[0].gain_s == 0 and "assumed within one node" in res.whatifs[0].note
+    # world size 16, the group's ranks strided over both nodes: inter-node, 1/F of its transfer time
+    res = replay([str(_world_job(tmp_path / "strided", 16, list(range(0, 16, 2))))], whatifs=["network-0.5x"])
+    s = res.whatifs[0]
+    assert s.step_time_s == pytest.approx((2100 + 1000) * US) and "1 inter-node collective" in s.note
+
+
+def _cpu_bound_job(d: Path) -> Path:
+    """K (10-110), an all-reduce C (10-510) with nothing beside it after K, and the CPU busy
+    until it launches K2 at 1000 (1010-1110): C is exposed but the GPU waits for the CPU."""
+    k = Rank(0, 2)
+    k.launch("gemm_K", 0.0, 7, 10.0, 100.0)
+    k.launch("ncclDevKernel_AllReduce_RING_LL", 1.0, 20, 10.0, 500.0, **allreduce_args(2))
+    k.launch("gemm_K2", 1000.0, 7, 1010.0, 100.0)
+    return k.write(d / "rank-0.json")
+
+
+def test_report_says_why_exposed_communication_costs_nothing(tmp_path):
+    res = replay([str(_cpu_bound_job(tmp_path))], whatifs=["no-comm"])
+    assert res.replay.exposed_comm_s == pytest.approx(400 * US)      # 110-510: no compute beside C
+    assert res.whatifs[0].gain_s == 0.0
+    assert "CPU-bound" in res.explanation and "host code" in res.explanation
+    r = subprocess.run([sys.executable, "-m", "ccoverlap", "replay", str(tmp_path), "-q", "--whatif", "no-comm"],
+                       capture_output=True, text=True, env={**__import__("os").environ, "COLUMNS": "200"})
+    assert r.returncode == 0 and "Why analyze and replay differ" in r.stdout
+    assert "costs at most 0.00 ms" in r.stdout
+    # where removing communication gains what analyze counts as exposed, nothing to explain
+    res = replay([str(_contention_trace(tmp_path))], whatifs=["no-comm"])
+    assert res.whatifs[0].gain_s == pytest.approx(res.replay.exposed_comm_s, rel=0.05)
+    assert res.explanation == ""
