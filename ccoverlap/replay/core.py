@@ -35,8 +35,7 @@ from ccoverlap.replay.graph import RankGraph, build_rank_graph
 from ccoverlap.sim.timeline import RankMetrics, Timeline, rank_metrics
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
-from ccoverlap.trace.steps import (assign_steps, available_steps, parse_steps, selection_mask, step_rows,
-                                   step_windows)
+from ccoverlap.trace.steps import assign_steps, available_steps, parse_steps, selection_mask, step_rows
 
 
 @dataclass
@@ -73,6 +72,7 @@ class Job:
     graph: JobGraph
     rts: list[RankTrace]
     masks: dict[int, np.ndarray]                        # rank -> analysed rows
+    views: list = field(default_factory=list)           # a RankView per rank
     whole_window: bool = False
     annotations: dict[int, list] = field(default_factory=dict)   # rank -> [(N, start_s, end_s, is_gpu)]
     device_names: dict[int, str] = field(default_factory=dict)
@@ -151,7 +151,8 @@ def load_job(paths: Sequence[str], *, steps: str | None = "hta", keep_calls: boo
         assign_steps(rt)
         masks[rt.rank] = selection_mask(rt, spec, step_names)
     return Job(files=[str(f) for f in files], problems=problems, spec=spec, job_step_names=step_names, graph=jg,
-               rts=rts, masks=masks, whole_window=whole, annotations=annotations,
+               rts=rts, masks=masks, views=[rank_view(rt, masks[rt.rank]) for rt in rts], whole_window=whole,
+               annotations=annotations,
                device_names={rt.rank: str(rt.meta.get("device") or "") for rt in rts}, origin_us=origin)
 
 
@@ -183,34 +184,62 @@ def gpu_times(job: Job, t: np.ndarray, dur: np.ndarray | None = None) -> tuple[d
     return s_out, e_out
 
 
-def with_times(rt: RankTrace, start: np.ndarray, end: np.ndarray) -> RankTrace:
-    """A shallow copy of ``rt`` whose timeline has these start/end times (rows and steps kept)."""
-    tl = rt.timeline
-    r2 = copy.copy(rt)
-    r2.timeline = Timeline(rank=tl.rank, stream=tl.stream, kind=tl.kind, name=tl.name, start_s=start, end_s=end,
-                           bytes=tl.bytes, flops=tl.flops, collective=tl.collective, group=tl.group, step=tl.step,
-                           meta=tl.meta)
-    return r2
+@dataclass
+class RankView:
+    """One rank's analysed rows, fixed for every scenario: the rows, each step's rows (analysed,
+    and all of them, whose first start ends the step before), and skeleton timelines of those
+    rows whose start/end columns each scenario replaces."""
+
+    rank: int
+    rows: np.ndarray
+    tl: Timeline
+    step_rows: dict[int, np.ndarray]
+    step_tl: dict[int, Timeline]
+    step_all: dict[int, np.ndarray]
 
 
-def _rank_measure(rt: RankTrace, mask: np.ndarray, anchor: float | None, metrics: bool = True):
-    """(overall metrics, per-step metrics, bounds) of one rank with fixed rows (see the module
-    docstring); without ``metrics`` only the bounds (the metrics are None / empty)."""
+def rank_view(rt: RankTrace, mask: np.ndarray) -> RankView:
+    """The :class:`RankView` of ``rt`` (its ``timeline.step`` set) for the analysed ``mask``."""
     tl = rt.timeline
-    windows = step_windows(rt, mask)
-    ends = {s: win[1] for s, win in windows.items()}
+    sel = step_rows(rt, mask)
+    return RankView(rank=rt.rank, rows=np.flatnonzero(mask), tl=tl.select(mask), step_rows=sel,
+                    step_tl={s: tl.select(r) for s, r in sel.items()}, step_all=step_rows(rt))
+
+
+def _timed(skel: Timeline, start: np.ndarray, end: np.ndarray) -> Timeline:
+    t = copy.copy(skel)
+    t.start_s, t.end_s = start, end
+    return t
+
+
+def _rank_measure(v: RankView, start: np.ndarray, end: np.ndarray, anchor: float | None, metrics: bool = True):
+    """(overall metrics, per-step metrics, bounds) of one rank (see the module docstring): each
+    step's window is HTA's, from its first op to the later of its last end and the first start
+    of a later step's ops (:func:`ccoverlap.trace.steps.step_windows`); without ``metrics`` only
+    the bounds (the metrics are None / empty)."""
+    first_all = {s: float(start[r].min()) for s, r in v.step_all.items()}
+    later, best = {}, math.inf
+    for s in sorted(first_all, reverse=True):
+        later[s] = best
+        best = min(best, first_all[s])
+    windows = {}
+    for s in sorted(v.step_rows):
+        r = v.step_rows[s]
+        nxt = later.get(s, math.inf)
+        b = float(end[r].max())
+        windows[s] = (float(start[r].min()), max(b, nxt) if math.isfinite(nxt) else b)
+    ends = {s: w[1] for s, w in windows.items()}
     if windows:
         first, last = windows[min(windows)][0], max(ends.values())
     else:
-        sel = np.flatnonzero(mask)
-        first = float(tl.start_s[sel].min()) if len(sel) else 0.0
-        last = float(tl.end_s[sel].max()) if len(sel) else 0.0
+        first = float(start[v.rows].min()) if len(v.rows) else 0.0
+        last = float(end[v.rows].max()) if len(v.rows) else 0.0
     bounds = Bounds(start_s=first if anchor is None else anchor, ends=ends, end_s=last)
     if not metrics:
         return None, {}, bounds
-    rows = step_rows(rt, mask)
-    per = {s: rank_metrics(tl.select(rows[s]), rt.rank, window=win) for s, win in windows.items()}
-    return rank_metrics(tl.select(mask), rt.rank), per, bounds
+    per = {s: rank_metrics(_timed(v.step_tl[s], start[v.step_rows[s]], end[v.step_rows[s]]), v.rank, window=w)
+           for s, w in windows.items()}
+    return rank_metrics(_timed(v.tl, start[v.rows], end[v.rows]), v.rank), per, bounds
 
 
 def measure(job: Job, starts: dict[int, np.ndarray], ends: dict[int, np.ndarray],
@@ -219,9 +248,9 @@ def measure(job: Job, starts: dict[int, np.ndarray], ends: dict[int, np.ndarray]
     (seconds); ``anchors``: where each rank's analysed window starts (default: its own first
     op); ``metrics=False``: the step bounds only (what a step time needs)."""
     overall, steps, bounds = {}, {}, {}
-    for rt in job.rts:
-        r = rt.rank
-        overall[r], steps[r], bounds[r] = _rank_measure(with_times(rt, starts[r], ends[r]), job.masks[r],
+    for v in job.views:
+        r = v.rank
+        overall[r], steps[r], bounds[r] = _rank_measure(v, starts[r], ends[r],
                                                         None if anchors is None else anchors.get(r), metrics)
     return Measured(overall=overall, steps=steps, bounds=bounds)
 

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ccoverlap.replay.engine import JobGraph
-from ccoverlap.replay.graph import (BARRIER, CEND, CPU, E_COLL, E_CPU, E_LAUNCH, E_STREAM, E_SYNC, E_XSTREAM, GPU,
-                                    WAIT)
+from ccoverlap.replay.graph import CPU, E_COLL, E_CPU, E_LAUNCH, E_STREAM, E_SYNC, E_XSTREAM
 
 CATEGORIES = ("compute", "communication", "other GPU", "host", "waits")
 
@@ -55,69 +54,67 @@ def binding_edges(jg: JobGraph, t: np.ndarray, add: np.ndarray) -> np.ndarray:
     return best
 
 
-def _node_cat(kind: int, tl_kind: str | None) -> str:
-    if kind == CPU:
-        return "host"
-    if kind == GPU:
-        return {"compute": "compute", "comm": "communication"}.get(tl_kind, "other GPU")
-    return "waits"
+def _node_categories(jg: JobGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Per node: its category (index into CATEGORIES) and its rank index (-1: a collective's node)."""
+    cat = np.full(len(jg.kind), CATEGORIES.index("waits"), dtype=np.int8)
+    cat[jg.kind == CPU] = CATEGORIES.index("host")
+    rank = np.full(len(jg.kind), -1, dtype=np.int32)
+    codes = {"compute": CATEGORIES.index("compute"), "comm": CATEGORIES.index("communication")}
+    for gi, (off, g) in enumerate(zip(jg.offset, jg.ranks)):
+        rank[off:off + g.n_nodes] = gi
+        cat[off:off + g.n_gpu] = [codes.get(k, CATEGORIES.index("other GPU")) for k in g.rt.timeline.kind.tolist()]
+    return cat, rank
 
 
-def _edge_cat(ek: int) -> str:
-    return {E_CPU: "host", E_LAUNCH: "host", E_STREAM: "waits", E_XSTREAM: "waits", E_SYNC: "waits",
-            E_COLL: "communication"}.get(ek, "waits")
+_EDGE_CAT = {E_CPU: "host", E_LAUNCH: "host", E_STREAM: "waits", E_XSTREAM: "waits", E_SYNC: "waits",
+             E_COLL: "communication"}
+
+
+def _step_back(jg: JobGraph, t: np.ndarray, bind: np.ndarray, v: int, start_s: float):
+    """From the start of node ``v``: (time the binding constraint starts, its category, the next
+    (node, entered at its end) or None at a root)."""
+    b = int(bind[v])
+    if b < 0:   # a root: a thread's first call or an op with nothing before it, at its measured time
+        return start_s, CATEGORIES.index("host" if jg.kind[v] == CPU else "waits"), None
+    u = int(jg.src[b])
+    fe = bool(jg.from_end[b])
+    lo = float(t[u] + jg.dur[u]) if fe else float(t[u])
+    return lo, CATEGORIES.index(_EDGE_CAT.get(int(jg.ekind[b]), "waits")), (u, fe)
 
 
 def critical_path(jg: JobGraph, t: np.ndarray, gi: int, start_s: float, end_s: float) -> PathSummary:
     """The critical path of rank ``jg.ranks[gi]`` over ``[start_s, end_s]`` of the replay ``t``
-    of the unedited graph (see the module docstring)."""
-    g = jg.ranks[gi]
-    off = jg.offset[gi]
-    add = jg.w + np.where(jg.from_end, jg.dur[jg.src], 0.0)
-    bind = binding_edges(jg, t, add)
+    of the unedited graph (see the module docstring): walked back from the op that ends the
+    window along each node's binding constraint; a node's own duration counts in its category,
+    the gap of its constraint in the edge's (CPU order and launch: host; stream, cross-stream,
+    sync: waits; a collective's transfer: communication)."""
+    g, off = jg.ranks[gi], jg.offset[gi]
+    bind = binding_edges(jg, t, jg.w + np.where(jg.from_end, jg.dur[jg.src], 0.0))
+    node_cat, node_rank = _node_categories(jg)
     s, e = jg.intervals(t)
     rows = np.arange(off, off + g.n_gpu)
     at_end = np.flatnonzero(np.isclose(e[rows], end_s, rtol=0, atol=1e-12))
-    v, ending = (int(rows[at_end[0]]), True) if len(at_end) else (
-        int(rows[np.argmin(np.abs(s[rows] - end_s))]), False)
-    out = PathSummary(rank=g.rank, window_s=end_s - start_s, seconds={c: 0.0 for c in CATEGORIES})
-    T = end_s
-
-    def account(lo: float, cat: str, node: int) -> None:
-        lo_c = max(lo, start_s)
-        if T > lo_c:
-            out.seconds[cat] += T - lo_c
-            if jg.rank_of(node) not in (gi, -1):
-                out.other_ranks_s += T - lo_c
-
-    while T > start_s:
-        if ending:
-            if jg.end_node[v] != v:
-                v, ending = int(jg.end_node[v]), False
-                continue
-            lo = float(t[v])
-            account(lo, _node_cat(int(jg.kind[v]), _tl_kind(jg, v)), v)
-            T, ending = lo, False
+    v, ending = (int(rows[at_end[0]]), True) if len(at_end) else (int(rows[np.argmin(np.abs(s[rows] - end_s))]), False)
+    acc = [0.0] * len(CATEGORIES)
+    other, hi = 0.0, end_s
+    while hi > start_s:
+        if ending and jg.end_node[v] != v:        # a matched collective ends at its end node
+            v, ending = int(jg.end_node[v]), False
             continue
-        b = int(bind[v])
-        if b < 0:   # a root: a thread's first call or an op with nothing before it, at its measured time
-            account(start_s, "host" if jg.kind[v] == CPU else "waits", v)
+        if ending:
+            lo, c, nxt = float(t[v]), int(node_cat[v]), (v, False)
+        else:
+            lo, c, nxt = _step_back(jg, t, bind, v, start_s)
+        span = hi - max(lo, start_s)
+        if span > 0:
+            acc[c] += span
+            if node_rank[v] not in (gi, -1):
+                other += span
+        hi = lo
+        if nxt is None:
             break
-        u = int(jg.src[b])
-        lo = float(t[u] + jg.dur[u]) if jg.from_end[b] else float(t[u])
-        if jg.kind[v] == CEND and jg.kind[u] == BARRIER:
-            account(lo, "communication", v)
-        elif not (jg.kind[v] in (BARRIER, CEND, WAIT) and lo >= T):
-            account(lo, _edge_cat(int(jg.ekind[b])), v)
-        T, v, ending = lo, u, bool(jg.from_end[b])
-    return out
-
-
-def _tl_kind(jg: JobGraph, v: int) -> str | None:
-    gi = jg.rank_of(v)
-    if gi < 0 or v - jg.offset[gi] >= jg.ranks[gi].n_gpu:
-        return None
-    return str(jg.ranks[gi].rt.timeline.kind[v - jg.offset[gi]])
+        v, ending = nxt
+    return PathSummary(rank=g.rank, window_s=end_s - start_s, seconds=dict(zip(CATEGORIES, acc)), other_ranks_s=other)
 
 
 def slowest_path(res) -> PathSummary | None:
@@ -136,15 +133,17 @@ def explain(res) -> str:
     """One sentence on why the replay's communication bound differs from ``analyze``'s exposed
     communication, or "" when they agree (within 5 % of the exposed time and 1 % of the step)."""
     bound = next((s for s in res.whatifs if s.name == "no-comm"), None)
-    path = slowest_path(res)
-    if path is None or bound is None:
+    if bound is None:
         return ""
     step = res.replay.step_time_s
-    n = res.replay.measured.bounds[path.rank].n_steps
     exposed = res.replay.exposed_comm_s
     gain = max(bound.gain_s, 0.0)
     if abs(exposed - gain) <= max(0.05 * exposed, 0.01 * step):
         return ""
+    path = slowest_path(res)
+    if path is None:
+        return ""
+    n = res.replay.measured.bounds[path.rank].n_steps
     per = {k: v / n for k, v in path.seconds.items()}
     ms = lambda x: f"{x * 1e3:.2f} ms"   # noqa: E731
     head = (f"analyze counts {ms(exposed)} of exposed communication per step (no compute beside it), removing "
