@@ -123,13 +123,16 @@ class _Runner:
         self.job, self.base_s, self.keep_times = job, base_s, keep_times
 
     def measure(self, e: W.Edit, metrics: bool = True) -> tuple[Measured, np.ndarray]:
+        """The edit replayed and measured (with the window start of the unedited replay), and its node times."""
         t = e.run(self.job.graph)
         return measure(self.job, *gpu_times(self.job, t, e.dur), anchors=self.job.anchors, metrics=metrics), t
 
     def step_time(self, e: W.Edit) -> float:
+        """The step time of an edit (s)."""
         return step_time(self.measure(e, metrics=False)[0])
 
     def scenario(self, e: W.Edit) -> Scenario:
+        """The edit as a :class:`Scenario` with its gain over the unedited replay."""
         m, t = self.measure(e)
         sc = summarise(e.name, e.note, m)
         sc.gain_s = self.base_s - sc.step_time_s
@@ -144,10 +147,9 @@ def _decided(run: _Runner, name: str, units: list, notes: list[str], extra: str)
     e, kept, rejected = D.keep_faster(run.job.graph, name, units, run.step_time, run.base_s)
     parts = []
     if kept:
-        parts.append(f"applied {len(kept)}: " + ", ".join(kept))
+        parts.append(f"applied {len(kept)}: " + _few(kept))
     if rejected:
-        parts.append(f"kept the given configuration for {len(rejected)} that replay no faster "
-                     f"(their change is waited on): " + ", ".join(rejected))
+        parts.append(f"kept the given configuration for {len(rejected)} that replay no faster: " + _few(rejected))
     if not units:
         parts.append("nothing to change")
     parts += notes
@@ -155,6 +157,11 @@ def _decided(run: _Runner, name: str, units: list, notes: list[str], extra: str)
         parts.append(extra)
     e.note = "; ".join(parts)
     return e
+
+
+def _few(labels: list[str], n: int = 3) -> str:
+    """The first ``n`` labels, and how many more."""
+    return ", ".join(labels[:n]) + (f" and {len(labels) - n} more" if len(labels) > n else "")
 
 
 def _edit(run: _Runner, name: str, t0: np.ndarray, cluster, named: bool) -> W.Edit:
