@@ -9,7 +9,8 @@ round so no command always runs first on a warm cache):
 * ``replay+all``: ``ccoverlap replay --json -q DIR`` (the default: every what-if as well).
 
 Per process: wall seconds, CPU seconds (user + sys, children included) and peak RSS (the
-largest of the process and its children), from ``os.wait4``. Printed: every round, the
+largest of the process and its children), from ``os.wait4`` (the job is built in a process of
+its own: a child's peak RSS counts its parent's at the fork). Printed: every round, the
 medians, and the median of the paired per-round ratios to ``analyze``; the load average
 before and after (the figures are only comparable on a quiet machine).
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_analyze import DEFAULT_SHARED, SOURCE, make_job  # noqa: E402
+from bench_analyze import DEFAULT_SHARED, SOURCE  # noqa: E402
 
 COMMANDS = {
     "analyze": ["analyze", "--json", "--no-png"],
@@ -80,7 +82,12 @@ def main(argv=None) -> int:
         if not src.is_file():
             raise SystemExit(f"{src} not found: pass --source FILE, --shared DIR or --dir TRACES")
         d = Path(tempfile.mkdtemp(prefix="ccoverlap-bench-replay-"))
-        make_job(src, d, args.ranks, args.replicas)
+        # in a process of its own: a child's peak RSS counts its parent's at the fork, so this
+        # process must stay smaller than every command it measures
+        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); from bench_analyze "
+                        "import make_job; from pathlib import Path; make_job(Path(sys.argv[2]), Path(sys.argv[3]), "
+                        "int(sys.argv[4]), int(sys.argv[5]))", str(ROOT / "benchmarks"), str(src), str(d),
+                        str(args.ranks), str(args.replicas)], check=True)
     files = sorted(p for p in d.iterdir() if p.name.endswith((".json", ".json.gz")))
     mib = sum(p.stat().st_size for p in files) / 2**20
     la = os.getloadavg()
@@ -95,6 +102,9 @@ def main(argv=None) -> int:
         rows.append(row)
         print(f"{i + 1:>5} " + " ".join(f"{row[k]['wall_s']:9.2f} {row[k]['cpu_s']:8.2f} {row[k]['rss_mib']:9.1f}"
                                         for k in kinds))
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if own >= min(r[k]["rss_mib"] for r in rows for k in kinds):
+        print(f"warning: this process peaked at {own:.0f} MiB, as much as a command measured: peak memory not comparable")
     med = {k: {m: statistics.median(r[k][m] for r in rows) for m in ("wall_s", "cpu_s", "rss_mib")} for k in kinds}
     print("  med " + " ".join(f"{med[k]['wall_s']:9.2f} {med[k]['cpu_s']:8.2f} {med[k]['rss_mib']:9.1f}"
                               for k in kinds))

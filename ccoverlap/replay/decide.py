@@ -131,13 +131,13 @@ def lagom_units(jg: JobGraph, t: np.ndarray, cluster, *, max_groups: int = 6) ->
     coll_of = {m: (ci, j) for ci, c in enumerate(jg.collectives) for j, m in enumerate(c.members)}
     groups = overlap_groups(jg, t)
     world, gpn = world_size(jg), cluster.gpus_per_node
-    units, notes, scaled = [], [], set()
+    units, notes = [], []
     for key in sorted(groups, key=lambda k: -sum(float(end[v] - start[v]) for v, _, _ in groups[k]))[:max_groups]:
         coll, nbytes, gs, grp = key
         v0, beside0, rt0 = max(groups[key], key=lambda x: float(end[x[0]] - start[x[0]]))
         ranks = group_ranks_of(rt0, grp)
-        nodes = len({r // gpn for r in ranks}) if ranks and spans_nodes(ranks, gs, world, gpn) else (
-            -(-gs // gpn) if spans_nodes(ranks, gs, world, gpn) else 1)
+        span = spans_nodes(ranks, gs, world, gpn)
+        nodes = (len({r // gpn for r in ranks}) if ranks else -(-gs // gpn)) if span else 1
         r = lagom_ratios(coll, nbytes, gs, nodes, float(np.sum(jg.dur[beside0])), cluster)
         label = f"{coll} {nbytes / 2**20:.1f} MiB x{gs}"
         if r is None:
@@ -148,14 +148,18 @@ def lagom_units(jg: JobGraph, t: np.ndarray, cluster, *, max_groups: int = 6) ->
             notes.append(f"{label}: Lagom keeps NCCL's defaults (nothing faster in its model)")
             continue
         units.append(Unit(f"{label}: comm x{rx:.2f}, compute x{ry:.2f}",
-                          _lagom_apply(jg, groups[key], coll_of, rx, ry, scaled)))
+                          _lagom_apply(jg, groups[key], coll_of, rx, ry)))
     return units, notes
 
 
-def _lagom_apply(jg: JobGraph, members: list, coll_of: dict, rx: float, ry: float, scaled: set):
+def _lagom_apply(jg: JobGraph, members: list, coll_of: dict, rx: float, ry: float):
+    """Scale the group's collectives by ``rx`` and the compute beside them by ``ry`` (a kernel
+    beside collectives of two groups keeps the first group's ratio)."""
     def apply(e: Edit) -> None:
+        done = e.marks.setdefault("lagom compute", set())
         for v, beside, _ in members:
-            fresh = np.array([b for b in beside.tolist() if b not in scaled], dtype=np.int64)
+            fresh = np.array([b for b in beside.tolist() if b not in done], dtype=np.int64)
+            done.update(fresh.tolist())
             e.dur[fresh] = jg.dur[fresh] * ry
             if v in coll_of:
                 ci, j = coll_of[v]

@@ -29,7 +29,7 @@ so no node can start later (max-plus); ``network-<F>x`` with F < 1 only raises t
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -46,7 +46,8 @@ NET = re.compile(r"^network-([0-9]*\.?[0-9]+)x$")
 
 @dataclass
 class Edit:
-    """A graph edit: arrays for :meth:`JobGraph.run` and a note on what changed."""
+    """A graph edit: arrays for :meth:`JobGraph.run` (node durations, edge weights, edges
+    enabled, collectives' transfer times per member) and a note on what changed."""
 
     name: str
     dur: np.ndarray
@@ -54,6 +55,7 @@ class Edit:
     on: np.ndarray
     xfer: dict
     note: str
+    marks: dict = field(default_factory=dict)    # what composed changes already touched
 
     def run(self, jg: JobGraph) -> np.ndarray:
         """Node start times under this edit (s)."""
