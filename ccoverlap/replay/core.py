@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -80,10 +81,58 @@ class Job:
     anchors: dict[int, float] = field(default_factory=dict)      # rank -> start of the analysed window
 
 
-def _load_ranks(paths: Sequence[str]) -> tuple[list, list, list[str], float]:
-    """(files, raw traces, problems, the job's origin in µs) of every trace that loaded."""
+@dataclass
+class _Loaded:
+    """One loaded file: what :func:`ccoverlap.trace.load.assign_ranks` weighs, and its graph."""
+
+    path: Path
+    rank: int | None
+    world_size: int | None
+    rank_source: str
+    n_events: int
+    n_malformed: int
+    n_device: int
+    graph: RankGraph | None
+    steps: list
+    notes: list[str]
+
+
+def _graph_one(raw, origin: float, keep_calls: bool) -> _Loaded:
+    """The graph of one loaded trace (times from ``origin``, µs), or None with a note."""
+    rt = build_rank(raw, origin, hta_rounding=False)
+    notes, graph = [], None
+    if rt is None or rt.mode != "gpu":
+        notes.append(f"{raw.path}: no GPU kernel events - replay needs device events (a CPU-only or GPU-less rank); "
+                     f"not replayed")
+    else:
+        if len(raw.l_ts) == 0:
+            notes.append(f"{raw.path}: no CUDA runtime events (launches) - kernels replayed at their measured starts "
+                         f"only")
+        try:
+            graph = build_rank_graph(raw, rt, origin, keep_calls=keep_calls)
+        except (ValueError, IndexError) as exc:      # pragma: no cover - defensive: one rank, one line
+            notes.append(f"{raw.path}: cannot build the dependency graph ({exc}); not replayed")
+    return _Loaded(path=raw.path, rank=raw.rank, world_size=raw.world_size, rank_source=raw.rank_source,
+                   n_events=raw.n_events, n_malformed=raw.n_malformed, n_device=len(raw.k_ts), graph=graph,
+                   steps=list(raw.steps), notes=notes)
+
+
+def _relabel(g: RankGraph, x: _Loaded) -> None:
+    """Give a graph built before the ranks were assigned its rank and world size."""
+    rt = g.rt
+    g.rank = rt.rank = x.rank
+    rt.timeline.rank[:] = x.rank
+    rt.meta["world_size"] = x.world_size
+    rt.meta["rank_source"] = x.rank_source
+
+
+def _load_ranks(paths: Sequence[str], keep_calls: bool) -> tuple[list, list[RankGraph], dict, list[str], float]:
+    """(files, graphs, ProfilerStep annotations per rank, problems, origin in µs): each file is
+    graphed as soon as it is loaded and its columns released, so one file's raw columns are held
+    at a time; times count from the first file's earliest event (any common origin would do),
+    and the ranks are assigned once every file is in (:func:`ccoverlap.trace.load.assign_ranks`)."""
     files, problems = _load.discover(list(paths))
-    raws = []
+    loaded, origin = [], None
     for f in files:
         try:
             raw = _load.load_trace(f, keep_cpu_ops=False, keep_runtime=True)
@@ -91,34 +140,20 @@ def _load_ranks(paths: Sequence[str]) -> tuple[list, list, list[str], float]:
             problems.append(str(exc))
             continue
         problems.extend(raw.warnings)
-        raws.append(raw)
-    raws, rank_problems = _load.assign_ranks(raws)
+        origin = origin_us([raw]) if origin is None else origin
+        loaded.append(_graph_one(raw, origin, keep_calls))
+        del raw
+    kept, rank_problems = _load.assign_ranks(loaded)
     problems += rank_problems
-    return files, raws, problems, origin_us(raws)
-
-
-def _graph_ranks(raws: list, origin: float, problems: list[str], keep_calls: bool) -> tuple[list[RankGraph], dict]:
-    """Each rank's graph and ``ProfilerStep`` annotations; each raw trace is released once its
-    graph is built (``raws`` is emptied), so only one rank's columns are held twice."""
-    graphs: list[RankGraph] = []
-    annotations = {}
-    while raws:
-        raw = raws.pop(0)
-        rt = build_rank(raw, origin, hta_rounding=False)
-        if rt is None or rt.mode != "gpu":
-            problems.append(f"{raw.path}: no GPU kernel events - replay needs device events (a CPU-only or "
-                            f"GPU-less rank); not replayed")
+    graphs, annotations = [], {}
+    for x in kept:
+        problems += x.notes
+        if x.graph is None:
             continue
-        if len(raw.l_ts) == 0:
-            problems.append(f"{raw.path}: no CUDA runtime events (launches) - kernels replayed at their measured "
-                            f"starts only")
-        try:
-            graphs.append(build_rank_graph(raw, rt, origin, keep_calls=keep_calls))
-        except (ValueError, IndexError) as exc:      # pragma: no cover - defensive: one rank, one line
-            problems.append(f"{raw.path}: cannot build the dependency graph ({exc}); not replayed")
-            continue
-        annotations[rt.rank] = [(n, (ts - origin) * 1e-6, (ts + d - origin) * 1e-6, gpu) for n, ts, d, gpu in raw.steps]
-    return graphs, annotations
+        _relabel(x.graph, x)
+        graphs.append(x.graph)
+        annotations[x.rank] = [(n, (ts - origin) * 1e-6, (ts + d - origin) * 1e-6, gpu) for n, ts, d, gpu in x.steps]
+    return files, graphs, annotations, problems, origin or 0.0
 
 
 def load_job(paths: Sequence[str], *, steps: str | None = "hta", keep_calls: bool = True) -> Job:
@@ -129,8 +164,7 @@ def load_job(paths: Sequence[str], *, steps: str | None = "hta", keep_calls: boo
     ``steps`` names no step of the traces.
     """
     spec = parse_steps(steps)
-    files, raws, problems, origin = _load_ranks(paths)
-    graphs, annotations = _graph_ranks(raws, origin, problems, keep_calls)
+    files, graphs, annotations, problems, origin = _load_ranks(paths, keep_calls)
     if not graphs:
         detail = "; ".join(problems) if problems else "no trace files given"
         raise TraceError(f"nothing could be replayed: {detail}")
@@ -198,12 +232,22 @@ class RankView:
     step_all: dict[int, np.ndarray]
 
 
+def _skeleton(tl: Timeline, rows: np.ndarray) -> Timeline:
+    """The rows of ``tl`` with the columns :func:`rank_metrics` reads; the label columns it does
+    not read (stream, name, collective, group) are one shared empty string."""
+    blank = np.broadcast_to(np.array("", dtype=object), (len(rows),))
+    return Timeline(rank=tl.rank[rows], stream=blank, kind=tl.kind[rows], name=blank, start_s=tl.start_s[rows],
+                    end_s=tl.end_s[rows], bytes=tl.bytes[rows], flops=tl.flops[rows], collective=blank, group=blank,
+                    step=tl.step[rows])
+
+
 def rank_view(rt: RankTrace, mask: np.ndarray) -> RankView:
     """The :class:`RankView` of ``rt`` (its ``timeline.step`` set) for the analysed ``mask``."""
     tl = rt.timeline
     sel = step_rows(rt, mask)
-    return RankView(rank=rt.rank, rows=np.flatnonzero(mask), tl=tl.select(mask), step_rows=sel,
-                    step_tl={s: tl.select(r) for s, r in sel.items()}, step_all=step_rows(rt))
+    rows = np.flatnonzero(mask)
+    return RankView(rank=rt.rank, rows=rows, tl=_skeleton(tl, rows), step_rows=sel,
+                    step_tl={s: _skeleton(tl, r) for s, r in sel.items()}, step_all=step_rows(rt))
 
 
 def _timed(skel: Timeline, start: np.ndarray, end: np.ndarray) -> Timeline:

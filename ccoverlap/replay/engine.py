@@ -69,6 +69,11 @@ class Schedule:
     x_ptr: np.ndarray             # per level: [x_ptr[l], x_ptr[l + 1]) in x_edge
     x_first: list                 # per level: reduceat starts (local to the level's edges)
     x_dst: list                   # per level: destination positions (local to the level's nodes)
+    has_chain: np.ndarray | None = None   # per position: chain_edge >= 0
+    seg: np.ndarray | None = None         # per position: index of its static segment (float)
+    first: np.ndarray | None = None       # per position: position where its static segment starts
+    release: np.ndarray | None = None     # per position: the node's release (-inf: none)
+    measured: np.ndarray | None = None    # per position: the node's measured start
 
 
 @dataclass
@@ -103,14 +108,15 @@ class JobGraph:
         constraint was removed by an edit keeps its measured start.
         """
         dur = self.dur if dur is None else dur
-        w = self.w if w is None else w
+        add = dur[self.src]                  # each edge's t[src] + add: the source's duration if from its end
+        add *= self.from_end
+        add += self.w if w is None else w
         if xfer:
-            w = w.copy()
             for ci, xs in xfer.items():
-                w[self.collectives[ci].bar_edges] = xs
-        add = w + np.where(self.from_end, dur[self.src], 0.0)
+                c = self.collectives[ci]
+                add[c.bar_edges] = xs
         if on is not None:
-            add = np.where(on, add, -np.inf)
+            add[~on] = -np.inf
         if self.engine == "levels":
             return _run_levels(self, add)
         return _run_nodes(self, add)
@@ -165,37 +171,37 @@ def _run_levels(jg: JobGraph, add: np.ndarray) -> np.ndarray:
     """Longest path level by level: a segmented max-plus scan per level (see the module docstring)."""
     s = jg.sched
     n = len(s.order)
-    has_c = s.chain_edge >= 0
     a = np.zeros(n)
-    a[has_c] = add[s.chain_edge[has_c]]
-    seg_start = s.static_start | (a == -np.inf)
+    a[s.has_chain] = add[s.chain_edge[s.has_chain]]
+    cut = a == -np.inf                       # a chain edge an edit removed starts a segment
+    if cut.any():
+        seg_start = s.static_start | cut
+        seg = np.cumsum(seg_start).astype(np.float64)
+        first = np.maximum.accumulate(np.where(seg_start, np.arange(n), 0))
+    else:
+        seg_start, seg, first = s.static_start, s.seg, s.first
     a[seg_start] = 0.0
-    c = np.cumsum(a)
-    first = np.maximum.accumulate(np.where(seg_start, np.arange(n), 0))
-    big_a = c - c[first]
-    seg = np.cumsum(seg_start).astype(np.float64)
-    rel = jg.release[s.order]
-    meas = jg.start[s.order]
+    big_a = np.cumsum(a)
+    big_a -= big_a[first]
+    del a, cut
     x_add = add[s.x_edge]
     t = np.empty(n)
-    z = np.empty(n, dtype=np.complex128)
     for lv in range(len(s.level_ptr) - 1):
         p0, p1 = int(s.level_ptr[lv]), int(s.level_ptr[lv + 1])
         q0, q1 = int(s.x_ptr[lv]), int(s.x_ptr[lv + 1])
-        ext = rel[p0:p1].copy()
+        ext = s.release[p0:p1].copy()
         if q1 > q0:
             red = np.maximum.reduceat(t[s.x_src[q0:q1]] + x_add[q0:q1], s.x_first[lv])
             d = s.x_dst[lv]
             ext[d] = np.maximum(ext[d], red)
-        st = seg_start[p0:p1]
-        lost = st & (ext == -np.inf)
+        lost = seg_start[p0:p1] & (ext == -np.inf)
         if lost.any():
-            ext[lost] = meas[p0:p1][lost]
+            ext[lost] = s.measured[p0:p1][lost]
         aa = big_a[p0:p1]
-        zz = z[p0:p1]
-        zz.real = seg[p0:p1]
-        zz.imag = ext - aa
-        t[p0:p1] = aa + np.maximum.accumulate(zz).imag
+        z = np.empty(p1 - p0, dtype=np.complex128)
+        z.real = seg[p0:p1]
+        z.imag = ext - aa
+        t[p0:p1] = aa + np.maximum.accumulate(z).imag
     out = np.empty(n)
     out[s.order] = t
     return out
@@ -275,8 +281,9 @@ def _concat(ranks: list[RankGraph]) -> JobGraph:
     cols = {}
     for name in ("kind", "dur", "start", "release", "w", "w_nom", "from_end", "ekind"):
         cols[name] = np.concatenate([getattr(g, name) for g in ranks])
-    cols["src"] = np.concatenate([g.src + o for g, o in zip(ranks, offset)])
-    cols["dst"] = np.concatenate([g.dst + o for g, o in zip(ranks, offset)])
+    idx = np.int32 if sum(g.n_nodes for g in ranks) < 2**31 - 2**20 else np.int64
+    cols["src"] = np.concatenate([(g.src + o).astype(idx) for g, o in zip(ranks, offset)])
+    cols["dst"] = np.concatenate([(g.dst + o).astype(idx) for g, o in zip(ranks, offset)])
     for g in ranks:
         g.drop_columns()
     return JobGraph(ranks=ranks, offset=offset, collectives=[], end_node=np.arange(len(cols["kind"]), dtype=np.int64),
@@ -295,8 +302,8 @@ def _add_collectives(jg: JobGraph, matched: list[tuple]) -> tuple[int, int, np.n
     jg.dur = cat([jg.dur, np.zeros(len(nk))])
     jg.start = cat([jg.start, np.array([x[2] for x in nk], dtype=np.float64)])
     jg.release = cat([jg.release, np.full(len(nk), -np.inf)])
-    jg.src = cat([jg.src, np.array([x[0] for x in ce], dtype=np.int64)])
-    jg.dst = cat([jg.dst, np.array([x[1] for x in ce], dtype=np.int64)])
+    jg.src = cat([jg.src, np.array([x[0] for x in ce], dtype=jg.src.dtype)])
+    jg.dst = cat([jg.dst, np.array([x[1] for x in ce], dtype=jg.dst.dtype)])
     jg.w = cat([jg.w, np.array([x[2] for x in ce], dtype=np.float64)])
     jg.w_nom = cat([jg.w_nom, np.array([x[2] for x in ce], dtype=np.float64)])
     jg.from_end = cat([jg.from_end, np.array([x[3] for x in ce], dtype=bool)])
@@ -381,8 +388,8 @@ def _topo(jg: JobGraph) -> None:
     out_cross = array("b", (~chain[out_order]).astype(np.int8).tobytes())
     del out_order
     counts = np.bincount(jg.dst, minlength=n)
-    indeg = array("q", counts.astype(np.int64).tobytes())
-    level = array("q", bytes(8 * n))
+    indeg = array("i", counts.astype(np.int32).tobytes())
+    level = array("i", bytes(4 * n))
     chain_id = array("q", np.arange(n, dtype=np.int64).tobytes())
     # seed in measured-start order so ties resolve like the trace
     roots = np.argsort(jg.start, kind="stable")
@@ -407,7 +414,7 @@ def _topo(jg: JobGraph) -> None:
         raise TraceError(f"the dependency graph has a cycle through {n - len(order)} node(s) - cannot replay "
                          f"(inconsistent timestamps across ranks or threads?)")
     del out_ptr, out_dst, out_cross, indeg
-    lv = np.frombuffer(level, dtype=np.int64)
+    lv = np.frombuffer(level, dtype=np.int32)
     n_levels = int(lv.max()) + 1 if n else 0
     jg.sched = _schedule(jg, lv, np.frombuffer(order, dtype=np.int64), np.frombuffer(chain_id, dtype=np.int64), chain)
     # a few numpy calls per level against ~0.3 us of Python per node and edge
@@ -444,8 +451,12 @@ def _schedule(jg: JobGraph, level: np.ndarray, topo: np.ndarray, chain_id: np.nd
         firsts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]]) if len(d) else np.empty(0, dtype=np.int64)
         x_first.append(firsts)
         x_dst.append(d[firsts])
-    return Schedule(order=order, pos=pos, level_ptr=level_ptr, chain_edge=chain_edge, static_start=chain_edge < 0,
-                    x_edge=x, x_src=pos[jg.src[x]], x_ptr=x_ptr, x_first=x_first, x_dst=x_dst)
+    static = chain_edge < 0
+    return Schedule(order=order, pos=pos, level_ptr=level_ptr, chain_edge=chain_edge, static_start=static,
+                    x_edge=x, x_src=pos[jg.src[x]], x_ptr=x_ptr, x_first=x_first, x_dst=x_dst, has_chain=~static,
+                    seg=np.cumsum(static).astype(np.float64),
+                    first=np.maximum.accumulate(np.where(static, np.arange(n, dtype=np.int32), 0)),
+                    release=jg.release[order], measured=jg.start[order])
 
 
 def _in_edges(jg: JobGraph) -> None:

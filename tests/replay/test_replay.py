@@ -477,3 +477,20 @@ def test_report_says_why_exposed_communication_costs_nothing(tmp_path):
     res = replay([str(_contention_trace(tmp_path))], whatifs=["no-comm"])
     assert res.whatifs[0].gain_s == pytest.approx(res.replay.exposed_comm_s, rel=0.05)
     assert res.explanation == ""
+
+
+def test_centauri_keeps_the_given_collective_when_partitioning_replays_slower(tmp_path):
+    # C (all-reduce, 10-510) is exposed and B (stream 7) starts when it ends; the host then waits
+    # for C (stream sync, returns 512) and launches K (stream 9, 520-620), which ends the step.
+    # Centauri cuts C into chunks: B may start early, but every extra chunk costs a launch latency,
+    # so C ends later, the sync returns later and K with it: slower, the given collective stays
+    k = Rank(0, 2)
+    k.launch("ncclDevKernel_AllReduce_RING_LL", 0.0, 20, 10.0, 500.0, **allreduce_args(2))
+    k.launch("gemm_B", 1.0, 7, 510.0, 10.0)
+    k.call("cudaStreamSynchronize", 2.0, 510.0)
+    k.launch("gemm_K", 515.0, 9, 520.0, 100.0)
+    res = replay([str(k.write(tmp_path / "rank-0.json"))], whatifs=["centauri"])
+    s = res.whatifs[0]
+    assert res.replay.step_time_s == pytest.approx(610 * US)
+    assert s.gain_s == 0.0 and s.step_time_s == res.replay.step_time_s
+    assert "kept the given configuration for 1" in s.note and "in 8 chunks" in s.note
