@@ -241,13 +241,26 @@ def _skeleton(tl: Timeline, rows: np.ndarray) -> Timeline:
                     step=tl.step[rows])
 
 
+def _part(skel: Timeline, a: int, b: int) -> Timeline:
+    """Rows ``a:b`` of a skeleton, sharing its columns (no copy)."""
+    cols = {c: getattr(skel, c)[a:b] for c in ("rank", "stream", "kind", "name", "start_s", "end_s", "bytes",
+                                               "flops", "collective", "group", "step")}
+    return Timeline(**cols)
+
+
 def rank_view(rt: RankTrace, mask: np.ndarray) -> RankView:
-    """The :class:`RankView` of ``rt`` (its ``timeline.step`` set) for the analysed ``mask``."""
+    """The :class:`RankView` of ``rt`` (its ``timeline.step`` set) for the analysed ``mask``: the
+    analysed rows ordered by step, so each step's rows are a slice of one skeleton."""
     tl = rt.timeline
     sel = step_rows(rt, mask)
-    rows = np.flatnonzero(mask)
-    return RankView(rank=rt.rank, rows=rows, tl=_skeleton(tl, rows), step_rows=sel,
-                    step_tl={s: _skeleton(tl, r) for s, r in sel.items()}, step_all=step_rows(rt))
+    rest = np.flatnonzero(mask & (tl.step < 0))
+    rows = np.concatenate([rest] + [sel[s] for s in sorted(sel)]).astype(np.int64)
+    skel = _skeleton(tl, rows)
+    parts, at = {}, len(rest)
+    for s in sorted(sel):
+        parts[s] = _part(skel, at, at + len(sel[s]))
+        at += len(sel[s])
+    return RankView(rank=rt.rank, rows=rows, tl=skel, step_rows=sel, step_tl=parts, step_all=step_rows(rt))
 
 
 def _timed(skel: Timeline, start: np.ndarray, end: np.ndarray) -> Timeline:
