@@ -1,14 +1,20 @@
 """The Planner object: cost model built once, simulation cache, typed strategies, explicit
 registry, worker processes that do not change predictions."""
 
-from dataclasses import replace
 
 import pytest
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.planning.strategies import AS_GIVEN, default_registry, plan
-from ccoverlap.predict.planner import FunctionStrategy, Planner, Strategy, StrategyRegistry, strategy_groups, workload_key
-from ccoverlap.predict.workload import workload_from_mapping, with_knobs
+from ccoverlap.predict.planner import (
+    FunctionStrategy,
+    Planner,
+    Strategy,
+    StrategyRegistry,
+    strategy_groups,
+    workload_key,
+)
+from ccoverlap.predict.workload import with_knobs, workload_from_mapping
 
 W = workload_from_mapping({"model": "phi-2", "cluster": "dgx-h100", "nodes": 1,
                            "parallel": {"tp": 2, "dp": 4, "data_parallel": "fsdp", "sequence_parallel": True},

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from ccoverlap.cli import main
 from ccoverlap.catalog.hardware import get_cluster
 from ccoverlap.catalog.models import get_model
+from ccoverlap.cli import main
 from ccoverlap.parallel.config import BatchConfig, config_problems
 from ccoverlap.planning.search import enumerate_layouts, label, screen_estimate
 
@@ -36,7 +36,7 @@ def test_enumerated_layouts_are_legal_and_cover_the_axes():
 
 
 def test_search_json_ranks_fitting_layouts(capsys, tmp_path):
-    code = main(ARGS + ["--json", "--out", str(tmp_path)])
+    code = main(ARGS + ["--json", "--png", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0
     doc = json.loads(out)

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import math
 
+from ccoverlap.catalog.hardware import GPUSpec
+from ccoverlap.cost.params import CostParams, causal_attention_factor
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
-from ccoverlap.catalog.hardware import GPUSpec
-
-from ccoverlap.cost.params import CostParams, causal_attention_factor
 
 _EPS = 1e-9
 

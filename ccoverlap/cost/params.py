@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ccoverlap.errors import ConfigError
 from ccoverlap.catalog.hardware import GPUSpec
+from ccoverlap.errors import ConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,8 +233,8 @@ class CostParams:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, base: "CostParams | None" = None,
-                  where: str = "cost params") -> "CostParams":
+    def from_dict(cls, d: dict[str, Any], *, base: CostParams | None = None,
+                  where: str = "cost params") -> CostParams:
         """Parameters from a mapping; missing fields come from ``base`` (default: class defaults).
 
         Unknown keys raise :class:`ConfigError` naming them (a typo must not silently fall
@@ -253,7 +253,7 @@ class CostParams:
             raise ConfigError(f"{where}: {exc}") from None
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, base: "CostParams | None" = None) -> "CostParams":
+    def load(cls, path: str | os.PathLike, *, base: CostParams | None = None) -> CostParams:
         """Parameters from a JSON file: a calibration file ``{"params": {...}, "gpu": ...,
         "fit_error": ...}`` or a bare ``{name: value}`` mapping. Fields it lacks come from
         ``base`` (e.g. :func:`default_params` of the GPU)."""
@@ -272,7 +272,7 @@ class CostParams:
         """Write a calibration file ``{"params": ..., **meta}`` (meta: ``gpu``, ``fit_error``)."""
         Path(path).write_text(json.dumps({"params": self.to_dict(), **meta}, indent=2, sort_keys=True) + "\n")
 
-    def with_overrides(self, **kw: Any) -> "CostParams":
+    def with_overrides(self, **kw: Any) -> CostParams:
         """A copy with some fields replaced; unknown names raise :class:`ConfigError`."""
         return self.from_dict(kw, base=self, where="with_overrides")
 

@@ -54,18 +54,30 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CommConfig
 from ccoverlap.predict.planner import FunctionStrategy
+from ccoverlap.sim.graph import CommConfig
 
-from .nccl_tuning import (ProgressFn, TuneResult, TuneStep, TuningSpace, _choose_implementations, _Counter,
-                          _with, autoccl_tune, config_dict, exhaustive_grid, exhaustive_tune,
-                          implementation_candidates, nccl_default_configs)
+from .nccl_tuning import (
+    ProgressFn,
+    TuneResult,
+    TuneStep,
+    TuningSpace,
+    _choose_implementations,
+    _Counter,
+    _with,
+    autoccl_tune,
+    config_dict,
+    exhaustive_grid,
+    exhaustive_tune,
+    implementation_candidates,
+    nccl_default_configs,
+)
 from .overlap_group import OverlapGroup
-from .profiler import ProfileResult, Profiler, SimulatedProfiler
+from .profiler import Profiler, ProfileResult, SimulatedProfiler
 
 __all__ = [
     "INITIAL_H",
@@ -395,11 +407,10 @@ def _tune_workload(planner, w, method: str, *, top: int = 2):
       groups (collectives no computation hides share the process group's configuration), so
       this is Lagom's "keep the best configuration profiled", with the step as the profile.
     """
+    from ccoverlap.predict.planner import workload_key
     from ccoverlap.predict.workload import with_knobs
 
     from .overlap_group import overlap_groups_from_step
-
-    from ccoverlap.predict.planner import workload_key
 
     cost = planner.cost
     # candidates are judged on the planner's screened step (fewer micro-batches unless the

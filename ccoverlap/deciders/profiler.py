@@ -18,8 +18,9 @@ No torch at module level.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, CommConfig, GemmSpec, MemorySpec

@@ -18,12 +18,21 @@ workload, its cost model built once, and the simulation cache).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any
 
 from ccoverlap.predict.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
-from ccoverlap.predict.planner import (FunctionStrategy, Planner, ProgressFn, Strategy, StrategyRegistry,  # noqa: F401
-                               fork_available, strategy_groups, workload_key)
+from ccoverlap.predict.planner import (  # noqa: F401
+    FunctionStrategy,
+    Planner,
+    ProgressFn,
+    Strategy,
+    StrategyRegistry,
+    fork_available,
+    strategy_groups,
+    workload_key,
+)
 from ccoverlap.predict.workload import Workload
 
 

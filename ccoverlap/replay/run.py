@@ -11,8 +11,8 @@ are against the replay of the unedited graph (which equals the measurement, see
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 

@@ -4,11 +4,20 @@ import math
 
 import pytest
 
-from ccoverlap.cost import CostModel, comm_sms
-from ccoverlap.sim.graph import (AttentionSpec, CollectiveSpec, CommConfig, CopySpec, GemmSpec, GroupSpec,
-                             MemorySpec, OpGraph, P2PSpec)
 from ccoverlap.catalog.hardware import CLUSTERS
+from ccoverlap.cost import CostModel, comm_sms
 from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.graph import (
+    AttentionSpec,
+    CollectiveSpec,
+    CommConfig,
+    CopySpec,
+    GemmSpec,
+    GroupSpec,
+    MemorySpec,
+    OpGraph,
+    P2PSpec,
+)
 
 H100 = CLUSTERS["dgx-h100"]
 A40 = CLUSTERS["a40-pcie"]

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 
+from ccoverlap.catalog.hardware import get_cluster
 from ccoverlap.cost import CostModel
 from ccoverlap.deciders.lagom import (
     INITIAL_H,
@@ -38,9 +39,8 @@ from ccoverlap.deciders.overlap_group import (
 )
 from ccoverlap.deciders.profiler import LiveNCCLProfiler, ProfilerUnavailable, SimulatedProfiler
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec, MemorySpec, OpGraph
-from ccoverlap.catalog.hardware import get_cluster
 from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec, MemorySpec, OpGraph
 
 MiB = 1 << 20
 H100 = get_cluster("dgx-h100", nodes=1)
@@ -373,7 +373,7 @@ def test_group_from_mapping():
     ({"collectives": [{"collective": "all_gather", "bytes": 1, "group_size": 8, "colour": 1}]}, "unknown field"),
     ({"collectives": [{"collective": "all_gather", "bytes": 1, "group_size": 8, "config": {"nc": 0}}]},
      "positive integer"),
-    ({"cluster": "dgx-h9000"}, "unknown GPU"),
+    ({"cluster": "dgx-h9000"}, "unknown cluster"),
     ({"extra": 1}, "unknown field"),
 ])
 def test_group_file_errors_name_the_field(patch, message):
@@ -477,8 +477,8 @@ def test_tune_command_table_and_errors(capsys, tmp_path):
 
 
 def test_strategies_register_and_apply_per_group():
-    from ccoverlap.planning import strategies as plan
     from ccoverlap.deciders import lagom
+    from ccoverlap.planning import strategies as plan
     from ccoverlap.predict.workload import workload_from_mapping
 
     reg = plan.default_registry()
