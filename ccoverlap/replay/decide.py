@@ -13,8 +13,8 @@ why the rest was not (a collective the change slows is waited on, for example).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

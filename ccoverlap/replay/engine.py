@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ccoverlap.errors import TraceError
-from ccoverlap.replay.graph import (BARRIER, CEND, E_COLL, E_CPU, E_STREAM, E_SYNC, GPU, WAIT, RankGraph)
+from ccoverlap.replay.graph import BARRIER, CEND, E_COLL, E_CPU, E_STREAM, E_SYNC, GPU, WAIT, RankGraph
 from ccoverlap.trace.match import comm_rows_by_group, pair_calls
 
 

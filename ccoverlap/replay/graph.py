@@ -109,8 +109,8 @@ class RankGraph:
     ekind: np.ndarray                # index into EDGE_KINDS
     launch_of: np.ndarray            # GPU row -> local CPU node or -1
     exit_of: np.ndarray              # kept CPU node - n_gpu -> its exit node (itself or its wait node)
-    calls: "Calls | None"
-    device: "DeviceCols"
+    calls: Calls | None
+    device: DeviceCols
     inferred: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
@@ -328,7 +328,7 @@ def _block_targets(j: int, kind: str, is_long: bool, gp: _Gpu, l_d, t_launch, ow
                    lname: str, queue_tol_s: float) -> tuple[list[int], float, bool]:
     """(target ops, own cost, is a launch-queue wait) of a call that may have blocked: a memcpy
     that returned after its own copy, a sync call, else a long call that waited for the queue."""
-    ks, ke = gp.ks, gp.ke
+    ke = gp.ke
     s_j, end_j = gp.l_s[j], gp.l_s[j] + l_d[j]
     own_cost = min(float(l_d[j]), 10e-6)
     if kind == "memcpy":
