@@ -200,7 +200,7 @@ def _stream_bandwidth(gpu: GPUSpec, p: CostParams, sms: float, bw: float | None)
 
 def attention_time_s(spec: AttentionSpec, gpu: GPUSpec, params: CostParams | None = None, *,
                      sms_available: float | None = None,
-                     hbm_bytes_per_s_available: float | None = None) -> float:
+                     hbm_bytes_per_s_available: float | None = None, l2_pollution: float = 0.0) -> float:
     """Seconds of a fused (flash) attention kernel: roofline ``max(FLOPs / (peak ×
     fraction × sustained_clock_fraction × SM share), bytes / bandwidth)`` plus launch
     overhead, where the fraction is
@@ -214,7 +214,7 @@ def attention_time_s(spec: AttentionSpec, gpu: GPUSpec, params: CostParams | Non
         frac *= causal_attention_factor(spec.kernel, spec.causal_len)
     flops_rate = gpu.flops_for(spec.dtype_bytes) * frac * p.sustained_clock_fraction * sms / gpu.sms
     t_c = spec.flops / flops_rate
-    t_m = spec.bytes / _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
+    t_m = spec.bytes * (1.0 + max(l2_pollution, 0.0)) / _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
     return max(max(t_c, t_m) + p.kernel_launch_overhead_s, _host_floor(spec, p))
 
 

@@ -136,7 +136,9 @@ def compute_time_under_s(spec: Spec, gpu: GPUSpec, params: CostParams, *, sms_ta
         return gemm_time_s(spec, gpu, params, sms_available=sms, hbm_bytes_per_s_available=bw,
                            l2_pollution=pollution)
     if isinstance(spec, AttentionSpec):
-        return attention_time_s(spec, gpu, params, sms_available=sms, hbm_bytes_per_s_available=bw)
+        pollution = params.l2_pollution_penalty * l2_share_taken(l2_fraction, params)
+        return attention_time_s(spec, gpu, params, sms_available=sms, hbm_bytes_per_s_available=bw,
+                                l2_pollution=pollution)
     return memory_time_s(spec, gpu, params, sms_available=sms, hbm_bytes_per_s_available=bw)
 
 

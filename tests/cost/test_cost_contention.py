@@ -242,3 +242,17 @@ def test_contention_parameters_per_gpu_type():
         p = got[name]
         assert (p.l2_pollution_penalty, p.l2_gemm_working_set, p.l2_inflight_chunks,
                 p.comm_sm_fraction_per_channel) == (5.5, 1.0, 2.0, 1.0), name
+
+
+def test_flash_attention_loses_its_l2_reuse_too():
+    """Flash attention re-reads K/V blocks through L2 like a GEMM its panels (NVIDIA/nccl#1428
+    measured attention 0.18 -> 0.33 ms beside an all-gather on A100): a kernel near its memory
+    bound (short sequences: ~50 FLOP per byte) is slowed by more than the SMs and bandwidth
+    NCCL's default all-gather takes."""
+    from ccoverlap.cost.params import default_params
+
+    a = AttentionSpec(flops=1e10, bytes=2e8)
+    ag = CollectiveSpec(collective="all_gather", bytes=150 * MiB, group=NODE8)
+    with_l2 = CostModel(A40).duration_s(a, (ag,))
+    without = CostModel(A40, default_params(A40.gpu).with_overrides(l2_pollution_penalty=0.0)).duration_s(a, (ag,))
+    assert with_l2 > 1.02 * without
