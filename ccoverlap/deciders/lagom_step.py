@@ -209,14 +209,11 @@ def _unique(configs: list[CommConfig]) -> list[CommConfig]:
 # ----------------------------------------------------------------------------- planner strategies
 
 def _note(t: StepTuning, start: str) -> str:
-    what = "Lagom" if t.method == "lagom" else "AutoCCL-style tuning"
-    knobs = ("knobs as given, so NCCL tuning alone" if start == "as-given"
-             else "best-knobs' framework knobs, so both levers")
-    head = (f"{what} from the {knobs} ({len(t.plan.rules)} plan rows; {len(t.groups)} groups, "
-            f"{t.profiles} profiles, {t.step_simulations} step simulations)")
+    what = "NCCL tuning alone (knobs as given)" if start == "as-given" else "both levers (best-knobs' knobs)"
+    head = f"{what}, {t.profiles} profiles, {t.step_simulations} step simulations"
     if t.kept_as_given or not t.plan.rules:
         return head + "; NCCL's defaults kept: no tuned configuration made the step faster"
-    return head + "; " + t.plan.describe(limit=2)
+    return f"{head}; {len(t.plan.rules)} plan rows: " + t.plan.describe(limit=2)
 
 
 def lagom_strategy(planner, start):
@@ -241,14 +238,14 @@ def autoccl_strategy(planner, start):
 
 
 def lagom_with_knobs_strategy(planner, start):
-    """``best-knobs+lagom``: Lagom from the best framework knobs (``start``), the combination
+    """``knobs+lagom``: Lagom from the best framework knobs (``start``), the combination
     of both levers; None when the best knobs are the knobs as given (the ``lagom`` row)."""
     if start.knobs == planner.workload.knobs:
         return None
     t = tune_step(planner, start, "lagom")
     if t is None:
         return None
-    t.result.name = "best-knobs+lagom"
+    t.result.name = "knobs+lagom"
     t.result.note = _note(t, "best-knobs")
     return t.result
 
@@ -268,6 +265,6 @@ LAGOM = _Strategy("lagom", lagom_strategy,
 AUTOCCL = _Strategy("autoccl", autoccl_strategy,
                     "AutoCCL-style baseline (lagom §2.2, eq. 2): each communication tuned for its own speed, "
                     "from the knobs as given", group="nccl-tuning", weight=0.5, start="as-given")
-LAGOM_WITH_KNOBS = _Strategy("best-knobs+lagom", lagom_with_knobs_strategy,
+LAGOM_WITH_KNOBS = _Strategy("knobs+lagom", lagom_with_knobs_strategy,
                              "Lagom from the best framework knobs: both levers together",
                              group="nccl-tuning", weight=2.2)

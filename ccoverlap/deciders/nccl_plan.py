@@ -164,10 +164,11 @@ class CommPlan:
         return out
 
     def describe(self, limit: int = 6) -> str:
-        """Rows in one line each (``dp all_gather [106-212 MiB): NC=2 NT=512 C=684 KiB simple ring``)."""
+        """The rows, ``; ``-separated (``dp all_gather 106-212 MiB: NC=2 NT=512 C=684 KiB simple ring``)."""
         lines = []
         for r in self.rules[:limit]:
-            lines.append(f"{r.group} {r.collective} [{_mib(r.min_bytes)}-{_mib(r.max_bytes)}): {format_config(r.config)}")
+            lines.append(f"{r.group} {r.collective} {r.min_bytes / 2**20:.3g}-{r.max_bytes / 2**20:.3g} MiB: "
+                         f"{format_config(r.config)}")
         if len(self.rules) > limit:
             lines.append(f"... {len(self.rules) - limit} more")
         return "; ".join(lines)
@@ -221,6 +222,3 @@ def format_config(c: CommConfig) -> str:
     alg = "" if c.algorithm in (None, "auto") else f" {c.algorithm}"
     return f"NC={c.channels} NT={c.threads} C={size} {c.protocol}{alg}"
 
-
-def _mib(x: float) -> str:
-    return f"{x / 2**20:.3g} MiB"

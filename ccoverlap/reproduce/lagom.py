@@ -71,7 +71,7 @@ def step_times(workload_json: str) -> dict[str, Any]:
         if t is None:
             raise ConfigError(f"{w.describe()}: no communication to tune")
         out[method] = t.result.step_time_s
-        out[method + "_plan"] = t.plan.describe(limit=3)
+        out[method + "_plan"] = t.plan.describe(limit=2)
     return out
 
 

@@ -87,15 +87,15 @@ def test_plan_rows_start_from_the_knobs_as_given_and_combine_with_the_best_knobs
     from ccoverlap.planning.strategies import plan
 
     w = workload_from_mapping(PHI2_FSDP)
-    res = plan(w, extra=["lagom", "autoccl", "best-knobs+lagom"], planner=Planner(w, jobs=1))
+    res = plan(w, extra=["lagom", "autoccl", "knobs+lagom"], planner=Planner(w, jobs=1))
     rows = {s.name: s for s in res.strategies}
     given, best = rows["as-given"], rows["best-knobs"]
     assert best.knobs != given.knobs  # the best knobs change something here
     assert rows["lagom"].knobs == given.knobs and rows["autoccl"].knobs == given.knobs
-    assert rows["best-knobs+lagom"].knobs == best.knobs
-    assert "knobs as given" in rows["lagom"].note and "both levers" in rows["best-knobs+lagom"].note
+    assert rows["knobs+lagom"].knobs == best.knobs
+    assert "knobs as given" in rows["lagom"].note and "both levers" in rows["knobs+lagom"].note
     assert rows["lagom"].step_time_s < given.step_time_s
-    assert rows["best-knobs+lagom"].step_time_s <= best.step_time_s
+    assert rows["knobs+lagom"].step_time_s <= best.step_time_s
 
 
 def test_best_knobs_lagom_row_is_skipped_when_the_knobs_do_not_change():
