@@ -17,7 +17,7 @@ long real profile of a multi-rank job; ``--dir`` benchmarks existing traces inst
 
     .venv/bin/python benchmarks/bench_analyze.py                       # 4 ranks x 10 replicas
     .venv/bin/python benchmarks/bench_analyze.py --ranks 2 --replicas 3
-    .venv/bin/python benchmarks/bench_analyze.py --dir /work/shared/traces/trace_filter
+    .venv/bin/python benchmarks/bench_analyze.py --dir path/to/traces
 
 ``hta`` is pip's ``traceinsight`` - for this script only, never a dependency of ccoverlap.
 """

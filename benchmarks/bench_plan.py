@@ -16,7 +16,7 @@ Cases (each run in a fresh subprocess, so imports and caches do not carry over):
 
 Prints the median wall and CPU seconds of ``--runs`` runs per case (wall includes waiting for
 a core on a shared machine: quote it with the load average). ``--baseline DIR`` runs the same
-cases against another checkout (e.g. ``/work/main``), interleaved with ours, and adds the
+cases against another checkout (e.g. of the last commit), interleaved with ours, and adds the
 ratio; cases the baseline lacks are shown as ``-``.
 
     python benchmarks/bench_plan.py [--runs 3] [--cases plan-70b,sim-gpt3-175b,...] [--baseline DIR]
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--cases", default=",".join(CASES))
-    ap.add_argument("--baseline", help="another checkout to time the same cases with (e.g. /work/main)")
+    ap.add_argument("--baseline", help="another checkout to time the same cases with (e.g. one of the last commit)")
     ap.add_argument("--baseline-runs", type=int, help="runs of the baseline (default: --runs)")
     ap.add_argument("--baseline-cases", help="cases to run on the baseline too (default: all of --cases)")
     ap.add_argument("--child", help=argparse.SUPPRESS)

@@ -1,6 +1,6 @@
-"""How long one simulated training step takes, through the planner's public path, against main.
+"""How long one simulated training step takes, through the planner's public path, against a baseline.
 
-Targets (issue 10): one step of
+Targets: one step of
 
 * GPT-3 175B on 64 A100 (8 x DGX-A100), TP 8 x PP 8, interleaved 1F1B with 3 virtual stages,
   64 micro-batches of 1 x 2048 tokens — goal <= 0.5 s;
@@ -11,13 +11,13 @@ Each timed run is ``ccoverlap.predict.evaluate.simulate_workload(workload)`` —
 the cost model, simulate — in a fresh subprocess per sample after one untimed warm-up run
 (imports and first-call caches are not a simulation's cost). Samples of this tree and of the
 baseline are interleaved A/B so both see the same machine load. The baseline is, by default,
-commit 4cea150 — main before the issue-10 simulator work — exported with ``git archive`` into a
-temporary directory (``--baseline-commit``), or any source tree (``--baseline PATH``, e.g.
-``/work/main``); its package is imported through ``PYTHONPATH``. Prints medians of wall and CPU seconds, the op count, the
+the last commit (``HEAD``: the working tree's changes against it) exported with ``git archive``
+into a temporary directory (``--baseline-commit REV`` for another), or any source tree
+(``--baseline PATH``, e.g. a second checkout); its package is imported through ``PYTHONPATH``. Prints medians of wall and CPU seconds, the op count, the
 simulated ranks, the simulated step times (they must agree) and the speed-up, plus the load
 average: on a shared machine the wall time includes waiting for a core.
 
-    python benchmarks/bench_simulate.py [--runs 5] [--baseline-commit 4cea150 | --baseline PATH | --no-baseline]
+    python benchmarks/bench_simulate.py [--runs 5] [--baseline-commit REV | --baseline PATH | --no-baseline]
                                         [--target NAME]
 """
 
@@ -104,8 +104,8 @@ def main(argv=None) -> int:
     """Run the A/B benchmark and print its table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5, help="timed samples per tree and target (>= 5 for the table)")
-    ap.add_argument("--baseline-commit", default="4cea150",
-                    help="commit of this repository to compare with (exported with git archive)")
+    ap.add_argument("--baseline-commit", default="HEAD",
+                    help="commit of this repository to compare with (exported with git archive; default HEAD)")
     ap.add_argument("--baseline", help="source tree to compare with instead (its ccoverlap package)")
     ap.add_argument("--no-baseline", action="store_true", help="time this tree only")
     ap.add_argument("--target", choices=sorted(TARGETS), action="append", help="only these targets")

@@ -1,4 +1,4 @@
-"""FiCCO's compute pieces on a real GPU, alone and beside emulated transfer traffic (issue 14, item 3).
+"""FiCCO's compute pieces on a real GPU, alone and beside emulated transfer traffic.
 
 For each GEMM of the FiCCO paper's Table I (``ccoverlap.calibrate.grids.ficco_shapes``: every
 shape scaled by one factor to the calibration's FLOP / memory budget, so M < K stays M < K)
@@ -22,7 +22,7 @@ throughout the timed piece (``Bench.overlap``: the covering side outlasts the ti
 That is the memory / SM pressure of a transfer that is always in flight, at local HBM copy
 rates (several TB/s), not at NVLink rates (~450 GB/s per direction on H100): an upper bound
 on the pressure of one transfer. The covering copy's own rate is kept in the JSON (``cover``)
-so a later session can rescale; every repetition's time is kept (``samples_s``).
+so a later analysis can rescale; every repetition's time is kept (``samples_s``).
 
 Each schedule's time is then composed from these pieces by the project's stream simulator
 (``ccoverlap.sim.engine.simulate`` on the schedule's op graph) with a cost object that returns the
@@ -61,7 +61,7 @@ from ccoverlap.deciders.ficco_accuracy import (AccuracyReport, CaseVerdict, PAPE
                                                rejudge)
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.predict.evaluate import cost_model_for_cluster
-from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
+from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec
 from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.timeline import step_time_s
 
@@ -112,13 +112,16 @@ def schedule_pieces(case: FiccoCase) -> dict[str, list[str]]:
 
 
 def distinct_pieces(case: FiccoCase) -> list[str]:
-    """Every distinct compute piece (GEMMs and copies) of all schedules of ``case``."""
+    """Every distinct compute piece (GEMMs and copy kernels) of all schedules of ``case``, with
+    SM and with DMA transfers: SM schedules copy with kernels (measured here), DMA schedules on
+    copy engines (``CopySpec``, timed by the cost model like the transfers)."""
     seen: dict[str, None] = {}
-    for s in SCHEDULES:
-        for op in schedule_graph(case, s).ops:
-            key = piece_key(op.spec)
-            if key is not None:
-                seen.setdefault(key)
+    for engine in ENGINES:
+        for s in SCHEDULES:
+            for op in schedule_graph(replace(case, engine=engine), s).ops:
+                key = piece_key(op.spec)
+                if key is not None:
+                    seen.setdefault(key)
     return list(seen)
 
 
@@ -126,8 +129,8 @@ def distinct_pieces(case: FiccoCase) -> list[str]:
 
 class MeasuredCost:
     """A cost object for :func:`ccoverlap.sim.engine.simulate`: a compute piece takes its measured
-    time, under the engine's traffic condition when a transfer (collective or peer copy) runs
-    beside it, alone otherwise (compute beside compute is not measured: alone time); a
+    time, under the engine's traffic condition when a transfer (collective, peer copy or
+    copy-engine copy) runs beside it, alone otherwise (compute beside compute is not measured: alone time); a
     transfer takes the cost model's time beside what runs with it."""
 
     def __init__(self, pieces: dict[str, dict], condition: str, cost) -> None:
@@ -141,7 +144,7 @@ class MeasuredCost:
         entry = self.pieces.get(key)
         if entry is None:
             raise ConfigError(f"no measurement of piece {key}")
-        busy = any(isinstance(c, (CollectiveSpec, P2PSpec)) for c in concurrent)
+        busy = any(isinstance(c, (CollectiveSpec, P2PSpec, CopySpec)) for c in concurrent)
         t = entry.get(self.condition) if busy else None
         return float((t or entry["alone"])["time_s"])
 

@@ -1,4 +1,4 @@
-"""Held-out check of the cost model's GEMM time on a real GPU (issue 14, item 2).
+"""Held-out check of the cost model's GEMM time on a real GPU.
 
 Times cuBLAS GEMMs (``torch.matmul`` into a preallocated output, bf16, CUDA events, median of
 several repetitions, :class:`ccoverlap.calibrate.microbench.Bench`) on shapes that

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every run of issue 14 on one CUDA GPU, in one command per device call (docs/gpu-session.md).
+# Every GPU check on one CUDA GPU, in three parts of at most ~10 minutes each (docs/gpu-checks.md).
 #
 #   OUT=/some/folder bash benchmarks/gpu_session.sh part1   # calibrate, full plan (call again if unfinished)
 #   OUT=/some/folder bash benchmarks/gpu_session.sh part2   # pytest -m gpu, bench + analyze on CUDA
@@ -31,7 +31,7 @@ case "$PART" in
 esac
 if [ "$PART" = "--plan" ]; then
   cat <<'EOF'
-part1  env.txt; ccoverlap calibrate --out calibration.json (full plan) in its own session (setsid),
+part1  env.txt; ccoverlap calibrate --out calibration.json (full plan) detached with setsid,
        waited for while the budget lasts; call part1 again to wait on if it is not done;
        if it fails and >= 150 s are left: ccoverlap calibrate --quick
 part2  env.txt; pytest -m gpu (<= 300 s); ccoverlap bench --nproc 1 (CUDA, NCCL, --profile-dir) and
@@ -159,7 +159,7 @@ pack() {
 }
 
 # ---- the parts -------------------------------------------------------------------------
-# The full calibration may outlast one call: it runs in its own process session (setsid), which
+# The full calibration may outlast one call: it runs detached (setsid), which
 # the device machine lets live on after the call returns, in $CAL (kept across parts). part1
 # waits for it as long as its budget allows; calling part1 again at once (the machine goes
 # back after 30 s idle, and the run with it) waits on; part2 and part3 wait for it before
@@ -185,7 +185,7 @@ part1() {
     log "calibration finished in an earlier call (exit $(cat "$CAL/rc"))"
   else
     rm -rf "$CAL"; mkdir -p "$CAL"
-    log "run  calibrate (full plan) in its own session: $PY -m ccoverlap calibrate --out $CAL/calibration.json"
+    log "run  calibrate (full plan) detached: $PY -m ccoverlap calibrate --out $CAL/calibration.json"
     date +%s >"$CAL/start"
     setsid nohup bash -c "'$PY' -m ccoverlap calibrate --out '$CAL/calibration.json' >'$CAL/calibrate.log' 2>&1; echo \$? >'$CAL/rc.tmp'; mv '$CAL/rc.tmp' '$CAL/rc'" \
       </dev/null >/dev/null 2>&1 &

@@ -5,8 +5,8 @@ SHA-1 of the built op records (every field of every op, in order) and of the sim
 and end times (their float64 bytes), as JSON. Run it on two trees and compare the outputs:
 
     PYTHONPATH=. python benchmarks/sim_identity.py > this.json
-    PYTHONPATH=/work/main python benchmarks/sim_identity.py > main.json
-    cmp this.json main.json && echo identical
+    PYTHONPATH=../base python benchmarks/sim_identity.py > base.json   # another checkout
+    cmp this.json base.json && echo identical
 
 The tree whose ``ccoverlap`` was imported is printed on stderr (``PYTHONPATH`` decides it).
 """

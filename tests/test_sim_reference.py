@@ -1,6 +1,7 @@
 """The fast simulator (spec interning, quiet-rank spans) against a plain op-by-op reference.
 
-``reference_simulate`` is the event loop of commit 4cea150's ``ccoverlap.sim.engine.simulate``, kept
+``reference_simulate`` is the simulator's original op-by-op event loop (``ccoverlap.sim.engine.simulate``
+before spans and interning), kept
 here verbatim in substance: every op is its own event and every change of a rank's running
 set re-evaluates each running op's speed. Random graphs with several ranks and streams,
 cross-rank edges, zero-length ops and a cost that depends on what runs beside an op must give

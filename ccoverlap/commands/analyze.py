@@ -4,7 +4,8 @@ One trace file per rank (``.json`` / ``.json.gz``), given as files or directorie
 per-rank and per-step compute / communication / overlap (HolisticTraceAnalysis' definition)
 / exposed communication / idle time, per-collective bandwidths, cross-rank skew and
 stragglers, the slowdown overlap causes compute, and a verdict; ``--json`` prints one JSON
-object instead; a PNG of one step is written too. ``--vs B`` compares with another run (for
+object instead; ``--png`` also draws one step (never with ``--json``). The ranks are read in
+parallel worker processes (one per CPU) when that pays. ``--vs B`` compares with another run (for
 example a ``ccoverlap simulate`` output). Exit code 2 only when nothing could be analysed.
 """
 
@@ -29,11 +30,14 @@ def register(sub) -> None:
                    help="'hta' (default) rounds sub-microsecond timestamps inward to whole µs like HTA; "
                         "'exact' keeps the trace's ns resolution")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    p.add_argument("--png", metavar="FILE", help=f"timeline picture (default {DEFAULT_OUT}/analyze.png)")
-    p.add_argument("--no-png", action="store_true", help="do not draw the picture")
+    p.add_argument("--png", metavar="FILE", nargs="?", const=f"{DEFAULT_OUT}/analyze.png",
+                   help=f"also draw one step's timeline (default file {DEFAULT_OUT}/analyze.png; not with --json)")
+    p.add_argument("--no-png", action="store_true", help=argparse.SUPPRESS)   # the default; kept for old scripts
     p.add_argument("--png-step", type=int, help="profiler step drawn in the picture (default: first analysed)")
     p.add_argument("--vs", nargs="+", metavar="TRACE", help="compare with these traces (e.g. a simulated run)")
-    p.add_argument("--jobs", type=int, default=None, help="processes for loading (default: automatic)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="worker processes reading the ranks (default: one per CPU when there are two or more "
+                        "files totalling 2 MiB or more)")
     p.add_argument("--groups", metavar="FILE",
                    help="JSON mapping of process groups to parallelism dimensions, e.g. "
                         "{\"0\": \"DP\", \"tp_group\": \"TP\"} (keys: group name, description or "
@@ -55,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
         if args.jobs is not None and args.jobs < 1:
             raise ConfigError("--jobs must be >= 1")
         groups = load_groups(args.groups) if getattr(args, "groups", None) else None
+        picture = bool(args.png) and not args.json and not args.no_png
         a = analyze(args.traces, steps=args.steps, time_resolution=args.time_resolution, jobs=args.jobs,
-                    groups=groups)
+                    groups=groups, picture=picture, png_step=args.png_step)
         b = None
         if args.vs:
             b = analyze(args.vs, steps=args.steps if args.steps in ("hta", "all") else "hta",
@@ -75,9 +80,11 @@ def run(args: argparse.Namespace) -> int:
         if b is not None:
             print_problems([f"(--vs) {p}" for p in b.problems], sys.stderr)
     png = None
-    if not args.no_png:
+    if args.png and args.json and not args.quiet:
+        print_problems(["--png is not drawn with --json (one JSON object on stdout)"], sys.stderr)
+    if picture:
         try:
-            png = write_png(a, Path(args.png) if args.png else Path(DEFAULT_OUT) / "analyze.png", step=args.png_step)
+            png = write_png(a, Path(args.png), step=args.png_step)
         except OSError as exc:
             raise ConfigError(f"cannot write the picture: {exc}") from None
     extra = {"png": str(png) if png else None}

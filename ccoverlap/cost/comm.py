@@ -355,6 +355,26 @@ def _hier_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg:
     return t - params.comm_base_latency_s, wire, frozenset({"intra", "inter"})
 
 
+#: A latency-bound message size ("KB to low MB", DMA-Latte): where the DMA / SM time ratio of
+#: :func:`dma_collective_latency_s` is taken.
+DMA_LATENCY_PROBE_BYTES = 1 * KiB
+
+
+def dma_collective_latency_s(coll: str, n: int, cluster: ClusterSpec, params: CostParams) -> float:
+    """Fixed seconds a copy-engine collective of ``n`` ranks pays for command scheduling and
+    cross-GPU synchronisation (DMA-Latte, arXiv:2511.06605: DMA collectives lag RCCL at
+    latency-bound sizes): ``dma_<all-gather | all-to-all>_latency_factor`` x the SM collective's
+    time at :data:`DMA_LATENCY_PROBE_BYTES`. Broadcast uses the all-gather factor. 0 when the
+    GPU's factor is not measured (0)."""
+    factor = params.dma_alltoall_latency_factor if coll == "all_to_all" else params.dma_allgather_latency_factor
+    if factor <= 0 or n <= 1:
+        return 0.0
+    sm_coll = "all_to_all" if coll == "all_to_all" else "all_gather"
+    group = GroupSpec(name="dma_probe", size=n, local_size=n)
+    probe = CollectiveSpec(collective=sm_coll, bytes=float(DMA_LATENCY_PROBE_BYTES), group=group)
+    return factor * collective_profile(probe, cluster, params).time_s
+
+
 def _dma_time(coll: str, m: float, n: int, cluster: ClusterSpec, params: CostParams) -> tuple[float, float]:
     engines = cluster.gpu.copy_engines
     if engines < 1:
@@ -363,7 +383,9 @@ def _dma_time(coll: str, m: float, n: int, cluster: ClusterSpec, params: CostPar
              engines * params.dma_engine_bytes_per_s)
     wire = (n - 1) * m if coll == "broadcast" else (n - 1) / n * m
     copies = n - 1
-    return wire / bw + math.ceil(copies / engines) * params.dma_copy_latency_s, wire
+    fixed = max(math.ceil(copies / engines) * params.dma_copy_latency_s,
+                dma_collective_latency_s(coll, n, cluster, params))
+    return wire / bw + fixed, wire
 
 
 def _one(spec: CollectiveSpec, cluster: ClusterSpec, params: CostParams, cfg: CommConfig,

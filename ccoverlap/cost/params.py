@@ -156,6 +156,15 @@ class CostParams:
     dma_link_efficiency: float = 0.85
     dma_engine_bytes_per_s: float = 200e9
     dma_copy_latency_s: float = 8.0e-6
+    # Copy-engine collectives pay command scheduling and cross-GPU synchronisation that SM
+    # collectives do not: at latency-bound sizes a DMA all-gather (all-to-all) takes this many
+    # times as long as the SM (NCCL/RCCL) one. Applied as a fixed cost per DMA collective: this
+    # factor x the SM collective's time at a latency-bound size (comm.dma_collective_latency_s).
+    # source: DMA-Latte (Pati et al., arXiv:2511.06605v1, abstract), 8 x MI300X: DMA all-gather
+    # 4.5x and all-to-all 2.5x slower than RCCL at small sizes. 0 = not measured for this GPU
+    # (the per-copy dma_copy_latency_s alone). fit: copy-engine collectives over a size sweep.
+    dma_allgather_latency_factor: float = 0.0
+    dma_alltoall_latency_factor: float = 0.0
 
     # ------------------------------------------------------------------ contention (contention.py)
     # Contention of communication with the computation beside it: lagom §3.2, eqs. 4-6 (NC and
@@ -331,7 +340,8 @@ class CostParams:
 #          judged on the paper's other figures (docs/seeds.md).
 #  [MI300X] hipBLASLt bf16 GEMMs reach roughly half of the 1307 TFLOP/s datasheet peak in public
 #          benchmarks; 256x256 macro tiles; ~4.0-4.3 of 5.3 TB/s HBM3; one SDMA engine per
-#          xGMI link at ~50 GB/s (ficco §IV-B1, 64 GB/s links).
+#          xGMI link at ~50 GB/s (ficco §IV-B1, 64 GB/s links); DMA all-gather / all-to-all 4.5x /
+#          2.5x RCCL's time at latency-bound sizes (DMA-Latte, arXiv:2511.06605v1).
 _GPU_OVERRIDES: dict[str, dict[str, float]] = {
     "H100-SXM": {},
     "H200": {"mem_bw_fraction": 0.88},
@@ -348,7 +358,8 @@ _GPU_OVERRIDES: dict[str, dict[str, float]] = {
                "mem_bw_fraction": 0.80, "channel_bytes_per_s": 20e9, "attention_peak_fraction": 0.4,
                "attention_bwd_peak_fraction": 0.33, "attention_fa2_peak_fraction": 0.4,
                "attention_fa2_bwd_peak_fraction": 0.33,
-               "dma_engine_bytes_per_s": 50e9, "dma_link_efficiency": 0.8},
+               "dma_engine_bytes_per_s": 50e9, "dma_link_efficiency": 0.8,
+               "dma_allgather_latency_factor": 4.5, "dma_alltoall_latency_factor": 2.5},
 }
 # Causal-mask derating of flash attention on Hopper, by the kernel's sequence length. Source:
 # FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608) Fig. 5, H100 80GB SXM5, head dim

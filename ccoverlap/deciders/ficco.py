@@ -43,6 +43,7 @@ from ccoverlap.deciders.ficco_heuristic import FICCO_SCHEDULES, choose_schedule
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import (
     CollectiveSpec,
+    CopySpec,
     GemmSpec,
     GroupSpec,
     MemorySpec,
@@ -66,16 +67,8 @@ __all__ = [
     "estimate_all",
     "best_schedule",
     "heuristic_pick",
-    "PAPER_SCENARIOS",
-    "paper_cases",
-    "synthetic_cases",
-    "CaseVerdict",
-    "AccuracyReport",
-    "accuracy",
-    "judge",
-    "rejudge",
-    "fit_heuristic",
-    "ficco_strategy",
+    "ideal_time_s",
+    "cost_model_for_cluster",
 ]
 
 #: Every schedule the estimator times: serial, shard-level ring (§II-B), the four of §V-B.
@@ -203,8 +196,14 @@ class _Builder:
         ``world - 1`` links (FiCCO §III-C), on a switch the GPU's whole bandwidth."""
         return P2PSpec(bytes=float(nbytes), inter_node=False, transport=self.c.engine)
 
-    def copy(self, nbytes: float) -> MemorySpec:
-        """A gather/scatter copy kernel: reads and writes ``nbytes`` (FiCCO §III-B, §V-B)."""
+    def copy(self, nbytes: float) -> CopySpec | MemorySpec:
+        """A gather/scatter copy of ``nbytes`` (FiCCO §III-B, §V-B). With DMA communication it is
+        a copy-engine copy, as FiCCO runs it ("FiCCO schedules are implemented in PyTorch by
+        invoking standard GEMM libraries and DMA transfers", §VI-A): no compute units, only
+        memory bandwidth. With SM communication it is a copy kernel reading and writing
+        ``nbytes``."""
+        if self.c.engine == "dma":
+            return CopySpec(bytes=float(nbytes), direction="d2d")
         return MemorySpec(bytes=2.0 * float(nbytes))
 
     # ops ---------------------------------------------------------------------------------
@@ -414,6 +413,16 @@ def _whole_times(case: FiccoCase, cost) -> tuple[float, float]:
         elif isinstance(op.spec, (CollectiveSpec, P2PSpec)):
             c += d
     return g, c
+
+
+def ideal_time_s(case: FiccoCase, cost) -> float:
+    """Ideal overlapped time of ``case`` (FiCCO Fig. 6, §VI-B), seconds: the whole collective
+    ``C`` and the whole GEMM ``G`` cut into ``world`` pieces that take exactly ``1/world`` of
+    the whole ("decomposition scales linearly with no slowdowns from decomposition or
+    contention") and run as a pipeline in which piece ``i`` of the GEMM waits for piece ``i`` of
+    the transfer: ``max(C, G) + min(C, G) / world``."""
+    g, c = _whole_times(case, cost)
+    return max(g, c) + min(g, c) / max(case.world, 1)
 
 
 def estimate_schedule(case: FiccoCase, schedule: str, cost, *, whole: tuple[float, float] | None = None,

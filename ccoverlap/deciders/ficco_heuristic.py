@@ -11,7 +11,9 @@ moves 1/N-sized pieces of each shard all-to-all and offers four schedules (§V-B
   lower CIL.
 * ``uniform-fused-2d``  - pieces are column (K) blocks, accumulated with ``C += A_t B_t``.
 
-The heuristic (§V-C) reads only static quantities:
+The rule of §V-C, as written, reads only static quantities of the GEMM one GPU runs (§VI-A:
+"the user provides only the GEMM inputs"; for tensor parallelism that is the weight's column
+slice, e.g. N / 8 of a Table I row on 8 GPUs):
 
 1. communication shape: 1-D (row / M sharding) if ``M > K``, else 2-D (column / K
    sharding), because row sharding has the larger DIL when ``M < K`` (§IV-C1);
@@ -20,17 +22,21 @@ The heuristic (§V-C) reads only static quantities:
    (op-to-byte x memory bandwidth = FLOPs)": below the threshold -> ``uniform-fused-1d``;
    more than 5x above it -> ``hetero-unfused-1d``; otherwise ``hetero-fused-1d``.
 
-How the text is read here (the paper gives the rule in words and a figure, not a formula):
+The quantities, in the units the text gives them:
 
-* ``MT  = (M*K + N*K + M*N) * dtype_bytes``  bytes (§IV-D1, "MK + NK + MN", scaled to bytes);
+* ``MT  = (M*K + N*K + M*N) * dtype_bytes``  bytes (§IV-D1, "MK + NK + MN", in bytes);
 * ``OTB = 2*M*N*K / MT``                     flop/byte (§IV-C1, ops and bytes from M, N, K);
 * combined metric ``OTB * MT`` (flop), which for a GEMM equals its flop count ``2MNK``;
-* machine threshold ``machine_OTB * mem_bw = peak_flops`` (flop/s), turned into flop by a
-  reference time ``reference_time_s`` (1 s by default, so the comparison is numerically the
-  one the paper states: the GEMM's combined OTB*MT against the peak FLOPs number).
+* machine threshold ``machine_OTB * mem_bw = peak_flops``: the same product for the GPU, its
+  op-to-byte balance times its memory bandwidth. The paper compares the two numbers
+  directly; with consistent units (flop and flop/s, or Tflop and Tflop/s) that is a
+  reference time of one second (``reference_time_s``). On MI300X (1307 Tflop/s bf16) the
+  threshold is 1.3e15 flop, above every Table I GEMM a GPU runs but g13's.
 
-Both constants are parameters so that a calibrated estimator (``ccoverlap.deciders.ficco``)
-can retune them; the defaults are the paper's reading above.
+The paper characterised copy-engine (DMA) communication; ``comm_engine="dma"`` applies its
+rule unchanged. Two additions serve runtimes outside that setting and are off in it:
+``comm_engine="sm"`` narrows the uniform band (:data:`SM_UNIFORM_BAND_SCALE`), and with
+``link_bw_bytes_per_s`` a step 0 answers ``serial`` when overlap cannot pay for its losses.
 """
 
 from __future__ import annotations
@@ -57,10 +63,11 @@ FICCO_SCHEDULES = ("uniform-fused-1d", "hetero-fused-1d", "hetero-unfused-1d", "
 #: §V-C: hetero-unfused-1D "is assigned when the combined metric exceeds the threshold by 5x".
 HETERO_UNFUSED_FACTOR = 5.0
 
-#: Reference time that turns the machine threshold (peak FLOP/s) into flop; see module doc.
+#: Reference time that turns the machine threshold (peak FLOP/s) into flop: one second, i.e.
+#: the two numbers compared as §V-C states them (see the module docstring).
 REFERENCE_TIME_S = 1.0
 
-#: Our assumption, not a number from the paper: the heuristic was characterised with DMA
+#: Not from the paper (SM-driven communication only): the heuristic was characterised with DMA
 #: (copy-engine) communication (§IV-B1); with SM-driven collectives (NCCL/RCCL kernels, or
 #: any software transport such as gloo) CIL is "far" higher (§IV-D1, Figure 9), so the band
 #: given to the high-CIL ``uniform-fused-1d`` schedule is shrunk by this factor.
@@ -165,18 +172,10 @@ def choose_schedule(
     if world_size == 1:
         return "serial", "one rank: there is no communication to overlap"
     if link_bw_bytes_per_s is not None:
-        if link_bw_bytes_per_s <= 0:
-            raise ValueError("choose_schedule: link_bw_bytes_per_s must be positive")
-        loss = overlap_loss if overlap_loss is not None else (OVERLAP_LOSS_SM if comm_engine == "sm" else OVERLAP_LOSS_DMA)
-        ratio = overlap_gain_ratio(m, n, k, world_size, dtype_bytes, peak_flops=peak_flops,
-                                   link_bw_bytes_per_s=link_bw_bytes_per_s)
-        if ratio * (1.0 - COMM_DIL) < loss:
-            return (
-                "serial",
-                f"overlap cannot help: T_comm/T_gemm={ratio:.3g} at {link_bw_bytes_per_s:.3g} B/s and "
-                f"{peak_flops:.3g} flop/s; hiding it saves at most {ratio * (1 - COMM_DIL):.3g} of the GEMM "
-                f"time, less than the {loss:.2g} that decomposition and contention cost ({comm_engine} comm)",
-            )
+        serial = _serial_when_overlap_cannot_pay(m, n, k, world_size, dtype_bytes, peak_flops, link_bw_bytes_per_s,
+                                                 comm_engine, overlap_loss)
+        if serial is not None:
+            return serial
     rows_per_shard = m // world_size
     machine_otb = peak_flops / mem_bw_bytes_per_s
     # Step 1 (§V-C): communication shape from the relative size of M and K (§IV-C1).
@@ -209,3 +208,23 @@ def choose_schedule(
             f"M={m} > K={k}; combined OTB and MT above {hetero_unfused_factor:g}x threshold: {detail}",
         )
     return "hetero-fused-1d", f"M={m} > K={k}; combined OTB and MT between the bands: {detail}"
+
+
+def _serial_when_overlap_cannot_pay(m: int, n: int, k: int, world_size: int, dtype_bytes: int, peak_flops: float,
+                                    link_bw_bytes_per_s: float, comm_engine: str,
+                                    overlap_loss: float | None) -> tuple[str, str] | None:
+    """Step 0 of :func:`choose_schedule` (not in the paper): ``("serial", reason)`` when hiding the
+    whole transfer saves less than the losses of decomposing, else None."""
+    if link_bw_bytes_per_s <= 0:
+        raise ValueError("choose_schedule: link_bw_bytes_per_s must be positive")
+    loss = overlap_loss if overlap_loss is not None else (OVERLAP_LOSS_SM if comm_engine == "sm" else OVERLAP_LOSS_DMA)
+    ratio = overlap_gain_ratio(m, n, k, world_size, dtype_bytes, peak_flops=peak_flops,
+                               link_bw_bytes_per_s=link_bw_bytes_per_s)
+    if ratio * (1.0 - COMM_DIL) >= loss:
+        return None
+    return (
+        "serial",
+        f"overlap cannot help: T_comm/T_gemm={ratio:.3g} at {link_bw_bytes_per_s:.3g} B/s and "
+        f"{peak_flops:.3g} flop/s; hiding it saves at most {ratio * (1 - COMM_DIL):.3g} of the GEMM "
+        f"time, less than the {loss:.2g} that decomposition and contention cost ({comm_engine} comm)",
+    )

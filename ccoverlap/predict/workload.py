@@ -24,7 +24,7 @@ from ccoverlap.config import check_keys, dataclass_from_mapping, read_config_fil
 from ccoverlap.errors import ConfigError
 from ccoverlap.catalog.hardware import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_file
 
-# The built-in example (issue 10): a compute-bound job where the overlap decision matters —
+# The built-in example: a compute-bound job where the overlap decision matters —
 # Llama-3-8B on one DGX H100 (8 GPUs, NVSwitch), TP2 with sequence parallelism inside FSDP over
 # 4 ranks, global batch 8 x 4096 tokens, micro-batch 1 (2 micro-batches per rank); small enough
 # to plan in seconds. The Lagom paper's communication-bound A40 setting (lagom §4.1 cluster B,

@@ -87,12 +87,12 @@ class TuneOptions:
 
     Defaults (assumed, not fitted): ``confidence=0.99`` needs at least 8 rounds before a pair
     can be told apart at all (a sign test over n rounds reaches 1 - 2/2**n), hence
-    ``min_reps=8``; ``margin=0.02`` keeps the cost of the tie-break well inside the issue's 5%
+    ``min_reps=8``; ``margin=0.02`` keeps the cost of the tie-break well inside a 5%
     tolerance; ``max_reps=200``/``budget_s=10`` let the time budget bind first on the
     documented CPU shapes (a round of three survivors takes ~0.12 s there on a quiet machine),
     since the call-to-call spread measured there (sigma of log time 0.08-0.14 for one
-    schedule on a quiet machine: ``benchmarks/bench_runtime_tune.py --rejudge``, docs/runtime.md
-    "Third pass") needs tens of rounds to resolve gaps of a few percent.
+    schedule on a quiet machine: ``benchmarks/bench_runtime_tune.py --rejudge``; docs/runtime.md)
+    needs tens of rounds to resolve gaps of a few percent.
     """
 
     warmup: int = 2

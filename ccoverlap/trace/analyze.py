@@ -1,13 +1,15 @@
 """Facade: trace files in, every measurement of ``ccoverlap analyze`` out.
 
-``analyze(paths)`` streams each file (:mod:`.load`), builds one Timeline per rank
-(:mod:`.classify`), picks the analysed rows (:mod:`.steps`, HolisticTraceAnalysis' default
-window unless told otherwise), and computes with the simulator's own
-:func:`ccoverlap.sim.timeline.rank_metrics`: per rank and per step compute / communication /
-memcpy time, overlap ratio (HTA's definition), exposed communication, compute-only and idle
-time, R = compute / communication; then per-collective bandwidths, cross-rank skew and
-stragglers, contention, and a verdict. Problems with single files become lines in
-``Analysis.problems``; :class:`TraceError` is raised only when no file could be analysed.
+``analyze(paths)`` maps the per-rank work (:func:`ccoverlap.trace.summary.summarize_rank`: stream
+one file, build its Timeline, pick the analysed rows - HolisticTraceAnalysis' default window
+unless told otherwise - and reduce them with the simulator's own
+:func:`ccoverlap.sim.timeline.rank_metrics`) over the files with an engine
+(:mod:`ccoverlap.trace.engine`: worker processes by default), then combines the rank summaries
+(:mod:`ccoverlap.trace.combine`): per rank and per step compute / communication / memcpy time,
+overlap ratio (HTA's definition), exposed communication, compute-only and idle time,
+R = compute / communication; per-collective bandwidths, cross-rank skew and stragglers,
+contention, and a verdict. Problems with single files become lines in ``Analysis.problems``;
+:class:`TraceError` is raised only when no file could be analysed.
 """
 
 from __future__ import annotations
@@ -23,30 +25,31 @@ import numpy as np
 from ccoverlap.errors import ConfigError, TraceError
 from ccoverlap.sim.timeline import RankMetrics, rank_metrics
 from ccoverlap.trace import load as _load
-from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
-from ccoverlap.trace.collectives import CollectiveStats, busbw_factor, collective_stats
-from ccoverlap.trace.contention import Contention, contention
-from ccoverlap.trace.dimensions import DimensionStats, assign_cpu_groups, dimension_stats
-from ccoverlap.trace.ranks import CrossRank, cross_rank
-from ccoverlap.trace.steps import (assign_steps, available_steps, parse_steps, selection_mask, step_rows,
-                                   step_windows)
-from ccoverlap.trace.verdict import Verdict, decide
+from ccoverlap.trace.collectives import CollectiveStats, busbw_factor
+from ccoverlap.trace.combine import analyze_job
+from ccoverlap.trace.contention import Contention
+from ccoverlap.trace.dimensions import DimensionStats
+from ccoverlap.trace.engine import local_engine
+from ccoverlap.trace.ranks import CrossRank
+from ccoverlap.trace.steps import StepRanges, parse_steps
+from ccoverlap.trace.summary import JobContext, RankSummary
+from ccoverlap.trace.verdict import Verdict
 
 METRIC_KEYS = ("step_time_s", "compute_s", "comm_s", "memcpy_s", "overlap_s", "overlap_ratio",
                "exposed_comm_s", "compute_only_s", "idle_s", "compute_comm_ratio")
-_PARALLEL_MIN_BYTES = 8 << 20
 
 
 @dataclass
 class Analysis:
-    """Everything measured on one set of traces (seconds, bytes, bytes/s)."""
+    """Everything measured on one set of traces (seconds, bytes, bytes/s); ``ranks`` holds each
+    rank's :class:`~ccoverlap.trace.summary.RankSummary` (its analysed communication rows on the
+    job's clock, its metrics), in rank order."""
 
     files: list[str]
     problems: list[str]
-    steps_spec: str | list[int]
+    steps_spec: object
     time_resolution: str
-    ranks: list[RankTrace]
-    masks: dict[int, np.ndarray]
+    ranks: list[RankSummary]
     metrics: list[RankMetrics]
     step_metrics: dict[int, dict[int, RankMetrics]]
     collectives: list[CollectiveStats]
@@ -101,7 +104,7 @@ class Analysis:
             d.update({k: getattr(m, k) for k in METRIC_KEYS})
             d.update({"bubble_s": m.bubble_s, "comm_bytes": m.comm_bytes, "file": str(rt.path), "mode": rt.mode,
                       "rank_source": rt.meta.get("rank_source"), "device": rt.meta.get("device"),
-                      "rows": int(self.masks[rt.rank].sum())})
+                      "rows": rt.rows})
             d["steps"] = [dict({"step": s}, **{k: getattr(self.step_metrics[s][m.rank], k) for k in METRIC_KEYS})
                           for s in self.analysed_steps if m.rank in self.step_metrics[s]]
             ranks.append(d)
@@ -114,7 +117,8 @@ class Analysis:
             "tool": "ccoverlap analyze",
             "files": self.files,
             "problems": self.problems,
-            "steps": {"spec": self.steps_spec, "analysed": self.analysed_steps, "available": self.available_steps},
+            "steps": {"spec": self.steps_spec if not isinstance(self.steps_spec, StepRanges) else str(self.steps_spec),
+                      "analysed": self.analysed_steps, "available": self.available_steps},
             "time_resolution": self.time_resolution,
             "summary": self.summary(),
             "ranks": ranks,
@@ -132,23 +136,21 @@ class Analysis:
 def _comm_kernels(a: "Analysis") -> list[dict]:
     rows_out = []
     for rt in a.ranks:
-        tl = rt.timeline
-        idx = np.flatnonzero(a.masks[rt.rank] & (tl.kind == "comm"))
-        if not len(idx):
+        tl = rt.comm
+        if not len(tl):
             continue
         pg = rt.meta.get("pg_config") or {}
-        for i, c, g, gs, st, en, b, src in zip(idx.tolist(), tl.collective[idx].tolist(), tl.group[idx].tolist(),
-                                               rt.group_size[idx].tolist(), tl.start_s[idx].tolist(),
-                                               tl.end_s[idx].tolist(), tl.bytes[idx].tolist(),
-                                               (rt.size_source[idx].tolist() if rt.size_source is not None
-                                                else [""] * len(idx))):
+        src = rt.comm_size_source.tolist() if rt.comm_size_source is not None else [""] * len(tl)
+        for name, c, g, gs, step, st, en, b, ss in zip(tl.name.tolist(), tl.collective.tolist(), tl.group.tolist(),
+                                                      rt.comm_group_size.tolist(), tl.step.tolist(),
+                                                      tl.start_s.tolist(), tl.end_s.tolist(), tl.bytes.tolist(), src):
             dur = en - st
             alg = b / dur if b > 0 and dur > 0 else None
             f = busbw_factor(c, int(gs)) if gs else None
-            rows_out.append({"rank": rt.rank, "name": str(tl.name[i]), "collective": c, "group": g,
+            rows_out.append({"rank": rt.rank, "name": str(name), "collective": c, "group": g,
                              "group_desc": (pg.get(str(g)) or {}).get("desc"), "group_size": int(gs),
-                             "step": int(tl.step[i]), "start_s": st, "dur_s": dur, "bytes": b,
-                             "size_source": src or None, "algbw": alg,
+                             "step": int(step), "start_s": st, "dur_s": dur, "bytes": b,
+                             "size_source": ss or None, "algbw": alg,
                              "busbw": alg * f if alg is not None and f is not None else None})
     return rows_out
 
@@ -166,122 +168,38 @@ def _clean(x):
     return x
 
 
-def _load_one(path: Path):
-    try:
-        return _load.load_trace(path, keep_cpu_ops=False)
-    except TraceError as exc:
-        return str(exc)
-
-
-def _load_files(files: list[Path], jobs: int | None) -> tuple[list, list[str]]:
-    total = 0
-    for f in files:
-        try:
-            total += f.stat().st_size
-        except OSError:
-            pass
-    if jobs is None:
-        # parsing is CPU-bound: extra processes pay off with >= 4 CPUs (on 2 vCPUs - often one
-        # core with two hyper-threads - two parsers each ran ~1.6x slower and the wall time grew)
-        cpus = os.cpu_count() or 1
-        jobs = min(len(files), cpus) if total >= _PARALLEL_MIN_BYTES and cpus >= 4 else 1
-    if jobs > 1 and len(files) > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor   # imported only when used: start-up time
-
-        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-            results = list(pool.map(_load_one, files))
-    else:
-        results = [_load_one(f) for f in files]
-    raws, problems = [], []
-    for r in results:
-        if isinstance(r, str):
-            problems.append(r)
-        else:
-            problems.extend(r.warnings)
-            raws.append(r)
-    return raws, problems
-
-
 def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", time_resolution: str = "hta",
-            jobs: int | None = None, min_samples: int = 3, groups: dict[str, str] | None = None) -> Analysis:
+            jobs: int | None = None, min_samples: int = 3, groups: dict[str, str] | None = None,
+            engine=None, picture: bool = False, png_step: int | None = None) -> Analysis:
     """Analyse the traces under ``paths`` (files or directories; one file per rank).
 
     ``steps``: ``"hta"`` (HolisticTraceAnalysis' default window), ``"all"``, or ``"3,4"`` /
     ``"3-5"`` (see :mod:`ccoverlap.trace.steps`). ``time_resolution``: ``"hta"`` rounds
     sub-µs timestamps inward to whole µs as HTA does (start up, end down); ``"exact"`` keeps
-    them. ``jobs``: processes for loading (default: one per file up to the CPU count when the
-    files total >= 8 MiB and the machine has >= 4 CPUs, else 1). Raises :class:`TraceError`
-    when nothing could be analysed and :class:`ConfigError` for a bad ``steps`` /
-    ``time_resolution``. ``groups``: process group -> parallelism dimension (``--groups``; see
-    :mod:`ccoverlap.trace.dimensions`).
+    them. ``engine``: what runs the per-rank work (:mod:`ccoverlap.trace.engine`); default a
+    pool of ``jobs`` processes (default: one per CPU when there are two or more files totalling
+    at least 2 MiB, else this process). ``picture``: also keep one step's intervals of the first
+    16 ranks for :func:`ccoverlap.trace.report.write_png` (``png_step``, default the first
+    analysed). Raises :class:`TraceError` when nothing could be analysed and
+    :class:`ConfigError` for a bad ``steps`` / ``time_resolution``. ``groups``: process group ->
+    parallelism dimension (``--groups``; see :mod:`ccoverlap.trace.dimensions`).
     """
     spec = parse_steps(steps)
     if time_resolution not in ("hta", "exact"):
         raise ConfigError(f"time resolution must be 'hta' or 'exact', got {time_resolution!r}")
     files, problems = _load.discover(list(paths))
-    raws, load_problems = _load_files(files, jobs)
-    problems += load_problems
-    raws, rank_problems = _load.assign_ranks(raws)
-    problems += rank_problems
-    origin = origin_us(raws)
-    rts: list[RankTrace] = []
-    for i, raw in enumerate(raws):
-        raws[i] = None                       # each file's columns are freed once its rank is built
-        rt = build_rank(raw, origin, hta_rounding=(time_resolution == "hta"))
-        if rt is None:
-            problems.append(f"{raw.path}: no GPU kernel events and no gloo collectives on CPU threads - "
-                            f"nothing to measure (a rank without GPU activity in the trace?)")
-            continue
-        rts.append(rt)
-    if not rts:
-        detail = "; ".join(problems) if problems else "no trace files given"
-        exc = TraceError(f"nothing could be analysed: {detail}")
-        exc.problems = list(problems) or ["no trace files given"]   # for --json's one object
-        exc.files = [str(f) for f in files]
-        raise exc
-    problems += assign_cpu_groups(rts)
-    job_step_names = len(set().union(*[rt.n_steps_names for rt in rts]))
-    avail = available_steps(rts)
-    if isinstance(spec, list):
-        missing = [s for s in spec if s not in avail]
-        if missing and len(missing) == len(spec):
-            raise ConfigError(f"--steps {','.join(map(str, spec))}: no such profiler step; the traces have "
-                              f"{', '.join(map(str, avail)) or 'no ProfilerStep annotations'}")
-        if missing:
-            problems.append(f"--steps: step(s) {', '.join(map(str, missing))} not in the traces (have "
-                            f"{', '.join(map(str, avail))})")
-    masks: dict[int, np.ndarray] = {}
-    metrics: list[RankMetrics] = []
-    step_metrics: dict[int, dict[int, RankMetrics]] = {}
-    for rt in rts:
-        assign_steps(rt)
-        mask = selection_mask(rt, spec, job_step_names)
-        masks[rt.rank] = mask
-        if rt.mode == "cpu":
-            problems.append(f"{rt.path}: no GPU events - measured the gloo collectives and CPU ops of its "
-                            f"threads instead")
-        sel = rt.timeline.select(mask)
-        if not (sel.kind == "comm").any():
-            problems.append(f"{rt.path}: no communication kernels in the analysed window (rank {rt.rank})")
-        metrics.append(rank_metrics(sel, rt.rank))
-        by_step = step_rows(rt, mask)
-        for s, window in step_windows(rt, mask).items():
-            rows = by_step[s]                   # increasing row indices of step s (no per-step scan)
-            step_metrics.setdefault(s, {})[rt.rank] = rank_metrics(rt.timeline.select(rows), rt.rank, window=window)
-    colls = collective_stats(rts, masks)
-    dims = dimension_stats(rts, masks, groups)
-    step_times = {s: {r: m.step_time_s for r, m in per.items()} for s, per in step_metrics.items()}
-    cross = cross_rank(rts, masks, step_times)
-    if cross.note.startswith("the ranks' first events"):
-        problems.append(cross.note)
-    cont = contention(rts, masks, min_samples=min_samples)
-    verdict = decide(metrics, colls, cont, mode="cpu" if all(rt.mode == "cpu" for rt in rts) else "gpu")
-    return Analysis(files=[str(f) for f in files], problems=problems, steps_spec=spec,
-                    time_resolution=time_resolution, ranks=rts, masks=masks, metrics=metrics,
-                    step_metrics=step_metrics, collectives=colls, cross=cross, contention=cont,
-                    verdict=verdict, available_steps=avail, dimensions=dims)
+    if engine is None:
+        engine = local_engine(len(files), sum(_size(f) for f in files), jobs)
+    ctx = JobContext(steps=spec, time_resolution=time_resolution, groups=groups, min_samples=min_samples,
+                     lanes=picture, lanes_step=png_step)
+    return analyze_job(files, ctx, engine, problems, png_step=png_step, picture=picture)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 COMPARE_KEYS = ("step_time_s", "compute_s", "comm_s", "overlap_ratio", "exposed_comm_s", "compute_only_s",

@@ -66,19 +66,29 @@ class CollectiveStats:
 
 def collective_stats(rts: list[RankTrace], masks: dict[int, np.ndarray]) -> list[CollectiveStats]:
     """Statistics of every communication row selected by ``masks[rank]``, all ranks pooled."""
-    colls, groups, sizes, nbytes, durs, ranks, exposed = [], [], [], [], [], [], []
+    parts = []
     for rt in rts:
         tl = rt.timeline
         m = masks[rt.rank] & (tl.kind == "comm")
-        colls.append(tl.collective[m])
-        groups.append(tl.group[m])
-        sizes.append(rt.group_size[m])
-        nbytes.append(tl.bytes[m])
-        durs.append(tl.end_s[m] - tl.start_s[m])
-        ranks.append(np.full(int(m.sum()), rt.rank))
         comp = masks[rt.rank] & (tl.kind == "compute")
         cs, ce = merge_intervals(tl.start_s[comp], tl.end_s[comp])
-        exposed.append(durs[-1] - covered_length(cs, ce, tl.start_s[m], tl.end_s[m]))
+        d = tl.end_s[m] - tl.start_s[m]
+        parts.append((rt.rank, tl.select(m), rt.group_size[m], d - covered_length(cs, ce, tl.start_s[m], tl.end_s[m])))
+    return pooled_collective_stats(parts)
+
+
+def pooled_collective_stats(parts: list[tuple]) -> list[CollectiveStats]:
+    """:class:`CollectiveStats` from each rank's analysed communication rows: ``(rank, timeline of
+    those rows, their group sizes, their exposed seconds)`` per rank, in rank order."""
+    colls, groups, sizes, nbytes, durs, ranks, exposed = [], [], [], [], [], [], []
+    for rank, tl, gsize, ex in parts:
+        colls.append(tl.collective)
+        groups.append(tl.group)
+        sizes.append(gsize)
+        nbytes.append(tl.bytes)
+        durs.append(tl.end_s - tl.start_s)
+        ranks.append(np.full(len(tl), rank))
+        exposed.append(ex)
     if not colls:
         return []
     coll = np.concatenate(colls)

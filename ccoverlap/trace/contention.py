@@ -30,6 +30,11 @@ from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.classify import RankTrace
 
 
+# times are float seconds from the job's first event: a difference of two of them carries up to ~1e-15 s
+# of rounding, which must not decide whether a kernel ran alone or is long enough to compare
+_NOISE_S = 1e-12
+
+
 def covered_length(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """For each [a_i, b_i], the length covered by the disjoint sorted intervals (starts, ends) (seconds)."""
     if len(starts) == 0:
@@ -90,7 +95,7 @@ def _samples(rt: RankTrace, mask: np.ndarray, overlapped_fraction: float):
     d = b - a
     cov = covered_length(cs, ce, a, b)
     frac = np.divide(cov, d, out=np.zeros_like(cov), where=d > 0)
-    alone = (cov == 0) & (d > 0)
+    alone = (cov <= _NOISE_S) & (d > 0)      # rounding noise of the clock is no overlap
     over = (frac >= overlapped_fraction) & (d > 0)
     # (name, shape) -> one int key per row, then to "name\x00shape" strings only per distinct key
     pair = (rt.name_id[comp].astype(np.int64) << 32) ^ (rt.shape[comp].astype(np.int64) & 0xFFFFFFFF)
@@ -117,7 +122,7 @@ def _aggregate(keys, d, alone, over, min_samples: int, min_duration_s: float = 1
             if len(da) < min_samples or len(do) < min_samples:
                 continue
             ma, mo = float(np.median(da)), float(np.median(do))
-            if ma < min_duration_s:   # launch jitter and µs rounding dominate tiny kernels
+            if ma < min_duration_s - _NOISE_S:   # launch jitter and µs rounding dominate tiny kernels
                 continue
             kernels.append(KernelContention(
                 name=str(uniq[g]).split("\x00")[0], n_alone=len(da), n_overlapped=len(do), median_alone_s=ma,
@@ -151,3 +156,119 @@ def contention(rts: list[RankTrace], masks: dict[int, np.ndarray], *, overlapped
                         np.concatenate(all_over), min_samples)
     pooled.per_rank = per_rank
     return pooled
+
+
+# ----------------------------------------------------------------------------- per rank, then pooled
+
+def rank_samples(rt: RankTrace, mask: np.ndarray, *, overlapped_fraction: float = 0.5,
+                 min_samples: int = 3) -> dict:
+    """One rank's contention evidence, reduced: this rank's own :class:`Contention` numbers
+    (``per_rank``), the overlapped compute time (``over_time_s``) and, per compute kernel
+    (``labels``: name + launch shape), the distinct durations seen alone / overlapped with their
+    counts (``key``, ``dur_s``, ``n_alone``, ``n_over`` columns) - all that pooling over ranks needs."""
+    keys, d, alone, over = _samples(rt, mask, overlapped_fraction)
+    c = _aggregate(keys, d, alone, over, min_samples)
+    out = {"per_rank": {"slowdown": c.slowdown, "time_lost_s": c.time_lost_s, "kernels": len(c.kernels)},
+           "over_time_s": float(d[over].sum()), "labels": [], "key": np.empty(0, np.int64),
+           "dur_s": np.empty(0), "n_alone": np.empty(0, np.int64), "n_over": np.empty(0, np.int64)}
+    use = alone | over
+    if use.any():
+        labels, inv = np.unique(keys[use], return_inverse=True)
+        out["labels"] = labels.tolist()
+        out.update(_count(inv.reshape(-1), d[use], alone[use].astype(np.int64), over[use].astype(np.int64)))
+    return out
+
+
+def _count(key: np.ndarray, dur: np.ndarray, na: np.ndarray, no: np.ndarray) -> dict:
+    """Rows with the same (key, duration) merged, their alone / overlapped counts summed."""
+    if not len(key):
+        return {"key": key, "dur_s": dur, "n_alone": na, "n_over": no}
+    order = np.lexsort((dur, key))
+    k, v = key[order], dur[order]
+    start = np.ones(len(k), dtype=bool)
+    start[1:] = (k[1:] != k[:-1]) | (v[1:] != v[:-1])
+    cut = np.flatnonzero(start)
+    return {"key": k[cut], "dur_s": v[cut], "n_alone": np.add.reduceat(na[order], cut),
+            "n_over": np.add.reduceat(no[order], cut)}
+
+
+class PooledContention:
+    """Contention pooled over ranks from :func:`rank_samples` results, added one rank at a time
+    (memory: the distinct (kernel, duration) pairs of the job, not its kernels)."""
+
+    def __init__(self) -> None:
+        self.label_ids: dict[str, int] = {}
+        self.labels: list[str] = []
+        self.cols = _count(np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64))
+        self.over_time_s = 0.0
+        self.per_rank: dict[int, dict] = {}
+
+    def add(self, rank: int, s: dict) -> None:
+        """Fold one rank's samples in."""
+        self.per_rank[rank] = s["per_rank"]
+        self.over_time_s += s["over_time_s"]
+        if not len(s["key"]):
+            return
+        ids = []
+        for lab in s["labels"]:
+            if lab not in self.label_ids:
+                self.label_ids[lab] = len(self.labels)
+                self.labels.append(lab)
+            ids.append(self.label_ids[lab])
+        key = np.asarray(ids, dtype=np.int64)[s["key"]]
+        c = self.cols
+        self.cols = _count(np.concatenate([c["key"], key]), np.concatenate([c["dur_s"], s["dur_s"]]),
+                           np.concatenate([c["n_alone"], s["n_alone"]]), np.concatenate([c["n_over"], s["n_over"]]))
+
+    def result(self, min_samples: int = 3, min_duration_s: float = 10e-6) -> Contention:
+        """The pooled :class:`Contention` (same rules as for one rank)."""
+        if not self.per_rank:
+            return Contention(1.0, 0.0, 0.0, [], note="no ranks")
+        c = self.cols
+        kernels: list[KernelContention] = []
+        order = sorted(range(len(self.labels)), key=self.labels.__getitem__)   # label order, as np.unique
+        bounds = {}
+        if len(c["key"]):
+            cut = np.flatnonzero(np.r_[True, c["key"][1:] != c["key"][:-1]])
+            ends = np.r_[cut[1:], len(c["key"])]
+            bounds = {int(c["key"][a]): (a, b) for a, b in zip(cut, ends)}
+        for g in order:
+            if g not in bounds:
+                continue
+            a, b = bounds[g]
+            v, na, no = c["dur_s"][a:b], c["n_alone"][a:b], c["n_over"][a:b]
+            n_a, n_o = int(na.sum()), int(no.sum())
+            if n_a < min_samples or n_o < min_samples:
+                continue
+            ma, mo = _median(v, na), _median(v, no)
+            if ma < min_duration_s - _NOISE_S:
+                continue
+            kernels.append(KernelContention(
+                name=self.labels[g].split("\x00")[0], n_alone=n_a, n_overlapped=n_o, median_alone_s=ma,
+                median_overlapped_s=mo, slowdown=mo / ma, time_lost_s=float(np.sum(v * no) - n_o * ma)))
+        if not kernels:
+            note = ("no compute kernel ran both alone and overlapped with communication"
+                    if self.over_time_s > 0 else "no compute ran overlapped with communication")
+            out = Contention(slowdown=1.0, time_lost_s=0.0, coverage=0.0, kernels=[], note=note)
+        else:
+            w = np.array([k.median_overlapped_s * k.n_overlapped for k in kernels])
+            s = np.array([k.slowdown for k in kernels])
+            covered = float(sum(k.median_overlapped_s * k.n_overlapped for k in kernels))
+            kernels.sort(key=lambda k: -k.time_lost_s)
+            out = Contention(slowdown=float(np.sum(w * s) / np.sum(w)),
+                             time_lost_s=float(sum(k.time_lost_s for k in kernels)),
+                             coverage=min(1.0, covered / self.over_time_s) if self.over_time_s > 0 else 0.0,
+                             kernels=kernels)
+        out.per_rank = dict(self.per_rank)
+        return out
+
+
+def _median(values: np.ndarray, counts: np.ndarray) -> float:
+    """Median of ``values`` (sorted ascending) each repeated ``counts`` times (numpy's definition)."""
+    n = int(counts.sum())
+    cum = np.cumsum(counts)
+    hi = values[int(np.searchsorted(cum, n // 2 + 1))]
+    if n % 2:
+        return float(hi)
+    lo = values[int(np.searchsorted(cum, n // 2))]
+    return float(np.mean(np.array([lo, hi])))

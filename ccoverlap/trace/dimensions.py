@@ -118,45 +118,61 @@ class DimensionStats:
         return d
 
 
-def dimension_stats(rts: list[RankTrace], masks: dict[int, np.ndarray],
-                    mapping: dict[str, str] | None = None) -> list[DimensionStats]:
-    """Per-dimension time / exposed / overlap / bytes / algbw of the analysed comm rows."""
+def rank_dimension_parts(rt: RankTrace, mask: np.ndarray, mapping: dict[str, str] | None = None,
+                         compute: tuple[np.ndarray, np.ndarray] | None = None) -> list[dict]:
+    """One rank's share of :func:`dimension_stats`: per dimension its communication time (union),
+    exposed part, calls, bytes and collectives. ``compute``: the rank's merged compute intervals
+    (computed here when not given)."""
+    tl = rt.timeline
+    pg = rt.meta.get("pg_config") or {}
+    world = rt.meta.get("world_size")
+    m = mask & (tl.kind == "comm")
+    if compute is None:
+        comp = mask & (tl.kind == "compute")
+        compute = merge_intervals(tl.start_s[comp], tl.end_s[comp])
+    cs, ce = compute
+    idx = np.flatnonzero(m)
+    if not len(idx):
+        return []
+    dims = {}
+    for g in np.unique(tl.group[idx]).tolist():
+        dims[g] = dimension_of(str(g), pg.get(str(g)), world, mapping)
+    row_dim = np.array([dims[g][0] for g in tl.group[idx].tolist()], dtype=object)
+    parts = []
+    for dim in np.unique(row_dim).tolist():
+        rows = idx[row_dim == dim]
+        us, ue = merge_intervals(tl.start_s[rows], tl.end_s[rows])
+        t = float(np.sum(ue - us))
+        covered = float(np.sum(covered_length(cs, ce, us, ue))) if len(us) else 0.0
+        d = tl.end_s[rows] - tl.start_s[rows]
+        b = tl.bytes[rows]
+        known = b > 0
+        groups = set(tl.group[rows].tolist())
+        parts.append({"dimension": dim, "groups": sorted(str(g) for g in groups),
+                      "how": sorted({dims[g][1] for g in groups}), "calls": int(len(rows)), "time": t,
+                      "covered": covered, "bytes": float(b[known].sum()), "bytes_known_time": float(d[known].sum()),
+                      "colls": sorted({str(c) or "unknown" for c in tl.collective[rows].tolist()})})
+    return parts
+
+
+def combine_dimension_parts(parts_by_rank: list[tuple[int, list[dict]]]) -> list[DimensionStats]:
+    """:class:`DimensionStats` per dimension from every rank's :func:`rank_dimension_parts` (in rank order)."""
     acc: dict[str, dict] = {}
-    for rt in rts:
-        tl = rt.timeline
-        pg = rt.meta.get("pg_config") or {}
-        world = rt.meta.get("world_size")
-        m = masks[rt.rank] & (tl.kind == "comm")
-        comp = masks[rt.rank] & (tl.kind == "compute")
-        cs, ce = merge_intervals(tl.start_s[comp], tl.end_s[comp])
-        idx = np.flatnonzero(m)
-        if not len(idx):
-            continue
-        dims = {}
-        for g in np.unique(tl.group[idx]).tolist():
-            dims[g] = dimension_of(str(g), pg.get(str(g)), world, mapping)
-        row_dim = np.array([dims[g][0] for g in tl.group[idx].tolist()], dtype=object)
-        for dim in np.unique(row_dim).tolist():
-            rows = idx[row_dim == dim]
-            us, ue = merge_intervals(tl.start_s[rows], tl.end_s[rows])
-            t = float(np.sum(ue - us))
-            covered = float(np.sum(covered_length(cs, ce, us, ue))) if len(us) else 0.0
-            d = tl.end_s[rows] - tl.start_s[rows]
-            b = tl.bytes[rows]
-            known = b > 0
-            a = acc.setdefault(dim, {"how": set(), "groups": set(), "calls": 0, "time": 0.0, "exposed": 0.0,
-                                     "bytes": 0.0, "bytes_known_time": 0.0, "colls": set(), "per_rank": {}})
-            for g in set(tl.group[rows].tolist()):
-                a["groups"].add(str(g))
-                a["how"].add(dims[g][1])
-            a["calls"] += len(rows)
+    for rank, parts in parts_by_rank:
+        for p in parts:
+            t, covered = p["time"], p["covered"]
+            a = acc.setdefault(p["dimension"], {"how": set(), "groups": set(), "calls": 0, "time": 0.0, "exposed": 0.0,
+                                                "bytes": 0.0, "bytes_known_time": 0.0, "colls": set(), "per_rank": {}})
+            a["groups"].update(p["groups"])
+            a["how"].update(p["how"])
+            a["calls"] += p["calls"]
             a["time"] += t
             a["exposed"] += t - covered
-            a["bytes"] += float(b[known].sum())
-            a["bytes_known_time"] += float(d[known].sum())
-            a["colls"].update(str(c) or "unknown" for c in tl.collective[rows].tolist())
-            a["per_rank"][rt.rank] = {"time_s": t, "exposed_s": t - covered, "overlap_s": covered,
-                                      "overlap_ratio": covered / t if t > 0 else 0.0, "calls": int(len(rows))}
+            a["bytes"] += p["bytes"]
+            a["bytes_known_time"] += p["bytes_known_time"]
+            a["colls"].update(p["colls"])
+            a["per_rank"][rank] = {"time_s": t, "exposed_s": t - covered, "overlap_s": covered,
+                                   "overlap_ratio": covered / t if t > 0 else 0.0, "calls": p["calls"]}
     out = []
     for dim, a in acc.items():
         t = a["time"]
@@ -168,6 +184,12 @@ def dimension_stats(rts: list[RankTrace], masks: dict[int, np.ndarray],
             collectives=sorted(a["colls"]), per_rank=a["per_rank"]))
     out.sort(key=lambda s: -s.exposed_s)
     return out
+
+
+def dimension_stats(rts: list[RankTrace], masks: dict[int, np.ndarray],
+                    mapping: dict[str, str] | None = None) -> list[DimensionStats]:
+    """Per-dimension time / exposed / overlap / bytes / algbw of the analysed comm rows."""
+    return combine_dimension_parts([(rt.rank, rank_dimension_parts(rt, masks[rt.rank], mapping)) for rt in rts])
 
 
 # ----------------------------------------------------------------------------- gloo on CPU
@@ -187,52 +209,87 @@ def assign_cpu_groups(rts: list[RankTrace], tolerance: float = 0.25) -> list[str
     ``pg_config``; a heuristic - ``--groups`` cannot override it, and NCCL traces do not need it
     (their collective records name the group).
     """
-    notes: list[str] = []
     cpu = [rt for rt in rts if rt.mode == "cpu"]
     if len(cpu) < 2:
-        return notes
-    threads: dict[int, dict[str, tuple]] = {}
+        return []
+    chosen, notes = choose_cpu_groups(
+        {rt.rank: cpu_thread_calls(rt) for rt in cpu},
+        {rt.rank: (rt.meta.get("pg_config") or {}, rt.meta.get("world_size"), str(rt.path)) for rt in cpu},
+        tolerance)
     for rt in cpu:
-        tl = rt.timeline
-        comm = np.flatnonzero(tl.kind == "comm")
-        per = {}
-        for th, members in _thread_families(np.unique(tl.stream[comm]).tolist()).items():
-            rows = comm[np.isin(tl.stream[comm], members)]
-            kind = np.array([f"{c}/{b:.0f}" for c, b in zip(tl.collective[rows].tolist(), tl.bytes[rows].tolist())],
-                            dtype=object)      # same collective and same size
-            per[th] = (rows, tl.end_s[rows], tl.end_s[rows] - tl.start_s[rows], kind)
-        threads[rt.rank] = per
-    for rt in cpu:
-        pg = rt.meta.get("pg_config") or {}
+        if chosen.get(rt.rank):
+            apply_cpu_groups(rt, chosen[rt.rank])
+    return notes
+
+
+def cpu_thread_calls(rt: RankTrace) -> dict[str, tuple]:
+    """The gloo calls of each worker-thread family of a CPU-mode rank (what :func:`choose_cpu_groups`
+    matches across ranks): ``{first thread's label: (member labels, ends_s, durations_s, type/size
+    labels, current group)}``."""
+    tl = rt.timeline
+    comm = np.flatnonzero(tl.kind == "comm")
+    per = {}
+    for th, members in _thread_families(np.unique(tl.stream[comm]).tolist()).items():
+        rows = comm[np.isin(tl.stream[comm], members)]
+        kind = np.array([f"{c}/{b:.0f}" for c, b in zip(tl.collective[rows].tolist(), tl.bytes[rows].tolist())],
+                        dtype=object)      # same collective and same size
+        per[th] = (members, tl.end_s[rows], tl.end_s[rows] - tl.start_s[rows], kind, str(tl.group[rows[0]]))
+    return per
+
+
+def choose_cpu_groups(threads: dict[int, dict], info: dict[int, tuple], tolerance: float = 0.25
+                      ) -> tuple[dict[int, dict[str, str]], list[str]]:
+    """The process group of each gloo thread family, rank by rank (see :func:`assign_cpu_groups`).
+
+    ``threads[rank]``: :func:`cpu_thread_calls` of that rank (ends on the job's clock);
+    ``info[rank]``: ``(pg_config, world_size, path)``. Returns ``({rank: {family: group}}, notes)``.
+    """
+    chosen: dict[int, dict[str, str]] = {}
+    notes: list[str] = []
+    for rank in threads:
+        pg, world, path = info[rank]
         cands = [(name, e) for name, e in pg.items()
-                 if isinstance(e.get("ranks"), list) and rt.rank in e["ranks"] and len(e["ranks"]) > 1]
+                 if isinstance(e.get("ranks"), list) and rank in e["ranks"] and len(e["ranks"]) > 1]
         if len(cands) <= 1:
             continue
-        world = rt.meta.get("world_size")
         cands.sort(key=lambda ne: len(ne[1]["ranks"]) == world)     # the all-ranks group last
-        for th, (rows, ends, durs, colls) in threads[rt.rank].items():
+        for th, (_, ends, durs, colls, current) in threads[rank].items():
             best, best_key = None, (0.0, 0.0)
             for name, e in cands:
-                others = [q for q in e["ranks"] if q != rt.rank and q in threads]
+                others = [q for q in e["ranks"] if q != rank and q in threads]
                 if not others:
                     continue
                 # per member: its best-matching thread (share matched, then closeness); the group's
                 # score is its weakest member's
-                key = min(max((_match(ends, durs, colls, *threads[q][u][1:], tolerance) for u in threads[q]),
+                key = min(max((_match(ends, durs, colls, *threads[q][u][1:4], tolerance) for u in threads[q]),
                               default=(0.0, 0.0)) for q in others)
                 if key > best_key:
                     best, best_key = name, key
             if best is not None and best_key[0] >= 0.5:
-                rt.timeline.group[rows] = best
-                n_new = len(pg[best]["ranks"])
-                if rt.size_source is not None:      # sizes scaled by a guessed group size: rescale
-                    scaled = rows[(rt.size_source[rows] == "op input x group size") & (rt.group_size[rows] > 0)]
-                    rt.timeline.bytes[scaled] *= n_new / rt.group_size[scaled]
-                rt.group_size[rows] = n_new
+                chosen.setdefault(rank, {})[th] = best
             else:
-                notes.append(f"{rt.path}: gloo thread {th!r}: no process group of pg_config matches its "
-                             f"collectives across ranks - left in group {rt.timeline.group[rows[0]]!r}")
-    return notes
+                notes.append(f"{path}: gloo thread {th!r}: no process group of pg_config matches its "
+                             f"collectives across ranks - left in group {current!r}")
+    return chosen, notes
+
+
+def apply_cpu_groups(rt: RankTrace, chosen: dict[str, str]) -> None:
+    """Put the gloo calls of each thread family of ``rt`` into its chosen group (sizes scaled by a
+    guessed group size are rescaled)."""
+    tl = rt.timeline
+    pg = rt.meta.get("pg_config") or {}
+    comm = np.flatnonzero(tl.kind == "comm")
+    families = _thread_families(np.unique(tl.stream[comm]).tolist())
+    for th, best in chosen.items():
+        if th not in families or best not in pg:
+            continue
+        rows = comm[np.isin(tl.stream[comm], families[th])]
+        tl.group[rows] = best
+        n_new = len(pg[best]["ranks"])
+        if rt.size_source is not None:      # sizes scaled by a guessed group size: rescale
+            scaled = rows[(rt.size_source[rows] == "op input x group size") & (rt.group_size[rows] > 0)]
+            tl.bytes[scaled] *= n_new / rt.group_size[scaled]
+        rt.group_size[rows] = n_new
 
 
 _TID = re.compile(r"thread (\d+)")

@@ -37,16 +37,38 @@ except ImportError:  # pragma: no cover - msgspec is a dependency; the stdlib pa
 CHUNK_BYTES = 1 << 18
 MAX_VALUE_CHARS = 32 << 20          # one event / header value: 32 Mi characters at most
 _WS = re.compile(r"[ \t\n\r]*")
+_SURROGATE = re.compile("[\udc80-\udcff]")
 _SEP = re.compile(r"[ \t\n\r]*([,\]}:])")
 # strings (with escapes) or single structural characters: used to find the end of a bad event
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]"]', re.DOTALL)
 
 
+# args keys kept for collective ops (decoded only for the events that carry a collective)
+COMM_ARG_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size",
+                   "Process Group Name", "Process Group Description", "Process Group Ranks",
+                   "Input Dims", "Input type", "In split size", "Out split size")
+ARG_FIELDS = ("correlation", "External id", "stream", "device", "grid", "block", "ccoverlap_kind",
+              "wait_on_stream", "wait_on_cuda_event_record_corr_id", "name")
+_ATTR = {k: k.lower().replace(" ", "_") for k in ARG_FIELDS + COMM_ARG_FIELDS}
+ABSENT = None       # what an args attribute reads when the key is not there (a JSON null reads None too)
+
+
 if msgspec is not None:
+    _RAW0 = msgspec.Raw(b"")
+
+    def _args_struct():
+        # the args the analyser reads, typed loosely (the caller validates); the collective keys stay
+        # raw JSON text, decoded only for the few events that are collective ops
+        fields = [(_ATTR[k], object, msgspec.field(default=None, name=k)) for k in ARG_FIELDS]
+        fields += [(_ATTR[k], msgspec.Raw, msgspec.field(default=_RAW0, name=k)) for k in COMM_ARG_FIELDS]
+        return msgspec.defstruct("TraceArgs", fields, gc=False)
+
+    TraceArgs = _args_struct()
+
     class TraceEvent(msgspec.Struct, gc=False):
-        """The fields of a Chrome-trace event the analyser reads; ``args`` stays raw JSON text
-        (decoded only for the events that need it: most do not). Unknown fields are skipped by
-        the decoder without being built. Types are loose on purpose: the caller validates."""
+        """The fields of a Chrome-trace event the analyser reads, decoded straight into typed fields
+        (``args`` into :data:`TraceArgs`); unknown fields are skipped without being built. Types are
+        loose on purpose: the caller validates."""
 
         ph: Union[str, None] = None
         cat: Union[str, None] = None
@@ -55,14 +77,35 @@ if msgspec is not None:
         tid: Union[int, str, None] = None
         ts: Union[int, float, None] = None
         dur: Union[int, float, None] = None
-        args: msgspec.Raw = msgspec.Raw(b"")
+        args: Union[TraceArgs, None] = None
 
     _BATCH = msgspec.json.Decoder(list[TraceEvent])
     _ANY = msgspec.json.Decoder()
-    _ENCODE = msgspec.json.Encoder()
 else:  # pragma: no cover
-    TraceEvent = None
-    _BATCH = _ANY = _ENCODE = None
+    TraceEvent = TraceArgs = None
+    _BATCH = _ANY = None
+
+
+class _Args:
+    """Stand-in for :data:`TraceArgs` over a stdlib-decoded ``args`` dict (the tolerant path)."""
+
+    __slots__ = tuple(_ATTR.values())
+
+    def __init__(self, d: dict) -> None:
+        g = d.get
+        for k, a in _ATTR.items():
+            object.__setattr__(self, a, g(k, _MISSING) if k in COMM_ARG_FIELDS else g(k))
+
+
+class _Missing:
+    """A collective key that is not in the args (the tolerant path's stand-in for an empty Raw)."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+_MISSING = _Missing()
+_NOARGS = _Args({})
 
 
 class _Ev:
@@ -75,30 +118,39 @@ class _Ev:
         g = d.get
         self.ph, self.cat, self.name, self.pid, self.tid = g("ph"), g("cat"), g("name"), g("pid"), g("tid")
         self.ts, self.dur = g("ts"), g("dur")
-        self.args = g("args", _NOARGS)
+        a = g("args")
+        self.args = _Args(a) if a.__class__ is dict else _NOARGS
 
 
-_NOARGS = b""
-
-
-def event_args(raw) -> dict:
-    """The ``args`` object of an event from :meth:`EventStream.batches` ({} when absent or not an
-    object). Raw JSON text is decoded here (NaN / Infinity kept as floats); raises ValueError when
-    it cannot be (an integer of more than 4300 digits ...): the caller skips that event."""
-    if raw.__class__ is dict:
-        return raw
-    if not raw:
-        return {}
-    if _ANY is not None and raw.__class__ is msgspec.Raw:
-        try:
-            v = _ANY.decode(raw)
-        except (msgspec.DecodeError, ValueError, RecursionError):
+def comm_args(args) -> dict:
+    """The collective keys present in an event's ``args`` (:data:`COMM_ARG_FIELDS`), decoded; raises
+    ValueError when one cannot be (an integer of more than 4300 digits ...): the caller skips the event."""
+    out = {}
+    for k in COMM_ARG_FIELDS:
+        v = getattr(args, _ATTR[k])
+        if v.__class__ is _Missing:
+            continue
+        if msgspec is not None and v.__class__ is msgspec.Raw:
+            if not v:
+                continue
             try:
-                v = json.loads(bytes(raw))      # NaN / Infinity: the caller's checks reject them
-            except RecursionError:
-                raise ValueError("args nested too deeply") from None
-        return v if v.__class__ is dict else {}
-    return {}
+                v = _ANY.decode(v)
+            except (msgspec.DecodeError, ValueError, RecursionError):
+                try:
+                    v = json.loads(bytes(v))      # NaN / Infinity: the caller's checks reject them
+                except RecursionError:
+                    raise ValueError("args nested too deeply") from None
+        out[k] = v
+    return out
+
+
+def _present(v) -> bool:
+    return v.__class__ is not _Missing and (msgspec is None or v.__class__ is not msgspec.Raw or len(v) > 0)
+
+
+def has_collective_record(args) -> bool:
+    """Whether ``args`` holds a collective record (a ``Collective name`` or ``In msg nelems`` key)."""
+    return _present(args.collective_name) or _present(args.in_msg_nelems)
 
 
 def _convert(items: list) -> list:
@@ -127,10 +179,13 @@ class _Buffer:
 
     def __init__(self, fh) -> None:
         self.fh = fh
-        self.dec = codecs.getincrementaldecoder("utf-8")()
+        # a UTF-8 byte-order mark is dropped; a byte that is not UTF-8 becomes a lone surrogate
+        # (U+DC80..U+DCFF) and costs only the event that holds it (see EventStream._one)
+        self.dec = codecs.getincrementaldecoder("utf-8-sig")(errors="surrogateescape")
         self.buf = ""
         self.base = 0         # characters dropped before buf[0]
         self.eof = False
+        self.work = 0         # characters copied into the buffer: linear in the input, whatever its text
 
     def more(self, need: int = CHUNK_BYTES) -> bool:
         """Append at least ``need`` bytes' worth of text (False at end of file)."""
@@ -147,12 +202,19 @@ class _Buffer:
             got += len(data)
             parts.append(self.dec.decode(data))
         self.buf += "".join(parts)
+        self.work += len(self.buf)
         return True
+
+    def drop_all(self) -> None:
+        """Forget the text read so far (it was all consumed)."""
+        self.base += len(self.buf)
+        self.buf = ""
 
     def compact(self, i: int) -> int:
         """Drop text before position ``i``; returns the new position of ``i``."""
         if i > CHUNK_BYTES:
             self.buf = self.buf[i:]
+            self.work += len(self.buf)
             self.base += i
             return 0
         return i
@@ -181,6 +243,11 @@ class EventStream:
     found at all.
     """
 
+    @property
+    def work(self) -> int:
+        """Characters copied into the reading window so far (linear in the input's length)."""
+        return self._b.work
+
     def __init__(self, fh, *, max_value_chars: int | None = None) -> None:
         self._b = _Buffer(fh)
         self._dec = json.JSONDecoder()
@@ -195,12 +262,17 @@ class EventStream:
 
     # ------------------------------------------------------------------ primitives
     def _skip_ws(self, i: int) -> int:
+        """Position of the next non-blank character (``len(buf)`` at the end of the text). A run of
+        blanks that reaches the end of the window is dropped chunk by chunk, never accumulated, so
+        any amount of whitespace costs linear time and one chunk of memory."""
         b = self._b
-        while True:
-            j = _WS.match(b.buf, i).end()
-            if j < len(b.buf) or not b.more():
-                return j
-            i = j
+        j = _WS.match(b.buf, i).end()
+        while j == len(b.buf):
+            b.drop_all()
+            if not b.more():
+                return 0
+            j = len(b.buf) - len(b.buf.lstrip(" \t\n\r"))
+        return j
 
     def _char(self, i: int) -> tuple[str, int]:
         """Next non-blank character and its position ('' at end of text)."""
@@ -253,7 +325,7 @@ class EventStream:
             if len(b.buf) - i > self._max:
                 raise StreamError(f"malformed value at offset {b.base + i} runs past {self._max >> 20} Mi "
                                   f"characters - not a profiler trace")
-            if not b.more():
+            if not b.more(max(CHUNK_BYTES, len(b.buf) - i)):     # doubling: linear in the value's length
                 raise Truncated(f"truncated JSON: the text ends inside the value at offset {b.base + i}")
 
     # ------------------------------------------------------------------ document
@@ -341,7 +413,7 @@ class EventStream:
                     i = _WS.match(buf, k + 1).end()      # after the ','
                     continue
             # slow path: one event at a time up to the end of the window (or of the list)
-            stop = k if k > i else len(buf)
+            stop = b.base + (k if k > i else len(buf))      # absolute: _char may drop consumed text
             while True:
                 ev, j = self._one(i, index)
                 index += 1
@@ -352,7 +424,7 @@ class EventStream:
                     c, i = self._char(k2 + 1)
                     if not c:
                         raise Truncated(f"truncated JSON: the text ends after event #{index - 1}")
-                    if i >= stop:
+                    if b.base + i >= stop:
                         break
                     continue
                 if c == "]":
@@ -373,6 +445,10 @@ class EventStream:
                 return _BATCH.decode(text)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 pass            # NaN, wrong types, bad JSON ...: the tolerant stdlib path decides
+            except UnicodeEncodeError:
+                return None     # a byte that is not UTF-8: event by event, that event skipped
+        if _SURROGATE.search(text):
+            return None
         try:
             items = self._dec.decode(text)
         except (ValueError, RecursionError):
@@ -380,9 +456,15 @@ class EventStream:
         return _convert(items)
 
     def _one(self, i: int, index: int):
-        """Decode the event at ``i`` (or skip it when it is not valid JSON); returns (event, end)."""
+        """Decode the event at ``i`` (or skip it when it is not valid JSON or holds a byte that is
+        not UTF-8); returns (event, end)."""
         try:
-            return self._value(i, f"event #{index}")
+            ev, j = self._value(i, f"event #{index}")
+            m = _SURROGATE.search(self._b.buf, i, j)
+            if m is None:
+                return ev, j
+            self._skip_bad(index, i, f"byte 0x{ord(m.group()) - 0xDC00:02x} is not UTF-8")
+            return SKIPPED, j
         except json.JSONDecodeError as exc:
             self._skip_bad(index, i, exc.msg)
         except Truncated:

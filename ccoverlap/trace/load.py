@@ -4,7 +4,7 @@ One file per rank, ``.json`` or ``.json.gz`` (``export_chrome_trace``, or
 ``tensorboard_trace_handler``'s ``<worker>.<ts>.pt.trace.json.gz``). The file is never
 loaded as a whole: the events are streamed by :mod:`ccoverlap.trace.jsonstream` (the C JSON
 decoder of the standard library, one event at a time, bad events skipped one by one) and
-only what the analysis needs is kept, in ``array``/numpy columns:
+only what the analysis needs is kept, in numpy columns (:mod:`ccoverlap.trace.columns`):
 
 * device events (GPU kernels, memcpy/memset, CUDA syncs): name, ts, dur, stream,
   correlation, External id, collective args when Kineto attached them;
@@ -32,7 +32,6 @@ import gzip
 import json
 import re
 import zlib
-from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -41,26 +40,15 @@ import numpy as np
 
 from ccoverlap.errors import TraceError
 
-from ccoverlap.trace.jsonstream import EventStream, StreamError, Truncated, event_args
+from ccoverlap.trace.columns import (COMM_OP_PREFIXES, CPU_OP_CATS, DEVICE_CAT_LIST, DEVICE_CATS,  # noqa: F401
+                                     KIND_CODES, SKIP_CATS, Columns)
+from ccoverlap.trace.jsonstream import COMM_ARG_FIELDS as COMM_ARG_KEYS  # noqa: F401
+from ccoverlap.trace.jsonstream import EventStream, StreamError, Truncated
 from ccoverlap.trace.rank_assign import assign_ranks, rank_from_meta  # assign_ranks: re-exported
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-# categories of device-side events (HTA: stream >= 0 and correlation >= 0)
-DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events"})
-CPU_OP_CATS = frozenset({"cpu_op", "user_annotation"})
-SKIP_CATS = frozenset({"python_function", "Trace", "ac2g", "fwdbwd", "cuda_profiler_range"})
-# CPU ops that carry or describe a collective (args kept for the join to kernels)
-COMM_OP_PREFIXES = ("record_param_comms", "nccl:", "gloo:", "c10d::", "rccl:", "ucc:", "mpi:")
-COMM_ARG_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size",
-                 "Process Group Name", "Process Group Description", "Process Group Ranks",
-                 "Input Dims", "Input type", "In split size", "Out split size")
 HEADER_KEYS = ("distributedInfo", "deviceProperties", "displayTimeUnit", "baseTimeNanoseconds",
                "traceName", "schemaVersion")
-_STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
-_NUM = (int, float)
-_EMPTY: dict = {}
-_TAIL_BYTES = 1 << 16
-_I64 = 1 << 62          # ids beyond this are malformed (they would not fit the int64 columns)
 
 
 @dataclass
@@ -121,8 +109,6 @@ class RawTrace:
         return len(self.k_ts) > 0
 
 
-DEVICE_CAT_LIST = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events", "other")
-KIND_CODES = ("compute", "comm", "memcpy", "other")
 
 
 # ----------------------------------------------------------------------------- files
@@ -200,6 +186,8 @@ def _sniff(path: Path) -> None:
             chunk = fh.read(64)
             if not chunk:
                 raise TraceError(f"{path}: contains only whitespace, not a JSON trace")
+            if read == 0 and chunk.startswith(b"\xef\xbb\xbf"):
+                chunk = chunk[3:]                # a UTF-8 byte-order mark: accepted
             read += len(chunk)
             first = chunk.lstrip()[:1]
             if read > (1 << 20) and not first:
@@ -250,182 +238,15 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: boo
 
 
 def _parse_events(path: Path, keep_cpu_ops: bool = True, keep_runtime: bool = False) -> RawTrace:
-    # The loop below is the analyser's hot path (one pass of a possibly multi-GB file):
-    # subscripts instead of .get, bound appends, one chained comparison to validate ts/dur.
-    names: list[str] = []
-    name_ids: dict[str, int] = {}
-    infos: list[dict] = []
-    threads: list = []
-    thread_ids: dict = {}
-    thread_names: dict = {}
-    k_nid, k_stream, k_device, k_corr, k_ext, k_info, k_kind, k_cat, k_shape = (array("q") for _ in range(9))
-    k_ts, k_dur = array("d"), array("d")
-    c_nid, c_tid, c_ext, c_info = (array("q") for _ in range(4))
-    c_annot = array("b")
-    c_ts, c_dur = array("d"), array("d")
-    l_corr, l_tid = array("q"), array("q")
-    l_ts = array("d")
-    l_nid, l_dur, k_wstream, k_wcorr = array("q"), array("d"), array("q"), array("q")   # keep_runtime only
-    steps: list[tuple[int, float, float, bool]] = []
-    n_events = 0
-    n_bad = 0
-    float_ts = False
-    kind_code = {k: i for i, k in enumerate(KIND_CODES)}
-    dev_cat_code = {c: i for i, c in enumerate(DEVICE_CAT_LIST)}
-    c_nid_a, c_ts_a, c_dur_a, c_tid_a, c_ext_a, c_info_a, c_annot_a = (
-        c_nid.append, c_ts.append, c_dur.append, c_tid.append, c_ext.append, c_info.append, c_annot.append)
-    l_corr_a, l_ts_a, l_tid_a = l_corr.append, l_ts.append, l_tid.append
-    comm_prefixes = COMM_OP_PREFIXES
-    device_cats = DEVICE_CATS
-    skip_cats = SKIP_CATS
-    _int, _float, _dict, _str = int, float, dict, str
-
-    bad_at: list[tuple[int, int]] = []
-
+    cols = Columns(keep_runtime=keep_runtime)
     with _open(path) as fh:
         es = EventStream(fh)
         for batch in es.batches():
-          for ev in batch:   # noqa: E111 - one indentation level less keeps the hot loop's diff small
-            n_events += 1
-            try:
-                ph = ev.ph
-                if ph != "X":
-                    if ph == "M":
-                        if ev.name == "thread_name":
-                            a = event_args(ev.args)
-                            if isinstance(a.get("name"), str):
-                                thread_names[(ev.pid, ev.tid)] = a["name"]
-                        continue
-                    if ph is None:
-                        raise KeyError("ph")
-                    continue
-                cat = ev.cat
-                if cat in skip_cats:
-                    continue
-                ts = ev.ts
-                dur = ev.dur
-                if dur is None:
-                    dur = 0
-                # one chained comparison rejects non-numbers (TypeError), NaN, negatives, absurd values
-                if not (0 <= dur < 1e15 and -1e18 < ts < 1e18):
-                    n_bad += 1
-                    if len(bad_at) < 5:
-                        bad_at.append(n_events - 1)
-                    continue
-                if ts.__class__ is _float:
-                    float_ts = True
-                if cat == "cpu_op" or cat == "user_annotation":
-                    name = ev.name
-                    if name.__class__ is not _str:
-                        n_bad += 1
-                        if len(bad_at) < 5:
-                            bad_at.append(n_events - 1)
-                        continue
-                    nid = name_ids.get(name)
-                    if nid is None:
-                        nid = name_ids[name] = len(names)
-                        names.append(name)
-                    key = (ev.pid, ev.tid)
-                    tid = thread_ids.get(key)
-                    if tid is None:
-                        tid = thread_ids[key] = len(threads)
-                        threads.append(key)
-                    if name.startswith(comm_prefixes):
-                        args = event_args(ev.args)
-                        ext = args.get("External id", -1)
-                        if ext.__class__ is not _int or not -_I64 < ext < _I64:
-                            ext = -1
-                        c_ext_a(ext)
-                        c_info_a(len(infos))
-                        infos.append({k: args[k] for k in COMM_ARG_KEYS if k in args})
-                    else:
-                        c_ext_a(-1)
-                        c_info_a(-1)
-                        if name.startswith("ProfilerStep"):
-                            m = _STEP_RE.match(name)
-                            if m and len(m.group(1)) < 16:
-                                steps.append((int(m.group(1)), _float(ts), _float(dur), False))
-                    c_nid_a(nid); c_ts_a(ts); c_dur_a(dur); c_tid_a(tid); c_annot_a(cat == "user_annotation")
-                    continue
-                args = event_args(ev.args)
-                if cat == "cuda_runtime" or cat == "cuda_driver":
-                    corr = args.get("correlation")
-                    if corr.__class__ is _int and -_I64 < corr < _I64:
-                        key = (ev.pid, ev.tid)
-                        tid = thread_ids.get(key)
-                        if tid is None:
-                            tid = thread_ids[key] = len(threads)
-                            threads.append(key)
-                        l_corr_a(corr); l_ts_a(ts); l_tid_a(tid)
-                        if keep_runtime:
-                            _keep_launch(ev.name, dur, names, name_ids, l_nid, l_dur)
-                    continue
-                name = ev.name
-                if name.__class__ is not _str:
-                    n_bad += 1
-                    if len(bad_at) < 5:
-                        bad_at.append(n_events - 1)
-                    continue
-                stream = args.get("stream")
-                corr = args.get("correlation")
-                if cat in device_cats or (
-                        stream.__class__ is _int and stream >= 0 and corr.__class__ is _int and corr >= 0
-                        and cat != "gpu_user_annotation"):
-                    nid = name_ids.get(name)
-                    if nid is None:
-                        nid = name_ids[name] = len(names)
-                        names.append(name)
-                    info = -1
-                    if "Collective name" in args or "In msg nelems" in args:
-                        info = len(infos)
-                        infos.append({k: args[k] for k in COMM_ARG_KEYS if k in args})
-                    kk = args.get("ccoverlap_kind")
-                    dev = args.get("device", ev.pid)
-                    ext = args.get("External id", -1)
-                    # validate every integer before the first append: the columns stay aligned
-                    stream = stream if stream.__class__ is _int else -1
-                    dev = dev if dev.__class__ is _int else -1
-                    corr = corr if corr.__class__ is _int else -1
-                    ext = ext if ext.__class__ is _int else -1
-                    if not (-_I64 < stream < _I64 and -_I64 < dev < _I64 and -_I64 < corr < _I64
-                            and -_I64 < ext < _I64):
-                        n_bad += 1
-                        if len(bad_at) < 5:
-                            bad_at.append(n_events - 1)
-                        continue
-                    k_nid.append(nid); k_ts.append(ts); k_dur.append(dur)
-                    k_stream.append(stream)
-                    k_device.append(dev)
-                    k_corr.append(corr)
-                    k_ext.append(ext)
-                    k_info.append(info)
-                    k_kind.append(kind_code.get(kk, -1) if kk.__class__ is _str else -1)
-                    k_cat.append(dev_cat_code.get(cat, len(DEVICE_CAT_LIST) - 1))
-                    grid = args.get("grid")
-                    k_shape.append(zlib.crc32(f"{grid}{args.get('block')}".encode()) if grid is not None else 0)
-                    if keep_runtime:
-                        ws, wc = args.get("wait_on_stream", -1), args.get("wait_on_cuda_event_record_corr_id", -1)
-                        k_wstream.append(ws if ws.__class__ is _int and -_I64 < ws < _I64 else -1)
-                        k_wcorr.append(wc if wc.__class__ is _int and -_I64 < wc < _I64 else -1)
-                    continue
-                if name.startswith("ProfilerStep"):
-                    m = _STEP_RE.match(name)
-                    if m and len(m.group(1)) < 16:
-                        steps.append((int(m.group(1)), _float(ts), _float(dur), cat == "gpu_user_annotation"))
-                if corr.__class__ is _int and -_I64 < corr < _I64:
-                    key = (ev.pid, ev.tid)
-                    tid = thread_ids.get(key)
-                    if tid is None:
-                        tid = thread_ids[key] = len(threads)
-                        threads.append(key)
-                    l_corr_a(corr); l_ts_a(ts); l_tid_a(tid)
-                    if keep_runtime:
-                        _keep_launch(name, dur, names, name_ids, l_nid, l_dur)
-            except (AttributeError, TypeError, ValueError, KeyError, OverflowError):
-                n_bad += 1
-                if len(bad_at) < 5:
-                    bad_at.append(n_events - 1)
+            cols.add_batch(batch)
     header = es.header
+    n_bad, bad_at = cols.n_bad, cols.bad_at
+    c = cols.finish()
+    steps = [st[:4] for st in cols.steps]
     if not es.has_events:
         keys = ", ".join(repr(k)[:40] for k in list(header)[:6]) or "none"
         raise TraceError(f"{path}: valid JSON but not a Chrome/Kineto trace: no 'traceEvents' list "
@@ -434,50 +255,35 @@ def _parse_events(path: Path, keep_cpu_ops: bool = True, keep_runtime: bool = Fa
         raise TraceError(f"{path}: valid JSON but not a Chrome/Kineto trace: 'traceEvents' is not a list")
     if es.count == 0:
         raise TraceError(f"{path}: 'traceEvents' is empty - nothing was recorded")
-    if n_bad >= es.count and not (len(k_ts) or len(c_ts) or len(l_ts) or steps):
+    if n_bad >= es.count and not (len(c["k_ts"]) or len(c["c_ts"]) or len(c["l_ts"]) or steps):
         raise TraceError(f"{path}: valid JSON but not a Chrome/Kineto trace: none of its {es.count} "
                          f"'traceEvents' entries is a usable event (an object with ph, name, ts, dur)")
     n_events = es.count
-
+    threads = cols.threads
+    many = _many_pids(threads)
     thread_labels = []
     for key in threads:
         pid, tid = key
-        label = thread_names.get(key) or f"thread {tid}"
-        thread_labels.append(f"{label} [pid {pid}]" if _many_pids(threads) else label)
-
-    def f64(a):
-        if isinstance(a, np.ndarray):
-            return a
-        return np.frombuffer(a, dtype=np.float64).copy() if len(a) else np.empty(0, dtype=np.float64)
-
-    def i64(a):
-        if isinstance(a, np.ndarray):
-            return a
-        return np.frombuffer(a, dtype=np.int64).copy() if len(a) else np.empty(0, dtype=np.int64)
-
-    mins = [float(np.min(a)) for a in (k_ts, c_ts, l_ts) if len(a)] + [st[1] for st in steps]
+        label = cols.thread_names.get(key) or f"thread {tid}"
+        thread_labels.append(f"{label} [pid {pid}]" if many else label)
+    mins = [float(np.min(c[k])) for k in ("k_ts", "c_ts", "l_ts") if len(c[k])] + [st[1] for st in steps]
     ts_min = min(mins) if mins else None
-    if not keep_cpu_ops and len(k_ts) and len(c_nid):
+    if not keep_cpu_ops and len(c["k_ts"]) and len(c["c_nid"]):
         # a GPU trace: only the collective ops are joined to kernels; drop the other CPU ops' rows
-        keep = np.flatnonzero(np.frombuffer(c_info, dtype=np.int64) >= 0)
-        c_nid, c_ts, c_dur, c_tid, c_ext, c_info = (
-            np.frombuffer(a, dtype=np.int64 if a.typecode == "q" else np.float64)[keep].copy()
-            for a in (c_nid, c_ts, c_dur, c_tid, c_ext, c_info))
-        c_annot = np.frombuffer(c_annot, dtype=np.int8)[keep].copy()
-
+        keep = np.flatnonzero(c["c_info"] >= 0)
+        for k in ("c_nid", "c_ts", "c_dur", "c_tid", "c_ext", "c_info", "c_annot"):
+            c[k] = c[k][keep]
     raw = RawTrace(
-        path=path, meta=header, names=names, infos=infos, threads=thread_labels,
-        k_nid=i64(k_nid), k_ts=f64(k_ts), k_dur=f64(k_dur), k_stream=i64(k_stream),
-        k_device=i64(k_device), k_corr=i64(k_corr), k_ext=i64(k_ext), k_info=i64(k_info),
-        k_kind=i64(k_kind), k_cat=i64(k_cat), k_shape=i64(k_shape),
-        c_nid=i64(c_nid), c_ts=f64(c_ts), c_dur=f64(c_dur), c_tid=i64(c_tid), c_ext=i64(c_ext),
-        c_info=i64(c_info), c_annot=np.asarray(np.frombuffer(c_annot, dtype=np.int8) if not isinstance(
-            c_annot, np.ndarray) else c_annot).astype(bool) if len(c_annot) else np.empty(0, dtype=bool), l_corr=i64(l_corr), l_ts=f64(l_ts), l_tid=i64(l_tid),
-        steps=sorted(steps, key=lambda s: s[1]), n_events=n_events, n_malformed=n_bad, float_ts=float_ts,
-        ts_min=ts_min,
+        path=path, meta=header, names=cols.names, infos=cols.infos, threads=thread_labels,
+        k_nid=c["k_nid"], k_ts=c["k_ts"], k_dur=c["k_dur"], k_stream=c["k_stream"], k_device=c["k_device"],
+        k_corr=c["k_corr"], k_ext=c["k_ext"], k_info=c["k_info"], k_kind=c["k_kind"], k_cat=c["k_cat"],
+        k_shape=c["k_shape"], c_nid=c["c_nid"], c_ts=c["c_ts"], c_dur=c["c_dur"], c_tid=c["c_tid"],
+        c_ext=c["c_ext"], c_info=c["c_info"], c_annot=c["c_annot"], l_corr=c["l_corr"], l_ts=c["l_ts"],
+        l_tid=c["l_tid"], steps=sorted(steps, key=lambda s: s[1]), n_events=n_events, n_malformed=n_bad,
+        float_ts=cols.float_ts, ts_min=ts_min,
     )
     if keep_runtime:
-        raw.l_nid, raw.l_dur, raw.k_wait_stream, raw.k_wait_corr = i64(l_nid), f64(l_dur), i64(k_wstream), i64(k_wcorr)
+        raw.l_nid, raw.l_dur, raw.k_wait_stream, raw.k_wait_corr = c["l_nid"], c["l_dur"], c["k_wstream"], c["k_wcorr"]
     if n_bad:
         lexical = {b.index: b for b in es.bad}
         where = []
@@ -489,18 +295,6 @@ def _parse_events(path: Path, keep_cpu_ops: bool = True, keep_runtime: bool = Fa
                             f"first: {'; '.join(where)}")
     rank_from_meta(raw)
     return raw
-
-
-def _keep_launch(name, dur, names: list, name_ids: dict, l_nid: array, l_dur: array) -> None:
-    """Append a launch's interned name and duration (µs) to the replay-only columns."""
-    if name.__class__ is not str:
-        name = "?"
-    nid = name_ids.get(name)
-    if nid is None:
-        nid = name_ids[name] = len(names)
-        names.append(name)
-    l_nid.append(nid)
-    l_dur.append(float(dur))
 
 
 def _many_pids(threads: list) -> bool:

@@ -9,6 +9,7 @@ cannot belong to the same job, with one message per file.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -48,6 +49,32 @@ def rank_from_meta(raw: RawTrace) -> None:
         raw.rank_source = "file name"
 
 
+def _evidence(r, world: int | None) -> tuple:
+    """How strongly a file backs the rank it claims: states the job's world size, its file name
+    agrees, it has something to measure, fewer malformed events, more events."""
+    name = _name_rank(r)
+    events = getattr(r, "n_events", 0) or 0
+    bad = getattr(r, "n_malformed", 0) or 0
+    return (world is not None and r.world_size == world, name is None or name == r.rank,
+            not getattr(r, "empty", False) and (getattr(r, "n_device", 1) > 0 or getattr(r, "mode", "") == "cpu"),
+            -(bad / events if events else 1.0), events)
+
+
+def _why(r, world: int | None) -> str:
+    ws, name_ok, usable, good, events = _evidence(r, world)
+    name = _name_rank(r)
+    return (f"{'states' if ws else 'does not state'} world size {world}, "
+            f"file name {'agrees' if name_ok and name is not None else 'names no rank' if name is None else f'says rank {name}'}, "
+            f"{'has' if usable else 'has no'} GPU events to measure, {-good:.0%} malformed of {events} events")
+
+
+def _name_rank(r) -> int | None:
+    m = None
+    for m in _RANK_IN_NAME.finditer(Path(str(r.path)).name):
+        pass
+    return int(m.group(1)) if m is not None else None
+
+
 def assign_ranks(raws: list[RawTrace]) -> tuple[list[RawTrace], list[str]]:
     """Give every trace a unique rank; drop what cannot belong to the same job.
 
@@ -55,7 +82,9 @@ def assign_ranks(raws: list[RawTrace]) -> tuple[list[RawTrace], list[str]]:
     the file name, then (said plainly, per file) the next free rank in file order. Traces
     whose ``world_size`` differs from the most common one, and second files claiming an
     already-taken rank (a file stating the world size wins over one that does not), are
-    dropped with a message naming the file.
+    dropped with a message naming the file. Two files claiming the same rank are decided by
+    evidence (:func:`_evidence`: the job's world size stated, the file name agreeing, something to
+    measure, fewer malformed events, more events); the message names both files and why.
     """
     problems: list[str] = []
     sizes = [r.world_size for r in raws if r.world_size]
@@ -69,15 +98,19 @@ def assign_ranks(raws: list[RawTrace]) -> tuple[list[RawTrace], list[str]]:
         kept.append(r)
     taken: set[int] = set()
     out: list[RawTrace] = []
-    # files that state the job's world size claim their rank before files that state none
-    for r in sorted(kept, key=lambda r: r.world_size is None):
+    claims: dict[int, list] = {}
+    for r in kept:
         if r.rank is not None:
-            if r.rank in taken:
-                problems.append(f"{r.path}: rank {r.rank} (from {r.rank_source}) is already taken by "
-                                f"another file - skipped")
-                continue
-            taken.add(r.rank)
-            out.append(r)
+            claims.setdefault(r.rank, []).append(r)
+    for rank in sorted(claims):
+        rs = claims[rank]
+        best = max(rs, key=lambda r: _evidence(r, world))      # max keeps the first of equals
+        taken.add(rank)
+        out.append(best)
+        for r in rs:
+            if r is not best:
+                problems.append(f"{r.path}: rank {rank} (from {r.rank_source}) is also claimed by {best.path}; "
+                                f"kept {best.path} ({_why(best, world)}) over this file ({_why(r, world)}) - skipped")
     for r in kept:
         if r.rank is None:
             nxt = 0

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ccoverlap.trace.classify import RankTrace
+from ccoverlap.trace.classify import RankTrace  # noqa: F401 - the ranks cross_rank reads
 from ccoverlap.trace.match import comm_rows_by_group, pair_calls
 
 
@@ -91,18 +91,24 @@ def chance_of_being_latest(times_latest: int, calls: int, p_latest: float) -> fl
 MIN_PAIRED_FRACTION = 0.5     # below this share of a group's calls paired, its skew is not measured
 
 
-def clock_spread_s(rts: list[RankTrace], masks: dict[int, np.ndarray]) -> float:
+def clock_spread_s(rts: list, masks: dict[int, np.ndarray] | None) -> float:
     """Largest difference between the ranks' first analysed event (seconds). Ranks of one job
     start their profiled steps within milliseconds of each other; a spread of many seconds means
-    their clocks are not comparable (e.g. per-host monotonic clocks)."""
-    firsts = [float(rt.timeline.start_s[masks[rt.rank]].min()) for rt in rts if masks[rt.rank].any()]
+    their clocks are not comparable (e.g. per-host monotonic clocks). Without ``masks`` each rank's
+    ``first_start_s`` is read (a rank summary's)."""
+    if masks is None:
+        firsts = [rt.first_start_s for rt in rts if rt.first_start_s is not None]
+    else:
+        firsts = [float(rt.timeline.start_s[masks[rt.rank]].min()) for rt in rts if masks[rt.rank].any()]
     return max(firsts) - min(firsts) if len(firsts) > 1 else 0.0
 
 
-def cross_rank(rts: list[RankTrace], masks: dict[int, np.ndarray],
+def cross_rank(rts: list, masks: dict[int, np.ndarray] | None,
                step_times: dict[int, dict[int, float]] | None = None) -> CrossRank:
     """Match the selected communication rows across ranks (see the module docstring).
 
+    ``rts``: ranks with a ``timeline`` (and ``first_start_s`` when ``masks`` is None: then every
+    row of each timeline is analysed - rank summaries hold only their analysed communication rows).
     ``step_times[step][rank]`` (seconds) gives the slowest rank per step. A rank is called a
     straggler when it is the latest arrival in more than half of the matched collectives it
     took part in (and that many is unlikely by chance: :func:`chance_of_being_latest` below
@@ -125,7 +131,7 @@ def cross_rank(rts: list[RankTrace], masks: dict[int, np.ndarray],
     tls = {rt.rank: rt.timeline for rt in rts}
     per_group: dict[str, dict[int, np.ndarray]] = {}
     for rt in rts:
-        for g, rows in comm_rows_by_group(rt.timeline, masks[rt.rank]).items():
+        for g, rows in comm_rows_by_group(rt.timeline, None if masks is None else masks[rt.rank]).items():
             per_group.setdefault(g, {})[rt.rank] = rows
     late_total: dict[int, float] = {rt.rank: 0.0 for rt in rts}
     late_count: dict[int, int] = {rt.rank: 0 for rt in rts}

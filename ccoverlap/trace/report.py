@@ -209,7 +209,8 @@ def print_comparison(cmp: dict, name_a: str, name_b: str, file: IO | None = None
 # ----------------------------------------------------------------------------- picture
 
 def write_png(a: Analysis, path: str | Path, *, step: int | None = None) -> Path:
-    """Draw one step's lanes and the per-rank bars to ``path`` (matplotlib, Agg)."""
+    """Draw one step's lanes and the per-rank bars to ``path`` (matplotlib, Agg). ``a`` must come
+    from ``analyze(..., picture=True)`` (the lanes of that step are kept then)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -224,12 +225,11 @@ def write_png(a: Analysis, path: str | Path, *, step: int | None = None) -> Path
                                  gridspec_kw={"height_ratios": [max(len(shown), 1) * 0.55 + 0.8, 2.6]})
     lanes = []
     for rt in shown:
-        mask = a.masks[rt.rank]
-        if step is not None and step in a.step_metrics:
-            mask = mask & (rt.timeline.step == step)
-        tl = rt.timeline
-        comp = merge_intervals(tl.start_s[mask & (tl.kind == "compute")], tl.end_s[mask & (tl.kind == "compute")])
-        comm = merge_intervals(tl.start_s[mask & (tl.kind == "comm")], tl.end_s[mask & (tl.kind == "comm")])
+        iv = rt.lanes.get(step if step in a.step_metrics else None)
+        if iv is None and rt.lanes:
+            iv = next(iter(rt.lanes.values()))
+        empty = np.empty(0)
+        comp, comm = ((iv[0], iv[1]), (iv[2], iv[3])) if iv is not None else ((empty, empty), (empty, empty))
         starts = [x[0][0] for x in (comp, comm) if len(x[0])]
         lanes.append((rt.rank, comp, comm, _subtract(comm, comp), min(starts) if starts else 0.0))
     firsts = [lane[4] for lane in lanes]

@@ -13,7 +13,8 @@ uses its own start), the rule of HolisticTraceAnalysis' ``add_iteration``.
   job has fewer than two distinct ``ProfilerStep#N`` names nothing is dropped (HTA's rule).
 * ``all`` - HTA's ``include_last_profiler_step=True``: launched no later than the end of
   the last profiler step.
-* ``3,4`` / ``3-5`` / ``3`` - kernels launched inside those profiler steps.
+* ``3,4`` / ``3-5`` / ``3`` - kernels launched inside those profiler steps (a range of more than
+  :data:`MAX_LISTED_STEPS` steps is kept as a range, never listed).
 """
 
 from __future__ import annotations
@@ -24,14 +25,57 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.trace.classify import RankTrace
 
 
-def parse_steps(spec: str | None) -> str | list[int]:
-    """``"hta"`` / ``"all"`` / a sorted list of step numbers from ``"3,4"`` or ``"3-5"``."""
+# a --steps list longer than this is kept as ranges (never expanded into memory)
+MAX_LISTED_STEPS = 10_000
+
+
+class StepRanges:
+    """A ``--steps`` selection of many step numbers, kept as sorted, disjoint inclusive ranges
+    ``((lo, hi), ...)``: ``1-1000000000000`` costs two integers, never a list."""
+
+    __slots__ = ("ranges",)
+
+    def __init__(self, ranges) -> None:
+        merged: list[list[int]] = []
+        for lo, hi in sorted(ranges):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self.ranges = tuple((lo, hi) for lo, hi in merged)
+
+    def __len__(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in self.ranges)
+
+    def __contains__(self, step) -> bool:
+        return any(lo <= step <= hi for lo, hi in self.ranges)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, StepRanges) and other.ranges == self.ranges
+
+    def __reduce__(self):
+        return (StepRanges, (self.ranges,))
+
+    def mask(self, steps: np.ndarray) -> np.ndarray:
+        """Which of ``steps`` (an integer array) are selected."""
+        out = np.zeros(len(steps), dtype=bool)
+        for lo, hi in self.ranges:
+            out |= (steps >= lo) & (steps <= hi)
+        return out
+
+    def __str__(self) -> str:
+        return ",".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
+
+
+def parse_steps(spec: str | None) -> "str | list[int] | StepRanges":
+    """``"hta"`` / ``"all"`` / the step numbers of ``"3,4"`` or ``"3-5"``: a sorted list, or
+    :class:`StepRanges` when they are more than :data:`MAX_LISTED_STEPS` (never expanded)."""
     if spec is None or spec.strip().lower() in ("", "hta", "default"):
         return "hta"
     s = spec.strip().lower()
     if s == "all":
         return "all"
-    out: set[int] = set()
+    ranges: list[tuple[int, int]] = []
     for part in s.split(","):
         part = part.strip()
         if not part:
@@ -42,14 +86,33 @@ def parse_steps(spec: str | None) -> str | list[int]:
                 lo, hi = int(a), int(b)
                 if hi < lo:
                     raise ValueError
-                out.update(range(lo, hi + 1))
+                ranges.append((lo, hi))
             else:
-                out.add(int(part))
+                ranges.append((int(part), int(part)))
         except ValueError:
             raise ConfigError(f"--steps: {spec!r} is not 'hta', 'all', or step numbers like '3,4' or '3-5'") from None
-    if not out:
+    if not ranges:
         raise ConfigError(f"--steps: {spec!r} names no step")
-    return sorted(out)
+    sel = StepRanges(ranges)
+    if len(sel) > MAX_LISTED_STEPS:
+        return sel
+    return [n for lo, hi in sel.ranges for n in range(lo, hi + 1)]
+
+
+def is_numbered(spec) -> bool:
+    """Whether ``spec`` names step numbers (a list or :class:`StepRanges`), not ``hta`` / ``all``."""
+    return isinstance(spec, (list, StepRanges))
+
+
+def missing_steps(spec, available: list[int]) -> tuple[bool, str]:
+    """``(none_present, text)`` for a numbered ``spec``: whether none of its steps is in the
+    traces, and the steps that are not, in words (ranges stay ranges)."""
+    avail = set(available)
+    if isinstance(spec, list):
+        missing = [s for s in spec if s not in avail]
+        return len(missing) == len(spec), ", ".join(map(str, missing))
+    present = [s for s in available if s in spec]
+    return not present, f"{spec} except {', '.join(map(str, present))}" if present else str(spec)
 
 
 def assign_steps(rt: RankTrace) -> None:
@@ -76,6 +139,8 @@ def selection_mask(rt: RankTrace, steps: str | list[int], job_step_names: int) -
     n = len(tl)
     if isinstance(steps, list):
         return np.isin(tl.step, steps)
+    if isinstance(steps, StepRanges):
+        return steps.mask(tl.step)
     if job_step_names < 2 or rt.cutoff_s is None:
         return np.ones(n, dtype=bool)
     launched = ~np.isnan(rt.launch_s)

@@ -230,7 +230,7 @@ def _dataclass_kinds(cls) -> dict[str, tuple]:
 
 
 def _check_layout(run: dict, model, cluster, where: _Where) -> None:
-    """Degrees multiply to the GPU count and fit the model and batch (branch-independent)."""
+    """Degrees multiply to the GPU count and fit the model and batch (whatever this build can simulate)."""
     from ccoverlap.parallel.config import BatchConfig, ParallelConfig, config_problems
 
     par, batch = run["parallel"], run["batch"]

@@ -1,4 +1,4 @@
-"""The two speed-check tools of issue 10: ``sim_identity.fingerprint`` tells two steps apart by
+"""The two simulator speed-check tools: ``sim_identity.fingerprint`` tells two steps apart by
 any op field or any time, and ``sim_instructions`` refuses bad input with exit 2."""
 
 from __future__ import annotations

@@ -194,13 +194,21 @@ def test_retuned_heuristic_is_at_least_as_good_in_sample(cost_mesh):
     assert tuned.matches == fit["matches"] >= rep.matches
 
 
-def test_paper_cases_are_table_one():
+def test_paper_cases_are_table_one_per_gpu():
+    """Table I lists the layers' full widths; a TP-8 GPU runs N/8 columns, an EP GPU whole experts."""
     cases = ficco_accuracy.paper_cases()
     assert len(cases) == 16
     assert [c.name for c in cases] == [f"g{i}" for i in range(1, 17)]
-    assert (cases[0].m, cases[0].n, cases[0].k) == (16384, 16384, 131072)
+    assert (cases[0].m, cases[0].n, cases[0].k) == (16384, 16384 // 8, 131072)
+    assert (cases[8].m, cases[8].n, cases[8].k) == (196608, 18432 // 8, 16384)  # g9: llama-3-405b QKV
+    assert (cases[13].m, cases[13].n, cases[13].k) == (147456, 28672, 4096)  # g14: a whole Mixtral expert
     assert sum(c.pattern == "a2a-gemm" for c in cases) == 4  # g13-g16 are EP
     assert all(c.topology == "full_mesh" and c.engine == "dma" for c in cases)
+    assert ficco_accuracy.per_rank_gemm("SP+TP", (8, 64, 8), 4) == (8, 16, 8)
+    with pytest.raises(ConfigError, match="does not split"):
+        ficco_accuracy.per_rank_gemm("SP+TP", (8, 60, 8), 8)
+    with pytest.raises(ConfigError, match="parallelism"):
+        ficco_accuracy.per_rank_gemm("PP", (8, 64, 8), 8)
 
 
 # ----------------------------------------------------------------------------- command

@@ -101,3 +101,10 @@ def test_unknown_paper_and_case(tmp_path):
         load_cases(["nope"], _write(tmp_path))
     with pytest.raises(ConfigError, match="unknown case"):
         run_suite(["lagom"], ids=["nope"], evaluators={"lagom": _fake}, data_dir=_write(tmp_path))
+
+
+def test_command_lists_every_paper():
+    from ccoverlap.commands.reproduce import PAPER_NAMES
+    from ccoverlap.reproduce.suite import PAPERS
+
+    assert sorted(PAPERS) == list(PAPER_NAMES)

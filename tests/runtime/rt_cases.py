@@ -5,7 +5,7 @@
 spawn per world size and turns each case into a test. Every rank generates every rank's
 inputs from fixed seeds, so each rank computes the single-process reference locally.
 
-Cases never branch on local results before a collective, so a wrong answer on one rank
+Cases never choose a path by local results before a collective, so a wrong answer on one rank
 is reported instead of desynchronising the group.
 """
 

@@ -1,4 +1,4 @@
-"""The runtime's CUDA paths that one GPU can check (issue 14, item 4): CUDA tensors through
+"""The runtime's CUDA paths that one GPU can check: CUDA tensors through
 every schedule and both engines with a one-rank NCCL group, and PyTorch's symmetric-memory
 availability check on that group. What needs two GPUs (real transfers between ranks) is in
 test_runtime_cuda.py and skipped on one GPU. Skipped without CUDA."""

@@ -1,10 +1,10 @@
 """Simulator regression: predictions of a set of diverse workloads must not move.
 
-``step_baseline.json`` was produced by the simulator of commit 4cea150 (before the issue-10
-speed work on sim.py / graph.py / parallel/step.py) with
+``step_baseline.json`` holds their step times, per-rank metrics and per-rank sums of every op's
+start and end time, recorded with
 ``python tests/sim_regression/record_baseline.py tests/sim_regression/step_baseline.json``;
-the speed work must reproduce it within a relative tolerance of 1e-6. A deliberate change of
-predictions re-records the file and says why in the commit and in docs/simulator.md.
+any change to the simulator must reproduce it within a relative tolerance of 1e-6. A deliberate
+change of predictions re-records the file and says why in the commit and in CHANGELOG.md.
 """
 
 from __future__ import annotations

@@ -88,7 +88,12 @@ def test_bad_steps_is_a_usage_error(fixtures_dir, capsys):
     assert "--steps" in capsys.readouterr().err
 
 
-def test_default_png_goes_to_the_output_dir(fixtures_dir, tmp_path, monkeypatch, capsys):
+def test_png_is_opt_in_and_goes_to_the_output_dir(fixtures_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert main(["analyze", str(fixtures_dir / "synthetic" / "overlap50")]) == 0
-    assert (tmp_path / "ccoverlap-out" / "analyze" / "analyze.png").is_file()
+    png = tmp_path / "ccoverlap-out" / "analyze" / "analyze.png"
+    assert main(["analyze", str(fixtures_dir / "synthetic" / "two_steps")]) == 0
+    assert not png.exists()
+    assert main(["analyze", str(fixtures_dir / "synthetic" / "two_steps"), "--json", "--png"]) == 0
+    assert not png.exists() and "not drawn with --json" in capsys.readouterr().err
+    assert main(["analyze", str(fixtures_dir / "synthetic" / "two_steps"), "--png"]) == 0
+    assert png.is_file() and png.stat().st_size > 10_000

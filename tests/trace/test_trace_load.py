@@ -90,7 +90,21 @@ def test_duplicate_rank_is_dropped_with_a_message(tmp_path):
     p2 = write(trace(_two_kernels(), rank=0), tmp_path / "second.json")
     raws, problems = load.load_all([p1, p2])
     assert len(raws) == 1
-    assert any("second.json" in p and "already taken" in p for p in problems)
+    assert any("second.json" in p and "also claimed by" in p and "first.json" in p for p in problems)
+
+
+def test_two_files_claiming_a_rank_are_decided_by_evidence(tmp_path):
+    # the genuine rank-0 file has kernels; a file that also says rank 0 but holds nothing to measure
+    # (and comes first in file order) must not push it out
+    hostile = trace([], rank=0, world=2)
+    hostile["traceEvents"] = [{"ph": "X", "cat": "cpu_op", "name": "x", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]
+    p_bad = write(hostile, tmp_path / "a_rank-0.json")
+    p_good = write(trace(_two_kernels(), rank=0, world=2), tmp_path / "b_rank-0.json")
+    p_other = write(trace(_two_kernels(), rank=1, world=2), tmp_path / "c_rank-1.json")
+    a = analyze([p_bad, p_good, p_other])
+    assert [(rt.rank, rt.path) for rt in a.ranks] == [(0, str(p_good)), (1, str(p_other))]
+    msg = [p for p in a.problems if "also claimed by" in p]
+    assert len(msg) == 1 and "a_rank-0.json" in msg[0] and "b_rank-0.json" in msg[0]
 
 
 def test_microseconds_become_seconds_and_ns_resolution_is_kept_exactly(tmp_path):

@@ -1,4 +1,4 @@
-"""The GPU machine of issue 14 has no msgspec: the CLI must start without it, and `analyze`
+"""A machine without msgspec (some GPU machines have none): the CLI must start without it, and `analyze`
 must read traces through the trace loader's standard-library path with the same result."""
 
 from __future__ import annotations

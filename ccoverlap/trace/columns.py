@@ -1,0 +1,472 @@
+"""Trace events into typed columns, one window of events at a time.
+
+:class:`Columns` takes the batches of :meth:`ccoverlap.trace.jsonstream.EventStream.batches`
+(events already decoded by msgspec into typed structs, or stand-ins from the tolerant
+standard-library path) and keeps, per event kind, only what an analysis reads - in numpy
+columns built per batch by list comprehensions, not per event by appends:
+
+* device events (GPU kernels, memcpy/memset, syncs): name id, ts, dur, stream, device,
+  correlation, External id, collective args when Kineto attached them, launch-shape hash;
+* CPU ops and user annotations: name id, ts, dur, thread id, and for collective ops the
+  External id and collective args; ``ProfilerStep#N`` annotations as steps;
+* launches: every other CPU-side event with a ``correlation`` (``cudaLaunchKernel`` ...).
+
+Flow events, python functions and every other kind are skipped after one look at ``ph`` and
+``cat``. Each kept event costs a fixed number of bytes (about 40 for a kernel, 30 for a CPU op,
+20 for a launch; collective args and names are kept once per distinct value), so memory is
+bounded per event kind. Rows keep the order of the file. An event with a bad value (not a
+number, NaN, out of range, a negative duration, a name that is not a string) is counted and
+skipped; the first ones are remembered by index for the warning.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+
+import numpy as np
+
+from ccoverlap.trace.jsonstream import _Ev, comm_args, has_collective_record
+
+DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events"})
+CPU_OP_CATS = frozenset({"cpu_op", "user_annotation"})
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+SKIP_CATS = frozenset({"python_function", "Trace", "ac2g", "fwdbwd", "cuda_profiler_range"})
+# CPU ops that carry or describe a collective (args kept for the join to kernels)
+COMM_OP_PREFIXES = ("record_param_comms", "nccl:", "gloo:", "c10d::", "rccl:", "ucc:", "mpi:")
+DEVICE_CAT_LIST = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events", "other")
+KIND_CODES = ("compute", "comm", "memcpy", "other")
+_STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+_I64 = 1 << 62          # ids beyond this are malformed (they would not fit the int64 columns)
+_KIND = {k: i for i, k in enumerate(KIND_CODES)}
+_PH = {"X": 0, "M": 1, None: 2}
+_DEV_CAT = {c: i for i, c in enumerate(DEVICE_CAT_LIST)}
+
+
+def _int_or(v, default: int = -1) -> int:
+    return v if v.__class__ is int and -_I64 < v < _I64 else default
+
+
+def _num(v) -> bool:
+    return (v.__class__ is int or v.__class__ is float) and -1e300 < v < 1e300
+
+
+class Columns:
+    """Accumulates the columns of one trace file (see the module docstring); :meth:`finish`
+    returns them as numpy arrays in file order."""
+
+    def __init__(self, keep_runtime: bool = False) -> None:
+        self.keep_runtime = keep_runtime
+        self.names: list[str] = []
+        self.name_ids: dict[str, int] = {}
+        self._name_comm = bytearray()      # per name id: 1 if a collective op name
+        self._name_step: list[int] = []    # per name id: N of ProfilerStep#N, else -1
+        self.infos: list[dict] = []
+        self.threads: list = []
+        self.thread_ids: dict = {}
+        self.thread_names: dict = {}
+        self.steps: list[tuple[int, float, float, bool, int]] = []
+        self.k: dict[str, list] = {c: [] for c in ("seq", "nid", "ts", "dur", "stream", "device", "corr", "ext",
+                                                    "info", "kind", "cat", "shape", "wstream", "wcorr")}
+        self.c: dict[str, list] = {c: [] for c in ("seq", "nid", "ts", "dur", "tid", "ext", "info", "annot")}
+        self.l: dict[str, list] = {c: [] for c in ("seq", "corr", "ts", "tid", "nid", "dur")}
+        self.n_events = 0
+        self.n_bad = 0
+        self.bad_at: list[int] = []
+        self.float_ts = False
+        self._cat_ids: dict = {}
+        self._cat_list: list = []
+        self._shapes: dict = {}
+
+    # ------------------------------------------------------------------ interning
+    def intern(self, names: list) -> np.ndarray:
+        """Name ids of ``names`` (strings), new names added in first-seen order."""
+        ids = self.name_ids
+        for n in dict.fromkeys(names):
+            if n not in ids:
+                ids[n] = len(self.names)
+                self.names.append(n)
+                self._name_comm.append(n.startswith(COMM_OP_PREFIXES))
+                m = _STEP_RE.match(n) if n.startswith("ProfilerStep") else None
+                self._name_step.append(int(m.group(1)) if m and len(m.group(1)) < 16 else -1)
+        return np.fromiter((ids[n] for n in names), dtype=np.int64, count=len(names))
+
+    def thread(self, keys: list) -> np.ndarray:
+        """Thread ids of ``(pid, tid)`` keys, new ones added in first-seen order."""
+        ids = self.thread_ids
+        for k in dict.fromkeys(keys):
+            if k not in ids:
+                ids[k] = len(self.threads)
+                self.threads.append(k)
+        return np.fromiter((ids[k] for k in keys), dtype=np.int64, count=len(keys))
+
+    def _bad(self, index: int) -> None:
+        self.n_bad += 1
+        if len(self.bad_at) < 5:
+            self.bad_at.append(index)
+
+    # ------------------------------------------------------------------ batches
+    def add_batch(self, batch: list) -> None:
+        """Take one batch of events (typed structs, tolerant stand-ins, or None for a skipped one)."""
+        base = self.n_events
+        self.n_events += len(batch)
+        if not batch:
+            return
+        tolerant = batch[0].__class__ is _Ev or None in batch
+        groups = self._partition_tolerant(batch, base) if tolerant else self._partition(batch, base)
+        for cat, (evs, seq) in groups.items():
+            if cat in SKIP_CATS:
+                continue
+            if tolerant:
+                evs, seq = self._sanitize(evs, seq, cat)
+                if not evs:
+                    continue
+            ts, dur, evs, seq = self._times(evs, seq)
+            if not evs:
+                continue
+            if cat in CPU_OP_CATS:
+                self._cpu_ops(cat, evs, seq, ts, dur)
+            elif cat in RUNTIME_CATS:
+                self._launches(evs, seq, ts, dur)
+            else:
+                self._others(cat, evs, seq, ts, dur)
+
+    def _partition(self, batch: list, base: int) -> dict:
+        """Complete events by category, with their indices (typed batch: ph / cat are str or None).
+        Four list comprehensions and numpy, no per-event conditionals."""
+        phc = np.array([_PH.get(p, 3) for p in [e.ph for e in batch]], dtype=np.int8)
+        cats = [e.cat for e in batch]
+        cid = self._cat_ids
+        for c in dict.fromkeys(cats):
+            if c not in cid:
+                cid[c] = len(cid)
+                self._cat_list.append(c)
+        cc = np.array([cid[c] for c in cats], dtype=np.int64)
+        for i in np.flatnonzero(phc == 1).tolist():
+            self._meta(batch[i])
+        for i in np.flatnonzero(phc == 2).tolist():
+            self._bad(base + i)
+        x = phc == 0
+        out = {}
+        present = np.unique(cc[x]).tolist() if x.any() else []
+        for k in present:
+            cat = self._cat_list[k]
+            if cat in SKIP_CATS:
+                continue
+            idx = np.flatnonzero(x & (cc == k)) if len(present) > 1 else np.flatnonzero(x)
+            il = idx.tolist()
+            out[cat] = ([batch[i] for i in il], (idx + base).tolist())
+        return out
+
+    def _partition_tolerant(self, batch: list, base: int) -> dict:
+        """The same for a batch from the tolerant path (any value may have any type)."""
+        by_cat: dict = {}
+        for i, e in enumerate(batch):
+            if e is None:
+                self._bad(base + i)
+                continue
+            ph = e.ph
+            if ph == "X":
+                try:
+                    g = by_cat.get(e.cat)
+                except TypeError:           # an unhashable cat
+                    self._bad(base + i)
+                    continue
+                if g is None:
+                    g = by_cat[e.cat] = ([], [])
+                g[0].append(e)
+                g[1].append(base + i)
+            elif ph == "M":
+                self._meta(e)
+            elif ph is None:
+                self._bad(base + i)
+        return by_cat
+
+    def _meta(self, e) -> None:
+        if e.name == "thread_name" and e.args is not None:
+            n = e.args.name
+            if isinstance(n, str):
+                try:
+                    self.thread_names[(e.pid, e.tid)] = n
+                except TypeError:       # an unhashable pid / tid (tolerant path)
+                    pass
+
+    def _sanitize(self, evs: list, seq: list, cat) -> tuple[list, list]:
+        """Tolerant path: drop (and count) events whose ts / dur / pid / tid / name have the wrong type."""
+        keep_e, keep_s = [], []
+        need_name = cat not in RUNTIME_CATS
+        for e, s in zip(evs, seq):
+            ok = (_num(e.ts) and (e.dur is None or _num(e.dur)) and e.pid.__hash__ is not None
+                  and e.tid.__hash__ is not None and (not need_name or e.name.__class__ is str))
+            if ok:
+                keep_e.append(e)
+                keep_s.append(s)
+            else:
+                self._bad(s)
+        return keep_e, keep_s
+
+    def _times(self, evs: list, seq: list):
+        """ts / dur columns (µs) of ``evs``; out-of-range ones (and nameless where a name is read)
+        are counted and dropped."""
+        ts_l = [e.ts for e in evs]
+        ts = np.array(ts_l, dtype=np.float64)          # a missing ts reads NaN: rejected below
+        dur_l = [e.dur for e in evs]
+        if None in dur_l:
+            dur_l = [0 if d is None else d for d in dur_l]
+        dur = np.array(dur_l, dtype=np.float64)
+        ok = (dur >= 0) & (dur < 1e15) & (ts > -1e18) & (ts < 1e18)
+        if not ok.all():
+            for s in np.asarray(seq)[~ok].tolist():
+                self._bad(s)
+            idx = np.flatnonzero(ok).tolist()
+            evs = [evs[i] for i in idx]
+            seq = [seq[i] for i in idx]
+            ts_l = [ts_l[i] for i in idx]
+            ts, dur = ts[ok], dur[ok]
+        if not self.float_ts and float in set(map(type, ts_l)):
+            self.float_ts = True
+        return ts, dur, evs, seq
+
+    def _cpu_ops(self, cat: str, evs: list, seq: list, ts: np.ndarray, dur: np.ndarray) -> None:
+        names = [e.name for e in evs]
+        if None in names:
+            keep = [i for i, n in enumerate(names) if n is not None]
+            for i in set(range(len(names))) - set(keep):
+                self._bad(seq[i])
+            evs, seq, names = [evs[i] for i in keep], [seq[i] for i in keep], [names[i] for i in keep]
+            ts, dur = ts[keep], dur[keep]
+            if not evs:
+                return
+        nid = self.intern(names)
+        n = len(evs)
+        ext = np.full(n, -1, dtype=np.int64)
+        info = np.full(n, -1, dtype=np.int64)
+        comm = np.frombuffer(bytes(self._name_comm), dtype=np.uint8)[nid].astype(bool)
+        keep = np.ones(n, dtype=bool)
+        for i in np.flatnonzero(comm).tolist():
+            a = evs[i].args
+            try:
+                args = comm_args(a) if a is not None else {}
+            except ValueError:
+                keep[i] = False
+                self._bad(seq[i])
+                continue
+            ext[i] = _int_or(a.external_id) if a is not None else -1
+            info[i] = len(self.infos)
+            self.infos.append(args)
+        step = np.asarray(self._name_step, dtype=np.int64)[nid]
+        for i in np.flatnonzero((step >= 0) & ~comm).tolist():
+            self.steps.append((int(step[i]), float(ts[i]), float(dur[i]), False, seq[i]))
+        tid = self.thread([(e.pid, e.tid) for e in evs])
+        if not keep.all():
+            nid, ts, dur, tid, ext, info = nid[keep], ts[keep], dur[keep], tid[keep], ext[keep], info[keep]
+            seq = [s for s, k in zip(seq, keep.tolist()) if k]
+        c = self.c
+        c["seq"].append(np.asarray(seq, dtype=np.int64))
+        c["nid"].append(nid)
+        c["ts"].append(ts)
+        c["dur"].append(dur)
+        c["tid"].append(tid)
+        c["ext"].append(ext)
+        c["info"].append(info)
+        c["annot"].append(np.full(len(nid), cat == "user_annotation"))
+
+    def _launches(self, evs: list, seq: list, ts: np.ndarray, dur: np.ndarray) -> None:
+        args = [e.args for e in evs]
+        corr = [a.correlation for a in args] if None not in args else [
+            a.correlation if a is not None else None for a in args]
+        if not all(c.__class__ is int and -_I64 < c < _I64 for c in corr):
+            corr = [_int_or(c, None) for c in corr]
+        ok = [c is not None for c in corr]
+        if not all(ok):
+            idx = [i for i, k in enumerate(ok) if k]
+            evs, seq, corr = [evs[i] for i in idx], [seq[i] for i in idx], [corr[i] for i in idx]
+            ts, dur = ts[idx], dur[idx]
+        if not evs:
+            return
+        self._add_launches(evs, seq, ts, dur, corr)
+
+    def _add_launches(self, evs, seq, ts, dur, corr) -> None:
+        lc = self.l
+        lc["seq"].append(np.asarray(seq, dtype=np.int64))
+        lc["corr"].append(np.asarray(corr, dtype=np.int64))
+        lc["ts"].append(ts)
+        lc["tid"].append(self.thread([(e.pid, e.tid) for e in evs]))
+        if self.keep_runtime:
+            lc["nid"].append(self.intern([e.name if e.name.__class__ is str else "?" for e in evs]))
+            lc["dur"].append(dur)
+
+    def _others(self, cat, evs: list, seq: list, ts: np.ndarray, dur: np.ndarray) -> None:
+        """Device events, and the launches / ProfilerStep annotations of the other CPU-side kinds."""
+        names = [e.name for e in evs]
+        if None in names:
+            keep = [i for i, n in enumerate(names) if n is not None]
+            for i in set(range(len(names))) - set(keep):
+                self._bad(seq[i])
+            evs, seq, names = [evs[i] for i in keep], [seq[i] for i in keep], [names[i] for i in keep]
+            ts, dur = ts[keep], dur[keep]
+        dev_rows, launch_rows = [], []
+        always = cat in DEVICE_CATS
+        for i, e in enumerate(evs):
+            a = e.args
+            st = a.stream if a is not None else None
+            co = a.correlation if a is not None else None
+            if always or (st.__class__ is int and st >= 0 and co.__class__ is int and co >= 0
+                          and cat != "gpu_user_annotation"):
+                dev_rows.append(i)
+                continue
+            n = names[i]
+            if n.startswith("ProfilerStep"):
+                m = _STEP_RE.match(n)
+                if m and len(m.group(1)) < 16:
+                    self.steps.append((int(m.group(1)), float(ts[i]), float(dur[i]), cat == "gpu_user_annotation",
+                                       seq[i]))
+            if co.__class__ is int and -_I64 < co < _I64:
+                launch_rows.append(i)
+        if launch_rows:
+            self._add_launches([evs[i] for i in launch_rows], [seq[i] for i in launch_rows], ts[launch_rows],
+                               dur[launch_rows], [evs[i].args.correlation for i in launch_rows])
+        if dev_rows:
+            self._device([evs[i] for i in dev_rows], [seq[i] for i in dev_rows], [names[i] for i in dev_rows],
+                         ts[dev_rows], dur[dev_rows], cat)
+
+    def _device(self, evs, seq, names, ts, dur, cat) -> None:
+        if not self._device_fast(evs, seq, names, ts, dur, cat):
+            self._device_each(evs, seq, names, ts, dur, cat)
+
+    def _device_fast(self, evs, seq, names, ts, dur, cat) -> bool:
+        """Device events of a typed batch, column by column; False (nothing added) when any value
+        needs the per-event checks of :meth:`_device_each`."""
+        args = [e.args for e in evs]
+        if None in args or self.keep_runtime:
+            return False
+        ints = {}
+        for key, vals in (("stream", [a.stream for a in args]), ("corr", [a.correlation for a in args]),
+                          ("ext", [a.external_id for a in args])):
+            if not all(v.__class__ is int for v in vals):
+                vals = [v if v.__class__ is int else -1 for v in vals]
+            ints[key] = vals
+        dev = [a.device for a in args]
+        if None in dev:
+            dev = [d if d is not None else e.pid for d, e in zip(dev, evs)]
+        if not all(v.__class__ is int for v in dev):
+            dev = [v if v.__class__ is int else -1 for v in dev]
+        ints["device"] = dev
+        try:
+            cols = {k: np.array(v, dtype=np.int64) for k, v in ints.items()}
+        except OverflowError:
+            return False
+        if any(((c <= -_I64) | (c >= _I64)).any() for c in cols.values()):
+            return False
+        rec = [i for i, a in enumerate(args) if has_collective_record(a)]
+        info = np.full(len(evs), -1, dtype=np.int64)
+        for i in rec:
+            try:
+                d = comm_args(args[i])
+            except ValueError:
+                return False
+            info[i] = len(self.infos)
+            self.infos.append(d)
+        kinds = [a.ccoverlap_kind for a in args]
+        kind = (np.full(len(evs), -1, dtype=np.int64) if kinds.count(None) == len(kinds) else
+                np.array([_KIND.get(kk, -1) if kk.__class__ is str else -1 for kk in kinds], dtype=np.int64))
+        cache = self._shapes
+        shape = []
+        for a in args:
+            g = a.grid
+            if g is None:
+                shape.append(0)
+                continue
+            b = a.block
+            try:
+                key = (*g, None, *b) if g.__class__ is list and b.__class__ is list else None
+                v = cache.get(key) if key is not None else None
+            except TypeError:           # an unhashable item inside grid / block
+                key = v = None
+            if v is None:
+                v = zlib.crc32(f"{g}{b}".encode())
+                if key is not None and len(cache) < 65536:
+                    cache[key] = v
+            shape.append(v)
+        k = self.k
+        k["seq"].append(np.asarray(seq, dtype=np.int64))
+        k["nid"].append(self.intern(names))
+        k["ts"].append(ts)
+        k["dur"].append(dur)
+        for key in ("stream", "device", "corr", "ext"):
+            k[key].append(cols[key])
+        k["info"].append(info)
+        k["kind"].append(kind)
+        k["cat"].append(np.full(len(evs), _DEV_CAT.get(cat, len(DEVICE_CAT_LIST) - 1), dtype=np.int64))
+        k["shape"].append(np.array(shape, dtype=np.int64))
+        k["wstream"].append(np.full(len(evs), -1, dtype=np.int64))
+        k["wcorr"].append(np.full(len(evs), -1, dtype=np.int64))
+        return True
+
+    def _device_each(self, evs, seq, names, ts, dur, cat) -> None:
+        n = len(evs)
+        cols = {k: np.empty(n, dtype=np.int64) for k in ("stream", "device", "corr", "ext", "info", "kind", "shape",
+                                                         "wstream", "wcorr")}
+        keep = np.ones(n, dtype=bool)
+        cat_code = _DEV_CAT.get(cat, len(DEVICE_CAT_LIST) - 1)
+        for i, e in enumerate(evs):
+            a = e.args
+            if a is None:
+                st = dev = co = ext = None
+                info, kk, grid = -1, None, None
+                dev = e.pid
+            else:
+                st, co, ext, kk, grid = a.stream, a.correlation, a.external_id, a.ccoverlap_kind, a.grid
+                dev = a.device if a.device is not None else e.pid
+                info = -1
+                if has_collective_record(a):
+                    try:
+                        args = comm_args(a)
+                    except ValueError:
+                        keep[i] = False
+                        self._bad(seq[i])
+                        continue
+                    info = len(self.infos)
+                    self.infos.append(args)
+            st = st if st.__class__ is int else -1
+            dev = dev if dev.__class__ is int else -1
+            co = co if co.__class__ is int else -1
+            ext = ext if ext.__class__ is int else -1
+            if not (-_I64 < st < _I64 and -_I64 < dev < _I64 and -_I64 < co < _I64 and -_I64 < ext < _I64):
+                keep[i] = False
+                self._bad(seq[i])
+                continue
+            cols["stream"][i], cols["device"][i], cols["corr"][i], cols["ext"][i] = st, dev, co, ext
+            cols["info"][i] = info
+            cols["kind"][i] = _KIND.get(kk, -1) if kk.__class__ is str else -1
+            cols["shape"][i] = zlib.crc32(f"{grid}{a.block}".encode()) if grid is not None else 0
+            if self.keep_runtime:
+                ws = a.wait_on_stream if a is not None else None
+                wc = a.wait_on_cuda_event_record_corr_id if a is not None else None
+                cols["wstream"][i], cols["wcorr"][i] = _int_or(ws), _int_or(wc)
+        k = self.k
+        nid = self.intern(names)
+        for key, arr in cols.items():
+            k[key].append(arr[keep])
+        k["seq"].append(np.asarray(seq, dtype=np.int64)[keep])
+        k["nid"].append(nid[keep])
+        k["ts"].append(ts[keep])
+        k["dur"].append(dur[keep])
+        k["cat"].append(np.full(int(keep.sum()), cat_code, dtype=np.int64))
+
+    # ------------------------------------------------------------------ result
+    def finish(self) -> dict:
+        """Every column as one numpy array, rows in file order (keys ``k_*``, ``c_*``, ``l_*``)."""
+        out = {}
+        for prefix, cols in (("k", self.k), ("c", self.c), ("l", self.l)):
+            order = np.argsort(np.concatenate(cols["seq"]), kind="stable") if cols["seq"] else None
+            for key, parts in cols.items():
+                if key == "seq":
+                    continue
+                dt = np.float64 if key in ("ts", "dur") else (bool if key == "annot" else np.int64)
+                arr = np.concatenate(parts).astype(dt, copy=False) if parts else np.empty(0, dtype=dt)
+                if order is not None and len(arr) == len(order):
+                    arr = arr[order]
+                out[f"{prefix}_{key}"] = arr
+        self.steps.sort(key=lambda s: s[4])
+        return out
