@@ -65,6 +65,7 @@ class StepTuning:
     profiles: int = 0
     step_simulations: int = 0
     kept_as_given: bool = False
+    how: str = ""
 
 
 def _tuner(method: str):
@@ -98,13 +99,11 @@ def alone_group(key: CommKey, cluster) -> OverlapGroup:
 
 
 def _tuned_keys(groups: list[OverlapGroup], keys: dict[CommKey, float]) -> list[CommKey]:
-    """Keys worth tuning, heaviest first: those in the groups, and the exposed ones carrying
-    at least :data:`MIN_KEY_SHARE` of the communication time, :data:`MAX_KEYS` at most."""
+    """Keys worth tuning, heaviest first: those carrying at least :data:`MIN_KEY_SHARE` of the
+    step's communication time (in an overlap group or exposed), :data:`MAX_KEYS` at most."""
     total = sum(keys.values()) or 1.0
-    in_groups = {CommKey.of(c.spec) for g in groups for c in g.collectives}
     ranked = sorted(keys, key=lambda k: -keys[k])
-    out = [k for k in ranked if k in in_groups or keys[k] >= MIN_KEY_SHARE * total]
-    return out[:MAX_KEYS]
+    return [k for k in ranked if keys[k] >= MIN_KEY_SHARE * total][:MAX_KEYS]
 
 
 def group_candidates(planner, groups: list[OverlapGroup], keys: list[CommKey], method: str
@@ -195,7 +194,11 @@ def tune_step(planner, w, method: str) -> StepTuning | None:
     if method == "lagom" and plan.rules and metrics.step_time_s >= planner.metrics(w_full).step_time_s:
         plan, metrics, kept = CommPlan(), planner.metrics(w_full), True  # never slower than as given
     res = planner.summarize_metrics(method, w_full, metrics)
-    return StepTuning(method, plan, res, tuned, cands, profiles, sims + 1, kept)
+    how = ""
+    if w is not w_full:
+        how = (f"chosen on {w.batch.microbatches(w.parallel.dp)} micro-batches, the full step "
+               f"{planner.full_step_how(w_full)}")
+    return StepTuning(method, plan, res, tuned, cands, profiles, sims + 1, kept, how)
 
 
 def _unique(configs: list[CommConfig]) -> list[CommConfig]:
@@ -210,7 +213,7 @@ def _unique(configs: list[CommConfig]) -> list[CommConfig]:
 
 def _note(t: StepTuning, start: str) -> str:
     what = "NCCL tuning alone (knobs as given)" if start == "as-given" else "both levers (best-knobs' knobs)"
-    head = f"{what}, {t.profiles} profiles, {t.step_simulations} step simulations"
+    head = f"{what}, {t.profiles} profiles, {t.step_simulations} step simulations" + (f", {t.how}" if t.how else "")
     if t.kept_as_given or not t.plan.rules:
         return head + "; NCCL's defaults kept: no tuned configuration made the step faster"
     return f"{head}; {len(t.plan.rules)} plan rows: " + t.plan.describe(limit=2)
