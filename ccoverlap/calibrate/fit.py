@@ -315,7 +315,9 @@ STAGES: tuple[tuple[str, tuple[str, ...], dict[str, tuple[float, float]]], ...] 
     ("sm_contention", ("sm_victim",), {"comm_sm_fraction_per_channel": (0.0, 4.0),
                                        "nt_contention_coeff": (0.0, 2.0),
                                        "comm_hbm_bytes_per_wire_byte": (0.0, 8.0),
-                                       "l2_inflight_chunks": (0.0, 16.0), "l2_pollution_penalty": (0.0, 3.0),
+                                       # the traffic growth is bounded by losing all reuse between
+                                       # thread blocks (~9-11x for 128-256-wide tiles on 84-132 SMs)
+                                       "l2_inflight_chunks": (0.0, 16.0), "l2_pollution_penalty": (0.0, 12.0),
                                        "mem_sm_saturation_fraction": (0.02, 1.0)}),
     ("sm_copy", ("sm_copy",), {"comm_compute_interference": (0.0, 5.0)}),
     ("ce_contention", ("ce_victim",), {"dma_hbm_bytes_per_wire_byte": (0.0, 8.0),

@@ -109,6 +109,8 @@ class OverlapCollective:
 class OverlapGroup:
     """M computations + N collectives overlapped on two streams (lagom §3.1, eq. 1).
 
+    With no computations (M = 0) it is a communication-only group, whose makespan is X
+    (eq. 2: each collective's own time is all that matters); files always give computations.
     ``cluster`` supplies the cost model and NCCL's default configurations; ``weight`` is how
     many times the group occurs in a training step (1 for a group from a file); ``source``
     says where it came from, for reports.
@@ -123,8 +125,6 @@ class OverlapGroup:
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        if not self.computations:
-            raise ConfigError(f"overlap group {self.name!r}: needs at least one computation")
         if not self.collectives:
             raise ConfigError(f"overlap group {self.name!r}: needs at least one collective")
         names = [c.name for c in self.collectives]
