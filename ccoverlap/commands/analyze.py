@@ -38,8 +38,8 @@ def register(sub) -> None:
     p.add_argument("--png-step", type=int, help="profiler step drawn in the picture (default: first analysed)")
     p.add_argument("--vs", nargs="+", metavar="TRACE", help="compare with these traces (e.g. a simulated run)")
     p.add_argument("--jobs", type=int, default=None,
-                   help="worker processes reading the ranks (default: one per CPU when there are two or more "
-                        "files totalling 2 MiB or more)")
+                   help="processes reading the ranks on this machine, this one included (default: one per CPU "
+                        "when there are two or more files totalling 2 MiB or more)")
     p.add_argument("--engine", choices=ENGINES, default="local",
                    help="where the per-rank work runs: 'local' (default: this machine) or 'ray' (a Ray "
                         "cluster's workers; pip install 'ccoverlap[ray]')")
