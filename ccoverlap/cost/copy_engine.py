@@ -11,14 +11,21 @@ interference and some portion of cache interference, memory interference still r
 share the package's power budget with them (FiCCO §VIII-B, citing CompPow, arXiv:2605.21847:
 power is re-allocated between compute and memory by what is stressed).
 
-The model: while copy-engine ops (DMA collectives and peer transfers, copy-engine copies)
-move HBM bytes at a share ``u`` of the achievable bandwidth beside a GEMM, the GEMM takes
+The paper's two figures say how this depends on the traffic: a shard transfer on one link,
+moving a seventh of a FiCCO step's bytes per second, still costs the GEMM 7% against the
+step's 11%. So most of the loss comes with any copy-engine activity, whatever it moves, and
+the rest grows with the bytes it moves. The model: while copy-engine ops (DMA collectives and
+peer transfers, copy-engine copies) run beside a GEMM and move a share ``u`` of the
+achievable HBM bandwidth, the GEMM takes
 
-    t × (1 + copy_engine_gemm_interference × min(u, 1))
+    t × (1 + copy_engine_gemm_slowdown + copy_engine_gemm_interference × min(u, 1))
 
-One coefficient per GPU type (:class:`~ccoverlap.cost.params.CostParams`); 0 where no
-measurement sizes it, which leaves only the bandwidth term of :mod:`.contention`. SM-driven
-collectives are not copy-engine traffic and keep the contention of :mod:`.contention`.
+Two coefficients per GPU type (:class:`~ccoverlap.cost.params.CostParams`), both 0 where no
+measurement sizes them, which leaves only the bandwidth term of :mod:`.contention`. A part
+independent of the bytes fits how the package shares its power (a busy fabric and woken links
+draw a step of power that the compute dies, at their limit in a GEMM, give up), but no public
+measurement separates the two parts: on MI300X both are fitted on FiCCO's two figures.
+SM-driven collectives are not copy-engine traffic and keep the contention of :mod:`.contention`.
 """
 
 from __future__ import annotations
@@ -48,9 +55,10 @@ def copy_engine_hbm_share(concurrent: Sequence[Spec], hbm_bytes_per_s: Sequence[
 
 
 def gemm_slowdown_beside_copy_engines(spec: Spec, share: float, params: CostParams) -> float:
-    """Factor (>= 1) on a GEMM's time while copy engines move ``share`` of the achievable HBM
-    bandwidth beside it: ``1 + copy_engine_gemm_interference × min(share, 1)``. 1 for any
-    other op, and where the GPU's coefficient is 0 (not measured)."""
+    """Factor (>= 1) on a GEMM's time while copy engines run beside it and move ``share`` of the
+    achievable HBM bandwidth (0: none run): ``1 + copy_engine_gemm_slowdown +
+    copy_engine_gemm_interference × min(share, 1)``. 1 for any other op, and where the GPU's
+    coefficients are 0 (not measured)."""
     if not isinstance(spec, GemmSpec) or share <= 0.0:
         return 1.0
-    return 1.0 + params.copy_engine_gemm_interference * min(float(share), 1.0)
+    return 1.0 + params.copy_engine_gemm_slowdown + params.copy_engine_gemm_interference * min(float(share), 1.0)

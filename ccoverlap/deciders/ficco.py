@@ -17,7 +17,10 @@ streams, and played by the stream simulator under the project cost model. So:
   (``dil_gemm_s = sum(pieces) - whole``, same for the transfers);
 * CIL is the simulator's processor-sharing contention of the cost model
   (``cil_s = time - time with every op at its isolated speed``), which depends on the
-  transport (``sm`` or ``dma``) as the cost model's contention does;
+  transport (``sm`` or ``dma``) as the cost model's contention does: SM-driven transfers
+  hold compute units (lagom eq. 5), copy-engine traffic slows the GEMMs beside it through
+  the memory subsystem (:mod:`ccoverlap.cost.copy_engine`), every transfer and copy takes
+  HBM bandwidth;
 * the topology enters through the cost model's collectives and peer-to-peer transfers: on a
   full mesh one peer is reached through one link only, so the shard-level ring's transfers
   crawl (FiCCO §III-C: up to 3.9x slower than serial on MI300X), on a switch through all.

@@ -30,11 +30,12 @@ def test_only_copy_engine_work_counts():
     assert ce.copy_engine_hbm_share([STEP, sm], [0.25 * ach, 0.5 * ach], gpu, p) == pytest.approx(0.25)
 
 
-def test_slowdown_is_linear_in_the_share_and_gemm_only():
-    p = CostParams(copy_engine_gemm_interference=0.5)
-    assert ce.gemm_slowdown_beside_copy_engines(GEMM, 0.2, p) == pytest.approx(1.1)
-    assert ce.gemm_slowdown_beside_copy_engines(GEMM, 3.0, p) == pytest.approx(1.5)  # share capped at 1
-    assert ce.gemm_slowdown_beside_copy_engines(GEMM, 0.0, p) == 1.0
+def test_slowdown_is_a_step_plus_a_share_and_gemm_only():
+    p = CostParams(copy_engine_gemm_slowdown=0.05, copy_engine_gemm_interference=0.5)
+    assert ce.gemm_slowdown_beside_copy_engines(GEMM, 0.2, p) == pytest.approx(1.15)
+    assert ce.gemm_slowdown_beside_copy_engines(GEMM, 1e-6, p) == pytest.approx(1.05, abs=1e-5)
+    assert ce.gemm_slowdown_beside_copy_engines(GEMM, 3.0, p) == pytest.approx(1.55)  # share capped at 1
+    assert ce.gemm_slowdown_beside_copy_engines(GEMM, 0.0, p) == 1.0  # no copy engine busy
     assert ce.gemm_slowdown_beside_copy_engines(MemorySpec(bytes=1e9), 0.2, p) == 1.0
     assert ce.gemm_slowdown_beside_copy_engines(GEMM, 0.2, CostParams()) == 1.0  # not measured: off
 
@@ -42,28 +43,33 @@ def test_slowdown_is_linear_in_the_share_and_gemm_only():
 def test_one_value_per_gpu_type():
     """Measured (fitted on FiCCO's Fig. 9) for MI300X only; no public measurement for NVIDIA's
     copy engines, so their coefficient is 0 and their GEMMs see only the bandwidth term."""
-    assert default_params(get_gpu("MI300X")).copy_engine_gemm_interference > 0
+    mi = default_params(get_gpu("MI300X"))
+    assert mi.copy_engine_gemm_slowdown > 0 and mi.copy_engine_gemm_interference > 0
     for name in ("H100-SXM", "H200", "A100-80GB-SXM", "A40"):
-        assert default_params(get_gpu(name)).copy_engine_gemm_interference == 0.0
+        p = default_params(get_gpu(name))
+        assert p.copy_engine_gemm_slowdown == 0.0 and p.copy_engine_gemm_interference == 0.0
 
 
 def test_cost_model_slows_a_gemm_beside_copy_engine_traffic():
-    """FiCCO §IV-D1: ~11% beside a FiCCO transfer step on MI300X. The term is what does it: with
-    the coefficient at 0 the compute-bound GEMM is < 1% slower (HBM bandwidth only)."""
+    """FiCCO §IV-D1: ~11% beside a FiCCO transfer step on MI300X. The terms are what do it: with
+    the coefficients at 0 the compute-bound GEMM is < 1% slower (HBM bandwidth only)."""
     cost = CostModel(MESH)
-    off = CostModel(MESH, cost.params.with_overrides(copy_engine_gemm_interference=0.0))
+    off = CostModel(MESH, cost.params.with_overrides(copy_engine_gemm_slowdown=0.0,
+                                                     copy_engine_gemm_interference=0.0))
     alone = cost.alone_s(GEMM)
     with_term = cost.duration_s(GEMM, [STEP]) / alone
     without = off.duration_s(GEMM, [STEP]) / alone
     assert without < 1.01
     assert with_term == pytest.approx(1.11, abs=0.01)
     share = cost.profile(STEP).hbm_bytes_per_s / (MESH.gpu.hbm_bytes_per_s * cost.params.mem_bw_fraction)
-    assert with_term / without == pytest.approx(1 + cost.params.copy_engine_gemm_interference * share)
+    p = cost.params
+    assert with_term / without == pytest.approx(1 + p.copy_engine_gemm_slowdown + p.copy_engine_gemm_interference * share)
 
 
 def test_sm_driven_collectives_keep_their_own_contention():
     """The copy-engine term never touches SM-driven communication (lagom §3.2's model)."""
     cost = CostModel(MESH)
-    off = CostModel(MESH, cost.params.with_overrides(copy_engine_gemm_interference=0.0))
+    off = CostModel(MESH, cost.params.with_overrides(copy_engine_gemm_slowdown=0.0,
+                                                     copy_engine_gemm_interference=0.0))
     sm = CollectiveSpec(collective="all_gather", bytes=537e6, group=GROUP)
     assert cost.duration_s(GEMM, [sm]) == off.duration_s(GEMM, [sm])
