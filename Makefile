@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install clean bench
+.PHONY: run test lint install clean bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,11 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/ccoverlap plan
 
-test: $(STAMP)
+# ruff first: a lint error fails in a second, before the suite's minutes
+lint: $(STAMP)
+	$(PY) -m ruff check ccoverlap tests benchmarks
+
+test: lint
 	$(PY) -m pytest
 
 # overlapped collective+GEMM schedules timed side by side on gloo (CPU), 4 local ranks

@@ -78,8 +78,8 @@ def run_case(case: str) -> dict:
         res = planmod.plan(w, exact=True) if case == "plan-70b-exact" else planmod.plan(w)
         info = {s.name: round(s.step_time_s * 1e3, 1) for s in res.strategies}
     elif case.startswith("sim-"):
-        from ccoverlap.predict.evaluate import cost_model_for
         from ccoverlap.parallel import build_step
+        from ccoverlap.predict.evaluate import cost_model_for
         from ccoverlap.sim.engine import simulate
         from ccoverlap.sim.timeline import step_time_s
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,8 +61,8 @@ TARGETS = {
 def worker(target: str, runs: int) -> int:
     """Time ``runs`` simulations of ``target`` (after one warm-up) in this process; print JSON."""
     from ccoverlap.predict.evaluate import simulate_workload
-    from ccoverlap.sim.timeline import step_time_s
     from ccoverlap.predict.workload import workload_from_mapping
+    from ccoverlap.sim.timeline import step_time_s
 
     w = workload_from_mapping(TARGETS[target]["workload"], source=target)
     step, tl = simulate_workload(w)  # warm-up: imports, first-call caches

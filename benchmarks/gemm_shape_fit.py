@@ -74,8 +74,8 @@ def _print(title: str, table) -> None:
 
 def main(argv=None) -> int:
     from ccoverlap.calibrate.fit import STAGES, fit
-    from ccoverlap.cost.params import default_params
     from ccoverlap.catalog.hardware import get_gpu
+    from ccoverlap.cost.params import default_params
 
     gpu = get_gpu("H100-SXM")
     base = default_params(gpu)

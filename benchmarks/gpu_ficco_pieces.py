@@ -55,14 +55,20 @@ from dataclasses import replace
 from pathlib import Path
 
 from ccoverlap.calibrate import grids
-from ccoverlap.deciders.ficco import (SCHEDULES, FiccoCase, ScheduleEstimate, estimate_all, heuristic_pick,
-                                      machine, schedule_graph)
-from ccoverlap.deciders.ficco_accuracy import (AccuracyReport, CaseVerdict, PAPER_SCENARIOS, fit_heuristic,
-                                               rejudge)
+from ccoverlap.deciders.ficco import (
+    SCHEDULES,
+    FiccoCase,
+    ScheduleEstimate,
+    estimate_all,
+    heuristic_pick,
+    machine,
+    schedule_graph,
+)
+from ccoverlap.deciders.ficco_accuracy import PAPER_SCENARIOS, AccuracyReport, CaseVerdict, fit_heuristic, rejudge
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.predict.evaluate import cost_model_for_cluster
-from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec
 from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec
 from ccoverlap.sim.timeline import step_time_s
 
 WORLD = 8

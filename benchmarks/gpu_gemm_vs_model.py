@@ -32,12 +32,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ccoverlap.calibrate import grids
+from ccoverlap.catalog.hardware import get_gpu
+from ccoverlap.catalog.models import get_model
 from ccoverlap.cost.compute import gemm_time_s, split_gemm
 from ccoverlap.cost.params import CostParams, default_params
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.sim.graph import GemmSpec
-from ccoverlap.catalog.hardware import get_gpu
-from ccoverlap.catalog.models import get_model
 
 MODELS = ("Llama-3-8B", "Llama-3-70B")
 TPS = (1, 2, 4, 8)

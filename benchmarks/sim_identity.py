@@ -36,8 +36,8 @@ def fingerprints() -> dict:
     from regression_workloads import WORKLOADS
 
     from ccoverlap.predict.evaluate import build_workload_step, cost_model_for
-    from ccoverlap.sim.engine import simulate
     from ccoverlap.predict.workload import workload_from_mapping
+    from ccoverlap.sim.engine import simulate
 
     mappings = dict(WORKLOADS)
     mappings.update({name: t["workload"] for name, t in TARGETS.items()})

@@ -1,7 +1,43 @@
 """ccoverlap: measure, predict, decide and apply communication/computation overlap.
 
-The analyser, cost model, simulator and planner are importable without torch;
-only :mod:`ccoverlap.runtime` (and the ``bench``/``calibrate`` commands) need it.
+The Python API (docs/api.md)::
+
+    import ccoverlap as cc
+    w = cc.Workload(model="llama-3-8b", cluster="dgx-h100", tp=2, dp=4)
+    print(cc.plan(w))
+    print(cc.analyze("traces/").to_dataframe())
+
+``Workload``, ``analyze``, ``replay``, ``simulate``, ``plan``, ``search``, ``validate`` and
+``reproduce`` are here; each function imports what it needs when called, so this import is
+fast. The analyser, cost model, simulator and planner are importable without torch; only
+:mod:`ccoverlap.runtime` (and the ``bench``/``calibrate`` commands) need it.
 """
 
-__version__ = "0.1.0"
+import importlib as _importlib
+
+from ccoverlap.version import __version__
+
+# ccoverlap.replay, .validate and .reproduce are subpackages as well as API functions. Importing
+# a subpackage the first time makes it an attribute of this package, so they are imported here,
+# before the functions take their names: a later `import ccoverlap.replay.run` then leaves
+# `ccoverlap.replay` the function (write `from ccoverlap.replay import run` for the module).
+for _name in ("replay", "reproduce", "validate"):
+    _importlib.import_module(f"{__name__}.{_name}")
+
+from ccoverlap.api import analyze, plan, replay, reproduce, search, simulate, validate  # noqa: E402
+from ccoverlap.errors import CCOverlapError, ConfigError, TraceError  # noqa: E402
+
+__all__ = ["Workload", "analyze", "replay", "simulate", "plan", "search", "validate", "reproduce",
+           "CCOverlapError", "ConfigError", "TraceError", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "Workload":  # imported on first use: the catalog is not needed to analyse traces
+        from ccoverlap.predict.workload import Workload
+
+        return Workload
+    raise AttributeError(f"module 'ccoverlap' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"Workload"})

@@ -1,14 +1,22 @@
 """Command-line entry point: ``ccoverlap <command> ...`` (also ``python -m ccoverlap``).
 
 Thin by design: each command lives in :mod:`ccoverlap.commands.<name>` and exposes
-``register(subparsers)`` and ``run(args) -> int``. Errors derived from
-:class:`ccoverlap.errors.CCOverlapError` become one line on stderr and exit code 2.
+``register(subparsers)`` and ``run(args) -> int``; the flags every command shares are defined
+once in :mod:`ccoverlap.commands.options`. Errors derived from
+:class:`ccoverlap.errors.CCOverlapError` become one line on stderr and exit code 2; a usage
+error prints the usage line, the error and the closest known flag or name; with ``--json`` a
+failing command still prints one JSON object (``{"error": ...}``); a closed pipe
+(``ccoverlap analyze ... | head -1``) ends quietly with exit code 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import json
+import os
+import re
 import sys
 
 from ccoverlap.errors import CCOverlapError
@@ -25,19 +33,40 @@ COMMANDS = {
     "calibrate": "ccoverlap.commands.calibrate",
     "validate": "ccoverlap.commands.validate",
     "reproduce": "ccoverlap.commands.reproduce",
+    "list": "ccoverlap.commands.listing",
 }
+#: Commands that print their own JSON object when they fail (with more than the message).
+OWN_JSON_ERRORS = ("analyze", "validate")
+
+
+def _closest(word: str, choices) -> str | None:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like every usage error here
-        sys.stderr.write(f"ccoverlap: error: {message}\n")
+    """argparse with the usage line and the closest known choice on a usage error (exit 2)."""
+
+    def error(self, message: str) -> None:
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            near = _closest(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+            if near:
+                message += f"; did you mean {near!r}?"
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
+
+    def option_strings(self) -> list[str]:
+        """Every flag this parser knows."""
+        return [s for a in self._actions for s in a.option_strings if s != argparse.SUPPRESS]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="ccoverlap", description=__doc__.splitlines()[0])
-    from ccoverlap import __version__
+    """The ``ccoverlap`` parser with every command's subparser."""
+    from ccoverlap.version import __version__
 
+    parser = _Parser(prog="ccoverlap", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"ccoverlap {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in COMMANDS.items():
@@ -51,16 +80,68 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "command", None):
-        parser.print_help()
-        return 2
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; an unknown flag is a usage error of its command that names the closest
+    known flag (``--modle``: did you mean ``--model``?)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = _subparser(parser, getattr(args, "command", None))
+        known = sub.option_strings() if isinstance(sub, _Parser) else []
+        hints = [f"{x} (did you mean {near}?)" if (near := _closest(x.split("=")[0], known)) else x
+                 for x in extra]
+        sub.error("unrecognized arguments: " + " ".join(hints))
+    return args
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader of stdout went away (``| head``): send what is left to /dev/null, exit 0."""
     try:
-        return int(args.run(args) or 0)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _stdout_is_devnull() -> bool:
+    """Whether stdout now points at /dev/null, as rich leaves it when the reader went away
+    (rich's Console then raises SystemExit(1))."""
+    try:
+        out, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
+    except (OSError, ValueError):
+        return False
+    return (out.st_dev, out.st_ino) == (null.st_dev, null.st_ino)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns its exit code (0 ok, 2 error, 130 interrupted)."""
+    parser = build_parser()
+    try:
+        args = parse(parser, argv)
+        if not getattr(args, "command", None):
+            parser.print_help()
+            return 2
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+    except SystemExit as exc:
+        if exc.code == 1 and _stdout_is_devnull():  # a rich Console met the closed pipe
+            return 0
+        raise
     except CCOverlapError as exc:
-        sys.stderr.write(f"ccoverlap {args.command}: error: {exc}\n")
+        message = " ".join(str(exc).split("\n"))  # one line, whatever a message holds
+        if getattr(args, "json", False) and args.command not in OWN_JSON_ERRORS:
+            sys.stdout.write(json.dumps({"tool": f"ccoverlap {args.command}", "error": message}) + "\n")
+        sys.stderr.write(f"ccoverlap {args.command}: error: {message}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("ccoverlap: interrupted\n")

@@ -1,51 +1,149 @@
-"""Reading configuration: files (JSON / TOML / YAML) into mappings, and mappings into
-dataclasses with one clear error per problem.
+"""Reading configuration: files (JSON / TOML / YAML) into mappings, and mappings into typed,
+bounded objects with one short, clear error per problem.
 
 The one place the project turns a user's mapping into a typed object: hardware
 (:func:`ccoverlap.catalog.hardware.cluster_from_dict`), models (:func:`ccoverlap.catalog.models.model_from_dict`),
 parallel / batch configurations and overlap knobs (:mod:`ccoverlap.parallel.config`,
-:mod:`ccoverlap.predict.workload`) and overlap groups (:mod:`ccoverlap.deciders.overlap_group`) all go
-through :func:`check_keys` / :func:`dataclass_from_mapping`, so an unknown field is reported the
-same way everywhere: ``WHERE: unknown field(s) [...]; expected some of [...]``.
+:mod:`ccoverlap.predict.workload`), runs files (:mod:`ccoverlap.validate.reader`) and overlap
+groups (:mod:`ccoverlap.deciders.overlap_group`) all go through :func:`check_keys` /
+:func:`typed` / :func:`dataclass_from_mapping`:
+
+* an unknown field is reported the same way everywhere, with the closest known name:
+  ``WHERE: unknown field 'tpp' (did you mean 'tp'?); expected some of [...]``;
+* values are converted by ``msgspec.convert`` in strict mode against the dataclass's type
+  annotations: ``Literal`` choices, integer ranges (``Annotated[int, Meta(ge=1, le=...)]``),
+  no bools or floats where counts go, no strings where numbers go;
+* an error message quotes at most :data:`QUOTE_CHARS` characters of a bad value
+  (:func:`short`), so a huge string or a deeply shared YAML structure gives one short line;
+* a configuration file larger than :data:`MAX_CONFIG_BYTES` is refused before it is parsed.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
+import re
+import reprlib
+from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
 from ccoverlap.errors import ConfigError
+
+try:
+    import msgspec
+except ImportError:  # a machine without msgspec: the analyser runs; typed conversion says it needs it
+    msgspec = None
+
+#: Largest configuration / runs file read (bytes); the shipped ones are a few KiB.
+MAX_CONFIG_BYTES = 16 * 2**20
+#: Most characters of a bad value an error message quotes.
+QUOTE_CHARS = 40
+#: Most characters of one error message built here.
+MESSAGE_CHARS = 400
+
+
+
+def bounded(kind: type, **limits) -> Any:
+    """``Annotated[kind, msgspec.Meta(**limits)]``: a type whose values :func:`typed` checks
+    against ``limits`` (``ge``, ``le``, ``gt``, ...); plain ``kind`` without msgspec."""
+    return Annotated[kind, msgspec.Meta(**limits)] if msgspec is not None else kind
+
+
+# Bounded integer types for configuration fields (msgspec constraints).
+#: A parallel degree, a node count or a GPU count: 1 .. 2**20.
+Count = bounded(int, ge=1, le=2**20)
+#: A count that may be zero (prefetch depth, experts of a dense model): 0 .. 2**20.
+Count0 = bounded(int, ge=0, le=2**20)
+#: Sequences or tokens: 1 .. 2**30.
+Size = bounded(int, ge=1, le=2**30)
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = QUOTE_CHARS
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
+_REPR.maxlevel = 2
+
+
+def short(value: Any) -> str:
+    """``repr(value)`` cut to about :data:`QUOTE_CHARS` characters, and at most two levels and
+    four items deep: safe for any value a file can hold (a 200 MB string, a YAML structure
+    that shares itself a billion times)."""
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # e.g. an integer past the 4300 digits str() writes
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= QUOTE_CHARS + 10 else text[:QUOTE_CHARS] + "..."
+
+
+def _clip(message: str) -> str:
+    """``message`` with every quoted run longer than :data:`QUOTE_CHARS` cut, and the whole
+    cut to :data:`MESSAGE_CHARS`."""
+    message = re.sub(r"'([^'\n]{%d})[^'\n]*'" % QUOTE_CHARS, r"'\1...'", message)
+    message = message.splitlines()[0] if message else message
+    return message if len(message) <= MESSAGE_CHARS else message[:MESSAGE_CHARS] + "..."
+
+
+def toml_module():
+    """The TOML parser: the standard library's ``tomllib`` (Python 3.11+), else ``tomli``
+    (the same parser, installed as a dependency on Python 3.10)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        try:
+            import tomli as tomllib
+        except ModuleNotFoundError:
+            raise ConfigError("reading TOML on Python 3.10 needs the 'tomli' package "
+                              "(pip install tomli)") from None
+    return tomllib
+
+
+def _path_name(p: Path) -> str:
+    """``p`` as given, or a short quote of it when it is too long to be a file name."""
+    return str(p) if len(str(p)) <= 4096 else short(str(p))
+
+
+def _read_text(p: Path, what: str) -> str:
+    try:
+        size = p.stat().st_size if p.is_file() else None
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, no permission
+        raise ConfigError(f"{_path_name(p)}: cannot read the {what}: {type(exc).__name__}") from None
+    if size is None:
+        raise ConfigError(f"{_path_name(p)}: no such {what}")
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{p}: {size / 2**20:.0f} MiB is larger than a {what} may be "
+                          f"({MAX_CONFIG_BYTES // 2**20} MiB)")
+    try:
+        return p.read_text(errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read the {what}: {exc.strerror or type(exc).__name__}") from None
 
 
 def read_config_file(path: str | os.PathLike) -> dict:
     """Parse a JSON, TOML or YAML file into a dict; ConfigError names the file on any problem
-    (missing file, unknown suffix, parse error with its first line, non-mapping top level)."""
+    (missing or oversized file, unknown suffix, parse error with its first line, non-mapping
+    top level)."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{p}: no such file")
-    text = p.read_text(errors="replace")
     suffix = p.suffix.lower()
+    if suffix not in (".json", ".toml", ".yaml", ".yml"):
+        raise ConfigError(f"{p}: unknown config format {short(suffix)} (use .json, .toml, .yaml)")
+    text = _read_text(p, "file")
     try:
         if suffix == ".json":
             data = json.loads(text)
         elif suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(text)
-        elif suffix in (".yaml", ".yml"):
+            data = toml_module().loads(text)
+        else:
             import yaml
 
-            data = yaml.safe_load(text)
-        else:
-            raise ConfigError(f"{p}: unknown config format {suffix!r} (use .json, .toml, .yaml)")
+            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except ConfigError:
         raise
+    except RecursionError:
+        raise ConfigError(f"{p}: not valid {suffix[1:].upper()}: nested too deeply") from None
     except Exception as exc:  # the parsers' own errors: name file and position, no traceback
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"{p}: not valid {suffix[1:].upper()}: {msg}") from None
+        raise ConfigError(f"{p}: not valid {suffix[1:].upper()}: {_clip(str(exc)) or type(exc).__name__}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -57,28 +155,40 @@ def read_json_object(path: str | os.PathLike, what: str = "file") -> dict:
     calibration files (:meth:`ccoverlap.cost.CostParams.load`,
     :func:`ccoverlap.calibrate.fileformat.read`)."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{p}: no such {what}")
+    text = _read_text(p, what)
     try:
-        data = json.loads(p.read_text(errors="replace"))
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{p}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a JSON object at the top level, got {type(data).__name__}")
     return data
 
 
+def suggest(name: Any, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``name`` (difflib), or ``""``."""
+    if not isinstance(name, str) or len(name) > 100:
+        return ""
+    close = difflib.get_close_matches(name, [str(c) for c in choices], n=1, cutoff=0.7)
+    if not close:
+        close = difflib.get_close_matches(name.lower(), [str(c).lower() for c in choices], n=1, cutoff=0.7)
+        close = [c for c in choices if str(c).lower() == close[0]] if close else []
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def check_keys(data: Any, allowed: Iterable[str], where: str, *, what: str = "field") -> dict:
     """``data`` itself if it is a mapping whose keys are all in ``allowed``; otherwise one
-    ConfigError naming ``where`` and every unknown key (``what``: the word for a key)."""
+    ConfigError naming ``where``, the unknown key(s) and the closest known name."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
     allowed = set(allowed)
-    unknown = sorted(str(k) for k in set(data) - allowed)
+    unknown = sorted((k for k in data if k not in allowed), key=str)
     if unknown:
-        names = ", ".join(repr(k) for k in unknown)
-        raise ConfigError(f"{where}: unknown {what}{'s' if len(unknown) > 1 else ''} {names}; "
-                          f"expected some of {sorted(allowed)}")
+        names = ", ".join(short(k) for k in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise ConfigError(f"{where}: unknown {what}{'s' if len(unknown) > 1 else ''} {names}"
+                          f"{suggest(unknown[0], allowed)}; expected some of {sorted(allowed)}")
     return dict(data)
 
 
@@ -87,26 +197,93 @@ def field_names(cls) -> set[str]:
     return {f.name for f in fields(cls)}
 
 
+def _literal_choices(cls, name: str) -> tuple | None:
+    """The choices of field ``name`` of ``cls`` when it is a ``Literal`` (possibly optional)."""
+    try:
+        hint = get_type_hints(cls, include_extras=True).get(name)
+    except Exception:
+        return None
+    for t in (hint, *get_args(hint)):
+        if get_origin(t) is Literal:
+            return get_args(t)
+    return None
+
+
+_WORDS = {"int": "an integer", "bool": "true or false", "float": "a number", "str": "text", "array": "a list",
+          "object": "a mapping", "null": "empty"}
+
+
+def _words(types: str) -> str:
+    return " or ".join(_WORDS.get(t.strip(), t.strip()) for t in types.split("|") if t.strip() != "null")
+
+
+def _value_at(data: Any, path: str) -> tuple[bool, Any]:
+    """(found, value) of ``data`` at a msgspec path such as ``.parallel.tp`` or ``.runs[3]``."""
+    for key, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path):
+        try:
+            data = data[key] if key else data[int(index)]
+        except (KeyError, IndexError, TypeError):
+            return False, None
+    return True, data
+
+
+def validation_message(exc: Exception, target: Any, data: Any) -> str:
+    """One short line for a msgspec validation error, naming the field and quoting at most a
+    short prefix of the value: ``tp must be an integer, got 'two'``."""
+    text = str(exc)
+    m = re.match(r"^(.*?) - at `\$(.*)`$", text, re.S)
+    if not m and text.startswith("Object missing required field"):
+        m = re.match(r"^(.*)()$", text, re.S)
+    if not m:  # raised by the object's own checks (__post_init__): already a sentence
+        return _clip(text)
+    what, path = m.group(1).replace("`", ""), m.group(2)
+    fld = path.lstrip(".") or "value"
+    found, value = _value_at(data, path)
+    got = f", got {short(value)}" if found else ""
+    if what.startswith("Invalid enum value"):
+        top = re.match(r"[A-Za-z_]\w*", fld)
+        choices = _literal_choices(target, top.group(0)) if top and isinstance(target, type) else None
+        out = f"{fld} must be one of {list(choices)}{got}" if choices else f"{fld} is not one of the allowed values{got}"
+    elif what.startswith("Object missing required field"):
+        out = f"missing field {what.removeprefix('Object missing required field').strip()!r}"
+        out += f" in {fld}" if path else ""
+    elif (t := re.match(r"Expected (.+?), got (\w+)$", what)):
+        out = f"{fld} must be {_words(t.group(1))}, got {short(value) if found else t.group(2)}"
+    elif (t := re.match(r"Expected (\w+) (.*)$", what)):  # a range: 'Expected int >= 1'
+        out = f"{fld} must be {_words(t.group(1))} {t.group(2)}{got}"
+    else:
+        out = f"{fld}: {what[0].lower() + what[1:]}"
+    return _clip(out)
+
+
+def typed(data: Any, target: Any, where: str):
+    """``data`` converted to ``target`` (a dataclass, msgspec Struct or type) by
+    ``msgspec.convert`` in strict mode; one short ConfigError naming ``where`` and the field
+    otherwise (wrong type, out of range, not one of the choices, or the object's own check)."""
+    if msgspec is None:
+        raise ConfigError(f"{where}: reading configuration needs the 'msgspec' package (pip install msgspec)")
+    try:
+        return msgspec.convert(data, target, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{where}: {validation_message(exc, target, data)}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply") from None
+
+
 def dataclass_from_mapping(cls, data: Any, where: str, *, aliases: Mapping[str, str] | None = None,
                            base: Any = None):
-    """``cls(**data)`` for a config-file mapping; ConfigError naming ``where`` on a non-mapping,
-    unknown fields, missing fields or a value ``cls`` rejects.
+    """``cls`` from a config-file mapping, typed and bounded by :func:`typed`; ConfigError
+    naming ``where`` on a non-mapping, unknown fields, missing fields or a value ``cls``
+    rejects.
 
     ``aliases`` maps other spellings to field names (e.g. Hugging Face ``config.json`` keys);
-    ``base``: an instance whose values fill the fields ``data`` lacks (``dataclasses.replace``).
+    ``base``: an instance whose values fill the fields ``data`` lacks.
     """
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
     if aliases:
         data = {aliases.get(k, k): v for k, v in data.items()}
     data = check_keys(data, field_names(cls), where)
-    try:
-        if base is not None:
-            from dataclasses import replace
-
-            return replace(base, **data)
-        return cls(**data)
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+    if base is not None:
+        data = {**{f.name: getattr(base, f.name) for f in fields(cls)}, **data}
+    return typed(data, cls, where)

@@ -17,7 +17,7 @@ def _run(capsys, *argv):
 
 @pytest.mark.parametrize("argv,needle", [
     (["--model", "llama-9"], "unknown model 'llama-9'"),
-    (["--cluster", "B300"], "unknown GPU 'B300'"),
+    (["--cluster", "B300"], "unknown cluster 'B300'"),
     (["--model", "llama-3-8b", "--cluster", "dgx-h100", "--nodes", "1", "--tp", "3", "--dp", "1", "--pp", "1"],
      "tp"),
     (["--cluster", "dgx-h100", "--nodes", "2", "--tp", "2", "--dp", "4"], "16"),
@@ -26,7 +26,7 @@ def _run(capsys, *argv):
     (["--knob", "fsdp_prefetch=-1"], "fsdp_prefetch"),
     (["--knob", "colour=red"], "colour"),
     (["--nodes", "0"], "nodes"),
-    (["--strategies", "lagom,nope"], "unknown strategy 'nope'; available: lagom, autoccl, centauri, ficco"),
+    (["--strategies", "lagom,nope"], "unknown strategy 'nope'; available: lagom, autoccl, knobs+lagom, centauri, ficco"),
 ])
 def test_bad_workloads_fail_with_one_line_and_exit_2(capsys, argv, needle, tmp_path):
     code, out, err = _run(capsys, "plan", "--no-png", "--out", str(tmp_path), *argv)
@@ -53,7 +53,7 @@ def test_malformed_config_files(capsys, tmp_path, text, suffix, needle):
 
 
 def test_plan_json_has_as_given_first_and_required_fields(capsys, tmp_path):
-    code, out, _ = _run(capsys, "plan", "--json", "--out", str(tmp_path), "--model", "phi-2",
+    code, out, _ = _run(capsys, "plan", "--json", "--png", "--out", str(tmp_path), "--model", "phi-2",
                         "--cluster", "dgx-h100", "--nodes", "1", "--dp", "8", "--data-parallel", "ddp",
                         "--global-batch", "16", "--micro-batch", "1", "--seq-len", "2048")
     assert code == 0
@@ -122,17 +122,24 @@ def test_built_in_example_is_compute_bound_and_overlap_choices_matter(capsys, tm
 def test_the_progress_bar_runs_no_thread_the_planner_could_fork():
     # the planner forks worker processes; a rich refresh thread alive at fork time may deadlock
     # the child (Python 3.12 warns). The bar must be drawn from the caller's updates instead.
+    import io
     import threading
     import time
 
-    from ccoverlap.commands.plan import _progress_reporter
+    from ccoverlap.console import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
 
     before = threading.active_count()
-    update, close = _progress_reporter(True)
+    stream = Tty()
+    progress = Progress("planning", stream=stream)
     time.sleep(1.05)                     # the bar appears only after a second
-    update(1, 10, "candidate 1")
-    update(10, 10, "candidate 10")
+    progress(1, 10, "candidate 1")
+    progress(10, 10, "candidate 10")
     try:
+        assert progress._bar is not None and "candidate" in stream.getvalue()  # a bar was drawn
         assert threading.active_count() == before
     finally:
-        close()
+        progress.close()

@@ -52,7 +52,7 @@ UPSTREAM_OWNERS = (
 # The upstream commits the package's data, docs and benchmarks cite, by repository. A new citation
 # either names its repository next to the hash or gets a line here.
 CITED_COMMITS = {
-    "NVIDIA/Megatron-LM": ("f2e5db402c", "50a4b5fa02"),
+    "NVIDIA/Megatron-LM": ("f2e5db402c", "50a4b5fa02", "e6d7e09"),
     "NVIDIA-NeMo/Megatron-Bridge": ("067f987df03b8355b03192d88d70f1709fedf51a",
                                     "97ad8cc6fb27a58bb79ff51ce73897c3887aa2c6",
                                     "21d102f5ecbaa9307bb7eb0a9b0850cdf2f4bbd6"),

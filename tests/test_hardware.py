@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from ccoverlap.errors import ConfigError
 from ccoverlap.catalog.hardware import GPUS, get_cluster, get_gpu, load_cluster_file
+from ccoverlap.errors import ConfigError
 
 REQUIRED = ("H100-SXM", "H200", "A100-80GB-SXM", "A40", "MI300X")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ccoverlap.errors import ConfigError
 from ccoverlap.catalog.models import MODELS, ModelSpec, get_model, model_from_dict, model_names
+from ccoverlap.errors import ConfigError
 
 # published totals: HF model cards / papers (exact where the card gives the exact number)
 PUBLISHED = {
@@ -50,7 +50,7 @@ def test_get_model_case_insensitive_and_clear_error():
     assert get_model("llama-3-70b") is MODELS["Llama-3-70B"]
     assert get_model("MIXTRAL-8X7B").experts == 8
     assert get_model("phi2").parallel_attn_mlp
-    with pytest.raises(ConfigError, match=r"unknown model 'llama-5'; known: Llama-3-8B, Llama-3-70B"):
+    with pytest.raises(ConfigError, match=r"unknown model 'llama-5' \(did you mean '.*'\?\); known: Llama-3-8B, Llama-3-70B"):
         get_model("llama-5")
     assert model_names()[0] == "Llama-3-8B"
 

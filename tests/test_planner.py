@@ -1,14 +1,20 @@
 """The Planner object: cost model built once, simulation cache, typed strategies, explicit
 registry, worker processes that do not change predictions."""
 
-from dataclasses import replace
 
 import pytest
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.planning.strategies import AS_GIVEN, default_registry, plan
-from ccoverlap.predict.planner import FunctionStrategy, Planner, Strategy, StrategyRegistry, strategy_groups, workload_key
-from ccoverlap.predict.workload import workload_from_mapping, with_knobs
+from ccoverlap.predict.planner import (
+    FunctionStrategy,
+    Planner,
+    Strategy,
+    StrategyRegistry,
+    strategy_groups,
+    workload_key,
+)
+from ccoverlap.predict.workload import with_knobs, workload_from_mapping
 
 W = workload_from_mapping({"model": "phi-2", "cluster": "dgx-h100", "nodes": 1,
                            "parallel": {"tp": 2, "dp": 4, "data_parallel": "fsdp", "sequence_parallel": True},
@@ -33,7 +39,7 @@ def test_cache_simulates_each_configuration_once():
 
 def test_registry_is_explicit_and_typed():
     reg = default_registry()
-    assert reg.names() == ["lagom", "autoccl", "centauri", "ficco"]
+    assert reg.names() == ["lagom", "autoccl", "knobs+lagom", "centauri", "ficco"]
     assert all(isinstance(s, Strategy) and s.summary for s in reg)
     with pytest.raises(ConfigError, match="unknown strategy 'nope'; available: lagom"):
         reg.get("nope")
@@ -79,7 +85,7 @@ def test_strategies_in_worker_processes_match_one_process_on_a_pipeline():
     parallel = plan(w, planner=Planner(w, jobs=2))
     assert parallel.stats["extrapolated_from"] == (6, 8)
     assert [s.name for s in serial.strategies] == ["as-given", "no-overlap", "best-knobs", "lagom", "autoccl",
-                                                   "centauri", "ficco"]
+                                                   "knobs+lagom", "centauri", "ficco"]
     assert [(s.name, s.step_time_s, s.exposed_comm_s, s.note) for s in serial.strategies] == \
         [(s.name, s.step_time_s, s.exposed_comm_s, s.note) for s in parallel.strategies]
     # the workers' simulations are counted

@@ -11,10 +11,10 @@ from __future__ import annotations
 import random
 
 import pytest
-
-from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
-from ccoverlap.sim.engine import simulate
 from test_sim_reference import SharingCost, reference_simulate
+
+from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
 
 TP = GroupSpec(name="tp", size=8, local_size=8)
 

@@ -14,8 +14,8 @@ import random
 
 import pytest
 
-from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
 from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
 
 TP = GroupSpec(name="tp", size=8, local_size=8)
 

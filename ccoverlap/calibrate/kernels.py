@@ -27,8 +27,8 @@ Nothing here runs without CUDA; :func:`load_channel_copy` raises
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 VEC_BYTES = 16  # one int4 per thread per step: the width NCCL's simple protocol uses
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ccoverlap.calibrate import grids
 from ccoverlap.errors import ConfigError

@@ -8,7 +8,7 @@ CUDA only; torch is imported by the callers' ``Bench``.
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from collections.abc import Callable
 
 from ccoverlap.calibrate import grids
 from ccoverlap.calibrate import microbench as mb

@@ -301,17 +301,23 @@ def builtin_frameworks() -> list[str]:
 @lru_cache(maxsize=64)
 def _load(key: str) -> FrameworkProfile:
     from ccoverlap.catalog.hardware import read_config_file
+    from ccoverlap.config import short, suggest
 
-    path = _DATA_DIR / f"{key}.yaml"
-    if not path.is_file():
-        path = Path(key)
-        if not (key.lower().endswith((".yaml", ".yml", ".json", ".toml")) and path.is_file()):
-            raise ConfigError(f"framework: unknown profile {key!r}; built-in: {', '.join(builtin_frameworks())} "
-                              f"(or a path to a profile file)")
+    try:
+        path = _DATA_DIR / f"{key}.yaml"
+        found = path.is_file()
+        if not found:
+            path = Path(key)
+            found = key.lower().endswith((".yaml", ".yml", ".json", ".toml")) and path.is_file()
+    except (OSError, ValueError):  # a name no file system takes (too long, a NUL byte)
+        found = False
+    if not found:
+        raise ConfigError(f"framework: unknown profile {short(key)}{suggest(key, builtin_frameworks())}; "
+                          f"built-in: {', '.join(builtin_frameworks())} (or a path to a profile file)")
     return profile_from_mapping(read_config_file(path), f"framework {key!r}")
 
 
-def get_framework(framework: "str | os.PathLike | FrameworkProfile | None") -> FrameworkProfile:
+def get_framework(framework: str | os.PathLike | FrameworkProfile | None) -> FrameworkProfile:
     """The profile named ``framework`` (a built-in name or a file path); None gives the default
     (``megatron-core``); a FrameworkProfile is returned as is."""
     if isinstance(framework, FrameworkProfile):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from ccoverlap.config import dataclass_from_mapping, read_config_file  # noqa: F401 (re-exported)
+from ccoverlap.config import dataclass_from_mapping, read_config_file, short, suggest  # noqa: F401 (re-exported)
 from ccoverlap.errors import ConfigError
 
 GB = 1e9
@@ -102,7 +102,7 @@ class ClusterSpec:
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
 
-    def with_nodes(self, nodes: int) -> "ClusterSpec":
+    def with_nodes(self, nodes: int) -> ClusterSpec:
         return replace(self, nodes=nodes)
 
 
@@ -252,7 +252,8 @@ def get_gpu(name: str) -> GPUSpec:
     alias = _ALIASES.get(name.lower())
     if alias:
         return GPUS[alias]
-    raise ConfigError(f"unknown GPU {name!r}; known: {', '.join(GPUS)} (or give a file with --cluster)")
+    raise ConfigError(f"unknown GPU {short(name)}{suggest(name, list(GPUS) + list(_ALIASES))}; "
+                      f"known: {', '.join(GPUS)} (or give a file with --cluster)")
 
 
 def get_cluster(name: str, *, nodes: int | None = None) -> ClusterSpec:
@@ -261,7 +262,12 @@ def get_cluster(name: str, *, nodes: int | None = None) -> ClusterSpec:
     if key in CLUSTERS:
         c = CLUSTERS[key]
     else:
-        gpu = get_gpu(name)  # raises with the list of names
+        try:
+            gpu = get_gpu(name)
+        except ConfigError:
+            raise ConfigError(f"unknown cluster {short(name)}{suggest(name, list(CLUSTERS) + list(GPUS))}; "
+                              f"clusters: {', '.join(CLUSTERS)} (a GPU name such as H100-SXM gives its "
+                              f"default cluster; `ccoverlap list gpus`; or give a cluster file)") from None
         c = CLUSTERS[DEFAULT_CLUSTER_FOR_GPU[gpu.name]]
     if nodes is not None:
         if nodes < 1:

@@ -17,10 +17,13 @@ per batch) for a GPT with 4h MLP, which also counts the LM-head matmul.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 from ccoverlap.errors import ConfigError
+
+#: Largest size (layers, hidden, vocabulary, ...) a model file may give.
+MAX_MODEL_SIZE = 2**31 - 1
 
 NORMS = ("rmsnorm", "layernorm")
 POSITIONS = ("rope", "learned", "alibi")
@@ -314,7 +317,10 @@ def get_model(name: str) -> ModelSpec:
             return m
     if key in _ALIASES:
         return MODELS[_ALIASES[key]]
-    raise ConfigError(f"unknown model {name!r}; known: {', '.join(MODELS)} (or describe one in a file)")
+    from ccoverlap.config import short, suggest
+
+    raise ConfigError(f"unknown model {short(name)}{suggest(name, list(MODELS) + list(_ALIASES))}; "
+                      f"known: {', '.join(MODELS)} (or describe one in a file)")
 
 
 _HF_KEYS = {  # Hugging Face config.json names -> ModelSpec fields
@@ -331,7 +337,7 @@ def model_from_dict(d: dict, where: str = "model") -> ModelSpec:
     """A ModelSpec from a mapping of ModelSpec field names (Hugging Face ``config.json`` key
     names are accepted too). ``kv_heads`` defaults to ``heads`` and ``name`` to ``"custom"``.
     Unknown keys and wrong types raise ConfigError naming ``where`` and the field."""
-    from ccoverlap.config import check_keys, field_names
+    from ccoverlap.config import check_keys, field_names, short, typed
 
     names = field_names(ModelSpec)
     check_keys(d, names | set(_HF_KEYS), where)
@@ -342,10 +348,7 @@ def model_from_dict(d: dict, where: str = "model") -> ModelSpec:
     missing = [f for f in ("hidden", "ffn_hidden", "heads", "layers", "vocab", "seq_len") if f not in data]
     if missing:
         raise ConfigError(f"{where}: missing field(s) {missing}")
-    for f in fields(ModelSpec):
-        if f.name in data and f.type in ("bool",) and not isinstance(data[f.name], bool):
-            raise ConfigError(f"{where}: {f.name} must be true or false, got {data[f.name]!r}")
-    try:
-        return ModelSpec(**data)
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+    for k, v in data.items():  # sizes: typed below; bounded here (no model has 2**31 of anything)
+        if isinstance(v, int) and not isinstance(v, bool) and v > MAX_MODEL_SIZE:
+            raise ConfigError(f"{where}: field {short(k)}: more than {MAX_MODEL_SIZE} (2**31 - 1)")
+    return typed(data, ModelSpec, where)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+
+from ccoverlap.commands.options import add_common, png_path
 
 DEFAULT_OUT = "ccoverlap-out/analyze"
 
@@ -29,10 +30,7 @@ def register(sub) -> None:
     p.add_argument("--time-resolution", choices=("hta", "exact"), default="hta",
                    help="'hta' (default) rounds sub-microsecond timestamps inward to whole µs like HTA; "
                         "'exact' keeps the trace's ns resolution")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    p.add_argument("--png", metavar="FILE", nargs="?", const=f"{DEFAULT_OUT}/analyze.png",
-                   help=f"also draw one step's timeline (default file {DEFAULT_OUT}/analyze.png; not with --json)")
-    p.add_argument("--no-png", action="store_true", help=argparse.SUPPRESS)   # the default; kept for old scripts
+    add_common(p, out=DEFAULT_OUT, png=True)  # --png: one step's timeline (not with --json)
     p.add_argument("--png-step", type=int, help="profiler step drawn in the picture (default: first analysed)")
     p.add_argument("--vs", nargs="+", metavar="TRACE", help="compare with these traces (e.g. a simulated run)")
     p.add_argument("--jobs", type=int, default=None,
@@ -42,24 +40,21 @@ def register(sub) -> None:
                    help="JSON mapping of process groups to parallelism dimensions, e.g. "
                         "{\"0\": \"DP\", \"tp_group\": \"TP\"} (keys: group name, description or "
                         "'ranks:0,1'); default: inferred from the groups' names, descriptions and ranks")
-    p.add_argument("-q", "--quiet", action="store_true", help="no warnings on stderr")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Analyse, print (table or JSON), draw; 0 on success (TraceError/ConfigError -> exit 2 in the CLI)."""
-    from ccoverlap.errors import ConfigError
+    from ccoverlap.errors import CCOverlapError, ConfigError
     from ccoverlap.trace.analyze import analyze, compare
     from ccoverlap.trace.dimensions import load_groups
     from ccoverlap.trace.report import print_comparison, print_problems, print_report, write_json, write_png
-
-    from ccoverlap.errors import CCOverlapError
 
     try:
         if args.jobs is not None and args.jobs < 1:
             raise ConfigError("--jobs must be >= 1")
         groups = load_groups(args.groups) if getattr(args, "groups", None) else None
-        picture = bool(args.png) and not args.json and not args.no_png
+        picture = args.png is not None and not args.json
         a = analyze(args.traces, steps=args.steps, time_resolution=args.time_resolution, jobs=args.jobs,
                     groups=groups, picture=picture, png_step=args.png_step)
         b = None
@@ -80,11 +75,11 @@ def run(args: argparse.Namespace) -> int:
         if b is not None:
             print_problems([f"(--vs) {p}" for p in b.problems], sys.stderr)
     png = None
-    if args.png and args.json and not args.quiet:
+    if args.png is not None and args.json and not args.quiet:
         print_problems(["--png is not drawn with --json (one JSON object on stdout)"], sys.stderr)
     if picture:
         try:
-            png = write_png(a, Path(args.png), step=args.png_step)
+            png = write_png(a, png_path(args, "analyze"), step=args.png_step)
         except OSError as exc:
             raise ConfigError(f"cannot write the picture: {exc}") from None
     extra = {"png": str(png) if png else None}

@@ -27,10 +27,11 @@ import os
 import statistics
 import sys
 
+from ccoverlap.commands.options import add_common, add_dtype
 from ccoverlap.errors import ConfigError
 
 OPS = ("all_gather_matmul", "matmul_reduce_scatter", "all_to_all_matmul")
-_DTYPES = ("float32", "bfloat16", "float16")
+_DTYPES = ("bfloat16", "float16", "float32")  # the overlapped ops run no fp8
 
 
 def register(sub) -> None:
@@ -46,7 +47,7 @@ def register(sub) -> None:
                    "tokens per rank for all_to_all_matmul (default 4096)")
     p.add_argument("--n", type=int, default=4096, help="GEMM output columns N per rank (default 4096)")
     p.add_argument("--k", type=int, default=4096, help="GEMM reduction dimension K (default 4096)")
-    p.add_argument("--dtype", choices=_DTYPES, default=None, help="default bfloat16 on CUDA, float32 on CPU")
+    add_dtype(p, default=None, choices=_DTYPES, help_default="bfloat16 on CUDA, float32 on CPU")
     p.add_argument("--schedules", default="all",
                    help="comma-separated schedules to time, 'serial' always included (default: all)")
     p.add_argument("--experts", type=int, default=1, help="experts per rank for all_to_all_matmul (default 1)")
@@ -55,8 +56,9 @@ def register(sub) -> None:
                    help="'sm': c10d kernels/threads (default); 'dma': CUDA copy engines for the all-gather")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls per schedule (default 3)")
     p.add_argument("--iters", type=int, default=10, help="timed calls per schedule; the median is reported (default 10)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    p.add_argument("--profile-dir", metavar="DIR", help="write a torch.profiler Chrome trace per rank: DIR/rank-<r>.json")
+    add_common(p)
+    p.add_argument("--out", "--profile-dir", dest="profile_dir", metavar="DIR",
+                   help="write a torch.profiler Chrome trace per rank: DIR/rank-<r>.json")
     p.add_argument("--profile-iters", type=int, default=2, help="profiled calls per schedule (default 2)")
     p.add_argument("--nproc", type=int, default=2, help="processes to start when not under torchrun (default 2)")
     p.add_argument("--threads", type=int, default=None,
@@ -161,8 +163,7 @@ def _worker(rank: int, world: int, cfg: dict):
     import torch
     import torch.distributed as dist
 
-    from ccoverlap.runtime import all_gather_matmul, all_to_all_matmul, matmul_reduce_scatter
-    from ccoverlap.runtime import comm
+    from ccoverlap.runtime import all_gather_matmul, all_to_all_matmul, comm, matmul_reduce_scatter
     from ccoverlap.runtime.tuning import resolve, round_order
 
     backend = comm.backend_of()
@@ -387,7 +388,6 @@ def _summary(rows: list[dict]) -> dict:
 
 def _profile(cfg: dict, rank: int, call, sync, device) -> None:
     from torch.profiler import ProfilerActivity, profile, record_function
-
     from torch.profiler import schedule as prof_schedule
 
     os.makedirs(cfg["profile_dir"], exist_ok=True)

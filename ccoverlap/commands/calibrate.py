@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from ccoverlap.commands.options import add_common
 from ccoverlap.errors import ConfigError
 
 
@@ -24,14 +25,15 @@ def register(sub) -> None:
     """Add the ``calibrate`` subcommand and its options to the CLI's subparsers."""
     p = sub.add_parser("calibrate", help="measure this GPU and fit the cost model (writes a calibration file)",
                        description=__doc__)
-    p.add_argument("--out", help="calibration file to write (default: calibrations/<gpu-name>.json)")
+    p.add_argument("--out", metavar="DIR", help="directory for the calibration file DIR/<gpu-name>.json "
+                   "(default calibrations/; a name ending in .json is the file itself)")
     p.add_argument("--quick", action="store_true", help="a smaller plan (a few minutes instead of ~20)")
     p.add_argument("--device", default=None, help="CUDA device to measure: cuda, cuda:N or N (default: current)")
     p.add_argument("--gpu", help="catalog GPU the parameters are for (default: recognised from the device name)")
     p.add_argument("--kernel", choices=("auto", "cuda", "triton"), default="auto",
                    help="channel-copy kernel backend: load_inline CUDA, Triton, or the first that builds")
     p.add_argument("--refit", metavar="FILE", help="fit again from the measurements in FILE (no GPU needed)")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_common(p)
     p.set_defaults(run=run)
 
 
@@ -127,9 +129,9 @@ def print_report(result, held, decomposition, base, path: Path, out=None) -> Non
 def run(args: argparse.Namespace) -> int:
     """Measure (or, with ``--refit``, read the measurements of a file), fit, print the report,
     write the calibration file; 0 on success. User errors raise ConfigError (exit 2)."""
-    from ccoverlap import __version__
     from ccoverlap.calibrate import fileformat
     from ccoverlap.cost.params import default_params
+    from ccoverlap.version import __version__
 
     log = _log(args.quiet)
     if args.refit:
@@ -148,7 +150,9 @@ def run(args: argparse.Namespace) -> int:
         records, notes, settings, device, gpu = _measure(args, log)
         settings["measurement_notes"] = list(notes)
     settings["split"] = "held out: CRC-32 of the record's configuration divisible by 4"
-    path = Path(args.out) if args.out else Path("calibrations") / f"{slug(gpu.name)}.json"
+    path = Path(args.out or "calibrations")
+    if path.suffix.lower() != ".json":
+        path = path / f"{slug(gpu.name)}.json"
     created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     common = dict(gpu=gpu.name, device=device, settings=settings, measurements=records, created=created,
                   tool=f"ccoverlap calibrate {__version__}")
@@ -168,5 +172,10 @@ def run(args: argparse.Namespace) -> int:
     data = fileformat.build(params=result.params, fit_error=overall_error(held), fit=result.stages, heldout=held,
                             train=train, decomposition=decomposition, notes=notes + result.notes, **common)
     fileformat.write(path, data)
+    if args.json:
+        json.dump({"file": str(path), "gpu": gpu.name, "params": result.params, "fit_error": overall_error(held),
+                   "heldout": held, "notes": result.notes}, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        return 0
     print_report(result, held, decomposition, default_params(gpu), path)
     return 0

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from ccoverlap.commands.options import DTYPE_BYTES, add_common, add_dtype
 from ccoverlap.errors import ConfigError
 
 
@@ -19,19 +20,22 @@ def register(sub) -> None:
                    help="output columns one GPU computes (N; with tensor parallelism the layer's width / TP)")
     p.add_argument("--k", type=int, default=16384, help="GEMM reduction dimension (K)")
     p.add_argument("--world", type=int, default=8, help="ranks in the group (one node)")
-    p.add_argument("--gpu", default="MI300X", help="catalog GPU (MI300X, H100-SXM, H200, A100-80GB-SXM, ...)")
+    p.add_argument("--cluster", "--gpu", dest="cluster", default="MI300X",
+                   help="catalog cluster (its GPU; `ccoverlap list clusters`) or GPU (MI300X, H100-SXM, H200, ...; "
+                        "`ccoverlap list gpus`); default MI300X")
     p.add_argument("--topology", choices=["switch", "full_mesh"], default=None,
                    help="intra-node fabric (default: the GPU's catalog node: MI300X full mesh, NVIDIA switch)")
     p.add_argument("--engine", choices=["sm", "dma"], default="dma",
                    help="communication by SM kernels (NCCL/RCCL) or by copy engines (DMA)")
     p.add_argument("--pattern", choices=["ag-gemm", "gemm-rs", "a2a-gemm"], default="ag-gemm",
                    help="all-gather then GEMM, GEMM then reduce-scatter, or all-to-all then GEMM")
-    p.add_argument("--dtype-bytes", type=int, default=2, help="element size in bytes (2 = bf16)")
+    add_dtype(p, default="bfloat16")
+    p.add_argument("--dtype-bytes", type=int, default=None, help=argparse.SUPPRESS)  # before --dtype
     p.add_argument("--accuracy", action="store_true",
                    help="heuristic accuracy over FiCCO's 16 scenarios (Table I, as each GPU runs them) and a "
-                        "synthetic sweep, on --gpu/--topology/--engine")
+                        "synthetic sweep, on --cluster/--topology/--engine")
     p.add_argument("--markdown", action="store_true", help="print markdown tables (for docs)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_common(p)
     p.set_defaults(run=run)
 
 
@@ -44,13 +48,17 @@ def _cost(cluster):
 def run(args: argparse.Namespace) -> int:
     """Estimate one case (table of schedules) or, with ``--accuracy``, the heuristic's accuracy;
     returns the exit code. Bad input raises ConfigError."""
+    from ccoverlap.catalog.hardware import get_cluster
     from ccoverlap.deciders import ficco, ficco_accuracy
 
+    if args.dtype_bytes is None:
+        args.dtype_bytes = DTYPE_BYTES[args.dtype]
     for name in ("m", "n", "k", "world", "dtype_bytes"):
         v = getattr(args, name)
         if v is None or v < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
-    cluster = ficco.machine(args.gpu, args.topology, args.world)
+    gpu = get_cluster(args.cluster).gpu.name  # a cluster stands for its GPU, a GPU for itself
+    cluster = ficco.machine(gpu, args.topology, args.world)
     cost = _cost(cluster)
     if args.accuracy:
         return _run_accuracy(args, ficco, cluster, cost)
@@ -89,8 +97,9 @@ def case_markdown(verdict) -> str:
 
 
 def _print_case(verdict) -> None:
-    from ccoverlap.console import make_console
     from rich.table import Table
+
+    from ccoverlap.console import make_console
 
     console = make_console()
     console.print(f"[bold]{verdict.case.describe()}[/bold]")
@@ -183,8 +192,9 @@ def _run_accuracy(args, ficco, cluster, cost) -> int:
         print(header + "\n")
         print(accuracy_markdown(reports, fit))
         return 0
-    from ccoverlap.console import make_console
     from rich.table import Table
+
+    from ccoverlap.console import make_console
 
     console = make_console()
     console.print(f"[bold]{header}[/bold]")

@@ -8,16 +8,19 @@ import json
 import sys
 from pathlib import Path
 
+from ccoverlap.commands.options import add_common, png_path
 from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
+
+#: Layout flags ``--search`` takes as constraints (ParallelConfig fields), and those it refuses.
+SEARCH_CONSTRAINTS = ("tp", "pp", "ep", "cp", "dp", "data_parallel", "recompute", "pp_schedule")
+SEARCH_REFUSED = ("sequence_parallel", "virtual_stages")
 
 
 def register(sub) -> None:
     p = sub.add_parser("plan", help="predict step time under overlap strategies and recommend one",
                        description=__doc__)
     add_workload_arguments(p)
-    p.add_argument("--out", default="ccoverlap-out/plan", help="directory for the PNG and Chrome traces")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    p.add_argument("--no-png", action="store_true", help="skip the timeline picture")
+    add_common(p, out="ccoverlap-out/plan", png=True)
     p.add_argument("--exact", action="store_true",
                    help="judge every knob value and decider candidate on the full step and simulate every "
                         "reported row in full (slower); default: judge them on a step with fewer micro-batches and, "
@@ -28,74 +31,43 @@ def register(sub) -> None:
     s.add_argument("--search", action="store_true",
                    help="search layouts (TP/PP/CP/DP, FSDP vs DDP vs HSDP, EP for MoE models, micro-batch, recompute, "
                         "PP schedule 1F1B/interleaved/GPipe/DualPipe, knobs) "
-                        "for the model, cluster and global batch; rank those that fit by predicted step time")
+                        "for the model, cluster and global batch; rank those that fit by predicted step time; "
+                        "--tp/--pp/--ep/--cp/--dp/--data-parallel/--recompute/--pp-schedule/--micro-batch "
+                        "given are kept fixed")
     s.add_argument("--max-simulations", type=int, default=24, help="most layouts simulated (default 24)")
     s.add_argument("--top", type=int, default=3, help="layouts that get the best-knobs search (default 3)")
     s.add_argument("--show", type=int, default=15, help="rows of the ranked table (default 15)")
     p.set_defaults(run=run)
 
 
-def _progress_reporter(enabled: bool, label: str = "planning"):
-    """A progress bar on stderr, shown only once a search has run for more than a second.
-    Redrawn from the caller's updates (at most 10 times a second), not by rich's refresh thread:
-    the planner forks worker processes, and forking a process that runs threads may deadlock
-    the child (Python 3.12 warns about it)."""
-    if not enabled:
-        return None, lambda: None
-    import time
-
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    state = {"bar": None, "task": None, "t0": time.perf_counter(), "drawn": 0.0}
-
-    def update(done: int, total: int, what: str) -> None:
-        if state["bar"] is None:
-            if time.perf_counter() - state["t0"] < 1.0:
-                return
-            from rich.console import Console
-
-            state["bar"] = Progress(TextColumn(label), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                                    TextColumn("{task.description}"), TimeElapsedColumn(),
-                                    console=Console(stderr=True), transient=True, auto_refresh=False)
-            state["bar"].start()
-            state["task"] = state["bar"].add_task(what, total=total)
-        state["bar"].update(state["task"], completed=done, total=total, description=what)
-        now = time.perf_counter()
-        if now - state["drawn"] >= 0.1 or done >= total:
-            state["drawn"] = now
-            state["bar"].refresh()
-
-    def close() -> None:
-        if state["bar"] is not None:
-            state["bar"].stop()
-
-    return update, close
-
-
 def run_search(args: argparse.Namespace) -> int:
     """``plan --search``: ranked table (or JSON) and the frontier picture."""
+    from ccoverlap.console import Progress
     from ccoverlap.errors import ConfigError
     from ccoverlap.planning.search import save_frontier, search
 
     if args.max_simulations < 1 or args.top < 0 or args.show < 1:
         raise ConfigError("--max-simulations and --show must be >= 1, --top >= 0")
+    refused = [f"--{k.replace('_', '-')}" for k in SEARCH_REFUSED if getattr(args, k) is not None]
+    if refused:
+        raise ConfigError(f"--search chooses {', '.join(refused)} itself (sequence parallelism with TP, 2 virtual "
+                          f"stages when interleaved); drop {' and '.join(refused)}, or plan without --search")
+    constraints = {k: getattr(args, k) for k in SEARCH_CONSTRAINTS if getattr(args, k) is not None}
+    enum_kw = {"micro_batches": (args.micro_batch,)} if args.micro_batch is not None else {}
     # the search chooses the layout: start from a plain data-parallel one that fills the cluster
-    for dim in ("tp", "pp", "ep"):
+    for dim in ("tp", "pp", "ep", "cp"):
         setattr(args, dim, 1)
     args.dp = None
-    args.data_parallel = args.pp_schedule = args.virtual_stages = args.recompute = None
-    args.sequence_parallel = None
+    args.data_parallel = args.pp_schedule = args.recompute = None
     w = workload_from_args(args)
-    update, close = _progress_reporter(True, label="searching")
-    try:
-        result = search(w, progress=update, max_simulations=args.max_simulations, top=args.top)
-    finally:
-        close()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    with Progress("searching", enabled=not args.quiet) as progress:
+        result = search(w, progress=progress, max_simulations=args.max_simulations, top=args.top,
+                        constraints=constraints, **enum_kw)
     files = {}
-    if not args.no_png:
-        files["png"] = save_frontier(out / "search.png", result)
+    png = png_path(args, "search")
+    if png is not None:
+        png.parent.mkdir(parents=True, exist_ok=True)
+        files["png"] = save_frontier(png, result)
     payload = result.as_dict()
     payload["files"] = files
     if args.json:
@@ -111,20 +83,18 @@ def run_search(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.search:
         return run_search(args)
+    from ccoverlap.console import Progress
     from ccoverlap.planning import strategies as planner
-    from ccoverlap.sim.chrome_trace import write_chrome_traces
     from ccoverlap.planning.report import plan_table
+    from ccoverlap.sim.chrome_trace import write_chrome_traces
 
     w = workload_from_args(args)
     registry = planner.default_registry()
     extra = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
     if extra:
         registry.select(extra)  # ConfigError naming the unknown one and the available ones
-    update, close = _progress_reporter(sys.stderr.isatty() or not args.json)
-    try:
-        result = planner.plan(w, progress=update, extra=extra, registry=registry, exact=args.exact)
-    finally:
-        close()
+    with Progress("planning", enabled=not args.quiet) as progress:
+        result = planner.plan(w, progress=progress, extra=extra, registry=registry, exact=args.exact)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
@@ -136,11 +106,13 @@ def run(args: argparse.Namespace) -> int:
     if best_tl is not None:
         files["chrome_trace_best_knobs"] = str(out / "best-knobs")
         write_chrome_traces(best_tl, out / "best-knobs", world_size=w.cluster.world_size, gpu_name=w.cluster.gpu.name)
-    if not args.no_png:
+    png = png_path(args, "plan")
+    if png is not None:
         from ccoverlap.plots import save_plan_figure
 
+        png.parent.mkdir(parents=True, exist_ok=True)
         tls = [("as-given", given_tl)] + ([("best-knobs", best_tl)] if best_tl is not None else [])
-        files["png"] = save_plan_figure(out / "plan.png", tls, [s.as_dict() for s in result.strategies])
+        files["png"] = save_plan_figure(png, tls, [s.as_dict() for s in result.strategies])
     payload = {
         "workload": w.describe(),
         "source": w.source,

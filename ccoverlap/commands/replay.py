@@ -14,6 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from ccoverlap.commands.options import add_common, png_path
+
 DEFAULT_OUT = "ccoverlap-out/replay"
 
 
@@ -27,11 +29,7 @@ def register(sub) -> None:
                         "lagom, centauri, network-<F>x (e.g. network-2x), all, none")
     p.add_argument("--steps", default="hta", help="profiler steps as in `ccoverlap analyze` (default 'hta')")
     p.add_argument("--cluster", help="catalog cluster for the copy-engine cost model (default: from the GPU name)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    p.add_argument("--png", nargs="?", const="", metavar="FILE",
-                   help=f"draw the scenarios (default file {DEFAULT_OUT}/replay.png)")
-    p.add_argument("--out", metavar="DIR", help="write a Chrome trace per scenario under DIR/<scenario>/")
-    p.add_argument("-q", "--quiet", action="store_true", help="no warnings on stderr")
+    add_common(p, out=None, png=True)  # --out DIR: a Chrome trace per scenario under DIR/<scenario>/
     p.set_defaults(run=run)
 
 
@@ -47,8 +45,9 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write(f"ccoverlap replay: warning: {p}\n")
     extra: dict = {}
     try:
-        if args.png is not None:
-            extra["png"] = str(write_png(res, args.png or Path(DEFAULT_OUT) / "replay.png"))
+        png = png_path(args, "replay", out=args.out or DEFAULT_OUT)
+        if png is not None:
+            extra["png"] = str(write_png(res, png))
         if args.out:
             traces = {}
             for s in [res.replay] + res.whatifs:

@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 
+from ccoverlap.commands.options import add_json, add_quiet
 
 PAPER_NAMES = ("centauri", "ficco", "lagom")  # the papers of ccoverlap.reproduce.suite.PAPERS (checked by a test)
 
@@ -22,16 +23,16 @@ def register(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--paper", action="append", choices=PAPER_NAMES, help="only this paper (repeatable)")
     p.add_argument("--case", action="append", metavar="ID", help="only this case (repeatable)")
-    p.add_argument("--json", action="store_true", help="print everything as JSON")
+    add_json(p)
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.add_argument("--jobs", type=int, default=None, help="evaluate cases in this many processes "
                    "(default: up to 4, one per core)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    add_quiet(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ccoverlap.console import make_console
+    from ccoverlap.console import Progress, make_console
     from ccoverlap.errors import ConfigError
     from ccoverlap.reproduce.report import markdown, print_table
     from ccoverlap.reproduce.suite import default_jobs, run_suite
@@ -40,14 +41,8 @@ def run(args: argparse.Namespace) -> int:
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
 
-    def progress(done: int, total: int, what: str) -> None:
-        if not args.quiet:
-            sys.stderr.write(f"\r[{done}/{total}] {what[:60]:<60}")
-            if done == total:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
-
-    result = run_suite(args.paper, ids=args.case, jobs=jobs, progress=progress)
+    with Progress("reproduce", enabled=not args.quiet) as progress:
+        result = run_suite(args.paper, ids=args.case, jobs=jobs, progress=progress)
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

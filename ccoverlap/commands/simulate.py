@@ -8,36 +8,37 @@ import json
 import sys
 from pathlib import Path
 
+from ccoverlap.commands.options import add_common, png_path
 from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
 
 
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="simulate one step and write its Chrome trace", description=__doc__)
     add_workload_arguments(p)
-    p.add_argument("--out", default="ccoverlap-out/simulate", help="directory for rank-<r>.json traces")
+    add_common(p, out="ccoverlap-out/simulate", png=True)
     p.add_argument("--gzip", action="store_true", help="write .json.gz")
-    p.add_argument("--png", help="also draw the timeline to this PNG")
-    p.add_argument("--json", action="store_true", help="print the per-rank metrics as JSON")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ccoverlap.sim.chrome_trace import write_chrome_traces
     from ccoverlap.planning.strategies import simulate_workload
+    from ccoverlap.sim.chrome_trace import write_chrome_traces
     from ccoverlap.sim.timeline import all_rank_metrics, step_time_s
 
     w = workload_from_args(args)
     step, tl = simulate_workload(w)
     paths = write_chrome_traces(tl, Path(args.out), world_size=w.cluster.world_size,
                                 gpu_name=w.cluster.gpu.name, gzip_output=args.gzip)
-    if args.png:
+    png = png_path(args, "simulate")
+    if png is not None:
         from ccoverlap.plots import _pyplot, draw_timeline
 
         plt = _pyplot()
         fig, ax = plt.subplots(figsize=(12, 1.0 + 0.35 * len(set(zip(tl.rank.tolist(), tl.stream.tolist())))))
         draw_timeline(ax, tl, title=w.describe())
         fig.tight_layout()
-        fig.savefig(args.png, dpi=110)
+        png.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(png, dpi=110)
         plt.close(fig)
     metrics = [m.as_dict() for m in all_rank_metrics(tl)]
     payload = {"workload": w.describe(), "step_time_s": step_time_s(tl), "ops": len(step.graph),

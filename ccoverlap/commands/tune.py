@@ -16,6 +16,8 @@ import json
 import sys
 import time
 
+from ccoverlap.commands.options import add_common
+from ccoverlap.console import Progress
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.workload import add_workload_arguments
 
@@ -30,7 +32,7 @@ def register(sub) -> None:
                    help="run exhaustive search: auto = when the grid fits --max-exhaustive (default)")
     p.add_argument("--max-exhaustive", type=int, default=20000, metavar="N",
                    help="largest number of profiles exhaustive search may use (default 20000)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    add_common(p)
     p.add_argument("--steps", action="store_true", help="also print Lagom's profiling steps")
     add_workload_arguments(p)
     p.set_defaults(run=run)
@@ -67,37 +69,6 @@ def _groups(args):
     return groups, cost, w.describe()
 
 
-class _Progress:
-    """A progress line on stderr, shown only once a search has run for more than a second."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.t0 = time.perf_counter()
-        self.bar = None
-        self.task = None
-
-    def __call__(self, done: int, total: int, what: str) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None:
-            if time.perf_counter() - self.t0 < 1.0:
-                return
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(TextColumn("profiling"), TextColumn("{task.description}"), BarColumn(),
-                                TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                                console=Console(stderr=True), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task(what, total=total)
-        self.bar.update(self.task, completed=done, total=total, description=what)
-
-    def close(self) -> None:
-        """Remove the progress bar, if one was shown."""
-        if self.bar is not None:
-            self.bar.stop()
-
-
 def _kib(n) -> str:
     if n is None:
         return "-"
@@ -109,8 +80,9 @@ def _cfg(c) -> str:
 
 
 def _print(payload: dict, tunings, show_steps: bool) -> None:
-    from ccoverlap.console import make_console
     from rich.table import Table
+
+    from ccoverlap.console import make_console
 
     con = make_console()
     con.print(f"[bold]Lagom tuning[/bold] — {payload['source']} (simulated profiling on the cost model)")
@@ -175,15 +147,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-exhaustive must be >= 1, got {args.max_exhaustive}")
     t0 = time.perf_counter()
     groups, cost, source = _groups(args)
-    progress = _Progress(sys.stderr.isatty())
     exhaustive = {"auto": None, "yes": True, "no": False}[args.exhaustive]
     tunings = []
-    try:
+    with Progress("profiling", enabled=not args.quiet) as progress:
         for g in groups:
             tunings.append(tune_group(g, cost, exhaustive=exhaustive, max_exhaustive_profiles=args.max_exhaustive,
                                       progress=progress))
-    finally:
-        progress.close()
     payload_groups = []
     for t in tunings:
         d = t.as_dict()

@@ -16,8 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from ccoverlap.commands.options import add_json, add_quiet
 from ccoverlap.errors import ConfigError
-
 from ccoverlap.validate.reader import PUBLISHED, runs_path  # noqa: F401  (PUBLISHED: re-exported for scripts)
 
 
@@ -26,7 +26,7 @@ def register(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs_file", metavar="RUNS_FILE",
                    help="runs file (YAML/JSON/TOML, see docs/validation.md), or 'published' for the shipped set")
-    p.add_argument("--json", action="store_true", help="print everything as JSON")
+    add_json(p)
     p.add_argument("--markdown", action="store_true", help="print Markdown tables")
     p.add_argument("--details", action="store_true", help="per run: source, conversion, assumptions, breakdown")
     p.add_argument("--run", dest="only", action="append", default=[], metavar="NAME", help="only this run (repeatable)")
@@ -40,7 +40,7 @@ def register(sub) -> None:
                    help="where --fit writes its calibration (one file per GPU: PATH with the GPU name "
                         "inserted when several)")
     p.add_argument("--jobs", type=int, default=1, help="simulate runs in this many processes")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_quiet(p)
     p.set_defaults(run=run)
 
 
@@ -66,8 +66,24 @@ def _calibration_paths(path: str, gpus: list[str]) -> dict[str, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ccoverlap.validate.compare import (compare_runs, format_details, format_table, stderr_progress,
-                                            summarize, summarize_groups)
+    """Predict the runs that pass the checks, list the ones that do not; exit 2 only when no
+    run is predicted. ``--json`` prints one object in every case (``error`` when the file
+    cannot be used at all)."""
+    from ccoverlap.errors import CCOverlapError
+
+    try:
+        return _run(args)
+    except CCOverlapError as exc:
+        if args.json:
+            json.dump({"runs_file": str(args.runs_file), "error": str(exc), "summary": None, "runs": [],
+                       "invalid_runs": []}, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ccoverlap.console import Progress
+    from ccoverlap.validate.compare import compare_runs, format_details, format_table, summarize, summarize_groups
     from ccoverlap.validate.predict import cost_params_for
     from ccoverlap.validate.reader import SUBSETS, load_runs
 
@@ -85,8 +101,10 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--fit-on must be one of the declared subsets {SUBSETS}, got {args.fit_on!r}")
     if args.subset is not None and args.subset not in SUBSETS:
         raise ConfigError(f"--subset must be one of {SUBSETS}, got {args.subset!r}")
-    rf = load_runs(path)
+    rf = load_runs(path, keep_going=True)
     runs = rf.runs
+    if not runs:
+        raise ConfigError(f"no run of {path} passed the checks; first problem: {rf.problems[0]}")
     if args.only:
         known = {r.name for r in runs}
         missing = [n for n in args.only if n not in known]
@@ -98,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         if not runs:
             raise ConfigError(f"{path}: no run declares subset {args.subset!r}")
     calib = _load_calibrations(args.calibration) if args.calibration else None
-    progress = None if args.quiet else stderr_progress()
+    progress = Progress("validate", enabled=not args.quiet, delay=0)
 
     def params_for(r, overrides=None):
         return cost_params_for(r, overrides, calib)
@@ -134,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                    ("calibration " + ", ".join(args.calibration) if args.calibration else "defaults (nothing fitted)"),
                    "summary": summary.as_dict(), "subsets": {k: v.as_dict() for k, v in parts.items()},
                    "groups": {k: v.as_dict() for k, v in groups.items()},
-                   "runs": [r.as_dict() for r in rows]}
+                   "runs": [r.as_dict() for r in rows], "invalid_runs": rf.problems}
         if fit_report:
             payload["fit"] = fit_report
         json.dump(payload, sys.stdout, indent=2, default=str)
@@ -164,6 +182,11 @@ def run(args: argparse.Namespace) -> int:
                 print(bullet + f"fitted on {gpu} ({fit_report['fit_runs'][gpu]} runs): " + ", ".join(
                     f"{k} {dflt[k]:.4g} -> {v:.4g}" for k, v in vals.items())
                     + f"; calibration written to {fit_report['written'][gpu]}")
+        if rf.problems:
+            print()
+            print(f"{len(rf.problems)} run(s) of the file not read (fix them to include them):")
+            for line in rf.problems:
+                print(f"{'* ' if args.markdown else '  '}{line}")
         if args.details:
             print()
             for r in rows:
@@ -177,7 +200,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _fit(args, names, fit_runs, params_for) -> dict:
     """Fit ``names`` per GPU on ``fit_runs``; write one calibration file per GPU."""
-    from ccoverlap.validate.compare import compare_runs, stderr_progress
+    from ccoverlap.console import Progress
+    from ccoverlap.validate.compare import compare_runs
     from ccoverlap.validate.fit import fit_params
 
     steps: dict = {}  # built once per run, re-simulated with each candidate (single process)
@@ -199,7 +223,7 @@ def _fit(args, names, fit_runs, params_for) -> dict:
     # Runs this build cannot predict take no part in the fit.
     say(f"fitting {', '.join(names)} on {len(fit_runs)} runs of subset {args.fit_on!r} (one simulation each first)")
     usable = [r for r in compare_runs(fit_runs, params_for=params_for, jobs=args.jobs,
-                                      progress=None if args.quiet else stderr_progress("validate: fit check"))
+                                      progress=Progress("validate: fit check", enabled=not args.quiet, delay=0))
               if r.ok]
     if not usable:
         raise ConfigError(f"--fit: no run of subset {args.fit_on!r} could be predicted")

@@ -37,11 +37,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ccoverlap.catalog.hardware import ClusterSpec, LinkSpec
+from ccoverlap.cost.params import CostParams
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, CommConfig, CopySpec, GroupSpec, P2PSpec
-from ccoverlap.catalog.hardware import ClusterSpec, LinkSpec
-
-from ccoverlap.cost.params import CostParams
 
 KiB = 1 << 10
 MiB = 1 << 20

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import math
 
+from ccoverlap.catalog.hardware import GPUSpec
+from ccoverlap.cost.params import CostParams, causal_attention_factor
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
-from ccoverlap.catalog.hardware import GPUSpec
-
-from ccoverlap.cost.params import CostParams, causal_attention_factor
 
 _EPS = 1e-9
 
@@ -63,20 +62,24 @@ def _tile_candidates(params: CostParams) -> list[tuple[int, int, float]]:
 
 
 def _wave_bytes(active: float, tiles_m: int, tiles_n: int, tm: int, tn: int, k: int,
-                dt: int, accumulate: bool) -> float:
-    """HBM bytes one wave of ``active`` tiles moves: the A row-panels and B column-panels its
-    tiles need (each read once into L2 and shared by the wave), plus its output tiles."""
+                dt: int, accumulate: bool) -> tuple[float, float]:
+    """HBM bytes one wave of ``active`` tiles moves: ``(shared, unshared)``. ``shared``: the
+    A row-panels and B column-panels its tiles need, each read once into L2 and shared by
+    the wave's tiles, plus its output tiles. ``unshared``: every tile reading its own panels
+    from HBM (no reuse between thread blocks through L2), the most a wave can move when
+    communication buffers evict its panels from L2 (lagom §3.2, global resource competition)."""
     per_mat = tiles_m * tiles_n
     out = active * tm * tn * dt * (2.0 if accumulate else 1.0)
+    unshared = active * (tm + tn) * k * dt + out
     if active >= per_mat:  # whole matrices (batched GEMMs): each operand read once
-        return (active / per_mat) * (tiles_m * tm + tiles_n * tn) * k * dt + out
+        return (active / per_mat) * (tiles_m * tm + tiles_n * tn) * k * dt + out, unshared
     # the wave covers a block of a x b tiles; rasterisation keeps it near the traffic optimum
     a = min(tiles_m, max(1, round(math.sqrt(active * tn / tm))))
     b = math.ceil(active / a)
     if b > tiles_n:
         b = tiles_n
         a = min(tiles_m, math.ceil(active / b))
-    return (a * tm + b * tn) * k * dt + out
+    return (a * tm + b * tn) * k * dt + out, unshared
 
 
 def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw: float,
@@ -93,14 +96,15 @@ def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw:
                     * params.sustained_clock_fraction / gpu.sms)
     tile_s = 2.0 * tm * tn * tk * (ksteps + params.gemm_tile_overhead_ksteps) / (per_sm_flops * eff)
     dt = spec.dtype_bytes
-    mem_scale = (1.0 + l2_pollution) / bw
     ov = params.gemm_mem_overlap
 
     def wave_time(active: float) -> tuple[float, float]:
         resident = min(tpsm, math.ceil(active / sms - _EPS))  # CTAs sharing one SM in this wave
         theta = max(resident, 1) * tile_s
-        d = _wave_bytes(active, tiles_m, tiles_n, tm, tn, spec.k, dt, accumulate)
-        mem = d * mem_scale
+        shared, unshared = _wave_bytes(active, tiles_m, tiles_n, tm, tn, spec.k, dt, accumulate)
+        # L2 pollution grows the traffic, never past every tile reading its own panels
+        d = min(shared * (1.0 + l2_pollution), max(shared, unshared))
+        mem = d / bw
         return max(theta, mem) + (1.0 - ov) * min(theta, mem), d
 
     full = min(float(tiles), slots)
@@ -145,7 +149,8 @@ def gemm_time_s(spec: GemmSpec, gpu: GPUSpec, params: CostParams | None = None, 
     bandwidth ``hbm × mem_bw_fraction``; less under contention, eq. 6's B̄ − V).
     ``accumulate``: C += A·B (K-split pieces; default: the spec's ``accumulate`` attribute if
     it has one, else False) reads C as well. ``l2_pollution``: relative growth of the GEMM's
-    HBM traffic because communication buffers evict its operands from L2 (0 = none).
+    HBM traffic because communication buffers evict its operands from L2 (0 = none), never
+    past every tile reading its own operand panels (no reuse between thread blocks).
     ``tile``: force one ``(tile_m, tile_n)`` instead of choosing the fastest candidate.
     """
     return gemm_profile(spec, gpu, params, sms_available=sms_available,
@@ -194,7 +199,7 @@ def _stream_bandwidth(gpu: GPUSpec, p: CostParams, sms: float, bw: float | None)
 
 def attention_time_s(spec: AttentionSpec, gpu: GPUSpec, params: CostParams | None = None, *,
                      sms_available: float | None = None,
-                     hbm_bytes_per_s_available: float | None = None) -> float:
+                     hbm_bytes_per_s_available: float | None = None, l2_pollution: float = 0.0) -> float:
     """Seconds of a fused (flash) attention kernel: roofline ``max(FLOPs / (peak ×
     fraction × sustained_clock_fraction × SM share), bytes / bandwidth)`` plus launch
     overhead, where the fraction is
@@ -208,7 +213,7 @@ def attention_time_s(spec: AttentionSpec, gpu: GPUSpec, params: CostParams | Non
         frac *= causal_attention_factor(spec.kernel, spec.causal_len)
     flops_rate = gpu.flops_for(spec.dtype_bytes) * frac * p.sustained_clock_fraction * sms / gpu.sms
     t_c = spec.flops / flops_rate
-    t_m = spec.bytes / _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
+    t_m = spec.bytes * (1.0 + max(l2_pollution, 0.0)) / _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
     return max(max(t_c, t_m) + p.kernel_launch_overhead_s, _host_floor(spec, p))
 
 

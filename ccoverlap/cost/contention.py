@@ -7,10 +7,11 @@ Communication beside computation (lagom §3.2):
   needs more waves. NT barely matters (``nt_contention_coeff``, lagom's finding).
 * **Global resource competition** (eq. 6): the collective moves HBM bytes at
   ``V(NC, C) = rate × bytes-per-wire-byte``; its rate grows with NC and C (comm.py), so V
-  does, and the GEMM's per-wave memory time uses ``B̄ − V``. Its in-flight chunks
-  (``NC × C × l2_inflight_chunks``) occupy L2 and evict the GEMM's operands, growing the
-  GEMM's HBM traffic by up to ``l2_pollution_penalty`` — larger C, more contention even
-  where the rate has saturated.
+  does, and the GEMM's per-wave memory time uses ``B̄ − V``. Its channels' FIFOs
+  (``NC × C × l2_inflight_chunks`` bytes) stay hot in L2: once they no longer fit beside the
+  GEMM's working set (``l2_gemm_working_set`` of L2) they evict its operand panels, and the
+  GEMM's HBM traffic grows by up to ``l2_pollution_penalty`` (:func:`l2_share_taken`) —
+  larger C, more contention even where the rate has saturated.
 * **Copy engines** (ficco §IV-D): DMA communication takes no SMs but still takes memory
   bandwidth, and pollutes L2 less (``dma_l2_pollution_fraction``).
 
@@ -27,13 +28,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ccoverlap.sim.graph import (AttentionSpec, CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec,
-                             Spec)
 from ccoverlap.catalog.hardware import ClusterSpec, GPUSpec
-
 from ccoverlap.cost.comm import DEFAULT_CHANNELS, DEFAULT_CHUNK, DEFAULT_THREADS, REDUCING
 from ccoverlap.cost.compute import attention_time_s, gemm_time_s, memory_time_s
 from ccoverlap.cost.params import CostParams
+from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec, Spec
 
 COMPUTE_SPECS = (GemmSpec, AttentionSpec, MemorySpec)
 
@@ -76,17 +75,28 @@ def comm_sms(spec: Spec, cluster: ClusterSpec | None = None, params: CostParams 
 
 
 def l2_footprint_fraction(spec: Spec, cluster: ClusterSpec, params: CostParams) -> float:
-    """Share of L2 a communication/copy op's in-flight data occupies, in [0, 1]:
-    ``NC × C × l2_inflight_chunks / L2`` for SM-driven ops (lagom §3.2: grows with NC and C);
-    copy engines stream ``min(bytes, L2)`` scaled by ``dma_l2_pollution_fraction``."""
+    """A communication/copy op's in-flight data in units of the GPU's L2 (may exceed 1):
+    ``NC × min(C, bytes) × l2_inflight_chunks / L2`` for SM-driven ops (lagom §3.2: grows
+    with NC and C); copy engines stream ``min(bytes, L2)`` scaled by
+    ``dma_l2_pollution_fraction``."""
     l2 = cluster.gpu.l2_bytes
     if is_sm_comm(spec):
         chunk = spec.config.chunk_bytes or DEFAULT_CHUNK[spec.config.protocol or "simple"]
         inflight = _channels(spec, cluster) * min(chunk, max(float(spec.bytes), 1.0)) * params.l2_inflight_chunks
-        return min(1.0, inflight * nt_factor(spec.config.threads, params) / l2)
+        return inflight * nt_factor(spec.config.threads, params) / l2
     if is_dma(spec):
         return params.dma_l2_pollution_fraction * min(1.0, float(spec.bytes) / l2)
     return 0.0
+
+
+def l2_share_taken(footprint: float, params: CostParams) -> float:
+    """Share of a GEMM's L2 working set that in-flight communication data of ``footprint``
+    (in units of L2, see :func:`l2_footprint_fraction`) evicts: the GEMM keeps its hot
+    operands in ``w = l2_gemm_working_set`` of L2, so buffers up to ``1 - w`` of L2 fit
+    beside them and take nothing; beyond that they take ``(F - (1 - w)) / w`` of the working
+    set, all of it once they fill L2. ``w = 1`` charges any footprint linearly."""
+    w = params.l2_gemm_working_set
+    return min(1.0, max(0.0, (float(footprint) - (1.0 - w)) / w))
 
 
 def hbm_bytes_per_wire_byte(spec: Spec, params: CostParams) -> float:
@@ -120,11 +130,13 @@ def compute_time_under_s(spec: Spec, gpu: GPUSpec, params: CostParams, *, sms_ta
     b_ach = gpu.hbm_bytes_per_s * params.mem_bw_fraction
     bw = max(params.min_bandwidth_share * b_ach, b_ach - hbm_taken) / k
     if isinstance(spec, GemmSpec):
-        pollution = params.l2_pollution_penalty * min(1.0, l2_fraction)
+        pollution = params.l2_pollution_penalty * l2_share_taken(l2_fraction, params)
         return gemm_time_s(spec, gpu, params, sms_available=sms, hbm_bytes_per_s_available=bw,
                            l2_pollution=pollution)
     if isinstance(spec, AttentionSpec):
-        return attention_time_s(spec, gpu, params, sms_available=sms, hbm_bytes_per_s_available=bw)
+        pollution = params.l2_pollution_penalty * l2_share_taken(l2_fraction, params)
+        return attention_time_s(spec, gpu, params, sms_available=sms, hbm_bytes_per_s_available=bw,
+                                l2_pollution=pollution)
     return memory_time_s(spec, gpu, params, sms_available=sms, hbm_bytes_per_s_available=bw)
 
 

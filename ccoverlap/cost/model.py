@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
-from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import (AttentionSpec, CollectiveSpec, CommConfig, CopySpec, GemmSpec, MemorySpec,
-                             P2PSpec, Spec)
 from ccoverlap.catalog.hardware import ClusterSpec
-
 from ccoverlap.cost import comm as _comm
 from ccoverlap.cost import contention as _ct
 from ccoverlap.cost import copy_engine as _ce
 from ccoverlap.cost.compute import attention_time_s, gemm_profile, memory_time_s
 from ccoverlap.cost.params import CostParams, default_params
+from ccoverlap.errors import ConfigError
+from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, CommConfig, CopySpec, GemmSpec, MemorySpec, P2PSpec, Spec
 
 
 class CostModel:

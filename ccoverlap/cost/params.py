@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ccoverlap.errors import ConfigError
 from ccoverlap.catalog.hardware import GPUSpec
+from ccoverlap.errors import ConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,23 +167,48 @@ class CostParams:
     dma_alltoall_latency_factor: float = 0.0
 
     # ------------------------------------------------------------------ contention (contention.py)
-    # SMs one channel removes from a GEMM beside it (lagom eq. 5 uses 1). fit: GEMM with a
-    # copy kernel of NC blocks beside it, over NC.
+    # Contention of communication with the computation beside it: lagom §3.2, eqs. 4-6 (NC and
+    # C first-order, NT negligible). Values per GPU type are in _GPU_OVERRIDES; each says
+    # where it comes from. One value per GPU type, never per workload.
+    #
+    # SMs one channel removes from a GEMM beside it (lagom eq. 5 uses 1). source: an NCCL
+    # channel is one thread block that holds its SM alone: "NCCL CTAs won't share an SM with
+    # compute kernels" (S. Jeaugey, NVIDIA/nccl#689). Check: Lagom Fig. 3(b), FFN beside a
+    # 32 MB all-reduce on 8 A40 at NC=32 vs 16 (C = 16 KB): +30.2% measured, +28% modelled
+    # (ccoverlap reproduce --paper lagom --case fig3-nc16-vs-nc32). fit: GEMM beside a copy
+    # kernel of NC blocks, over NC.
     comm_sm_fraction_per_channel: float = 1.0
-    # NT's effect on SM and memory contention: factor 1 + coeff*(NT/512 - 1) (lagom §3.2:
-    # negligible). fit: same, over NT.
+    # NT's effect on SM and memory contention: factor 1 + coeff*(NT/512 - 1). source: lagom
+    # §3.2, "the effect of NT is negligible". fit: same, over NT.
     nt_contention_coeff: float = 0.02
     # HBM bytes an SM-driven collective moves per byte it sends on the wire: read what it sends,
-    # write what it receives; reductions also read the local operand (+extra). assumption;
-    # fit: GEMM slowdown beside a copy kernel vs its rate.
+    # write what it receives; reductions also read the local operand (+extra). source: "needs
+    # to be multiplied by at least 2x for memory bandwidth ... If you add reading from or
+    # writing to user data, it can be 3x" (S. Jeaugey, NVIDIA/nccl#1428). fit: GEMM slowdown
+    # beside a copy kernel vs its rate.
     comm_hbm_bytes_per_wire_byte: float = 2.0
     comm_reduce_extra_hbm_bytes: float = 1.0
     dma_hbm_bytes_per_wire_byte: float = 2.0
-    # In-flight chunks per channel held in L2 (their footprint NC*C*this evicts GEMM operands:
-    # lagom §3.2 "larger C amplifies contention"), and the GEMM traffic growth when comm
-    # buffers fill all of L2. assumption; fit: GEMM beside copy kernel over C.
+    # L2 (lagom §3.2, global resource competition: "larger values of NC and C generate more
+    # intensive contention"). A channel's FIFO holds l2_inflight_chunks chunks of C bytes: the
+    # collective keeps NC x C x this bytes hot in L2. source: NCCL's Simple protocol buffer is
+    # NCCL_STEPS (8) steps and a chunk ALL{REDUCE,GATHER}_CHUNKSTEPS (NCCL_STEPS/2) steps
+    # (src/include/collectives.h), so NCCL_BUFFSIZE 4 MiB = 2 chunks of 2 MiB.
     l2_inflight_chunks: float = 2.0
-    l2_pollution_penalty: float = 0.5
+    # The GEMM keeps its hot operands in l2_gemm_working_set of L2: buffers up to the rest fit
+    # beside them for free; beyond, they evict a growing share of the working set, all of it
+    # once they fill L2 (contention.l2_share_taken). 1.0 = any footprint counts (no measurement
+    # says otherwise for this GPU: assumption). A40: 0.5 (below).
+    l2_gemm_working_set: float = 1.0
+    # Growth of a GEMM's HBM traffic when communication buffers evict all of its working set
+    # (reuse of operand panels between thread blocks lost); compute.py caps the traffic at
+    # every tile reading its own panels (~9-11x for these tiles). source (A100): a GEMM of a
+    # GPT step on A100-SXM4-80GB took 2.08 ms beside an NCCL all-gather at NCCL's defaults vs
+    # 1.18 ms alone, attention 0.33 vs 0.18 ms (NVIDIA/nccl#1428): 5.5 gives 1.7-2.0x for
+    # ~1 ms GEMMs beside a 256 MiB all-gather on a DGX A100 (check in
+    # tests/cost/test_cost_contention.py). H100, H200, MI300X: no public measurement found, the
+    # A100 value (assumption). A40: 1.95 (below). fit: GEMM beside copy kernel over C.
+    l2_pollution_penalty: float = 5.5
     # Copy engines pollute L2 less than SM copies (ficco §IV-A: DMA removes "a portion of cache
     # interference"). assumption; fit: GEMM beside copy-engine copies.
     dma_l2_pollution_fraction: float = 0.25
@@ -227,7 +252,7 @@ class CostParams:
                      "sustained_clock_fraction", "dma_link_efficiency", "tree_bw_efficiency", "proto_ll_bw_factor",
                      "proto_ll128_bw_factor", "mem_sm_saturation_fraction", "min_bandwidth_share",
                      "channel_bytes_per_s", "host_link_bytes_per_s", "dma_engine_bytes_per_s",
-                     "channel_saturation_sharpness") + tuple(
+                     "channel_saturation_sharpness", "l2_gemm_working_set") + tuple(
                          f.name for f in fields(self) if f.name.startswith("link_efficiency_")):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"cost parameter {name} must be positive, got {getattr(self, name)}")
@@ -236,7 +261,7 @@ class CostParams:
                      "sustained_clock_fraction", "gemm_mem_overlap", "gemm_small_tile_efficiency", "dma_link_efficiency",
                      "tree_bw_efficiency", "proto_ll_bw_factor", "proto_ll128_bw_factor",
                      "mem_sm_saturation_fraction", "min_bandwidth_share",
-                     "dma_l2_pollution_fraction") + tuple(
+                     "dma_l2_pollution_fraction", "l2_gemm_working_set") + tuple(
                          f.name for f in fields(self) if f.name.startswith("link_efficiency_")):
             if getattr(self, name) > 1:
                 raise ConfigError(f"cost parameter {name} is a fraction, must be <= 1, got {getattr(self, name)}")
@@ -247,8 +272,8 @@ class CostParams:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, base: "CostParams | None" = None,
-                  where: str = "cost params") -> "CostParams":
+    def from_dict(cls, d: dict[str, Any], *, base: CostParams | None = None,
+                  where: str = "cost params") -> CostParams:
         """Parameters from a mapping; missing fields come from ``base`` (default: class defaults).
 
         Unknown keys raise :class:`ConfigError` naming them (a typo must not silently fall
@@ -267,7 +292,7 @@ class CostParams:
             raise ConfigError(f"{where}: {exc}") from None
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, base: "CostParams | None" = None) -> "CostParams":
+    def load(cls, path: str | os.PathLike, *, base: CostParams | None = None) -> CostParams:
         """Parameters from a JSON file: a calibration file ``{"params": {...}, "gpu": ...,
         "fit_error": ...}`` or a bare ``{name: value}`` mapping. Fields it lacks come from
         ``base`` (e.g. :func:`default_params` of the GPU)."""
@@ -286,7 +311,7 @@ class CostParams:
         """Write a calibration file ``{"params": ..., **meta}`` (meta: ``gpu``, ``fit_error``)."""
         Path(path).write_text(json.dumps({"params": self.to_dict(), **meta}, indent=2, sort_keys=True) + "\n")
 
-    def with_overrides(self, **kw: Any) -> "CostParams":
+    def with_overrides(self, **kw: Any) -> CostParams:
         """A copy with some fields replaced; unknown names raise :class:`ConfigError`."""
         return self.from_dict(kw, base=self, where="with_overrides")
 
@@ -314,6 +339,19 @@ class CostParams:
 #          MI300X: the same forward/backward ratio (~0.84) applied to their assumed forward value.
 #  [A40]   GA102, 100 KB shared memory per SM -> 128x128 tiles; board power limits sustained
 #          tensor throughput (assumption ~0.7 of peak); GDDR6 ~0.85 of 696 GB/s; PCIe 4.0 host.
+#  [A40c]  contention on A40 (lagom §3.2-§4.3, the paper's own GPU):
+#          channel_bytes_per_s 20 GB/s: lagom §4.3, NC=2 "slightly reduces communication speed"
+#          against NC=8 on cluster A's 400 Gb/s (50 GB/s) NVLink, so two channels reach most of
+#          that link (at 20 GB/s each ~80% of it);
+#          l2_gemm_working_set 0.5: lagom §4.3, (NC=2, C=684 KB) "significantly alleviates
+#          contention": 2 x 684 KB x 2 chunks = 2.7 MB in flight, 45% of the 6 MB L2, leaves
+#          the GEMMs their reuse; l2_pollution_penalty 1.95: FITTED on lagom §1, "our analysis
+#          reveals that communication contention still degrades the performance of the
+#          bottlenecked computation by up to 35%", read on that analysis' own setting (§3.2,
+#          Fig. 3: an FFN beside a 32 MB all-reduce on 8 A40 PCIe) at NCCL's defaults there
+#          (NC=2, C=2 MB): Phi-2's FFN (4096 tokens) takes 1.35x its time alone with 1.95
+#          (1.17x at 1.5, 1.38x at 2.0). Checked in tests/cost/test_cost_contention.py and
+#          judged on the paper's other figures (docs/seeds.md).
 #  [MI300X] hipBLASLt bf16 GEMMs reach roughly half of the 1307 TFLOP/s datasheet peak in public
 #          benchmarks; 256x256 macro tiles; ~4.0-4.3 of 5.3 TB/s HBM3; one SDMA engine per
 #          xGMI link at ~50 GB/s (ficco §IV-B1, 64 GB/s links); DMA all-gather / all-to-all 4.5x /
@@ -326,7 +364,8 @@ _GPU_OVERRIDES: dict[str, dict[str, float]] = {
                       "attention_peak_fraction": 0.65, "attention_bwd_peak_fraction": 0.55,
                       "attention_fa2_peak_fraction": 0.65, "attention_fa2_bwd_peak_fraction": 0.55},
     "A40": {"gemm_peak_fraction": 0.72, "gemm_tile_m": 128, "gemm_tile_n": 128, "gemm_tile_k": 32,
-            "mem_bw_fraction": 0.85, "channel_bytes_per_s": 12e9, "host_link_bytes_per_s": 25e9,
+            "mem_bw_fraction": 0.85, "host_link_bytes_per_s": 25e9,
+            "channel_bytes_per_s": 20e9, "l2_pollution_penalty": 1.95, "l2_gemm_working_set": 0.5,  # [A40c]
             "attention_peak_fraction": 0.5, "attention_bwd_peak_fraction": 0.42,
             "attention_fa2_peak_fraction": 0.5, "attention_fa2_bwd_peak_fraction": 0.42},
     "MI300X": {"gemm_peak_fraction": 0.55, "gemm_tile_m": 256, "gemm_tile_n": 256,

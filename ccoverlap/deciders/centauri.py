@@ -5,19 +5,27 @@ Large Model Training via Communication Partitioning", ASPLOS '24) searches a par
 (§3.1: primitive substitution, group partition, workload partition) in that order and
 schedules the result at three levels (§3.2: operation, layer, model). Here, for a workload:
 
-1. **Primitive and group partition of the gradient collectives** (§3.1.1, §3.1.2), expressed
-   with the builders' knobs: DDP's all-reduce may become reduce-scatter + all-gather (Table 2's
-   scalable substitution; the all-gather then runs at the start of the next step, overlapping
-   the forward — ``distributed_optimizer``), and a data-parallel group spanning nodes may run
-   its collectives hierarchically on intra-/inter-node sub-groups (``algorithm="hierarchical"``).
+1. **Centauri's runtime, primitive and group partition** (§4, §3.1.1, §3.1.2), expressed with
+   the builders' knobs: the scheduling Centauri's reducer, optimizer and layer encapsulation
+   implement (gradients reduced as produced, sharded parameters gathered under the next
+   forward, FSDP weights gathered per layer one unit ahead:
+   :func:`~ccoverlap.deciders.centauri_tiers.centauri_scheduling`); DDP's all-reduce and
+   HSDP's replica all-reduce may become reduce-scatter + all-gather (Table 2's scalable
+   substitution, ``distributed_optimizer``); a data-parallel group (``dp``, HSDP's ``dp_rep``)
+   spanning nodes with several members per node may run hierarchically on intra-/inter-node
+   sub-groups (``algorithm="hierarchical"``).
 2. **Operation level** (§3.2.1, Algorithm 1) on the FSDP forward weight all-gathers: chunk
    count, and for a group spanning nodes inter- or intra-node first, with the dependent forward
    partitioned to match (:mod:`ccoverlap.deciders.partition`, a rewrite of the built graph).
 3. **Layer level** (§3.2.2, eq. 1): activation-gradient-first T1 or weight-gradient-first T2
    in every backward layer.
-4. **Model level** (§3.2.3, eq. 2): how many micro-batches to launch together in forward (L1)
-   and backward (L2) to hide the data-parallel all-gather / reduce-scatter under the memory
-   limit (applied as a breadth-first reordering of the micro-batches, DDP with sharded optimizer).
+4. **Model level** (§3.2.3, eq. 2): with an interleaved pipeline, how many micro-batches of a
+   model chunk are launched together (``pp_group``: ``pp`` is Megatron-LM's, up to all of
+   them, Fig. 7) to hide each chunk's data-parallel collectives under the others; without a
+   pipeline, how many micro-batches to launch together in forward (L1) and backward (L2) to
+   hide the data-parallel all-gather / reduce-scatter under the memory limit (applied as a
+   breadth-first reordering of the micro-batches, DDP with sharded optimizer); for FSDP, the
+   last reduce-scatters of a micro-batch deferred behind the next one's first all-gathers.
 
 Each rule is computed from cost-model numbers (:mod:`ccoverlap.deciders.centauri_rules`) and
 every choice is checked in the simulator: within a tier, the alternatives the rule weighs are
@@ -31,30 +39,35 @@ rewrite are in :mod:`ccoverlap.deciders.centauri_tiers` (re-exported here).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 from ccoverlap.deciders import centauri_rules as rules
 from ccoverlap.deciders.centauri_tiers import (  # re-exported: callers import them from here
     centauri_graph,
+    centauri_scheduling,
     comm_ratio,
     knob_candidates,
     layer_costs,
     model_level_choice,
     operation_candidates,
+    pipeline_group_choice,
 )
-from ccoverlap.sim.graph import OpGraph
 from ccoverlap.predict.planner import FunctionStrategy, with_microbatches
+from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.timeline import Timeline, step_time_s
 
-__all__ = ["CentauriDecision", "decide", "comm_ratio", "centauri_strategy", "centauri_graph", "layer_costs"]
+__all__ = ["CentauriDecision", "decide", "comm_ratio", "centauri_strategy", "centauri_graph", "layer_costs",
+           "centauri_scheduling", "knob_candidates", "pipeline_group_choice"]
 
 
 @dataclass
 class CentauriDecision:
     """What Centauri chose for a workload and the simulations behind it (times in seconds).
 
-    ``baseline_s``: the workload as given (no partition); ``step_s``: the chosen plan;
+    ``baseline_s``: the workload as given (its own scheduling, no partition); ``step_s``: the
+    chosen plan; ``scheduling``: "Centauri's" when the knobs of Centauri's runtime were kept
+    (:func:`~ccoverlap.deciders.centauri_tiers.centauri_scheduling`), else "as given";
     ``tried``: ``(tier, label, step time)`` of every simulated alternative; ``alpha``: the
     communication share of the chosen plan's serial time on its critical rank (§5.4);
     ``extra_memory_bytes``: activations added by launching micro-batches together (eq. 2).
@@ -66,6 +79,7 @@ class CentauriDecision:
     timeline: Timeline
     baseline_s: float
     step_s: float
+    scheduling: str = "as given"
     primitive: str = "as given"
     group: str = "flat"
     operation: str = "none"
@@ -78,6 +92,8 @@ class CentauriDecision:
     bound: float = 1.0
     extra_memory_bytes: float = 0.0
     defer_units: int = 0
+    #: micro-batches the interleaved pipeline launches together (eq. 2 with PP); 0: not chosen
+    pipeline_group: int = 0
     tried: list = field(default_factory=list)
     baseline_workload: object = None
     operation_index: int | None = None
@@ -100,18 +116,20 @@ class CentauriDecision:
             op = f"operation: {self.operation_rule}"
         else:
             op = f"operation: {self.operation} (simulated best; {self.operation_rule})"
-        parts = [f"primitive: {self.primitive}", f"group: {self.group}", op,
+        parts = [f"scheduling: {self.scheduling}", f"primitive: {self.primitive}", f"group: {self.group}", op,
                  f"layer: {self.layer}" + (f" (eq.1 T1={self.layer_rule[0] * 1e3:.1f} ms, "
                                             f"T2={self.layer_rule[1] * 1e3:.1f} ms per layer)"
                                             if self.layer_rule else ""),
-                 f"model: L1={self.model[0]}, L2={self.model[1]}" + (f" ({self.model_rule})" if self.model_rule else "")]
+                 (f"model: pipeline group L={self.pipeline_group}" if self.pipeline_group else
+                  f"model: L1={self.model[0]}, L2={self.model[1]}")
+                 + (f" ({self.model_rule})" if self.model_rule else "")]
         if self.screened_microbatches and self.metrics is not None and self.metrics.extrapolated_from:
             m1, m2 = self.metrics.extrapolated_from
             parts.append(f"chosen on {self.screened_microbatches} micro-batches (the Alg.1 counts are that step's), "
                          f"full step extrapolated from {m1} and {m2}")
         elif self.screened_microbatches:
             parts.append(f"chosen on {self.screened_microbatches} micro-batches, simulated in full")
-        return (f"Centauri — {'; '.join(parts)}. Predicted {self.speedup:.3f}x vs no partition "
+        return (f"Centauri — {'; '.join(parts)}. Predicted {self.speedup:.3f}x vs as given "
                 f"({self.baseline_s * 1e3:.1f} -> {self.step_s * 1e3:.1f} ms); alpha={self.alpha:.2f}, "
                 f"overlap bound min(1/a,1/(1-a))={self.bound:.2f}x (§5.4).")
 
@@ -236,26 +254,52 @@ def _extrapolate_full(planner, d: CentauriDecision, cw, w) -> CentauriDecision:
     return d
 
 
+def _pipeline_group(planner, d: CentauriDecision, step):
+    """Tier 4 with pipeline parallelism (eq. 2, :func:`pipeline_group_choice`): every feasible
+    group of micro-batches launched together is simulated and the fastest that fits kept
+    (eq. 2's own choice is in the note). Returns the step the later tiers work on."""
+    feasible, rule, why = pipeline_group_choice(step, d.workload, planner.cost)
+    if not feasible:
+        return step
+    p = d.workload.parallel
+    best = None
+    for L in feasible:
+        cw = replace(d.workload, parallel=replace(p, pp_group=0 if L == p.pp else L))
+        st, tl = planner.simulate(cw)
+        t = step_time_s(tl)
+        d.tried.append(("model", f"pipeline group L={L}", t))
+        if step.memory.fits and not st.memory.fits:
+            continue
+        if best is None or t < best[0] * (1 - 1e-9):
+            best = (t, L, cw, st, tl)
+    t, L, cw, st, tl = best
+    d.workload, d.step, d.graph, d.timeline, d.step_s, d.pipeline_group = cw, st, st.graph, tl, t, L
+    d.model_rule = why + ("" if L == rule else f"; simulated best L={L}")
+    return st
+
+
 def _decide(planner, w) -> CentauriDecision:
     """:func:`decide`'s tiers on ``w`` as it is (every candidate simulated on its step)."""
     cost = planner.cost
     tried: list = []
     # tier 1: primitive substitution and group partition of gradient collectives (knobs)
     best = None
-    for plabel, glabel, cw in knob_candidates(w):
+    for slabel, plabel, glabel, cw in knob_candidates(w):
         st, tl = planner.simulate(cw)
         t = step_time_s(tl)
-        tried.append(("partition", f"{plabel}; {glabel}", t))
+        tried.append(("partition", f"scheduling {slabel}; {plabel}; {glabel}", t))
         if best is None:
             baseline = (t, st, tl)
             baseline_w = cw
         if st.memory.fits or not baseline[1].memory.fits:
             if best is None or t < best[0] * (1 - 1e-9):
-                best = (t, st, tl, plabel, glabel, cw)
-    t_best, step, tl_best, plabel, glabel, w_best = best
+                best = (t, st, tl, slabel, plabel, glabel, cw)
+    t_best, step, tl_best, slabel, plabel, glabel, w_best = best
     d = CentauriDecision(workload=w_best, step=step, graph=step.graph, timeline=tl_best, baseline_s=baseline[0],
-                         step_s=t_best, primitive=plabel, group=glabel, tried=tried, baseline_workload=baseline_w,
-                         microbatches_judged=step.microbatches)
+                         step_s=t_best, scheduling=slabel, primitive=plabel, group=glabel, tried=tried,
+                         baseline_workload=baseline_w, microbatches_judged=step.microbatches)
+    step = _pipeline_group(planner, d, step)
+    w_best = d.workload
     # tier 2: operation level (Algorithm 1) on FSDP forward all-gathers
     op_best = None
     cands = operation_candidates(step, w_best, cost)
@@ -287,7 +331,8 @@ def _decide(planner, w) -> CentauriDecision:
     # tier 3: layer level (eq. 1), checked in simulation
     bwd = [o for o in step.graph.ops if o.phase == "bwd" and o.layer >= 0 and o.stream == "compute"]
     if bwd:
-        mid_layer = sorted({o.layer for o in bwd})[len({o.layer for o in bwd}) // 2]
+        layers = sorted({o.layer for o in bwd if o.rank == bwd[0].rank})
+        mid_layer = layers[len(layers) // 2]  # a layer the first backward's rank holds
         choice, t1, t2 = rules.layer_level(layer_costs(step.graph, cost, bwd[0].rank, mid_layer, bwd[0].microbatch))
         d.layer_rule = (t1, t2)
         g2 = centauri_graph(step, op_plan=op_fn, layer="T2")
@@ -299,7 +344,8 @@ def _decide(planner, w) -> CentauriDecision:
         d.layer = sim_choice + ("" if sim_choice == choice else f" (eq.1 preferred {choice})")
     # tier 4: model level (eq. 2)
     l1, l2, why, extra = model_level_choice(step, w_best, cost)
-    d.model_rule = why
+    if not d.pipeline_group:
+        d.model_rule = why
     if (l1, l2) != (1, 1):
         layer = "T2" if d.layer.startswith("T2") else "T1"
         gm = centauri_graph(step, op_plan=op_fn, layer=layer, model=(l1, l2))

@@ -97,8 +97,8 @@ def operation_level(*, comp_cost: float, comm_cost: float, cost_inter: float, co
     f = intra_size / world
     if comp_cost / inter_size > intra_size * cost_inter:  # line 15
         return OperationPlan(2, (f, 1.0 - f), "intra-first",
-                             f"intra-node all-gather first; compute on its output hides the inter-node part "
-                             f"(Alg. 1 line 16)")
+                             "intra-node all-gather first; compute on its output hides the inter-node part "
+                             "(Alg. 1 line 16)")
     g2 = (inter_size - 1) / world
     return OperationPlan(3, (f, g2, 1.0 - f - g2), "intra-first-fine",
                          f"intra-node all-gather first; inter-node part ({cost_inter * 1e3:.3g} ms) too long "

@@ -12,16 +12,16 @@ the candidates and keeps the fastest. The rules themselves are in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from ccoverlap.deciders import centauri_rules as rules
 from ccoverlap.deciders import partition as part
 from ccoverlap.deciders.rewrite import GraphRewrite
 from ccoverlap.sim.graph import COMM, COMPUTE, CollectiveSpec, GemmSpec, Op, OpGraph
 
-__all__ = ["comm_ratio", "knob_candidates", "operation_candidates", "layer_costs", "model_level_choice",
-           "centauri_graph"]
+__all__ = ["comm_ratio", "knob_candidates", "centauri_scheduling", "operation_candidates", "layer_costs",
+           "model_level_choice", "pipeline_group_choice", "centauri_graph"]
 
 
 # ----------------------------------------------------------------------------- measures
@@ -52,33 +52,79 @@ def comm_ratio(graph: OpGraph, cost, rank: int | None = None) -> tuple[float, fl
 # ----------------------------------------------------------------------------- tier 1: knobs
 
 
-def _with_dp_algorithm(w, algorithm: str):
-    cfg = replace(w.knobs.config_for("dp"), algorithm=algorithm)
+def _with_algorithm(w, group: str, algorithm: str):
+    cfg = replace(w.knobs.config_for(group), algorithm=algorithm)
     ov = dict(w.knobs.comm_config_overrides)
-    ov["dp"] = cfg
+    ov[group] = cfg
     return replace(w, knobs=replace(w.knobs, comm_config_overrides=tuple(sorted(ov.items()))))
 
 
-def _dp_group(w):
+def _groups(w):
     from ccoverlap.parallel.layout import Layout
 
-    return Layout.build(w.parallel, w.cluster.gpus_per_node).dp
+    return Layout.build(w.parallel, w.cluster.gpus_per_node)
 
 
-def knob_candidates(w) -> list[tuple[str, str, object]]:
-    """(primitive label, group label, workload) alternatives of §3.1.1-§3.1.2 expressible with knobs."""
+def centauri_scheduling(w):
+    """``w`` with the scheduling Centauri's runtime implements (§4: "a new distributed reducer,
+    optimizer, and pipeline scheduler"; the transformer layer encapsulated with its partition
+    and scheduling strategies): overlap on, data-parallel gradients reduced as they are
+    produced (``overlap_grad_reduce``), sharded parameters gathered under the next forward
+    (``overlap_param_gather``, §3.2.3: "allgather is overlapped with the forward phase"), FSDP
+    weights gathered per layer unit and issued under the independent computation before their
+    consumer (Algorithm 1's ``in_cost``: at least one unit ahead, ``fsdp_fetch="unit"``)."""
+    k = w.knobs
+    prefetch = max(1, k.fsdp_prefetch) if k.fsdp_fetch == "unit" else 1
+    nk = replace(k, overlap=True, overlap_grad_reduce=True, overlap_param_gather=True, fsdp_fetch="unit",
+                 fsdp_prefetch=prefetch)
+    return w if nk == k else replace(w, knobs=nk)
+
+
+def _primitives(w) -> list[tuple[str, object]]:
+    """§3.1.1 (Table 2's scalable substitution) on the data-parallel gradient collectives:
+    DDP's all-reduce, and HSDP's replica all-reduce, become reduce-scatter + all-gather, the
+    all-gather running in the next forward (``distributed_optimizer``)."""
     p = w.parallel
-    prims = [("as given", w)]
+    out = [("as given", w)]
     if p.ddp_enabled and not p.distributed_optimizer:
-        prims.append(("all-reduce -> reduce-scatter + all-gather (next forward)",
-                      replace(w, parallel=replace(p, distributed_optimizer=True))))
-    out = []
-    grp = _dp_group(w) if p.dp_enabled else None
-    for plabel, pw in prims:
-        out.append((plabel, "flat", pw))
-        if grp is not None and grp.nodes > 1 and grp.local_size > 1:
-            out.append((plabel, f"hierarchical dp ({grp.nodes} nodes x {grp.local_size})",
-                        _with_dp_algorithm(pw, "hierarchical")))
+        out.append(("all-reduce -> reduce-scatter + all-gather (next forward)",
+                    replace(w, parallel=replace(p, distributed_optimizer=True))))
+    if p.fsdp_enabled and p.dp_replicate > 1 and not p.distributed_optimizer:
+        out.append(("replica all-reduce -> reduce-scatter + all-gather (next forward)",
+                    replace(w, parallel=replace(p, distributed_optimizer=True))))
+    return out
+
+
+def _group_partitions(w) -> list[tuple[str, object]]:
+    """§3.1.2 on the data-parallel groups that span nodes with several members per node
+    (balanced sub-groups only): the shard / DP group ``dp`` and the HSDP replica group
+    ``dp_rep``, each alone or both, as hierarchical (intra-node + inter-node) collectives."""
+    lay = _groups(w)
+    split = [(name, g) for name, g in (("dp", lay.dp), ("dp_rep", lay.dp_rep))
+             if g.size > 1 and g.nodes > 1 and g.local_size > 1]
+    out = [("flat", w)]
+    for name, g in split:
+        out.append((f"hierarchical {name} ({g.nodes} nodes x {g.local_size})",
+                    _with_algorithm(w, name, "hierarchical")))
+    if len(split) == 2:
+        both = w
+        for name, _ in split:
+            both = _with_algorithm(both, name, "hierarchical")
+        out.append(("hierarchical dp and dp_rep", both))
+    return out
+
+
+def knob_candidates(w) -> list[tuple[str, str, str, object]]:
+    """(scheduling, primitive, group partition, workload) alternatives expressible with knobs:
+    the workload as given first, then with Centauri's scheduling (:func:`centauri_scheduling`)
+    under each primitive substitution (§3.1.1) and group partition (§3.1.2)."""
+    out = [("as given", "as given", "flat", w)]
+    sched = centauri_scheduling(w)
+    slabel = "as given" if sched is w else "Centauri's"
+    for plabel, pw in _primitives(sched):
+        for glabel, gw in _group_partitions(pw):
+            if gw is not w:
+                out.append((slabel, plabel, glabel, gw))
     return out
 
 
@@ -244,7 +290,8 @@ def model_level_choice(step, w, cost) -> tuple[int, int, str, float]:
     p = w.parallel
     M = step.microbatches
     if not (p.ddp_enabled and p.distributed_optimizer and not p.pp_enabled):
-        return 1, 1, "eq.2 not applied: it schedules the once-per-step DP all-gather/reduce-scatter (DDP with sharded optimizer, no PP)", 0.0
+        return 1, 1, ("eq.2 not applied: it schedules the once-per-step DP all-gather/reduce-scatter (DDP with "
+                      "sharded optimizer, no PP)"), 0.0
     g = step.graph
     c_ag = sum(_iso(cost, o) for o in g.ops if o.name == "param_ag")
     c_rs = sum(_iso(cost, o) for o in g.ops if o.name.startswith("grad_rs"))
@@ -262,6 +309,47 @@ def model_level_choice(step, w, cost) -> tuple[int, int, str, float]:
     why = (f"eq.2: C_AG={c_ag * 1e3:.1f} C_RS={c_rs * 1e3:.1f} C_fw={c_fw * 1e3:.1f} C_bw={c_bw * 1e3:.1f} ms, "
            f"{M} micro-batches, room for {int(free // m) if m > 0 else M}; exposed {t * 1e3:.1f} ms")
     return l1, l2, why, extra
+
+
+def pipeline_group_choice(step, w, cost) -> tuple[list[int], int, str]:
+    """eq. 2 (§3.2.3) with pipeline parallelism, from the cost model: how many micro-batches
+    of a model chunk the interleaved schedule launches together (``pp_group``; ``pp`` is
+    Megatron-LM's "direct overlapping with interleaved 1F1B", §5.2). The data-parallel
+    collectives of a model chunk (``C_AG`` its parameter all-gathers, ``C_RS`` its gradient
+    reduce-scatters or all-reduces) overlap the ``L`` micro-batches of another chunk launched
+    with them (``L·C_fw`` forward, ``L·C_bw`` backward, one micro-batch of one chunk each), so
+    ``T(L) = max(C_AG − L·C_fw, 0) + max(C_RS − L·C_bw, 0)`` with ``L1 = L2 = L`` (one group
+    size, as the paper's scheduler launches "a PP depth size of micro-batches" or 6), over
+    the ``L`` between ``pp`` and the micro-batches that divide them and whose in-flight
+    activations fit (``L·m ≤ M``); ties go to the smallest ``L`` (least memory, Fig. 7 d).
+    Returns (the feasible ``L``, the choice, the reason); no feasible ``L`` beyond ``pp`` means
+    nothing to choose."""
+    p = w.parallel
+    M, P, V = step.microbatches, p.pp, p.virtual_stages
+    if not (p.pp_enabled and p.dp_enabled and p.pp_schedule == "interleaved" and V > 1):
+        return [], 0, "eq.2 with PP not applied: it groups the micro-batches of the interleaved schedule's model chunks"
+    g = step.graph
+    rank0 = [o for o in g.ops if o.rank == 0]
+    c_ag = sum(_iso(cost, o) for o in rank0 if o.name == "param_ag") / V
+    c_rs = sum(_iso(cost, o) for o in rank0 if o.name.startswith(("grad_rs", "grad_ar"))) / V
+    comp = _unit_compute(g, cost)
+    c_fw = sum(t for (r, _l, mb, ph), t in comp.items() if r == 0 and mb == 0 and ph == "fwd") / V
+    c_bw = sum(t for (r, _l, mb, ph), t in comp.items() if r == 0 and mb == 0 and ph == "bwd") / V
+    mem = step.memory
+    m = mem.activations_bytes / max(1, mem.inflight_microbatches)  # one micro-batch of one chunk
+    free = mem.usable_bytes - (mem.total_bytes - mem.activations_bytes)
+    feasible = []
+    for L in range(P, M + 1):
+        if M % L:
+            continue
+        inflight = min(2 * (P - 1) + (V - 1) * L + 1, M * V)  # rank 0's warm-up + 1 (pp.py)
+        if inflight * m <= free or L == P:
+            feasible.append(L)
+    best = min(feasible, key=lambda L: (max(c_ag - L * c_fw, 0.0) + max(c_rs - L * c_bw, 0.0), L))
+    t = max(c_ag - best * c_fw, 0.0) + max(c_rs - best * c_bw, 0.0)
+    why = (f"eq.2 (PP): per model chunk C_AG={c_ag * 1e3:.1f} C_RS={c_rs * 1e3:.1f} C_fw={c_fw * 1e3:.1f} "
+           f"C_bw={c_bw * 1e3:.1f} ms, {M} micro-batches, groups {feasible} fit; L={best} leaves {t * 1e3:.1f} ms")
+    return feasible, best, why
 
 
 def _group_microbatches(rw: GraphRewrite, l1: int, l2: int, M: int) -> None:

@@ -39,11 +39,13 @@ estimator's best (``ccoverlap ficco --accuracy``). Registering this module adds 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
 
+from ccoverlap.catalog.hardware import CLUSTERS, DEFAULT_CLUSTER_FOR_GPU, ClusterSpec, LinkSpec, get_gpu
 from ccoverlap.deciders.ficco_heuristic import FICCO_SCHEDULES, choose_schedule
 from ccoverlap.errors import ConfigError
+from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import (
     CollectiveSpec,
     CopySpec,
@@ -53,8 +55,6 @@ from ccoverlap.sim.graph import (
     OpGraph,
     P2PSpec,
 )
-from ccoverlap.catalog.hardware import CLUSTERS, DEFAULT_CLUSTER_FOR_GPU, ClusterSpec, LinkSpec, get_gpu
-from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.timeline import step_time_s
 
 __all__ = [

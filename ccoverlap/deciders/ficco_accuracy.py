@@ -5,13 +5,20 @@ when it is not. Re-exported by :mod:`ccoverlap.deciders.ficco`."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
-from ccoverlap.deciders.ficco import (SCHEDULES, FiccoCase, ScheduleEstimate, best_schedule, estimate_all,
-                                      heuristic_pick, machine)
-from ccoverlap.deciders.ficco_heuristic import FICCO_SCHEDULES
 from ccoverlap.catalog.hardware import ClusterSpec
+from ccoverlap.deciders.ficco import (
+    SCHEDULES,
+    FiccoCase,
+    ScheduleEstimate,
+    best_schedule,
+    estimate_all,
+    heuristic_pick,
+    machine,
+)
+from ccoverlap.deciders.ficco_heuristic import FICCO_SCHEDULES
 from ccoverlap.errors import ConfigError
 
 __all__ = ["PAPER_SCENARIOS", "per_rank_gemm", "SWEEP_M", "SWEEP_N", "SWEEP_K", "paper_cases", "synthetic_cases", "CaseVerdict",

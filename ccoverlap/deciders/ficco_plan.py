@@ -17,8 +17,8 @@ from dataclasses import replace
 from ccoverlap.deciders import ficco
 from ccoverlap.deciders.ficco_accuracy import judge
 from ccoverlap.deciders.rewrite import GraphRewrite, Piece
-from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, OpGraph, P2PSpec, gc_paused
 from ccoverlap.predict.planner import FunctionStrategy
+from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, OpGraph, P2PSpec, gc_paused
 
 __all__ = ["tp_pairs", "splice_schedule", "ficco_strategy"]
 

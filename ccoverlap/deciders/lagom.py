@@ -54,18 +54,29 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import CommConfig
-from ccoverlap.predict.planner import FunctionStrategy
 
-from .nccl_tuning import (ProgressFn, TuneResult, TuneStep, TuningSpace, _choose_implementations, _Counter,
-                          _with, autoccl_tune, config_dict, exhaustive_grid, exhaustive_tune,
-                          implementation_candidates, nccl_default_configs)
+from .nccl_tuning import (
+    ProgressFn,
+    TuneResult,
+    TuneStep,
+    TuningSpace,
+    _choose_implementations,
+    _Counter,
+    _with,
+    autoccl_tune,
+    config_dict,
+    exhaustive_grid,
+    exhaustive_tune,
+    implementation_candidates,
+    nccl_default_configs,
+)
 from .overlap_group import OverlapGroup
-from .profiler import ProfileResult, Profiler, SimulatedProfiler
+from .profiler import Profiler, ProfileResult, SimulatedProfiler
 
 __all__ = [
     "INITIAL_H",
@@ -75,8 +86,6 @@ __all__ = [
     "lagom_tune",
     "GroupTuning",
     "tune_group",
-    "lagom_strategy",
-    "autoccl_strategy",
     # re-exported from .nccl_tuning
     "TuningSpace",
     "TuneStep",
@@ -206,7 +215,7 @@ def lagom_tune(group: OverlapGroup, profiler: Profiler, *, start: Sequence[CommC
             steps.append(TuneStep(j, mid, res, decision="refine: bisect the X = Y crossing"))
             if res.makespan_s < best[1].makespan_s * (1 - 1e-12):
                 best = (mid, res)
-            if res.comm_time_s < res.compute_time_s:
+            if res.comm_busy_s < res.compute_time_s:
                 hi = mid
             else:
                 lo = mid
@@ -248,7 +257,7 @@ def lagom_tune(group: OverlapGroup, profiler: Profiler, *, start: Sequence[CommC
         res = current if cand == configs[j] else count(_with(configs, j, cand))
         initialized[j] = True
         x_old, x_new = current.comm_times_s[j], res.comm_times_s[j]
-        hidden = res.comm_time_s < res.compute_time_s  # X' < Y' (§3.4 condition 2)
+        hidden = res.comm_busy_s < res.compute_time_s  # X' < Y' (§3.4 condition 2)
         gain = (x_old - x_new) / x_new if x_new > 0 else 0.0
         if first:
             # Algorithm 2 lines 2-3: start from the minimums (no previous time to compare)
@@ -265,7 +274,7 @@ def lagom_tune(group: OverlapGroup, profiler: Profiler, *, start: Sequence[CommC
         if hidden:
             # Algorithm 2 lines 7-8, condition X' < Y': finished at the crossing
             done[j] = True
-            was_hidden = current.comm_time_s < current.compute_time_s
+            was_hidden = current.comm_busy_s < current.compute_time_s
             steps.append(TuneStep(j, cand, res, h[j], lr[j], "done: X < Y"))
             if was_hidden:  # X was already under Y (another collective's move): keep lower Z
                 if res.makespan_s < current.makespan_s * (1 - 1e-12):
@@ -368,139 +377,3 @@ def tune_group(group: OverlapGroup, cost=None, *, profiler: Profiler | None = No
         results["exhaustive"] = exhaustive_tune(group, profiler, base=base, space=space,
                                                 max_profiles=max_exhaustive_profiles, progress=progress)
     return GroupTuning(group, results, time.perf_counter() - t0)
-
-
-# ----------------------------------------------------------------------------- planner strategies
-
-def _fmt_config(c: CommConfig) -> str:
-    chunk = c.chunk_bytes or 0
-    size = f"{chunk / 2**20:g} MiB" if chunk >= 2**20 and chunk % 2**18 == 0 else f"{chunk / 1024:g} KiB"
-    return f"NC={c.channels} NT={c.threads} C={size} {c.protocol}"
-
-
-def _tune_workload(planner, w, method: str, *, top: int = 2):
-    """Tune the main overlap groups of ``w`` with ``method`` ("lagom" or "autoccl") and apply
-    the result per process group (the knobs hold one CommConfig per group name, shared by
-    every collective on it, while the tuners choose per collective). Returns a
-    :class:`ccoverlap.planning.strategies.StrategyResult` (seconds), or None when nothing overlaps.
-
-    Each method applies its own objective at the step level too:
-
-    * ``autoccl`` (each collective's own speed): per process group, the configuration it
-      chose for the collective with the most communication time on that group, applied
-      whatever it does to the step, as AutoCCL would live;
-    * ``lagom`` (the makespan): per process group, among the configurations it chose, the
-      geometric midpoints between each and NCCL's default, and the configuration as given,
-      the one giving the fastest simulated step. The step is a larger overlap than the
-      groups (collectives no computation hides share the process group's configuration), so
-      this is Lagom's "keep the best configuration profiled", with the step as the profile.
-    """
-    from ccoverlap.predict.workload import with_knobs
-
-    from .overlap_group import overlap_groups_from_step
-
-    from ccoverlap.predict.planner import workload_key
-
-    cost = planner.cost
-    # candidates are judged on the planner's screened step (fewer micro-batches unless the
-    # planner is exact); the configuration chosen is simulated on the full step at the end
-    w_full, w = w, planner.screened(w)
-
-    def make_groups():
-        step, tl = planner.simulate(w)
-        return overlap_groups_from_step(step.graph, tl, w.cluster, top=top, label=w.model.name)
-
-    # the groups and their simulated profiles are shared with the other tuner on this planner
-    # (a profile is deterministic: sharing changes no choice, and profile counts include hits)
-    groups = planner.memo(("overlap-groups", workload_key(w), top), make_groups)
-    if not groups:
-        return None
-    tuner = lagom_tune if method == "lagom" else autoccl_tune
-    candidates: dict[str, list[CommConfig]] = {}
-    comm_time: dict[tuple[str, CommConfig], float] = {}
-    profiles = 0
-    space = TuningSpace()
-    for g in groups:
-        r = tuner(g, planner.memo(("simulated-profiler", id(g)), lambda: SimulatedProfiler(g, cost)))
-        profiles += r.profiles
-        defaults = nccl_default_configs(g)
-        for coll, cfg, dflt, x in zip(g.collectives, r.configs, defaults, r.result.comm_times_s):
-            pg = coll.spec.group.name
-            lst = candidates.setdefault(pg, [])
-            comm_time[(pg, cfg)] = comm_time.get((pg, cfg), 0.0) + x * g.weight
-            extra = [cfg]
-            if method == "lagom":
-                mid = _midpoint(space.clamp(dflt), cfg, space)
-                extra.append(replace(mid, protocol=cfg.protocol, algorithm=cfg.algorithm))
-            lst.extend(c for c in extra if c not in lst)
-    sims = 0
-    chosen: dict[str, CommConfig] = {}
-    if method == "autoccl":
-        overrides = dict(w.knobs.comm_config_overrides)
-        for pg, cands in candidates.items():
-            tuned = [c for c in cands if (pg, c) in comm_time]
-            chosen[pg] = overrides[pg] = max(tuned, key=lambda c: comm_time[(pg, c)])
-        best_w = with_knobs(w, comm_config_overrides=overrides)
-        sims = 1  # the one (full) simulation of the configuration it chose
-    else:
-        best_w, best = w, planner.evaluate(w, method)
-        sims = 1
-        screened = w is not w_full
-        # screened: a candidate better on the screened step is confirmed on the full step
-        best_full = planner.evaluate(planner.restore(w, w_full), method) if screened else best
-        for pg, cands in candidates.items():
-            # each candidate replaces only this group's configuration of the current best, so
-            # they are independent: simulated together (in worker processes where possible)
-            cand_ws = []
-            for cfg in cands:
-                overrides = dict(best_w.knobs.comm_config_overrides)
-                overrides[pg] = cfg
-                cand_ws.append(with_knobs(best_w, comm_config_overrides=overrides))
-            results = planner.evaluate_many(cand_ws, method)
-            sims += len(cand_ws)
-            for cfg, cand_w, res in zip(cands, cand_ws, results):
-                if res.fits_memory and res.step_time_s < best.step_time_s * (1 - 1e-9):
-                    if screened:
-                        full = planner.evaluate(planner.restore(cand_w, w_full), method)
-                        sims += 1
-                        if not (full.fits_memory and full.step_time_s < best_full.step_time_s * (1 - 1e-9)):
-                            continue
-                        best_full = full
-                    best_w, best, chosen[pg] = cand_w, res, cfg
-    best = planner.evaluate(planner.restore(best_w, w_full), method)
-    what = "Lagom" if method == "lagom" else "AutoCCL-style tuning"
-    screened = ""
-    if w is not w_full:
-        screened = (f" on {w.batch.microbatches(w.parallel.dp)} micro-batches, gains confirmed and the choice "
-                    f"on the full step, {planner.full_step_how(w_full)}")
-    tail = f"({what} on {len(groups)} overlap group(s), {profiles} profiles, {sims} step simulations{screened})"
-    if chosen:
-        best.note = "; ".join(f"{pg}: {_fmt_config(c)}" for pg, c in chosen.items()) + " " + tail
-    else:
-        best.note = f"configuration as given kept: no tuned configuration made the step faster {tail}"
-    return best
-
-
-def lagom_strategy(planner, start):
-    """The ``lagom`` planner strategy: Lagom (Algorithms 1-2, lagom §3.4) on the workload's
-    main overlap groups, the chosen NC/NT/C applied per process group through the knobs'
-    ``comm_config_overrides`` where it makes the whole simulated step faster (seconds; see
-    :func:`_tune_workload`)."""
-    return _tune_workload(planner, start, "lagom")
-
-
-def autoccl_strategy(planner, start):
-    """The ``autoccl`` planner baseline: every collective tuned for its own speed (lagom §2.2,
-    eq. 2) on the same groups, applied per process group as it chose (see :func:`_tune_workload`)."""
-    return _tune_workload(planner, start, "autoccl")
-
-
-# planner strategies (registered by ccoverlap.planning.strategies.default_registry). Both share the overlap
-# groups and their simulated profiles (Planner.memo), so they run in one process ("group");
-# ``weight`` is a scheduling hint only (CPU seconds on the README's 70B plan, docs/planner.md)
-LAGOM = FunctionStrategy("lagom", lagom_strategy,
-                         "Lagom (lagom §3.4, Algorithms 1-2): NCCL channels/threads/chunk co-tuned for the makespan",
-                         group="nccl-tuning", weight=2.2)
-AUTOCCL = FunctionStrategy("autoccl", autoccl_strategy,
-                           "AutoCCL-style baseline (lagom §2.2, eq. 2): each collective tuned for its own speed",
-                           group="nccl-tuning", weight=0.5)

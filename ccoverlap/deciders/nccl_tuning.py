@@ -12,14 +12,14 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig
 
 from .overlap_group import OverlapGroup
-from .profiler import ProfileResult, Profiler
+from .profiler import Profiler, ProfileResult
 
 __all__ = [
     "TuningSpace",

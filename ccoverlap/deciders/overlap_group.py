@@ -25,12 +25,14 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
+from ccoverlap.catalog.hardware import ClusterSpec
 from ccoverlap.config import check_keys
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import (
@@ -43,7 +45,6 @@ from ccoverlap.sim.graph import (
     MemorySpec,
     OpGraph,
 )
-from ccoverlap.catalog.hardware import ClusterSpec
 
 __all__ = [
     "Computation",
@@ -108,6 +109,8 @@ class OverlapCollective:
 class OverlapGroup:
     """M computations + N collectives overlapped on two streams (lagom §3.1, eq. 1).
 
+    With no computations (M = 0) it is a communication-only group, whose makespan is X
+    (eq. 2: each collective's own time is all that matters); files always give computations.
     ``cluster`` supplies the cost model and NCCL's default configurations; ``weight`` is how
     many times the group occurs in a training step (1 for a group from a file); ``source``
     says where it came from, for reports.
@@ -122,8 +125,6 @@ class OverlapGroup:
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        if not self.computations:
-            raise ConfigError(f"overlap group {self.name!r}: needs at least one computation")
         if not self.collectives:
             raise ConfigError(f"overlap group {self.name!r}: needs at least one collective")
         names = [c.name for c in self.collectives]
@@ -164,7 +165,7 @@ class OverlapGroup:
             g.add(coll.name, replace(coll.spec, config=cfg), stream=coll.stream, phase="overlap")
         return g
 
-    def with_collectives(self, n: int) -> "OverlapGroup":
+    def with_collectives(self, n: int) -> OverlapGroup:
         """A copy keeping the first ``n`` collectives (used to study search cost against N)."""
         return replace(self, collectives=self.collectives[:n], name=f"{self.name}[:{n}]")
 
@@ -446,7 +447,7 @@ def overlap_groups_from_step(graph: OpGraph, timeline, cluster: ClusterSpec, *, 
         if not comm_time:
             return []
         rank = max(sorted(comm_time), key=lambda r: comm_time[r])
-    windows: "OrderedDict[tuple, list[int]]" = OrderedDict()
+    windows: OrderedDict[tuple, list[int]] = OrderedDict()
     colls: list[int] = []
     for op in ops:
         if op.rank != rank:
@@ -474,7 +475,7 @@ def overlap_groups_from_step(graph: OpGraph, timeline, cluster: ClusterSpec, *, 
         best_ov = float(ov[j])
         if best_ov > 0.0 and best_ov >= min_overlap * (ce - cs):
             assigned[keys[j]].append(c)
-    found: "OrderedDict[tuple, dict]" = OrderedDict()
+    found: OrderedDict[tuple, dict] = OrderedDict()
     for k in keys:
         if not assigned[k]:
             continue

@@ -26,12 +26,12 @@ phase labels; backward GEMMs are ``<weight>_dgrad[i]`` and ``<weight>_wgrad``.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ccoverlap.deciders.centauri_rules import OperationPlan, allgather_pieces
 from ccoverlap.deciders.rewrite import GraphRewrite, Piece
+from ccoverlap.parallel.units import tensor_of
 from ccoverlap.sim.graph import COMM, CollectiveSpec, GemmSpec, Op, OpGraph
 
 __all__ = [
@@ -44,12 +44,11 @@ __all__ = [
     "weight_key",
 ]
 
-_SUFFIX = re.compile(r"(_dgrad|_wgrad)?\d*$")
-
-
-def weight_key(name: str) -> str:
-    """The weight a GEMM op uses, from its builder name (``fc2_dgrad1`` -> ``fc2``, ``qkv0`` -> ``qkv``)."""
-    return _SUFFIX.sub("", name)
+def weight_key(name: str) -> str | None:
+    """The weight tensor a GEMM op uses, from its builder name (``mlp_fc2_dgrad1`` -> ``fc2``,
+    ``qkv0`` -> ``qkv``), or None for a GEMM without a weight (the attention's batched GEMMs):
+    :func:`ccoverlap.parallel.units.tensor_of`."""
+    return tensor_of(name)
 
 
 def _dependents(graph: OpGraph) -> list[list[int]]:
@@ -121,8 +120,9 @@ def _chain_weights(graph: OpGraph, chain: list[int]) -> dict[str, _Weight]:
     sizes: dict[str, float] = {}
     for oid in chain:
         op = graph.ops[oid]
-        if isinstance(op.spec, GemmSpec) and not op.name.endswith("_wgrad"):
-            sizes.setdefault(weight_key(op.name), float(op.spec.n) * op.spec.k)
+        key = weight_key(op.name) if isinstance(op.spec, GemmSpec) and not op.name.endswith("_wgrad") else None
+        if key is not None:
+            sizes.setdefault(key, float(op.spec.n) * op.spec.k)
     total = sum(sizes.values())
     out: dict[str, _Weight] = {}
     if total <= 0:
@@ -244,7 +244,7 @@ def backward_weight_first(rw: GraphRewrite, stream: str = "compute") -> int:
             op = g.ops[oid]
             if "_dgrad" in op.name:
                 key = weight_key(op.name)
-                if op.name.startswith(key + "_dgrad"):
+                if key is not None:
                     dgrads_of.setdefault((key, op.layer, op.microbatch), []).append(oid)
         pos = {oid: i for i, oid in enumerate(seq)}
         before: dict[int, list[int]] = {}  # dgrad -> the wgrads moved right before it, in order
@@ -253,7 +253,8 @@ def backward_weight_first(rw: GraphRewrite, stream: str = "compute") -> int:
             if op.phase != "bwd" or not op.name.endswith("_wgrad") or not isinstance(op.spec, GemmSpec):
                 continue
             key = weight_key(op.name)
-            dgrads = [i for i in dgrads_of.get((key, op.layer, op.microbatch), ()) if pos[i] < pos[oid]]
+            dgrads = [i for i in dgrads_of.get((key, op.layer, op.microbatch), ()) if pos[i] < pos[oid]] \
+                if key is not None else []
             if not dgrads:
                 continue
             first = dgrads[0]

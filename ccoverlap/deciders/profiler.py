@@ -18,8 +18,9 @@ No torch at module level.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, CommConfig, GemmSpec, MemorySpec
@@ -42,11 +43,20 @@ class ProfileResult:
     comm_times_s: tuple[float, ...]
     compute_time_s: float
     makespan_s: float
+    comm_span_s: float | None = None
 
     @property
     def comm_time_s(self) -> float:
         """``X = sum_j x_j`` (lagom eq. 1), seconds."""
         return float(sum(self.comm_times_s))
+
+    @property
+    def comm_busy_s(self) -> float:
+        """How long communication runs, first start to last end (seconds): ``X`` when the
+        collectives share one stream (lagom §3.1), less when a framework issues them on
+        several streams that run at the same time (FSDP's all-gather and reduce-scatter
+        streams). What ``X < Y`` compares in Lagom's stopping conditions (§3.4)."""
+        return self.comm_time_s if self.comm_span_s is None else float(self.comm_span_s)
 
 
 class Profiler(Protocol):
@@ -93,7 +103,8 @@ class SimulatedProfiler:
         comm = tuple(float(d) for d in dur[n_comp:])
         y = float(dur[:n_comp].sum())
         z = float(tl.end_s.max() - tl.start_s.min())
-        res = ProfileResult(comm_times_s=comm, compute_time_s=y, makespan_s=z)
+        span = float(tl.end_s[n_comp:].max() - tl.start_s[n_comp:].min())
+        res = ProfileResult(comm_times_s=comm, compute_time_s=y, makespan_s=z, comm_span_s=span)
         self._cache[key] = res
         return res
 

@@ -28,9 +28,9 @@ backward (profiles with ``selective_recompute: attention``; torchtitan's per-op 
 
 from __future__ import annotations
 
-from ccoverlap.sim.graph import AttentionSpec, GemmSpec
 from ccoverlap.parallel import cp as cpm
 from ccoverlap.parallel import pointwise as pw
+from ccoverlap.sim.graph import AttentionSpec, GemmSpec
 
 MASK_BYTES = pw.MASK_BYTES
 

@@ -12,9 +12,14 @@ reduced after the whole backward, blocking the compute stream. Each pipeline mod
 buckets, and routed-expert gradients have their own, reduced over the expert-data-parallel group.
 
 With ``distributed_optimizer`` (Megatron-LM; ZeRO-1) a bucket is reduce-scattered instead,
-and parameters are all-gathered bucket by bucket after the optimizer step: with ``overlap`` at
-the start of the (next, steady-state) step, each layer's first forward waiting for its
-buckets (``overlap_param_gather``); without, blocking after the optimizer.
+and parameters are all-gathered bucket by bucket after the optimizer step: with ``overlap`` and
+the knob ``overlap_param_gather`` at the start of the (next, steady-state) step, each layer's
+first forward waiting for its buckets; without, blocking after the optimizer.
+
+With the knob ``overlap_grad_reduce`` off, no bucket is reduced during the backward: every
+bucket is reduced after the rank's whole backward (all its model chunks), on the compute
+stream, as Megatron-LM did before ``--overlap-grad-reduce`` (``reduce_model_grads`` after
+``forward_backward_func``, at ``e6d7e09``).
 
 Gradients are reduced in fp32 (``ddp_reduce_dtype: fp32``: Megatron-Core's fp32 main grads,
 forced with ``--bf16``) or in the parameter dtype (``param``: Megatron-LM 2021's default,
@@ -45,9 +50,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ccoverlap.sim.graph import MemorySpec
 from ccoverlap.parallel.layer import GRAD_BYTES
 from ccoverlap.parallel.units import unit_tensors
+from ccoverlap.sim.graph import MemorySpec
 
 MiB = 1 << 20
 FIRST_BUCKET_BYTES = 1 * MiB
@@ -131,7 +136,7 @@ class DDPHook:
     def start(self) -> None:
         """Distributed optimizer with overlap: the previous step's parameter all-gathers,
         issued at step start in forward order."""
-        if not (self.dist_opt and self.em.knobs.overlap):
+        if not (self.dist_opt and self.em.knobs.overlap and self.em.knobs.overlap_param_gather):
             return
         em = self.em
         for chunk in sorted(self.buckets):
@@ -156,7 +161,7 @@ class DDPHook:
             return
         for t in unit_tensors(self.em.model, self.em.parallel, unit):
             self.ready[(unit, t.name)] = producers.get(t.name, end_id)
-        if self.em.knobs.overlap:
+        if self.em.knobs.overlap and self.em.knobs.overlap_grad_reduce:
             self._issue(chunk, in_backward=True)
 
     def bucket_kernels(self, numel: int) -> MemorySpec | None:
@@ -190,9 +195,10 @@ class DDPHook:
                     dict(phase="dp")
                 dep = em.g.add("grad_bucket_prep", pre, rank=self.rank, stream="compute", deps=(dep,), **labels)
             coll = "reduce_scatter" if self.dist_opt else "all_reduce"
+            stream = em.stream("dp_comm") if em.knobs.overlap_grad_reduce else "compute"
             self.last_comm = em.g.add(f"grad_{'rs' if self.dist_opt else 'ar'}_{b.group}",
                                       self._coll(b, coll, self.gb), rank=self.rank,
-                                      stream=em.stream("dp_comm"), deps=(dep,), phase="dp")
+                                      stream=stream, deps=(dep,), phase="dp")
             if em.framework.ddp_coalesce_copies:  # copy the reduced flat buffer back into the grads
                 self.last_post = em.g.add("grad_bucket_copy_back", MemorySpec(
                     bytes=float(2 * b.numel * self.gb), host_kernels=1 if em.framework.eager else 0),
@@ -209,8 +215,9 @@ class DDPHook:
         return [op for op in (self.last_comm, self.last_post) if op is not None]
 
     def after_optimizer(self, opt_id: int) -> None:
-        """Distributed optimizer without overlap: blocking parameter all-gathers after the step."""
-        if not self.dist_opt or self.em.knobs.overlap:
+        """Distributed optimizer without overlap (or ``overlap_param_gather``): blocking parameter
+        all-gathers after the step."""
+        if not self.dist_opt or (self.em.knobs.overlap and self.em.knobs.overlap_param_gather):
             return
         em = self.em
         prev = opt_id

@@ -23,10 +23,10 @@ the all-to-alls ``dispatch(A) dispatch(B) combine(A) combine(B)`` on the EP stre
 
 from __future__ import annotations
 
-from ccoverlap.sim.graph import GemmSpec
 from ccoverlap.parallel import tp as tpc
 from ccoverlap.parallel.layer import LayerCtx, attn_bwd, attn_fwd
 from ccoverlap.parallel.segment import IN, Segment
+from ccoverlap.sim.graph import GemmSpec
 
 
 def _dims(ctx: LayerCtx):

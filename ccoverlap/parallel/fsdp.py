@@ -23,7 +23,13 @@ Model of one simulated rank (units = embedding, each layer, head):
   HSDP (``dp_replicate = r > 1``): they are sharded over one shard group of ``dp·cp / r``
   ranks only; after each reduce-scatter the unit's gradient *shard* (fp32, ``numel / shard``
   elements) is all-reduced across the ``r`` replicas (group ``dp_rep``) on the same stream,
-  as FSDP2's HSDP and FSDP1's ``HYBRID_SHARD`` do.
+  as FSDP2's HSDP and FSDP1's ``HYBRID_SHARD`` do. With ``distributed_optimizer`` the
+  replicas are ZeRO-1/2 instead (the "Zero1+2+3" of Centauri §5.2, and its primitive
+  substitution, Table 2): the shard is reduce-scattered across the replicas (``hsdp_rs``,
+  same stream), each replica updates ``1/r`` of it, and the updated shard is all-gathered
+  across the replicas (``hsdp_param_ag``, compute dtype) — at the start of the next step on
+  the ``dp_comm`` stream, the unit's first all-gather of the step waiting for it, with the
+  knob ``overlap_param_gather``; else blocking after the optimizer step.
 * Frameworks whose profile has ``fsdp_copies`` (FSDP2, torchtitan) copy the gathered buffer
   out into the parameters on the compute stream before the unit runs (read + write the
   unsharded unit) and pack the gradients into the reduce-scatter input, cast to fp32, on the
@@ -62,6 +68,7 @@ from __future__ import annotations
 
 from ccoverlap.parallel.layer import GRAD_BYTES
 from ccoverlap.parallel.units import unit_tensors
+from ccoverlap.parallel.zero3 import GATHER_PREFIX, gathered_tensors
 
 
 class FSDPHook:
@@ -78,8 +85,14 @@ class FSDPHook:
         self.flat = em.framework.fsdp_flat_param
         self.rb = em.framework.fsdp_reduce_bytes  # bytes per reduced gradient element
         self.bytes: dict[str, dict[str, int]] = {}
+        # DeepSpeed ZeRO-3 fetching (knob fsdp_fetch="parameter", ccoverlap.parallel.zero3): the
+        # gathered tensors of each unit; tensors under the persistence threshold stay gathered
+        self.per_tensor = em.knobs.fsdp_fetch == "parameter" and em.knobs.overlap  # without overlap all block
+        self.tensors: dict[str, list[tuple[str, int]]] = {}
         for _, units in chunks:
             for u in units:
+                if self.per_tensor:
+                    self.tensors[u] = gathered_tensors(em.model, p, u)
                 per = {"dp": 0, "edp": 0}
                 for t in unit_tensors(em.model, p, u):
                     per[t.group] += t.numel
@@ -95,9 +108,27 @@ class FSDPHook:
         self.chunk_units = {c: list(units) for c, units in chunks}
         self.gathered: set = set()  # (chunk, unit) kept unsharded (deferred mode)
         self.last_bwd: dict[int, dict[str, tuple]] = {}  # chunk -> unit -> (end op, mb) of its last backward
+        # HSDP with ZeRO-1/2 across the replicas (distributed_optimizer): the replica all-gather
+        # of each unit's updated shard, and whether it overlaps the next step's forward
+        self.zero_replicas = self.replicas > 1 and p.distributed_optimizer
+        self.replica_ag: dict[tuple, int] = {}  # (chunk, unit) -> hsdp_param_ag its first gather waits for
+        k = em.knobs
+        self.replica_ag_early = self.zero_replicas and k.overlap and k.overlap_param_gather
 
     def start(self) -> None:
-        """Nothing to issue before the first unit (gathers are issued per unit)."""
+        """HSDP with ZeRO-1/2 replicas and ``overlap_param_gather``: the previous step's replica
+        all-gathers of the updated shards, issued at step start in forward order."""
+        if not self.replica_ag_early:
+            return
+        em = self.em
+        for chunk, units in self.chunk_units.items():
+            for u in units:
+                numel = self.bytes.get(u, {}).get("dp", 0)
+                if numel:
+                    shard = -(-numel // self.sizes["dp"])
+                    self.replica_ag[(chunk, u)] = em.g.add(
+                        "hsdp_param_ag", em.ctx.coll("all_gather", shard * em.parallel.dtype_bytes, "dp_rep"),
+                        rank=self.rank, stream=em.stream("dp_comm"), phase="dp")
 
     def before_unit(self, chunk: int, unit: str, phase: str, mb: int, first_use: bool) -> int | None:
         """Emit the unit's all-gather(s) for this execution; return the op its compute waits for."""
@@ -113,12 +144,21 @@ class FSDPHook:
             self.gathered.add((chunk, unit))
         j = len(self.ends)
         deps = []
+        if (chunk, unit) in self.replica_ag:  # the updated shard must be back from the replicas
+            deps.append(self.replica_ag.pop((chunk, unit)))
         if j - k.fsdp_prefetch - 1 >= 0:
             deps.append(self.ends[j - k.fsdp_prefetch - 1])
         if j - k.fsdp_limit_all_gathers >= 0:
             deps.append(self.ends[j - k.fsdp_limit_all_gathers])
         op = None
         for group, numel in sizes.items():
+            if group == "dp" and self.per_tensor:  # DeepSpeed ZeRO-3: one all-gather per tensor, in use order
+                tensors = self.tensors[unit] if phase == "fwd" else self.tensors[unit][::-1]
+                for name, n in tensors:
+                    op = em.g.add(f"{GATHER_PREFIX}{name}", em.ctx.coll("all_gather", n * self.ag_bytes, group),
+                                  rank=self.rank, stream=em.stream("fsdp_ag"), deps=deps, microbatch=mb,
+                                  phase=phase, layer=em.layer_of(unit))
+                continue
             ag_deps = deps
             if self.flat:  # FSDP1 mixed precision: cast the fp32 shard to the bf16 all-gather input
                 shard = -(-numel // self.sizes[group])
@@ -197,7 +237,8 @@ class FSDPHook:
                                     rank=self.rank, stream=em.stream("fsdp_rs"), deps=(dep,), microbatch=mb,
                                     phase="bwd", layer=layer)
             if self.replicas > 1 and group == "dp":
-                self.last_rs = em.g.add("hsdp_ar", em.ctx.coll("all_reduce", shard * rb, "dp_rep"),
+                name, coll = ("hsdp_rs", "reduce_scatter") if self.zero_replicas else ("hsdp_ar", "all_reduce")
+                self.last_rs = em.g.add(name, em.ctx.coll(coll, shard * rb, "dp_rep"),
                                         rank=self.rank, stream=em.stream("fsdp_rs"), deps=(self.last_rs,),
                                         microbatch=mb, phase="bwd", layer=layer)
             if self.flat:  # FSDP1: post-divide the shard (read + write), cast it to the fp32 flat
@@ -212,4 +253,17 @@ class FSDPHook:
         return [] if self.last_rs is None else [self.last_rs]
 
     def after_optimizer(self, opt_id: int) -> None:
-        """Nothing: sharded parameters are updated in place."""
+        """Sharded parameters are updated in place; HSDP with ZeRO-1/2 replicas and without
+        ``overlap_param_gather`` all-gathers each unit's updated shard across the replicas,
+        blocking, after the step."""
+        if not self.zero_replicas or self.replica_ag_early:
+            return
+        em, prev = self.em, opt_id
+        for _, units in sorted(self.chunk_units.items()):
+            for u in units:
+                numel = self.bytes.get(u, {}).get("dp", 0)
+                if numel:
+                    shard = -(-numel // self.sizes["dp"])
+                    prev = em.g.add("hsdp_param_ag", em.ctx.coll("all_gather", shard * em.parallel.dtype_bytes,
+                                                                 "dp_rep"),
+                                    rank=self.rank, stream="compute", deps=(prev,), phase="opt")

@@ -31,12 +31,12 @@ unless the profile's ``tp_sp_save_gathered_input`` says autograd saved the gathe
 
 from __future__ import annotations
 
-from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec
+from ccoverlap.catalog.frameworks import get_framework
 from ccoverlap.parallel import attention as attn
 from ccoverlap.parallel import pointwise as pw
 from ccoverlap.parallel import tp as tpc
-from ccoverlap.catalog.frameworks import get_framework
 from ccoverlap.parallel.segment import IN, Segment
+from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec
 
 GRAD_BYTES = 4  # fp32 gradients / main grads (Megatron-LM main_grad, PyTorch AMP fp32 params)
 

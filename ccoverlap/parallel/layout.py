@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
-from ccoverlap.sim.graph import GroupSpec
 from ccoverlap.parallel.config import ParallelConfig
+from ccoverlap.sim.graph import GroupSpec
 
 
 def local_size(size: int, stride: int, gpus_per_node: int) -> int:
@@ -58,7 +58,7 @@ class Layout:
     cp_inter_node: bool = False
 
     @classmethod
-    def build(cls, p: ParallelConfig, gpus_per_node: int) -> "Layout":
+    def build(cls, p: ParallelConfig, gpus_per_node: int) -> Layout:
         """Groups of ``p`` laid out on nodes of ``gpus_per_node`` GPUs (see module docstring)."""
         g = gpus_per_node
 

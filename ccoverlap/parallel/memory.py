@@ -6,7 +6,9 @@ Model states (bytes per local parameter):
   fp32 master weights + Adam moments (12): 18 bytes; with ``distributed_optimizer`` the 12
   are divided by dp (ZeRO-1; Megatron-LM's "6 + 12/d").
 * FSDP (ZeRO-3): fp32 sharded parameters (they are the master copy), fp32 sharded gradients
-  and moments: 16 / dp bytes, plus communication buffers: the unsharded bf16 units alive
+  and moments: 16 / dp bytes (HSDP with ``distributed_optimizer``, ZeRO-1/2 across the
+  replicas: the shard in the compute dtype, fp32 gradients, fp32 master and moments over
+  ``1/dp_replicate`` of the shard), plus communication buffers: the unsharded bf16 units alive
   (the ``min(limit_all_gathers, prefetch + 1)`` largest units; every unit with
   ``reshard_after_forward=False``) and one unit's unsharded fp32 gradients.
 
@@ -150,7 +152,7 @@ def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attent
     knobs = knobs or OverlapKnobs()
     p = parallel
     M = batch.microbatches(p.dp)
-    sched = make_schedule(p.pp_schedule, p.pp, M, p.virtual_stages)
+    sched = make_schedule(p.pp_schedule, p.pp, M, p.virtual_stages, p.pp_group)
     d = p.dtype_bytes
     cp = p.cp
     seq_local = batch.seq_len // cp  # context parallelism: each rank holds s / cp tokens (flash only)
@@ -181,6 +183,10 @@ def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attent
             weights = 4.0 * sharded
             grads = GRAD_BYTES * sharded
             optim = 8.0 * sharded
+            if p.distributed_optimizer:  # HSDP, ZeRO-1/2 replicas: the compute-dtype shard is
+                # gathered, the fp32 master and moments cover 1/dp_replicate of it
+                weights = d * sharded + 4.0 * sharded / p.dp_replicate
+                optim = 8.0 * sharded / p.dp_replicate
             if knobs.fsdp_reshard_after_forward:
                 n_alive = min(knobs.fsdp_limit_all_gathers, knobs.fsdp_prefetch + 1)
                 alive = sorted(unit_params, reverse=True)[:n_alive]

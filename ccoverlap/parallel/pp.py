@@ -13,6 +13,11 @@ the bubble comes out of the simulation, not from a formula.
   ``forward_backward_pipelining_with_interleaving``): rank r holds model stages
   ``c·P + r`` for c < V; warm-up ``(P−r−1)·2 + (V−1)·P`` virtual micro-batches; the k-th
   forward runs chunk ``(k // P) % V`` of micro-batch ``(k // PV)·P + k % P``. Bubble (P−1)/(M·V).
+  With a *group* of ``G`` micro-batches (``P ≤ G ≤ M``, ``G`` dividing ``M``) launched together
+  per model chunk instead of ``P`` (Lamy-Poirier 2023's breadth-first pipeline; Centauri
+  §3.2.3, Fig. 7 c-d: "launching several micro-batches of an identical model chunk together"
+  to overlap the data-parallel collectives), ``P`` becomes ``G`` in the chunk and micro-batch
+  of the k-th task and in the ``(V−1)·G`` part of the warm-up; ``G = M`` is breadth-first.
 * DualPipe (DeepSeek-V3 technical report §3.2.1): rank r holds stage r for the first half
   of the micro-batches, fed from rank 0, and stage P−1−r for the second half, fed from rank
   P−1 (two copies of the parameters). The order is the reference implementation's eight
@@ -60,10 +65,17 @@ class Schedule:
 
 
 @functools.lru_cache(maxsize=64)
-def make_schedule(name: str, pp: int, microbatches: int, virtual_stages: int = 1) -> Schedule:
+def make_schedule(name: str, pp: int, microbatches: int, virtual_stages: int = 1, group: int = 0) -> Schedule:
     """The named schedule for ``pp`` ranks and ``microbatches`` micro-batches (cached: a
-    Schedule is immutable, and the step builder and the memory estimate both ask for it)."""
+    Schedule is immutable, and the step builder and the memory estimate both ask for it).
+    ``group``: micro-batches launched together per model chunk in the interleaved schedule
+    (0: ``pp``, Megatron-LM's; see the module doc)."""
     P, M = pp, microbatches
+    G = group or P
+    if group and name != "interleaved":
+        raise ConfigError(f"a pipeline group of {group} micro-batches needs the interleaved schedule, got {name!r}")
+    if group and P > 1 and not (P <= G <= M and M % G == 0):
+        raise ConfigError(f"pipeline group {G} must be between pp={P} and the {M} micro-batches and divide them")
     if P < 1 or M < 1:
         raise ConfigError(f"pipeline needs pp >= 1 and micro-batches >= 1, got pp={P}, micro-batches={M}")
     if name == "gpipe":
@@ -76,7 +88,7 @@ def make_schedule(name: str, pp: int, microbatches: int, virtual_stages: int = 1
         V = virtual_stages
         if P > 1 and M % P:
             raise ConfigError(f"the interleaved schedule needs micro-batches ({M}) to be a multiple of pp={P}")
-        orders = tuple(_interleaved(P, M, V, r) for r in range(P))
+        orders = tuple(_interleaved(P, M, V, r, G) for r in range(P))
         return Schedule(name, P, M, P * V, orders, tuple(tuple(c * P + r for c in range(V)) for r in range(P)), ())
     if name == "dualpipe":
         if P % 2 or M % 2:
@@ -96,19 +108,20 @@ def _one_f_one_b(P: int, M: int, r: int) -> tuple:
     return tuple(out)
 
 
-def _interleaved(P: int, M: int, V: int, r: int) -> tuple:
+def _interleaved(P: int, M: int, V: int, r: int, G: int = 0) -> tuple:
     total = M * V
+    G = G or P
 
     def mb(k: int) -> int:
-        return (k // (P * V)) * P + k % P
+        return (k // (G * V)) * G + k % G
 
     def f(k: int) -> tuple:
-        return ("F", mb(k), (k // P) % V)
+        return ("F", mb(k), (k // G) % V)
 
     def b(k: int) -> tuple:
-        return ("B", mb(k), V - 1 - (k // P) % V)
+        return ("B", mb(k), V - 1 - (k // G) % V)
 
-    warm = min((P - r - 1) * 2 + (V - 1) * P, total)
+    warm = min((P - r - 1) * 2 + (V - 1) * G, total)
     out = [f(k) for k in range(warm)]
     for i in range(total - warm):
         out.append(f(warm + i))

@@ -50,12 +50,12 @@ class Segment:
         """Local index of the last op."""
         return len(self.ops) - 1
 
-    def finish(self, out: int | None = None) -> "Segment":
+    def finish(self, out: int | None = None) -> Segment:
         """Set the output op (default: the last op) and return self."""
         self.out = self.last() if out is None else out
         return self
 
-    def renamed(self, prefix: str) -> "Segment":
+    def renamed(self, prefix: str) -> Segment:
         """A copy with every op name prefixed (recomputation in backward) and no tensor tags."""
         s = Segment(name=prefix + self.name, unit=self.unit, out=self.out, comm_only=self.comm_only)
         s.ops = [TOp(prefix + o.name, o.spec, o.stream, tuple(d for d in o.deps if not isinstance(d, str)), "", "")

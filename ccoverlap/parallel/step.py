@@ -29,19 +29,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ccoverlap.catalog.frameworks import check_framework, get_framework
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import MemorySpec, Op, OpGraph, P2PSpec, gc_paused
 from ccoverlap.parallel import ep as epm
 from ccoverlap.parallel import layer as lay
-from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig
+from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, check_step_size
 from ccoverlap.parallel.ddp import DDPHook
-from ccoverlap.catalog.frameworks import check_framework, get_framework
 from ccoverlap.parallel.fsdp import FSDPHook
 from ccoverlap.parallel.layout import Layout
 from ccoverlap.parallel.memory import MemoryEstimate, estimate_memory
 from ccoverlap.parallel.pp import Schedule, make_schedule
 from ccoverlap.parallel.segment import IN, Segment
 from ccoverlap.parallel.units import layer_index, stage_units, unit_tensors
+from ccoverlap.parallel.zero3 import fetch_per_parameter
+from ccoverlap.sim.graph import MemorySpec, Op, OpGraph, P2PSpec, gc_paused
 
 new_op = tuple.__new__  # an Op record from a tuple of its fields, without keyword handling
 
@@ -132,7 +133,8 @@ class _Emitter:
         self.model, self.parallel, self.batch, self.cluster, self.knobs = model, parallel, batch, cluster, knobs
         self.M = batch.microbatches(parallel.dp)
         self.layout = Layout.build(parallel, cluster.gpus_per_node)
-        self.sched = make_schedule(parallel.pp_schedule, parallel.pp, self.M, parallel.virtual_stages)
+        self.sched = make_schedule(parallel.pp_schedule, parallel.pp, self.M, parallel.virtual_stages,
+                                   parallel.pp_group)
         self.ctx = lay.LayerCtx(model, parallel, batch.micro_batch, batch.seq_len, self.layout, knobs,
                                 framework=self.framework)
         self.two_batch = knobs.overlap and knobs.ep_overlap and model.is_moe and parallel.ep > 1
@@ -405,7 +407,8 @@ class _Emitter:
                     else:
                         dense += t.numel
         sharded = p.data_parallel == "fsdp" or p.distributed_optimizer
-        shard = p.dp_shard if p.data_parallel == "fsdp" else p.dp_cp
+        # HSDP with ZeRO-1/2 replicas (distributed_optimizer): each replica updates 1/r of the shard
+        shard = p.dp_shard if p.data_parallel == "fsdp" and not p.distributed_optimizer else p.dp_cp
         local = dense // shard + expert // p.expert_dp if sharded else dense + expert
         if self.grad_clip:
             clip_bytes = local * self.framework.grad_clip_bytes_per_param
@@ -445,9 +448,15 @@ def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
     ``megatron-core``) that decides which kernels a layer runs (docs/model.md).
     """
     knobs = knobs or OverlapKnobs()
+    check_step_size(model.layers, parallel, batch, knobs)  # before anything is built
     em = _Emitter(model, parallel, batch, cluster, knobs, grad_clip, framework)
+    zero3 = knobs.fsdp_fetch == "parameter" and parallel.fsdp_enabled and knobs.overlap  # (blocking either way)
+    if zero3:
+        _check_zero3(em)
     with gc_paused():
         graph = em.build()
+        if zero3:
+            graph = fetch_per_parameter(graph, dtype_bytes=1 if parallel.fp8_param_allgather else parallel.dtype_bytes)
     graph.meta.update({
         "model": model.name, "parallel": parallel.to_dict(), "batch": batch.to_dict(),
         "knobs": knobs.to_dict(), "microbatches": em.M, "schedule": em.sched.name,
@@ -465,6 +474,22 @@ def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
         microbatches=em.M,
         schedule=em.sched,
     )
+
+
+def _check_zero3(em: _Emitter) -> None:
+    """Configurations the ZeRO-3 per-parameter fetch (:mod:`ccoverlap.parallel.zero3`) does not
+    model: one ConfigError naming what is wrong."""
+    fw, p = em.framework, em.parallel
+    why = []
+    if fw.fsdp_copies or fw.fsdp_flat_param:
+        how = "FSDP2 copies" if fw.fsdp_copies else "FSDP1 flat parameters"
+        why.append(f"framework {fw.name!r} gathers FSDP units with {how}")
+    if em.model.is_moe:
+        why.append("expert parameters are not fetched per tensor")
+    if p.pp > 1 and fw.fsdp_pp_deferred_sync:
+        why.append("parameters stay gathered across micro-batches with fsdp_pp_deferred_sync")
+    if why:
+        raise ConfigError("fsdp_fetch='parameter' (DeepSpeed ZeRO-3 fetching) is not modelled here: " + "; ".join(why))
 
 
 def step_totals(model, parallel: ParallelConfig, batch: BatchConfig, cluster,

@@ -73,8 +73,8 @@ local index of the op the next step should depend on. ``ctx`` is a
 from __future__ import annotations
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CopySpec, P2PSpec
 from ccoverlap.parallel import pointwise as pw
+from ccoverlap.sim.graph import CopySpec, P2PSpec
 
 
 def _cast(seg, ctx, src, name: str, direction: str, rows: int, cols: int, weight_elems: int = 0):

@@ -6,6 +6,7 @@ positions), ``"L<i>"`` (transformer layer i), ``"head"`` (final norm and LM head
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -69,3 +70,25 @@ def stage_param_numel(model, parallel, stage_unit_lists: list[list[str]]) -> tup
                 else:
                     dense += t.numel
     return dense, expert
+
+
+_GRAD_SUFFIX = re.compile(r"_(dgrad|wgrad)\d*$")
+#: the tensor names :meth:`ModelSpec.layer_tensors` and ``embedding_tensors`` give
+TENSOR_NAMES = ("qkv", "proj", "fc1", "fc2", "router", "shared_fc1", "shared_fc2", "experts_fc1",
+                "experts_fc2", "embedding", "pos_embedding", "lm_head")
+
+
+def tensor_of(op_name: str, names=TENSOR_NAMES) -> str | None:
+    """The weight tensor (one of ``names``) an op of the step builders reads, from its name:
+    ``mlp_fc1`` / ``mlp_fc1_dgrad`` / ``recompute_mlp_fc1`` -> ``fc1``, ``qkv0`` (a TP chunk)
+    -> ``qkv``, ``embedding`` -> ``embedding``; None for an op that reads no weight (norms,
+    attention, element-wise kernels, a gradient of the embedding lookup)."""
+    base = _GRAD_SUFFIX.sub("", op_name.removeprefix("recompute_"))
+    while base:
+        for cand in (base, base.removeprefix("mlp_")):
+            if cand in names:
+                return cand
+        if not base[-1].isdigit():
+            return None
+        base = base[:-1]  # a chunk index
+    return None

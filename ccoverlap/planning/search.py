@@ -32,8 +32,8 @@ Times in seconds, memory in bytes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable
 
 from ccoverlap.errors import ConfigError
 
@@ -234,21 +234,26 @@ def screen_estimate(model, cluster, p, b, cost) -> float:
 
 
 def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, top: int = 3,
-           planner_factory=None, **enum_kw) -> SearchResult:
+           planner_factory=None, constraints: dict | None = None, **enum_kw) -> SearchResult:
     """Search the layouts of workload ``w``'s model on its cluster at its global batch and
     sequence length (see the module docstring). ``max_simulations`` caps step simulations with
-    default knobs; ``top`` layouts get the best-knobs search. Returns a :class:`SearchResult`."""
-    from ccoverlap.predict.evaluate import cost_model_for
+    default knobs; ``top`` layouts get the best-knobs search; ``constraints`` (ParallelConfig
+    field -> value, e.g. ``{"tp": 8}``) keeps only the layouts that have those values. Returns
+    a :class:`SearchResult`."""
     from ccoverlap.parallel.step import step_totals
     from ccoverlap.planning.strategies import search_best_knobs
+    from ccoverlap.predict.evaluate import cost_model_for
     from ccoverlap.predict.planner import Planner
 
     t0 = time.perf_counter()
     cost = cost_model_for(w)
     layouts = enumerate_layouts(w.model, w.cluster, w.batch, **enum_kw)
+    constraints = dict(constraints or {})
+    layouts = [(p, b) for p, b in layouts if all(getattr(p, k) == v for k, v in constraints.items())]
     if not layouts:
+        given = "".join(f", {k}={v}" for k, v in constraints.items())
         raise ConfigError(f"no legal layout of {w.model.name} on {w.cluster.world_size} GPUs with global batch "
-                          f"{w.batch.global_batch}")
+                          f"{w.batch.global_batch}{given}")
     knobs0 = replace(w.knobs, overlap=True)
     cands: list[Candidate] = []
     for p, b in layouts:

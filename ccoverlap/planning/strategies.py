@@ -18,12 +18,21 @@ workload, its cost model built once, and the simulation cache).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any
 
 from ccoverlap.predict.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
-from ccoverlap.predict.planner import (FunctionStrategy, Planner, ProgressFn, Strategy, StrategyRegistry,  # noqa: F401
-                               fork_available, strategy_groups, workload_key)
+from ccoverlap.predict.planner import (  # noqa: F401
+    FunctionStrategy,
+    Planner,
+    ProgressFn,
+    Strategy,
+    StrategyRegistry,
+    fork_available,
+    strategy_groups,
+    workload_key,
+)
 from ccoverlap.predict.workload import Workload
 
 
@@ -124,13 +133,21 @@ NO_OVERLAP = FunctionStrategy("no-overlap", _no_overlap, "every collective block
 
 def default_registry() -> StrategyRegistry:
     """The decider strategies ``plan`` runs after the best-knobs search, registered explicitly:
-    Lagom and the AutoCCL baseline (lagom §3), Centauri (its partition and scheduling tiers),
-    FiCCO (§V-C schedules for TP+SP pairs)."""
+    Lagom and the AutoCCL baseline (lagom §3; from the knobs as given, so their rows against
+    ``as-given`` are what NCCL tuning alone buys) and Lagom from the best knobs (both levers),
+    Centauri (its partition and scheduling tiers), FiCCO (§V-C schedules for TP+SP pairs)."""
     from ccoverlap.deciders.centauri import CENTAURI
     from ccoverlap.deciders.ficco_plan import FICCO
-    from ccoverlap.deciders.lagom import AUTOCCL, LAGOM
+    from ccoverlap.deciders.lagom_step import AUTOCCL, LAGOM, LAGOM_WITH_KNOBS
 
-    return StrategyRegistry([LAGOM, AUTOCCL, CENTAURI, FICCO])
+    return StrategyRegistry([LAGOM, AUTOCCL, LAGOM_WITH_KNOBS, CENTAURI, FICCO])
+
+
+def strategy_start(strategy, as_given: Workload, best: Workload) -> Workload:
+    """The workload a strategy starts from: the knobs as given when its ``start`` attribute
+    says ``"as-given"`` (Lagom, AutoCCL: the paper's baseline keeps the framework's knobs),
+    else the best knobs."""
+    return as_given if getattr(strategy, "start", "best-knobs") == "as-given" else best
 
 
 @dataclass
@@ -196,7 +213,7 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
         if progress:
             progress(0, len(chosen), "strategies " + ", ".join(s.name for s in chosen))
         done = {}
-        for part in planner.map(lambda i: _run_group(planner, groups[i], best_w), len(groups)):
+        for part in planner.map(lambda i: _run_group(planner, groups[i], w, best_w), len(groups)):
             for name, res, wall, cpu, counts in part:
                 done[name] = res
                 seconds[name], cpu_seconds[name] = wall, cpu
@@ -206,7 +223,7 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
         for i, strat in enumerate(chosen):
             if progress:
                 progress(i, len(chosen), f"strategy {strat.name}")
-            res = strat.run(planner, best_w)
+            res = strat.run(planner, strategy_start(strat, w, best_w))
             lap(strat.name)
             if res is not None:
                 strategies.append(res)
@@ -218,14 +235,15 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
                       best_workload=best_w, stats=stats)
 
 
-def _run_group(planner: Planner, group: list, start: Workload) -> list[tuple]:
-    """Run the strategies of ``group`` one after the other on ``planner`` (in a worker process):
-    ``(name, result without its timeline, wall s, CPU s, counter increments)`` each."""
+def _run_group(planner: Planner, group: list, as_given: Workload, best: Workload) -> list[tuple]:
+    """Run the strategies of ``group`` one after the other on ``planner`` (in a worker process),
+    each from :func:`strategy_start`: ``(name, result without its timeline, wall s, CPU s,
+    counter increments)`` each."""
     out = []
     for strat in group:
         before = planner.stats()
         t, c = time.perf_counter(), time.process_time()
-        res = strat.run(planner, start)
+        res = strat.run(planner, strategy_start(strat, as_given, best))
         if res is not None:
             res.timeline = None
         after = planner.stats()

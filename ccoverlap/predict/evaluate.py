@@ -104,7 +104,7 @@ class StepMetrics:
     extrapolated_from: tuple[int, int] | None = None
 
     @classmethod
-    def of(cls, tl: Timeline, microbatches: int) -> "StepMetrics":
+    def of(cls, tl: Timeline, microbatches: int) -> StepMetrics:
         """The metrics of the simulated timeline ``tl`` of a step of ``microbatches`` micro-batches."""
         return cls(step_time_s(tl), tuple(all_rank_metrics(tl)), int(microbatches))
 

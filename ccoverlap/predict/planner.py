@@ -21,12 +21,21 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.predict.evaluate import (StepMetrics, StrategyResult, build_workload_step, cost_model_for,
-                                extrapolate_metrics, step_totals, summarize, summarize_metrics)
+from ccoverlap.predict.evaluate import (
+    StepMetrics,
+    StrategyResult,
+    build_workload_step,
+    cost_model_for,
+    extrapolate_metrics,
+    step_totals,
+    summarize,
+    summarize_metrics,
+)
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -67,6 +76,8 @@ def screen_microbatches(w) -> int | None:
     least pp + 2 in steady state, the same in-flight activations as the full step) and keeps
     the interleaved schedule's "multiple of pp" rule (Narayanan et al. 2021, §2.2)."""
     pp = max(1, int(w.parallel.pp))
+    if getattr(w.parallel, "pp_group", 0):  # a pipeline group ties the schedule to the micro-batch count
+        return None
     m_s = pp * -(-(2 * pp + 2) // pp)
     m = w.batch.microbatches(w.parallel.dp)
     return m_s if m_s < m else None
@@ -91,7 +102,7 @@ def steady_state_microbatches(w) -> tuple[int, int] | None:
     interleaved schedule's "multiple of pp" rule."""
     p = w.parallel
     pp = max(1, int(p.pp))
-    if pp > 1 and p.pp_schedule not in PERIODIC_SCHEDULES:
+    if pp > 1 and (p.pp_schedule not in PERIODIC_SCHEDULES or getattr(p, "pp_group", 0)):
         return None
     m1 = pp * -(-(2 * pp + 2) // pp)
     m2 = m1 + pp
@@ -492,7 +503,10 @@ class StrategyRegistry:
         try:
             return self._by_name[name]
         except KeyError:
-            raise ConfigError(f"unknown strategy {name!r}; available: {', '.join(self._by_name) or 'none'}") from None
+            from ccoverlap.config import short, suggest
+
+            raise ConfigError(f"unknown strategy {short(name)}{suggest(name, self._by_name)}; "
+                              f"available: {', '.join(self._by_name) or 'none'}") from None
 
     def select(self, names: Iterable[str] | None) -> list[Strategy]:
         """The strategies called ``names`` (all when None), checked."""

@@ -1,9 +1,11 @@
-"""A workload = model + cluster + parallelism + batch + overlap knobs, from flags or a config file.
+"""A workload = model + cluster + parallelism + batch + overlap knobs, from keywords, flags or a
+config file.
 
-Shared by ``plan``, ``simulate`` and ``tune``. A config file (JSON, TOML or YAML) looks like::
+Shared by ``plan``, ``simulate``, ``tune`` and the Python API (``ccoverlap.Workload``). A config
+file (JSON, TOML or YAML) looks like::
 
-    model: llama-3-8b            # a catalog name, or a mapping of ModelSpec fields
-    cluster: a40-pcie            # a catalog cluster / GPU name, or a mapping (see hardware.py)
+    model: llama-3-8b            # a catalog name, a model file, or a mapping of ModelSpec fields
+    cluster: a40-pcie            # a catalog cluster / GPU name, a cluster file or a mapping
     nodes: 2
     parallel: {dp: 16, data_parallel: fsdp}
     batch: {global_batch: 32, micro_batch: 1, seq_len: 4096}
@@ -11,24 +13,27 @@ Shared by ``plan``, ``simulate`` and ``tune``. A config file (JSON, TOML or YAML
     calibration: calibrations/h100.json   # optional
     framework: megatron-core     # optional framework profile (name or file), docs/model.md
 
-Flags given on the command line override the file.
+Every field is typed and bounded (:mod:`ccoverlap.config`): counts are integers in range (no
+``true``, no ``2.5``, no ``"two"``), choices are one of their names, and a step that would have
+more operations than the simulator builds (:func:`ccoverlap.parallel.config.check_step_size`)
+is refused before anything is built. Flags and keywords override the file.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, replace
+from dataclasses import InitVar, dataclass, fields, replace
 from typing import Any
 
-from ccoverlap.config import check_keys, dataclass_from_mapping, read_config_file
-from ccoverlap.errors import ConfigError
 from ccoverlap.catalog.hardware import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_file
+from ccoverlap.config import Count, check_keys, dataclass_from_mapping, read_config_file, short, typed
+from ccoverlap.errors import ConfigError
 
-# The built-in example: a compute-bound job where the overlap decision matters —
-# Llama-3-8B on one DGX H100 (8 GPUs, NVSwitch), TP2 with sequence parallelism inside FSDP over
-# 4 ranks, global batch 8 x 4096 tokens, micro-batch 1 (2 micro-batches per rank); small enough
-# to plan in seconds. The Lagom paper's communication-bound A40 setting (lagom §4.1 cluster B,
-# Table 2), the previous built-in example, is examples/llama3-8b-fsdp-a40.yaml.
+# The built-in example: a compute-bound job where the overlap decision matters — Llama-3-8B
+# on one DGX H100 (8 GPUs, NVSwitch), TP2 with sequence parallelism inside FSDP over 4 ranks,
+# global batch 8 x 4096 tokens, micro-batch 1 (2 micro-batches per rank); small enough to plan
+# in seconds. The Lagom paper's communication-bound A40 setting (lagom §4.1 cluster B,
+# Table 2) is examples/llama3-8b-fsdp-a40.yaml.
 DEFAULT_EXAMPLE = {
     "model": "llama-3-8b",
     "cluster": "dgx-h100",
@@ -38,23 +43,94 @@ DEFAULT_EXAMPLE = {
     "knobs": {},
 }
 
+#: Keyword options of a workload besides the file's sections: the parallel layout's flags.
+PARALLEL_OPTIONS = ("tp", "pp", "dp", "ep", "cp", "data_parallel", "sequence_parallel", "pp_schedule",
+                    "virtual_stages", "recompute")
+BATCH_OPTIONS = ("global_batch", "micro_batch", "seq_len")
+#: ``--dtype`` names -> (dtype_bytes, fp8) of the parallel configuration.
+DTYPES = {"bfloat16": (2, False), "float16": (2, False), "float32": (4, False), "fp8": (2, True)}
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadFile:
+    """The top level of a workload config file (types only; the sections are checked by their
+    own dataclasses)."""
+
+    model: str | dict | None = None
+    cluster: str | dict | None = None
+    nodes: Count | None = None
+    parallel: dict | None = None
+    batch: dict | None = None
+    knobs: dict | None = None
+    calibration: str | None = None
+    framework: str | None = None
+
+
+@dataclass(frozen=True, repr=False)
 class Workload:
-    """Everything a step simulation needs, validated."""
+    """Everything a step simulation needs, validated.
 
-    model: Any
-    cluster: ClusterSpec
-    parallel: Any
-    batch: Any
-    knobs: Any
+    Made from keywords as the command line's flags (all optional; the built-in example fills
+    the rest)::
+
+        Workload(model="llama-3-8b", cluster="dgx-h100", tp=2, dp=4)
+        Workload(model="llama-3-70b", cluster="dgx-h100", nodes=4, tp=8, pp=4, global_batch=64)
+        Workload.from_file("examples/llama3-8b-fsdp-a40.yaml", nodes=2)
+
+    ``model`` / ``cluster`` take a catalog name, a file or a mapping, ``parallel`` / ``batch``
+    / ``knobs`` a mapping (or their dataclasses); ``tp``, ``pp``, ``dp``, ``ep``, ``cp``,
+    ``data_parallel``, ``sequence_parallel``, ``pp_schedule``, ``virtual_stages``,
+    ``recompute``, ``global_batch``, ``micro_batch``, ``seq_len``, ``nodes`` and ``dtype``
+    override single fields. Any problem is one :class:`~ccoverlap.errors.ConfigError`.
+    """
+
+    model: Any = None
+    cluster: Any = None
+    parallel: Any = None
+    batch: Any = None
+    knobs: Any = None
     calibration: str | None = None
     source: str = "built-in example"
     framework: str = "megatron-core"  # a framework profile name or file (docs/model.md)
+    nodes: InitVar[int | None] = None
+    tp: InitVar[int | None] = None
+    pp: InitVar[int | None] = None
+    dp: InitVar[int | None] = None
+    ep: InitVar[int | None] = None
+    cp: InitVar[int | None] = None
+    data_parallel: InitVar[str | None] = None
+    sequence_parallel: InitVar[bool | None] = None
+    pp_schedule: InitVar[str | None] = None
+    virtual_stages: InitVar[int | None] = None
+    recompute: InitVar[str | None] = None
+    global_batch: InitVar[int | None] = None
+    micro_batch: InitVar[int | None] = None
+    seq_len: InitVar[int | None] = None
+    dtype: InitVar[str | None] = None
+
+    def __post_init__(self, *values) -> None:
+        options = {name: v for name, v in zip(_INIT_OPTIONS, values) if v is not None}
+        if not options and _is_built(self):
+            return  # already validated (dataclasses.replace of a built workload)
+        sections = {f: getattr(self, f) for f in ("model", "cluster", "parallel", "batch", "knobs", "calibration")}
+        options.update({k: _plain(v) for k, v in sections.items() if v is not None})
+        if self.framework != "megatron-core":
+            options["framework"] = self.framework
+        built = workload_from_options(None, options, source="python")
+        for f in fields(self):
+            object.__setattr__(self, f.name, getattr(built, f.name))
+
+    @classmethod
+    def from_file(cls, path, **options) -> Workload:
+        """The workload of a config file (JSON / TOML / YAML, the schema above), with keyword
+        ``options`` overriding it as flags do."""
+        data = read_config_file(path)
+        return workload_from_options(data, _split_options(options), source=str(path))
 
     def describe(self) -> str:
+        """One line: model, cluster, layout, batch."""
         p = self.parallel
-        dims = [f"{k.upper()}{getattr(p, k)}" for k in ("tp", "cp", "pp", "dp", "ep") if getattr(p, k, 1) > 1] or ["1 GPU"]
+        dims = [f"{k.upper()}{getattr(p, k)}" for k in ("tp", "cp", "pp", "dp", "ep") if getattr(p, k) > 1] or ["1 GPU"]
         extra = [p.data_parallel.upper()] if p.dp > 1 else []
         if p.pp > 1:
             extra.append(p.pp_schedule)
@@ -62,13 +138,61 @@ class Workload:
                 f"({' x '.join(dims)}{', ' + ', '.join(extra) if extra else ''}; global batch "
                 f"{self.batch.global_batch} x {self.batch.seq_len} tokens, micro-batch {self.batch.micro_batch})")
 
+    def __repr__(self) -> str:
+        return f"Workload({self.describe()})"
+
+    def to_dict(self) -> dict:
+        """Plain data: the config-file schema with every field filled (model and cluster by
+        name), which :func:`workload_from_mapping` reads back for catalog models and clusters."""
+        return {"model": self.model.name, "cluster": self.cluster.name, "nodes": self.cluster.nodes,
+                "parallel": self.parallel.to_dict(), "batch": self.batch.to_dict(), "knobs": self.knobs.to_dict(),
+                "calibration": self.calibration, "framework": self.framework, "source": self.source,
+                "world_size": self.cluster.world_size, "description": self.describe()}
+
+
+_INIT_OPTIONS = ("nodes", *PARALLEL_OPTIONS, *BATCH_OPTIONS, "dtype")
+
+
+def _is_built(w: Workload) -> bool:
+    from ccoverlap.catalog.models import ModelSpec
+    from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig
+
+    return (isinstance(w.model, ModelSpec) and isinstance(w.cluster, ClusterSpec)
+            and isinstance(w.parallel, ParallelConfig) and isinstance(w.batch, BatchConfig)
+            and isinstance(w.knobs, OverlapKnobs))
+
+
+def _plain(v: Any) -> Any:
+    """A section given as its dataclass, as the mapping a file would give (catalog objects by
+    themselves: a ModelSpec or ClusterSpec is used as it is)."""
+    to_dict = getattr(v, "to_dict", None)
+    from ccoverlap.catalog.models import ModelSpec
+
+    if isinstance(v, (ModelSpec, ClusterSpec)) or to_dict is None:
+        return v
+    return to_dict()
+
+
+def _split_options(options: dict) -> dict:
+    known = (*_INIT_OPTIONS, "model", "cluster", "calibration", "framework", "parallel", "batch", "knobs")
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        from ccoverlap.config import suggest
+
+        raise ConfigError(f"unknown workload option {short(unknown[0])}{suggest(unknown[0], known)}; "
+                          f"expected some of {list(known)}")
+    return {k: v for k, v in options.items() if v is not None}
+
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags that describe a workload (all optional: defaults are the built-in example)."""
+    from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK
+
     g = parser.add_argument_group("workload (defaults: the built-in example)")
     g.add_argument("--config", help="JSON/TOML/YAML file describing the workload (flags override it)")
-    g.add_argument("--model", help="model name (e.g. llama-3-70b) or a model file")
-    g.add_argument("--cluster", help="cluster or GPU name (dgx-h100, a40-pcie, H100-SXM, ...) or a cluster file")
+    g.add_argument("--model", help="model name (e.g. llama-3-70b; `ccoverlap list models`) or a model file")
+    g.add_argument("--cluster", help="cluster or GPU name (dgx-h100, a40-pcie, H100-SXM, ...; "
+                                     "`ccoverlap list clusters`) or a cluster file")
     g.add_argument("--nodes", type=int, help="number of nodes")
     for dim in ("tp", "pp", "dp", "ep", "cp"):
         g.add_argument(f"--{dim}", type=int, help=f"{dim.upper()} degree")
@@ -80,12 +204,13 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--global-batch", type=int, help="global batch (sequences)")
     g.add_argument("--micro-batch", type=int, help="micro-batch size (sequences)")
     g.add_argument("--seq-len", type=int, help="sequence length (tokens)")
+    g.add_argument("--dtype", choices=list(DTYPES),
+                   help="compute dtype: bfloat16 (default), float16, float32, or fp8 linear layers")
     g.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                    help="overlap knob as given, e.g. --knob fsdp_prefetch=2 --knob bucket_cap_mb=50")
     g.add_argument("--calibration", help="calibration file written by `ccoverlap calibrate`")
-    g.add_argument("--framework", help="framework profile: megatron-core (default), megatron-lm-2021, torchtitan, "
-                                       "torchtitan-compile, torchtitan-fused-rmsnorm, deepspeed, fms-fsdp, or a "
-                                       "profile file (docs/model.md)")
+    g.add_argument("--framework", help=f"framework profile ({DEFAULT_FRAMEWORK} by default; "
+                                       "`ccoverlap list frameworks`) or a profile file (docs/model.md)")
 
 
 def _parse_scalar(text: str) -> Any:
@@ -103,120 +228,122 @@ def _parse_scalar(text: str) -> Any:
 
 
 def _model(value: Any, where: str):
-    from ccoverlap.catalog.models import get_model, model_from_dict
+    from ccoverlap.catalog.models import ModelSpec, get_model, model_from_dict
 
+    if isinstance(value, ModelSpec):
+        return value
     if isinstance(value, dict):
-        return model_from_dict(value)
+        return model_from_dict(value, where=where)
     if isinstance(value, str) and value.lower().endswith((".json", ".toml", ".yaml", ".yml")):
         data = read_config_file(value)
-        return model_from_dict(data.get("model", data) if isinstance(data.get("model"), dict) else data)
+        return model_from_dict(data.get("model", data) if isinstance(data.get("model"), dict) else data, where=value)
     if not isinstance(value, str):
-        raise ConfigError(f"{where}: expected a model name or mapping")
+        raise ConfigError(f"{where}: expected a model name or mapping, got {type(value).__name__}")
     return get_model(value)
 
 
 def _cluster(value: Any, nodes: int | None) -> ClusterSpec:
-    if isinstance(value, dict):
+    if nodes is not None and (not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= 2**20):
+        raise ConfigError(f"nodes must be an integer from 1 to {2**20}, got {short(nodes)}")
+    if isinstance(value, ClusterSpec):
+        c = value
+    elif isinstance(value, dict):
         c = cluster_from_dict(value)
     elif isinstance(value, str) and value.lower().endswith((".json", ".toml", ".yaml", ".yml")):
         c = load_cluster_file(value)
     elif isinstance(value, str):
         return get_cluster(value, nodes=nodes)
     else:
-        raise ConfigError("cluster: expected a cluster name, GPU name or mapping")
-    if nodes is not None:
-        if nodes < 1:
-            raise ConfigError(f"nodes must be >= 1, got {nodes}")
-        c = c.with_nodes(nodes)
-    return c
+        raise ConfigError(f"cluster: expected a cluster name, GPU name or mapping, got {type(value).__name__}")
+    return c.with_nodes(nodes) if nodes is not None else c
 
 
 def workload_from_mapping(data: dict, *, source: str = "config") -> Workload:
     """Validate a workload mapping (the config-file schema above) into a :class:`Workload`."""
-    from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, validate
-
-    allowed = {"model", "cluster", "nodes", "parallel", "batch", "knobs", "calibration", "framework"}
-    check_keys(data, allowed, source, what="top-level key")
-    model = _model(data.get("model", DEFAULT_EXAMPLE["model"]), f"{source}: model")
-    cluster = _cluster(data.get("cluster", DEFAULT_EXAMPLE["cluster"]), data.get("nodes"))
-    parallel = dataclass_from_mapping(ParallelConfig, data.get("parallel") or {}, f"{source}: parallel")
-    batch = dataclass_from_mapping(BatchConfig, data.get("batch") or {}, f"{source}: batch")
-    knobs = OverlapKnobs.from_dict(data.get("knobs") or {}, where=f"{source}: knobs")  # nested comm_config too
-    validate(model, parallel, batch, cluster)
     from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK, check_framework, get_framework
+    from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, check_step_size, validate
 
-    framework = data.get("framework") or DEFAULT_FRAMEWORK
+    check_keys(data, [f.name for f in fields(WorkloadFile)], source, what="top-level key")
+    top = typed(data, WorkloadFile, source)
+    try:
+        model = _model(top.model if top.model is not None else DEFAULT_EXAMPLE["model"], "model")
+        cluster = _cluster(top.cluster if top.cluster is not None else DEFAULT_EXAMPLE["cluster"], top.nodes)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    parallel = dataclass_from_mapping(ParallelConfig, top.parallel or {}, f"{source}: parallel")
+    batch = dataclass_from_mapping(BatchConfig, top.batch or {}, f"{source}: batch")
+    knobs = OverlapKnobs.from_dict(top.knobs or {}, where=f"{source}: knobs")  # nested comm_config too
+    validate(model, parallel, batch, cluster)
+    try:
+        check_step_size(model.layers, parallel, batch, knobs)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    framework = top.framework or DEFAULT_FRAMEWORK
     try:
         check_framework(get_framework(framework), model, parallel)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     return Workload(model=model, cluster=cluster, parallel=parallel, batch=batch, knobs=knobs,
-                    calibration=data.get("calibration"), source=source, framework=str(framework))
+                    calibration=top.calibration, source=source, framework=str(framework))
+
+
+def workload_from_options(data: dict | None, options: dict, *, source: str) -> Workload:
+    """The workload of config mapping ``data`` (None: the built-in example) with single-field
+    ``options`` (the flags: ``nodes``, ``tp`` ... ``seq_len``, ``dtype``, ``model``,
+    ``cluster``, ``knobs``, ``calibration``, ``framework``) applied over it."""
+    from_file = data is not None
+    if not from_file:
+        data = DEFAULT_EXAMPLE
+    for section in ("parallel", "batch", "knobs"):
+        if options.get(section) is not None and not isinstance(options[section], dict):
+            raise ConfigError(f"{source}: {section!r} must be a mapping, got {type(options[section]).__name__}")
+    for section in ("parallel", "batch", "knobs"):
+        if section in data and data[section] is not None and not isinstance(data[section], dict):
+            raise ConfigError(f"{source}: {section!r} must be a mapping, got {type(data[section]).__name__}")
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    for key in ("model", "cluster", "calibration", "framework"):
+        if options.get(key) is not None:
+            data[key] = options[key]
+    if options.get("cluster") is not None and options.get("nodes") is None and not from_file:
+        data.pop("nodes", None)  # a named cluster's own node count, not the example's
+    if options.get("nodes") is not None:
+        data["nodes"] = options["nodes"]
+    par = dict(options["parallel"] if options.get("parallel") is not None else data.get("parallel") or {})
+    layout = {k: options[k] for k in PARALLEL_OPTIONS if options.get(k) is not None}
+    if not from_file and (set(layout) & {"tp", "pp", "dp", "ep", "cp", "data_parallel"}) \
+            and "parallel" not in options:
+        par = {}  # a layout given by flags replaces the built-in example's, not inherits its FSDP
+    par.update(layout)
+    if options.get("dtype") is not None:
+        if options["dtype"] not in DTYPES:
+            raise ConfigError(f"dtype: expected one of {list(DTYPES)}, got {short(options['dtype'])}")
+        par["dtype_bytes"], fp8 = DTYPES[options["dtype"]]
+        if fp8:
+            par["fp8"] = True
+    data["parallel"] = par
+    data["batch"] = {**(data.get("batch") or {}), **(options.get("batch") or {}),
+                     **{k: options[k] for k in BATCH_OPTIONS if options.get(k) is not None}}
+    if options.get("knobs"):
+        data["knobs"] = {**(data.get("knobs") or {}), **options["knobs"]}
+    _fill_world_size(data)
+    return workload_from_mapping(data, source=source)
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
     """The workload described by the command line (config file first, then flags)."""
-    if args.config:
-        data = read_config_file(args.config)
-        source = args.config
-        for section in ("parallel", "batch", "knobs"):
-            if section in data and not isinstance(data[section], dict):
-                raise ConfigError(f"{source}: {section!r} must be a mapping, got {type(data[section]).__name__}")
-    else:
-        data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in DEFAULT_EXAMPLE.items()}
-        source = "built-in example"
-    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
-    flags_given = False
-    if args.model:
-        data["model"] = args.model
-        flags_given = True
-    if args.cluster:
-        data["cluster"] = args.cluster
-        data.pop("nodes", None) if args.nodes is None and not args.config else None
-        flags_given = True
-    if args.nodes is not None:
-        data["nodes"] = args.nodes
-        flags_given = True
-    par = dict(data.get("parallel") or {})
-    if not args.config and any(getattr(args, d) is not None for d in ("tp", "pp", "dp", "ep", "cp", "data_parallel")):
-        par = {}  # a layout given by flags replaces the built-in example's, not inherits its FSDP
-    for dim in ("tp", "pp", "dp", "ep", "cp"):
-        v = getattr(args, dim)
-        if v is not None:
-            par[dim] = v
-    for flag, key in (("data_parallel", "data_parallel"), ("sequence_parallel", "sequence_parallel"),
-                      ("pp_schedule", "pp_schedule"), ("virtual_stages", "virtual_stages"),
-                      ("recompute", "recompute")):
-        v = getattr(args, flag)
-        if v is not None:
-            par[key] = v
-    if par != (data.get("parallel") or {}):
-        flags_given = True
-    data["parallel"] = par
-    batch = dict(data.get("batch") or {})
-    for flag, key in (("global_batch", "global_batch"), ("micro_batch", "micro_batch"), ("seq_len", "seq_len")):
-        v = getattr(args, flag)
-        if v is not None:
-            batch[key] = v
-            flags_given = True
-    data["batch"] = batch
-    knobs = dict(data.get("knobs") or {})
-    for item in args.knob:
+    options = {k: getattr(args, k, None) for k in _INIT_OPTIONS}
+    options.update({k: getattr(args, k, None) for k in ("model", "cluster", "calibration", "framework")})
+    knobs = {}
+    for item in getattr(args, "knob", None) or []:
         if "=" not in item:
-            raise ConfigError(f"--knob {item!r}: expected NAME=VALUE")
+            raise ConfigError(f"--knob {short(item)}: expected NAME=VALUE")
         name, value = item.split("=", 1)
         knobs[name.strip()] = _parse_scalar(value.strip())
-        flags_given = True
-    data["knobs"] = knobs
-    if args.calibration:
-        data["calibration"] = args.calibration
-    if getattr(args, "framework", None):
-        data["framework"] = args.framework
-        flags_given = True
-    if flags_given and source == "built-in example":
-        source = "command line"
-    _fill_world_size(data)
-    return workload_from_mapping(data, source=source)
+    options["knobs"] = knobs
+    options = {k: v for k, v in options.items() if v is not None and v != {}}
+    if args.config:
+        return workload_from_options(read_config_file(args.config), options, source=args.config)
+    return workload_from_options(None, options, source="command line" if options else "built-in example")
 
 
 def _fill_world_size(data: dict) -> None:
@@ -226,10 +353,12 @@ def _fill_world_size(data: dict) -> None:
         return
     from ccoverlap.parallel.config import ParallelConfig
 
-    cluster = _cluster(data.get("cluster", DEFAULT_EXAMPLE["cluster"]), data.get("nodes"))
     try:
-        tp, pp, cp = (int(par.get(k, 1)) for k in ("tp", "pp", "cp"))
-    except (TypeError, ValueError):
+        cluster = _cluster(data.get("cluster", DEFAULT_EXAMPLE["cluster"]), data.get("nodes"))
+        tp, pp, cp = (par.get(k, 1) for k in ("tp", "pp", "cp"))
+    except ConfigError:
+        return  # validation names the bad value
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 2**20 for v in (tp, pp, cp)):
         return  # validation of the parallel section names the bad value
     dp = ParallelConfig.data_parallel_for(cluster.world_size, tp=tp, pp=pp, cp=cp)
     if dp is not None:

@@ -9,8 +9,8 @@ unedited graph (which equals the measurement, see :func:`fidelity_rows`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 

@@ -27,8 +27,8 @@ Optional spec keys: ``engine`` (``dma``, default, or ``sm``), ``gpu`` (``MI300X`
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Callable
 
 from ccoverlap.deciders import ficco, ficco_accuracy
 from ccoverlap.errors import ConfigError

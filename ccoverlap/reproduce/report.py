@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ccoverlap.reproduce.suite import SuiteResult, TOLERANCE
+from ccoverlap.reproduce.suite import TOLERANCE, SuiteResult
 
 
 def _x(v: float | None) -> str:

@@ -18,9 +18,10 @@ from __future__ import annotations
 import importlib
 import multiprocessing as mp
 import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 import msgspec
 import yaml

@@ -20,7 +20,8 @@ from __future__ import annotations
 import bisect
 import heapq
 from array import array
-from typing import Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 

@@ -15,9 +15,10 @@ group doing the same thing at the same time) are simulated once, so a graph of a
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, NamedTuple, Union
+from typing import NamedTuple, Union
 
 from ccoverlap.errors import ConfigError
 

@@ -14,8 +14,8 @@ by the length of the union of communication kernel intervals.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -74,7 +74,7 @@ class Timeline:
     def ranks(self) -> list[int]:
         return sorted(int(r) for r in np.unique(self.rank))
 
-    def select(self, mask: np.ndarray) -> "Timeline":
+    def select(self, mask: np.ndarray) -> Timeline:
         """The rows where ``mask`` is true (same meta)."""
         return Timeline(
             rank=self.rank[mask], stream=self.stream[mask], kind=self.kind[mask], name=self.name[mask],
@@ -83,10 +83,10 @@ class Timeline:
             step=self.step[mask], meta=self.meta,
         )
 
-    def for_rank(self, rank: int) -> "Timeline":
+    def for_rank(self, rank: int) -> Timeline:
         return self.select(self.rank == rank)
 
-    def clip(self, start_s: float, end_s: float) -> "Timeline":
+    def clip(self, start_s: float, end_s: float) -> Timeline:
         """Intervals cut to the window [start_s, end_s] (rows entirely outside are dropped)."""
         mask = (self.end_s > start_s) & (self.start_s < end_s)
         out = self.select(mask)
@@ -104,7 +104,7 @@ class Timeline:
             }
 
     @classmethod
-    def concat(cls, timelines: Sequence["Timeline"]) -> "Timeline":
+    def concat(cls, timelines: Sequence[Timeline]) -> Timeline:
         cols = {c: np.concatenate([getattr(t, c) for t in timelines]) if timelines else []
                 for c in ("rank", "stream", "kind", "name", "start_s", "end_s", "bytes", "flops",
                           "collective", "group", "step")}

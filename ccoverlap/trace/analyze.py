@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
-from ccoverlap.errors import ConfigError, TraceError
-from ccoverlap.sim.timeline import RankMetrics, rank_metrics
+from ccoverlap.errors import ConfigError
+from ccoverlap.sim.timeline import RankMetrics
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.collectives import CollectiveStats, busbw_factor
 from ccoverlap.trace.combine import analyze_job
@@ -133,7 +133,7 @@ class Analysis:
         return _clean(doc)
 
 
-def _comm_kernels(a: "Analysis") -> list[dict]:
+def _comm_kernels(a: Analysis) -> list[dict]:
     rows_out = []
     for rt in a.ranks:
         tl = rt.comm

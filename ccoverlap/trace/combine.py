@@ -13,7 +13,7 @@ duration of each rank - never a rank's events.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -29,7 +29,6 @@ import numpy as np
 from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.classify import RankTrace
 
-
 # times are float seconds from the job's first event: a difference of two of them carries up to ~1e-15 s
 # of rounding, which must not decide whether a kernel ran alone or is long enough to compare
 _NOISE_S = 1e-12

@@ -12,7 +12,8 @@ a cluster plugs in the same way: any object with that ``map``.
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable, Iterator, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
 # the per-rank work pays for a worker process from about this much trace data (on disk)
 PARALLEL_MIN_BYTES = 2 << 20
@@ -45,7 +46,7 @@ class LocalEngine:
     def map(self, fn: Callable, items: Iterable) -> Iterator:
         """``fn(item)`` for each item in the pool; results in item order as they complete."""
         import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor   # imported only when used: start-up time
+        from concurrent.futures import ProcessPoolExecutor  # imported only when used: start-up time
 
         items = list(items)
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None

@@ -26,8 +26,9 @@ from __future__ import annotations
 import codecs
 import json
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Union
+from typing import Union
 
 try:
     import msgspec

@@ -30,18 +30,23 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
 from ccoverlap.errors import TraceError
-
-from ccoverlap.trace.columns import (COMM_OP_PREFIXES, CPU_OP_CATS, DEVICE_CAT_LIST, DEVICE_CATS,  # noqa: F401
-                                     KIND_CODES, SKIP_CATS, Columns)
+from ccoverlap.trace.columns import (  # noqa: F401
+    COMM_OP_PREFIXES,
+    CPU_OP_CATS,
+    DEVICE_CAT_LIST,
+    DEVICE_CATS,
+    KIND_CODES,
+    SKIP_CATS,
+    Columns,
+)
 from ccoverlap.trace.jsonstream import COMM_ARG_FIELDS as COMM_ARG_KEYS  # noqa: F401
 from ccoverlap.trace.jsonstream import EventStream, StreamError, Truncated
 from ccoverlap.trace.rank_assign import assign_ranks, rank_from_meta  # assign_ranks: re-exported

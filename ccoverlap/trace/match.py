@@ -11,7 +11,7 @@ ends line up.
 
 from __future__ import annotations
 
-from typing import Hashable
+from collections.abc import Hashable
 
 import numpy as np
 

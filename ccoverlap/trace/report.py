@@ -15,7 +15,6 @@ from typing import IO
 
 import numpy as np
 
-from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.analyze import Analysis
 from ccoverlap.trace.ranks import MAX_CLOCK_SPREAD_S
 

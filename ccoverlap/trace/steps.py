@@ -24,7 +24,6 @@ import numpy as np
 from ccoverlap.errors import ConfigError
 from ccoverlap.trace.classify import RankTrace
 
-
 # a --steps list longer than this is kept as ranges (never expanded into memory)
 MAX_LISTED_STEPS = 10_000
 
@@ -67,7 +66,7 @@ class StepRanges:
         return ",".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
 
 
-def parse_steps(spec: str | None) -> "str | list[int] | StepRanges":
+def parse_steps(spec: str | None) -> str | list[int] | StepRanges:
     """``"hta"`` / ``"all"`` / the step numbers of ``"3,4"`` or ``"3-5"``: a sorted list, or
     :class:`StepRanges` when they are more than :data:`MAX_LISTED_STEPS` (never expanded)."""
     if spec is None or spec.strip().lower() in ("", "hta", "default"):

@@ -110,7 +110,7 @@ class RankSummary:
         """The analysed communication rows (what the cross-rank matching reads)."""
         return self.comm
 
-    def shifted(self, offset_s: float) -> "RankSummary":
+    def shifted(self, offset_s: float) -> RankSummary:
         """The same summary with every absolute time moved by ``offset_s`` seconds (to the job's clock)."""
         out = dataclasses.replace(self)
         if self.comm is not None and offset_s:

@@ -8,10 +8,10 @@ error (the bias) and the worst run, over the runs that could be predicted.
 from __future__ import annotations
 
 import math
-import sys
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ccoverlap.errors import CCOverlapError
 from ccoverlap.validate.predict import Prediction, Unsupported, predict_run, workload_for
@@ -208,12 +208,3 @@ def format_details(r: Row) -> str:
                      f"simulated in {p.seconds:.2f} s")
         lines += [f"  note: {n}" for n in p.notes]
     return "\n".join(lines)
-
-
-def stderr_progress(prefix: str = "validate") -> ProgressFn:
-    """Progress lines on stderr ('[i/n] run'), so stdout stays a clean table when piped."""
-    def cb(i: int, n: int, what: str) -> None:
-        if i < n:
-            sys.stderr.write(f"{prefix}: [{i + 1}/{n}] {what}\n")
-            sys.stderr.flush()
-    return cb

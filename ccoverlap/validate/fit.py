@@ -7,20 +7,25 @@ per GPU (each GPU has its own defaults and its own calibration file), shared by 
 that GPU in the fit subset: no per-run factor.
 
 The objective is the mean squared relative error of the predicted step times, minimised by
-coordinate descent with a golden-section search inside each parameter's physical bounds (the
-step time is monotone in each efficiency, so one pass per coordinate nearly suffices).
+coordinate descent with scipy's bounded Brent line search (``minimize_scalar``, method
+``bounded``) inside each parameter's physical bounds (the step time is monotone in each
+efficiency, so one pass per coordinate nearly suffices). Every evaluation is a simulation of
+the fit runs, so the line search's evaluations are capped (``iters``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Callable
+
+from scipy.optimize import minimize_scalar
 
 from ccoverlap.errors import ConfigError
 
 FITTABLE_SUFFIXES = ("_fraction", "_efficiency", "_overhead_s", "_latency_s", "_interference")
-_GOLDEN = (math.sqrt(5) - 1) / 2
+# line-search tolerance, as a fraction of a parameter's physical range
+LINE_TOLERANCE = 1e-3
 
 
 def fittable_params() -> list[str]:
@@ -73,28 +78,20 @@ class FitResult:
     evaluations: int = 0
 
 
-def _golden(f: Callable[[float], float], lo: float, hi: float, *, iters: int) -> tuple[float, float]:
-    a, b = lo, hi
-    c, d = b - _GOLDEN * (b - a), a + _GOLDEN * (b - a)
-    fc, fd = f(c), f(d)
-    for _ in range(iters):
-        if fc <= fd:
-            b, d, fd = d, c, fc
-            c = b - _GOLDEN * (b - a)
-            fc = f(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + _GOLDEN * (b - a)
-            fd = f(d)
-    return (c, fc) if fc <= fd else (d, fd)
+def _line_search(f: Callable[[float], float], lo: float, hi: float, *, iters: int) -> tuple[float, float]:
+    """(x, f(x)) minimising ``f`` on [lo, hi]: Brent's bounded method, at most ``iters``
+    evaluations, to :data:`LINE_TOLERANCE` of the range."""
+    res = minimize_scalar(f, bounds=(lo, hi), method="bounded",
+                          options={"xatol": LINE_TOLERANCE * (hi - lo), "maxiter": iters})
+    return float(res.x), float(res.fun)
 
 
 def fit_params(runs, names: list[str], *, loss_fn: Callable[[list, dict], float],
                rounds: int = 2, iters: int = 10, progress: Callable[[str], None] | None = None) -> FitResult:
     """Fit ``names`` per GPU on ``runs`` (the fit subset). ``loss_fn(runs_of_gpu, overrides)``
     returns the mean squared relative error of those runs' predictions with ``overrides``
-    applied (the caller simulates). Coordinate descent, ``rounds`` passes, ``iters``
-    golden-section steps per coordinate, each kept only if it lowers the loss."""
+    applied (the caller simulates). Coordinate descent, ``rounds`` passes, a line search of at
+    most ``iters`` evaluations per coordinate, each kept only if it lowers the loss."""
     from ccoverlap.validate.predict import cost_params_for
 
     out = FitResult()
@@ -127,7 +124,7 @@ def fit_params(runs, names: list[str], *, loss_fn: Callable[[list, dict], float]
 
                 def along(x, n=n):
                     return loss({**cur, n: x})
-                x, fx = _golden(along, lo, hi, iters=iters)
+                x, fx = _line_search(along, lo, hi, iters=iters)
                 if progress:
                     progress(f"fit {gpu}: round {rnd + 1}, {n} = {x:.4g} (loss {fx:.5f}, was {best:.5f})")
                 if fx < best * (1 - 1e-6):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ccoverlap.config import short, typed
 from ccoverlap.errors import ConfigError
 from ccoverlap.validate.measure import FLOP_RULES, MEASURE_KINDS, Measurement, implied_step_time_s, model_tflops_per_gpu
 
@@ -40,6 +41,8 @@ CLUSTER_BASE_KEYS = {"base", "name", "gpu", "intra", "inter", "gpus_per_node", "
 # "Runs file"); the runs file may use them whether or not this build's ParallelConfig has them.
 EXTRA_PARALLEL = {"cp": (int, 1), "cp_impl": (str, "ring"), "dp_replicate": (int, 1), "fp8": (bool, False)}
 CP_IMPLS = ("ring", "allgather")
+#: Largest count (a degree, a batch, a sequence length, nodes) a runs file may give.
+MAX_COUNT = 2**30
 # Framework profiles agreed for this project (ccoverlap/data/frameworks/NAME.yaml when present).
 KNOWN_FRAMEWORKS = ("megatron-lm-2021", "megatron-core", "torchtitan", "deepspeed")
 
@@ -91,12 +94,14 @@ class RunSpec:
 
 @dataclass
 class RunsFile:
-    """A checked runs file: its path and runs (in file order)."""
+    """A checked runs file: its path, the runs that passed the checks (in file order) and,
+    when read with ``keep_going``, one line per run that did not (``problems``)."""
 
     path: str
     runs: list[RunSpec] = field(default_factory=list)
     sources: dict = field(default_factory=dict)
     description: str = ""
+    problems: list[str] = field(default_factory=list)
 
 
 class _Where:
@@ -106,8 +111,8 @@ class _Where:
         self.path, self.index, self.name = path, index, name
 
     def err(self, fld: str, msg: str) -> ConfigError:
-        who = f"run {self.name!r} (#{self.index + 1})" if self.name else f"run #{self.index + 1}"
-        return ConfigError(f"{self.path}: {who}: field {fld!r}: {msg}")
+        who = f"run {short(self.name)} (#{self.index + 1})" if self.name else f"run #{self.index + 1}"
+        return ConfigError(f"{self.path}: {who}: field {short(fld)}: {msg}")
 
 
 def _is_int(v) -> bool:
@@ -143,8 +148,8 @@ def _model(value: Any, where: _Where, fld: str, base_dir: Path):
 def _cluster(value: Any, nodes: Any, where: _Where, base_dir: Path):
     from ccoverlap.catalog.hardware import GPUSpec, LinkSpec, cluster_from_dict, get_cluster, load_cluster_file
 
-    if nodes is not None and (not _is_int(nodes) or nodes < 1):
-        raise where.err("nodes", f"must be a positive integer, got {nodes!r}")
+    if nodes is not None and (not _is_int(nodes) or not 1 <= nodes <= 2**20):
+        raise where.err("nodes", f"must be an integer from 1 to {2**20}, got {short(nodes)}")
     try:
         if isinstance(value, str) and value.lower().endswith((".json", ".toml", ".yaml", ".yml")):
             p = Path(value)
@@ -162,8 +167,8 @@ def _cluster(value: Any, nodes: Any, where: _Where, base_dir: Path):
                 if nodes is not None and nodes != value["nodes"]:
                     raise where.err("cluster.nodes", f"{value['nodes']} disagrees with the run's nodes: {nodes}")
                 nodes = value["nodes"]
-                if not _is_int(nodes) or nodes < 1:
-                    raise where.err("cluster.nodes", f"must be a positive integer, got {nodes!r}")
+                if not _is_int(nodes) or not 1 <= nodes <= 2**20:
+                    raise where.err("cluster.nodes", f"must be a positive integer, got {short(nodes)}")
             changes: dict = {"name": str(value.get("name", c.name))}
             if "gpus_per_node" in value:
                 changes["gpus_per_node"] = value["gpus_per_node"]
@@ -214,7 +219,9 @@ def _check_section(section: Any, fld: str, where: _Where, kinds: dict[str, tuple
         ok = (_is_int(v) if typ is int else isinstance(v, bool) if typ is bool else
               _is_num(v) if typ is float else isinstance(v, typ))
         if not ok:
-            raise where.err(f"{fld}.{k}", f"expected {typ.__name__}, got {v!r}")
+            raise where.err(f"{fld}.{k}", f"expected {typ.__name__}, got {short(v)}")
+        if typ is int and not 0 <= v <= MAX_COUNT:
+            raise where.err(f"{fld}.{k}", f"must be between 0 and {MAX_COUNT}, got {short(v)}")
     return dict(section)
 
 
@@ -231,7 +238,7 @@ def _dataclass_kinds(cls) -> dict[str, tuple]:
 
 def _check_layout(run: dict, model, cluster, where: _Where) -> None:
     """Degrees multiply to the GPU count and fit the model and batch (whatever this build can simulate)."""
-    from ccoverlap.parallel.config import BatchConfig, ParallelConfig, config_problems
+    from ccoverlap.parallel.config import BatchConfig, ParallelConfig, check_step_size, config_problems
 
     par, batch = run["parallel"], run["batch"]
     tp, cp, pp, dp = (int(par.get(k, 1)) for k in ("tp", "cp", "pp", "dp"))
@@ -247,26 +254,30 @@ def _check_layout(run: dict, model, cluster, where: _Where) -> None:
     if rep > 1 and par.get("data_parallel", "ddp") != "fsdp":
         raise where.err("parallel.dp_replicate", "HSDP (dp_replicate > 1) needs data_parallel: fsdp")
     if par.get("cp_impl", "ring") not in CP_IMPLS:
-        raise where.err("parallel.cp_impl", f"must be one of {CP_IMPLS}, got {par['cp_impl']!r}")
+        raise where.err("parallel.cp_impl", f"must be one of {CP_IMPLS}, got {short(par['cp_impl'])}")
     try:
-        b = BatchConfig(**batch)
-    except (ConfigError, TypeError) as exc:
-        raise where.err("batch", _strip_error(exc)) from None
+        b = typed(batch, BatchConfig, "batch")
+    except ConfigError as exc:
+        raise where.err("batch", _strip_error(exc).removeprefix("batch: ")) from None
     if cp > 1 and b.seq_len % (2 * cp):
         raise where.err("parallel.cp", f"seq_len {b.seq_len} must be divisible by 2 x cp = {2 * cp} "
                         f"(load-balanced causal context parallelism)")
     own = {f.name for f in fields(ParallelConfig)}  # this build's fields (cp etc. once they exist)
     base = {k: v for k, v in par.items() if k in own}
     try:
-        p = ParallelConfig(**base)
-    except (ConfigError, TypeError) as exc:
-        raise where.err("parallel", _strip_error(exc)) from None
+        p = typed(base, ParallelConfig, "parallel")
+    except ConfigError as exc:
+        raise where.err("parallel", _strip_error(exc).removeprefix("parallel: ")) from None
     problems = config_problems(p, model, None, None)
     if problems:
         raise where.err("parallel", problems[0])
     problems = b.problems(p)
     if problems:
         raise where.err("batch", problems[0])
+    try:
+        check_step_size(model.layers, p, b)
+    except ConfigError as exc:
+        raise where.err("batch", _strip_error(exc)) from None
 
 
 def _measurement(m: Any, where: _Where) -> Measurement:
@@ -285,7 +296,7 @@ def _measurement(m: Any, where: _Where) -> Measurement:
     value = m[kind]
     if not _is_num(value):
         unit = MEASURE_KINDS[kind]
-        raise where.err(f"measured.{kind}", f"expected a number in {unit} (the unit the key names), got {value!r}")
+        raise where.err(f"measured.{kind}", f"expected a number in {unit} (the unit the key names), got {short(value)}")
     if value <= 0:
         raise where.err(f"measured.{kind}", f"must be positive, got {value}")
     rule = m.get("flop_rule")
@@ -293,9 +304,9 @@ def _measurement(m: Any, where: _Where) -> Measurement:
         if rule is None:
             raise where.err("measured.flop_rule", f"{kind} needs the FLOP rule the source used: one of {list(FLOP_RULES)}")
         if rule not in FLOP_RULES:
-            raise where.err("measured.flop_rule", f"unknown FLOP rule {rule!r}; expected one of {list(FLOP_RULES)}")
+            raise where.err("measured.flop_rule", f"unknown FLOP rule {short(rule)}; expected one of {list(FLOP_RULES)}")
     elif rule is not None and rule not in FLOP_RULES:
-        raise where.err("measured.flop_rule", f"unknown FLOP rule {rule!r}; expected one of {list(FLOP_RULES)}")
+        raise where.err("measured.flop_rule", f"unknown FLOP rule {short(rule)}; expected one of {list(FLOP_RULES)}")
     peak = m.get("peak_tflops")
     if kind == "mfu":
         if value > 1:
@@ -303,10 +314,10 @@ def _measurement(m: Any, where: _Where) -> Measurement:
         if peak is None:
             raise where.err("measured.peak_tflops", "mfu needs the peak (TFLOP/s per GPU) the source divided by")
     if peak is not None and (not _is_num(peak) or peak <= 0):
-        raise where.err("measured.peak_tflops", f"expected a positive number of TFLOP/s, got {peak!r}")
+        raise where.err("measured.peak_tflops", f"expected a positive number of TFLOP/s, got {short(peak)}")
     mem = m.get("memory_gib")
     if mem is not None and (not _is_num(mem) or mem <= 0):
-        raise where.err("measured.memory_gib", f"expected a positive number of GiB, got {mem!r}")
+        raise where.err("measured.memory_gib", f"expected a positive number of GiB, got {short(mem)}")
     note = m.get("note", "")
     if not isinstance(note, str):
         raise where.err("measured.note", "expected text")
@@ -367,7 +378,7 @@ def read_run(raw: Any, index: int, path: str, base_dir: Path) -> RunSpec:
         raise where.err("assumptions", "expected a list of sentences")
     subset = raw.get("subset")
     if subset is not None and subset not in SUBSETS:
-        raise where.err("subset", f"must be one of {SUBSETS}, got {subset!r}")
+        raise where.err("subset", f"must be one of {SUBSETS}, got {short(subset)}")
     group = raw.get("group", "")
     if not isinstance(group, str):
         raise where.err("group", "expected text")
@@ -376,7 +387,7 @@ def read_run(raw: Any, index: int, path: str, base_dir: Path) -> RunSpec:
         if not isinstance(framework, str):
             raise where.err("framework", "expected a profile name or a profile file")
         if not framework.lower().endswith((".yaml", ".yml", ".json", ".toml")) and framework not in known_frameworks():
-            raise where.err("framework", f"unknown framework profile {framework!r}; known: {list(known_frameworks())}")
+            raise where.err("framework", f"unknown framework profile {short(framework)}; known: {list(known_frameworks())}")
 
     model = _model(raw["model"], where, "model", base_dir)
     flops_model = _model(raw["flops_model"], where, "flops_model", base_dir) if raw.get("flops_model") is not None \
@@ -413,26 +424,39 @@ def runs_path(arg: str | Path) -> Path:
     return PUBLISHED if str(arg) == "published" else Path(arg)
 
 
-def load_runs(path: str | Path) -> RunsFile:
+def load_runs(path: str | Path, *, keep_going: bool = False) -> RunsFile:
     """Read and check the runs file at ``path`` (YAML / JSON / TOML; ``published``: the
-    shipped set). Raises one ConfigError naming the file, the run and the field on the first
-    problem found."""
+    shipped set). A problem with the file itself raises one ConfigError naming it. A problem
+    with a run raises one ConfigError naming the file, the run and the field, or, with
+    ``keep_going``, becomes a line of ``problems`` and the other runs are still read."""
     from ccoverlap.catalog.hardware import read_config_file
 
     p = runs_path(path)
     data = read_config_file(p)
-    unknown = sorted(set(data) - TOP_KEYS)
+    unknown = sorted((k for k in data if k not in TOP_KEYS), key=str)
     if unknown:
-        raise ConfigError(f"{p}: unknown top-level field {unknown[0]!r}; expected some of {sorted(TOP_KEYS)}")
+        raise ConfigError(f"{p}: unknown top-level field {short(unknown[0])}; expected some of {sorted(TOP_KEYS)}")
     runs = data.get("runs")
     if not isinstance(runs, list) or not runs:
         raise ConfigError(f"{p}: field 'runs': expected a non-empty list of runs")
-    out = RunsFile(path=str(p), sources=data.get("sources") or {}, description=str(data.get("description", "")))
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise ConfigError(f"{p}: field 'description': expected text, got {type(description).__name__}")
+    sources = data.get("sources") or {}
+    if not isinstance(sources, dict):
+        raise ConfigError(f"{p}: field 'sources': expected a mapping, got {type(sources).__name__}")
+    out = RunsFile(path=str(p), sources=sources, description=description)
     seen: dict[str, int] = {}
     for i, raw in enumerate(runs):
-        spec = read_run(raw, i, str(p), p.parent)
-        if spec.name in seen:
-            raise _Where(str(p), i, spec.name).err("name", f"duplicate of run #{seen[spec.name] + 1}")
+        try:
+            spec = read_run(raw, i, str(p), p.parent)
+            if spec.name in seen:
+                raise _Where(str(p), i, spec.name).err("name", f"duplicate of run #{seen[spec.name] + 1}")
+        except ConfigError as exc:
+            if not keep_going:
+                raise
+            out.problems.append(str(exc))
+            continue
         seen[spec.name] = i
         out.runs.append(spec)
     return out

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-
 from bench_scripts import BENCH, ROOT, load_script
+
 from ccoverlap.deciders.ficco import SCHEDULES, machine, schedule_graph
 from ccoverlap.predict.evaluate import cost_model_for_cluster
 from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, MemorySpec, P2PSpec

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-
 from bench_scripts import BENCH, ROOT, load_script
+
 from ccoverlap.calibrate import grids
 from ccoverlap.cost.compute import split_gemm
 from ccoverlap.sim.graph import GemmSpec

@@ -7,7 +7,6 @@ import json
 import os
 
 import pytest
-
 from bench_scripts import BENCH, load_script
 
 RUNS = os.path.join(BENCH, "megatron_bridge_h100.yaml")

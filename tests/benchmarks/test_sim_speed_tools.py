@@ -8,10 +8,9 @@ import subprocess
 import sys
 
 from bench_scripts import BENCH, load_script
-from ccoverlap.sim.graph import GemmSpec, OpGraph
+
 from ccoverlap.sim.engine import simulate
-
-
+from ccoverlap.sim.graph import GemmSpec, OpGraph
 
 
 class _Cost:

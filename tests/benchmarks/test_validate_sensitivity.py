@@ -8,11 +8,7 @@ import os
 
 import pytest
 import yaml
-
 from bench_scripts import BENCH, load_script
-
-
-
 
 RUN = {"name": "a", "group": "g1", "source": "test", "assumptions": [], "model": "Llama-3-70B",
        "cluster": "dgx-a100", "nodes": 8, "parallel": {"dp": 64, "data_parallel": "fsdp", "recompute": "full"},

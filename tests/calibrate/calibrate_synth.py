@@ -20,7 +20,7 @@ TRUE = dict(
     mem_bw_fraction=0.85, kernel_launch_overhead_s=4e-6,
     dma_engine_bytes_per_s=150e9, host_link_bytes_per_s=50e9, dma_copy_latency_s=1e-5,
     comm_sm_fraction_per_channel=0.8, nt_contention_coeff=0.1, comm_hbm_bytes_per_wire_byte=2.5,
-    l2_inflight_chunks=3.0, l2_pollution_penalty=0.3, mem_sm_saturation_fraction=0.4,
+    l2_inflight_chunks=3.0, l2_pollution_penalty=2.0, mem_sm_saturation_fraction=0.4,
     comm_compute_interference=0.2, dma_hbm_bytes_per_wire_byte=1.6, dma_l2_pollution_fraction=0.4,
     dma_compute_interference=0.15,
     channel_bytes_per_s=30e9, channel_saturation_sharpness=3.0, threads_bw_exponent=0.2,

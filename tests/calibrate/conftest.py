@@ -1,11 +1,11 @@
 """Shared fixtures: synthetic measurements from known parameters (3 % noise) and their fit."""
 
+import calibrate_synth as synth
 import pytest
 
-import calibrate_synth as synth
 from ccoverlap.calibrate import fit as F
-from ccoverlap.cost.params import default_params
 from ccoverlap.catalog.hardware import GPUS
+from ccoverlap.cost.params import default_params
 
 GPU = GPUS["H100-SXM"]
 

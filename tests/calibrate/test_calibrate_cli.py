@@ -6,9 +6,9 @@ import os
 import subprocess
 import sys
 
+import calibrate_synth as synth
 import pytest
 
-import calibrate_synth as synth
 from ccoverlap.calibrate import fileformat
 from ccoverlap.cli import main
 from ccoverlap.commands.calibrate import slug

@@ -3,10 +3,10 @@ its held-out error is low, and its model functions agree with the CostModel the 
 
 import math
 
+import calibrate_synth as synth
 import numpy as np
 import pytest
 
-import calibrate_synth as synth
 from ccoverlap.calibrate import fit as F
 from ccoverlap.calibrate import grids
 from ccoverlap.cost import CostModel

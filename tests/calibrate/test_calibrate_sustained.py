@@ -7,9 +7,9 @@ import pytest
 from ccoverlap.calibrate import fileformat
 from ccoverlap.calibrate import fit as F
 from ccoverlap.calibrate.sustained import EARLY_WINDOWS, MIN_WINDOWS, sustained_fraction
+from ccoverlap.catalog.hardware import GPUS
 from ccoverlap.cost.params import default_params
 from ccoverlap.errors import ConfigError
-from ccoverlap.catalog.hardware import GPUS
 
 
 def record(times, clocks=None):

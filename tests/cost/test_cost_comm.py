@@ -5,14 +5,26 @@ import math
 
 import pytest
 
-from ccoverlap.cost import (CostParams, bus_bandwidth, bus_bandwidth_factor, chain_broadcast_time_s,
-                            collective_profile, collective_time_s, copy_time_s, default_comm_config,
-                            default_params, p2p_time_s, pairwise_all_to_all_time_s,
-                            ring_all_gather_time_s, ring_all_reduce_time_s, ring_reduce_scatter_time_s,
-                            tree_all_reduce_time_s)
+from ccoverlap.catalog.hardware import CLUSTERS
+from ccoverlap.cost import (
+    CostParams,
+    bus_bandwidth,
+    bus_bandwidth_factor,
+    chain_broadcast_time_s,
+    collective_profile,
+    collective_time_s,
+    copy_time_s,
+    default_comm_config,
+    default_params,
+    p2p_time_s,
+    pairwise_all_to_all_time_s,
+    ring_all_gather_time_s,
+    ring_all_reduce_time_s,
+    ring_reduce_scatter_time_s,
+    tree_all_reduce_time_s,
+)
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, CommConfig, CopySpec, GroupSpec, P2PSpec
-from ccoverlap.catalog.hardware import CLUSTERS
 
 H100 = CLUSTERS["dgx-h100"]
 A40 = CLUSTERS["a40-pcie"]

@@ -2,10 +2,19 @@
 
 import pytest
 
-from ccoverlap.cost import (CostParams, attention_time_s, default_params, gemm_profile, gemm_time_s,
-                            gemm_waves, memory_time_s, split_gemm, split_gemm_time_s)
-from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
 from ccoverlap.catalog.hardware import GPUS
+from ccoverlap.cost import (
+    CostParams,
+    attention_time_s,
+    default_params,
+    gemm_profile,
+    gemm_time_s,
+    gemm_waves,
+    memory_time_s,
+    split_gemm,
+    split_gemm_time_s,
+)
+from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
 
 H100 = GPUS["H100-SXM"]
 P = default_params(H100)

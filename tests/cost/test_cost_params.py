@@ -5,9 +5,9 @@ from dataclasses import fields
 
 import pytest
 
+from ccoverlap.catalog.hardware import GPUS
 from ccoverlap.cost import CostParams, default_params
 from ccoverlap.errors import ConfigError
-from ccoverlap.catalog.hardware import GPUS
 
 
 def test_round_trip_through_dict_preserves_every_field():

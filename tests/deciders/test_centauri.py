@@ -9,19 +9,19 @@ from dataclasses import replace
 
 import pytest
 
+from ccoverlap.catalog.hardware import get_cluster
+from ccoverlap.catalog.models import get_model
 from ccoverlap.deciders import centauri as cen
 from ccoverlap.deciders import centauri_rules as rules
 from ccoverlap.deciders import partition as part
 from ccoverlap.deciders.rewrite import GraphRewrite, Piece
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
-from ccoverlap.catalog.hardware import get_cluster
-from ccoverlap.catalog.models import get_model
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
 from ccoverlap.planning.strategies import Planner, cost_model_for, default_registry
-from ccoverlap.sim.engine import simulate
-from ccoverlap.sim.timeline import step_time_s
 from ccoverlap.predict.workload import Workload
+from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
+from ccoverlap.sim.timeline import step_time_s
 
 
 def workload(model="llama-3-8b", cluster="a40-pcie", nodes=2, batch=(32, 1, 4096), knobs=None, **par):
@@ -280,3 +280,41 @@ def test_centauri_strategy_registered_and_consistent(decisions):
     single = workload(model="phi-2", cluster="dgx-h100", nodes=1, tp=8, dp=1, sequence_parallel=True,
                       batch=(8, 1, 2048))
     assert reg.get("centauri").run(Planner(single), single) is None
+
+
+# ----------------------------------------------------------------------------- runtime, HSDP, PP
+
+
+def test_centauri_scheduling_replaces_the_baselines_scheduling():
+    w = workload(cluster="dgx-a100", knobs={"fsdp_fetch": "parameter", "overlap_grad_reduce": False,
+                                            "overlap_param_gather": False, "fsdp_prefetch": 0})
+    k = cen.centauri_scheduling(w).knobs
+    assert (k.fsdp_fetch, k.fsdp_prefetch, k.overlap_grad_reduce, k.overlap_param_gather) == ("unit", 1, True, True)
+    same = workload(cluster="dgx-a100", knobs={"fsdp_prefetch": 2})
+    assert cen.centauri_scheduling(same) is same  # already Centauri's: nothing to change
+
+
+def test_hsdp_replica_substitution_and_group_partition_are_candidates():
+    w = workload(cluster="dgx-a100", nodes=6, batch=(48, 1, 2048), dp=48, data_parallel="fsdp", dp_replicate=12)
+    cands = cen.knob_candidates(w)
+    prims = {p for _, p, _, _ in cands}
+    groups = {g for _, _, g, _ in cands}
+    assert "replica all-reduce -> reduce-scatter + all-gather (next forward)" in prims
+    assert "hierarchical dp_rep (6 nodes x 2)" in groups  # 12 replicas, 2 per node
+    sub = next(cw for _, p, _, cw in cands if p.startswith("replica"))
+    assert sub.parallel.distributed_optimizer and sub.knobs.overlap_param_gather
+    d = cen.decide(Planner(w, exact=True))
+    assert d.step_s <= d.baseline_s * (1 + 1e-9)
+
+
+def test_pipeline_group_follows_eq2_and_never_loses():
+    w = workload(model="llama-2-7b", cluster="dgx-a100", nodes=2, batch=(24, 1, 2048), tp=4, pp=2, dp=2,
+                 sequence_parallel=True, pp_schedule="interleaved", virtual_stages=2)
+    planner = Planner(w, exact=True)
+    feasible, rule, why = cen.pipeline_group_choice(planner.step(w), w, planner.cost)
+    assert feasible and set(feasible) <= {2, 3, 4, 6, 12} and rule in feasible and "eq.2 (PP)" in why
+    d = cen.decide(planner)
+    assert d.pipeline_group in feasible and d.step_s <= d.baseline_s * (1 + 1e-9)
+    assert f"pipeline group L={d.pipeline_group}" in d.note()
+    flat = workload(model="llama-2-7b", cluster="dgx-a100", nodes=2, batch=(24, 1, 2048), tp=4, pp=2, dp=2)
+    assert cen.pipeline_group_choice(Planner(flat).step(flat), flat, planner.cost)[0] == []  # 1F1B: nothing to group

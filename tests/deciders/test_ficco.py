@@ -255,8 +255,8 @@ def test_spliced_pair_runs_like_its_estimate(pattern, schedule):
     the two tiny ops around it): the splice keeps every dependency of the schedule."""
     from ccoverlap.deciders.ficco_plan import splice_schedule
     from ccoverlap.deciders.rewrite import GraphRewrite
-    from ccoverlap.sim.graph import MemorySpec, OpGraph
     from ccoverlap.sim.engine import simulate
+    from ccoverlap.sim.graph import MemorySpec, OpGraph
     from ccoverlap.sim.timeline import step_time_s
 
     cl = ficco.machine("H100", None, 8)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from parallel_helpers import ToyCost, cluster
 
-from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
 from ccoverlap.catalog.hardware import CLUSTERS
 from ccoverlap.catalog.models import model_from_dict
-from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step, estimate_memory
+from ccoverlap.errors import ConfigError
+from ccoverlap.parallel import BatchConfig, ParallelConfig, build_step, estimate_memory
 from ccoverlap.parallel.layout import Layout
 from ccoverlap.sim.engine import simulate
-
-from parallel_helpers import ToyCost, cluster
+from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, GemmSpec, P2PSpec
 
 # hidden 1024, 8 heads of 128, 2 KV heads, 2 layers: small enough to write every number down
 TINY = model_from_dict({"name": "tiny", "hidden": 1024, "ffn_hidden": 4096, "heads": 8, "kv_heads": 2,

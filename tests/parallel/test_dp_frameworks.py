@@ -6,14 +6,13 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from ccoverlap.errors import ConfigError
-from ccoverlap.catalog.models import model_from_dict
-from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
-from ccoverlap.catalog.frameworks import get_framework, profile_from_mapping
-from ccoverlap.parallel.units import unit_tensors
-
 from parallel_helpers import cluster
+
+from ccoverlap.catalog.frameworks import get_framework, profile_from_mapping
+from ccoverlap.catalog.models import model_from_dict
+from ccoverlap.errors import ConfigError
+from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
+from ccoverlap.parallel.units import unit_tensors
 
 TINY = model_from_dict({"name": "tiny", "hidden": 1024, "ffn_hidden": 4096, "heads": 8, "kv_heads": 8,
                         "layers": 4, "vocab": 8192, "seq_len": 1024})

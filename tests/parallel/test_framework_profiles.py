@@ -7,18 +7,17 @@ import re
 from dataclasses import replace
 
 import pytest
+from parallel_helpers import cluster
 
+from ccoverlap.catalog.frameworks import builtin_frameworks, get_framework, profile_from_mapping
+from ccoverlap.catalog.hardware import CLUSTERS
+from ccoverlap.catalog.models import model_from_dict
 from ccoverlap.cost.compute import attention_fraction, memory_time_s
 from ccoverlap.cost.params import CostParams
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
-from ccoverlap.catalog.hardware import CLUSTERS
-from ccoverlap.catalog.models import model_from_dict
 from ccoverlap.parallel import BatchConfig, ParallelConfig, build_step
-from ccoverlap.catalog.frameworks import builtin_frameworks, get_framework, profile_from_mapping
 from ccoverlap.predict.workload import add_workload_arguments, workload_from_args, workload_from_mapping
-
-from parallel_helpers import cluster
+from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
 
 # a GPT-2 style model: LayerNorm, biases, GELU, 16 heads of 64, seq 1024
 GPT = model_from_dict({"name": "gpt", "hidden": 1024, "ffn_hidden": 4096, "heads": 16, "kv_heads": 16,

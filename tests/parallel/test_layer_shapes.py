@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from parallel_helpers import cluster
 
-from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, GemmSpec
 from ccoverlap.catalog.models import get_model, model_from_dict
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
-
-from parallel_helpers import cluster
+from ccoverlap.sim.graph import AttentionSpec, GemmSpec
 
 L8 = get_model("Llama-3-8B")
 S = 4096

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from parallel_helpers import cluster
 
 from ccoverlap.catalog.models import get_model, model_from_dict
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, estimate_memory, layer_activation_bytes
 from ccoverlap.parallel.memory import MEMORY_RESERVE_FRACTION
-
-from parallel_helpers import cluster
 
 h, a, s, b = 4096, 32, 2048, 2
 # the paper's GPT: 4h GELU MLP, multi-head attention, dropout, 16-bit activations

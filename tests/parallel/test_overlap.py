@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from parallel_helpers import ToyCost, cluster
 
-from ccoverlap.sim.graph import CollectiveSpec
 from ccoverlap.catalog.models import get_model, model_from_dict
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
 from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.graph import CollectiveSpec
 from ccoverlap.sim.timeline import rank_metrics, step_time_s
-
-from parallel_helpers import ToyCost, cluster
 
 SMALL = model_from_dict({"name": "small", "hidden": 2048, "ffn_hidden": 5632, "heads": 16, "kv_heads": 4,
                          "layers": 8, "vocab": 32000, "seq_len": 2048})

@@ -6,16 +6,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from parallel_helpers import ToyCost, cluster, compute_busy_s
 
-from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import P2PSpec
 from ccoverlap.catalog.models import model_from_dict
+from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, ParallelConfig, build_step
 from ccoverlap.parallel.pp import in_flight, make_schedule
 from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.graph import P2PSpec
 from ccoverlap.sim.timeline import step_time_s
-
-from parallel_helpers import ToyCost, cluster, compute_busy_s
 
 # 16 equal layers; a 64-token vocabulary makes the LM head negligible, so stages are uniform
 TINY = model_from_dict({"hidden": 1024, "ffn_hidden": 4096, "heads": 16, "layers": 16, "vocab": 64,

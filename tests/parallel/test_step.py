@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from parallel_helpers import ToyCost, cluster
 
-from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CollectiveSpec
 from ccoverlap.catalog.models import MODELS, get_model
+from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
 from ccoverlap.parallel.layout import Layout, local_size
 from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.graph import CollectiveSpec
 from ccoverlap.sim.timeline import step_time_s
-
-from parallel_helpers import ToyCost, cluster
 
 
 def test_one_simulated_rank_per_pipeline_rank():

@@ -8,13 +8,12 @@ import copy
 
 import pytest
 import yaml
-
-from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec
-from ccoverlap.catalog.models import get_model
-from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
-
 from parallel_helpers import cluster
+
+from ccoverlap.catalog.models import get_model
+from ccoverlap.errors import ConfigError
+from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
+from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec
 
 L8 = get_model("Llama-3-8B")
 S = 4096
@@ -86,7 +85,7 @@ def test_fused_matmul_reduce_scatter_partials_copies_and_reduction():
 def test_backward_fuses_only_the_output_gradient_all_gather_with_dgrad():
     sg, ref = build(SP4, "symm_mem"), build(SP4, "none")
     bwd, bwd_ref = layer(sg, "bwd"), layer(ref, "bwd")
-    dgrads = [by_name(bwd, f"proj_grad_symm_mv")] + [by_name(bwd, f"proj_dgrad{s}") for s in range(TP)]
+    dgrads = [by_name(bwd, "proj_grad_symm_mv")] + [by_name(bwd, f"proj_dgrad{s}") for s in range(TP)]
     assert all((g.spec.m, g.spec.n, g.spec.k) == (ROWS, 32 * 128 // TP, H) for g in dgrads[1:])
     assert len([o for o in bwd if isinstance(o.spec, P2PSpec)]) == 2 * (TP - 1)  # proj and fc2 dgrads
     colls = sorted((o.name, o.spec.collective) for o in bwd if isinstance(o.spec, CollectiveSpec))

@@ -14,17 +14,16 @@ The Megatron profiles keep both defaults and build what they built before."""
 from __future__ import annotations
 
 import pytest
+from parallel_helpers import cluster
 
+from ccoverlap.catalog.frameworks import builtin_frameworks, get_framework, profile_from_mapping
+from ccoverlap.catalog.models import get_model
 from ccoverlap.cli import main
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CollectiveSpec, MemorySpec, P2PSpec
-from ccoverlap.catalog.models import get_model
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
-from ccoverlap.catalog.frameworks import builtin_frameworks, get_framework, profile_from_mapping
 from ccoverlap.parallel.memory import layer_activation_bytes
 from ccoverlap.parallel.step import step_totals
-
-from parallel_helpers import cluster
+from ccoverlap.sim.graph import CollectiveSpec, MemorySpec, P2PSpec
 
 L8 = get_model("Llama-3-8B")
 S, TP, H = 4096, 4, 4096

@@ -25,11 +25,12 @@ from ccoverlap.runtime import (
     all_gather_matmul,
     all_to_all_matmul,
     allreduce_sequence_parallel_grads,
+    comm,
     matmul_reduce_scatter,
+    partition,
     set_shape_check,
     tuning_cache,
 )
-from ccoverlap.runtime import comm, partition
 
 RTOL, ATOL = 1e-4, 1e-5
 _CASES: list[tuple[str, object]] = []

@@ -1,10 +1,16 @@
 """Record the simulator regression fixture: simulate every workload of regression_workloads.py
 and write their metrics as JSON to the path given (see test_step_regression.py)."""
-import json, os, sys, time
+import json
+import os
+import sys
+import time
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from regression_workloads import WORKLOADS, metrics_of
-from ccoverlap.predict.workload import workload_from_mapping
+
 from ccoverlap.predict.evaluate import simulate_workload
+from ccoverlap.predict.workload import workload_from_mapping
+
 out = {}
 for name, data in WORKLOADS.items():
     w = workload_from_mapping(data, source=name)

@@ -14,7 +14,6 @@ import math
 from pathlib import Path
 
 import pytest
-
 from regression_workloads import WORKLOADS, metrics_of
 
 from ccoverlap.predict.evaluate import simulate_workload

@@ -70,9 +70,9 @@ def run_case(where: str, folder: str, opts: list[str]) -> dict:
 
 def run_case_text(where: str, folder: str, opts: list[str]) -> str:
     """The tables ``ccoverlap analyze`` prints for one case (120 columns), paths replaced by ``<TRACES>``."""
-    from ccoverlap.cli import main
-
     import os
+
+    from ccoverlap.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     old = os.environ.get("COLUMNS")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from trace_synth import kernel, nccl, trace, write
 
 from ccoverlap.trace.analyze import analyze
 from ccoverlap.trace.classify import canonical_collective, collective_info, dtype_bytes, kernel_kind
-from trace_synth import kernel, nccl, trace, write
 
 
 @pytest.mark.parametrize("name,kind", [

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from trace_synth import kernel, nccl, trace, write
 
 from ccoverlap.cli import main
-from trace_synth import kernel, nccl, trace, write
 
 REQUIRED_RANK_KEYS = {"rank", "compute_s", "comm_s", "overlap_ratio", "exposed_comm_s", "idle_s"}
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from trace_synth import kernel, nccl, trace, write
 
 from ccoverlap.sim.timeline import RankMetrics
 from ccoverlap.trace.analyze import analyze
 from ccoverlap.trace.collectives import busbw_factor
 from ccoverlap.trace.contention import Contention, covered_length
 from ccoverlap.trace.verdict import decide
-from trace_synth import kernel, nccl, trace, write
-
-import numpy as np
 
 
 def _job(tmp_path, lateness_us: dict[int, float], n_coll: int = 4, world: int = 3):

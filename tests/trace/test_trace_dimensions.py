@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
+from trace_synth import kernel, nccl, trace, write
 
 from ccoverlap.cli import main
 from ccoverlap.errors import ConfigError
 from ccoverlap.trace.analyze import analyze
 from ccoverlap.trace.dimensions import dimension_of, load_groups
-from trace_synth import kernel, nccl, trace, write
 
 
 def test_all_gather_size_and_group_from_the_enclosing_c10d_op(shared_traces):

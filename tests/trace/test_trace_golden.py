@@ -20,9 +20,8 @@ import gzip
 import json
 import re
 
-import pytest
-
 import golden
+import pytest
 
 # case -> top-level JSON keys whose pinned value is known to differ (see the module docstring)
 KNOWN = {"trace_filter-all": {"contention", "verdict.contention_fraction", "verdict.slowdown"}}

@@ -9,12 +9,12 @@ import os
 import tracemalloc
 
 import pytest
+from trace_synth import kernel, nccl, trace, write
 
 from ccoverlap.cli import main
 from ccoverlap.errors import TraceError
 from ccoverlap.trace import jsonstream, load
 from ccoverlap.trace.analyze import analyze
-from trace_synth import kernel, nccl, trace, write
 
 
 def _good_text(rank=0, world=1) -> str:

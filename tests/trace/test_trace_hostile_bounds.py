@@ -8,10 +8,11 @@ import gzip
 import json
 import tracemalloc
 
+from trace_synth import kernel, nccl, trace, write
+
 from ccoverlap.cli import main
 from ccoverlap.trace import jsonstream, load
 from ccoverlap.trace.analyze import analyze
-from trace_synth import kernel, nccl, trace, write
 
 
 def _doc(rank=0, world=1) -> dict:

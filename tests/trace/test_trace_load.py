@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from trace_synth import kernel, nccl, trace, write
 
 from ccoverlap.errors import TraceError
 from ccoverlap.trace import load
 from ccoverlap.trace.analyze import analyze
-from trace_synth import kernel, nccl, trace, write
 
 
 def _two_kernels():

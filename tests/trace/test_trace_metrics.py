@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from trace_synth import kernel, nccl, trace, write
 
-from ccoverlap.sim.chrome_trace import write_chrome_traces
 from ccoverlap.errors import ConfigError
+from ccoverlap.sim.chrome_trace import write_chrome_traces
 from ccoverlap.sim.timeline import TimelineBuilder, rank_metrics
 from ccoverlap.trace.analyze import analyze
 from ccoverlap.trace.steps import parse_steps
-from trace_synth import kernel, nccl, trace, write
 
 
 def test_overlap_exactly_half(fixtures_dir):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from trace_synth import kernel, nccl, trace, write
 
 from ccoverlap.cli import main
 from ccoverlap.trace.analyze import analyze
-from trace_synth import kernel, nccl, trace, write
 
 
 def _rank(path, calls, rank, world=2):

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "tests" / "fixtures" / "traces" / "gloo_2rank"
 # runs `python -m ccoverlap ARGS` with `import msgspec` failing as it does where it is not installed

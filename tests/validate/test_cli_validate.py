@@ -111,13 +111,20 @@ def test_bad_arguments_exit_2_one_line(tmp_path, capsys, argv_tail, words):
     ({"measured": {"tokens_per_s_per_gpu": 331e6}}, "wrong units"),
     ({"gpu_count": 64}, "field 'gpu_count': unknown field"),
 ])
-def test_malformed_file_exits_2_naming_run_and_field(tmp_path, capsys, change, words):
+def test_malformed_run_is_listed_naming_run_and_field_and_the_others_validated(tmp_path, capsys, change, words):
     p = write(tmp_path, [RUN_A, dict(copy.deepcopy(RUN_B), **change)])
-    assert main(["validate", str(p), "--quiet"]) == 2
+    assert main(["validate", str(p), "--quiet"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == ""
+    assert "1 run(s) of the file not read" in cap.out and "tt-llama3-70b" in cap.out
+    (line,) = [x for x in cap.out.splitlines() if "run 'tt-llama2-70b' (#2)" in x]
+    assert words in line
+    # with no good run left: exit 2 and one line naming the run and field
+    assert main(["validate", str(write(tmp_path, [dict(copy.deepcopy(RUN_B), **change)])), "--quiet"]) == 2
     cap = capsys.readouterr()
     err = cap.err.strip()
     assert "\n" not in err and "Traceback" not in err and cap.out == ""
-    assert err.startswith("ccoverlap validate: error: ") and "run 'tt-llama2-70b' (#2)" in err and words in err
+    assert err.startswith("ccoverlap validate: error: ") and "run 'tt-llama2-70b' (#1)" in err and words in err
 
 
 def test_fit_on_declared_subset_writes_calibration_plan_reads(tmp_path, capsys):
@@ -155,8 +162,9 @@ def test_fit_optimizer_recovers_a_known_minimum():
     class R:
         def __init__(self, gpu):
             self.gpu_name = gpu
-            from ccoverlap.catalog.hardware import get_gpu
             from types import SimpleNamespace
+
+            from ccoverlap.catalog.hardware import get_gpu
             self.cluster = SimpleNamespace(gpu=get_gpu(gpu))
 
     target = {"H100-SXM": 0.61, "A100-80GB-SXM": 0.74}

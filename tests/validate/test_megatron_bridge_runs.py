@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ccoverlap.cli import main
 from ccoverlap.catalog.frameworks import get_framework
+from ccoverlap.cli import main
 from ccoverlap.validate.reader import load_runs
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -163,7 +163,7 @@ MALFORMED = [
     ("unknown framework", {"framework": "jax"}, "field 'framework'", "unknown framework profile"),
     ("bad subset", {"subset": "train"}, "field 'subset'", "must be one of"),
     ("missing source", {"source": None}, "field 'source'", "missing"),
-    ("unknown cluster", {"cluster": "dgx-z9"}, "field 'cluster'", "unknown GPU"),
+    ("unknown cluster", {"cluster": "dgx-z9"}, "field 'cluster'", "unknown cluster 'dgx-z9'"),
 ]
 
 

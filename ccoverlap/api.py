@@ -1,0 +1,175 @@
+"""The Python API: ``import ccoverlap as cc``.
+
+``cc.Workload`` describes a training job (keywords as the command line's flags, or
+``Workload.from_file``); ``cc.analyze`` / ``cc.replay`` read torch.profiler traces;
+``cc.simulate`` / ``cc.plan`` / ``cc.search`` predict; ``cc.validate`` and ``cc.reproduce``
+compare predictions with measurements and with the papers. Each returns a result of
+:mod:`ccoverlap.results` (short ``repr``, ``to_dict()``, ``to_dataframe()``). Errors are
+:class:`~ccoverlap.errors.CCOverlapError` with one clear line.
+
+Everything is imported when first used, so ``import ccoverlap`` stays fast and never imports
+torch. docs/api.md walks through it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ccoverlap.results import (
+    AnalysisResult,
+    PlanReport,
+    ReplayReport,
+    ReproductionReport,
+    SearchReport,
+    SimulationResult,
+    ValidationReport,
+)
+
+Paths = "str | os.PathLike | Sequence[str | os.PathLike]"
+
+
+def _paths(traces) -> list[str]:
+    if isinstance(traces, (str, os.PathLike)):
+        return [os.fspath(traces)]
+    return [os.fspath(t) for t in traces]
+
+
+def _workload(workload, options: dict):
+    """A Workload from a Workload (options must be empty), a config file path, or keywords."""
+    from ccoverlap.errors import ConfigError
+    from ccoverlap.predict.workload import Workload
+
+    if workload is None:
+        return Workload(**options)
+    if isinstance(workload, Workload):
+        if options:
+            raise ConfigError(f"give either a Workload or workload options, not both (got {sorted(options)})")
+        return workload
+    if isinstance(workload, (str, os.PathLike)):
+        return Workload.from_file(workload, **options)
+    raise ConfigError(f"workload: expected a Workload, a config file or None, got {type(workload).__name__}")
+
+
+def analyze(traces: Paths, *, steps: str = "hta", time_resolution: str = "hta", jobs: int | None = None,
+            groups: dict[str, str] | None = None) -> AnalysisResult:
+    """Measure overlap in torch.profiler traces (files or directories, one file per rank):
+    per rank and step compute, communication, overlap, exposed communication and idle time
+    (HolisticTraceAnalysis' definitions), per-collective bandwidths, stragglers, contention
+    and a verdict. ``steps``: ``"hta"`` (HTA's window), ``"all"`` or ``"3-5"``."""
+    from ccoverlap.trace.analyze import analyze as _analyze
+
+    return AnalysisResult.of(_analyze(_paths(traces), steps=steps, time_resolution=time_resolution, jobs=jobs,
+                                      groups=groups))
+
+
+def replay(traces: Paths, *, steps: str = "hta", whatifs: Sequence[str] | None = None,
+           cluster: str | None = None) -> ReplayReport:
+    """Rebuild the measured step of ``traces`` (one file per rank, with GPU events), replay it
+    and run what-ifs (``no-comm``, ``comm-hidden``, ``lagom``, ``network-2x``, ...; default
+    all): step time, exposed communication and gain of each, and a recommendation."""
+    from ccoverlap.replay.run import replay as _replay
+
+    return ReplayReport.of(_replay(_paths(traces), steps=steps, whatifs=whatifs, cluster=cluster))
+
+
+def simulate(workload=None, **options: Any) -> SimulationResult:
+    """Simulate one training step of ``workload`` (a :class:`Workload`, a config file, or
+    keywords as for ``Workload``): step time and, per simulated rank, compute, communication,
+    overlap, exposed communication and idle time (seconds). ``raw`` is (StepGraph, Timeline)."""
+    from ccoverlap.planning.strategies import simulate_workload
+    from ccoverlap.sim.timeline import all_rank_metrics, step_time_s
+
+    w = _workload(workload, options)
+    step, tl = simulate_workload(w)
+    ranks = [m.as_dict() for m in all_rank_metrics(tl)]
+    data = {"workload": w.describe(), "step_time_s": step_time_s(tl), "ops": len(step.graph), "ranks": ranks}
+    summary = f"{w.describe()}: step {_ms(data['step_time_s'])}, {len(step.graph)} ops"
+    return SimulationResult(data, ranks, summary, (step, tl))
+
+
+def plan(workload=None, *, strategies: Sequence[str] | None = None, exact: bool = False,
+         **options: Any) -> PlanReport:
+    """Predict the step time of ``workload`` as given, without overlap, with the best overlap
+    knobs and under each decider (Lagom, Centauri, FiCCO; ``strategies`` picks them by name),
+    and recommend one. ``exact``: judge every candidate on the full step (slower)."""
+    from ccoverlap.planning import strategies as planner
+
+    w = _workload(workload, options)
+    registry = planner.default_registry()
+    if strategies is not None:
+        registry.select(list(strategies))  # one ConfigError naming an unknown one
+    result = planner.plan(w, extra=strategies, registry=registry, exact=exact)
+    base = result.as_given.step_time_s
+    rows = [dict(s.as_dict(), speedup=base / s.step_time_s if s.step_time_s else None) for s in result.strategies]
+    best = result.best()
+    data = {"workload": w.describe(), "world_size": w.cluster.world_size, "best": best.name,
+            "recommendation": planner.recommendation(result), "strategies": rows,
+            "simulations": result.simulations, "seconds": result.seconds}
+    summary = f"{w.describe()}: best {best.name}, {_ms(best.step_time_s)} per step ({base / best.step_time_s:.2f}x)"
+    return PlanReport(data, rows, summary, result)
+
+
+def search(workload=None, *, max_simulations: int = 24, top: int = 3, constraints: dict | None = None,
+           **options: Any) -> SearchReport:
+    """Search the layouts (TP / CP / PP / DP, FSDP / DDP / HSDP, EP, micro-batch, recompute,
+    pipeline schedule) of ``workload``'s model on its cluster at its global batch, ranked by
+    predicted step time. ``constraints`` keeps layouts with given values (``{"tp": 8}``)."""
+    from ccoverlap.errors import ConfigError
+    from ccoverlap.planning.search import search as _search
+
+    if max_simulations < 1 or top < 0:
+        raise ConfigError("max_simulations must be >= 1 and top >= 0")
+    w = _workload(workload, options)
+    result = _search(w, max_simulations=max_simulations, top=top, constraints=constraints)
+    data = result.as_dict()
+    rows = data.get("ranked") or []
+    head = f"best {rows[0]['label']}, {_ms(rows[0].get('best_knobs_step_time_s') or rows[0].get('step_time_s'))}" \
+        if rows else "no layout fits"
+    return SearchReport(data, rows, f"{data.get('workload', w.describe())}: {len(rows)} layouts ranked; {head}", result)
+
+
+def validate(runs: str | os.PathLike = "published", *, only: Sequence[str] | None = None,
+             subset: str | None = None, jobs: int = 1) -> ValidationReport:
+    """Predicted vs measured step time of the runs in a runs file (``"published"``: the set
+    shipped with ccoverlap): per run the error; runs that cannot be read or predicted are
+    listed in ``invalid_runs`` instead of stopping the others. ``only``: run names."""
+    from ccoverlap.errors import ConfigError
+    from ccoverlap.validate.compare import compare_runs, summarize
+    from ccoverlap.validate.reader import load_runs
+
+    rf = load_runs(runs, keep_going=True)
+    names = [r.name for r in rf.runs]
+    for name in only or ():
+        if name not in names:
+            from ccoverlap.config import short, suggest
+
+            raise ConfigError(f"{rf.path}: no run named {short(name)}{suggest(name, names)}")
+    chosen = [r for r in rf.runs if (not only or r.name in only) and (subset is None or r.subset == subset)]
+    if not chosen:
+        raise ConfigError(f"{rf.path}: no run to predict" + (f" ({rf.problems[0]})" if rf.problems else ""))
+    rows = compare_runs(chosen, jobs=jobs)
+    summ = summarize(rows)
+    dicts = [r.as_dict() for r in rows]
+    invalid = rf.problems + [f"{r.run.name}: {r.problem}" for r in rows if not r.ok]
+    data = {"runs_file": rf.path, "summary": summ.as_dict(), "runs": dicts, "invalid_runs": invalid}
+    return ValidationReport(data, [d for d in dicts if d.get("predicted_step_time_s") is not None],
+                            f"{rf.path}: {summ.line('runs')}", rows)
+
+
+def reproduce(papers: Sequence[str] | None = None, *, cases: Sequence[str] | None = None,
+              jobs: int = 1) -> ReproductionReport:
+    """Run the papers' headline experiments (``lagom``, ``centauri``, ``ficco``; default all)
+    as ccoverlap comparisons: per case the paper's speedup, ours, and match or miss."""
+    from ccoverlap.reproduce.suite import run_suite
+
+    result = run_suite(list(papers) if papers else None, ids=list(cases) if cases else None, jobs=jobs)
+    data = result.to_dict()
+    s = data["summary"]["all"]
+    return ReproductionReport(data, data["rows"], f"{s['matches']} of {s['expressible']} expressible cases match "
+                                                  f"({s['cases']} cases)", result)
+
+
+def _ms(x) -> str:
+    return f"{x * 1e3:.1f} ms" if isinstance(x, (int, float)) else "-"
