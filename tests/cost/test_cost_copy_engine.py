@@ -52,14 +52,14 @@ def test_one_value_per_gpu_type():
 
 def test_cost_model_slows_a_gemm_beside_copy_engine_traffic():
     """FiCCO §IV-D1: ~11% beside a FiCCO transfer step on MI300X. The terms are what do it: with
-    the coefficients at 0 the compute-bound GEMM is < 1% slower (HBM bandwidth only)."""
+    the coefficients at 0 the compute-bound GEMM is < 3% slower (HBM bandwidth and L2 only)."""
     cost = CostModel(MESH)
     off = CostModel(MESH, cost.params.with_overrides(copy_engine_gemm_slowdown=0.0,
                                                      copy_engine_gemm_interference=0.0))
     alone = cost.alone_s(GEMM)
     with_term = cost.duration_s(GEMM, [STEP]) / alone
     without = off.duration_s(GEMM, [STEP]) / alone
-    assert without < 1.01
+    assert without < 1.03
     assert with_term == pytest.approx(1.11, abs=0.01)
     share = cost.profile(STEP).hbm_bytes_per_s / (MESH.gpu.hbm_bytes_per_s * cost.params.mem_bw_fraction)
     p = cost.params

@@ -279,7 +279,12 @@ def test_spliced_pair_runs_like_its_estimate(pattern, schedule):
     splice_schedule(rw, pattern, cid, gid, ficco.schedule_graph(c, schedule))
     t = step_time_s(simulate(rw.build(), cost))
     est = ficco.estimate_schedule(c, schedule, cost).time_s
-    assert est < t < est + 20e-6
+    # on the reduce-scatter side the splice runs the reductions (the ring's adds) after all
+    # GEMM pieces of the pair instead of between them (docs/deciders-ficco.md): at most their time
+    sched = ficco.schedule_graph(c, schedule)
+    late = sum(cost.alone_s(op.spec) for op in sched.ops
+               if pattern == "gemm-rs" and op.name.startswith(("add.", "reduce.")))
+    assert est < t < est + 20e-6 + late
 
 
 def test_ficco_strategy_on_tp_sp_and_none_elsewhere():

@@ -79,14 +79,14 @@ def test_params_hold_the_fitted_copy_engine_coefficients():
 
 
 def test_copy_engine_traffic_slows_the_gemm_cases(cost):
-    """Without the copy-engine terms a GEMM beside copy-engine transfers is < 1% slower
-    (bandwidth only: Table I's per-GPU GEMMs are compute-bound); with them, the FiCCO step,
-    moving 7x the bytes per second of a shard transfer, slows it more."""
+    """Without the copy-engine terms a GEMM beside copy-engine transfers is < 3% slower
+    (HBM bandwidth and L2 only: Table I's per-GPU GEMMs are compute-bound); with them, the
+    FiCCO step, moving 7x the bytes per second of a shard transfer, slows it more."""
     cases = ficco_accuracy.paper_cases(MESH)
     off = CostModel(MESH, cost.params.with_overrides(copy_engine_gemm_slowdown=0.0,
                                                      copy_engine_gemm_interference=0.0))
     for overlap in ("ficco", "shard"):
-        assert rf._geomean(rf._cil_ratios(overlap, "gemm", off, cases)) < 1.01
+        assert rf._geomean(rf._cil_ratios(overlap, "gemm", off, cases)) < 1.03
     step = rf._geomean(rf._cil_ratios("ficco", "gemm", cost, cases))
     shard = rf._geomean(rf._cil_ratios("shard", "gemm", cost, cases))
     assert step > shard > 1.05
