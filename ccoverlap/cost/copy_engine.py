@@ -30,7 +30,7 @@ SM-driven collectives are not copy-engine traffic and keep the contention of :mo
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ccoverlap.catalog.hardware import GPUSpec
 from ccoverlap.cost.params import CostParams
