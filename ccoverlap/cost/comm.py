@@ -51,12 +51,20 @@ REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 
 # NCCL defaults (config defaults, not fitted parameters). Sources:
 #  channels  8x H800 on NVSwitch: "16 coll channels ... 16 p2p channels per peer" (NCCL INFO log in
-#            NVIDIA/nccl#892); lagom §4.3: NC=8 for an FSDP all-gather on A40 NVLink (cluster A);
-#            PCIe: NCCL opens few rings (2 is typical; assumption); xGMI: RCCL opens many (assumption);
-#            inter-node p2p: NCCL_NCHANNELS_PER_NET_PEER default 2.
+#            NVIDIA/nccl#892); lagom §4.3: NC=8 for an FSDP all-gather on A40 NVLink (cluster A).
+#            NCCL v2.18.3 gives the same 8 there: its ring search (src/graph/search.cc) finds 4
+#            rings of 12 GB/s over the node's NVLink pairs and PCIe 4.0 hops (24 GB/s per
+#            direction in src/graph/topo.cc, two rings each way) and ncclTopoPostset
+#            (src/graph/connect.cc) doubles the channels. PCIe alone: 1 ring of 10 GB/s where a
+#            dual-socket Intel link caps it (SKL_QPI_BW), doubled to 2; 2 rings of 12 GB/s,
+#            doubled to 4, where nothing but PCIe does. 2 is kept (the CPUs of lagom's cluster B
+#            are not stated; at 4 its Lagom/NCCL ratios change by at most 0.03). xGMI: RCCL opens many
+#            (assumption); inter-node p2p: NCCL_NCHANNELS_PER_NET_PEER default 2.
 #  threads   NCCL_NTHREADS default 512 on recent GPUs.
 #  chunk     Simple: NCCL_BUFFSIZE 4 MiB / NCCL_STEPS 8 steps x 4 chunk steps = 2 MiB (lagom §4.3 sees
 #            C=2 MB); LL / LL128 buffers are smaller (order of magnitude, assumption).
+#  protocol  the fastest of those NCCL enables (ll128_enabled: LL128 only on compute capability
+#            7.0 / 8.0 / 9.0 with NVLink rings, NCCL v2.18.3 src/graph/tuning.cc).
 DEFAULT_CHANNELS = {"nvswitch": 16, "nvlink_pair": 8, "pcie": 2, "full_mesh": 32,
                     "infiniband": 2, "roce": 2, "ethernet": 2}
 DEFAULT_P2P_INTER_CHANNELS = 2
