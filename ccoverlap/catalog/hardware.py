@@ -239,10 +239,11 @@ IB_100G_PER_NODE_8GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=12.5
 # connectivity and between nodes using 2x400 Gbps InfiniBand".
 #  [A40NVL] A40 datasheet: an NVLink bridge joins 2 GPUs, 112.5 GB/s bidirectional (56 GB/s per
 #           direction); 8 A40s are 4 bridged pairs, and a ring over the node crosses PCIe 4.0
-#           x16 (31.5 GB/s per direction) between the pairs. NCCL's topology model (v2.18.3,
-#           src/graph/topo.cc: Gen4 x16 = 24 GB/s, sm86 NVLink 12 GB/s per link x 4) finds 4 rings
-#           of 12 GB/s, two each way round, and doubles them (src/graph/connect.cc) to the 8
-#           channels lagom §4.3 reports: 48 GB/s per GPU, the paper's 400 Gbps (50 GB/s) within 4%.
+#           x16 (31.5 GB/s per direction) between the pairs. Read on this node, NCCL's topology
+#           model (v2.18.3, src/graph/topo.cc: Gen4 x16 = 24 GB/s, sm86 NVLink 12 GB/s per link
+#           x 4; src/graph/search.cc) finds 4 rings of 12 GB/s, two each way round, and
+#           src/graph/connect.cc doubles them to the 8 channels lagom §4.3 reports: 48 GB/s per
+#           GPU, the paper's 400 Gbps (50 GB/s) within 4%.
 #           The line rate here is the paper's; what the PCIe hops between pairs reach through the
 #           CPUs is not published for the paper's servers (docs/seeds.md).
 NVLINK_PAIRS_A40 = LinkSpec(fabric="nvlink_pair", bandwidth_bytes_per_s=50 * GB, latency_s=2.0e-6,
