@@ -35,6 +35,8 @@ from rich.text import Text
 PIPE_WIDTH = 200
 #: a ``note`` column narrower than this (or than its widest cell) goes below the table
 NOTE_MIN = 40
+#: how much further than its first line a wrapped line is indented
+_HANG = 2
 
 
 def console_width(file: IO | None = None) -> int | None:
@@ -213,9 +215,9 @@ def _print_stacked(console: Console, columns: list[Col], rows: list[list[str]], 
     for row, style in zip(rows, styles):
         console.print(Text(_label(row, label), style=style or "bold"))
         pairs = [f"{c.header}: {row[i]}" for i, c in enumerate(columns) if i not in label and row[i]]
-        line = ""
+        line, room = "", console.width - 2 - _HANG
         for pair in pairs:
-            if line and cell_len(line) + 2 + cell_len(pair) > console.width - 2:
+            if line and cell_len(line) + 2 + cell_len(pair) > room:
                 print_wrapped(console, line, indent=2, style=style)
                 line = ""
             line = f"{line}  {pair}" if line else pair
@@ -223,17 +225,22 @@ def _print_stacked(console: Console, columns: list[Col], rows: list[list[str]], 
             print_wrapped(console, line, indent=2, style=style)
 
 
-def print_wrapped(console: Console, text: str | Text, *, indent: int = 0, hang: int = 2,
+def print_wrapped(console: Console, text: str | Text, *, indent: int = 0, hang: int = _HANG,
                   style: str | None = None, markup: bool = False) -> None:
     """Print ``text`` wrapped at word boundaries to the console's width: the first line
-    indented by ``indent`` spaces, the next ones by ``indent + hang``. A ``str`` is plain
-    text unless ``markup`` (rich markup such as ``[bold]...[/bold]``)."""
+    indented by ``indent`` spaces, the next ones by ``indent + hang`` (less when a word would
+    not fit otherwise). A ``str`` is plain text unless ``markup`` (rich markup such as
+    ``[bold]...[/bold]``)."""
     if isinstance(text, Text):
         t = text.copy()
     else:
         t = Text.from_markup(text) if markup else Text(text)
     if style:
         t.stylize(style)
+    longest = _words(t.plain)
+    if longest > console.width - indent - hang:  # a name that would be cut: less indent keeps it whole
+        hang = 0
+        indent = min(indent, max(console.width - longest, 0))
     room = max(console.width - indent - hang, 8)
     for k, line in enumerate(t.wrap(console, room)):
         line.rstrip()
