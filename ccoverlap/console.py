@@ -8,8 +8,8 @@ otherwise ``COLUMNS`` if set, else :data:`PIPE_WIDTH` columns.
 Tables (:func:`print_table`) never cut a cell: names, ranks, groups, collectives and numbers
 stay whole at any width. The layout is the first of these that fits the console:
 
-1. boxed, headers on one line, every column as wide as its widest cell (columns marked
-   ``wrap`` or ``note`` may wrap at word boundaries);
+1. boxed, headers on one line, every column as wide as its widest cell (long free text in
+   columns marked ``note`` wrapped at word boundaries);
 2. compact: no vertical rules, headers wrapped at word boundaries, two (then one) spaces
    between columns, columns marked ``wrap`` wrapped at word boundaries;
 3. the same after moving ``note`` columns (long free text) below the table (the column's
@@ -140,8 +140,8 @@ def table_layout(columns: list[Col], rows: list[list[str]], width: int) -> Layou
     """The first layout of the module docstring that fits ``width`` columns."""
     n = len(columns)
     natural, narrow = _measure(columns, rows)
-    # boxed: headers and unwrapped cells on one line, wrapped columns as narrow as they may be
-    boxed = [narrow[i] if (c.wrap or c.note) else natural[i] for i, c in enumerate(columns)]
+    # boxed: headers and cells on one line, but for long free text (notes)
+    boxed = [narrow[i] if c.note else natural[i] for i, c in enumerate(columns)]
     room = width - sum(boxed) - 3 * n - 1
     if room >= 0:
         return Layout("boxed", list(range(n)), _spread(list(range(n)), columns, boxed, natural, room), [], [])
@@ -185,10 +185,9 @@ def print_table(console: Console, columns: list[Col], rows: list[list[str]], *, 
                       padding=(0, layout.gap - 1))
     for i, w in zip(layout.shown, layout.widths):
         col = columns[i]
-        wraps = col.wrap or col.note
         boxed = layout.kind == "boxed"
         table.add_column(col.header, justify=col.justify, style=col.style, overflow="fold",
-                         no_wrap=boxed and not wraps, width=None if boxed and not wraps else w)
+                         no_wrap=boxed and not col.note, width=None if boxed and not col.note else w)
     for row, style in zip(rows, styles):
         table.add_row(*(Text(row[i]) for i in layout.shown), style=style)
     console.print(table)
@@ -214,7 +213,8 @@ def _print_stacked(console: Console, columns: list[Col], rows: list[list[str]], 
     """Each row as its label (bold) and then its other cells as ``header: value`` pairs."""
     for row, style in zip(rows, styles):
         console.print(Text(_label(row, label), style=style or "bold"))
-        pairs = [f"{c.header}: {row[i]}" for i, c in enumerate(columns) if i not in label and row[i]]
+        pairs = [f"{c.header}: {row[i]}" if c.header else row[i]
+                 for i, c in enumerate(columns) if i not in label and row[i]]
         line, room = "", console.width - 2 - _HANG
         for pair in pairs:
             if line and cell_len(line) + 2 + cell_len(pair) > room:
