@@ -35,6 +35,10 @@ from rich.text import Text
 PIPE_WIDTH = 200
 #: a ``note`` column narrower than this (or than its widest cell) goes below the table
 NOTE_MIN = 40
+#: a ``wrap`` column is no narrower than this (or than its widest cell or longest word)
+WRAP_MIN = 16
+#: cells that say "nothing here": left out of the lines below a table
+_EMPTY = ("", "-")
 #: how much further than its first line a wrapped line is indented
 _HANG = 2
 
@@ -106,8 +110,8 @@ def _words(s: str) -> int:
 
 def _measure(columns: list[Col], rows: list[list[str]]) -> tuple[list[int], list[int]]:
     """(natural, narrowest) width of each column. Natural: the widest cell or the header on
-    one line. Narrowest: the longest header word and the widest cell (the longest word of a
-    ``wrap`` cell; a ``note`` column no narrower than NOTE_MIN or its widest cell)."""
+    one line. Narrowest: the longest header word and the widest cell; for a ``wrap`` column
+    its longest word and WRAP_MIN, for a ``note`` column NOTE_MIN (both at most natural)."""
     natural, narrow = [], []
     for i, col in enumerate(columns):
         cells = [r[i] for r in rows]
@@ -116,7 +120,7 @@ def _measure(columns: list[Col], rows: list[list[str]]) -> tuple[list[int], list
         if col.note:
             least = min(natural[-1], max(NOTE_MIN, _words(col.header)))
         elif col.wrap:
-            least = max((_words(c) for c in cells), default=0)
+            least = max(max((_words(c) for c in cells), default=0), min(natural[-1], WRAP_MIN))
         else:
             least = widest
         narrow.append(max(least, _words(col.header), 1))
@@ -196,10 +200,10 @@ def print_table(console: Console, columns: list[Col], rows: list[list[str]], *, 
         what = "column" if len(layout.dropped) == 1 else "columns"
         print_wrapped(console, f"(narrow terminal: {what} {names} left out; {everything})", style="dim")
     for i in layout.below:
-        if any(row[i] for row in rows):
+        if any(row[i] not in _EMPTY for row in rows):
             console.print(Text(f"{columns[i].header}:"))
         for row, style in zip(rows, styles):
-            if row[i]:
+            if row[i] not in _EMPTY:
                 print_wrapped(console, f"{_label(row, label)}: {row[i]}", indent=2, style=style)
     return layout
 
