@@ -59,6 +59,9 @@ def console_width(file: IO | None = None) -> int | None:
 
 
 class _Console(Console):
+    #: printing to a pipe or a file without ``COLUMNS``: :func:`print_wrapped` keeps lines whole
+    piped = False
+
     def on_broken_pipe(self) -> None:
         raise BrokenPipeError
 
@@ -68,7 +71,10 @@ def make_console(file: IO | None = None, *, stderr: bool = False, **kw) -> Conso
     pipe raises BrokenPipeError, which the CLI turns into a quiet exit 0 (rich's own
     handling exits 1)."""
     target = file if file is not None else (sys.stderr if stderr else sys.stdout)
-    return _Console(file=file, stderr=stderr, width=console_width(target), **kw)
+    width = console_width(target)
+    con = _Console(file=file, stderr=stderr, width=width, **kw)
+    con.piped = width == PIPE_WIDTH and not os.environ.get("COLUMNS", "").isdigit()
+    return con
 
 
 # ----------------------------------------------------------------------------- tables
@@ -233,7 +239,7 @@ def print_wrapped(console: Console, text: str | Text, *, indent: int = 0, hang: 
                   style: str | None = None, markup: bool = False) -> None:
     """Print ``text`` wrapped at word boundaries to the console's width: the first line
     indented by ``indent`` spaces, the next ones by ``indent + hang`` (less when a word would
-    not fit otherwise). A ``str`` is plain text unless ``markup`` (rich markup such as
+    not fit otherwise). On a pipe or a file without ``COLUMNS`` it stays one line. A ``str`` is plain text unless ``markup`` (rich markup such as
     ``[bold]...[/bold]``)."""
     if isinstance(text, Text):
         t = text.copy()
@@ -241,6 +247,9 @@ def print_wrapped(console: Console, text: str | Text, *, indent: int = 0, hang: 
         t = Text.from_markup(text) if markup else Text(text)
     if style:
         t.stylize(style)
+    if getattr(console, "piped", False):  # a pipe or a file: one line, for grep and diff
+        console.print(Text(" " * indent) + t, soft_wrap=True)
+        return
     longest = _words(t.plain)
     if longest > console.width - indent - hang:  # a name that would be cut: less indent keeps it whole
         hang = 0
