@@ -13,8 +13,8 @@ stay whole at any width. The layout is the first of these that fits the console:
 2. compact: no vertical rules, headers wrapped at word boundaries, two (then one) spaces
    between columns, columns marked ``wrap`` wrapped at word boundaries;
 3. the same after moving ``note`` columns (long free text) below the table (the column's
-   name, then one wrapped ``label: text`` line per row), and then leaving out the columns marked ``drop`` (highest first), with one
-   line saying which columns were left out;
+   name, then one wrapped ``label: text`` line per row), and then after leaving out the
+   columns marked ``drop`` (highest first), with one line saying which were left out;
 4. stacked: each row as its label line and then ``header: value`` pairs, wrapped at pair
    boundaries (every column shown).
 """
@@ -236,15 +236,12 @@ def _print_stacked(console: Console, columns: list[Col], rows: list[list[str]], 
 
 
 def print_wrapped(console: Console, text: str | Text, *, indent: int = 0, hang: int = _HANG,
-                  style: str | None = None, markup: bool = False) -> None:
+                  style: str | None = None) -> None:
     """Print ``text`` wrapped at word boundaries to the console's width: the first line
     indented by ``indent`` spaces, the next ones by ``indent + hang`` (less when a word would
-    not fit otherwise). On a pipe or a file without ``COLUMNS`` it stays one line. A ``str`` is plain text unless ``markup`` (rich markup such as
-    ``[bold]...[/bold]``)."""
-    if isinstance(text, Text):
-        t = text.copy()
-    else:
-        t = Text.from_markup(text) if markup else Text(text)
+    not fit otherwise); on a pipe or a file without ``COLUMNS`` it stays one line. A ``str``
+    is plain text (no rich markup)."""
+    t = text.copy() if isinstance(text, Text) else Text(text)
     if style:
         t.stylize(style)
     if getattr(console, "piped", False):  # a pipe or a file: one line, for grep and diff
