@@ -27,6 +27,15 @@ def register(sub) -> None:
                         "for 1F1B / interleaved / no pipeline, extrapolate the reported full steps from two "
                         "short ones (as-given and best-knobs are always simulated in full)")
     p.add_argument("--strategies", help="comma-separated decider strategies to add (default: all available)")
+    e = p.add_argument_group("settings to apply (--emit)")
+    e.add_argument("--emit", metavar="DIR",
+                   help="write the strategy's settings into DIR: nccl.env, the NCCL tuner plugin's CSV, per-group "
+                        "NCCL options, framework settings, the TP plan and a README (docs/emit.md)")
+    e.add_argument("--strategy", metavar="NAME",
+                   help="the row --emit writes and the 'applicable' row re-simulates (default: the recommended one)")
+    e.add_argument("--target", metavar="NAME", default="pytorch",
+                   help="framework the 'applicable' row assumes: pytorch (default: FSDP2 / DDP and ccoverlap's TP "
+                        "styles), torchtitan or megatron-lm")
     s = p.add_argument_group("layout search (--search)")
     s.add_argument("--search", action="store_true",
                    help="search layouts (TP/PP/CP/DP, FSDP vs DDP vs HSDP, EP for MoE models, micro-batch, recompute, "
@@ -85,16 +94,30 @@ def run(args: argparse.Namespace) -> int:
         return run_search(args)
     from ccoverlap.console import Progress
     from ccoverlap.planning import strategies as planner
+    from ccoverlap.planning.emit import TARGETS
     from ccoverlap.planning.report import plan_table
     from ccoverlap.sim.chrome_trace import write_chrome_traces
 
+    if args.target not in TARGETS:
+        from ccoverlap.errors import ConfigError
+
+        raise ConfigError(f"--target must be one of {', '.join(TARGETS)}, got {args.target!r}")
     w = workload_from_args(args)
     registry = planner.default_registry()
     extra = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
     if extra:
         registry.select(extra)  # ConfigError naming the unknown one and the available ones
+    if args.strategy:  # known before the minutes of planning
+        rows = ["as-given", "no-overlap", "best-knobs", *(s.name for s in registry.select(extra))]
+        if args.strategy not in rows:
+            from ccoverlap.config import suggest
+            from ccoverlap.errors import ConfigError
+
+            raise ConfigError(f"--strategy {args.strategy!r} is not a row of this plan{suggest(args.strategy, rows)}; "
+                              f"rows: {', '.join(rows)}")
     with Progress("planning", enabled=not args.quiet) as progress:
-        result = planner.plan(w, progress=progress, extra=extra, registry=registry, exact=args.exact)
+        result = planner.plan(w, progress=progress, extra=extra, registry=registry, exact=args.exact,
+                              applicable_of=args.strategy, target=args.target)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
@@ -113,6 +136,10 @@ def run(args: argparse.Namespace) -> int:
         png.parent.mkdir(parents=True, exist_ok=True)
         tls = [("as-given", given_tl)] + ([("best-knobs", best_tl)] if best_tl is not None else [])
         files["png"] = save_plan_figure(png, tls, [s.as_dict() for s in result.strategies])
+    emitted = {}
+    if args.emit:
+        emitted = result.emit(args.emit, strategy=args.strategy, target=args.target)
+        files["emit"] = str(Path(args.emit) / "README.md")
     payload = {
         "workload": w.describe(),
         "source": w.source,
@@ -126,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         "extrapolated_from": result.stats.get("extrapolated_from"),
         "search_seconds": result.seconds,
         "files": files,
+        "emitted": emitted,
     }
     if args.json:
         json.dump(payload, sys.stdout, indent=2, default=str)
