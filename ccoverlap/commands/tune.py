@@ -191,6 +191,9 @@ def run(args: argparse.Namespace) -> int:
         d = t.as_dict()
         base = t.results["nccl-default"].result
         d["name"] = t.group.name
+        d["communications"] = [{"group": c.spec.group.name, "collective": c.spec.collective, "bytes": c.spec.bytes,
+                                "group_size": c.spec.group.size, "local_size": c.spec.group.local_size}
+                               for c in t.group.collectives]
         d["weight"] = t.group.weight
         d["regime_R"] = base.compute_time_s / base.comm_time_s if base.comm_time_s > 0 else float("inf")
         d["lagom_speedup"] = {m: r.makespan_s / t.results["lagom"].makespan_s

@@ -1,4 +1,4 @@
-"""Plans shared by the emit tests: each is computed once per session."""
+"""Plans shared by the emit tests, each computed once per test run."""
 
 from __future__ import annotations
 
