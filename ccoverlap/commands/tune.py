@@ -6,7 +6,8 @@ The group comes from a file (``--group FILE``, JSON / TOML / YAML; see
 docs/deciders-lagom.md) or from a workload's simulated step (the same flags as ``plan``):
 its main overlap groups, e.g. one FSDP layer's backward GEMMs with the all-gather and
 reduce-scatter beside them. Profiling is simulated on the cost model; the live NCCL
-profiler is not reachable from this command (it needs a torchrun job on GPUs).
+profiler (``ccoverlap.runtime.nccl.live_profiler``) runs inside a torchrun job on GPUs.
+``--emit DIR`` writes Lagom's choices as stock NCCL takes them (docs/emit.md).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ from .nccl_plan import CommKey, size_ranges
 
 __all__ = ["pinned_options", "TunerRow", "tuner_csv_text", "parse_tuner_csv", "match_row", "nccl_env_text",
            "parse_nccl_env", "GroupOptions", "Dropped", "NcclSettings", "stock_nccl_settings", "buffsize_for_chunk",
-           "TUNER_COLLECTIVES"]
+           "TUNER_COLLECTIVES", "call_settings", "process_values"]
 
 _OPTIONS = Path(__file__).resolve().parent.parent / "data" / "emit" / "options.yaml"
 
@@ -83,6 +83,22 @@ def buffsize_for_chunk(chunk_bytes: int) -> int:
     """``NCCL_BUFFSIZE`` giving a Simple ring collective the chunk ``chunk_bytes``: the chunk is
     buffSize / NCCL_STEPS x chunkSteps = buffSize / 8 x 4 (src/enqueue.cc calcCollChunking)."""
     return 2 * int(chunk_bytes)
+
+
+def process_values(env: Mapping[str, str]) -> dict[str, int]:
+    """Threads per block and the Simple ring chunk this process's NCCL runs every call with,
+    from its ``NCCL_*`` environment (``env``): ``{"threads": NCCL_NTHREADS or 512,
+    "ll128_threads": NCCL_LL128_NTHREADS or 640, "chunk_bytes": NCCL_BUFFSIZE / 2 or 2 MiB}``
+    (defaults: src/graph/tuning.cc NCCL_SIMPLE_MAX_NTHREADS / NCCL_LL128_MAX_NTHREADS,
+    src/init.cc DEFAULT_BUFFSIZE)."""
+    def num(name: str, default: int) -> int:
+        try:
+            return int(env.get(name, default))
+        except ValueError:
+            raise ConfigError(f"{name}={env.get(name)!r} is not an integer") from None
+
+    return {"threads": num("NCCL_NTHREADS", 512), "ll128_threads": num("NCCL_LL128_NTHREADS", 640),
+            "chunk_bytes": num("NCCL_BUFFSIZE", 4 * 2**20) // 2}
 
 
 # ----------------------------------------------------------------------------- tuner CSV
@@ -219,6 +235,24 @@ def parse_nccl_env(text: str, where: str = "nccl.env") -> dict[str, str]:
             raise ConfigError(f"{where}:{n}: {name} is not a pinned NCCL variable")
         out[name] = value
     return out
+
+
+def call_settings(key: CommKey, config: CommConfig) -> tuple[TunerRow | None, dict]:
+    """The settings that give one communicator's calls of ``key`` the configuration ``config``
+    (resolved: channels, protocol, algorithm set), as :func:`stock_nccl_settings` writes them:
+    a tuner row covering exactly this size (None for a collective the plugin does not see, or
+    an algorithm it does not have) and ``{"min_ctas": NC, "max_ctas": NC}`` for the
+    communicator. Threads and chunk are per process and not here."""
+    cap = pinned_options()["nccl"]["communicator"]["max_ctas"]
+    nc = min(int(config.channels), cap)
+    ctas = {"min_ctas": nc, "max_ctas": nc}
+    ct = TUNER_COLLECTIVES.get(key.collective)
+    if ct is None or config.algorithm not in _csv_spec()["algorithms"]:
+        return None, ctas
+    size = int(round(key.nbytes))
+    nodes = max(1, key.group_size // max(1, key.local_size))
+    return TunerRow(ct, size, size, config.algorithm, config.protocol, nc, nodes, key.group_size,
+                    comment=f"{key.group} {key.collective} {size} bytes"), ctas
 
 
 # ----------------------------------------------------------------------------- the projection
