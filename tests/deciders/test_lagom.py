@@ -456,7 +456,7 @@ def test_tune_command_table_and_errors(capsys, tmp_path):
     out = capsys.readouterr().out
     assert rc == 0
     assert "nccl-default" in out and "autoccl" in out and "lagom" in out and "profiles" in out
-    assert "untested" in out
+    assert "profiles simulated on the cost model" in out
     bad = tmp_path / "g.yaml"
     bad.write_text("computations: []\ncollectives: []\n")
     assert main(["tune", "--group", str(bad)]) == 2
