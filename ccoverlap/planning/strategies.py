@@ -283,6 +283,7 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
                 strategies.append(res)
     bundle = None
     if applicable:
+        t, c = time.perf_counter(), time.process_time()  # the strategies may have run in worker processes
         result = PlanResult(w, strategies, 0, 0.0, best_w)
         chosen_row = result.strategy(applicable_of) if applicable_of else result.best()
         if progress:
