@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from ccoverlap.commands.options import add_common, png_path
+from ccoverlap.commands.options import add_common, check_out_dir, png_path
 from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
 
 #: Layout flags ``--search`` takes as constraints (ParallelConfig fields), and those it refuses.
@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         from ccoverlap.errors import ConfigError
 
         raise ConfigError(f"--target must be one of {', '.join(TARGETS)}, got {args.target!r}")
+    check_out_dir(args.emit, "--emit")
     w = workload_from_args(args)
     registry = planner.default_registry()
     extra = [s.strip() for s in args.strategies.split(",")] if args.strategies else None

@@ -17,7 +17,7 @@ import json
 import sys
 import time
 
-from ccoverlap.commands.options import add_common
+from ccoverlap.commands.options import add_common, check_out_dir
 from ccoverlap.console import Progress
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.workload import add_workload_arguments
@@ -179,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_exhaustive < 1:
         raise ConfigError(f"--max-exhaustive must be >= 1, got {args.max_exhaustive}")
+    check_out_dir(args.emit, "--emit")
     t0 = time.perf_counter()
     groups, cost, source, workload = _groups(args)
     exhaustive = {"auto": None, "yes": True, "no": False}[args.exhaustive]

@@ -205,3 +205,50 @@ def test_tune_emits_lagoms_configurations(capsys, tmp_path, argv):
         if cfg is not None:  # Lagom's choice is what is wanted
             for knob in ("channels", "threads", "chunk_bytes", "protocol"):
                 assert comm["wanted"][knob] == cfg[knob], knob
+
+
+@pytest.mark.parametrize("command", ["plan", "tune"])
+def test_an_emit_path_that_is_a_file_fails_with_one_line_before_any_work(capsys, tmp_path, command):
+    f = tmp_path / "taken"
+    f.write_text("x")
+    for target in (f, f / "below"):
+        out = ["--out", str(tmp_path / "o")] if command == "plan" else []
+        code = main([command, "-q", *out, "--emit", str(target)])
+        _, err = capsys.readouterr()
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "--emit" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name,text,needle", [
+    ("nccl.env", "NCCL_NTHREADS\n", "expected NAME=value"),
+    ("nccl.env", "NCCL_NOT_A_THING=1\n", "not a pinned NCCL variable"),
+    ("nccl_tuner.csv", "allgather,0,10,ring,simple,4\n", "8 to 10"),
+    ("framework.json", "{not json", "not JSON"),
+])
+def test_a_damaged_emit_directory_is_refused_naming_the_file(emitted, tmp_path, name, text, needle):
+    import shutil
+
+    from ccoverlap.errors import ConfigError
+
+    d = tmp_path / "copy"
+    shutil.copytree(emitted["example"][1], d)
+    (d / name).write_text(text)
+    with pytest.raises(ConfigError, match=needle) as exc:
+        read_emit(d)
+    assert name in str(exc.value)
+    with pytest.raises(ConfigError, match="not an --emit directory"):
+        read_emit(tmp_path)
+
+
+def test_the_python_api_emits_and_gives_the_same_as_data(example_plan, tmp_path):
+    hints = example_plan.apply_hints()
+    files = example_plan.emit(tmp_path)
+    back = read_emit(tmp_path)
+    assert hints["strategy"] == back["decision"]["strategy"] == example_plan.applicable.decision["of"]
+    assert {k: v for k, v in back["env"].items() if k != "NCCL_TUNER_CONFIG_FILE"} == hints["nccl_env"]
+    assert [r.line() for r in back["tuner_rows"]] == hints["tuner_rows"]
+    assert back["framework"]["tp_plan"] == hints["tp_plan"]
+    assert hints["not_applied"] == back["decision"]["not_applied"]
+    assert set(files) <= {p.name for p in tmp_path.iterdir()}
+    other = example_plan.apply_hints("ficco", target="torchtitan")
+    assert other["strategy"] == "ficco" and other["target"] == "torchtitan"
+    assert any(line.startswith("tp_schedule.") for line in other["not_applied"])

@@ -116,12 +116,18 @@ def write_emit(b, out_dir, *, as_given=None, source: str = "", command: str = "c
     wrote them (README). A bundle of NCCL configurations alone gets no framework files.
     Returns ``{file name: path}``."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{out}: cannot make the directory ({exc.strerror or exc})") from None
     h = hints(b)
     written: dict[str, str] = {}
 
     def put(name: str, text: str) -> None:
-        (out / name).write_text(text, encoding="utf-8")
+        try:
+            (out / name).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{out / name}: cannot write ({exc.strerror or exc})") from None
         written[name] = str(out / name)
 
     env = dict(b.nccl.env)
