@@ -63,6 +63,8 @@ def run_search(args: argparse.Namespace) -> int:
 
     if args.max_simulations < 1 or args.top < 0 or args.show < 1:
         raise ConfigError("--max-simulations and --show must be >= 1, --top >= 0")
+    if args.emit or args.strategy:
+        raise ConfigError("--emit and --strategy take a plan's rows: plan the layout --search picks, then --emit")
     refused = [f"--{k.replace('_', '-')}" for k in SEARCH_REFUSED if getattr(args, k) is not None]
     if refused:
         raise ConfigError(f"--search chooses {', '.join(refused)} itself (sequence parallelism with TP, 2 virtual "

@@ -284,11 +284,7 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
     bundle = None
     if applicable:
         t, c = time.perf_counter(), time.process_time()  # the strategies may have run in worker processes
-        result = PlanResult(w, strategies, 0, 0.0, best_w)
-        chosen_row = result.strategy(applicable_of) if applicable_of else result.best()
-        if progress:
-            progress(len(chosen), len(chosen), f"applicable {chosen_row.name}")
-        bundle = build_emit(chosen_row, w, planner, target=target)
+        bundle = _applicable(planner, PlanResult(w, strategies, 0, 0.0, best_w), applicable_of, target, progress)
         strategies.append(bundle.applicable)
         lap(APPLICABLE)
     sims = planner.simulations + planner.graph_simulations
@@ -297,6 +293,16 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
              "extrapolated_from": planner.steady_state(w)}
     return PlanResult(workload=w, strategies=strategies, simulations=sims, seconds=time.perf_counter() - t0,
                       best_workload=best_w, stats=stats, emit_bundle=bundle)
+
+
+def _applicable(planner: Planner, result: PlanResult, of: str | None, target: str,
+                progress: ProgressFn | None) -> EmitBundle:
+    """The settings of row ``of`` (default: the recommended one) for ``target``, with the
+    ``applicable`` row simulated (:func:`~ccoverlap.planning.emit.build_emit`)."""
+    row = result.strategy(of) if of else result.best()
+    if progress:
+        progress(0, 1, f"applicable {row.name}")
+    return build_emit(row, result.workload, planner, target=target)
 
 
 def _run_group(planner: Planner, group: list, as_given: Workload, best: Workload) -> list[tuple]:

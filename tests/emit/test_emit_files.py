@@ -252,3 +252,9 @@ def test_the_python_api_emits_and_gives_the_same_as_data(example_plan, tmp_path)
     other = example_plan.apply_hints("ficco", target="torchtitan")
     assert other["strategy"] == "ficco" and other["target"] == "torchtitan"
     assert any(line.startswith("tp_schedule.") for line in other["not_applied"])
+
+
+def test_emit_is_refused_with_the_layout_search(capsys, tmp_path):
+    code = main(["plan", "--search", "-q", "--emit", str(tmp_path / "e")])
+    _, err = capsys.readouterr()
+    assert code == 2 and "plan the layout --search picks, then --emit" in err
