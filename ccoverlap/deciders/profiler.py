@@ -168,7 +168,8 @@ class LiveNCCLProfiler:
     applying each configuration the way ``--emit`` writes it for stock NCCL
     (:func:`~ccoverlap.deciders.nccl_apply.call_settings`):
 
-    1. rank 0's configurations are broadcast, so every rank applies the same choice (Fig. 6
+    1. rank 0's configurations (and its ``NCCL_*`` environment, which the decisions below read)
+       are broadcast, so every rank applies the same choice and raises the same errors (Fig. 6
        step c; ranks that disagree would deadlock NCCL);
     2. each distinct (group, NC, protocol, algorithm) gets its own communicator, created once
        and cached: ``ProcessGroupNCCL.Options().config.min_ctas = max_ctas = NC`` and, when
@@ -256,10 +257,10 @@ class LiveNCCLProfiler:
         """Run the group live with ``configs`` (rank 0's) and time it; x_j, Y, Z in seconds as
         in :class:`ProfileResult` (lagom eq. 1, Alg. 2 line 6)."""
         self.calls += 1
-        configs = list(self.layer.broadcast(list(configs)))
+        # rank 0's configurations and NCCL environment: every rank decides (and fails) alike
+        configs, env = self.layer.broadcast((list(configs), self.layer.nccl_env()))
         if len(configs) != self.group.n_collectives:
             raise ConfigError(f"live profiler: {len(configs)} configurations for {self.group.n_collectives} collectives")
-        env = self.layer.nccl_env()
         proc = process_values(env)
         tuner = bool(env.get("NCCL_TUNER_PLUGIN"))
         notes: list[str] = []

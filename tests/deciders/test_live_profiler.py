@@ -43,7 +43,8 @@ class FakeLayer:
         self.runs: list[list] = []
 
     def broadcast(self, obj):
-        return self.rank0 if self.rank0 is not None else obj
+        configs, env = obj  # (configurations, NCCL environment) of this rank
+        return (self.rank0 if self.rank0 is not None else configs), env
 
     def nccl_env(self):
         return dict(self.env)
