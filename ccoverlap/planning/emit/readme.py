@@ -92,7 +92,9 @@ def _launch(b, written: dict[str, str]) -> list[str]:
 
 def readme_text(b, written: dict[str, str], *, as_given=None, command: str = "ccoverlap plan --emit") -> str:
     """The README.md text for bundle ``b`` and the files ``written``."""
-    lines = [f"# NCCL and framework settings for '{b.strategy}'", "", f"Written by `{command}` for {b.description}."]
+    what = "NCCL settings" if b.framework is None else "NCCL and framework settings"
+    by = "stock NCCL" if b.framework is None else f"{b.target} and stock NCCL"
+    lines = [f"# {what} for '{b.strategy}'", "", f"Written by `{command}` for {b.description}."]
     if b.ideal is not None or b.applicable is not None:
         lines[-1] += (f" Predicted step time: as given {_ms(as_given)}, '{b.strategy}' {_ms(b.ideal)}, with only "
                       f"what {b.target} and stock NCCL can set ('applicable') {_ms(b.applicable)}.")
@@ -102,12 +104,12 @@ def readme_text(b, written: dict[str, str], *, as_given=None, command: str = "cc
     lines += ["## What is not applied", ""]
     dropped = b.dropped_lines()
     if dropped:
-        lines.append(f"These changes of '{b.strategy}' cannot be set with {b.target} and stock NCCL; the "
-                     f"applicable prediction runs them as given:")
+        lines.append(f"These changes of '{b.strategy}' cannot be set with {by}; they run as the settings "
+                     f"give them (the `applicable` prediction does the same):")
         lines += [f"* {x}" for x in dropped[:40]]
         if len(dropped) > 40:
             lines.append(f"* ... {len(dropped) - 40} more in `decision.json`")
     else:
-        lines.append(f"Everything '{b.strategy}' changes can be set with {b.target} and stock NCCL.")
+        lines.append(f"Everything '{b.strategy}' changes can be set with {by}.")
     lines += ["", "Why some knobs are out of reach of stock NCCL:", ""] + [f"* {x}" for x in LIMITS] + [""]
     return "\n".join(lines)
