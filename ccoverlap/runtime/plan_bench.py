@@ -1,0 +1,276 @@
+"""Plan-level benchmark: torchtitan's TP + SP plan with torch's styles vs ccoverlap's, side by side.
+
+One plan dict (:mod:`ccoverlap.runtime.llama`) is applied with ``parallelize_module`` once
+with torch's ``ColwiseParallel``/``RowwiseParallel``/``PrepareModuleInput`` and once with
+:mod:`ccoverlap.runtime.tp`'s; both start from the same full weights. Two workloads:
+
+* ``block``: one :class:`~ccoverlap.runtime.llama.Block`, forward + backward of a
+  sequence-sharded ``[b, s/P, dim]`` input with a fixed upstream gradient;
+* ``model``: :class:`~ccoverlap.runtime.llama.Llama` (embedding, ``layers`` blocks, norm,
+  head) with loss parallelism (``loss_parallel()``, vocab-sharded logits), forward,
+  backward and an AdamW step.
+
+Timing: after warm-up, ``reps`` repetitions, each running every row once in a Williams
+order (every row first, and right after every other row, equally often), a barrier before
+each timed call; a call's time is the slowest rank's (all-reduce MAX). Reported: the median
+per row and, per row, the median over repetitions of (its time / torch's time in the same
+repetition) with a sign-test interval (:func:`~ccoverlap.runtime.tuning.median_ratio_interval`):
+load that changes between repetitions cancels in the paired ratio. On CUDA with NCCL a third
+row runs torch's styles under ``torch.compile`` with PyTorch's async TP (micro-pipeline TP on
+symmetric memory) where this torch build has it; on CPU that row is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from ccoverlap.errors import ConfigError
+from ccoverlap.runtime import comm
+from ccoverlap.runtime.llama import Block, Llama, block_plan, model_plan
+from ccoverlap.runtime.tuning import median_ratio_interval, round_order
+
+__all__ = ["SHAPES", "PlanShape", "PlanBenchConfig", "run_rank", "bench", "format_table"]
+
+
+@dataclass(frozen=True)
+class PlanShape:
+    """A block shape: batch ``b``, sequence ``s`` (whole, before sharding), ``dim``, heads, SwiGLU hidden."""
+
+    b: int
+    s: int
+    dim: int
+    heads: int
+    ffn: int
+
+    def describe(self) -> str:
+        """``b=.. s=.. h=.. heads=.. ffn=..``."""
+        return f"b={self.b} s={self.s} h={self.dim} heads={self.heads} ffn={self.ffn}"
+
+
+#: The three shapes of the plan benchmark: where attention, the GEMMs or the activation traffic weigh most.
+SHAPES: dict[str, PlanShape] = {
+    "attention-heavy": PlanShape(b=8, s=1024, dim=64, heads=4, ffn=256),
+    "gemm-heavy": PlanShape(b=2, s=512, dim=1024, heads=16, ffn=4096),
+    "activation-heavy": PlanShape(b=64, s=128, dim=128, heads=8, ffn=128),
+}
+
+
+@dataclass
+class PlanBenchConfig:
+    """What to time: a shape, ``block`` or ``model``, repetitions and the ccoverlap style arguments."""
+
+    shape: str = "activation-heavy"
+    workload: str = "block"
+    reps: int = 20
+    warmup: int = 2
+    layers: int = 4
+    vocab: int = 1024
+    dtype: str = "float32"
+    schedule: str = "auto"
+    rows: tuple[str, ...] = ("torch", "ccoverlap")
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def validate(self, world: int) -> PlanShape:
+        """The :class:`PlanShape`; raises :class:`ConfigError` on an unknown name or a shape the ranks cannot split."""
+        if self.shape not in SHAPES:
+            raise ConfigError(f"unknown plan shape {self.shape!r}; choose from {', '.join(SHAPES)}")
+        if self.workload not in ("block", "model"):
+            raise ConfigError(f"workload must be 'block' or 'model', got {self.workload!r}")
+        if self.reps < 1 or self.warmup < 0 or self.layers < 1:
+            raise ConfigError("reps and layers must be >= 1, warmup >= 0")
+        sh = SHAPES[self.shape]
+        for name, value in (("s", sh.s), ("heads", sh.heads), ("ffn", sh.ffn), ("vocab", self.vocab)):
+            if value % world:
+                raise ConfigError(f"{self.shape}: {name}={value} does not split over {world} ranks")
+        return sh
+
+
+def _build(cfg: PlanBenchConfig, sh: PlanShape, row: str, mesh, full_state: dict):
+    """The workload parallelized for ``row``: ``torch``, ``ccoverlap`` or ``ccoverlap:<schedule>``."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from ccoverlap.runtime.tp import load_full_state_dict
+
+    torch.manual_seed(cfg.seed + 1)
+    styles, _, sched = row.partition(":")
+    kw = {"schedule": sched or cfg.schedule} if styles == "ccoverlap" else {}
+    if cfg.workload == "block":
+        mod = Block(sh.dim, sh.heads, sh.ffn)
+        plan = block_plan(styles, **kw)
+    else:
+        mod = Llama(cfg.vocab, sh.dim, sh.heads, sh.ffn, cfg.layers)
+        plan = model_plan(mod, styles, loss_parallel=True, **kw)
+    mod = mod.to(getattr(torch, cfg.dtype))
+    if mesh.device_type == "cuda":
+        mod = mod.cuda()
+    parallelize_module(mod, mesh, plan)
+    load_full_state_dict(mod, full_state)
+    return mod
+
+
+def _reference_state(cfg: PlanBenchConfig, sh: PlanShape) -> dict:
+    torch.manual_seed(cfg.seed)
+    mod = Block(sh.dim, sh.heads, sh.ffn) if cfg.workload == "block" else Llama(
+        cfg.vocab, sh.dim, sh.heads, sh.ffn, cfg.layers)  # fmt: skip
+    return {k: v.to(getattr(torch, cfg.dtype)) for k, v in mod.state_dict().items()}
+
+
+def _step_fn(cfg: PlanBenchConfig, sh: PlanShape, mod, rank: int, world: int, device):
+    """A zero-argument callable running one timed step on this rank; returns a float to compare rows by."""
+    dt = getattr(torch, cfg.dtype)
+    g = torch.Generator().manual_seed(cfg.seed + 100)
+    if cfg.workload == "block":
+        per = sh.s // world
+        x_full = torch.randn(sh.b, sh.s, sh.dim, generator=g).to(device=device, dtype=dt)
+        dy_full = torch.randn(sh.b, sh.s, sh.dim, generator=g).to(device=device, dtype=dt)
+        x = x_full[:, rank * per : (rank + 1) * per].contiguous().requires_grad_()
+        dy = dy_full[:, rank * per : (rank + 1) * per].contiguous()
+
+        def step():
+            x.grad = None
+            mod.zero_grad(set_to_none=True)
+            y = mod(x)
+            y = y.to_local() if hasattr(y, "to_local") else y
+            y.backward(dy)
+            return float(x.grad.double().abs().sum())
+
+        return step
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    tokens = torch.randint(0, cfg.vocab, (sh.b, sh.s + 1), generator=g).to(device)
+    inp, tgt = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    opt = torch.optim.AdamW(mod.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with loss_parallel():
+            pred = mod(inp)
+            loss = F.cross_entropy(pred.flatten(0, 1), tgt.flatten(0, 1))
+            loss.backward()
+        opt.step()
+        return float(loss.full_tensor() if hasattr(loss, "full_tensor") else loss)
+
+    return step
+
+
+def _async_tp_row(cfg, sh, mesh, full_state):
+    """torch's styles compiled with PyTorch's async TP (symmetric memory), or ``(None, reason)``."""
+    if mesh.device_type != "cuda":
+        return None, "needs CUDA + NCCL (PyTorch's async TP runs on symmetric memory)"
+    try:
+        import torch._inductor.config as inductor_config
+        from torch.distributed._symmetric_memory import enable_symm_mem_for_group
+    except ImportError as exc:
+        return None, f"this torch has no async TP ({exc})"
+    try:
+        enable_symm_mem_for_group(mesh.get_group().group_name)
+        inductor_config._micro_pipeline_tp = True
+        mod = _build(cfg, sh, "torch", mesh, full_state)
+        return torch.compile(mod), None
+    except Exception as exc:  # noqa: BLE001 - the reason is reported in the table
+        return None, f"async TP unavailable: {type(exc).__name__}: {exc}"
+
+
+def run_rank(rank: int, world: int, cfg: PlanBenchConfig) -> dict | None:
+    """Time every row of ``cfg`` on this rank (collective); the result dict on rank 0, None elsewhere."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    sh = cfg.validate(world)
+    backend = comm.backend_of()
+    device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
+    mesh = init_device_mesh(device.type, (world,))
+    full_state = _reference_state(cfg, sh)
+    mods, skipped = {}, {}
+    for row in cfg.rows:
+        if row == "async-tp":
+            mod, why = _async_tp_row(cfg, sh, mesh, full_state)
+            if mod is None:
+                skipped[row] = why
+                continue
+            mods[row] = mod
+        else:
+            mods[row] = _build(cfg, sh, row, mesh, full_state)
+    rows = list(mods)
+    steps = {r: _step_fn(cfg, sh, mods[r], rank, world, device) for r in rows}
+    first = {r: steps[r]() for r in rows}  # one untimed step each; the values compare the rows
+    for _ in range(cfg.warmup):
+        for r in rows:
+            steps[r]()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    times = {r: [] for r in rows}
+    for i in range(cfg.reps):
+        for j in round_order(len(rows), i):
+            r = rows[j]
+            sync()
+            dist.barrier()
+            t0 = time.perf_counter()
+            steps[r]()
+            sync()
+            times[r].append(time.perf_counter() - t0)
+    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    t = torch.tensor([times[r] for r in rows], dtype=torch.float64, device=comm.comm_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    slowest = dict(zip(rows, t.cpu().tolist()))
+    if rank != 0:
+        return None
+    return _result(cfg, sh, world, backend, device, rows, slowest, first, skipped, (load0, load1))
+
+
+def _result(cfg, sh, world, backend, device, rows, slowest, first, skipped, load) -> dict:
+    base = slowest.get("torch")
+    out_rows = []
+    for r in rows:
+        row = {"row": r, "median_s": statistics.median(slowest[r]), "min_s": min(slowest[r]), "times_s": slowest[r],
+               "first_step_value": first[r]}  # fmt: skip
+        if base is not None and r != "torch":
+            row["ratio_vs_torch"] = statistics.median(a / b for a, b in zip(slowest[r], base) if b > 0)
+            row["ratio_interval_95"] = median_ratio_interval(slowest[r], base, 0.95)
+        out_rows.append(row)
+    return {
+        "config": asdict(cfg), "shape": asdict(sh), "world_size": world, "backend": backend,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({os.cpu_count()} cores)",
+        "torch": torch.__version__, "threads_per_rank": torch.get_num_threads() if device.type == "cpu" else None,
+        "rows": out_rows, "skipped_rows": skipped, "loadavg_1m_before_after": list(load),
+    }  # fmt: skip
+
+
+def bench(cfg: PlanBenchConfig, nproc: int, *, backend: str | None = None, threads: int | None = 1,
+          timeout_s: float = 3600.0) -> dict:
+    """Spawn ``nproc`` local ranks and run :func:`run_rank`; returns rank 0's result."""
+    from ccoverlap.runtime.launch import spawn
+
+    cfg.validate(nproc)
+    return spawn(run_rank, nproc, (cfg,), backend=backend, timeout_s=timeout_s, threads=threads)[0]
+
+
+def format_table(results: list[dict], markdown: bool = False) -> str:
+    """One line per (shape, workload, ranks, row): median ms, paired ratio vs torch and its 95% interval."""
+    head = ["shape", "workload", "ranks", "row", "median ms", "vs torch (paired)", "95% interval"]
+    lines = []
+    for res in results:
+        cfg = res["config"]
+        what = cfg["workload"] + (f" ({cfg['layers']} blocks + AdamW)" if cfg["workload"] == "model" else " fwd+bwd")
+        for row in res["rows"]:
+            ratio = row.get("ratio_vs_torch")
+            iv = row.get("ratio_interval_95")
+            lines.append([cfg["shape"], what, str(res["world_size"]), row["row"], f"{row['median_s'] * 1e3:.1f}",
+                          "1" if row["row"] == "torch" else (f"{ratio:.3f}" if ratio is not None else "-"),
+                          f"{iv[0]:.3f}-{iv[1]:.3f}" if iv and iv[1] != float("inf") else "-"])  # fmt: skip
+        for name, why in res.get("skipped_rows", {}).items():
+            lines.append([cfg["shape"], what, str(res["world_size"]), name, "-", "-", f"not run: {why}"])
+    if markdown:
+        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        out += ["| " + " | ".join(ln) + " |" for ln in lines]
+        return "\n".join(out)
+    widths = [max(len(h), *(len(ln[i]) for ln in lines)) if lines else len(h) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths)), *(fmt.format(*ln) for ln in lines)])
