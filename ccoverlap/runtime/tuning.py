@@ -98,8 +98,8 @@ class TuneOptions:
     tolerance; ``max_reps=200``/``budget_s=10`` let the time budget bind first on the
     documented CPU shapes (a round of three survivors takes ~0.12 s there on a quiet machine),
     since the call-to-call spread measured there (sigma of log time 0.08-0.14 for one
-    schedule on a quiet machine: ``benchmarks/bench_runtime_tune.py --rejudge``; docs/runtime.md)
-    needs tens of rounds to resolve gaps of a few percent.
+    schedule on a quiet machine: ``benchmarks/bench_runtime_tune.py --rejudge``) needs tens of
+    rounds to resolve gaps of a few percent.
     """
 
     warmup: int = 2
