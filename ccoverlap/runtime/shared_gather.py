@@ -256,7 +256,8 @@ def gather_input(
         mode=check_shapes,
     )  # fmt: skip
     st = SharedGather(mesh, dim, local.shape)
-    work = [c for c in consumers if _can_precompute(c, local)] if st.world > 1 else []
+    speculate = st.world > 1 and not torch.is_autocast_enabled(local.device.type)  # autocast: torch's casts decide
+    work = [c for c in consumers if _can_precompute(c, local)] if speculate else []
     if work:  # the first projection's rows hide the check ...
         st.precompute(work[0], local)
     pending.result()

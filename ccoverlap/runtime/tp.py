@@ -164,7 +164,9 @@ class ColwiseParallel(_OverlappedLinearStyle):
 
     def _forward(self, module: nn.Linear, mesh, group, x):
         st = shared_gather_of(x)
-        if st is not None and st.mesh == mesh and (isinstance(x, DTensor) or self.input_layout == Replicate()):
+        if st is not None and st.mesh == mesh and (isinstance(x, DTensor) or self.input_layout == Replicate()) and (
+            not torch.is_autocast_enabled(x.device.type)  # under autocast: DTensor's math (torch's casts)
+        ):
             bias = module.bias.to_local() if module.bias is not None else None
             return self._output(gathered_linear(x, module, module.weight.to_local(), bias, st), mesh)
         if isinstance(x, DTensor):
@@ -173,7 +175,7 @@ class ColwiseParallel(_OverlappedLinearStyle):
         else:
             seq = _seq_dim(self.input_layout, x.ndim)
             local = x if seq is not None else None
-        if seq is None:  # not sequence-sharded: DTensor's own math (torch's ColwiseParallel)
+        if seq is None:  # not sequence-sharded (or a gathered input under autocast): DTensor's math, torch's style
             if not isinstance(x, DTensor):
                 x = DTensor.from_local(x, mesh, [self.input_layout], run_check=False)
             if x.placements[0] != Replicate():
@@ -182,12 +184,10 @@ class ColwiseParallel(_OverlappedLinearStyle):
             if out.placements[0] != self.output_layout:
                 out = out.redistribute(mesh, [self.output_layout])
             return out.to_local() if self.use_local_output else out
-        y = all_gather_matmul(
-            local, module.weight.to_local(), group, schedule=self.schedule, comm_engine=self.comm_engine, dim=seq
-        )
-        if module.bias is not None:
-            y = y + module.bias.to_local()
-        return self._output(y, mesh)
+        bias = module.bias.to_local() if module.bias is not None else None
+        local, weight, bias = _autocast(local, module.weight.to_local(), bias)
+        y = all_gather_matmul(local, weight, group, schedule=self.schedule, comm_engine=self.comm_engine, dim=seq)
+        return self._output(y + bias if bias is not None else y, mesh)
 
     def _output(self, y: torch.Tensor, mesh):
         """The module's output from this rank's ``Shard(-1)`` slice ``y``: torch's output layout and type."""
@@ -195,6 +195,16 @@ class ColwiseParallel(_OverlappedLinearStyle):
             return y if self.use_local_output else DTensor.from_local(y, mesh, [Shard(y.ndim - 1)], run_check=False)
         out = DTensor.from_local(y, mesh, [Shard(y.ndim - 1)], run_check=False).redistribute(mesh, [self.output_layout])
         return out.to_local() if self.use_local_output else out
+
+
+def _autocast(x: torch.Tensor, weight: torch.Tensor, bias=None) -> tuple:
+    """``(x, weight, bias)`` in autocast's dtype when autocast is on for their device, as ``F.linear``
+    casts them (so the collective runs in that dtype too, as torch's does); unchanged otherwise."""
+    dev = x.device.type
+    if not torch.is_autocast_enabled(dev):
+        return x, weight, bias
+    dt = torch.get_autocast_dtype(dev)
+    return x.to(dt), weight.to(dt), (bias.to(dt) if bias is not None else None)
 
 
 def _is_last_dim_shard(p: Placement, ndim: int) -> bool:
@@ -233,14 +243,13 @@ class RowwiseParallel(_OverlappedLinearStyle):
             xd = DTensor.from_local(local, mesh, [Shard(-1)], run_check=False)
             out = F.linear(xd, module.weight, module.bias).redistribute(mesh, [self.output_layout])
             return out.to_local() if self.use_local_output else out
-        y = matmul_reduce_scatter(
-            local, module.weight.to_local(), group, schedule=self.schedule, comm_engine=self.comm_engine, dim=seq
-        )
-        if module.bias is None and self.use_local_output:
+        local, weight, bias = _autocast(local, module.weight.to_local(), module.bias)
+        y = matmul_reduce_scatter(local, weight, group, schedule=self.schedule, comm_engine=self.comm_engine, dim=seq)
+        if bias is None and self.use_local_output:
             return y
         out = DTensor.from_local(y, mesh, [Shard(seq)], run_check=False)
-        if module.bias is not None:
-            out = out + module.bias  # DTensor add: the bias gradient is summed over ranks
+        if bias is not None:
+            out = out + bias  # DTensor add: the bias gradient is summed over ranks
         return out.to_local() if self.use_local_output else out
 
 

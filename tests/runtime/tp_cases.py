@@ -140,6 +140,29 @@ def _block_bf16(rank, world):
     return {k: round(v, 4) for k, v in errs.items()}
 
 
+def _block_autocast(rank, world):
+    """fp32 weights under CPU autocast (bf16): ours follows torch's casts; as close to fp32 as torch's styles."""
+
+    class Autocast(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return self.inner(x).float()
+
+    out, x, target, full = _block_vs_torch(rank, world, wrap=Autocast)
+    ref = Block(DIM, HEADS, FFN)
+    ref.load_state_dict(full)
+    ref_losses, ref_gx, ref_y = _train_block(ref, x, target)
+    errs = {s: max(rel_err(out[s][0], ref_losses), rel_err(out[s][2], shard_seq(ref_y, rank, world)),
+                   rel_err(out[s][1], shard_seq(ref_gx, rank, world))) for s in out}  # fmt: skip
+    if not errs["ccoverlap"] <= 1.5 * errs["torch"] + 2e-3:
+        raise AssertionError(f"autocast error vs fp32: ours {errs['ccoverlap']:.3g}, torch's {errs['torch']:.3g}")
+    return {k: round(v, 4) for k, v in errs.items()}
+
+
 def _block_checkpointed(rank, world):
     """Activation checkpointing around the block (non-reentrant, as torchtitan): equal to torch's."""
     from torch.utils.checkpoint import checkpoint
@@ -400,6 +423,7 @@ CASES = [
     ("train/block-fp32-adamw", _block_fp32),
     ("train/block-bf16-vs-fp32", _block_bf16),
     ("train/block-checkpointed", _block_checkpointed),
+    ("train/block-autocast-bf16", _block_autocast),
     ("train/to-local-router", _gated_case(False)),
     ("train/to-local-partial-grad-router", _gated_case(False, (Partial(),))),
     ("train/use-local-output", _gated_case(True)),
