@@ -123,7 +123,8 @@ def _reference_state(cfg: PlanBenchConfig, sh: PlanShape) -> dict:
 
 
 def _step_fn(cfg: PlanBenchConfig, sh: PlanShape, mod, rank: int, world: int, device):
-    """A zero-argument callable running one timed step on this rank; returns a float to compare rows by."""
+    """``(step, value)``: ``step()`` runs one timed step on this rank; ``value()`` reads a number of the last
+    step to compare rows by (the input gradient's size for a block, the loss for the model), outside the timing."""
     dt = getattr(torch, cfg.dtype)
     g = torch.Generator().manual_seed(cfg.seed + 100)
     if cfg.workload == "block":
@@ -139,14 +140,14 @@ def _step_fn(cfg: PlanBenchConfig, sh: PlanShape, mod, rank: int, world: int, de
             y = mod(x)
             y = y.to_local() if hasattr(y, "to_local") else y
             y.backward(dy)
-            return float(x.grad.double().abs().sum())
 
-        return step
+        return step, lambda: float(x.grad.double().abs().sum())
     from torch.distributed.tensor.parallel import loss_parallel
 
     tokens = torch.randint(0, cfg.vocab, (sh.b, sh.s + 1), generator=g).to(device)
     inp, tgt = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     opt = torch.optim.AdamW(mod.parameters(), lr=1e-3)
+    last = [None]
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -155,9 +156,9 @@ def _step_fn(cfg: PlanBenchConfig, sh: PlanShape, mod, rank: int, world: int, de
             loss = F.cross_entropy(pred.flatten(0, 1), tgt.flatten(0, 1))
             loss.backward()
         opt.step()
-        return float(loss.full_tensor() if hasattr(loss, "full_tensor") else loss)
+        last[0] = loss.detach()
 
-    return step
+    return step, lambda: float(last[0].full_tensor() if hasattr(last[0], "full_tensor") else last[0])
 
 
 def _async_tp_row(cfg, sh, mesh, full_state):
@@ -199,8 +200,11 @@ def run_rank(rank: int, world: int, cfg: PlanBenchConfig) -> dict | None:
         else:
             mods[row] = _build(cfg, sh, row, mesh, full_state)
     rows = list(mods)
-    steps = {r: _step_fn(cfg, sh, mods[r], rank, world, device) for r in rows}
-    first = {r: steps[r]() for r in rows}  # one untimed step each; the values compare the rows
+    steps, first = {}, {}
+    for r in rows:  # one untimed step each; its value compares the rows
+        steps[r], value = _step_fn(cfg, sh, mods[r], rank, world, device)
+        steps[r]()
+        first[r] = value()
     for _ in range(cfg.warmup):
         for r in rows:
             steps[r]()
