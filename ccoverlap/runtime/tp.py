@@ -13,11 +13,15 @@ becomes overlapped by changing only the style classes: :class:`ColwiseParallel`,
 :class:`RowwiseParallel` and :class:`PrepareModuleInput` from this module (``SequenceParallel``
 is re-exported unchanged). What changes underneath:
 
-* our ``PrepareModuleInput`` does *not* all-gather a sequence-sharded input that the plan
-  wants replicated: it hands the module a DTensor that is still ``Shard(seq)``;
-* our ``ColwiseParallel`` sees that sequence-sharded input and runs
-  :func:`~ccoverlap.runtime.ops.all_gather_matmul` (the all-gather overlapped with the GEMM,
-  forward and backward) instead of DTensor's all-gather followed by one GEMM;
+* our ``PrepareModuleInput`` all-gathers a sequence-sharded input the plan wants replicated
+  once (:mod:`ccoverlap.runtime.shared_gather`) and hands the module what torch's hands it (a
+  ``Replicate()`` DTensor, or its local tensor with ``use_local_output=True``); while the
+  cross-rank check and the gather travel it computes this rank's rows of the module's
+  column-parallel projections;
+* our ``ColwiseParallel`` on that gathered input multiplies only the other ranks' rows, on
+  local tensors, and adds its input-gradient partial to its siblings' before one
+  reduce-scatter in backward; on a sequence-sharded input of its own it runs
+  :func:`~ccoverlap.runtime.ops.all_gather_matmul` (overlapped, forward and backward);
 * our ``RowwiseParallel`` with a sequence-sharded output runs
   :func:`~ccoverlap.runtime.ops.matmul_reduce_scatter` instead of GEMM + reduce-scatter.
 
