@@ -163,6 +163,8 @@ class SharedGather:
         if direct is not None:
             out = direct.clone() if out is None else out.add_(direct)
         self.acc, self.pending, self.seen = None, None, 0
+        self.pre.clear()  # rows of a projection that was never called
+        self.buf = None
         return out
 
 
