@@ -59,13 +59,13 @@ class SharedGather:
     ``full`` is the gathered tensor (natural layout); ``buf`` the rank-major gather buffer
     ``[P, *shard_shape]``; ``pre`` maps ``id(linear)`` to ``(weight, version, rows)``, this
     rank's rows of that projection's output computed during the collectives; ``consumers``
-    counts the projections that read ``full`` in forward, ``acc`` sums their input-gradient
-    partials (``[rows, hidden]``, natural layout) and ``pending`` is the reduce-scatter in
-    flight once all of them have added theirs.
+    counts the projections that read ``full`` in forward, ``grad_sum`` sums their
+    input-gradient partials (``[rows, hidden]``, natural layout) and ``pending`` is the
+    reduce-scatter in flight once all of them have added theirs.
     """
 
     __slots__ = ("mesh", "group", "dim", "world", "rank", "shard_shape", "full", "buf", "pre", "consumers", "seen",
-                 "acc", "pending")  # fmt: skip
+                 "grad_sum", "pending")  # fmt: skip
 
     def __init__(self, mesh, dim: int, shard_shape: torch.Size) -> None:
         self.mesh, self.group, self.dim = mesh, mesh.get_group(), dim
@@ -75,7 +75,7 @@ class SharedGather:
         self.buf: torch.Tensor | None = None
         self.pre: dict[int, tuple] = {}
         self.consumers = self.seen = 0
-        self.acc: torch.Tensor | None = None
+        self.grad_sum: torch.Tensor | None = None
         self.pending: tuple[Handle, torch.Tensor] | None = None
 
     # ------------------------------------------------------------------ forward
@@ -111,15 +111,15 @@ class SharedGather:
 
     # ----------------------------------------------------------------- backward
     def add_partial(self, dy2d: torch.Tensor, weight: torch.Tensor) -> None:
-        """``acc += dy2d @ weight`` (``dy2d`` ``[rows, n]``, ``weight`` ``[n, hidden]``); the last consumer starts the reduce-scatter."""
-        if self.acc is None:
-            self.acc = torch.mm(dy2d, weight)
+        """``grad_sum += dy2d @ weight`` (``dy2d`` ``[rows, n]``, ``weight`` ``[n, hidden]``); the last consumer starts the reduce-scatter."""
+        if self.grad_sum is None:
+            self.grad_sum = torch.mm(dy2d, weight)
         else:
-            self.acc.addmm_(dy2d, weight)
+            self.grad_sum.addmm_(dy2d, weight)
         self.seen += 1
         if self.seen == self.consumers and self.pending is None:
-            self.pending = self._start_reduce_scatter(self.acc)
-            self.acc = None
+            self.pending = self._start_reduce_scatter(self.grad_sum)
+            self.grad_sum = None
 
     def _start_reduce_scatter(self, partial2d: torch.Tensor) -> tuple[Handle, torch.Tensor]:
         """Reduce-scatter a natural-layout partial ``[rows, hidden]`` of the gathered tensor along ``dim``."""
@@ -141,17 +141,17 @@ class SharedGather:
         """
         partial, replicated, direct = _split_grad(grad, self)
         if replicated is not None:
-            if self.acc is None and self.pending is None and partial is None:
+            if self.grad_sum is None and self.pending is None and partial is None:
                 direct = _add(direct, _my_slice(replicated, self))
             else:
                 partial = _add(partial, replicated / self.world)
         if partial is not None:
             partial = partial.reshape(-1, partial.shape[-1])
             if self.pending is None:  # still one reduce-scatter: fold it into the projections' sum
-                self.acc = partial if self.acc is None else self.acc.add_(partial)
+                self.grad_sum = partial if self.grad_sum is None else self.grad_sum.add_(partial)
                 partial = None
-        if self.pending is None and self.acc is not None:
-            self.pending, self.acc = self._start_reduce_scatter(self.acc), None
+        if self.pending is None and self.grad_sum is not None:
+            self.pending, self.grad_sum = self._start_reduce_scatter(self.grad_sum), None
         out = None
         if self.pending is not None:
             handle, out = self.pending
@@ -162,7 +162,7 @@ class SharedGather:
             out = out.add_(extra)
         if direct is not None:
             out = direct.clone() if out is None else out.add_(direct)
-        self.acc, self.pending, self.seen = None, None, 0
+        self.grad_sum, self.pending, self.seen = None, None, 0
         self.pre.clear()  # rows of a projection that was never called
         self.buf = None
         return out

@@ -5,7 +5,7 @@
 (2 and 4 gloo ranks) and turns each case into a test. Every model is built from the same
 full weights (``load_full_state_dict``) once with torch's styles and once with ours (the
 plan dict is the same, only the style classes differ), and most cases also against one
-process holding the whole model. Cases never branch on local results before a collective.
+process holding the whole model. No case decides on a local result before a collective.
 """
 
 from __future__ import annotations
