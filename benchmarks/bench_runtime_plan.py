@@ -49,7 +49,8 @@ def main(argv=None) -> int:
                 results.append(res)
                 print(format_table([res]), flush=True)
                 print(f"  load average {res['loadavg_1m_before_after'][0]:.1f} -> "
-                      f"{res['loadavg_1m_before_after'][1]:.1f}", flush=True)
+                      f"{res['loadavg_1m_before_after'][1]:.1f}; auto ran: "
+                      + ("; ".join(res["auto_decisions"]) or "-"), flush=True)
     print()
     print(f"torch {results[0]['torch']}, {results[0]['device']}, {results[0]['backend']}, "
           f"{results[0]['threads_per_rank']} thread(s) per rank, {args.reps} paired repetitions; "

@@ -239,8 +239,13 @@ def _result(cfg, sh, world, backend, device, rows, slowest, first, skipped, load
             row["ratio_vs_torch"] = statistics.median(a / b for a, b in zip(slowest[r], base) if b > 0)
             row["ratio_interval_95"] = median_ratio_interval(slowest[r], base, 0.95)
         out_rows.append(row)
+    from ccoverlap.runtime.tuning import tuning_cache
+
+    auto = sorted({f"{k[0]} {list(k[2])}x{list(k[3])}: {d.schedule}" for k, d in tuning_cache().items()
+                   if d.how == "auto"})  # fmt: skip
     return {
         "config": asdict(cfg), "shape": asdict(sh), "world_size": world, "backend": backend,
+        "auto_decisions": auto,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({os.cpu_count()} cores)",
         "torch": torch.__version__, "threads_per_rank": torch.get_num_threads() if device.type == "cpu" else None,
         "rows": out_rows, "skipped_rows": skipped, "loadavg_1m_before_after": list(load),
