@@ -15,7 +15,9 @@ order (every row first, and right after every other row, equally often), a barri
 each timed call; a call's time is the slowest rank's (all-reduce MAX). Reported: the median
 per row and, per row, the median over repetitions of (its time / torch's time in the same
 repetition) with a sign-test interval (:func:`~ccoverlap.runtime.tuning.median_ratio_interval`):
-load that changes between repetitions cancels in the paired ratio. On CUDA with NCCL a third
+load that changes between repetitions cancels in the paired ratio. Each step's CPU time
+(``time.process_time``, every thread of the rank's process; the larger rank's) is kept too:
+on a loaded machine it says whether two rows did different amounts of work. On CUDA with NCCL a third
 row runs torch's styles under ``torch.compile`` with PyTorch's async TP (micro-pipeline TP on
 symmetric memory) where this torch build has it; on CPU that row is skipped with the reason.
 """
@@ -211,30 +213,34 @@ def run_rank(rank: int, world: int, cfg: PlanBenchConfig) -> dict | None:
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     times = {r: [] for r in rows}
+    cpu = {r: [] for r in rows}
     for i in range(cfg.reps):
         for j in round_order(len(rows), i):
             r = rows[j]
             sync()
             dist.barrier()
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             steps[r]()
             sync()
             times[r].append(time.perf_counter() - t0)
+            cpu[r].append(time.process_time() - c0)
     load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    t = torch.tensor([times[r] for r in rows], dtype=torch.float64, device=comm.comm_device())
+    t = torch.tensor([times[r] + cpu[r] for r in rows], dtype=torch.float64, device=comm.comm_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    slowest = dict(zip(rows, t.cpu().tolist()))
+    both = t.cpu().tolist()
+    slowest = {r: v[: cfg.reps] for r, v in zip(rows, both)}
+    cpu_max = {r: v[cfg.reps :] for r, v in zip(rows, both)}
     if rank != 0:
         return None
-    return _result(cfg, sh, world, backend, device, rows, slowest, first, skipped, (load0, load1))
+    return _result(cfg, sh, world, backend, device, rows, slowest, cpu_max, first, skipped, (load0, load1))
 
 
-def _result(cfg, sh, world, backend, device, rows, slowest, first, skipped, load) -> dict:
+def _result(cfg, sh, world, backend, device, rows, slowest, cpu_max, first, skipped, load) -> dict:
     base = slowest.get("torch")
     out_rows = []
     for r in rows:
         row = {"row": r, "median_s": statistics.median(slowest[r]), "min_s": min(slowest[r]), "times_s": slowest[r],
-               "first_step_value": first[r]}  # fmt: skip
+               "cpu_median_s": statistics.median(cpu_max[r]), "first_step_value": first[r]}  # fmt: skip
         if base is not None and r != "torch":
             row["ratio_vs_torch"] = statistics.median(a / b for a, b in zip(slowest[r], base) if b > 0)
             row["ratio_interval_95"] = median_ratio_interval(slowest[r], base, 0.95)
@@ -262,19 +268,21 @@ def bench(cfg: PlanBenchConfig, nproc: int, *, backend: str | None = None, threa
 
 
 def format_table(results: list[dict], markdown: bool = False) -> str:
-    """One line per (shape, workload, ranks, row): median ms, paired ratio vs torch, its 95% interval.
+    """One line per (shape, workload, ranks, row): median ms, median CPU ms, paired ratio vs torch, its 95% interval.
 
     ``block`` is one block's forward + backward; ``model`` the whole model's forward +
     backward + AdamW step. Rows that could not run are listed under the table with the reason.
     """
-    head = ["shape", "what", "P", "row", "median ms", "vs torch", "95% CI"]
+    head = ["shape", "what", "P", "row", "median ms", "cpu ms", "vs torch", "95% CI"]
     lines, notes = [], []
     for res in results:
         cfg = res["config"]
         what = cfg["workload"]
         for row in res["rows"]:
             ratio, iv = row.get("ratio_vs_torch"), row.get("ratio_interval_95")
+            cpu = row.get("cpu_median_s")
             lines.append([cfg["shape"], what, str(res["world_size"]), row["row"], f"{row['median_s'] * 1e3:.1f}",
+                          f"{cpu * 1e3:.1f}" if cpu is not None else "-",
                           "1" if row["row"] == "torch" else (f"{ratio:.3f}" if ratio is not None else "-"),
                           f"{iv[0]:.2f}-{iv[1]:.2f}" if iv and iv[1] != float("inf") else "-"])  # fmt: skip
         for name, why in res.get("skipped_rows", {}).items():

@@ -50,7 +50,7 @@ def test_plan_table_fits_80_columns_and_lists_skipped_rows():
     assert any("0.930" in ln and "0.92-0.94" in ln for ln in lines)
     assert sum("async-tp not run (needs CUDA and NCCL)" in ln for ln in lines) == 2
     md = format_table([_fake_result(0.93)], markdown=True)
-    assert md.splitlines()[0].startswith("| shape |") and "| ccoverlap | 93.0 | 0.930 |" in md
+    assert md.splitlines()[0].startswith("| shape |") and "| ccoverlap | 93.0 | - | 0.930 |" in md
 
 
 def test_reference_model_and_plans_cover_every_projection():
