@@ -98,32 +98,38 @@ def _fit_and_report(records, gpu, log) -> tuple[object, list, list, list]:
     return result, held, train, decomposition
 
 
+def _rows(rows: list[dict], columns: list[tuple[str, str, str]]) -> list[list[str]]:
+    """Cells of ``rows``: ``columns`` are (key, header, format spec)."""
+    return [[format(r[k], f) if f else str(r[k]) for k, _, f in columns] for r in rows]
+
+
 def print_report(result, held, decomposition, base, path: Path, out=None) -> None:
     """The fitted parameters (default -> fitted), the held-out error table and the
-    decomposition-loss comparison (ficco Fig. 7), on ``out`` (default stdout)."""
-    from ccoverlap.calibrate.fit import format_table
+    decomposition-loss comparison (ficco Fig. 7), on ``out`` (default stdout), every cell whole
+    at any width (:func:`ccoverlap.console.print_table`)."""
+    from ccoverlap.console import Col, make_console, print_table, print_wrapped
 
-    out = sys.stdout if out is None else out
-
-    rows = [{"name": k, "default": getattr(base, k), "fitted": v} for k, v in sorted(result.params.items())]
-    if rows:
-        out.write("fitted cost parameters:\n")
-        out.write(format_table(rows, [("name", "parameter", ""), ("default", "default", ".4g"),
-                                      ("fitted", "fitted", ".4g")]) + "\n\n")
-    if held:
-        out.write("model error on held-out measurements (|predicted/measured - 1|):\n")
-        out.write(format_table(held, [("group", "group", ""), ("n", "n", "d"), ("median_rel_err", "median", ".1%"),
-                                      ("p90_rel_err", "p90", ".1%"), ("max_rel_err", "max", ".1%")]) + "\n\n")
-    if decomposition:
-        out.write("decomposition loss (split time / whole time, ficco Fig. 7):\n")
-        out.write(format_table(decomposition, [("name", "gemm", ""), ("dim", "dim", ""), ("ways", "ways", "d"),
-                                               ("measured", "measured", ".3f"),
-                                               ("predicted", "predicted", ".3f"), ("set", "used for", "")])
-                  + "\n\n")
+    con = make_console(out, highlight=False)
+    tables = [
+        ("fitted cost parameters:", [{"name": k, "default": getattr(base, k), "fitted": v}
+                                     for k, v in sorted(result.params.items())],
+         [("name", "parameter", ""), ("default", "default", ".4g"), ("fitted", "fitted", ".4g")]),
+        ("model error on held-out measurements (|predicted/measured - 1|):", held,
+         [("group", "group", ""), ("n", "n", "d"), ("median_rel_err", "median", ".1%"), ("p90_rel_err", "p90", ".1%"),
+          ("max_rel_err", "max", ".1%")]),
+        ("decomposition loss (split time / whole time, ficco Fig. 7):", decomposition,
+         [("name", "gemm", ""), ("dim", "dim", ""), ("ways", "ways", "d"), ("measured", "measured", ".3f"),
+          ("predicted", "predicted", ".3f"), ("set", "used for", "")]),
+    ]
+    for title, rows, columns in tables:
+        if rows:
+            cols = [Col(h, "left" if i == 0 or not f else "right") for i, (_, h, f) in enumerate(columns)]
+            print_table(con, cols, _rows(rows, columns), title=title)
+            con.print()
     for note in result.notes:
-        out.write(f"note: {note}\n")
-    out.write(f"wrote {path}\n")
-    out.write(f"use it: ccoverlap plan --calibration {path}  (compare with plain `ccoverlap plan`)\n")
+        print_wrapped(con, f"note: {note}")
+    print_wrapped(con, f"wrote {path}")
+    print_wrapped(con, f"use it: ccoverlap plan --calibration {path}  (compare with plain `ccoverlap plan`)")
 
 
 def run(args: argparse.Namespace) -> int:

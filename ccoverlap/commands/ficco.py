@@ -97,26 +97,21 @@ def case_markdown(verdict) -> str:
 
 
 def _print_case(verdict) -> None:
-    from rich.table import Table
-
-    from ccoverlap.console import make_console
+    from ccoverlap.console import Col, make_console, print_table
 
     console = make_console()
     console.print(f"[bold]{verdict.case.describe()}[/bold]")
-    t = Table()
-    for col in ("schedule", "time (ms)", "speedup", "GEMM (ms)", "comm (ms)", "copies (ms)", "DIL GEMM (ms)",
-                "DIL comm (ms)", "CIL (ms)", ""):
-        t.add_column(col, justify="left" if col in ("schedule", "") else "right")
+    rows, styles = [], []
     for e in verdict.estimates:
-        tags = []
-        if e.schedule == verdict.best_overall:
-            tags.append("best")
-        if e.schedule == verdict.pick:
-            tags.append("heuristic")
-        t.add_row(e.schedule, _ms(e.time_s), f"{e.speedup:.3f}", _ms(e.gemm_s), _ms(e.comm_s), _ms(e.copy_s),
-                  _ms(e.dil_gemm_s), _ms(e.dil_comm_s), _ms(e.cil_s), ", ".join(tags),
-                  style="bold green" if e.schedule == verdict.best_overall else None)
-    console.print(t)
+        tags = (["best"] if e.schedule == verdict.best_overall else []) + \
+               (["heuristic"] if e.schedule == verdict.pick else [])
+        rows.append([e.schedule, _ms(e.time_s), f"{e.speedup:.3f}", _ms(e.gemm_s), _ms(e.comm_s), _ms(e.copy_s),
+                     _ms(e.dil_gemm_s), _ms(e.dil_comm_s), _ms(e.cil_s), ", ".join(tags)])
+        styles.append("bold green" if e.schedule == verdict.best_overall else None)
+    print_table(console, [Col("schedule", "left"), Col("time (ms)"), Col("speedup"), Col("GEMM (ms)"),
+                          Col("comm (ms)"), Col("copies (ms)", drop=4), Col("DIL GEMM (ms)", drop=2),
+                          Col("DIL comm (ms)", drop=3), Col("CIL (ms)", drop=1), Col("", "left", wrap=True)],
+                rows, styles=styles, everything="--json and --markdown have everything")
     console.print(f"heuristic (§V-C) picks [bold]{verdict.pick}[/bold]: {verdict.reason}")
     if verdict.match:
         console.print("the heuristic's pick is the estimator's best FiCCO schedule")
@@ -192,29 +187,23 @@ def _run_accuracy(args, ficco, cluster, cost) -> int:
         print(header + "\n")
         print(accuracy_markdown(reports, fit))
         return 0
-    from rich.table import Table
-
-    from ccoverlap.console import make_console
+    from ccoverlap.console import Col, make_console, print_table
 
     console = make_console()
     console.print(f"[bold]{header}[/bold]")
-    s = Table(title="heuristic (§V-C) vs estimator")
-    for col in ("scenarios", "heuristic = best", "within 6%", "mean loss on misses", "worst loss"):
-        s.add_column(col, justify="left" if col == "scenarios" else "right")
-    for r in reports:
-        s.add_row(r.label, f"{r.matches}/{r.cases} ({r.rate:.0%})", f"{r.matches_within()}/{r.cases}",
-                  f"{r.mean_loss_on_miss:.1%}", f"{r.max_loss:.1%}")
-    console.print(s)
+    rows = [[r.label, f"{r.matches}/{r.cases} ({r.rate:.0%})", f"{r.matches_within()}/{r.cases}",
+             f"{r.mean_loss_on_miss:.1%}", f"{r.max_loss:.1%}"] for r in reports]
+    print_table(console, [Col("scenarios", "left", wrap=True), Col("heuristic = best"), Col("within 6%"),
+                          Col("mean loss on misses"), Col("worst loss")], rows,
+                title="heuristic (§V-C) vs estimator")
     console.print(f"retuned on Table I: reference time {fit['reference_time_s']:.3g} s, "
                   f"hetero-unfused factor {fit['hetero_unfused_factor']:g}")
+    columns = [Col("case", "left"), Col("pattern", "left", drop=2), Col("M"), Col("N"), Col("K"),
+               Col("heuristic", "left"), Col("best FiCCO", "left"), Col("best overall", "left", drop=3),
+               Col("speedup", drop=1), Col("loss")]
     for r in reports[:2]:
-        t = Table(title=r.label)
-        for col in ("case", "pattern", "M", "N", "K", "heuristic", "best FiCCO", "best overall", "speedup", "loss"):
-            t.add_column(col, justify="right" if col in ("M", "N", "K", "speedup", "loss") else "left")
-        for v in r.verdicts:
-            c = v.case
-            t.add_row(c.name, c.pattern, str(c.m), str(c.n), str(c.k), v.pick, v.best, v.best_overall,
-                      f"{v.serial_time_s / v.best_time_s:.2f}", f"{v.loss:.1%}",
-                      style=None if v.match else "yellow")
-        console.print(t)
+        rows = [[v.case.name, v.case.pattern, str(v.case.m), str(v.case.n), str(v.case.k), v.pick, v.best,
+                 v.best_overall, f"{v.serial_time_s / v.best_time_s:.2f}", f"{v.loss:.1%}"] for v in r.verdicts]
+        print_table(console, columns, rows, title=r.label, styles=[None if v.match else "yellow" for v in r.verdicts],
+                    everything="--json and --markdown have everything")
     return 0

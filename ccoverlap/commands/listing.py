@@ -10,6 +10,10 @@ import sys
 from ccoverlap.commands.options import add_json
 
 WHAT = ("models", "clusters", "gpus", "frameworks", "strategies")
+#: table headers of the JSON keys (words, so that they wrap in a narrow terminal)
+HEADERS = {"parameters_b": "params (B)", "kv_heads": "kv heads", "gpu": "GPU", "gpus_per_node": "GPUs per node",
+           "bf16_tflops": "bf16 TFLOP/s", "hbm_tb_s": "HBM TB/s", "memory_gb": "memory GB",
+           "default_cluster": "default cluster"}
 
 
 def register(sub) -> None:
@@ -56,12 +60,15 @@ def _strategies() -> list[dict]:
     return [{"name": s.name, "summary": _clause(s.summary)} for s in default_registry()]
 
 
-def _clause(text: str, width: int = 70) -> str:
-    """The first clause of ``text`` (to a colon or semicolon), at most ``width`` characters."""
+def _clause(text: str) -> str:
+    """The first clause of ``text``: up to a colon or semicolon followed by a space."""
     import re
 
-    head = re.split(r"[:;]", text, maxsplit=1)[0].strip()
-    return head if len(head) <= width else head[: width - 3].rstrip() + "..."
+    return re.split(r"[:;]\s", text, maxsplit=1)[0].strip()
+
+
+def _cell(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else "-" if v is None else str(v)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,7 +79,10 @@ def run(args: argparse.Namespace) -> int:
         json.dump({args.what: rows}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    from ccoverlap.results import format_rows
+    from ccoverlap.console import Col, make_console, print_table
 
-    print(format_rows(rows, list(rows[0]), limit=len(rows)))
+    keys = list(rows[0])
+    columns = [Col(HEADERS.get(k, k), "right" if isinstance(rows[0][k], (int, float)) else "left",
+                   wrap=k in ("description", "summary")) for k in keys]
+    print_table(make_console(highlight=False), columns, [[_cell(r[k]) for k in keys] for r in rows])
     return 0

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from ccoverlap.commands.options import add_common, png_path
+from ccoverlap.console import make_console, print_wrapped
 
 DEFAULT_OUT = "ccoverlap-out/replay"
 
@@ -77,10 +78,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     print_report(res)
+    con = make_console(highlight=False)
     if "png" in extra:
-        print(f"picture: {extra['png']}")
+        print_wrapped(con, f"picture: {extra['png']}")
     if "chrome_traces" in extra:
         spec = res.job.spec if isinstance(res.job.spec, str) else ",".join(map(str, res.job.spec))
-        print(f"Chrome traces: {args.out}/<scenario>/rank-*.json.gz ({', '.join(extra['chrome_traces'])}); "
-              f"read back with `ccoverlap analyze --steps {spec} DIR`")
+        print_wrapped(con, f"Chrome traces: {args.out}/<scenario>/rank-*.json.gz "
+                           f"({', '.join(extra['chrome_traces'])}); read back with `ccoverlap analyze --steps {spec} DIR`")
     return 0

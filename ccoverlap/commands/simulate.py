@@ -48,12 +48,16 @@ def run(args: argparse.Namespace) -> int:
         json.dump(payload, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        print(f"{w.describe()}")
-        print(f"simulated step: {payload['step_time_s'] * 1e3:.2f} ms, {len(step.graph)} ops, "
-              f"{len(metrics)} simulated rank(s)")
-        for m in metrics:
-            print(f"  rank {m['rank']}: compute {m['compute_s'] * 1e3:.2f} ms, comm {m['comm_s'] * 1e3:.2f} ms, "
-                  f"overlap {m['overlap_ratio']:.1%}, exposed {m['exposed_comm_s'] * 1e3:.2f} ms, "
-                  f"idle {m['idle_s'] * 1e3:.2f} ms")
-        print(f"Chrome traces: {Path(args.out)}/ (open in https://ui.perfetto.dev or `ccoverlap analyze {args.out}`)")
+        from ccoverlap.console import Col, make_console, print_table, print_wrapped
+
+        con = make_console(highlight=False)
+        print_wrapped(con, w.describe())
+        print_wrapped(con, f"simulated step: {payload['step_time_s'] * 1e3:.2f} ms, {len(step.graph)} ops, "
+                           f"{len(metrics)} simulated rank(s)")
+        rows = [[str(m["rank"]), f"{m['compute_s'] * 1e3:.2f}", f"{m['comm_s'] * 1e3:.2f}", f"{m['overlap_ratio']:.1%}",
+                 f"{m['exposed_comm_s'] * 1e3:.2f}", f"{m['idle_s'] * 1e3:.2f}"] for m in metrics]
+        print_table(con, [Col("rank"), Col("compute (ms)"), Col("comm (ms)"), Col("overlap"),
+                          Col("exposed comm (ms)"), Col("idle (ms)")], rows)
+        print_wrapped(con, f"Chrome traces: {Path(args.out)}/ (open in https://ui.perfetto.dev or "
+                           f"`ccoverlap analyze {args.out}`)")
     return 0

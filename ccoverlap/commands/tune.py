@@ -84,9 +84,7 @@ def _cfg(c) -> str:
 
 
 def _print(payload: dict, tunings, show_steps: bool) -> None:
-    from rich.table import Table
-
-    from ccoverlap.console import make_console
+    from ccoverlap.console import Col, make_console, print_table, print_wrapped
 
     con = make_console()
     con.print(f"[bold]Lagom tuning[/bold] — {payload['source']} (simulated profiling on the cost model)")
@@ -97,48 +95,38 @@ def _print(payload: dict, tunings, show_steps: bool) -> None:
                   f"{t.group.n_collectives} collectives on {t.group.cluster.name}"
                   + (f", x{t.group.weight} per step" if t.group.weight > 1 else "")
                   + f"; at NCCL defaults Y/X = {g['regime_R']:.2f} ({regime})")
-        cfg = Table(title="chosen configuration per collective: NC channels / NT threads / C chunk, protocol",
-                    title_justify="left")
-        cfg.add_column("collective")
-        cfg.add_column("MiB", justify="right")
-        for m in ("nccl-default", "autoccl", "lagom"):
-            cfg.add_column(m, style="bold green" if m == "lagom" else None)
-        for j, c in enumerate(t.group.collectives):
-            s = c.spec
-            cfg.add_row(f"{c.name} ({s.collective}, {s.group.name}{s.group.size})", f"{s.bytes / 2**20:.1f}",
-                        *[_cfg(t.results[m].configs[j]) for m in ("nccl-default", "autoccl", "lagom")])
-        con.print(cfg)
-        algs = sorted({c.algorithm for m in ("nccl-default", "autoccl", "lagom") for c in t.results[m].configs})
+        methods = ("nccl-default", "autoccl", "lagom")
+        rows = [[f"{c.name} ({c.spec.collective}, {c.spec.group.name}{c.spec.group.size})",
+                 f"{c.spec.bytes / 2**20:.1f}", *[_cfg(t.results[m].configs[j]) for m in methods]]
+                for j, c in enumerate(t.group.collectives)]
+        print_table(con, [Col("collective", "left", wrap=True), Col("MiB"), Col("nccl-default", "left"),
+                          Col("autoccl", "left"), Col("lagom", "left", style="bold green")], rows,
+                    title="chosen configuration per collective: NC channels / NT threads / C chunk, protocol")
+        algs = sorted({c.algorithm for m in methods for c in t.results[m].configs})
         con.print(f"algorithm: {', '.join(algs)}")
-        tab = Table(title="predicted overlap (simulated)", title_justify="left")
-        for col, just in (("method", "left"), ("Z (ms)", "right"), ("X comm (ms)", "right"),
-                          ("Y compute (ms)", "right"), ("profiles", "right"), ("Lagom faster by", "right")):
-            tab.add_column(col, justify=just)
         lag = t.results["lagom"].makespan_s
-        notes = []
+        rows = [[name, f"{r.makespan_s * 1e3:.3f}", f"{r.result.comm_time_s * 1e3:.3f}",
+                 f"{r.result.compute_time_s * 1e3:.3f}", str(r.profiles),
+                 "" if name == "lagom" else f"{r.makespan_s / lag:.3f}x"] for name, r in t.results.items()]
+        print_table(con, [Col("method", "left"), Col("Z (ms)"), Col("X comm (ms)"), Col("Y compute (ms)"),
+                          Col("profiles"), Col("Lagom faster by")], rows, title="predicted overlap (simulated)",
+                    styles=["bold green" if name == "lagom" else None for name in t.results])
         for name, r in t.results.items():
-            tab.add_row(name, f"{r.makespan_s * 1e3:.3f}", f"{r.result.comm_time_s * 1e3:.3f}",
-                        f"{r.result.compute_time_s * 1e3:.3f}", str(r.profiles),
-                        "" if name == "lagom" else f"{r.makespan_s / lag:.3f}x",
-                        style="bold green" if name == "lagom" else None)
             if r.note:
-                notes.append(f"  {name}: {r.note}")
-        con.print(tab)
-        for line in notes:
-            con.print(line)
+                print_wrapped(con, f"{name}: {r.note}", indent=2)
         if show_steps:
-            st = Table(title="Lagom's profiling steps", title_justify="left")
-            for col in ("#", "collective", "configuration", "x_j (ms)", "X (ms)", "Y (ms)", "Z (ms)", "H", "lr",
-                        "decision"):
-                st.add_column(col)
+            rows = []
             for i, s in enumerate(t.results["lagom"].steps):
                 name = t.group.collectives[s.collective].name if s.collective >= 0 else "-"
                 xj = s.result.comm_times_s[s.collective] if s.collective >= 0 else float("nan")
-                st.add_row(str(i + 1), name, _cfg(s.config) if s.config else "start",
-                           f"{xj * 1e3:.3f}", f"{s.result.comm_time_s * 1e3:.3f}",
-                           f"{s.result.compute_time_s * 1e3:.3f}", f"{s.result.makespan_s * 1e3:.3f}",
-                           "" if s.h is None else f"{s.h:.4g}", "" if s.lr is None else f"{s.lr:.3g}", s.decision)
-            con.print(st)
+                rows.append([str(i + 1), name, _cfg(s.config) if s.config else "start", f"{xj * 1e3:.3f}",
+                             f"{s.result.comm_time_s * 1e3:.3f}", f"{s.result.compute_time_s * 1e3:.3f}",
+                             f"{s.result.makespan_s * 1e3:.3f}", "" if s.h is None else f"{s.h:.4g}",
+                             "" if s.lr is None else f"{s.lr:.3g}", s.decision])
+            print_table(con, [Col("#"), Col("collective", "left"), Col("configuration", "left"),
+                              Col("x_j (ms)", drop=3), Col("X (ms)"), Col("Y (ms)"), Col("Z (ms)"), Col("H", drop=2),
+                              Col("lr", drop=1), Col("decision", "left", wrap=True)], rows,
+                        title="Lagom's profiling steps", label=(0, 1))
     con.print(f"\n{payload['seconds']:.1f} s of search (profiles simulated on the cost model).")
     if payload.get("emitted"):
         con.print(f"settings written: {payload['emitted']['README.md']}")

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from ccoverlap.commands.options import add_json, add_quiet
+from ccoverlap.console import make_console, print_wrapped
 from ccoverlap.errors import ConfigError
 from ccoverlap.validate.reader import PUBLISHED, runs_path  # noqa: F401  (PUBLISHED: re-exported for scripts)
 
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ccoverlap.console import Progress
-    from ccoverlap.validate.compare import compare_runs, format_details, format_table, summarize, summarize_groups
+    from ccoverlap.validate.compare import compare_runs, summarize, summarize_groups
     from ccoverlap.validate.predict import cost_params_for
     from ccoverlap.validate.reader import SUBSETS, load_runs
 
@@ -158,44 +159,70 @@ def _run(args: argparse.Namespace) -> int:
         json.dump(payload, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        what = ("parameters fitted on subset " + repr(args.fit_on) if names else
-                "calibration " + ", ".join(args.calibration) if args.calibration else
-                "default cost parameters (nothing fitted)")
-        print(f"{'**' if args.markdown else ''}{path.name}: {len(rows)} runs, {what}{'**' if args.markdown else ''}")
-        print()
-        print(format_table(rows, markdown=args.markdown))
-        print()
-        bullet = "* " if args.markdown else ""
-        print(bullet + summary.line("all runs"))
-        for label, s in parts.items():
-            print(bullet + s.line(label))
-        if groups:
-            print()
-            print(f"{'**' if args.markdown else ''}by group{'**' if args.markdown else ''} "
-                  "(a bias one framework or cluster shares shows here)")
-            for label, s in groups.items():
-                print(bullet + s.line(label))
-        if fit_report:
-            print()
-            for gpu, vals in fit_report["values"].items():
-                dflt = fit_report["defaults"][gpu]
-                print(bullet + f"fitted on {gpu} ({fit_report['fit_runs'][gpu]} runs): " + ", ".join(
-                    f"{k} {dflt[k]:.4g} -> {v:.4g}" for k, v in vals.items())
-                    + f"; calibration written to {fit_report['written'][gpu]}")
-        if rf.problems:
-            print()
-            print(f"{len(rf.problems)} run(s) of the file not read (fix them to include them):")
-            for line in rf.problems:
-                print(f"{'* ' if args.markdown else '  '}{line}")
-        if args.details:
-            print()
-            for r in rows:
-                print(format_details(r))
+        _print_text(args, path, rows, names, summary, parts, groups, fit_report, rf.problems)
     if not any(r.ok for r in rows):
         sys.stderr.write(f"ccoverlap validate: error: no run of {path} could be predicted "
                          f"(first problem: {rows[0].run.name}: {rows[0].problem})\n")
         return 2
     return 0
+
+
+def _say(con, line: str = "") -> None:
+    """One line of the text report: as is for Markdown (``con`` None), else wrapped at word
+    boundaries to the console, keeping its indent."""
+    if con is None:
+        print(line)
+        return
+    body = line.lstrip(" ")
+    if body:
+        print_wrapped(con, body, indent=len(line) - len(body))
+    else:
+        con.print()
+
+
+def _print_text(args, path, rows, names, summary, parts, groups, fit_report, problems) -> None:
+    """The text (or ``--markdown``) report: the per-run table, the summaries, the fit and the
+    runs of the file not read."""
+    from ccoverlap.validate.compare import format_details, markdown_table, print_runs
+
+    md = args.markdown
+    con = None if md else make_console(highlight=False)
+    what = ("parameters fitted on subset " + repr(args.fit_on) if names else
+            "calibration " + ", ".join(args.calibration) if args.calibration else
+            "default cost parameters (nothing fitted)")
+    _say(con, f"{'**' if md else ''}{path.name}: {len(rows)} runs, {what}{'**' if md else ''}")
+    _say(con)
+    if md:
+        print(markdown_table(rows))
+    else:
+        print_runs(rows, con)
+    _say(con)
+    bullet = "* " if md else ""
+    _say(con, bullet + summary.line("all runs"))
+    for label, s in parts.items():
+        _say(con, bullet + s.line(label))
+    if groups:
+        _say(con)
+        _say(con, f"{'**' if md else ''}by group{'**' if md else ''} (a bias one framework or cluster shares shows here)")
+        for label, s in groups.items():
+            _say(con, bullet + s.line(label))
+    if fit_report:
+        _say(con)
+        for gpu, vals in fit_report["values"].items():
+            dflt = fit_report["defaults"][gpu]
+            _say(con, bullet + f"fitted on {gpu} ({fit_report['fit_runs'][gpu]} runs): " + ", ".join(
+                f"{k} {dflt[k]:.4g} -> {v:.4g}" for k, v in vals.items())
+                + f"; calibration written to {fit_report['written'][gpu]}")
+    if problems:
+        _say(con)
+        _say(con, f"{len(problems)} run(s) of the file not read (fix them to include them):")
+        for line in problems:
+            _say(con, f"{'* ' if md else '  '}{line}")
+    if args.details:
+        _say(con)
+        for r in rows:
+            for line in format_details(r).split("\n"):
+                _say(con, line)
 
 
 def _fit(args, names, fit_runs, params_for) -> dict:

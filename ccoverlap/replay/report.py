@@ -18,6 +18,7 @@ from typing import IO
 
 import numpy as np
 
+from ccoverlap.console import Col, make_console, print_table, print_wrapped
 from ccoverlap.replay.core import gpu_times, replayed_annotations, replayed_calls
 from ccoverlap.replay.run import ReplayResult, Scenario, recommendation
 
@@ -30,48 +31,42 @@ def _ms(x) -> str:
 
 def print_report(res: ReplayResult, file: IO | None = None) -> None:
     """Fidelity table, what-if table (ranked), inferred dependencies, why analyze and replay
-    differ (when they do), recommendation."""
-    from rich.table import Table
-
-    from ccoverlap.console import make_console
-
+    differ (when they do), recommendation; every cell whole at any width
+    (:func:`ccoverlap.console.print_table`)."""
     con = make_console(file, highlight=False)
     job = res.job
     steps = "whole window (no ProfilerStep annotation)" if job.whole_window else f"steps: {job.spec}"
     con.print(f"[bold]ccoverlap replay[/bold] - {len(job.rts)} rank(s), {steps}; times in ms")
-    t = Table(title="Fidelity: replayed vs measured step window (per rank and step)", title_justify="left")
-    for col in ("rank", "step", "measured", "replayed", "error", "structure only", "error (structure)"):
-        t.add_column(col, justify="right")
-    for r in res.fidelity:
-        t.add_row(str(r["rank"]), "-" if r["step"] is None else str(r["step"]), _ms(r["measured_s"]),
-                  _ms(r["replayed_s"]), f"{r['error_pct']:+.2f}%", _ms(r.get("structure_s")),
-                  f"{r.get('structure_error_pct', math.nan):+.2f}%")
-    con.print(t)
-    con.print("  replayed: every op's binding gap as measured (exact by construction when the graph is "
-              "consistent); structure only: GPU-side gaps nominal (0 on a stream, the median launch latency), "
-              "CPU gaps and durations measured - how much of the step the dependencies alone explain")
-    t = Table(title="What-ifs (ranked by gain; step time = window start to the end of the last step, per step, "
-                    "slowest rank)", title_justify="left")
-    for col in ("scenario", "step time", "exposed comm", "overlap", "gain ms", "gain %", "what changed"):
-        t.add_column(col, justify="right" if col != "what changed" else "left")
-    for s in [res.measured, res.replay]:
-        t.add_row(s.name, _ms(s.step_time_s), _ms(s.exposed_comm_s), f"{s.overlap_ratio:.1%}", "", "", s.note)
-    for s in res.ranked():
-        t.add_row(s.name, _ms(s.step_time_s), _ms(s.exposed_comm_s), f"{s.overlap_ratio:.1%}", _ms(s.gain_s),
-                  f"{s.gain_pct:+.1f}%", s.note)
-    con.print(t)
+    rows = [[str(r["rank"]), "-" if r["step"] is None else str(r["step"]), _ms(r["measured_s"]), _ms(r["replayed_s"]),
+             f"{r['error_pct']:+.2f}%", _ms(r.get("structure_s")), f"{r.get('structure_error_pct', math.nan):+.2f}%"]
+            for r in res.fidelity]
+    print_table(con, [Col("rank"), Col("step"), Col("measured"), Col("replayed"), Col("error"),
+                      Col("structure only"), Col("error (structure)")], rows,
+                title="Fidelity: replayed vs measured step window (per rank and step)")
+    print_wrapped(con, "replayed: every op's binding gap as measured (exact by construction when the graph is "
+                       "consistent); structure only: GPU-side gaps nominal (0 on a stream, the median launch latency), "
+                       "CPU gaps and durations measured - how much of the step the dependencies alone explain", indent=2)
+    rows = [[s.name, _ms(s.step_time_s), _ms(s.exposed_comm_s), f"{s.overlap_ratio:.1%}", "", "", s.note]
+            for s in (res.measured, res.replay)]
+    rows += [[s.name, _ms(s.step_time_s), _ms(s.exposed_comm_s), f"{s.overlap_ratio:.1%}", _ms(s.gain_s),
+              f"{s.gain_pct:+.1f}%", s.note] for s in res.ranked()]
+    print_table(con, [Col("scenario", "left"), Col("step time"), Col("exposed comm"), Col("overlap"), Col("gain ms"),
+                      Col("gain %"), Col("what changed", "left", note=True)], rows,
+                title="What-ifs (ranked by gain; step time = window start to the end of the last step, per step, "
+                      "slowest rank)")
     con.print("Dependencies:")
     for g in job.graph.ranks:
         inf = g.inferred
-        con.print(f"  rank {g.rank}: launches by correlation id; stream order by stream id; cross-stream "
-                  f"{inf['cross_stream_from_args']} from cuda_sync args, {inf['cross_stream_inferred_from_timing']} "
-                  f"inferred from timing; {inf['host_sync_blocking_calls']} blocking host call(s) "
-                  f"(target inferred from timing when the trace names none); {inf['launch_queue_waits']} "
-                  f"launch-queue wait(s); launch latency {inf['launch_latency_us']:.1f} us")
+        print_wrapped(con, f"rank {g.rank}: launches by correlation id; stream order by stream id; cross-stream "
+                           f"{inf['cross_stream_from_args']} from cuda_sync args, "
+                           f"{inf['cross_stream_inferred_from_timing']} inferred from timing; "
+                           f"{inf['host_sync_blocking_calls']} blocking host call(s) (target inferred from timing "
+                           f"when the trace names none); {inf['launch_queue_waits']} launch-queue wait(s); launch "
+                           f"latency {inf['launch_latency_us']:.1f} us", indent=2)
     nc = len(job.graph.collectives)
-    con.print(f"  collectives matched across ranks (process group + call order, ends aligned): {nc}"
-              + ("" if len(job.rts) > 1 else " (one rank only: collective durations as measured, "
-                                               "waiting for peers included)"))
+    print_wrapped(con, f"collectives matched across ranks (process group + call order, ends aligned): {nc}"
+                       + ("" if len(job.rts) > 1 else " (one rank only: collective durations as measured, "
+                                                        "waiting for peers included)"), indent=2)
     if res.explanation:
         con.print(f"[bold]Why analyze and replay differ:[/bold] {res.explanation}")
     con.print(f"[bold]Recommendation:[/bold] {recommendation(res)}")

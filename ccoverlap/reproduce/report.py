@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ccoverlap.console import Col, print_wrapped
+from ccoverlap.console import print_table as print_rows
 from ccoverlap.reproduce.suite import TOLERANCE, SuiteResult
 
 
@@ -30,23 +32,23 @@ def summary_lines(result: SuiteResult) -> list[str]:
 
 
 def print_table(result: SuiteResult, console) -> None:
-    """The table on a rich console: one row per case, then the summary lines."""
-    from rich.table import Table
-
-    table = Table(show_lines=False)
-    for col, justify in (("paper", "left"), ("case", "left"), ("source", "left"), ("method / baseline", "left"),
-                         ("paper", "right"), ("ours", "right"), ("gain ratio", "right"), ("verdict", "left")):
-        table.add_column(col, justify=justify, overflow="fold")
+    """The table on a rich console: one row per case (every cell whole at any width,
+    :func:`ccoverlap.console.print_table`), then the summary lines."""
     styles = {"match": "green", "miss": "red", "error": "bold red", "fit": "dim"}
+    rows, row_styles = [], []
     for r in result.rows:
         d = r.to_dict()
-        table.add_row(d["paper"], d["id"] + (" *" if d["headline"] else ""), d["source"],
-                      f"{d['method']} / {d['baseline']}", _x(d["paper_speedup"]), _x(d["ours_speedup"]),
-                      _ratio(d["gain_ratio"]), d["verdict"], style=styles.get(d["verdict"]))
-    console.print(table)
-    console.print("* the paper's headline figure; gain ratio = (ours - 1) / (paper - 1)", highlight=False)
+        rows.append([d["paper"], d["id"] + (" *" if d["headline"] else ""), d["source"],
+                     f"{d['method']} / {d['baseline']}", _x(d["paper_speedup"]), _x(d["ours_speedup"]),
+                     _ratio(d["gain_ratio"]), d["verdict"]])
+        row_styles.append(styles.get(d["verdict"]))
+    columns = [Col("paper", "left"), Col("case", "left"), Col("source", "left", drop=1),
+               Col("method / baseline", "left", note=True), Col("paper"), Col("ours"), Col("gain ratio"),
+               Col("verdict", "left")]
+    print_rows(console, columns, rows, styles=row_styles, label=(0, 1), everything="--markdown and --json have everything")
+    print_wrapped(console, "* the paper's headline figure; gain ratio = (ours - 1) / (paper - 1)")
     for line in summary_lines(result):
-        console.print(line, highlight=False)
+        print_wrapped(console, line)
 
 
 def markdown(result: SuiteResult) -> str:

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import IO
 
 import numpy as np
+from rich.console import Console
 
+from ccoverlap.console import Col, make_console, print_table, print_wrapped
 from ccoverlap.trace.analyze import Analysis, comm_kernel_rows, json_ready
 from ccoverlap.trace.ranks import MAX_CLOCK_SPREAD_S
 
@@ -56,73 +58,71 @@ def steps_label(a: Analysis) -> str:
     return f"steps {got}"
 
 
-def print_report(a: Analysis, file: IO | None = None, *, width: int | None = None) -> None:
-    """Readable tables of :class:`Analysis` on ``file`` (default stdout)."""
-    from rich.console import Console
-    from rich.table import Table
+def _rank_columns() -> list[Col]:
+    return [Col("rank"), Col("span"), Col("compute"), Col("comm"), Col("memcpy", drop=3), Col("overlap"),
+            Col("exposed comm"), Col("compute only", drop=2), Col("idle", drop=1), Col("R")]
 
-    con = Console(file=file, width=width or _width(file), highlight=False)
+
+def _rank_row(label: str, m: dict) -> list[str]:
+    r = m["compute_comm_ratio"]
+    return [label, _ms(m["step_time_s"]), _ms(m["compute_s"]), _ms(m["comm_s"]), _ms(m["memcpy_s"]),
+            _pct(m["overlap_ratio"]), _ms(m["exposed_comm_s"]), _ms(m["compute_only_s"]), _ms(m["idle_s"]),
+            "-" if not math.isfinite(r) else f"{r:.2f}"]
+
+
+def print_report(a: Analysis, file: IO | None = None, *, width: int | None = None) -> None:
+    """Readable tables of :class:`Analysis` on ``file`` (default stdout), every cell whole at
+    any width (:func:`ccoverlap.console.print_table`)."""
+    con = _console(file, width)
     s = a.summary()
     con.print(f"[bold]ccoverlap analyze[/bold] - {len(a.ranks)} rank(s), {steps_label(a)}; "
               f"times in ms; time resolution: {a.time_resolution}")
-    t = Table(title="Per rank (analysed window)", title_justify="left")
-    for col in ("rank", "span", "compute", "comm", "memcpy", "overlap", "exposed comm", "compute only",
-                "idle", "R"):
-        t.add_column(col, justify="right")
-    for m in a.metrics:
-        t.add_row(str(m.rank), _ms(m.step_time_s), _ms(m.compute_s), _ms(m.comm_s), _ms(m.memcpy_s),
-                  _pct(m.overlap_ratio), _ms(m.exposed_comm_s), _ms(m.compute_only_s), _ms(m.idle_s),
-                  "-" if not math.isfinite(m.compute_comm_ratio) else f"{m.compute_comm_ratio:.2f}")
+    rows = [_rank_row(str(m.rank), vars(m)) for m in a.metrics]
+    styles = [None] * len(rows)
     if len(a.metrics) > 1:
-        t.add_row("all", _ms(s["step_time_s"]), _ms(s["compute_s"]), _ms(s["comm_s"]), _ms(s["memcpy_s"]),
-                  _pct(s["overlap_ratio"]), _ms(s["exposed_comm_s"]), _ms(s["compute_only_s"]), _ms(s["idle_s"]),
-                  "-" if not math.isfinite(s["compute_comm_ratio"]) else f"{s['compute_comm_ratio']:.2f}",
-                  style="bold")
-    con.print(t)
+        rows.append(_rank_row("all", s))
+        styles.append("bold")
+    print_table(con, _rank_columns(), rows, styles=styles, title="Per rank (analysed window)")
     if a.step_metrics:
-        t = Table(title="Per step (mean over ranks; slowest rank = longest step)", title_justify="left")
-        for col in ("step", "step time", "compute", "comm", "overlap", "exposed comm", "idle", "slowest rank"):
-            t.add_column(col, justify="right")
+        rows = []
         for st in a.analysed_steps:
             per = list(a.step_metrics[st].values())
             comm = sum(x.comm_s for x in per)
-            t.add_row(str(st), _ms(np.mean([x.step_time_s for x in per])), _ms(np.mean([x.compute_s for x in per])),
-                      _ms(np.mean([x.comm_s for x in per])),
-                      _pct(sum(x.overlap_s for x in per) / comm if comm else 0.0),
-                      _ms(np.mean([x.exposed_comm_s for x in per])), _ms(np.mean([x.idle_s for x in per])),
-                      str(a.cross.slowest_rank_per_step.get(st, "-")))
-        con.print(t)
+            rows.append([str(st), _ms(np.mean([x.step_time_s for x in per])), _ms(np.mean([x.compute_s for x in per])),
+                         _ms(np.mean([x.comm_s for x in per])),
+                         _pct(sum(x.overlap_s for x in per) / comm if comm else 0.0),
+                         _ms(np.mean([x.exposed_comm_s for x in per])), _ms(np.mean([x.idle_s for x in per])),
+                         str(a.cross.slowest_rank_per_step.get(st, "-"))])
+        print_table(con, [Col("step"), Col("step time"), Col("compute"), Col("comm"), Col("overlap"),
+                          Col("exposed comm"), Col("idle", drop=1), Col("slowest rank")], rows,
+                    title="Per step (mean over ranks; slowest rank = longest step)")
     if a.collectives:
-        t = Table(title="Collectives (all ranks; bandwidths in GB/s, nccl-tests definitions)", title_justify="left")
-        for col in ("collective", "group", "n", "calls", "mean size", "mean time", "total time", "exposed",
-                    "algbw", "busbw"):
-            t.add_column(col, justify="right")
-        for c in a.collectives:
-            t.add_row(c.collective, c.group, str(c.group_size or "-"), str(c.count), _bytes(c.bytes_mean),
-                      _ms(c.time_mean_s), _ms(c.time_total_s), _ms(c.exposed_s), _gbs(c.algbw), _gbs(c.busbw))
-        con.print(t)
+        rows = [[c.collective, c.group, str(c.group_size or "-"), str(c.count), _bytes(c.bytes_mean),
+                 _ms(c.time_mean_s), _ms(c.time_total_s), _ms(c.exposed_s), _gbs(c.algbw), _gbs(c.busbw)]
+                for c in a.collectives]
+        print_table(con, [Col("collective", "left"), Col("group", "left"), Col("n", drop=1), Col("calls"),
+                          Col("mean size"), Col("mean time", drop=3), Col("total time"), Col("exposed"),
+                          Col("algbw", drop=2), Col("busbw")], rows,
+                    title="Collectives (all ranks; bandwidths in GB/s, nccl-tests definitions)")
     if a.dimensions:
-        t = Table(title="Per parallelism dimension (sum over ranks; ms; algbw GB/s)", title_justify="left")
-        for col in ("dimension", "groups", "collectives", "calls", "time", "exposed", "overlap", "overlap %",
-                    "algbw", "from"):
-            t.add_column(col, justify="right" if col not in ("dimension", "collectives", "from") else "left",
-                         overflow="fold")
-        for d in a.dimensions:
-            t.add_row(d.dimension, ",".join(d.groups), ",".join(d.collectives), str(d.calls), _ms(d.time_s),
-                      _ms(d.exposed_s), _ms(d.overlap_s), f"{100 * d.overlap_ratio:.1f}%", _gbs(d.algbw),
-                      d.how.replace("description ", "desc "))
-        con.print(t)
+        rows = [[d.dimension, ", ".join(d.groups), ", ".join(d.collectives), str(d.calls), _ms(d.time_s),
+                 _ms(d.exposed_s), _ms(d.overlap_s), f"{100 * d.overlap_ratio:.1f}%", _gbs(d.algbw),
+                 d.how.replace("description ", "desc ")] for d in a.dimensions]
+        print_table(con, [Col("dimension", "left"), Col("groups", "left", wrap=True),
+                          Col("collectives", "left", wrap=True), Col("calls"), Col("time"), Col("exposed"),
+                          Col("overlap", drop=2), Col("overlap %"), Col("algbw", drop=1),
+                          Col("from", "left", wrap=True, drop=3)], rows,
+                    title="Per parallelism dimension (sum over ranks; ms; algbw GB/s)")
     cr = a.cross
     if cr.groups and any(g.reliable for g in cr.groups):
-        t = Table(title="Across ranks (matched collectives: start skew)", title_justify="left")
-        for col in ("group", "ranks", "matched", "unpaired", "paired by", "mean skew", "max skew"):
-            t.add_column(col, justify="right")
-        for g in cr.groups:
-            unp = ",".join(f"r{r}:{n}" for r, n in sorted(g.unmatched.items())) or "0"
-            t.add_row(g.group, _ranges(g.ranks), str(g.matched), unp,
-                      "call order" if g.paired_by == "order" else "type+ends",
-                      _ms(g.mean_skew_s) if g.reliable else "-", _ms(g.max_skew_s) if g.reliable else "-")
-        con.print(t)
+        rows = [[g.group, _ranges(g.ranks), str(g.matched),
+                 ", ".join(f"r{r}:{n}" for r, n in sorted(g.unmatched.items())) or "0",
+                 "call order" if g.paired_by == "order" else "type+ends",
+                 _ms(g.mean_skew_s) if g.reliable else "-", _ms(g.max_skew_s) if g.reliable else "-"]
+                for g in cr.groups]
+        print_table(con, [Col("group", "left"), Col("ranks", "left"), Col("matched"), Col("unpaired", wrap=True),
+                          Col("paired by", drop=1), Col("mean skew"), Col("max skew")], rows,
+                    title="Across ranks (matched collectives: start skew)")
         if cr.note:
             con.print(f"Across ranks: {cr.note}")
         top = ", ".join(f"rank {x.rank}: last {x.times_latest}/{x.collectives}, late {_ms(x.total_lateness_s)} ms"
@@ -143,8 +143,9 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
                   f"(time-weighted over {len(c.kernels)} kernel(s) seen both alone and overlapped, "
                   f"{c.coverage:.0%} of overlapped compute time); time lost {_ms(c.time_lost_s)} ms")
         for k in c.kernels[:3]:
-            con.print(f"  {k.slowdown:.2f}x  {_short(k.name)}  ({k.n_alone} alone, {k.n_overlapped} overlapped, "
-                      f"median {_ms(k.median_alone_s)} -> {_ms(k.median_overlapped_s)} ms)")
+            print_wrapped(con, f"{k.slowdown:.2f}x  {_short(k.name)}  ({k.n_alone} alone, {k.n_overlapped} "
+                               f"overlapped, median {_ms(k.median_alone_s)} -> {_ms(k.median_overlapped_s)} ms)",
+                          indent=2)
     else:
         con.print(f"Contention: {c.note or 'not measurable'}")
     v = a.verdict
@@ -154,10 +155,11 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
     con.print(f"[bold]Most worth trying:[/bold] {v.try_next}.")
 
 
-def _width(file=None) -> int | None:
-    from ccoverlap.console import console_width
-
-    return console_width(file)
+def _console(file: IO | None, width: int | None = None):
+    """The report's console: ``width`` columns, else as :func:`ccoverlap.console.make_console`."""
+    if width:
+        return Console(file=file, width=width, highlight=False)
+    return make_console(file, highlight=False)
 
 
 def print_problems(problems: list[str], file: IO) -> None:
@@ -205,20 +207,16 @@ def write_json(a: Analysis, file: IO, extra: dict | None = None) -> None:
 
 def print_comparison(cmp: dict, name_a: str, name_b: str, file: IO | None = None) -> None:
     """``A --vs B`` table: per-step means, job level, then collectives."""
-    from rich.console import Console
-    from rich.table import Table
-
-    con = Console(file=file, width=_width(file), highlight=False)
-    t = Table(title=f"Per step, mean over ranks: A = {name_a}  vs  B = {name_b}", title_justify="left")
-    for col in ("metric", "A", "B", "B - A", "B / A"):
-        t.add_column(col, justify="right")
+    con = _console(file)
+    rows = []
     for r in cmp["job"] + cmp["collectives"]:
         is_ratio = r["metric"] in ("overlap_ratio", "compute_comm_ratio")
         fmt = (lambda x: "-" if x is None else f"{x:.3f}") if is_ratio else _ms
         label = r["metric"] if is_ratio else re.sub(r"_s$", " (ms)", r["metric"])
-        t.add_row(label, fmt(r["a"]), fmt(r["b"]),
-                  fmt(r["diff"]), "-" if r["ratio"] is None else f"{r['ratio']:.2f}x")
-    con.print(t)
+        rows.append([label, fmt(r["a"]), fmt(r["b"]), fmt(r["diff"]),
+                     "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"])
+    print_table(con, [Col("metric", "left"), Col("A"), Col("B"), Col("B - A"), Col("B / A")], rows,
+                title=f"Per step, mean over ranks: A = {name_a}  vs  B = {name_b}")
     if cmp.get("only_in_a") or cmp.get("only_in_b"):
         con.print(f"ranks only in A: {cmp.get('only_in_a')}, only in B: {cmp.get('only_in_b')}")
 

@@ -1,4 +1,4 @@
-"""Predicted vs measured, per run and in summary, as a plain table, Markdown or JSON.
+"""Predicted vs measured, per run and in summary, as a terminal table, Markdown or JSON.
 
 Error = (predicted - measured) / measured, in percent: negative means the model predicts a
 faster step than was measured. The summary gives the mean absolute error, the mean signed
@@ -13,6 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ccoverlap.console import Col, print_table, print_wrapped
 from ccoverlap.errors import CCOverlapError
 from ccoverlap.validate.predict import Prediction, Unsupported, predict_run, workload_for
 from ccoverlap.validate.reader import RunSpec
@@ -152,9 +153,6 @@ def compare_runs(runs: list[RunSpec], *, params_for: Callable[[RunSpec], Any] | 
 
 
 # ----------------------------------------------------------------------------- formatting
-HEADER = ["run", "GPU", "GPUs", "TPxCPxPPxDP", "subset", "measured (s)", "predicted (s)", "error %",
-          "compute (s)", "comm (s)", "exposed comm (s)"]
-
 
 def _cells(r: Row) -> list[str]:
     p = r.prediction
@@ -165,28 +163,33 @@ def _cells(r: Row) -> list[str]:
                    f"{p.exposed_comm_s:.3f}"]
 
 
-def format_table(rows: list[Row], *, markdown: bool = False) -> str:
-    """The per-run table (full width, never cut), then the runs that could not be predicted."""
-    body = [_cells(r) for r in rows]
-    out = []
-    if markdown:
-        out.append("| " + " | ".join(HEADER) + " |")
-        out.append("| " + " | ".join([":--", ":--", "--:", "--:", ":--"] + ["--:"] * (len(HEADER) - 5)) + " |")
-        out.extend("| " + " | ".join(b) + " |" for b in body)
-    else:
-        widths = [max(len(x) for x in col) for col in zip(HEADER, *body)]
+COLUMNS = [Col("run", "left"), Col("GPU", "left", drop=6), Col("GPUs", drop=4), Col("TPxCPxPPxDP", drop=5),
+           Col("subset", "left"), Col("measured (s)"), Col("predicted (s)"), Col("error %"),
+           Col("compute (s)", drop=3), Col("comm (s)", drop=2), Col("exposed comm (s)", drop=1)]
+HEADER = [c.header for c in COLUMNS]
 
-        def fmt(cells):
-            return "  ".join(c.ljust(w) if i in (0, 1, 4) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-        out.append(fmt(HEADER).rstrip())
-        out.append("-" * (sum(widths) + 2 * (len(widths) - 1)))
-        out.extend(fmt(b).rstrip() for b in body)
+
+def markdown_table(rows: list[Row]) -> str:
+    """The per-run table as Markdown, then the runs that could not be predicted."""
+    out = ["| " + " | ".join(HEADER) + " |",
+           "| " + " | ".join([":--", ":--", "--:", "--:", ":--"] + ["--:"] * (len(HEADER) - 5)) + " |"]
+    out.extend("| " + " | ".join(_cells(r)) + " |" for r in rows)
     problems = [r for r in rows if not r.ok]
     if problems:
-        out.append("")
-        out.append(f"{len(problems)} run(s) not predicted:")
-        out.extend(f"{'* ' if markdown else '  '}{r.run.name}: {r.problem}" for r in problems)
+        out += ["", f"{len(problems)} run(s) not predicted:"] + [f"* {r.run.name}: {r.problem}" for r in problems]
     return "\n".join(out)
+
+
+def print_runs(rows: list[Row], console) -> None:
+    """The per-run table on a rich console (every cell whole at any width,
+    :func:`ccoverlap.console.print_table`), then the runs that could not be predicted."""
+    print_table(console, COLUMNS, [_cells(r) for r in rows])
+    problems = [r for r in rows if not r.ok]
+    if problems:
+        console.print()
+        print_wrapped(console, f"{len(problems)} run(s) not predicted:")
+        for r in problems:
+            print_wrapped(console, f"{r.run.name}: {r.problem}", indent=2)
 
 
 def format_details(r: Row) -> str:

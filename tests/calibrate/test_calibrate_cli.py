@@ -85,3 +85,17 @@ def test_refit_without_measurements_says_so(tmp_path, capsys):
     empty.write_text(json.dumps({"version": 1, "gpu": "H100-SXM", "params": {}}))
     assert main(["calibrate", "--refit", str(empty)]) == 2
     assert "no measurements to fit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_refit_report_reads_whole_in_a_narrow_terminal(tmp_path, measured_file, width, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["calibrate", "--refit", str(measured_file), "--out", str(tmp_path / "f.json"), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    data = fileformat.read(tmp_path / "f.json")
+    assert max(len(line) for line in text.splitlines()) <= width and "…" not in text
+    rows = [line.replace("│", " ").split() for line in text.splitlines()]
+    for name, value in data["params"].items():  # each parameter whole on its row, with its fitted value
+        assert any(r[:1] == [name] and f"{value:.4g}" in r for r in rows), name
+    for row in data["source"]["heldout"]:
+        assert any(r[:2] == [row["group"], str(row["n"])] for r in rows), row
