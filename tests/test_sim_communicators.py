@@ -94,8 +94,14 @@ def test_lanes_are_per_rank_and_group():
     specs = [coll("all_gather", 1.0), coll("all_gather", 1.0, TP), GemmSpec(m=8, n=8, k=8),
              coll("all_gather", 1.0, GroupSpec(name="one", size=1, local_size=1))]
     for rank in (0, 1):
-        for i, s in enumerate(specs):
-            g.add(f"op{i}", s, rank=rank)
-    op_spec = list(range(4)) * 2
+        for stream in ("a", "b"):
+            for i, s in enumerate(specs):
+                g.add(f"op{i}", s, rank=rank, stream=stream)
+    op_spec = list(range(4)) * 4
     lanes, n = communicator_lanes(g.ops, op_spec, specs)
-    assert n == 4 and lanes == [0, 1, -1, -1, 2, 3, -1, -1]
+    assert n == 4 and lanes == [0, 1, -1, -1] * 2 + [2, 3, -1, -1] * 2
+    # a group used from one stream only is already serialised by it: no lane
+    one = OpGraph()
+    for i, s in enumerate(specs):
+        one.add(f"op{i}", s, stream="tp_comm")
+    assert communicator_lanes(one.ops, list(range(4)), specs) == ([-1] * 4, 0)

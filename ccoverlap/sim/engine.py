@@ -53,7 +53,8 @@ ProgressFn = Callable[[int, int], None]
 def communicator_lanes(ops: Sequence, op_spec: Sequence[int], specs: Sequence) -> tuple[list[int], int]:
     """``(lane per op, number of lanes)``: the ops sharing a lane (one NCCL communicator) are
     the SM-driven collectives (``transport="sm"``) of one process group (``group.name``, size
-    > 1) on one rank; every other op (compute, point-to-point, copy-engine transfers) gets -1.
+    > 1) on one rank, where they are issued from more than one stream; every other op
+    (compute, point-to-point, copy-engine transfers) gets -1.
 
     Source: PyTorch ``ProcessGroupNCCL`` runs all collectives of a process group on one NCCL
     stream per device (``ncclStreams_`` keyed by the device; ``syncStream`` makes it wait for
@@ -61,14 +62,28 @@ def communicator_lanes(ops: Sequence, op_spec: Sequence[int], specs: Sequence) -
     FSDP's all-gather and reduce-scatter, and DeepSpeed ZeRO-3's, share the data-parallel
     group. Centauri's group partition uses other groups (``dp_inter``, ``dp_intra``), hence
     other communicators."""
-    group_of = [s.group.name if isinstance(s, CollectiveSpec) and s.transport == "sm" and s.group.size > 1
-                else None for s in specs] + [None]
-    lane_ids: dict[tuple, int] = {}
-    lanes = []
-    for op, si in zip(ops, op_spec):
-        g = group_of[si]
-        lanes.append(-1 if g is None else lane_ids.setdefault((op.rank, g), len(lane_ids)))
-    return lanes, len(lane_ids)
+    names: dict[str, int] = {}
+    gid = np.array([names.setdefault(s.group.name, len(names)) if isinstance(s, CollectiveSpec)
+                    and s.transport == "sm" and s.group.size > 1 else -1 for s in specs] + [-1], dtype=np.int64)
+    if not names:
+        return [-1] * len(op_spec), 0
+    g = gid[np.asarray(op_spec, dtype=np.int64)]  # -1 (no spec) picks the extra last entry
+    idx = np.flatnonzero(g >= 0)
+    lanes = [-1] * len(op_spec)
+    if not len(idx):
+        return lanes, 0
+    codes: dict[str, int] = {}
+    sel = [ops[i] for i in idx.tolist()]
+    key = np.fromiter((op.rank for op in sel), dtype=np.int64, count=len(sel)) * len(names) + g[idx]
+    stream = np.fromiter((codes.setdefault(op.stream, len(codes)) for op in sel), dtype=np.int64, count=len(sel))
+    # a communicator used from one stream only needs no lane: the stream already runs its
+    # collectives one at a time in issue order
+    keys, n_streams = np.unique(np.unique(key * len(codes) + stream) // len(codes), return_counts=True)
+    shared = keys[n_streams > 1]
+    keep = np.isin(key, shared)
+    for i, lane in zip(idx[keep].tolist(), np.searchsorted(shared, key[keep]).tolist()):
+        lanes[i] = lane
+    return lanes, len(shared)
 
 
 def simulate(graph: OpGraph, cost: CostModel, *, progress: ProgressFn | None = None) -> Timeline:
