@@ -8,7 +8,8 @@ Both run in fresh subprocesses, one after the other, on the same files:
 
 Reported per tool: wall seconds, CPU seconds (user+sys of the process and its children: HTA
 and ours both parse ranks in parallel processes), peak RSS of the main process and of the
-largest child (``resource.getrusage``), and the overlap ratio each found (they must agree).
+largest child (``resource.getrusage``), the process tree's summed PSS (sampled), and the overlap ratio
+each found (they must agree).
 
 The job: by default a real trace (``nccl_parser_config/nccl_data.json.gz`` from
 ``--shared``, A100 + NCCL, 40k events, 3 profiler steps) replicated ``--replicas`` times in
@@ -37,7 +38,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SHARED = ROOT.parent / "shared" / "traces"
+# the shared real traces sit beside the checkout or one folder further up
+DEFAULT_SHARED = next((p / "shared" / "traces" for p in ROOT.parents[:2] if (p / "shared" / "traces").is_dir()),
+                      ROOT.parent / "shared" / "traces")
 SOURCE = "nccl_parser_config/nccl_data.json.gz"
 
 
@@ -133,27 +136,14 @@ def worker_hta(trace_dir: str) -> dict:
     return out
 
 
-def _tree_rss_mb(root: int) -> float:
-    """Resident memory of ``root`` and all its descendants now (MiB), from /proc (children lists)."""
-    total, todo = 0, [root]
-    page = os.sysconf("SC_PAGE_SIZE")
-    while todo:
-        p = todo.pop()
-        try:
-            with open(f"/proc/{p}/statm") as fh:
-                total += int(fh.read().split()[1]) * page
-            for t in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{t}/children") as fh:
-                    todo.extend(int(c) for c in fh.read().split())
-        except (OSError, ValueError):
-            continue
-    return total / 2**20
-
-
 def run_worker(kind: str, trace_dir: Path, python: str | None = None) -> dict:
-    """Run one tool in a fresh interpreter; also samples the whole process tree's RSS every 50 ms
-    (HTA parses in a pool of processes: 'whole processes' memory is their sum)."""
+    """Run one tool in a fresh interpreter; also samples the whole process tree's memory every 50 ms
+    (both tools use worker processes): the sum of the processes' PSS, which counts a page shared
+    by forked processes once in all (:func:`bench_analyze_vs_hta.tree_memory`)."""
     import threading
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_analyze_vs_hta import tree_memory
 
     t = time.perf_counter()
     proc = subprocess.Popen([python or sys.executable, __file__, "--worker", kind, str(trace_dir)],
@@ -164,7 +154,7 @@ def run_worker(kind: str, trace_dir: Path, python: str | None = None) -> dict:
 
     def sample():
         while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss_mb(proc.pid))
+            peak[0] = max(peak[0], tree_memory(proc.pid)[1] / 2**20)
             done.wait(0.05)
 
     th = threading.Thread(target=sample, daemon=True)
@@ -222,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.runs} run(s) per tool; medians")
     print(f"{'tool':6} {'wall s':>8} {'CPU s':>8} {'import s':>9} {'peak RSS MiB':>13} {'largest child MiB':>18} "
-          f"{'all processes MiB':>18}  overlap % per rank")
+          f"{'tree PSS MiB':>18}  overlap % per rank")
     results = {}
     for k, rs in runs.items():
         med = lambda key: statistics.median(r[key] for r in rs)   # noqa: E731
@@ -243,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         mem_h = max(h["maxrss_mb"], h["child_maxrss_mb"])
         print(f"HTA / ours: wall {h['outer_wall_s'] / o['outer_wall_s']:.1f}x, CPU {h['cpu_s'] / o['cpu_s']:.1f}x, "
               f"peak memory {mem_h / mem_o:.1f}x (largest process), "
-              f"{h['tree_peak_mb'] / o['tree_peak_mb']:.1f}x (all processes, sampled every 50 ms)")
+              f"{h['tree_peak_mb'] / o['tree_peak_mb']:.1f}x (process tree's PSS, sampled every 50 ms)")
         worst = max(abs(float(o["overlap_pct"][r]) - float(h["overlap_pct"][r])) for r in h["overlap_pct"])
         print(f"overlap agreement: max |ours - HTA| = {worst:.3f} percentage points")
     if tmp:

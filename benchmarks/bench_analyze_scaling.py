@@ -42,7 +42,7 @@ def worker(trace_dir: str) -> dict:
     a = analyze([trace_dir], jobs=1)
     a.to_dict()
     wall = time.perf_counter() - t
-    events = sum(rt.meta.get("events", 0) for rt in a.ranks)
+    events = sum(rt.n_events for rt in a.ranks)
     return {"wall_s": wall, "cpu_s": time.process_time() - c0, "import_s": t_import, "events": events,
             "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "overlap": [m.overlap_ratio for m in a.metrics]}

@@ -9,9 +9,14 @@ process, ours and HTA's alternating (``--pairs`` pairs):
 * HTA: ``TraceAnalysis(trace_dir=DIR).get_comm_comp_overlap()`` in its own interpreter
   (``--hta-python``, a separate venv: ``python -m venv .venv-hta && .venv-hta/bin/pip install traceinsight``).
 
-Per run: wall seconds, CPU seconds of the process and its children (``wait4`` rusage), and the peak
-resident memory of the whole process tree (sampled every 20 ms from /proc: HTA and ours both use
-worker processes). Medians and the paired ratios are printed with the load average.
+Per run: wall seconds, CPU seconds of the process and its children (``wait4`` rusage), and the
+peak memory of the whole process tree, sampled every 20 ms from ``/proc/PID/smaps_rollup`` (both
+tools use worker processes forked from a parent that shares its pages with them): the sum of the
+processes' PSS (proportional set size: a page shared by k processes counts 1/k in each, so the
+sum is what the tree costs the machine - the figure we compare), of their RSS (a shared page
+counted once per process: an overcount for forked workers) and of their USS (pages of one
+process only: an undercount), and the largest single process's peak RSS. Medians and the paired
+ratios are printed with the load average.
 
     .venv/bin/python benchmarks/bench_analyze_vs_hta.py --source control.json.gz --hta-python .venv-hta/bin/python
 """
@@ -53,31 +58,60 @@ def replicate(src: Path, out: Path, ranks: int) -> list[Path]:
     return paths
 
 
-def _tree_rss(root: int) -> int:
-    total, todo, page = 0, [root], os.sysconf("SC_PAGE_SIZE")
+def _tree(root: int) -> list[int]:
+    """``root`` and all its descendants (from /proc)."""
+    out, todo = [], [root]
     while todo:
         p = todo.pop()
+        out.append(p)
         try:
-            with open(f"/proc/{p}/statm") as fh:
-                total += int(fh.read().split()[1]) * page
             for t in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{t}/children") as fh:
                     todo.extend(int(c) for c in fh.read().split())
         except (OSError, ValueError):
             continue
-    return total
+    return out
 
 
-def run(cmd: list[str]) -> dict:
-    """Wall, CPU (self + children) and sampled peak tree RSS of one command."""
+def _memory(pid: int) -> tuple[int, int, int] | None:
+    """Resident, proportional and unique set size of one process, bytes (/proc/PID/smaps_rollup)."""
+    vals = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key in ("Rss", "Pss", "Private_Clean", "Private_Dirty"):
+                    vals[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError):
+        return None
+    if "Rss" not in vals:
+        return None
+    return vals["Rss"], vals.get("Pss", 0), vals.get("Private_Clean", 0) + vals.get("Private_Dirty", 0)
+
+
+def tree_memory(root: int) -> tuple[int, int, int, int, int]:
+    """The process tree's memory now: sums of RSS, PSS and USS over its processes (bytes), the
+    number of processes and the largest process's RSS. RSS summed counts a page shared by forked
+    processes once per process; PSS divides each shared page among its sharers, so its sum is what
+    the tree costs the machine."""
+    ms = [m for m in map(_memory, _tree(root)) if m]
+    return (sum(m[0] for m in ms), sum(m[1] for m in ms), sum(m[2] for m in ms), len(ms),
+            max((m[0] for m in ms), default=0))
+
+
+def run(cmd: list[str], stdout=None) -> dict:
+    """Wall, CPU (self + children), the sampled peaks (every 20 ms) of the process tree's summed
+    RSS, PSS and USS and of its largest process's RSS, the most processes at once. (``wait4``'s
+    maxrss would count the moment between fork and exec, when the child still maps this
+    benchmark's own memory.)"""
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = [0]
+    proc = subprocess.Popen(cmd, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = [0, 0, 0, 0, 0]
     done = threading.Event()
 
     def sample():
         while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            peak[:] = [max(a, b) for a, b in zip(peak, tree_memory(proc.pid))]
             done.wait(0.02)
 
     th = threading.Thread(target=sample, daemon=True)
@@ -89,8 +123,9 @@ def run(cmd: list[str]) -> dict:
     err = proc.stderr.read().decode(errors="replace")
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{cmd[0]} failed: {err[-2000:]}")
-    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_mib": peak[0] / 2**20,
-            "maxrss_mib": ru.ru_maxrss / 1024}
+    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "pss_mib": peak[1] / 2**20,
+            "rss_mib": peak[0] / 2**20, "uss_mib": peak[2] / 2**20, "maxrss_mib": peak[4] / 2**20,
+            "processes": peak[3]}
 
 
 def main(argv=None) -> int:
@@ -113,13 +148,17 @@ def main(argv=None) -> int:
         load1 = os.getloadavg()
     print(f"{args.ranks} ranks of {args.source.name}; {args.pairs} alternating pairs, medians; CPUs {os.cpu_count()}; "
           f"load average before {load0[0]:.2f}, after {load1[0]:.2f}")
-    print(f"{'tool':5} {'wall s':>7} {'CPU s':>7} {'peak tree MiB':>14} {'largest process MiB':>20}")
+    keys = ("wall_s", "cpu_s", "pss_mib", "rss_mib", "uss_mib", "maxrss_mib")
+    print(f"{'tool':5} {'wall s':>7} {'CPU s':>7} {'PSS tree MiB':>13} {'RSS tree MiB':>13} {'USS tree MiB':>13} "
+          f"{'largest MiB':>12} {'processes':>9}")
     med = {k: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for k, rs in runs.items()}
     for k, m in med.items():
-        print(f"{k:5} {m['wall_s']:7.2f} {m['cpu_s']:7.2f} {m['peak_mib']:14.0f} {m['maxrss_mib']:20.0f}")
-    ratios = {m: statistics.median(h[m] / o[m] for h, o in zip(runs["hta"], runs["ours"]))
-              for m in ("wall_s", "cpu_s", "peak_mib", "maxrss_mib")}
+        print(f"{k:5} {m['wall_s']:7.2f} {m['cpu_s']:7.2f} {m['pss_mib']:13.0f} {m['rss_mib']:13.0f} "
+              f"{m['uss_mib']:13.0f} {m['maxrss_mib']:12.0f} {m['processes']:9.0f}")
+    ratios = {m: statistics.median(h[m] / o[m] for h, o in zip(runs["hta"], runs["ours"])) for m in keys}
     print("HTA / ours (median of paired ratios): " + ", ".join(f"{m} {v:.1f}x" for m, v in ratios.items()))
+    print("each run: " + "; ".join(f"{k} " + " ".join(f"{r['wall_s']:.1f}s/{r['pss_mib']:.0f}MiB" for r in rs)
+                                     for k, rs in runs.items()))
     return 0
 
 

@@ -1,29 +1,34 @@
-"""Time ``ccoverlap replay`` against ``ccoverlap analyze`` on the same ~216k-event trace.
+"""Time and peak memory of ``ccoverlap replay`` against ``ccoverlap analyze`` on the same traces.
 
-No trace in ``../shared/traces`` has 216k events (the largest, ``ns_resolution_trace``, has
-68.7k), so the job is built the way ``benchmarks/bench_analyze.py`` builds its: HTA's
-``nccl_parser_config`` trace (A100, NCCL, 40.6k events) replicated in time with ids and step
-numbers renumbered (``bench_analyze.make_job``, one rank), then cut to ``--events`` events
-(default 216,000; metadata events kept).
+Whole processes, as a user runs them, on the same files, alternating (the order rotates each
+round so no command always runs first on a warm cache):
 
-Each tool runs in a fresh subprocess (imports included), A/B interleaved, ``--runs`` times;
-the table shows every run and the medians:
+* ``analyze``: ``ccoverlap analyze --json --no-png DIR`` (every metric, no picture);
+* ``replay``: ``ccoverlap replay --json -q --whatif none DIR`` (load, graph, replay, structure-only
+  replay, the fidelity table);
+* ``replay+all``: ``ccoverlap replay --json -q DIR`` (the default: every what-if as well).
 
-* ``analyze``: ``ccoverlap.trace.analyze.analyze(dir)`` + ``to_dict()`` (every metric);
-* ``replay``: ``ccoverlap.replay.run.replay(dir, whatifs=["none"])`` - load, graph, replay,
-  structure-only replay, measured + replayed metrics;
-* ``replay+all``: the same with every default what-if (7 more replays and measurements).
+Per process: wall seconds, CPU seconds (user + sys, children included) and peak RSS (the
+largest of the process and its children), from ``os.wait4`` (the job is built in a process of
+its own: a child's peak RSS counts its parent's at the fork). Printed: every round, the
+medians, and the median of the paired per-round ratios to ``analyze``; the load average
+before and after (the figures are only comparable on a quiet machine).
 
-    .venv/bin/python benchmarks/bench_replay.py               # 216k events, 3 runs
-    .venv/bin/python benchmarks/bench_replay.py --events 100000 --runs 5
+The job: by default ``--ranks`` ranks (8) each a copy of one real trace with its rank number
+changed (``--source``, default HTA's ``nccl_parser_config`` from ``--shared``), repeated
+``--replicas`` times in time (ids and step numbers renumbered: ``bench_analyze.make_job``);
+``--dir`` benchmarks existing traces instead.
+
+    .venv/bin/python benchmarks/bench_replay.py                           # 8 ranks x nccl_parser_config
+    .venv/bin/python benchmarks/bench_replay.py --source rank0.json.gz --runs 5
+    .venv/bin/python benchmarks/bench_replay.py --dir ../shared/traces/trace_filter
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,96 +38,82 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_analyze import DEFAULT_SHARED, SOURCE, make_job  # noqa: E402
+from bench_analyze import DEFAULT_SHARED, SOURCE  # noqa: E402
+
+COMMANDS = {
+    "analyze": ["analyze", "--json", "--no-png"],
+    "replay": ["replay", "--json", "-q", "--whatif", "none"],
+    "replay+all": ["replay", "--json", "-q"],
+}
 
 
-def build(src: Path, out: Path, events: int) -> Path:
-    """One rank of ``src`` replicated until ``events`` events, cut there (µs times kept)."""
-    with gzip.open(src, "rb") as fh:
-        n_src = len([e for e in json.load(fh)["traceEvents"] if e.get("ph") != "M"])
-    replicas = -(-events // n_src)
-    tmp = out / "full"
-    make_job(src, tmp, 1, replicas)
-    full = next(tmp.iterdir())
-    with gzip.open(full, "rb") as fh:
-        doc = json.load(fh)
-    ev = doc["traceEvents"]
-    meta = [e for e in ev if e.get("ph") == "M"]
-    rest = [e for e in ev if e.get("ph") != "M"][: events - len(meta)]
-    doc["traceEvents"] = meta + rest
-    path = out / "job" / "rank-0.pt.trace.json.gz"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wt", compresslevel=1) as fh:
-        json.dump(doc, fh)
-    full.unlink()
-    return path.parent
-
-
-def worker(kind: str, d: str) -> dict:
-    sys.path.insert(0, str(ROOT))
+def run_one(kind: str, d: Path) -> dict:
+    """One whole ``ccoverlap`` process: wall s, CPU s (user + sys), peak RSS MiB."""
+    cmd = [sys.executable, "-m", "ccoverlap", *COMMANDS[kind], str(d)]
     t = time.perf_counter()
-    if kind == "analyze":
-        from ccoverlap.trace.analyze import analyze
-
-        a = analyze([d])
-        a.to_dict()
-        val = a.metrics[0].step_time_s
-    else:
-        from ccoverlap.replay.run import replay
-
-        r = replay([d], whatifs=["none"] if kind == "replay" else None)
-        val = r.replay.step_time_s
-    return {"wall_s": time.perf_counter() - t, "value": val}
-
-
-def run(kind: str, d: Path) -> dict:
-    t = time.perf_counter()
-    p = subprocess.run([sys.executable, __file__, "--worker", kind, str(d)], capture_output=True, text=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    err = p.stderr.read().decode(errors="replace")
+    p.stderr.close()
+    p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode:
-        raise SystemExit(f"{kind} failed:\n{p.stderr[-3000:]}")
-    res = json.loads(p.stdout.strip().splitlines()[-1])
-    res["outer_s"] = time.perf_counter() - t
-    return res
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{err[-2000:]}")
+    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "rss_mib": ru.ru_maxrss / 1024}
+
+
+def _median_ratio(rows: list[dict], kind: str, key: str) -> float:
+    return statistics.median(r[kind][key] / r["analyze"][key] for r in rows)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
-    ap.add_argument("--events", type=int, default=216_000)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--replicas", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--shared", type=Path, default=DEFAULT_SHARED)
+    ap.add_argument("--source", type=Path, help="the one-rank trace to copy (default: SHARED/" + SOURCE + ")")
     ap.add_argument("--dir", type=Path, help="benchmark these traces instead")
     args = ap.parse_args(argv)
-    if args.worker:
-        print(json.dumps(worker(*args.worker)))
-        return 0
     if args.dir:
         d = args.dir
     else:
-        src = args.shared / SOURCE
+        src = args.source or args.shared / SOURCE
         if not src.is_file():
-            raise SystemExit(f"{src} not found: pass --shared DIR or --dir TRACES")
-        d = build(src, Path(tempfile.mkdtemp(prefix="ccoverlap-bench-replay-")), args.events)
-    files = sorted(d.iterdir())
-    n_ev = 0
-    for f in files:
-        with gzip.open(f, "rb") as fh:
-            n_ev += len(json.load(fh)["traceEvents"])
-    print(f"traces: {d} ({len(files)} file(s), {n_ev} events); CPUs {os.cpu_count()}; load average "
-          f"{os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
-    kinds = ("analyze", "replay", "replay+all")
-    times = {k: [] for k in kinds}
-    print(f"{'run':>3} " + " ".join(f"{k + ' s':>12}" for k in kinds))
+            raise SystemExit(f"{src} not found: pass --source FILE, --shared DIR or --dir TRACES")
+        d = Path(tempfile.mkdtemp(prefix="ccoverlap-bench-replay-"))
+        # in a process of its own: a child's peak RSS counts its parent's at the fork, so this
+        # process must stay smaller than every command it measures
+        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); from bench_analyze "
+                        "import make_job; from pathlib import Path; make_job(Path(sys.argv[2]), Path(sys.argv[3]), "
+                        "int(sys.argv[4]), int(sys.argv[5]))", str(ROOT / "benchmarks"), str(src), str(d),
+                        str(args.ranks), str(args.replicas)], check=True)
+    files = sorted(p for p in d.iterdir() if p.name.endswith((".json", ".json.gz")))
+    mib = sum(p.stat().st_size for p in files) / 2**20
+    la = os.getloadavg()
+    print(f"traces: {d} ({len(files)} file(s), {mib:.1f} MiB); CPUs {os.cpu_count()}; "
+          f"load average before {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}")
+    kinds = list(COMMANDS)
+    rows = []
+    print(f"{'round':>5} " + " ".join(f"{k + ' wall/cpu s, MiB':>28}" for k in kinds))
     for i in range(args.runs):
-        row = {k: run(k, d) for k in kinds}
-        for k in kinds:
-            times[k].append(row[k]["outer_s"])
-        print(f"{i + 1:>3} " + " ".join(f"{row[k]['outer_s']:12.2f}" for k in kinds))
-    med = {k: statistics.median(v) for k, v in times.items()}
-    print("med " + " ".join(f"{med[k]:12.2f}" for k in kinds))
-    print(f"replay / analyze = {med['replay'] / med['analyze']:.2f}x (target <= 2x); "
-          f"replay with all what-ifs / analyze = {med['replay+all'] / med['analyze']:.2f}x")
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
+        order = kinds[i % 3:] + kinds[:i % 3]
+        row = {k: run_one(k, d) for k in order}
+        rows.append(row)
+        print(f"{i + 1:>5} " + " ".join(f"{row[k]['wall_s']:9.2f} {row[k]['cpu_s']:8.2f} {row[k]['rss_mib']:9.1f}"
+                                        for k in kinds))
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if own >= min(r[k]["rss_mib"] for r in rows for k in kinds):
+        print(f"warning: this process peaked at {own:.0f} MiB, as much as a command measured: peak memory not comparable")
+    med = {k: {m: statistics.median(r[k][m] for r in rows) for m in ("wall_s", "cpu_s", "rss_mib")} for k in kinds}
+    print("  med " + " ".join(f"{med[k]['wall_s']:9.2f} {med[k]['cpu_s']:8.2f} {med[k]['rss_mib']:9.1f}"
+                              for k in kinds))
+    for k in kinds[1:]:
+        print(f"{k} / analyze (median of paired ratios): wall {_median_ratio(rows, k, 'wall_s'):.2f}x, "
+              f"CPU {_median_ratio(rows, k, 'cpu_s'):.2f}x, peak memory {_median_ratio(rows, k, 'rss_mib'):.2f}x "
+              f"(target <= 2x)")
+    la = os.getloadavg()
+    print(f"load average after: {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}")
     return 0
 
 

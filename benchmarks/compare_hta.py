@@ -34,7 +34,9 @@ def hta_overlap(trace_dir: Path, include_last: bool) -> dict[int, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "traces")
+    p.add_argument("--shared", type=Path, default=next((d / "shared" / "traces" for d in ROOT.parents[:2]
+                                                        if (d / "shared" / "traces").is_dir()),
+                                                       ROOT.parent / "shared" / "traces"))
     p.add_argument("--tol", type=float, default=0.1, help="allowed difference, percentage points")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = p.parse_args(argv)

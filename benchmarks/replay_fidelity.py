@@ -41,11 +41,12 @@ def main(argv=None) -> int:
                   f"| {r['error_pct']:+.3f}% | {r['structure_s'] * 1e3:.3f} | {r['structure_error_pct']:+.2f}% |")
         for g in res.job.graph.ranks:
             i = g.inferred
-            deps.append(f"| {d.name} | {g.rank} | {g.n_gpu} | {g.n_cpu} | {i['cross_stream_from_args']} | "
+            deps.append(f"| {d.name} | {g.rank} | {g.n_gpu} | {i['runtime_calls']} ({i['runtime_calls_in_graph']}) | "
+                        f"{i['cross_stream_from_args']} | "
                         f"{i['cross_stream_inferred_from_timing']} | {i['host_sync_blocking_calls']} | {i['launch_queue_waits']} | "
                         f"{len(res.job.graph.collectives)} | {i['launch_latency_us']:.1f} |")
     print(f"\nmax |error| {worst:.3f}% (replayed), {worst_s:.2f}% (structure only)\n")
-    print("| trace | rank | device events | runtime calls | cross-stream from args | cross-stream inferred from "
+    print("| trace | rank | device events | runtime calls (in the graph) | cross-stream from args | cross-stream inferred from "
           "timing | blocking host calls | launch-queue waits | collectives matched across ranks | launch latency µs |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for line in deps:

@@ -1,6 +1,6 @@
 """Check ``replay``'s network what-ifs against the simulator: simulate one job on a cluster
 and on the same cluster with its inter-node bandwidth x2 and x0.5, replay the first job's trace
-with ``--whatif network-2x network-0.5x``, and compare the predicted step times with the ones
+with ``--whatif network-2x,network-0.5x``, and compare the predicted step times with the ones
 the simulator gives for the changed clusters. Model against model - it checks the replay's
 inferred graph and edits, not the real world.
 
@@ -45,7 +45,7 @@ def main() -> int:
     preds = {}
     for label, extra in (("1/F", []), ("cost model", ["--cluster", "a40-pcie"])):
         r = subprocess.run([sys.executable, "-m", "ccoverlap", "replay", str(tmp / "sim-1"), *extra,
-                            "--whatif", "network-2x", "network-0.5x", "--json", "-q"],
+                            "--whatif", "network-2x,network-0.5x", "--json", "-q"],
                            check=True, capture_output=True, text=True, cwd=ROOT)
         doc = json.loads(r.stdout)
         pred = {1.0: doc["replay"]["step_time_s"]}

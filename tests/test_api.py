@@ -68,14 +68,14 @@ def test_analysis_result_views_agree():
         a.to_dataframe("nope")
 
 
-def test_plan_result_matches_the_cli(capsys):
+def test_plan_result_matches_the_cli(capsys, tmp_path):
     from ccoverlap.cli import main
 
     w = cc.Workload(model="llama-3-8b", cluster="dgx-h100", tp=2, dp=4)
     p = cc.plan(w)
     assert repr(p).startswith("<PlanReport: Llama-3-8B on 1x8 H100-SXM (TP2 x DP4")
     assert main(["plan", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--tp", "2", "--dp", "4", "--json",
-                 "--out", str(ROOT / ".pytest-api-out")]) == 0
+                 "--out", str(tmp_path)]) == 0
     cli = json.loads(capsys.readouterr().out)
     assert cli["best"] == p.best
     ours = {s["name"]: s["step_time_s"] for s in p.to_dict()["strategies"]}

@@ -28,7 +28,8 @@ FABRICS = ("nvswitch", "pcie", "full_mesh", "nvlink_pair", "infiniband", "roce",
 class GPUSpec:
     """One accelerator. ``peak_flops`` maps dtype name (bf16, fp16, fp32) to dense FLOP/s;
     ``sms`` is the SM count (CUs on AMD); ``copy_engines`` the asynchronous DMA engines
-    usable for copies beside kernels."""
+    usable for copies beside kernels; ``ll128_default`` whether the collective library
+    enables its LL128 protocol by default on this part (``[LL128]`` below)."""
 
     name: str
     vendor: str
@@ -39,6 +40,7 @@ class GPUSpec:
     l2_bytes: float
     copy_engines: int
     max_threads_per_sm: int = 2048
+    ll128_default: bool = True
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -121,6 +123,11 @@ class ClusterSpec:
 #           H100 SXM5 and H200 SXM 3,958 TFLOPS sparse -> 1,978.9 dense (NVIDIA H100 / H200
 #           datasheets; Hopper whitepaper Table 2); MI300X 5,229.8 sparse -> 2,614.9 dense (AMD
 #           MI300X datasheet). Ampere (A100, A40) has no FP8 tensor cores: no entry.
+#  [LL128]  NCCL enables LL128 by default only on compute capability 7.0, 8.0 and 9.0 with
+#           NVLink between the ring's GPUs (NCCL v2.18.3, src/graph/tuning.cc, "Enable LL128 by
+#           default only on Volta/Ampere/Hopper+NVLink": a switch on minCompCap with cases 70,
+#           80, 90 and `default: pEnable &= 0`). A40 is GA102, compute capability 8.6: off.
+#           RCCL enables it on MI300X (the catalog's earlier behaviour, kept).
 #  [CE]     copy engines: cudaDeviceProp::asyncEngineCount as printed by CUDA's deviceQuery on
 #           these parts; MI300X: SDMA engines per the CDNA 3 whitepaper (ficco §IV-D uses them).
 #  [NVL]    NVIDIA H100 NVL datasheet: the same GH100 with 132 SMs at a 350-400 W limit, BF16
@@ -180,6 +187,7 @@ GPUS: dict[str, GPUSpec] = {
         hbm_bytes_per_s=696 * GB, memory_bytes=48 * GB, l2_bytes=6 * MiB,  # [A40]
         copy_engines=2,  # [CE]
         max_threads_per_sm=1536,  # Ampere GA102 (compute capability 8.6)
+        ll128_default=False,  # [LL128]: sm86
         source="NVIDIA A40 datasheet",
     ),
     "H100-96GB-HBM2e-500W": GPUSpec(
@@ -227,6 +235,21 @@ IB_HDR_PER_GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=25 * GB, la
 # one 100 Gb/s NIC = 12.5 GB/s per direction, shared by the node's 8 GPUs.
 IB_100G_PER_NODE_8GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=12.5 * GB / 8, latency_s=5.0e-6,
                                  source="lagom §4.1 cluster B (100 Gb/s IB per node)[LAT]")
+# lagom §4.1 cluster A: 2 nodes x 8 A40 "connected internally via NVLink with full 400 Gbps
+# connectivity and between nodes using 2x400 Gbps InfiniBand".
+#  [A40NVL] A40 datasheet: an NVLink bridge joins 2 GPUs, 112.5 GB/s bidirectional (56 GB/s per
+#           direction); 8 A40s are 4 bridged pairs, and a ring over the node crosses PCIe 4.0
+#           x16 (31.5 GB/s per direction) between the pairs. Read on this node, NCCL's topology
+#           model (v2.18.3, src/graph/topo.cc: Gen4 x16 = 24 GB/s, sm86 NVLink 12 GB/s per link
+#           x 4; src/graph/search.cc) finds 4 rings of 12 GB/s, two each way round, and
+#           src/graph/connect.cc doubles them to the 8 channels lagom §4.3 reports: 48 GB/s per
+#           GPU, the paper's 400 Gbps (50 GB/s) within 4%.
+#           The line rate here is the paper's; what the PCIe hops between pairs reach through the
+#           CPUs is not published for the paper's servers (docs/seeds.md).
+NVLINK_PAIRS_A40 = LinkSpec(fabric="nvlink_pair", bandwidth_bytes_per_s=50 * GB, latency_s=2.0e-6,
+                            source="lagom §4.1 cluster A (400 Gb/s)[A40NVL][LAT]")
+IB_2X400G_PER_NODE_8GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=2 * 50 * GB / 8, latency_s=5.0e-6,
+                                   source="lagom §4.1 cluster A (2 x 400 Gb/s IB per node)[NDR][LAT]")
 
 CLUSTERS: dict[str, ClusterSpec] = {
     "dgx-h100": ClusterSpec(name="dgx-h100", gpu=GPUS["H100-SXM"], nodes=1, gpus_per_node=8,
@@ -237,6 +260,8 @@ CLUSTERS: dict[str, ClusterSpec] = {
                             intra=NVSWITCH_A100, inter=IB_HDR_PER_GPU),
     "a40-pcie": ClusterSpec(name="a40-pcie", gpu=GPUS["A40"], nodes=2, gpus_per_node=8,
                             intra=PCIE4, inter=IB_100G_PER_NODE_8GPU),
+    "a40-nvlink": ClusterSpec(name="a40-nvlink", gpu=GPUS["A40"], nodes=2, gpus_per_node=8,
+                              intra=NVLINK_PAIRS_A40, inter=IB_2X400G_PER_NODE_8GPU),
     "mi300x": ClusterSpec(name="mi300x", gpu=GPUS["MI300X"], nodes=1, gpus_per_node=8,
                           intra=IF_MESH, inter=IB_NDR_PER_GPU),
 }

@@ -5,8 +5,10 @@ per-rank and per-step compute / communication / overlap (HolisticTraceAnalysis' 
 / exposed communication / idle time, per-collective bandwidths, cross-rank skew and
 stragglers, the slowdown overlap causes compute, and a verdict; ``--json`` prints one JSON
 object instead; ``--png`` also draws one step (never with ``--json``). The ranks are read in
-parallel worker processes (one per CPU) when that pays. ``--vs B`` compares with another run (for
-example a ``ccoverlap simulate`` output). Exit code 2 only when nothing could be analysed.
+parallel worker processes (one per CPU) when that pays, or on a Ray cluster's workers with
+``--engine ray [--address ADDR]``; traces may be fsspec URLs (s3://, gs://, hdfs://, file://).
+``--vs B`` compares with another run (for example a ``ccoverlap simulate`` output). Exit code 2
+only when nothing could be analysed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import sys
 
 from ccoverlap.commands.options import add_common, png_path
+from ccoverlap.trace.engine import ENGINES
 
 DEFAULT_OUT = "ccoverlap-out/analyze"
 
@@ -23,7 +26,8 @@ def register(sub) -> None:
     """Add the ``analyze`` subparser."""
     p = sub.add_parser("analyze", help="measure overlap in torch.profiler traces (one file per rank)",
                        description=__doc__)
-    p.add_argument("traces", nargs="+", help="trace files or directories (*.json, *.json.gz)")
+    p.add_argument("traces", nargs="+", help="trace files or directories (*.json, *.json.gz), local or "
+                                             "fsspec URLs (s3://bucket/job/, file:///data/job/)")
     p.add_argument("--steps", default="hta",
                    help="profiler steps to analyse: 'hta' (default: HolisticTraceAnalysis' window, the last "
                         "step dropped), 'all', or numbers like '3,4' / '3-5'")
@@ -34,8 +38,13 @@ def register(sub) -> None:
     p.add_argument("--png-step", type=int, help="profiler step drawn in the picture (default: first analysed)")
     p.add_argument("--vs", nargs="+", metavar="TRACE", help="compare with these traces (e.g. a simulated run)")
     p.add_argument("--jobs", type=int, default=None,
-                   help="worker processes reading the ranks (default: one per CPU when there are two or more "
-                        "files totalling 2 MiB or more)")
+                   help="processes reading the ranks on this machine, this one included (default: one per CPU "
+                        "when there are two or more files totalling 2 MiB or more)")
+    p.add_argument("--engine", choices=ENGINES, default="local",
+                   help="where the per-rank work runs: 'local' (default: this machine) or 'ray' (a Ray "
+                        "cluster's workers; pip install 'ccoverlap[ray]')")
+    p.add_argument("--address", help="with --engine ray: the cluster's head, host:port or 'auto' (default: "
+                                     "start Ray on this machine)")
     p.add_argument("--groups", metavar="FILE",
                    help="JSON mapping of process groups to parallelism dimensions, e.g. "
                         "{\"0\": \"DP\", \"tp_group\": \"TP\"} (keys: group name, description or "
@@ -55,12 +64,13 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--jobs must be >= 1")
         groups = load_groups(args.groups) if getattr(args, "groups", None) else None
         picture = args.png is not None and not args.json
-        a = analyze(args.traces, steps=args.steps, time_resolution=args.time_resolution, jobs=args.jobs,
-                    groups=groups, picture=picture, png_step=args.png_step)
+        where = {"engine": args.engine, "address": args.address, "jobs": args.jobs}
+        a = analyze(args.traces, steps=args.steps, time_resolution=args.time_resolution, groups=groups,
+                    picture=picture, png_step=args.png_step, **where)
         b = None
         if args.vs:
             b = analyze(args.vs, steps=args.steps if args.steps in ("hta", "all") else "hta",
-                        time_resolution=args.time_resolution, jobs=args.jobs, groups=groups)
+                        time_resolution=args.time_resolution, groups=groups, **where)
     except CCOverlapError as exc:
         if args.json:   # --json always prints one object, also when nothing could be analysed
             import json

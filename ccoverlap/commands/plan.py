@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ccoverlap.commands.options import add_common, png_path
 from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
+from ccoverlap.trace.engine import ENGINES, make_engine
 
 #: Layout flags ``--search`` takes as constraints (ParallelConfig fields), and those it refuses.
 SEARCH_CONSTRAINTS = ("tp", "pp", "ep", "cp", "dp", "data_parallel", "recompute", "pp_schedule")
@@ -37,6 +38,11 @@ def register(sub) -> None:
     s.add_argument("--max-simulations", type=int, default=24, help="most layouts simulated (default 24)")
     s.add_argument("--top", type=int, default=3, help="layouts that get the best-knobs search (default 3)")
     s.add_argument("--show", type=int, default=15, help="rows of the ranked table (default 15)")
+    s.add_argument("--engine", choices=ENGINES, default="local",
+                   help="where layouts are simulated: 'local' (default) or 'ray' (a Ray cluster's workers; "
+                        "pip install 'ccoverlap[ray]'); the result is the same")
+    s.add_argument("--address", help="with --engine ray: the cluster's head, host:port or 'auto' (default: start "
+                                     "Ray on this machine)")
     p.set_defaults(run=run)
 
 
@@ -60,9 +66,10 @@ def run_search(args: argparse.Namespace) -> int:
     args.dp = None
     args.data_parallel = args.pp_schedule = args.recompute = None
     w = workload_from_args(args)
+    engine = make_engine(args.engine, address=args.address) if args.engine != "local" else None
     with Progress("searching", enabled=not args.quiet) as progress:
         result = search(w, progress=progress, max_simulations=args.max_simulations, top=args.top,
-                        constraints=constraints, **enum_kw)
+                        constraints=constraints, engine=engine, **enum_kw)
     files = {}
     png = png_path(args, "search")
     if png is not None:
@@ -83,6 +90,10 @@ def run_search(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.search:
         return run_search(args)
+    if args.engine != "local" or args.address:
+        from ccoverlap.errors import ConfigError
+
+        raise ConfigError("--engine and --address are for --search")
     from ccoverlap.console import Progress
     from ccoverlap.planning import strategies as planner
     from ccoverlap.planning.report import plan_table

@@ -2,7 +2,8 @@
 
 One torch.profiler (Kineto) trace per rank. Prints, per rank and step, the replayed vs the
 measured step time (the fidelity check), then each what-if (a graph edit re-simulated with
-the measured durations): step time, exposed communication, overlap and gain, ranked, with a
+the measured durations): step time, exposed communication, overlap and gain, ranked, why
+``analyze``'s exposed communication and the replay's bound differ when they do, and a
 recommendation. ``--out DIR`` writes a Chrome trace per scenario (``DIR/<scenario>/``) that
 ``ccoverlap analyze`` reads back. Exit code 2 only when nothing could be replayed.
 """
@@ -24,13 +25,30 @@ def register(sub) -> None:
     p = sub.add_parser("replay", help="replay measured traces and predict overlap what-ifs",
                        description=__doc__)
     p.add_argument("traces", nargs="+", help="trace files or directories (*.json, *.json.gz), one file per rank")
-    p.add_argument("--whatif", nargs="+", metavar="NAME",
-                   help="what-ifs to run (default all): no-comm, comm-hidden, no-contention, copy-engine, "
-                        "lagom, centauri, network-<F>x (e.g. network-2x), all, none")
+    p.add_argument("--whatif", action="append", metavar="NAMES",
+                   help="what-ifs to run, comma-separated, the option repeatable (default all): no-comm, "
+                        "comm-hidden, no-contention, copy-engine, lagom, centauri, network-<F>x (e.g. network-2x), "
+                        "all, none")
     p.add_argument("--steps", default="hta", help="profiler steps as in `ccoverlap analyze` (default 'hta')")
-    p.add_argument("--cluster", help="catalog cluster for the copy-engine cost model (default: from the GPU name)")
+    p.add_argument("--cluster", help="catalog cluster for the cost-model what-ifs (default: from the GPU name)")
     add_common(p, out=None, png=True)  # --out DIR: a Chrome trace per scenario under DIR/<scenario>/
     p.set_defaults(run=run)
+
+
+def whatif_names(values: list[str] | None, traces: list[str]) -> list[str] | None:
+    """The ``--whatif`` names (None: the default, all); a ConfigError when a trace argument is
+    a what-if name that is not a file (``--whatif no-comm network-2x DIR`` instead of
+    ``--whatif no-comm,network-2x DIR``)."""
+    from ccoverlap.errors import ConfigError
+    from ccoverlap.replay.whatif import DEFAULT_WHATIFS, NET
+
+    for t in traces:
+        if (t in DEFAULT_WHATIFS or NET.match(t) or t in ("all", "none")) and not Path(t).exists():
+            raise ConfigError(f"{t!r} is a what-if, not a trace: give several what-ifs as --whatif A,B "
+                              f"(comma-separated) or repeat --whatif")
+    if values is None:
+        return None
+    return [n.strip() for v in values for n in v.split(",") if n.strip()]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     from ccoverlap.replay.report import print_report, to_dict, write_chrome, write_png
     from ccoverlap.replay.run import replay
 
-    res = replay(args.traces, steps=args.steps, whatifs=args.whatif, cluster=args.cluster)
+    names = whatif_names(args.whatif, args.traces)
+    res = replay(args.traces, steps=args.steps, whatifs=names, cluster=args.cluster, keep_times=bool(args.out))
     if not args.quiet:
         for p in res.job.problems:
             sys.stderr.write(f"ccoverlap replay: warning: {p}\n")
@@ -49,10 +68,8 @@ def run(args: argparse.Namespace) -> int:
         if png is not None:
             extra["png"] = str(write_png(res, png))
         if args.out:
-            traces = {}
-            for s in [res.replay] + res.whatifs:
-                traces[s.name] = [str(p) for p in write_chrome(res, s, Path(args.out) / s.name)]
-            extra["chrome_traces"] = traces
+            extra["chrome_traces"] = {s.name: [str(p) for p in write_chrome(res, s, Path(args.out) / s.name)]
+                                      for s in [res.replay] + res.whatifs}
     except OSError as exc:
         raise ConfigError(f"cannot write output: {exc}") from None
     if args.json:
@@ -63,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if "png" in extra:
         print(f"picture: {extra['png']}")
     if "chrome_traces" in extra:
-        print(f"Chrome traces: {args.out}/<scenario>/rank-*.json.gz "
-              f"({', '.join(extra['chrome_traces'])}); read back with `ccoverlap analyze --steps {res.job.spec if isinstance(res.job.spec, str) else ','.join(map(str, res.job.spec))} DIR`")
+        spec = res.job.spec if isinstance(res.job.spec, str) else ",".join(map(str, res.job.spec))
+        print(f"Chrome traces: {args.out}/<scenario>/rank-*.json.gz ({', '.join(extra['chrome_traces'])}); "
+              f"read back with `ccoverlap analyze --steps {spec} DIR`")
     return 0

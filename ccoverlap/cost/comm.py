@@ -51,12 +51,20 @@ REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 
 # NCCL defaults (config defaults, not fitted parameters). Sources:
 #  channels  8x H800 on NVSwitch: "16 coll channels ... 16 p2p channels per peer" (NCCL INFO log in
-#            NVIDIA/nccl#892); lagom §4.3: NC=8 for an FSDP all-gather on A40 NVLink (cluster A);
-#            PCIe: NCCL opens few rings (2 is typical; assumption); xGMI: RCCL opens many (assumption);
-#            inter-node p2p: NCCL_NCHANNELS_PER_NET_PEER default 2.
+#            NVIDIA/nccl#892); lagom §4.3: NC=8 for an FSDP all-gather on A40 NVLink (cluster A).
+#            NCCL v2.18.3 gives the same 8 there: its ring search (src/graph/search.cc) finds 4
+#            rings of 12 GB/s over the node's NVLink pairs and PCIe 4.0 hops (24 GB/s per
+#            direction in src/graph/topo.cc, two rings each way) and ncclTopoPostset
+#            (src/graph/connect.cc) doubles the channels. PCIe alone: 1 ring of 10 GB/s where a
+#            dual-socket Intel link caps it (SKL_QPI_BW), doubled to 2; 2 rings of 12 GB/s,
+#            doubled to 4, where nothing but PCIe does. 2 is kept (the CPUs of lagom's cluster B
+#            are not stated; at 4 its Lagom/NCCL ratios change by at most 0.03). xGMI: RCCL opens many
+#            (assumption); inter-node p2p: NCCL_NCHANNELS_PER_NET_PEER default 2.
 #  threads   NCCL_NTHREADS default 512 on recent GPUs.
 #  chunk     Simple: NCCL_BUFFSIZE 4 MiB / NCCL_STEPS 8 steps x 4 chunk steps = 2 MiB (lagom §4.3 sees
 #            C=2 MB); LL / LL128 buffers are smaller (order of magnitude, assumption).
+#  protocol  the fastest of those NCCL enables (ll128_enabled: LL128 only on compute capability
+#            7.0 / 8.0 / 9.0 with NVLink rings, NCCL v2.18.3 src/graph/tuning.cc).
 DEFAULT_CHANNELS = {"nvswitch": 16, "nvlink_pair": 8, "pcie": 2, "full_mesh": 32,
                     "infiniband": 2, "roce": 2, "ethernet": 2}
 DEFAULT_P2P_INTER_CHANNELS = 2
@@ -199,10 +207,28 @@ def _check_group(group: GroupSpec, cluster: ClusterSpec) -> None:
         raise ConfigError(f"group {group.name!r} spans {group.nodes} nodes; the cluster has {cluster.nodes}")
 
 
-def _allowed_protocols(fabrics: tuple[str, ...]) -> tuple[str, ...]:
-    ll128 = all(f in LL128_FABRICS or f in ("infiniband", "roce") for f in fabrics) and \
-        any(f in LL128_FABRICS for f in fabrics)
-    return ("simple", "ll128", "ll") if ll128 else ("simple", "ll")
+def ll128_enabled(group: GroupSpec, cluster: ClusterSpec) -> bool:
+    """Whether the collective library enables LL128 for ``group`` by default (NCCL v2.18.3
+    ``src/graph/tuning.cc``): only on GPUs where it is tested (``GPUSpec.ll128_default``:
+    compute capability 7.0 / 8.0 / 9.0; A40 is 8.6) and only when the ring's intra-node hops
+    are NVLink (``typeIntra <= PATH_NVB``), crossing nodes over InfiniBand / RoCE. NVLink
+    bridges join pairs of GPUs (``nvlink_pair``): a ring over more than 2 GPUs of the node
+    also crosses PCIe between the pairs, so it does not qualify."""
+    if not cluster.gpu.ll128_default:
+        return False
+    fabrics = [cluster.intra.fabric] if group.local_size > 1 else []
+    if group.nodes > 1:
+        fabrics.append(cluster.inter.fabric)
+    nvlink = [f for f in fabrics if f in LL128_FABRICS]
+    if not nvlink or not all(f in LL128_FABRICS or f in ("infiniband", "roce") for f in fabrics):
+        return False
+    return not (cluster.intra.fabric == "nvlink_pair" and group.local_size > 2)
+
+
+def allowed_protocols(group: GroupSpec, cluster: ClusterSpec) -> tuple[str, ...]:
+    """Protocols NCCL considers for ``group`` by default: Simple and LL, and LL128 where
+    :func:`ll128_enabled`."""
+    return ("simple", "ll128", "ll") if ll128_enabled(group, cluster) else ("simple", "ll")
 
 
 def _allowed_algorithms(collective: str, group: GroupSpec) -> tuple[str, ...]:
@@ -436,9 +462,7 @@ def collective_profile(spec: CollectiveSpec, cluster: ClusterSpec,
     channels = c.channels if c.channels is not None else DEFAULT_CHANNELS.get(fabric, 2)
     threads = c.threads if c.threads is not None else DEFAULT_THREADS
     _check_alg(spec.collective, c.algorithm)
-    fabrics = (cluster.intra.fabric,) if group.nodes == 1 else \
-        ((cluster.intra.fabric, cluster.inter.fabric) if group.local_size > 1 else (cluster.inter.fabric,))
-    protos = (c.protocol,) if c.protocol is not None else _allowed_protocols(fabrics)
+    protos = (c.protocol,) if c.protocol is not None else allowed_protocols(group, cluster)
     algs = (c.algorithm,) if c.algorithm != "auto" else _allowed_algorithms(spec.collective, group)
     best: CommProfile | None = None
     for proto in protos:

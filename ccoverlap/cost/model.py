@@ -8,6 +8,7 @@ from dataclasses import replace
 from ccoverlap.catalog.hardware import ClusterSpec
 from ccoverlap.cost import comm as _comm
 from ccoverlap.cost import contention as _ct
+from ccoverlap.cost import copy_engine as _ce
 from ccoverlap.cost.compute import attention_time_s, gemm_profile, memory_time_s
 from ccoverlap.cost.params import CostParams, default_params
 from ccoverlap.errors import ConfigError
@@ -83,7 +84,8 @@ class CostModel:
     # ------------------------------------------------------------------ under contention
     def duration_s(self, spec: Spec, concurrent: Sequence[Spec] = ()) -> float:
         """Seconds ``spec`` would take if the ``concurrent`` ops (others on the same GPU) ran
-        beside it throughout (lagom eqs. 4–6, ficco §IV-D; see :mod:`.contention`)."""
+        beside it throughout (lagom eqs. 4–6, ficco §IV-D; see :mod:`.contention`, and
+        :mod:`.copy_engine` for GEMMs beside copy-engine traffic)."""
         if not concurrent:
             return self.profile(spec).time_s
         key = (spec, tuple(concurrent))
@@ -111,8 +113,10 @@ class CostModel:
                     l2 += prof.l2_fraction
             if sharers == 1 and sms == 0.0 and hbm == 0.0 and l2 == 0.0:
                 return own.time_s
-            return _ct.compute_time_under_s(spec, self.gpu, p, sms_taken=sms, hbm_taken=hbm,
-                                            l2_fraction=l2, sharers=sharers)
+            t = _ct.compute_time_under_s(spec, self.gpu, p, sms_taken=sms, hbm_taken=hbm,
+                                         l2_fraction=l2, sharers=sharers)
+            share = _ce.copy_engine_hbm_share(concurrent, [prof.hbm_bytes_per_s for prof in others], self.gpu, p)
+            return t * _ce.gemm_slowdown_beside_copy_engines(spec, share, p)
         other_hbm = sum(prof.hbm_bytes_per_s for prof in others)
         sharers = 1 + sum(1 for prof in others if prof.levels & own.levels)
         return _ct.comm_time_under_s(own.time_s, own.hbm_bytes_per_s, other_hbm, sharers, self.gpu, p,

@@ -17,7 +17,10 @@ streams, and played by the stream simulator under the project cost model. So:
   (``dil_gemm_s = sum(pieces) - whole``, same for the transfers);
 * CIL is the simulator's processor-sharing contention of the cost model
   (``cil_s = time - time with every op at its isolated speed``), which depends on the
-  transport (``sm`` or ``dma``) as the cost model's contention does;
+  transport (``sm`` or ``dma``) as the cost model's contention does: SM-driven transfers
+  hold compute units (lagom eq. 5), copy-engine traffic slows the GEMMs beside it through
+  the memory subsystem (:mod:`ccoverlap.cost.copy_engine`), every transfer and copy takes
+  HBM bandwidth;
 * the topology enters through the cost model's collectives and peer-to-peer transfers: on a
   full mesh one peer is reached through one link only, so the shard-level ring's transfers
   crawl (FiCCO §III-C: up to 3.9x slower than serial on MI300X), on a switch through all.
@@ -238,7 +241,17 @@ def schedule_graph(case: FiccoCase, schedule: str) -> OpGraph:
 
 
 def _input_side_graph(case: FiccoCase, schedule: str) -> OpGraph:
-    """All-gather (or all-to-all) feeding a GEMM: the data arrives, then it is multiplied."""
+    """All-gather (or all-to-all) feeding a GEMM: the data arrives, then it is multiplied.
+
+    Where the pieces land (FiCCO §IV-B1, §V-B): the peers write their pieces straight into
+    the buffer the step's GEMM reads (symmetric memory, "to eliminate intermediate buffer
+    copies"), so only the uniform schedules gather ("to ensure uniformity in GEMM sizes, all
+    uniform schedules incur gather"): they copy the *local* piece (1-D) or the local column
+    block (2-D) beside the received ones. That copy needs no transfer, so it runs ahead on
+    the gather stream, and the step's GEMM waits for both its transfer and its gather. The
+    first step of a uniform schedule still waits for its transfer, which is what the hetero
+    schedules hide under the local shard's GEMM (§V-A).
+    """
     bld = _Builder(case)
     w, m, n, k, b = case.world, case.m, case.n, case.k, case.dtype_bytes
     kind = _comm_kind(case)
@@ -256,9 +269,11 @@ def _input_side_graph(case: FiccoCase, schedule: str) -> OpGraph:
         cols = _split(k, w)
         for t, kc in enumerate(cols):
             cm = bld.add(f"{kind}.{t}", bld.coll(kind, m * kc * b), "comm")
-            ga = bld.add(f"gather.{t}", bld.copy(m * kc * b), "gather", [cm])  # 2-D block -> contiguous
+            # the peers write their [M/W, K/W] blocks into the step's [M, K/W] buffer; the gather
+            # copies the local block (a strided slice of the local shard) beside them
+            ga = bld.add(f"gather.{t}", bld.copy(shards[0] * kc * b), "gather")
             # C += A_t B_t: every piece after the first is an accumulating GEMM that reads C (§IV-C1)
-            bld.add(f"gemm.{t}", replace(bld.gemm(m, n, kc), accumulate=t > 0), "compute", [ga])
+            bld.add(f"gemm.{t}", replace(bld.gemm(m, n, kc), accumulate=t > 0), "compute", [cm, ga])
     else:
         pieces = [_split(s, w) for s in shards]  # pieces[src][t]: rows of piece t of shard src
         hetero = schedule.startswith("hetero")
@@ -271,8 +286,9 @@ def _input_side_graph(case: FiccoCase, schedule: str) -> OpGraph:
                 continue
             cm = bld.add(f"{kind}.{t}", bld.coll(kind, rows_all * k * b), "comm")
             if schedule == "uniform-fused-1d":
-                ga = bld.add(f"gather.{t}", bld.copy(rows_all * k * b), "gather", [cm])
-                gm = bld.add(f"gemm.{t}", bld.gemm(rows_all), "compute", [ga])
+                # remote pieces land in the step's buffer; the gather copies the local piece in
+                ga = bld.add(f"gather.{t}", bld.copy(pieces[0][t] * k * b), "gather")
+                gm = bld.add(f"gemm.{t}", bld.gemm(rows_all), "compute", [cm, ga])
                 bld.add(f"scatter.{t}", bld.copy(rows_all * n * b), "scatter", [gm])
             elif schedule == "hetero-fused-1d":
                 if sum(remote):

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from ccoverlap.cost.comm import ll128_enabled
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig
 
@@ -219,8 +220,8 @@ def nccl_default_configs(group: OverlapGroup, default_fn: Callable | None = None
 def implementation_candidates(spec: CollectiveSpec, cluster, space: TuningSpace) -> list[tuple[str, str]]:
     """(algorithm, protocol) pairs worth profiling for ``spec`` (AutoCCL's implementation
     subspaces, lagom §2.2): NCCL's algorithms valid for the collective (tree only for
-    all-reduce, pairwise only for all-to-all, ring otherwise) x protocols, LL128 only on
-    NVLink-class fabrics where NCCL enables it."""
+    all-reduce, pairwise only for all-to-all, ring otherwise) x protocols, LL128 only where
+    NCCL enables it (:func:`ccoverlap.cost.comm.ll128_enabled`: tested GPUs, NVLink rings)."""
     algs = []
     for a in space.algorithms:
         if a == "tree" and spec.collective != "all_reduce":
@@ -232,11 +233,7 @@ def implementation_candidates(spec: CollectiveSpec, cluster, space: TuningSpace)
         algs.append(a)
     if not algs:
         algs = ["auto"]
-    nvlink = ("nvswitch", "nvlink_pair", "full_mesh")
-    fabrics = [cluster.intra.fabric] if spec.group.local_size > 1 else []
-    if spec.group.nodes > 1:
-        fabrics.append(cluster.inter.fabric)
-    ll128_ok = any(f in nvlink for f in fabrics) and all(f in nvlink or f in ("infiniband", "roce") for f in fabrics)
+    ll128_ok = ll128_enabled(spec.group, cluster)
     protos = [p for p in space.protocols if p != "ll128" or ll128_ok]
     return [(a, p) for a in algs for p in protos]
 

@@ -32,7 +32,7 @@ Times in seconds, memory in bytes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 
 from ccoverlap.errors import ConfigError
@@ -234,16 +234,16 @@ def screen_estimate(model, cluster, p, b, cost) -> float:
 
 
 def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, top: int = 3,
-           planner_factory=None, constraints: dict | None = None, **enum_kw) -> SearchResult:
+           constraints: dict | None = None, engine=None, **enum_kw) -> SearchResult:
     """Search the layouts of workload ``w``'s model on its cluster at its global batch and
     sequence length (see the module docstring). ``max_simulations`` caps step simulations with
     default knobs; ``top`` layouts get the best-knobs search; ``constraints`` (ParallelConfig
-    field -> value, e.g. ``{"tp": 8}``) keeps only the layouts that have those values. Returns
-    a :class:`SearchResult`."""
+    field -> value, e.g. ``{"tp": 8}``) keeps only the layouts that have those values.
+    ``engine``: where the layouts are simulated (:mod:`ccoverlap.trace.engine`, e.g. a Ray
+    cluster's workers); None: in this process, each planner using forked workers for its knob
+    candidates. The result does not depend on the engine. Returns a :class:`SearchResult`."""
     from ccoverlap.parallel.step import step_totals
-    from ccoverlap.planning.strategies import search_best_knobs
     from ccoverlap.predict.evaluate import cost_model_for
-    from ccoverlap.predict.planner import Planner
 
     t0 = time.perf_counter()
     cost = cost_model_for(w)
@@ -268,46 +268,110 @@ def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, 
     for c in fitting:
         c.estimate_s = screen_estimate(w.model, w.cluster, c.parallel, c.batch, cost)
     fitting.sort(key=lambda c: c.estimate_s)
-    planners: dict[int, Planner] = {}
-    best_t = float("inf")
-    simulated = pruned = violations = 0
+    # one job per layout: (workload, cost model, label, planner processes: None = default, 1 on a worker)
+    jobs = [(replace(w, parallel=c.parallel, batch=c.batch, knobs=knobs0), cost, c.label,
+             None if engine is None else 1) for c in fitting]
+    planners: dict = {}   # without an engine, each layout's planner is kept for its knob search
+
+    def simulate(batch: list) -> Iterable:
+        if engine is not None:
+            return engine.map(_simulate_layout, batch)
+        out = []
+        for job in batch:
+            planners[id(job)] = pl_res = _planner(job)
+            out.append(_numbers(pl_res[1]))
+        return out
+
     total = min(len(fitting), max_simulations) + top
-    for i, c in enumerate(fitting):
-        if c.estimate_s > best_t:
-            pruned = len(fitting) - i
-            break
-        if simulated >= max_simulations:
-            notes.append(f"stopped after {max_simulations} simulations; {len(fitting) - i} fitting layouts "
-                         f"left unsimulated (their estimates are listed)")
-            break
-        if progress:
-            progress(simulated, total, c.label)
-        cw = replace(w, parallel=c.parallel, batch=c.batch, knobs=knobs0)
-        pl = Planner(cw, cost=cost, keep_timelines=1)
-        res = pl.evaluate(cw, c.label)
-        planners[id(c)] = pl
-        simulated += 1
-        c.step_time_s, c.tokens_per_s, c.mfu, c.exposed_comm_s = (res.step_time_s, res.tokens_per_s, res.mfu,
-                                                                  res.exposed_comm_s)
-        if res.step_time_s < c.estimate_s * (1 - 1e-6):
-            violations += 1
-        if res.fits_memory:
-            best_t = min(best_t, res.step_time_s)
-    ranked = sorted((c for c in fitting if c.step_time_s is not None), key=lambda c: c.step_time_s)
-    for j, c in enumerate(ranked[:top]):
-        if progress:
+    width = max(1, int(getattr(engine, "jobs", 1))) if engine is not None else 1
+    simulated, pruned, violations = _simulate_in_order(fitting, jobs, simulate, width, max_simulations, notes,
+                                                       progress, total)
+    ranked = sorted((c for c in fitting if c.step_time_s is not None), key=lambda c: c.step_time_s)[:top]
+    if progress:
+        for j, c in enumerate(ranked):
             progress(simulated + j, total, f"best knobs: {c.label}")
-        pl = planners[id(c)]
-        bw, best, _ = search_best_knobs(pl, pl.workload, max_rounds=1)
-        if best.fits_memory and best.step_time_s < c.step_time_s:
-            c.best_time_s, c.best_knobs = best.step_time_s, {
-                k: v for k, v in bw.knobs.to_dict().items() if knobs0.to_dict().get(k) != v}
-            c.tokens_per_s, c.mfu, c.exposed_comm_s = best.tokens_per_s, best.mfu, best.exposed_comm_s
+    tune_jobs = [jobs[fitting.index(c)] for c in ranked]
+    tuned = (engine.map(_tune_layout, tune_jobs) if engine is not None
+             else (_tune(planners[id(job)][0]) for job in tune_jobs))
+    for c, (knobs, fits, t, tps, mfu, exposed) in zip(ranked, tuned):
+        if fits and t < c.step_time_s:
+            c.best_time_s, c.best_knobs = t, {k: v for k, v in knobs.items() if knobs0.to_dict().get(k) != v}
+            c.tokens_per_s, c.mfu, c.exposed_comm_s = tps, mfu, exposed
         else:
             c.best_time_s, c.best_knobs = c.step_time_s, {}
     return SearchResult(workload=w, candidates=cands, enumerated=len(cands), fitting=len(fitting),
                         simulated=simulated, pruned_by_bound=pruned, bound_violations=violations,
                         seconds=time.perf_counter() - t0, notes=notes)
+
+
+def _simulate_in_order(fitting: list[Candidate], jobs: list, simulate: Callable, width: int, max_simulations: int,
+                       notes: list[str], progress: ProgressFn | None, total: int) -> tuple[int, int, int]:
+    """Branch and bound over ``fitting`` (in increasing estimate): simulate each layout with
+    default knobs until the next estimate exceeds the best simulated step time or
+    ``max_simulations`` are done; fills in the candidates' results. ``simulate(jobs)`` yields
+    :func:`_numbers` per job; up to ``width`` layouts that could still win are simulated together
+    (on an engine's workers) and their results taken in order by the same rule - a result past
+    the stop is dropped - so the outcome does not depend on ``width``. Returns ``(simulated,
+    pruned by the bound, bound violations)``."""
+    best_t = float("inf")
+    simulated = violations = 0
+    i = 0
+    while i < len(fitting):
+        if fitting[i].estimate_s > best_t:
+            return simulated, len(fitting) - i, violations
+        if simulated >= max_simulations:
+            notes.append(f"stopped after {max_simulations} simulations; {len(fitting) - i} fitting layouts "
+                         f"left unsimulated (their estimates are listed)")
+            return simulated, 0, violations
+        if progress:
+            progress(simulated, total, fitting[i].label)
+        batch = [j for j in range(i, min(i + width, len(fitting), i + max_simulations - simulated))
+                 if fitting[j].estimate_s <= best_t]
+        for j, res in zip(batch, simulate([jobs[j] for j in batch])):
+            c = fitting[j]
+            if c.estimate_s > best_t or simulated >= max_simulations:
+                break   # the serial search stops here; the checks above say why on the next turn
+            c.step_time_s, c.tokens_per_s, c.mfu, c.exposed_comm_s, fits = res
+            simulated += 1
+            violations += c.step_time_s < c.estimate_s * (1 - 1e-6)
+            if fits:
+                best_t = min(best_t, c.step_time_s)
+            i = j + 1
+    return simulated, 0, violations
+
+
+def _planner(job: tuple):
+    """A planner for one layout job (see :func:`search`) and its default-knobs result."""
+    from ccoverlap.predict.planner import Planner
+
+    cw, cost, name, processes = job
+    pl = Planner(cw, cost=cost, keep_timelines=1, jobs=processes)
+    return pl, pl.evaluate(cw, name)
+
+
+def _numbers(res) -> tuple:
+    """Step time, tokens/s, MFU, exposed communication (s) and whether it fits in memory."""
+    return res.step_time_s, res.tokens_per_s, res.mfu, res.exposed_comm_s, res.fits_memory
+
+
+def _simulate_layout(job: tuple) -> tuple:
+    """:func:`_numbers` of one layout with default knobs (an engine's task)."""
+    return _numbers(_planner(job)[1])
+
+
+def _tune(pl) -> tuple:
+    """The best-knobs search (one round) on a layout's planner: the knobs, whether they fit,
+    step time, tokens/s, MFU and exposed communication."""
+    from ccoverlap.planning.strategies import search_best_knobs
+
+    bw, best, _ = search_best_knobs(pl, pl.workload, max_rounds=1)
+    return (bw.knobs.to_dict(), best.fits_memory, best.step_time_s, best.tokens_per_s, best.mfu,
+            best.exposed_comm_s)
+
+
+def _tune_layout(job: tuple) -> tuple:
+    """:func:`_tune` of one layout on a planner of its own (an engine's task)."""
+    return _tune(_planner(job)[0])
 
 
 def save_frontier(path, result: SearchResult) -> str:

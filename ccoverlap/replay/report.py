@@ -18,18 +18,19 @@ from typing import IO
 
 import numpy as np
 
-from ccoverlap.replay.core import replayed_ranks
+from ccoverlap.replay.core import gpu_times, replayed_annotations, replayed_calls
 from ccoverlap.replay.run import ReplayResult, Scenario, recommendation
+
+_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "kernel", "kernel")
 
 
 def _ms(x) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.3f}"
 
 
-
-
 def print_report(res: ReplayResult, file: IO | None = None) -> None:
-    """Fidelity table, what-if table (ranked), inferred dependencies, recommendation."""
+    """Fidelity table, what-if table (ranked), inferred dependencies, why analyze and replay
+    differ (when they do), recommendation."""
     from rich.table import Table
 
     from ccoverlap.console import make_console
@@ -38,7 +39,7 @@ def print_report(res: ReplayResult, file: IO | None = None) -> None:
     job = res.job
     steps = "whole window (no ProfilerStep annotation)" if job.whole_window else f"steps: {job.spec}"
     con.print(f"[bold]ccoverlap replay[/bold] - {len(job.rts)} rank(s), {steps}; times in ms")
-    t = Table(title="Fidelity: replayed vs measured step time (per rank and step)", title_justify="left")
+    t = Table(title="Fidelity: replayed vs measured step window (per rank and step)", title_justify="left")
     for col in ("rank", "step", "measured", "replayed", "error", "structure only", "error (structure)"):
         t.add_column(col, justify="right")
     for r in res.fidelity:
@@ -49,7 +50,8 @@ def print_report(res: ReplayResult, file: IO | None = None) -> None:
     con.print("  replayed: every op's binding gap as measured (exact by construction when the graph is "
               "consistent); structure only: GPU-side gaps nominal (0 on a stream, the median launch latency), "
               "CPU gaps and durations measured - how much of the step the dependencies alone explain")
-    t = Table(title="What-ifs (ranked by gain; step = slowest rank, mean over steps)", title_justify="left")
+    t = Table(title="What-ifs (ranked by gain; step time = window start to the end of the last step, per step, "
+                    "slowest rank)", title_justify="left")
     for col in ("scenario", "step time", "exposed comm", "overlap", "gain ms", "gain %", "what changed"):
         t.add_column(col, justify="right" if col != "what changed" else "left")
     for s in [res.measured, res.replay]:
@@ -64,12 +66,14 @@ def print_report(res: ReplayResult, file: IO | None = None) -> None:
         con.print(f"  rank {g.rank}: launches by correlation id; stream order by stream id; cross-stream "
                   f"{inf['cross_stream_from_args']} from cuda_sync args, {inf['cross_stream_inferred_from_timing']} "
                   f"inferred from timing; {inf['host_sync_blocking_calls']} blocking host call(s) "
-                  f"(target inferred from timing when the trace names none); launch latency "
-                  f"{inf['launch_latency_us']:.1f} us")
+                  f"(target inferred from timing when the trace names none); {inf['launch_queue_waits']} "
+                  f"launch-queue wait(s); launch latency {inf['launch_latency_us']:.1f} us")
     nc = len(job.graph.collectives)
     con.print(f"  collectives matched across ranks (process group + call order, ends aligned): {nc}"
               + ("" if len(job.rts) > 1 else " (one rank only: collective durations as measured, "
                                                "waiting for peers included)"))
+    if res.explanation:
+        con.print(f"[bold]Why analyze and replay differ:[/bold] {res.explanation}")
     con.print(f"[bold]Recommendation:[/bold] {recommendation(res)}")
 
 
@@ -87,6 +91,8 @@ def to_dict(res: ReplayResult, extra: dict | None = None) -> dict:
         "whatifs": [s.as_dict() for s in res.ranked()],
         "dependencies": {str(g.rank): g.inferred for g in job.graph.ranks},
         "collectives_matched": len(job.graph.collectives),
+        "engine": job.graph.engine,
+        "explanation": res.explanation,
         "recommendation": recommendation(res),
         "cluster": res.cluster,
     }
@@ -108,46 +114,48 @@ def _clean(x):
     return x
 
 
+def _device_events(g, rt, starts, ends) -> list[dict]:
+    tl, dc = rt.timeline, g.device
+    ev = []
+    for i in range(len(tl)):
+        args = {"device": int(dc.device[i]), "stream": int(dc.stream[i]), "correlation": int(dc.corr[i]),
+                "ccoverlap_kind": str(tl.kind[i])}
+        if tl.kind[i] == "comm":
+            args.update({"Collective name": str(tl.collective[i]), "In msg nelems": int(tl.bytes[i]),
+                         "Out msg nelems": int(tl.bytes[i]), "dtype": "Byte",
+                         "Group size": int(rt.group_size[i]), "Process Group Name": str(tl.group[i])})
+        ev.append({"ph": "X", "cat": _CATS[int(dc.cat[i])], "name": str(tl.name[i]), "pid": int(dc.device[i]),
+                   "tid": int(dc.stream[i]), "ts": float(starts[i]) * 1e6,
+                   "dur": float(ends[i] - starts[i]) * 1e6, "args": args})
+    return ev
+
+
 def write_chrome(res: ReplayResult, scenario: Scenario, out_dir: str | Path) -> list[Path]:
-    """One ``rank-<r>.json.gz`` per rank of ``scenario`` in ``out_dir`` (see the module docstring)."""
+    """One ``rank-<r>.json.gz`` per rank of ``scenario`` in ``out_dir`` (see the module docstring);
+    the scenario's node times must have been kept (``replay(..., keep_times=True)``)."""
     job = res.job
     jg = job.graph
-    rts = replayed_ranks(job, scenario.times, scenario.dur)
+    if scenario.times is None or any(g.calls is None for g in jg.ranks):
+        raise ValueError(f"scenario {scenario.name}: node times not kept (replay(..., keep_times=True))")
+    starts, ends = gpu_times(job, scenario.times, scenario.dur)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     world = max((rt.meta.get("world_size") or 0 for rt in job.rts), default=0) or len(job.rts)
-    for gi, (g, rt) in enumerate(zip(jg.ranks, rts)):
-        raw = g.raw
-        tl = rt.timeline
-        ev: list[dict] = []
+    for gi, g in enumerate(jg.ranks):
+        rt = g.rt
+        ev = _device_events(g, rt, starts[rt.rank], ends[rt.rank])
         pid_cpu = 1_000_000 + rt.rank
-        for i in range(len(tl)):
-            cat_i = int(raw.k_cat[i])
-            cat = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "kernel", "kernel")[cat_i]
-            args = {"device": int(raw.k_device[i]), "stream": int(raw.k_stream[i]),
-                    "correlation": int(raw.k_corr[i]), "ccoverlap_kind": str(tl.kind[i])}
-            if tl.kind[i] == "comm":
-                args.update({"Collective name": str(tl.collective[i]), "In msg nelems": int(tl.bytes[i]),
-                             "Out msg nelems": int(tl.bytes[i]), "dtype": "Byte",
-                             "Group size": int(rt.group_size[i]), "Process Group Name": str(tl.group[i])})
-            ev.append({"ph": "X", "cat": cat, "name": str(tl.name[i]), "pid": int(raw.k_device[i]),
-                       "tid": int(raw.k_stream[i]), "ts": float(tl.start_s[i]) * 1e6,
-                       "dur": float(tl.end_s[i] - tl.start_s[i]) * 1e6, "args": args})
-        ls, le = rt.meta.get("replayed_launch", (np.empty(0), np.empty(0)))
-        names = job.names.get(rt.rank, [])
-        for j in range(len(ls)):
-            ev.append({"ph": "X", "cat": "cuda_runtime", "name": names[j] if j < len(names) else "cudaLaunchKernel",
-                       "pid": pid_cpu, "tid": int(raw.l_tid[j]), "ts": float(ls[j]) * 1e6,
-                       "dur": float(le[j] - ls[j]) * 1e6, "args": {"correlation": int(raw.l_corr[j])}})
-        tids = job.step_threads.get(rt.rank, {})
-        for num, s, e, gpu in rt.meta.get("replayed_steps", []):
-            if gpu:
-                ev.append({"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{num}", "pid": 0,
-                           "tid": 0, "ts": s * 1e6, "dur": (e - s) * 1e6, "args": {}})
-            else:
-                ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{num}", "pid": pid_cpu,
-                           "tid": int(tids.get(num, 0)), "ts": s * 1e6, "dur": (e - s) * 1e6, "args": {}})
+        cs, ce = replayed_calls(job, gi, scenario.times, scenario.dur)
+        c = g.calls
+        for j in range(len(cs)):
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": c.names[j], "pid": pid_cpu, "tid": int(c.tid[j]),
+                       "ts": float(cs[j]) * 1e6, "dur": float(ce[j] - cs[j]) * 1e6,
+                       "args": {"correlation": int(c.corr[j])}})
+        for num, s, e, gpu, tid in replayed_annotations(job, gi, scenario.times, ce, starts[rt.rank]):
+            ev.append({"ph": "X", "cat": "gpu_user_annotation" if gpu else "user_annotation",
+                       "name": f"ProfilerStep#{num}", "pid": 0 if gpu else pid_cpu, "tid": 0 if gpu else tid,
+                       "ts": s * 1e6, "dur": (e - s) * 1e6, "args": {}})
         doc = {"schemaVersion": 1, "traceName": f"ccoverlap simulated replay {scenario.name} rank {rt.rank}",
                "distributedInfo": {"backend": "nccl", "rank": rt.rank, "world_size": world},
                "deviceProperties": [{"id": 0, "name": job.device_names.get(rt.rank, "")}],

@@ -1,9 +1,11 @@
 """Replay a job and its what-ifs; summarise each scenario (seconds).
 
-A scenario's **step time** is, per profiler step, the slowest rank's step window (the
-analyser's per-step window), averaged over the analysed steps; exposed communication and
-overlap are the per-rank means of the same windows. Gains are against the replay of the
-unedited graph (which equals the measurement, see :func:`fidelity_rows`).
+A scenario's **step time** is, per rank, the time from the start of the analysed window (where
+the measured one started, the same in every scenario) to the end of the last analysed step,
+divided by the number of steps; the job's is the slowest rank's (:mod:`.core`). Exposed
+communication and overlap are the per-rank means over the analyser's per-step windows. Gains
+are against the replay of the unedited graph (which equals the measurement, see
+:func:`~ccoverlap.replay.core.fidelity_rows`).
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ccoverlap.errors import ConfigError
+from ccoverlap.replay import decide as D
 from ccoverlap.replay import whatif as W
-from ccoverlap.replay.core import Job, Measured, fidelity_rows, load_job, measure, replayed_ranks
+from ccoverlap.replay.core import Job, Measured, fidelity_rows, gpu_times, load_job, measure, step_time
 
 
 @dataclass
 class Scenario:
-    """One replayed scenario: its numbers (s), the replayed ranks and the edit's note."""
+    """One replayed scenario: its numbers (s), its per-rank metrics and the edit's note."""
 
     name: str
     note: str
@@ -30,25 +33,36 @@ class Scenario:
     exposed_comm_s: float
     overlap_ratio: float
     comm_s: float
-    per_step: dict = field(default_factory=dict)       # step -> slowest rank's step time
+    per_step: dict = field(default_factory=dict)       # step -> the slowest rank's time for that step
+    step_end_s: dict = field(default_factory=dict)     # step -> latest end over ranks, from the window start
     gain_s: float = 0.0
     gain_pct: float = 0.0
-    times: object = None        # node start times of the replay (JobGraph.run)
-    dur: object = None          # node durations used
+    times: object = None        # node start times of the replay (JobGraph.run), when kept
+    dur: object = None          # node durations used, when kept
 
     def as_dict(self) -> dict:
         """JSON-ready summary (seconds)."""
+        m = self.measured
         return {"name": self.name, "note": self.note, "step_time_s": self.step_time_s,
                 "exposed_comm_s": self.exposed_comm_s, "overlap_ratio": self.overlap_ratio,
                 "comm_s": self.comm_s, "gain_s": self.gain_s, "gain_pct": self.gain_pct,
                 "per_step": {str(k): v for k, v in self.per_step.items()},
-                "per_rank": {str(r): {"step_time_s": m.step_time_s, "exposed_comm_s": m.exposed_comm_s,
-                                      "overlap_ratio": m.overlap_ratio,
-                                      "steps": {str(st): {"step_time_s": x.step_time_s,
-                                                          "exposed_comm_s": x.exposed_comm_s,
-                                                          "overlap_ratio": x.overlap_ratio}
-                                                for st, x in self.measured.steps.get(r, {}).items()}}
-                             for r, m in self.measured.overall.items()}}
+                "step_end_s": {str(k): v for k, v in self.step_end_s.items()},
+                "per_rank": {str(r): _rank_dict(m, r) for r in m.overall}}
+
+
+def _rank_dict(m: Measured, r: int) -> dict:
+    b = m.bounds[r]
+    ends, prev, steps = b.ends, b.start_s, {}
+    for st in sorted(ends):
+        x = m.steps[r][st]
+        steps[str(st)] = {"step_time_s": ends[st] - prev, "end_s": ends[st] - b.start_s,
+                          "window_s": x.step_time_s, "exposed_comm_s": x.exposed_comm_s,
+                          "overlap_ratio": x.overlap_ratio}
+        prev = ends[st]
+    o = m.overall[r]
+    return {"step_time_s": (b.end_s - b.start_s) / b.n_steps, "exposed_comm_s": o.exposed_comm_s,
+            "overlap_ratio": o.overlap_ratio, "steps": steps}
 
 
 @dataclass
@@ -61,6 +75,7 @@ class ReplayResult:
     whatifs: list[Scenario]
     fidelity: list[dict]
     cluster: str = ""
+    explanation: str = ""
 
     def ranked(self) -> list[Scenario]:
         """What-ifs, largest gain first."""
@@ -68,30 +83,27 @@ class ReplayResult:
 
 
 def summarise(name: str, note: str, m: Measured) -> Scenario:
-    """Job-level numbers of one scenario from its per-rank / per-step metrics."""
-    steps: dict[int, list] = {}
-    for r, per in m.steps.items():
-        for s, x in per.items():
-            steps.setdefault(s, []).append(x)
-    if steps:
-        per_step = {s: max(x.step_time_s for x in xs) for s, xs in sorted(steps.items())}
-        allm = [x for xs in steps.values() for x in xs]
-    else:   # no step annotation: the whole window
-        per_step = {}
-        allm = list(m.overall.values())
-    step_time = float(np.mean(list(per_step.values()))) if per_step else max(x.step_time_s for x in allm)
+    """Job-level numbers of one scenario from its per-rank bounds and per-step metrics."""
+    per_step: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    for r, b in m.bounds.items():
+        prev = b.start_s
+        for st in sorted(b.ends):
+            per_step[st] = max(per_step.get(st, 0.0), b.ends[st] - prev)
+            ends[st] = max(ends.get(st, -math.inf), b.ends[st] - b.start_s)
+            prev = b.ends[st]
+    allm = [x for per in m.steps.values() for x in per.values()] or list(m.overall.values())
+    n = max(len(allm), 1)
     comm = sum(x.comm_s for x in allm)
-    n_steps = max(len(steps), 1)
-    n_ranks = max(len(m.overall), 1)
-    return Scenario(name=name, note=note, measured=m, step_time_s=step_time,
-                    exposed_comm_s=sum(x.exposed_comm_s for x in allm) / (n_steps * n_ranks),
+    return Scenario(name=name, note=note, measured=m, step_time_s=step_time(m),
+                    exposed_comm_s=sum(x.exposed_comm_s for x in allm) / n,
                     overlap_ratio=sum(x.overlap_s for x in allm) / comm if comm > 0 else 0.0,
-                    comm_s=comm / (n_steps * n_ranks), per_step=per_step)
+                    comm_s=comm / n, per_step=dict(sorted(per_step.items())), step_end_s=dict(sorted(ends.items())))
 
 
 def cluster_for(job: Job, name: str | None):
-    """The catalog cluster for the copy-engine cost model: ``name``, else from the traces'
-    GPU name (A100 / H100 / H200 / MI300X), else dgx-h100 (said in the note)."""
+    """The catalog cluster for the cost-model what-ifs: ``name``, else from the traces' GPU
+    name (A100 / H100 / H200 / MI300X / A40), else dgx-h100; with a note when assumed."""
     from ccoverlap.catalog.hardware import get_cluster
 
     if name:
@@ -100,63 +112,117 @@ def cluster_for(job: Job, name: str | None):
     for key, cl in (("H200", "hgx-h200"), ("H100", "dgx-h100"), ("A100", "dgx-a100"), ("MI300", "mi300x"),
                     ("A40", "a40-pcie")):
         if key in devs:
-            return get_cluster(cl), ""
-    return get_cluster("dgx-h100"), "GPU not named in the traces: copy-engine rates of dgx-h100 assumed"
+            return get_cluster(cl), f"cluster {cl} from the GPU name (--cluster to choose)"
+    return get_cluster("dgx-h100"), "GPU not named in the traces: cluster dgx-h100 assumed (--cluster to choose)"
+
+
+class _Runner:
+    """Replays edits of one job and measures them against the replay of the unedited graph."""
+
+    def __init__(self, job: Job, base_s: float, keep_times: bool):
+        self.job, self.base_s, self.keep_times = job, base_s, keep_times
+
+    def measure(self, e: W.Edit, metrics: bool = True) -> tuple[Measured, np.ndarray]:
+        """The edit replayed and measured (with the window start of the unedited replay), and its node times."""
+        t = e.run(self.job.graph)
+        return measure(self.job, *gpu_times(self.job, t, e.dur), anchors=self.job.anchors, metrics=metrics), t
+
+    def step_time(self, e: W.Edit) -> float:
+        """The step time of an edit (s)."""
+        return step_time(self.measure(e, metrics=False)[0])
+
+    def scenario(self, e: W.Edit) -> Scenario:
+        """The edit as a :class:`Scenario` with its gain over the unedited replay."""
+        m, t = self.measure(e)
+        sc = summarise(e.name, e.note, m)
+        sc.gain_s = self.base_s - sc.step_time_s
+        sc.gain_pct = 100 * sc.gain_s / self.base_s if self.base_s > 0 else 0.0
+        if self.keep_times:
+            sc.times, sc.dur = t, e.dur
+        return sc
+
+
+def _decided(run: _Runner, name: str, units: list, notes: list[str], extra: str) -> W.Edit:
+    """The ``lagom``/``centauri`` edit: the decider's units the replay finds faster (:func:`decide.keep_faster`)."""
+    e, kept, rejected = D.keep_faster(run.job.graph, name, units, run.step_time, run.base_s)
+    parts = []
+    if kept:
+        parts.append(f"applied {len(kept)}: " + _few(kept))
+    if rejected:
+        parts.append(f"kept the given configuration for {len(rejected)} that replay no faster: " + _few(rejected))
+    if not units:
+        parts.append("nothing to change")
+    parts += notes
+    if extra:
+        parts.append(extra)
+    e.note = "; ".join(parts)
+    return e
+
+
+def _few(labels: list[str], n: int = 3) -> str:
+    """The first ``n`` labels, and how many more."""
+    return ", ".join(labels[:n]) + (f" and {len(labels) - n} more" if len(labels) > n else "")
+
+
+def _edit(run: _Runner, name: str, t0: np.ndarray, cluster, named: bool) -> W.Edit:
+    jg = run.job.graph
+    cl, cl_note = cluster
+    if name == "no-comm":
+        return W.no_comm(jg)
+    if name == "comm-hidden":
+        return W.comm_hidden(jg)
+    if name == "no-contention":
+        return W.no_contention(jg)
+    if name == "copy-engine":
+        return W.copy_engine(jg, cl, cl_note)
+    if name == "lagom":
+        units, notes = D.lagom_units(jg, t0, cl)
+        return _decided(run, name, units, notes, f"{cl.name} cost model; NCCL defaults assumed measured"
+                        + (f"; {cl_note}" if cl_note else ""))
+    if name == "centauri":
+        units, notes = D.centauri_units(jg, t0)
+        return _decided(run, name, units, notes, "")
+    m = W.NET.match(name)
+    if not m:   # pragma: no cover - check_names rejected it
+        raise ConfigError(f"unknown what-if {name}")
+    note = cl_note.replace("cluster", "GPUs per node of", 1) if cl_note and not named else cl_note
+    return W.network(jg, float(m.group(1)), cl, model=named, cluster_note=note)
 
 
 def replay(paths: Sequence[str], *, steps: str | None = "hta", whatifs: Sequence[str] | None = None,
            cluster: str | None = None, keep_times: bool = False) -> ReplayResult:
-    """Load the traces, replay them, run the what-ifs (default all of :data:`whatif.DEFAULT_WHATIFS`)."""
+    """Load the traces, replay them, run the what-ifs (default all of :data:`whatif.DEFAULT_WHATIFS`).
+
+    ``keep_times``: keep every scenario's node times and every runtime call (for
+    :func:`report.write_chrome`).
+    """
+    from ccoverlap.replay.explain import explain
+
     names = W.check_names(list(whatifs) if whatifs is not None else ["all"])
-    job = load_job(paths, steps=steps)
+    job = load_job(paths, steps=steps, keep_calls=keep_times)
     jg = job.graph
-    meas = measure(job.rts, job.spec, job.job_step_names)
+    meas = measure(job, {rt.rank: rt.timeline.start_s for rt in job.rts},
+                   {rt.rank: rt.timeline.end_s for rt in job.rts})
     t0 = jg.run()
-    base_m = measure(replayed_ranks(job, t0), job.spec, job.job_step_names)
-    t_nom = jg.run(w=jg.w_nom)
-    nom_m = measure(replayed_ranks(job, t_nom), job.spec, job.job_step_names)
+    base_m = measure(job, *gpu_times(job, t0))
+    job.anchors = {r: b.start_s for r, b in base_m.bounds.items()}
+    nom_m = measure(job, *gpu_times(job, jg.run(w=jg.w_nom)), anchors=job.anchors)
     measured = summarise("measured", "the traces as recorded", meas)
     base = summarise("replay", "measured durations, rebuilt dependencies", base_m)
-    base.times = t0
-    base.dur = jg.dur
-    out = []
-    cl, cl_note = (None, "")
-    for name in names:
-        if name == "no-comm":
-            e = W.no_comm(jg)
-        elif name == "comm-hidden":
-            e = W.comm_hidden(jg)
-        elif name == "no-contention":
-            e = W.no_contention(jg)
-        elif name == "copy-engine":
-            if cl is None:
-                cl, cl_note = cluster_for(job, cluster)
-            e = W.copy_engine(jg, cl)
-            if cl_note:
-                e.note += f"; {cl_note}"
-        elif name == "lagom":
-            if cl is None:
-                cl, cl_note = cluster_for(job, cluster)
-            e = W.lagom(jg, t0, cl)
-            if cl_note:
-                e.note += f"; {cl_note}"
-        elif name == "centauri":
-            e = W.centauri(jg, t0)
-        else:
-            m = W._NET.match(name)
-            if not m:   # pragma: no cover - check_names rejected it
-                raise ConfigError(f"unknown what-if {name}")
-            # the trace names the GPU, not the network: the cost model's ratio only for a named cluster
-            e = W.network(jg, float(m.group(1)), cluster_for(job, cluster)[0] if cluster else None)
-        t = e.run(jg)
-        sm = measure(replayed_ranks(job, t, e.dur), job.spec, job.job_step_names)
-        sc = summarise(name, e.note, sm)
-        sc.gain_s = base.step_time_s - sc.step_time_s
-        sc.gain_pct = 100 * sc.gain_s / base.step_time_s if base.step_time_s > 0 else 0.0
-        sc.times, sc.dur = t, e.dur
-        out.append(sc)
-    return ReplayResult(job=job, measured=measured, replay=base, whatifs=out,
-                        fidelity=fidelity_rows(meas, base_m, nom_m), cluster=cl.name if cl is not None else "")
+    base.times, base.dur = t0, jg.dur
+    run = _Runner(job, base.step_time_s, keep_times)
+    cl = cluster_for(job, cluster) if set(names) - {"no-comm", "comm-hidden", "no-contention", "centauri"} else (None, "")
+    out = [run.scenario(_edit(run, name, t0, cl, bool(cluster))) for name in names]
+    res = ReplayResult(job=job, measured=measured, replay=base, whatifs=out,
+                       fidelity=fidelity_rows(meas, base_m, nom_m), cluster=cl[0].name if cl[0] is not None else "")
+    res.explanation = explain(res)
+    return res
+
+
+def bound_ms(res: ReplayResult) -> float | None:
+    """What communication costs at most per step (ms): the ``no-comm`` gain, or None when not run."""
+    s = next((x for x in res.whatifs if x.name == "no-comm"), None)
+    return None if s is None else s.gain_s * 1e3
 
 
 def recommendation(res: ReplayResult) -> str:
@@ -167,7 +233,8 @@ def recommendation(res: ReplayResult) -> str:
                   not s.name.startswith("network")]
     parts = []
     if bound is not None and base > 0:
-        parts.append(f"communication costs at most {bound.gain_s * 1e3:.2f} ms ({bound.gain_pct:.1f}%) of the "
+        gain = 0.0 if abs(bound.gain_s) <= 1e-9 * base else bound.gain_s     # float rounding of equal ends
+        parts.append(f"communication costs at most {gain * 1e3:.2f} ms ({100 * gain / base:.1f}%) of the "
                      f"{base * 1e3:.2f} ms step (the no-communication bound)")
     best = actionable[0] if actionable else None
     if best is not None and best.gain_pct >= 1.0:

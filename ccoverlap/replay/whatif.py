@@ -1,60 +1,53 @@
 """What-ifs: each one an edit of the replay graph, re-run by :meth:`JobGraph.run`.
 
-An edit returns ``(dur, w, on, xfer, note)`` for :meth:`~ccoverlap.replay.engine.JobGraph.run`:
+An edit is ``(dur, w, on, xfer, note)`` for :meth:`~ccoverlap.replay.engine.JobGraph.run`.
+Those that remove or shorten work (``no-comm``, ``comm-hidden``, ``no-contention``,
+``copy-engine``, ``network-<F>x`` with F >= 1) only lower durations and weights or drop edges,
+so no node can start later (max-plus); ``network-<F>x`` with F < 1 only raises them.
 
 * ``no-comm`` - the bound: every communication op takes 0 s (matched collectives' transfer
   times 0, and nobody waits for a peer);
 * ``comm-hidden`` - communication perfectly hidden: collectives still run (same durations),
-  but no compute, memcpy or CPU call waits for one (their out-edges to anything but the next
-  communication op of the same stream are removed);
+  but nothing except the next communication op waits for one;
 * ``no-contention`` - compute kernels that ran overlapped with communication (>= half their
   time) take their measured alone duration: the median of the same kernel name and launch
-  shape run with no communication beside it (>= 3 alone samples, >= 10 µs), exactly the
-  pairs ``analyze``'s contention section compares (Lagom §3.2, FiCCO §IV-D);
-* ``copy-engine`` - communication on copy engines (FiCCO §IV-B): no SM contention (as
-  ``no-contention``) and every non-reducing intra-node collective (all-gather, all-to-all,
-  broadcast, send/recv) scaled by the cost model's DMA time / SM (NCCL) time for its size and
-  group (:func:`ccoverlap.cost.comm.collective_profile`); reductions stay on SMs;
-* ``centauri`` - Centauri's workload partitioning (Centauri §4.2) of the ``top`` most exposed
-  collectives into ``k`` chunks pipelined with the op that consumes them: the consumer may
-  start after the first chunk (``x / k`` after the collective starts) and ends no earlier
-  than ``c / k`` after the collective ends (``c`` its duration); each extra chunk costs one
-  launch latency of the rank;
-* ``network-<F>x`` - the inter-node network ``F`` times faster (``F`` < 1: slower): the
-  transfer time of every collective whose group spans nodes (group size > 8, or the named
-  cluster's GPUs per node) divided by ``F`` (bandwidth-bound); with ``--cluster`` named, scaled
-  instead by the cost model's time with ``F`` x that cluster's inter-node bandwidth / its time
-  with the cluster's own (hierarchical algorithms keep their intra-node part, latencies and
-  per-channel limits stay), ``1 / F`` where the model cannot time it (unknown size or type).
-
-* ``lagom`` - NCCL resources (channels, threads, chunk, protocol, algorithm) retuned by Lagom
-  (lagom §3.4) for the overlap groups found in the trace (a collective and the compute that
-  ran >= half beside it); the collective's transfer time and those compute kernels' durations
-  are scaled by the cost model's ratio of the tuned to the default configuration (the trace
-  does not say which configuration ran: NCCL's defaults are assumed). The compute is one
-  duration-only computation (:func:`ccoverlap.deciders.overlap_group.equivalent_spec`: a GEMM of
-  that isolated duration), as the trace records no GEMM shapes.
+  shape run with no communication beside it (>= 3 alone samples, >= 10 µs), the pairs
+  ``analyze``'s contention section compares (Lagom §3.2, FiCCO §IV-D); never longer than measured;
+* ``copy-engine`` - FiCCO §IV-B: every non-reducing intra-node collective (all-gather,
+  all-to-all, broadcast, send/recv) that the cost model times faster on copy engines (DMA)
+  than on SMs (:func:`ccoverlap.cost.comm.collective_profile`) runs at that DMA/SM ratio, and
+  the compute kernels beside it lose their contention (as ``no-contention``); the others stay;
+* ``network-<F>x`` - the inter-node network ``F`` times faster (``F`` < 1: slower): every
+  collective whose group spans nodes (:func:`spans_nodes`: the group's ranks from the trace's
+  ``distributedInfo``, else its size, the world size and the cluster's GPUs per node) at
+  ``1 / F`` of its transfer time (bandwidth-bound); with a cluster named, at the cost model's
+  time with ``F`` x the cluster's inter-node bandwidth / with its own (hierarchical algorithms
+  keep their intra-node part; latency stays), ``1 / F`` where the model cannot time it;
+* ``lagom`` and ``centauri`` - the deciders' choices, built in :mod:`.decide`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.replay.engine import JobGraph
-from ccoverlap.replay.graph import GPU
+from ccoverlap.replay.graph import E_COLL
+from ccoverlap.sim.timeline import merge_intervals
+from ccoverlap.trace.contention import covered_length
 
 DEFAULT_WHATIFS = ("no-comm", "comm-hidden", "no-contention", "copy-engine", "lagom", "centauri", "network-2x",
                    "network-0.5x")
-_NET = re.compile(r"^network-([0-9]*\.?[0-9]+)x$")
+NET = re.compile(r"^network-([0-9]*\.?[0-9]+)x$")
 
 
 @dataclass
 class Edit:
-    """A graph edit: arrays for :meth:`JobGraph.run` and a note on what changed."""
+    """A graph edit: arrays for :meth:`JobGraph.run` (node durations, edge weights, edges
+    enabled, collectives' transfer times per member) and a note on what changed."""
 
     name: str
     dur: np.ndarray
@@ -62,183 +55,248 @@ class Edit:
     on: np.ndarray
     xfer: dict
     note: str
-    extra: tuple | None = None
+    marks: dict = field(default_factory=dict)    # what composed changes already touched
 
     def run(self, jg: JobGraph) -> np.ndarray:
         """Node start times under this edit (s)."""
-        return jg.run(dur=self.dur, w=self.w, on=self.on, xfer=self.xfer, extra=self.extra)
+        return jg.run(dur=self.dur, w=self.w, on=self.on, xfer=self.xfer)
 
 
 def check_names(names: list[str]) -> list[str]:
-    """Validate ``--whatif`` names (ConfigError naming the bad one)."""
+    """Validate what-if names (ConfigError naming the bad one); ``all`` expands, ``none`` is dropped."""
     out = []
     for n in names:
         if n == "all":
             out.extend(DEFAULT_WHATIFS)
             continue
-        if n not in DEFAULT_WHATIFS and not _NET.match(n) and n not in ("none",):
+        if n not in DEFAULT_WHATIFS and not NET.match(n) and n != "none":
             raise ConfigError(f"--whatif: unknown what-if {n!r}; choose from {', '.join(DEFAULT_WHATIFS)}, "
                               f"network-<F>x, all, none")
+        m = NET.match(n)
+        if m and float(m.group(1)) <= 0:
+            raise ConfigError(f"--whatif {n}: the network factor must be > 0")
         if n != "none":
             out.append(n)
     return list(dict.fromkeys(out))
 
 
-def _gpu_rows(jg: JobGraph):
-    """Per rank: (global node ids of its GPU rows, its timeline)."""
-    for gi, g in enumerate(jg.ranks):
-        off = jg.offset[gi]
+def base_edit(jg: JobGraph, name: str) -> Edit:
+    """The unedited graph as an :class:`Edit` (copies, ready to change)."""
+    return Edit(name, jg.dur.copy(), jg.w.copy(), np.ones(len(jg.w), dtype=bool), {}, "")
+
+
+def gpu_rows(jg: JobGraph):
+    """Per rank: (global node ids of its GPU rows, its RankTrace)."""
+    for off, g in zip(jg.offset, jg.ranks):
         yield np.arange(off, off + g.n_gpu), g.rt
 
 
-def _comm_nodes(jg: JobGraph) -> np.ndarray:
-    out = [nodes[rt.timeline.kind == "comm"] for nodes, rt in _gpu_rows(jg)]
+def comm_nodes(jg: JobGraph) -> np.ndarray:
+    """Global node ids of every communication op."""
+    out = [nodes[rt.timeline.kind == "comm"] for nodes, rt in gpu_rows(jg)]
     return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
-
-
-def _base(jg: JobGraph, name: str) -> Edit:
-    return Edit(name, jg.dur.copy(), jg.w.copy(), np.ones(len(jg.w), dtype=bool), {}, "")
 
 
 def no_comm(jg: JobGraph) -> Edit:
     """Every communication op 0 s long, no cross-rank waiting (the bound)."""
-    e = _base(jg, "no-comm")
-    e.dur[_comm_nodes(jg)] = 0.0
+    e = base_edit(jg, "no-comm")
+    comm = comm_nodes(jg)
+    e.dur[comm] = 0.0
     e.xfer = {i: [0.0] * len(c.ends) for i, c in enumerate(jg.collectives)}
-    # nobody waits for the latest member either: each end follows only its own start
-    bar = np.isin(jg.src, [c.barrier for c in jg.collectives])
-    e.on[bar & np.isin(jg.dst, [x for c in jg.collectives for x in c.ends])] = False
-    e.note = f"{len(_comm_nodes(jg))} communication op(s) set to 0 s"
+    for c in jg.collectives:       # nobody waits for the latest member: each end follows its own start
+        e.on[c.bar_edges] = False
+    e.note = f"{len(comm)} communication op(s) set to 0 s"
     return e
 
 
 def comm_hidden(jg: JobGraph) -> Edit:
     """Collectives run as measured, but nothing except the next communication op waits for them."""
-    e = _base(jg, "comm-hidden")
-    comm = _comm_nodes(jg)
+    e = base_edit(jg, "comm-hidden")
     is_comm = np.zeros(len(jg.kind), dtype=bool)
-    is_comm[comm] = True
-    ends = [x for c in jg.collectives for x in c.ends]
-    is_src = is_comm.copy()
-    is_src[ends] = True
-    dst_comm = is_comm[jg.dst] | np.isin(jg.dst, ends) | np.isin(jg.dst, [c.barrier for c in jg.collectives])
-    cut = is_src[jg.src] & ~dst_comm & (jg.ekind != "launch")
+    is_comm[comm_nodes(jg)] = True
+    is_end = np.zeros(len(jg.kind), dtype=bool)
+    for c in jg.collectives:
+        is_end[c.ends] = True
+        is_end[c.barrier] = True
+    cut = (is_comm | is_end)[jg.src] & ~(is_comm | is_end)[jg.dst] & (jg.ekind != E_COLL)
     e.on[cut] = False
     e.note = f"{int(cut.sum())} dependency edge(s) on communication removed"
     return e
 
 
-def alone_durations(jg: JobGraph, min_samples: int = 3, min_alone_s: float = 10e-6) -> tuple[np.ndarray, np.ndarray]:
+def contention_samples(rt, beside: np.ndarray, overlapped_fraction: float = 0.5):
+    """Per compute leaf row of ``rt``: (rows, key (name, launch shape), duration, ran alone,
+    ran >= ``overlapped_fraction`` beside the communication rows ``beside``) - the rule of
+    ``analyze``'s contention section."""
+    tl = rt.timeline
+    all_comm = tl.kind == "comm"
+    comp = np.flatnonzero((tl.kind == "compute") & rt.leaf)
+    a, b = tl.start_s[comp], tl.end_s[comp]
+    d = b - a
+    cs, ce = merge_intervals(tl.start_s[all_comm], tl.end_s[all_comm])
+    alone = (covered_length(cs, ce, a, b) == 0) & (d > 0)
+    bs, be = merge_intervals(tl.start_s[beside], tl.end_s[beside])
+    cov = covered_length(bs, be, a, b)
+    over = (cov >= overlapped_fraction * d) & (d > 0)
+    keys = (rt.name_id[comp].astype(np.int64) << 32) ^ (rt.shape[comp].astype(np.int64) & 0xFFFFFFFF)
+    return comp, keys, d, alone, over
+
+
+def alone_durations(jg: JobGraph, beside=None, min_samples: int = 3,
+                    min_alone_s: float = 10e-6) -> tuple[np.ndarray, np.ndarray]:
     """(global GPU nodes, alone duration) of compute ops overlapped >= 50 % with communication
-    whose (name, launch shape) also ran alone >= ``min_samples`` times (analyze's contention rule)."""
-    from ccoverlap.trace.contention import _samples
-
-    keys_all, d_all, alone_all, over_all, node_all = [], [], [], [], []
-    for nodes, rt in _gpu_rows(jg):
-        mask = np.ones(len(rt.timeline), dtype=bool)
-        keys, d, alone, over = _samples(rt, mask, 0.5)
-        comp = np.flatnonzero(mask & (rt.timeline.kind == "compute") & rt.leaf)
-        keys_all.append(keys); d_all.append(d); alone_all.append(alone); over_all.append(over)
-        node_all.append(nodes[comp])
-    if not keys_all:
-        return np.empty(0, dtype=np.int64), np.empty(0)
-    keys = np.concatenate(keys_all); d = np.concatenate(d_all)
-    alone = np.concatenate(alone_all); over = np.concatenate(over_all); nodes = np.concatenate(node_all)
-    med: dict = {}
-    if alone.any():
-        ka, da = keys[alone], d[alone]
-        for k in np.unique(ka):
-            x = da[ka == k]
+    (``beside``: per rank, only those communication rows) whose (name, launch shape) also ran
+    alone >= ``min_samples`` times; never longer than the measured duration."""
+    nodes_out, alone_out = [], []
+    for nodes, rt in gpu_rows(jg):
+        comm = np.flatnonzero(rt.timeline.kind == "comm") if beside is None else beside.get(rt.rank, [])
+        comp, keys, d, alone, over = contention_samples(rt, np.asarray(comm, dtype=np.int64))
+        med = {}
+        for k in np.unique(keys[alone]):
+            x = d[alone & (keys == k)]
             if len(x) >= min_samples and np.median(x) >= min_alone_s:
-                med[k] = float(np.median(x))
-    sel = [i for i in np.flatnonzero(over) if keys[i] in med]
-    return nodes[sel], np.array([min(d[i], med[keys[i]]) for i in sel])
+                med[int(k)] = float(np.median(x))
+        sel = [i for i in np.flatnonzero(over) if int(keys[i]) in med]
+        nodes_out.append(nodes[comp[sel]])
+        alone_out.append(np.array([min(d[i], med[int(keys[i])]) for i in sel]))
+    if not nodes_out:
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    return np.concatenate(nodes_out).astype(np.int64), np.concatenate(alone_out)
 
 
-def no_contention(jg: JobGraph) -> Edit:
+def no_contention(jg: JobGraph, beside=None, name: str = "no-contention") -> Edit:
     """Overlapped compute kernels at their measured alone durations."""
-    e = _base(jg, "no-contention")
-    nodes, alone = alone_durations(jg)
+    e = base_edit(jg, name)
+    nodes, alone = alone_durations(jg, beside)
     saved = float(np.sum(e.dur[nodes] - alone)) if len(nodes) else 0.0
-    e.dur[nodes] = alone
+    e.dur[nodes] = np.minimum(e.dur[nodes], alone)
     e.note = (f"{len(nodes)} overlapped compute kernel(s) at their alone duration ({saved * 1e3:.3f} ms of "
               f"kernel time less)" if len(nodes) else
               "no compute kernel ran both alone and overlapped >= 3 times: nothing to remove")
     return e
 
 
-def _scale_comm(jg: JobGraph, e: Edit, factor_of) -> int:
-    """Scale each communication op (solo: its duration; matched: its transfer times) by
-    ``factor_of(collective, bytes, group_size)`` (None: unchanged). Returns how many changed."""
-    changed = 0
+def scale_comm(jg: JobGraph, e: Edit, factor_of) -> list[int]:
+    """Scale each communication op (matched: its members' transfer times, solo: its duration)
+    by ``factor_of(collective, bytes, group_size, group, rank)`` (None: unchanged). Returns the
+    global nodes of the ops changed."""
+    changed: list[int] = []
     in_coll = set()
     for ci, c in enumerate(jg.collectives):
-        f = factor_of(c.collective, c.bytes, c.group_size)
         in_coll.update(c.members)
+        g0 = jg.ranks[jg.rank_of(c.members[0])].rt
+        row0 = c.members[0] - jg.offset[jg.rank_of(c.members[0])]
+        f = factor_of(c.collective, c.bytes, c.group_size, str(g0.timeline.group[row0]), g0)
         if f is None:
             continue
-        e.xfer[ci] = [x * f for x in c.xfer]
-        changed += 1
-    for nodes, rt in _gpu_rows(jg):
+        e.xfer[ci] = [x * f for x in e.xfer.get(ci, c.xfer)]
+        changed.extend(c.members)
+    for nodes, rt in gpu_rows(jg):
         tl = rt.timeline
         for i in np.flatnonzero(tl.kind == "comm"):
             v = int(nodes[i])
             if v in in_coll:
                 continue
-            f = factor_of(str(tl.collective[i]), float(tl.bytes[i]), int(rt.group_size[i]))
+            f = factor_of(str(tl.collective[i]), float(tl.bytes[i]), int(rt.group_size[i]), str(tl.group[i]), rt)
             if f is not None:
-                e.dur[v] = jg.dur[v] * f
-                changed += 1
+                e.dur[v] = e.dur[v] * f
+                changed.append(v)
     return changed
 
 
-def network_ratio(collective: str, nbytes: float, group_size: int, factor: float, cluster) -> float | None:
-    """Cost-model time of one inter-node collective with the inter-node bandwidth times
-    ``factor`` / with the cluster's own (:func:`ccoverlap.cost.comm.collective_profile`:
-    hierarchical algorithms keep their intra-node part, latency terms stay); None when the
-    model cannot time it (unknown type or size, a group that does not tile whole nodes)."""
-    from dataclasses import replace
+def spans_nodes(group_ranks, group_size: int, world: int, gpus_per_node: int) -> bool | None:
+    """Whether a process group spans more than one node: from its global ranks when the trace
+    lists them (ranks ``r`` and ``s`` share a node when ``r // gpus_per_node == s //
+    gpus_per_node``, the usual placement), else True when it has more GPUs than a node, False
+    when the whole job fits one node, None when the trace cannot tell (a group of at most one
+    node's GPUs in a larger job, ranks not listed)."""
+    if isinstance(group_ranks, (list, tuple)) and group_ranks and all(
+            isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in group_ranks):
+        return len({r // gpus_per_node for r in group_ranks}) > 1
+    if group_size > gpus_per_node:
+        return True
+    if 0 < world <= gpus_per_node:
+        return False
+    return None
 
+
+def group_ranks_of(rt, group: str):
+    """The global ranks of process group ``group`` from the trace's ``distributedInfo`` (or None)."""
+    entry = (rt.meta.get("pg_config") or {}).get(group)
+    return entry.get("ranks") if isinstance(entry, dict) else None
+
+
+def world_size(jg: JobGraph) -> int:
+    """The job's world size: the largest ``distributedInfo.world_size``, at least the ranks loaded."""
+    ws = [int(g.rt.meta.get("world_size") or 0) for g in jg.ranks]
+    return max(ws + [len(jg.ranks)])
+
+
+def network_ratio(collective: str, nbytes: float, group_size: int, nodes: int, factor: float,
+                  cluster) -> float | None:
+    """Cost-model time of one collective over ``nodes`` nodes with the inter-node bandwidth
+    times ``factor`` / with the cluster's own (:func:`ccoverlap.cost.comm.collective_profile`:
+    hierarchical algorithms keep their intra-node part, latency terms stay); None when the
+    model cannot time it (unknown type or size, ranks not spread evenly over the nodes)."""
     from ccoverlap.cost.comm import collective_profile
     from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, GroupSpec
 
-    gpn = cluster.gpus_per_node
-    if collective not in COLLECTIVES or nbytes <= 0 or group_size <= gpn or group_size % gpn:
+    if collective not in COLLECTIVES or nbytes <= 0 or nodes < 2 or group_size % nodes:
         return None
     try:
-        base = cluster.with_nodes(group_size // gpn)
+        base = cluster.with_nodes(nodes)
         fast = replace(base, inter=replace(base.inter, bandwidth_bytes_per_s=base.inter.bandwidth_bytes_per_s * factor))
         spec = CollectiveSpec(collective=collective, bytes=nbytes,
-                              group=GroupSpec(name="replay", size=group_size, local_size=gpn))
+                              group=GroupSpec(name="replay", size=group_size, local_size=group_size // nodes))
         t0 = collective_profile(spec, base).time_s
         t1 = collective_profile(spec, fast).time_s
-    except (ConfigError, TypeError, ValueError):
+    except (ConfigError, TypeError, ValueError, ZeroDivisionError):
         return None
     return t1 / t0 if t0 > 0 else None
 
 
-def network(jg: JobGraph, factor: float, cluster=None, gpus_per_node: int | None = None) -> Edit:
-    """Inter-node collectives' transfer times scaled for an inter-node bandwidth ``factor``
-    times the measured one: by the cost model's ratio (:func:`network_ratio`) when ``cluster``
-    is given and can time the collective, else by ``1 / factor`` (bandwidth-bound)."""
+def network(jg: JobGraph, factor: float, cluster, *, model: bool = False, cluster_note: str = "") -> Edit:
+    """Inter-node collectives' transfer times scaled for an inter-node bandwidth ``factor`` times
+    the measured one: by ``1 / factor`` (bandwidth-bound: the measured time says how fast the
+    network was, the trace does not name it), or with ``model`` by the cost model's time ratio
+    on ``cluster`` (:func:`network_ratio`). Which groups span nodes: :func:`spans_nodes` with
+    the cluster's GPUs per node."""
     if factor <= 0:
         raise ConfigError(f"network factor must be > 0, got {factor}")
-    gpn = gpus_per_node or (cluster.gpus_per_node if cluster is not None else 8)
-    e = _base(jg, f"network-{factor:g}x")
-    how = {"model": 0, "1/F": 0}
+    gpn = cluster.gpus_per_node
+    world = world_size(jg)
+    e = base_edit(jg, f"network-{factor:g}x")
+    how = {"model": 0, "1/F": 0, "unknown": 0}
+    cache: dict = {}
 
-    def f(coll, b, gs):
-        if gs <= gpn:
+    def f(coll, b, gs, group, rt):
+        ranks = group_ranks_of(rt, group)
+        span = spans_nodes(ranks, gs, world, gpn)
+        if span is None:
+            how["unknown"] += 1
+        if not span:
             return None
-        r = network_ratio(coll, b, gs, factor, cluster) if cluster is not None else None
+        nodes = len({r // gpn for r in ranks}) if ranks else -(-gs // gpn)
+        key = (coll, b, gs, nodes)
+        if key not in cache:
+            cache[key] = network_ratio(coll, b, gs, nodes, factor, cluster) if model else None
+        r = cache[key]
         how["model" if r is not None else "1/F"] += 1
         return r if r is not None else 1.0 / factor
 
-    n = _scale_comm(jg, e, f)
-    src = f"{cluster.name} cost model" if cluster is not None else "no cluster"
-    e.note = (f"{n} inter-node collective(s) (group > {gpn} GPUs) with {factor:g}x inter-node bandwidth: "
-              f"{how['model']} scaled by the {src}'s time ratio, {how['1/F']} by 1/{factor:g} (size or type unknown)"
-              if n else f"no collective spans nodes (every group <= {gpn} GPUs): nothing changes")
+    n = len(scale_comm(jg, e, f))
+    if n:
+        parts = [f"{n} inter-node collective op(s) with {factor:g}x inter-node bandwidth"
+                 + (f": {how['model']} at the {cluster.name} cost model's time ratio, {how['1/F']} at 1/{factor:g}"
+                    if model else f" at 1/{factor:g} of their transfer time (bandwidth-bound)")]
+    else:
+        parts = [f"no collective spans nodes ({world} rank(s), {gpn} GPUs per node): nothing changes"]
+    if how["unknown"]:
+        parts.append(f"{how['unknown']} op(s) of groups of <= {gpn} GPUs whose ranks the trace does not list "
+                     f"assumed within one node")
+    if cluster_note:
+        parts.append(cluster_note)
+    e.note = "; ".join(parts)
     return e
 
 
@@ -264,175 +322,34 @@ def dma_ratio(collective: str, nbytes: float, group_size: int, cluster) -> float
     return dma / sm if sm > 0 else None
 
 
-def copy_engine(jg: JobGraph, cluster) -> Edit:
-    """No SM contention, and non-reducing intra-node collectives at the cost model's DMA/SM ratio."""
-    e = no_contention(jg)
-    e.name = "copy-engine"
-    note_c = e.note
-    n = _scale_comm(jg, e, lambda coll, b, gs: dma_ratio(coll, b, gs, cluster))
-    e.note = f"{n} collective(s) moved to copy engines ({cluster.name} cost model); {note_c}"
-    return e
-
-
-def _exposed(jg: JobGraph, t: np.ndarray) -> list[tuple[float, int]]:
-    """(exposed seconds, global node) of every communication op: the part of it no compute covers."""
-    from ccoverlap.sim.timeline import merge_intervals
-    from ccoverlap.trace.contention import covered_length
-
-    start, end = jg.intervals(t)
-    out = []
-    for nodes, rt in _gpu_rows(jg):
-        kind = rt.timeline.kind
-        comp = nodes[kind == "compute"]
-        cs, ce = merge_intervals(start[comp], end[comp])
-        comm = nodes[kind == "comm"]
-        if not len(comm):
-            continue
-        cov = covered_length(cs, ce, start[comm], end[comm])
-        for v, x in zip(comm.tolist(), (end[comm] - start[comm] - cov).tolist()):
-            out.append((x, v))
-    out.sort(reverse=True)
-    return out
-
-
-def centauri(jg: JobGraph, t: np.ndarray, *, k: int = 4, top: int = 5) -> Edit:
-    """Partition the ``top`` most exposed collectives into ``k`` chunks pipelined with their consumers."""
-    e = _base(jg, "centauri")
-    done = 0
-    coll_of = {m: (ci, j) for ci, c in enumerate(jg.collectives) for j, m in enumerate(c.members)}
-    seen = set()
-    new_src, new_dst, new_w = [], [], []
-    for x, v in _exposed(jg, t):
-        if done >= top or x <= 0:
-            break
-        if v in coll_of:
-            ci, j = coll_of[v]
-            if ci in seen:
-                continue
-            seen.add(ci)
-            c = jg.collectives[ci]
-            pairs = [(c.members[i], c.ends[i], c.barrier, c.xfer[i]) for i in range(len(c.members))]
-        else:
-            pairs = [(v, v, v, float(jg.dur[v]))]
-        for op, endn, startn, xf in pairs:
-            lat = _launch_latency(jg, op)
-            out_e = np.flatnonzero((jg.src == endn) & e.on & (jg.ekind != "coll"))
-            for ei in out_e:
-                d = int(jg.dst[ei])
-                if jg.kind[d] != GPU:
-                    continue
-                cdur = float(jg.dur[d])
-                e.on[ei] = False
-                # consumer after the first chunk, and its last chunk after the collective's end
-                new_src += [startn, endn]
-                new_dst += [d, d]
-                new_w += [xf / k + (k - 1) * lat, -cdur * (k - 1) / k + (k - 1) * lat]
-            if op == endn:
-                e.dur[op] = jg.dur[op] + (k - 1) * lat
-            else:
-                ci2 = coll_of[op][0]
-                xs = e.xfer.get(ci2, list(jg.collectives[ci2].xfer))
-                xs[coll_of[op][1]] = xf + (k - 1) * lat
-                e.xfer[ci2] = xs
-        done += 1
-    e.extra = (new_src, new_dst, new_w)
-    e.note = f"{done} most exposed collective(s) split into {k} chunks pipelined with their consumer"
-    return e
-
-
-def _launch_latency(jg: JobGraph, node: int) -> float:
-    for gi, g in enumerate(jg.ranks):
-        off = jg.offset[gi]
-        if off <= node < off + len(g.kind):
-            return float(g.inferred.get("launch_latency_us", 0.0)) * 1e-6
-    return 0.0
-
-
-def lagom_ratios(collective: str, nbytes: float, group_size: int, compute_s: float, cluster, cost=None):
-    """Lagom (lagom §3.4, :func:`ccoverlap.deciders.lagom.lagom_tune`) on the overlap group
-    "this collective beside ``compute_s`` seconds of computation" under the cost model.
-
-    Returns ``(comm ratio, compute ratio, note)``: the collective's and the computation's
-    times with Lagom's configuration / with NCCL's defaults (the configuration the measured
-    job ran, assumed), or None when the group cannot be built (unknown size, a collective the
-    cost model does not have, a group size that does not tile the nodes)."""
-    from ccoverlap.cost import CostModel
-    from ccoverlap.cost.params import default_params
-    from ccoverlap.deciders.lagom import lagom_tune
-    from ccoverlap.deciders.nccl_tuning import nccl_default_configs
-    from ccoverlap.deciders.overlap_group import Computation, OverlapCollective, OverlapGroup
-    from ccoverlap.deciders.profiler import SimulatedProfiler
-    from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, GroupSpec
-
-    if collective not in COLLECTIVES or nbytes <= 0 or group_size < 2 or compute_s <= 0:
-        return None
+def copy_engine(jg: JobGraph, cluster, cluster_note: str = "") -> Edit:
+    """Non-reducing intra-node collectives that run faster on copy engines moved there, and the
+    compute beside them without contention (see the module docstring)."""
+    world = world_size(jg)
     gpn = cluster.gpus_per_node
-    local = group_size if group_size <= gpn else gpn
-    if group_size % local:
-        return None
-    try:
-        cl = cluster.with_nodes(max(1, group_size // local)) if group_size > gpn else cluster
-        cost = cost or CostModel(cl, default_params(cl.gpu))
-        spec = CollectiveSpec(collective=collective, bytes=nbytes, group=GroupSpec(name="replay", size=group_size,
-                                                                                 local_size=local))
-        group = OverlapGroup(name="replay", computations=(Computation(name="overlapped compute",
-                                                                      duration_s=compute_s),),
-                             collectives=(OverlapCollective(name="c", spec=spec),), cluster=cl)
-        prof = SimulatedProfiler(group, cost)
-        defaults = nccl_default_configs(group)
-        base = prof.profile(defaults)
-        tuned = lagom_tune(group, prof, start=defaults).result
-    except (ConfigError, ValueError, ZeroDivisionError):
-        return None
-    if base.comm_times_s[0] <= 0 or base.compute_time_s <= 0:
-        return None
-    return tuned.comm_times_s[0] / base.comm_times_s[0], tuned.compute_time_s / base.compute_time_s
+    e = base_edit(jg, "copy-engine")
+    slower = []
 
+    def f(coll, b, gs, group, rt):
+        if spans_nodes(group_ranks_of(rt, group), gs, world, gpn):
+            return None
+        r = dma_ratio(coll, b, gs, cluster)
+        if r is not None and r >= 1.0:
+            slower.append(r)
+        return r if r is not None and r < 1.0 else None
 
-def lagom(jg: JobGraph, t: np.ndarray, cluster, *, max_groups: int = 6) -> Edit:
-    """NCCL resources retuned by Lagom for the overlap groups of the trace: each collective with
-    the compute kernels that ran >= half beside it; its transfer time and those kernels'
-    durations scaled by Lagom's tuned / default ratios from the cost model (one tuning per
-    distinct (collective, bytes, group size), the largest ``max_groups``)."""
-    e = _base(jg, "lagom")
-    start, end = jg.intervals(t)
-    coll_of = {m: (ci, j) for ci, c in enumerate(jg.collectives) for j, m in enumerate(c.members)}
-    groups: dict[tuple, list] = {}
-    for nodes, rt in _gpu_rows(jg):
-        kind = rt.timeline.kind
-        comp = nodes[kind == "compute"]
-        cs, ce = start[comp], end[comp]
-        cd = ce - cs
-        for i in np.flatnonzero(kind == "comm"):
-            v = int(nodes[i])
-            a, b = start[v], end[v]
-            ov = np.clip(np.minimum(ce, b) - np.maximum(cs, a), 0, None)
-            beside = comp[(cd > 0) & (ov >= 0.5 * cd)]
-            if not len(beside):
-                continue
-            key = (str(rt.timeline.collective[i]), float(rt.timeline.bytes[i]), int(rt.group_size[i]))
-            groups.setdefault(key, []).append((v, beside))
-    tuned = 0
-    cache = {}
-    for key in sorted(groups, key=lambda k: -sum(float(end[v] - start[v]) for v, _ in groups[k]))[:max_groups]:
-        v0, beside0 = max(groups[key], key=lambda x: float(end[x[0]] - start[x[0]]))
-        r = lagom_ratios(*key, float(np.sum(jg.dur[beside0])), cluster)
-        if r is None:
-            continue
-        cache[key] = r
-        rx, ry = r
-        for v, beside in groups[key]:
-            e.dur[beside] = e.dur[beside] * ry
-            if v in coll_of:
-                ci, j = coll_of[v]
-                xs = e.xfer.get(ci, list(jg.collectives[ci].xfer))
-                xs[j] = jg.collectives[ci].xfer[j] * rx
-                e.xfer[ci] = xs
-            else:
-                e.dur[v] = jg.dur[v] * rx
-        tuned += 1
-    desc = ", ".join(f"{k[0]} {k[1] / 2**20:.1f} MiB x{k[2]}: comm x{v[0]:.2f}, compute x{v[1]:.2f}"
-                     for k, v in cache.items())
-    e.note = (f"{tuned} overlap group(s) retuned ({cluster.name} cost model; {desc})" if tuned else
-              "no overlap group the cost model can tune (no compute beside a sized collective)")
+    moved = scale_comm(jg, e, f)
+    beside: dict[int, list[int]] = {}
+    for v in moved:
+        gi = jg.rank_of(v)
+        beside.setdefault(jg.ranks[gi].rank, []).append(v - jg.offset[gi])
+    if beside:
+        c = no_contention(jg, beside)
+        e.dur = np.minimum(e.dur, c.dur)
+        note_c = c.note
+    else:
+        note_c = "no compute beside them to relieve"
+    e.note = (f"{len(moved)} collective op(s) moved to copy engines ({cluster.name} cost model); {note_c}"
+              + (f"; {len(slower)} kept on SMs (slower on copy engines)" if slower else "")
+              + (f"; {cluster_note}" if cluster_note else ""))
     return e

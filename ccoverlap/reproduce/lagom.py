@@ -15,6 +15,8 @@
   heaviest group with one all-gather beside computations; ``multi-comm`` = the heaviest
   group with a reduce-scatter), run with NCCL's defaults and with the configurations of
   ``configs`` applied to the collectives of the types they name; the ratio of makespans.
+  The detail also gives what Lagom's own search (:func:`~ccoverlap.deciders.lagom.lagom_tune`)
+  chooses for the whole group, for comparison.
 * ``contention``: a GEMM beside a collective (lagom §3.2, Fig. 3): the GEMM's time with the
   collective at ``baseline`` channels over its time at ``method`` channels.
 
@@ -131,6 +133,7 @@ def _pick_group(groups, pattern: str):
 
 
 def _group_case(case: Case) -> Outcome:
+    from ccoverlap.deciders.lagom import lagom_tune
     from ccoverlap.deciders.nccl_tuning import nccl_default_configs
     from ccoverlap.deciders.overlap_group import overlap_groups_from_step
     from ccoverlap.deciders.profiler import SimulatedProfiler
@@ -150,9 +153,13 @@ def _group_case(case: Case) -> Outcome:
         if over is not None:
             cfgs[j] = replace(cfgs[j], channels=int(over["nc"]), chunk_bytes=_bytes(over["chunk"]))
     base, new = prof.profile(base_cfgs), prof.profile(cfgs)
+    own = lagom_tune(g, prof)
+    chosen = ", ".join(f"{c.spec.collective} NC={k.channels} C={k.chunk_bytes // 1024} KiB"
+                       for c, k in zip(g.collectives, own.configs))
     detail = (f"{g.describe()}; Z {base.makespan_s * 1e3:.2f} -> {new.makespan_s * 1e3:.2f} ms, "
               f"Y {base.compute_time_s * 1e3:.2f} -> {new.compute_time_s * 1e3:.2f} ms, "
-              f"X {base.comm_time_s * 1e3:.2f} -> {new.comm_time_s * 1e3:.2f} ms")
+              f"X {base.comm_time_s * 1e3:.2f} -> {new.comm_time_s * 1e3:.2f} ms; Lagom's own choice "
+              f"({chosen}): {base.makespan_s / own.result.makespan_s:.2f}x")
     return Outcome(ours_speedup=base.makespan_s / new.makespan_s, detail=detail)
 
 

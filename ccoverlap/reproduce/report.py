@@ -18,8 +18,9 @@ def summary_lines(result: SuiteResult) -> list[str]:
     s = result.summary()
     lines = []
     for paper, c in s["papers"].items():
+        fit = f"; {c['fit']} fit case{'s' if c['fit'] != 1 else ''}, not counted" if c["fit"] else ""
         lines.append(f"{paper}: {c['matches']} of {c['expressible']} expressible comparisons within "
-                     f"{TOLERANCE:.0%} of the paper's gain ({c['cases']} cases; headline "
+                     f"{TOLERANCE:.0%} of the paper's gain ({c['cases']} cases{fit}; headline "
                      f"{c['headline_matches']} of {c['headline_cases']})")
     a = s["all"]
     share = f" ({a['share']:.0%})" if a["share"] is not None else ""
@@ -36,7 +37,7 @@ def print_table(result: SuiteResult, console) -> None:
     for col, justify in (("paper", "left"), ("case", "left"), ("source", "left"), ("method / baseline", "left"),
                          ("paper", "right"), ("ours", "right"), ("gain ratio", "right"), ("verdict", "left")):
         table.add_column(col, justify=justify, overflow="fold")
-    styles = {"match": "green", "miss": "red", "error": "bold red"}
+    styles = {"match": "green", "miss": "red", "error": "bold red", "fit": "dim"}
     for r in result.rows:
         d = r.to_dict()
         table.add_row(d["paper"], d["id"] + (" *" if d["headline"] else ""), d["source"],

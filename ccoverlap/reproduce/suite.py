@@ -44,8 +44,10 @@ class Case(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True
     ``paper_speedup``: method time over baseline time inverted (throughput ratio, > 1 means
     the method is faster), as the paper states it; ``None`` when the paper gives no number.
     ``expressible``: False (with ``why_not``) for a comparison ccoverlap cannot model;
-    it is listed, never counted. ``spec``: what the paper's evaluator needs (a workload
-    config, a GEMM shape, ...), checked by that evaluator."""
+    it is listed, never counted. ``fit``: True for a case whose figure a model parameter was
+    fitted on (the parameter's source names it); it is computed and shown with the verdict
+    ``fit``, never counted, since it matches by construction. ``spec``: what the paper's
+    evaluator needs (a workload config, a GEMM shape, ...), checked by that evaluator."""
 
     id: str
     setting: str
@@ -57,6 +59,7 @@ class Case(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True
     headline: bool = False
     expressible: bool = True
     why_not: str = ""
+    fit: bool = False
     spec: dict[str, Any] = msgspec.field(default_factory=dict)
     paper: str = ""
 
@@ -86,7 +89,9 @@ class Row:
 
     @property
     def expressible(self) -> bool:
-        return self.case.expressible and self.case.paper_speedup is not None and self.error == ""
+        """Counted: the case is expressible, not a fit case, has the paper's figure and ran."""
+        return (self.case.expressible and not self.case.fit and self.case.paper_speedup is not None
+                and self.error == "")
 
     @property
     def gain_ratio(self) -> float | None:
@@ -110,6 +115,8 @@ class Row:
             return "error"
         if not self.case.expressible:
             return "not expressible"
+        if self.case.fit:
+            return "fit"
         m = self.matches
         return "n/a" if m is None else ("match" if m else "miss")
 
@@ -131,7 +138,7 @@ class SuiteResult:
         """Counts over all papers and per paper: cases, expressible, matches, headline matches."""
         def count(rows: list[Row]) -> dict:
             expr = [r for r in rows if r.expressible]
-            return {"cases": len(rows), "expressible": len(expr),
+            return {"cases": len(rows), "expressible": len(expr), "fit": sum(1 for r in rows if r.case.fit),
                     "matches": sum(1 for r in expr if r.matches),
                     "share": (sum(1 for r in expr if r.matches) / len(expr)) if expr else None,
                     "headline_matches": sum(1 for r in expr if r.case.headline and r.matches),

@@ -216,7 +216,8 @@ class RankMetrics:
 
 def rank_metrics(tl: Timeline, rank: int, *, window: tuple[float, float] | None = None) -> RankMetrics:
     """Metrics of ``rank`` on ``tl`` (optionally clipped to ``window`` = (start_s, end_s))."""
-    t = tl.for_rank(rank)
+    mine = tl.rank == rank
+    t = tl if mine.all() else tl.select(mine)   # one rank's timeline (a trace's) is read, not copied
     if window is not None:
         t = t.clip(*window)
     if len(t) == 0:

@@ -18,7 +18,6 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -29,8 +28,9 @@ from ccoverlap.trace.collectives import CollectiveStats, busbw_factor
 from ccoverlap.trace.combine import analyze_job
 from ccoverlap.trace.contention import Contention
 from ccoverlap.trace.dimensions import DimensionStats
-from ccoverlap.trace.engine import local_engine
+from ccoverlap.trace.engine import make_engine
 from ccoverlap.trace.ranks import CrossRank
+from ccoverlap.trace.sources import size as source_size
 from ccoverlap.trace.steps import StepRanges, parse_steps
 from ccoverlap.trace.summary import JobContext, RankSummary
 from ccoverlap.trace.verdict import Verdict
@@ -94,10 +94,12 @@ class Analysis:
     def comm_kernels(self) -> list[dict]:
         """Every analysed communication kernel (gloo op on CPU): rank, collective, group, size, start,
         duration, its own algbw / busbw in bytes/s (nccl-tests definitions) and where the size came from."""
-        return _comm_kernels(self)
+        return [json_ready(row) for row in comm_kernel_rows(self)]
 
-    def to_dict(self) -> dict:
-        """One JSON-ready object (``inf``/``nan`` become null)."""
+    def to_dict(self, comm_kernels: object = None) -> dict:
+        """One JSON-ready object (``inf``/``nan`` become null). ``comm_kernels``: put this value
+        in place of the list of :meth:`comm_kernels` (a writer that streams the rows, one per
+        analysed communication kernel of the job, passes a placeholder)."""
         ranks = []
         for m, rt in zip(self.metrics, self.ranks):
             d = {"rank": m.rank}
@@ -125,16 +127,16 @@ class Analysis:
             "per_step": steps,
             "collectives": [c.as_dict() for c in self.collectives],
             "dimensions": [d.as_dict() for d in self.dimensions],
-            "comm_kernels": self.comm_kernels(),
+            "comm_kernels": self.comm_kernels() if comm_kernels is None else comm_kernels,
             "cross_rank": self.cross.as_dict(),
             "contention": self.contention.as_dict(),
             "verdict": self.verdict.as_dict(),
         }
-        return _clean(doc)
+        return json_ready(doc)
 
 
-def _comm_kernels(a: Analysis) -> list[dict]:
-    rows_out = []
+def comm_kernel_rows(a: Analysis):
+    """The rows of :meth:`Analysis.comm_kernels`, one at a time, before :func:`json_ready`."""
     for rt in a.ranks:
         tl = rt.comm
         if not len(tl):
@@ -147,19 +149,20 @@ def _comm_kernels(a: Analysis) -> list[dict]:
             dur = en - st
             alg = b / dur if b > 0 and dur > 0 else None
             f = busbw_factor(c, int(gs)) if gs else None
-            rows_out.append({"rank": rt.rank, "name": str(name), "collective": c, "group": g,
-                             "group_desc": (pg.get(str(g)) or {}).get("desc"), "group_size": int(gs),
-                             "step": int(step), "start_s": st, "dur_s": dur, "bytes": b,
-                             "size_source": ss or None, "algbw": alg,
-                             "busbw": alg * f if alg is not None and f is not None else None})
-    return rows_out
+            yield {"rank": rt.rank, "name": str(name), "collective": c, "group": g,
+                   "group_desc": (pg.get(str(g)) or {}).get("desc"), "group_size": int(gs),
+                   "step": int(step), "start_s": st, "dur_s": dur, "bytes": b,
+                   "size_source": ss or None, "algbw": alg,
+                   "busbw": alg * f if alg is not None and f is not None else None}
 
 
-def _clean(x):
+def json_ready(x):
+    """``x`` with numpy integers as ints, floats to 12 significant digits (no 1e-17 noise), inf /
+    nan as None, tuples as lists and dict keys as strings."""
     if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
+        return {str(k): json_ready(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [json_ready(v) for v in x]
     if isinstance(x, (np.integer,)):
         return int(x)
     if isinstance(x, (float, np.floating)):
@@ -170,15 +173,18 @@ def _clean(x):
 
 def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", time_resolution: str = "hta",
             jobs: int | None = None, min_samples: int = 3, groups: dict[str, str] | None = None,
-            engine=None, picture: bool = False, png_step: int | None = None) -> Analysis:
+            engine=None, address: str | None = None, picture: bool = False,
+            png_step: int | None = None) -> Analysis:
     """Analyse the traces under ``paths`` (files or directories; one file per rank).
 
     ``steps``: ``"hta"`` (HolisticTraceAnalysis' default window), ``"all"``, or ``"3,4"`` /
     ``"3-5"`` (see :mod:`ccoverlap.trace.steps`). ``time_resolution``: ``"hta"`` rounds
     sub-µs timestamps inward to whole µs as HTA does (start up, end down); ``"exact"`` keeps
-    them. ``engine``: what runs the per-rank work (:mod:`ccoverlap.trace.engine`); default a
-    pool of ``jobs`` processes (default: one per CPU when there are two or more files totalling
-    at least 2 MiB, else this process). ``picture``: also keep one step's intervals of the first
+    them. ``engine``: what runs the per-rank work (:mod:`ccoverlap.trace.engine`): an engine
+    object, ``"ray"`` (the Ray cluster at ``address``, default one started on this machine) or
+    ``"local"`` / None: a pool of ``jobs`` processes (default: one per CPU when there are two or
+    more files totalling at least 2 MiB, else this process). ``paths`` may be fsspec URLs
+    (:mod:`ccoverlap.trace.sources`). ``picture``: also keep one step's intervals of the first
     16 ranks for :func:`ccoverlap.trace.report.write_png` (``png_step``, default the first
     analysed). Raises :class:`TraceError` when nothing could be analysed and
     :class:`ConfigError` for a bad ``steps`` / ``time_resolution``. ``groups``: process group ->
@@ -188,18 +194,15 @@ def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", ti
     if time_resolution not in ("hta", "exact"):
         raise ConfigError(f"time resolution must be 'hta' or 'exact', got {time_resolution!r}")
     files, problems = _load.discover(list(paths))
-    if engine is None:
-        engine = local_engine(len(files), sum(_size(f) for f in files), jobs)
+    if engine is None or isinstance(engine, str):
+        local = engine in (None, "local")
+        engine = make_engine(engine, address=address, n_items=len(files), jobs=jobs,
+                             total_bytes=sum(source_size(f) for f in files) if local else 0)
     ctx = JobContext(steps=spec, time_resolution=time_resolution, groups=groups, min_samples=min_samples,
                      lanes=picture, lanes_step=png_step)
     return analyze_job(files, ctx, engine, problems, png_step=png_step, picture=picture)
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 COMPARE_KEYS = ("step_time_s", "compute_s", "comm_s", "overlap_ratio", "exposed_comm_s", "compute_only_s",
@@ -241,7 +244,7 @@ def compare(a: Analysis, b: Analysis) -> dict:
         coll_rows.append({"metric": f"{name} mean time_s", "a": x, "b": y,
                           "diff": (y - x) if x is not None and y is not None else None,
                           "ratio": (y / x) if x and y is not None else None})
-    return _clean({"job": rows(mean_over(pa), mean_over(pb)),
+    return json_ready({"job": rows(mean_over(pa), mean_over(pb)),
                    "ranks": {r: rows(pa[r], pb[r]) for r in common},
                    "collectives": coll_rows,
                    "only_in_a": sorted(set(pa) - set(pb)), "only_in_b": sorted(set(pb) - set(pa))})

@@ -456,15 +456,19 @@ class Columns:
 
     # ------------------------------------------------------------------ result
     def finish(self) -> dict:
-        """Every column as one numpy array, rows in file order (keys ``k_*``, ``c_*``, ``l_*``)."""
+        """Every column as one numpy array, rows in file order (keys ``k_*``, ``c_*``, ``l_*``). Each
+        column's batches are dropped as soon as it is joined, so the peak is the columns plus one
+        column's copy, not twice the columns. Called once."""
         out = {}
         for prefix, cols in (("k", self.k), ("c", self.c), ("l", self.l)):
             order = np.argsort(np.concatenate(cols["seq"]), kind="stable") if cols["seq"] else None
+            cols["seq"].clear()
             for key, parts in cols.items():
                 if key == "seq":
                     continue
                 dt = np.float64 if key in ("ts", "dur") else (bool if key == "annot" else np.int64)
                 arr = np.concatenate(parts).astype(dt, copy=False) if parts else np.empty(0, dtype=dt)
+                parts.clear()
                 if order is not None and len(arr) == len(order):
                     arr = arr[order]
                 out[f"{prefix}_{key}"] = arr

@@ -50,6 +50,7 @@ from ccoverlap.trace.columns import (  # noqa: F401
 from ccoverlap.trace.jsonstream import COMM_ARG_FIELDS as COMM_ARG_KEYS  # noqa: F401
 from ccoverlap.trace.jsonstream import EventStream, StreamError, Truncated
 from ccoverlap.trace.rank_assign import assign_ranks, rank_from_meta  # assign_ranks: re-exported
+from ccoverlap.trace.sources import Source, as_source, discover_url, file_name, is_url, open_binary
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 HEADER_KEYS = ("distributedInfo", "deviceProperties", "displayTimeUnit", "baseTimeNanoseconds",
@@ -118,15 +119,21 @@ class RawTrace:
 
 # ----------------------------------------------------------------------------- files
 
-def discover(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
-    """Trace files named by ``paths`` (files, or directories searched one level deep).
+def discover(paths: Sequence[str | Path]) -> tuple[list[Source], list[str]]:
+    """Trace files named by ``paths`` (files, or directories searched one level deep; URLs
+    - an object or a prefix - through fsspec, see :mod:`ccoverlap.trace.sources`).
 
     Returns ``(files, problems)``; a path that does not exist or a directory without
     ``*.json``/``*.json.gz`` files is a problem (one line naming it), not an exception.
     """
-    files: list[Path] = []
+    files: list[Source] = []
     problems: list[str] = []
     for p in paths:
+        if is_url(p):
+            found, why = discover_url(p, TRACE_SUFFIXES)
+            files.extend(found)
+            problems.extend(why)
+            continue
         path = Path(p)
         if path.is_dir():
             found = sorted(f for f in path.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
@@ -137,10 +144,10 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
             files.append(path)
         else:
             problems.append(f"{path}: {_why_not_there(path)}")
-    seen: set[Path] = set()
+    seen: set = set()
     unique = []
     for f in files:
-        key = f.resolve()
+        key = f if is_url(f) else f.resolve()
         if key not in seen:
             seen.add(key)
             unique.append(f)
@@ -165,23 +172,23 @@ def _why_not_there(path: Path) -> str:
     return "not a regular file or directory (a device, socket or pipe?)"
 
 
-def _open(path: Path):
+def _open(path: Source):
     """A binary stream of the JSON text (gunzipped when the file is gzip), checked up front."""
     try:
-        with open(path, "rb") as fh:
+        with open_binary(path) as fh:
             head = fh.read(2)
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if not head:
         raise TraceError(f"{path}: file is empty")
     if head == b"\x1f\x8b":
-        return gzip.open(path, "rb")
-    if path.name.endswith(".gz"):
+        return open_binary(path, gzipped=True)
+    if file_name(path).endswith(".gz"):
         raise TraceError(f"{path}: named .gz but is not gzip-compressed (first bytes {head!r})")
-    return open(path, "rb")
+    return open_binary(path)
 
 
-def _sniff(path: Path) -> None:
+def _sniff(path: Source) -> None:
     """Reject at once what is not JSON text at all (one clear line naming the first bytes)."""
     with _open(path) as fh:
         first = b""
@@ -219,7 +226,7 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: boo
     ``keep_runtime`` also keeps what ``ccoverlap replay`` needs: the name and duration of every
     launch (``l_nid``/``l_dur``) and the wait args of ``cuda_sync`` events.
     """
-    path = Path(path)
+    path = as_source(path)
     try:
         _sniff(path)
         raw = _parse_events(path, keep_cpu_ops, keep_runtime)
@@ -242,7 +249,7 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: boo
     return raw
 
 
-def _parse_events(path: Path, keep_cpu_ops: bool = True, keep_runtime: bool = False) -> RawTrace:
+def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = False) -> RawTrace:
     cols = Columns(keep_runtime=keep_runtime)
     with _open(path) as fh:
         es = EventStream(fh)

@@ -9,8 +9,9 @@ cannot belong to the same job, with one message per file.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ccoverlap.trace.sources import file_name
 
 if TYPE_CHECKING:
     from ccoverlap.trace.load import RawTrace
@@ -42,7 +43,7 @@ def rank_from_meta(raw: RawTrace) -> None:
             raw.rank_source = "distributedInfo"
             return
     m = None
-    for m in _RANK_IN_NAME.finditer(raw.path.name):
+    for m in _RANK_IN_NAME.finditer(file_name(raw.path)):
         pass
     if m is not None:
         raw.rank = int(m.group(1))
@@ -70,7 +71,7 @@ def _why(r, world: int | None) -> str:
 
 def _name_rank(r) -> int | None:
     m = None
-    for m in _RANK_IN_NAME.finditer(Path(str(r.path)).name):
+    for m in _RANK_IN_NAME.finditer(file_name(r.path)):
         pass
     return int(m.group(1)) if m is not None else None
 

@@ -15,7 +15,7 @@ from typing import IO
 
 import numpy as np
 
-from ccoverlap.trace.analyze import Analysis
+from ccoverlap.trace.analyze import Analysis, comm_kernel_rows, json_ready
 from ccoverlap.trace.ranks import MAX_CLOCK_SPREAD_S
 
 MAX_LANE_RANKS = 16
@@ -176,12 +176,30 @@ def _ranges(ranks: list[int]) -> str:
     return f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
 
 
+#: stands for the ``comm_kernels`` list while the rest of the object is encoded
+_ROWS = "\0comm_kernels\0"
+#: one row as ``json.dumps(..., indent=2)`` writes a flat object two levels deep, from the C encoder
+_ROW_SEP = ",\n      "
+
+
 def write_json(a: Analysis, file: IO, extra: dict | None = None) -> None:
-    """The analysis as one JSON object (strict JSON: no NaN / Infinity)."""
-    doc = a.to_dict()
+    """The analysis as one JSON object (strict JSON: no NaN / Infinity), as ``json.dump(a.to_dict(),
+    indent=2)`` writes it. The ``comm_kernels`` rows - one per communication kernel of the job,
+    the bulk of a large job's output - are encoded and written one at a time (each a flat object,
+    by the standard library's C encoder), never held as one list."""
+    doc = a.to_dict(comm_kernels=_ROWS)
     if extra:
         doc.update(extra)
-    json.dump(doc, file, indent=2, allow_nan=False)
+    key = '"comm_kernels": '
+    head, _, tail = json.dumps(doc, indent=2, allow_nan=False).partition(key + json.dumps(_ROWS))
+    file.write(head + key)
+    sep = "[\n    "
+    for row in comm_kernel_rows(a):
+        text = json.dumps(json_ready(row), separators=(_ROW_SEP, ": "), allow_nan=False)
+        file.write(sep + "{\n      " + text[1:-1] + "\n    }")
+        sep = ",\n    "
+    file.write("[]" if sep.startswith("[") else "\n  ]")
+    file.write(tail)
     file.write("\n")
 
 

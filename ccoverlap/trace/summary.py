@@ -39,6 +39,7 @@ from ccoverlap.trace import load as _load
 from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
 from ccoverlap.trace.contention import covered_length, rank_samples
 from ccoverlap.trace.dimensions import apply_cpu_groups, cpu_thread_calls, rank_dimension_parts
+from ccoverlap.trace.sources import as_source
 from ccoverlap.trace.steps import assign_steps, selection_mask, step_rows, step_windows
 
 
@@ -132,7 +133,7 @@ def summarize_rank(source: str | Path, ctx: JobContext | None = None) -> RankSum
     Never raises for a bad file: the summary's ``error`` holds the one-line reason.
     """
     ctx = ctx or JobContext()
-    path = Path(source)
+    path = as_source(source)
     try:
         raw = _load.load_trace(path, keep_cpu_ops=False)
     except TraceError as exc:
@@ -177,7 +178,7 @@ def _measure(rt: RankTrace, ctx: JobContext, out: RankSummary) -> None:
     tl = rt.timeline
     out.rows = int(mask.sum())
     out.first_start_s = float(tl.start_s[mask].min()) if out.rows else None
-    sel = tl.select(mask)
+    sel = tl if out.rows == len(tl) else tl.select(mask)   # no copy of every row when all are analysed
     out.metrics = rank_metrics(sel, rt.rank)
     by_step = step_rows(rt, mask)
     for s, window in step_windows(rt, mask).items():

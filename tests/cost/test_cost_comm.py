@@ -164,6 +164,35 @@ def test_default_config_follows_nccl_defaults():
     assert default_comm_config("all_reduce", TWO_NODES, A40, nbytes=8 * MiB).protocol != "ll128"
 
 
+def test_ll128_only_where_nccl_enables_it_by_default():
+    """NCCL v2.18.3 (tuning.cc) enables LL128 on compute capability 7.0/8.0/9.0 with NVLink
+    rings only: on the A40 (8.6) it is off even on Lagom's NVLink cluster, whose bridges join
+    pairs, and a ring over more than a pair crosses PCIe anyway."""
+    from ccoverlap.cost.comm import allowed_protocols, ll128_enabled
+
+    a40_nvl = CLUSTERS["a40-nvlink"]
+    assert a40_nvl.gpu.ll128_default is False and H100.gpu.ll128_default is True
+    mid = 32 * MiB  # where LL128 beats Simple by this model when it is allowed
+    assert default_comm_config("all_gather", NODE8, H100, nbytes=mid).protocol == "ll128"
+    for group in (NODE8, TWO_NODES):
+        assert not ll128_enabled(group, a40_nvl)
+        assert "ll128" not in allowed_protocols(group, a40_nvl)
+        cfg = default_comm_config("all_gather", group, a40_nvl, nbytes=mid)
+        assert (cfg.channels, cfg.chunk_bytes, cfg.protocol) == (8, 2 * MiB, "simple")  # lagom §4.3
+    # a GPU where NCCL does test LL128, on NVLink pairs: one bridged pair qualifies, a ring
+    # over four pairs (PCIe between them) does not
+    sm80_pairs = dataclasses.replace(a40_nvl, gpu=dataclasses.replace(a40_nvl.gpu, ll128_default=True))
+    assert ll128_enabled(GroupSpec(name="p", size=2, local_size=2), sm80_pairs)
+    assert not ll128_enabled(NODE8, sm80_pairs)
+    # the tuners search only what NCCL enables
+    from ccoverlap.deciders.nccl_tuning import TuningSpace, implementation_candidates
+
+    protos = {p for _, p in implementation_candidates(coll("all_gather", mid), a40_nvl, TuningSpace())}
+    assert protos == {"simple", "ll"}
+    protos = {p for _, p in implementation_candidates(coll("all_gather", mid), H100, TuningSpace())}
+    assert "ll128" in protos
+
+
 # ------------------------------------------------------------------ topology
 
 def test_flat_ring_across_nodes_is_bound_by_the_node_nics():

@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 from ccoverlap.replay import whatif as W
-from ccoverlap.replay.core import load_job
+from ccoverlap.replay.core import gpu_times, load_job
+from ccoverlap.replay.graph import EDGE_KINDS
 from ccoverlap.replay.run import replay
 
+from .conftest import SHARED
 from .synth import Rank, allreduce_args, two_rank_job
 
 US = 1e-6
@@ -28,12 +30,14 @@ def _step1(res_scn, rank=None):
 
 def test_dependency_kinds_found(tmp_path):
     job = load_job([str(p) for p in two_rank_job(tmp_path)], steps="all")
-    for g in job.graph.ranks:
+    for gi, g in enumerate(job.graph.ranks):
         inf = g.inferred
         assert inf["cross_stream_inferred_from_timing"] == 2          # C waits for A, B for C
         assert inf["host_sync_blocking_calls"] == 1                   # cudaDeviceSynchronize
         assert abs(inf["launch_latency_us"] - 10.0) < 1e-6            # A and D: 10 µs after launch
-        kinds = set(g.ekind)
+        off = job.graph.offset[gi]
+        own = (job.graph.dst >= off) & (job.graph.dst < off + g.n_nodes)
+        kinds = {EDGE_KINDS[k] for k in job.graph.ekind[own]}
         assert {"cpu", "launch", "stream", "xstream", "sync"} <= kinds
     assert len(job.graph.collectives) == 1                             # matched across the two ranks
     c = job.graph.collectives[0]
@@ -71,16 +75,16 @@ def test_comm_hidden(tmp_path):
 def test_network_cross_rank(tmp_path):
     # group of 16 GPUs: inter-node; 2x faster network -> transfer 200 µs, C ends 1710 on both ranks
     paths = [str(p) for p in two_rank_job(tmp_path, group_size=16)]
-    res = replay(paths, steps="all", whatifs=["network-2x", "network-0.5x"])
+    res = replay(paths, steps="all", whatifs=["network-2x", "network-0.5x"], keep_times=True)
     fast, slow = res.whatifs
     assert _step1(fast, 0) == pytest.approx((2925 - 200) * US)
     assert _step1(fast, 1) == pytest.approx((2925 - 200) * US)
     assert _step1(slow, 0) == pytest.approx((2925 + 400) * US)
     # the slower rank 1 still sets the end of the collective on rank 0
     ends = {}
-    for r, rt in fast.measured.rts.items():
-        tl = rt.timeline
-        ends[r] = float(tl.end_s[tl.kind == "comm"][0])
+    for r, e in gpu_times(res.job, fast.times, fast.dur)[1].items():
+        kind = res.job.rts[r].timeline.kind
+        ends[r] = float(e[kind == "comm"][0])
     assert ends[0] == pytest.approx(ends[1])
 
 
@@ -114,17 +118,19 @@ def test_no_contention_and_whole_window(tmp_path):
 def test_copy_engine_scales_by_cost_model(tmp_path):
     from ccoverlap.catalog.hardware import get_cluster
 
-    res = replay([str(_contention_trace(tmp_path))], whatifs=["copy-engine"], cluster="dgx-h100")
+    res = replay([str(_contention_trace(tmp_path))], whatifs=["copy-engine"], cluster="dgx-h100", keep_times=True)
     s = res.whatifs[0]
     ratio = W.dma_ratio("all_gather", 8 * 4 * (1 << 20), 8, get_cluster("dgx-h100"))
     assert ratio is not None
-    tl = s.measured.rts[0].timeline
-    comm = tl.kind == "comm"
-    assert float((tl.end_s - tl.start_s)[comm][0]) == pytest.approx(390 * US * ratio)
+    comm = res.job.rts[0].timeline.kind == "comm"
+    starts, ends = gpu_times(res.job, s.times, s.dur)
+    assert float((ends[0] - starts[0])[comm][0]) == pytest.approx(390 * US * ratio)
     assert W.dma_ratio("all_reduce", 1e6, 8, get_cluster("dgx-h100")) is None    # reductions stay on SMs
 
 
 def test_centauri(tmp_path):
+    from ccoverlap.deciders.centauri_rules import MAX_CHUNKS
+
     # A 10-1010 (launch 0); C all-gather 1010-1410 (launch 1000, 10 µs latency); B 1410-2210 waits for C
     k = Rank(0, 1)
     k.launch("gemm_A", 0.0, 7, 10.0, 1000.0)
@@ -134,9 +140,12 @@ def test_centauri(tmp_path):
     k.launch("gemm_B", 1005.0, 7, 1410.0, 800.0)
     res = replay([str(k.write(tmp_path / "rank-0.json"))], whatifs=["centauri"])
     s = res.whatifs[0]
-    # k=4, latency 10 µs: B starts at 1010 + 400/4 + 3*10 = 1140, ends 1940; window 10..1940
+    # Centauri's Algorithm 1: no independent compute beside C -> MAX_CHUNKS (8) chunks; latency 10 µs:
+    # B starts at 1010 + 400/8 + 7*10 = 1130, ends 1930; window 10..1930
+    assert MAX_CHUNKS == 8
     assert res.replay.step_time_s == pytest.approx(2200 * US)
-    assert s.step_time_s == pytest.approx(1930 * US)
+    assert s.step_time_s == pytest.approx(1920 * US)
+    assert "in 8 chunks" in s.note and "applied 1" in s.note
 
 
 def test_cross_stream_from_cuda_sync_args(tmp_path):
@@ -158,7 +167,7 @@ def test_chrome_trace_reads_back(tmp_path):
     from ccoverlap.trace.analyze import analyze
 
     paths = [str(p) for p in two_rank_job(tmp_path, group_size=16)]
-    res = replay(paths, steps="all", whatifs=["network-2x"])
+    res = replay(paths, steps="all", whatifs=["network-2x"], keep_times=True)
     for s in [res.replay] + res.whatifs:
         out = write_chrome(res, s, tmp_path / "out" / s.name)
         a = analyze([str(p) for p in out], steps="all")
@@ -203,7 +212,6 @@ def test_cli_json(tmp_path):
     assert (tmp_path / "o" / "no-comm" / "rank-1.json.gz").exists()
 
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="../shared/traces not present")
@@ -215,22 +223,44 @@ def test_real_traces_fidelity(name):
         assert abs(row["error_pct"]) <= 3.0
 
 
-def test_lagom_scales_group_by_tuned_ratio(tmp_path):
-    from ccoverlap.catalog.hardware import get_cluster
-
-    # K (compute, 10-1010) runs beside an all-gather C (stream 20, 10-810); Z (1010-1110) after K
+def _lagom_trace(d: Path, kernels: list[float], c_dur: float) -> Path:
+    """Compute kernels back to back on stream 7 from 10 µs (then Z, 100 µs) and a 128 MiB
+    all-gather C on stream 20 from 10 µs, beside the first kernel."""
+    d.mkdir()
     k = Rank(0, 1)
-    k.launch("gemm_K", 0.0, 7, 10.0, 1000.0)
-    k.launch("ncclDevKernel_AllGather_RING_LL", 0.5, 20, 10.0, 800.0,
+    t = 10.0
+    for i, dur in enumerate(kernels):
+        k.launch(f"gemm_K{i}", 0.1 * i, 7, t, dur)
+        t += dur
+    k.launch("ncclDevKernel_AllGather_RING_LL", 0.5, 20, 10.0, c_dur,
              **{"Collective name": "allgather", "In msg nelems": 1 << 22, "Out msg nelems": 8 << 22,
                 "dtype": "Float", "Group size": 8, "Process Group Name": "0"})
-    k.launch("gemm_Z", 1.0, 7, 1010.0, 100.0)
-    res = replay([str(k.write(tmp_path / "rank-0.json"))], whatifs=["lagom"], cluster="dgx-h100")
-    rx, ry = W.lagom_ratios("all_gather", 4.0 * (8 << 22), 8, 1000 * US, get_cluster("dgx-h100"))
+    k.launch("gemm_Z", 1.0, 7, t, 100.0)
+    return k.write(d / "rank-0.json")
+
+
+def test_lagom_applies_a_faster_configuration_and_keeps_the_given_one_otherwise(tmp_path):
+    from ccoverlap.catalog.hardware import get_cluster
+    from ccoverlap.replay.decide import lagom_ratios
+
+    h100 = get_cluster("dgx-h100")
+    # K0 (500 µs) runs beside C (400 µs), K1 (500 µs) and Z after it: Lagom's group is C + 500 µs of compute
+    rx, ry, rz = lagom_ratios("all_gather", 4.0 * (8 << 22), 8, 1, 500 * US, h100)
+    assert rz < 1 and ry < 1
+    res = replay([str(_lagom_trace(tmp_path / "a", [500.0, 500.0], 400.0))], whatifs=["lagom"], cluster="dgx-h100")
     s = res.whatifs[0]
-    # K scales by ry, C by rx; Z follows K: window = max(1000 ry + 100, 800 rx)
-    assert s.step_time_s == pytest.approx(max(1000 * ry + 100, 800 * rx) * US)
-    assert "1 overlap group" in s.note
+    # K0 500 ry, K1 500, Z 100 after it; C ends at 400 rx, earlier
+    assert 400 * rx < 500 * ry + 600
+    assert s.step_time_s == pytest.approx((500 * ry + 600) * US)
+    assert s.gain_s > 0 and "applied 1" in s.note
+    # K (1000 µs) beside an 800 µs C: Lagom gives C fewer resources (its model: C stays hidden), but
+    # C then ends at 800 rx > 1100 µs - slower in the replay, so the given configuration stays
+    rx, ry, rz = lagom_ratios("all_gather", 4.0 * (8 << 22), 8, 1, 1000 * US, h100)
+    assert rz < 1 and 800 * rx > 1100
+    res = replay([str(_lagom_trace(tmp_path / "b", [1000.0], 800.0))], whatifs=["lagom"], cluster="dgx-h100")
+    s = res.whatifs[0]
+    assert s.gain_s == 0.0 and s.step_time_s == res.replay.step_time_s
+    assert "kept the given configuration for 1" in s.note
 
 
 def test_ops_without_launch_stay_in_their_step(tmp_path):
@@ -244,7 +274,7 @@ def test_ops_without_launch_stay_in_their_step(tmp_path):
     k.kernel("gemm_K", 1, 7, 0.0, 100.0)
     k.kernel("ncclDevKernel_AllReduce_RING_LL", 2, 20, 100.0, 200.0, **allreduce_args(16))
     k.kernel("gemm_B", 3, 7, 300.0, 100.0)
-    res = replay([str(k.write(tmp_path / "rank-0.json"))], whatifs=["network-0.5x"])
+    res = replay([str(k.write(tmp_path / "rank-0.json"))], whatifs=["network-0.5x"], keep_times=True)
     s = res.whatifs[0]
     # C 100-500, B 500-600: the step grows past its annotation and keeps B
     assert s.step_time_s == pytest.approx(600 * US)
@@ -307,7 +337,7 @@ def test_cli_text_piped_keeps_whole_tables(tmp_path):
     paths = two_rank_job(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     r = subprocess.run([sys.executable, "-m", "ccoverlap", "replay", *map(str, paths), "--steps", "all", "-q",
-                        "--whatif", "no-comm", "network-2x"], capture_output=True, text=True, env=env)
+                        "--whatif", "no-comm,network-2x"], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert "error (structure)" in r.stdout and "exposed comm" in r.stdout
     assert any("no-comm" in line and "+13.2%" in line for line in r.stdout.splitlines())   # 200 of 1512.5 µs
@@ -344,7 +374,7 @@ def test_network_with_named_cluster_uses_cost_model_ratio(tmp_path):
 
     paths = [str(p) for p in two_rank_job(tmp_path, group_size=16)]
     res = replay(paths, steps="all", whatifs=["network-2x"], cluster="a40-pcie")
-    r = W.network_ratio("all_reduce", 4.0 * (1 << 20), 16, 2.0, get_cluster("a40-pcie"))
+    r = W.network_ratio("all_reduce", 4.0 * (1 << 20), 16, 2, 2.0, get_cluster("a40-pcie"))
     assert r is not None and 0.5 < r < 1.0
     # C ends at 1510 + 400 r on both ranks; then B 1000, sync +5, launch +10, D +10: step 1 = 2525 + 400 r
     assert _step1(res.whatifs[0], 0) == pytest.approx((2525 + 400 * r) * US)
@@ -357,7 +387,7 @@ def test_real_trace_chrome_reads_back(tmp_path, name):
     from ccoverlap.replay.report import write_chrome
     from ccoverlap.trace.analyze import analyze
 
-    res = replay([str(SHARED / name)], whatifs=["no-comm"])
+    res = replay([str(SHARED / name)], whatifs=["no-comm"], keep_times=True)
     s = res.whatifs[0]
     a = analyze([str(p) for p in write_chrome(res, s, tmp_path / "out")])
     for m in a.metrics:
@@ -365,3 +395,102 @@ def test_real_trace_chrome_reads_back(tmp_path, name):
         assert m.exposed_comm_s == pytest.approx(s.measured.overall[m.rank].exposed_comm_s, abs=1e-9)
         for st, sm in a.step_metrics.items():
             assert sm[m.rank].step_time_s == pytest.approx(s.measured.steps[m.rank][st].step_time_s, abs=1e-9)
+
+
+def test_cli_whatif_names_never_take_the_traces(tmp_path):
+    paths = [str(p) for p in two_rank_job(tmp_path)]
+    cli = [sys.executable, "-m", "ccoverlap", "replay", "--steps", "all", "-q", "--json"]
+    r = subprocess.run(cli + ["--whatif", "none", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["whatifs"] == []
+    for args in (["--whatif", "no-comm,network-2x"], ["--whatif", "no-comm", "--whatif", "network-2x"]):
+        r = subprocess.run(cli + args + paths, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert sorted(w["name"] for w in json.loads(r.stdout)["whatifs"]) == ["network-2x", "no-comm"]
+    # the old space-separated form: a what-if name where a trace belongs is named, in one line
+    r = subprocess.run(cli + ["--whatif", "no-comm", "network-2x", *paths], capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "'network-2x' is a what-if, not a trace" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_spans_nodes_from_ranks_size_and_world():
+    # the group's ranks decide when the trace lists them: 8 ranks strided over 16 GPUs span two nodes
+    assert W.spans_nodes(list(range(0, 16, 2)), 8, 16, 8) is True
+    assert W.spans_nodes(list(range(8, 16)), 8, 16, 8) is False
+    assert W.spans_nodes([0, 4], 2, 8, 4) is True
+    # else the size: more GPUs than a node spans nodes; a job of one node never does
+    assert W.spans_nodes(None, 16, 16, 8) is True
+    assert W.spans_nodes(None, 8, 8, 8) is False
+    # a group of at most one node's GPUs in a larger job, ranks not listed: the trace cannot tell
+    assert W.spans_nodes(None, 8, 16, 8) is None
+
+
+def _world_job(d: Path, world: int, group_ranks=None) -> Path:
+    """One rank of a ``world``-rank job: K (1000 µs) then an all-reduce C of group size 8
+    (1000-2000) that B (2000-2100) waits for."""
+    d.mkdir()
+    k = Rank(0, world)
+    k.launch("gemm_K", 0.0, 7, 0.0, 1000.0)
+    k.launch("ncclDevKernel_AllReduce_RING_LL", 1.0, 7, 1000.0, 1000.0, **allreduce_args(8))
+    k.launch("gemm_B", 2.0, 7, 2000.0, 100.0)
+    path = k.write(d / "rank-0.json")
+    if group_ranks is not None:
+        doc = json.loads(path.read_text())
+        doc["distributedInfo"]["pg_config"] = [{"pg_name": "0", "pg_desc": "dp", "pg_size": 8, "ranks": group_ranks}]
+        path.write_text(json.dumps(doc))
+    return path
+
+
+def test_network_acts_on_every_inter_node_collective(tmp_path):
+    # world size 8 on 8-GPU nodes: one node, nothing to change
+    res = replay([str(_world_job(tmp_path / "w8", 8))], whatifs=["network-0.5x"], cluster="dgx-h100")
+    assert res.whatifs[0].gain_s == 0 and "no collective spans nodes" in res.whatifs[0].note
+    # world size 16, a group of 8 whose ranks the trace does not list: said, not guessed
+    res = replay([str(_world_job(tmp_path / "w16", 16))], whatifs=["network-0.5x"])
+    assert res.whatifs[0].gain_s == 0 and "assumed within one node" in res.whatifs[0].note
+    # world size 16, the group's ranks strided over both nodes: inter-node, 1/F of its transfer time
+    res = replay([str(_world_job(tmp_path / "strided", 16, list(range(0, 16, 2))))], whatifs=["network-0.5x"])
+    s = res.whatifs[0]
+    assert s.step_time_s == pytest.approx((2100 + 1000) * US) and "1 inter-node collective" in s.note
+
+
+def _cpu_bound_job(d: Path) -> Path:
+    """K (10-110), an all-reduce C (10-510) with nothing beside it after K, and the CPU busy
+    until it launches K2 at 1000 (1010-1110): C is exposed but the GPU waits for the CPU."""
+    k = Rank(0, 2)
+    k.launch("gemm_K", 0.0, 7, 10.0, 100.0)
+    k.launch("ncclDevKernel_AllReduce_RING_LL", 1.0, 20, 10.0, 500.0, **allreduce_args(2))
+    k.launch("gemm_K2", 1000.0, 7, 1010.0, 100.0)
+    return k.write(d / "rank-0.json")
+
+
+def test_report_says_why_exposed_communication_costs_nothing(tmp_path):
+    res = replay([str(_cpu_bound_job(tmp_path))], whatifs=["no-comm"])
+    assert res.replay.exposed_comm_s == pytest.approx(400 * US)      # 110-510: no compute beside C
+    assert res.whatifs[0].gain_s == 0.0
+    assert "CPU-bound" in res.explanation and "host code" in res.explanation
+    r = subprocess.run([sys.executable, "-m", "ccoverlap", "replay", str(tmp_path), "-q", "--whatif", "no-comm"],
+                       capture_output=True, text=True, env={**__import__("os").environ, "COLUMNS": "200"})
+    assert r.returncode == 0 and "Why analyze and replay differ" in r.stdout
+    assert "costs at most 0.00 ms" in r.stdout
+    # where removing communication gains what analyze counts as exposed, nothing to explain
+    res = replay([str(_contention_trace(tmp_path))], whatifs=["no-comm"])
+    assert res.whatifs[0].gain_s == pytest.approx(res.replay.exposed_comm_s, rel=0.05)
+    assert res.explanation == ""
+
+
+def test_centauri_keeps_the_given_collective_when_partitioning_replays_slower(tmp_path):
+    # C (all-reduce, 10-510) is exposed and B (stream 7) starts when it ends; the host then waits
+    # for C (stream sync, returns 512) and launches K (stream 9, 520-620), which ends the step.
+    # Centauri cuts C into chunks: B may start early, but every extra chunk costs a launch latency,
+    # so C ends later, the sync returns later and K with it: slower, the given collective stays
+    k = Rank(0, 2)
+    k.launch("ncclDevKernel_AllReduce_RING_LL", 0.0, 20, 10.0, 500.0, **allreduce_args(2))
+    k.launch("gemm_B", 1.0, 7, 510.0, 10.0)
+    k.call("cudaStreamSynchronize", 2.0, 510.0)
+    k.launch("gemm_K", 515.0, 9, 520.0, 100.0)
+    res = replay([str(k.write(tmp_path / "rank-0.json"))], whatifs=["centauri"])
+    s = res.whatifs[0]
+    assert res.replay.step_time_s == pytest.approx(610 * US)
+    assert s.gain_s == 0.0 and s.step_time_s == res.replay.step_time_s
+    assert "kept the given configuration for 1" in s.note and "in 8 chunks" in s.note

@@ -108,3 +108,15 @@ def test_command_lists_every_paper():
     from ccoverlap.reproduce.suite import PAPERS
 
     assert sorted(PAPERS) == list(PAPER_NAMES)
+
+
+def test_fit_cases_are_shown_but_never_counted(tmp_path):
+    """A case a parameter was fitted on matches by construction: verdict 'fit', out of the count."""
+    text = CASES.replace("    spec: {ours: 1.05}", "    fit: true\n    spec: {ours: 1.05}")
+    res = run_suite(["lagom"], evaluators={"lagom": _fake}, data_dir=_write(tmp_path, text))
+    far = next(r for r in res.rows if r.case.id == "far")
+    assert far.verdict == "fit" and far.matches is None and far.outcome.ours_speedup == 1.05
+    s = res.summary()["all"]
+    assert (s["cases"], s["expressible"], s["matches"], s["fit"]) == (4, 2, 2, 1)
+    assert "1 fit case, not counted" in summary_lines(res)[0]
+    assert "| fit |" in markdown(res)

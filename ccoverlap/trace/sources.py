@@ -1,0 +1,104 @@
+"""Where trace files are: local paths, or URLs read through fsspec.
+
+A trace source is a local path (a :class:`~pathlib.Path`) or a URL string with a scheme
+(``s3://bucket/job/rank-0.json.gz``, ``gs://…``, ``hdfs://…``, ``file:///data/job``,
+``memory://…``). URLs are opened with `fsspec <https://filesystem-spec.readthedocs.io>`_, which
+ships with ``pip install 'ccoverlap[ray]'``; each object store needs fsspec's own extra
+(``s3fs`` for ``s3://``, ``gcsfs`` for ``gs://``, ``pyarrow`` for ``hdfs://``). fsspec is
+imported only when a URL is given, so local paths need nothing beyond the core dependencies.
+A source is opened where the work runs - on a cluster's worker for ``--engine ray`` - so a
+worker reads its rank straight from the store and the driver never holds the bytes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from pathlib import Path
+from typing import BinaryIO, Union
+
+from ccoverlap.errors import TraceError
+
+Source = Union[Path, str]
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(source) -> bool:
+    """Whether ``source`` is a URL (``scheme://…``) rather than a local path."""
+    return isinstance(source, str) and bool(_SCHEME.match(source))
+
+
+def as_source(source) -> Source:
+    """``source`` as a URL string (kept verbatim: ``Path`` would fold its ``//``) or a Path."""
+    return source if is_url(source) else Path(source)
+
+
+def file_name(source: Source) -> str:
+    """The last component of a path or URL (``rank-3.json.gz``)."""
+    return str(source).rstrip("/").rsplit("/", 1)[-1] if is_url(source) else Path(source).name
+
+
+def _fsspec():
+    try:
+        import fsspec
+    except ImportError:
+        raise TraceError("reading trace URLs needs fsspec: pip install 'ccoverlap[ray]' (or fsspec)") from None
+    return fsspec
+
+
+def _filesystem(url: str):
+    """``(filesystem, path inside it)`` for ``url``; TraceError naming what is missing."""
+    fsspec = _fsspec()
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ImportError as exc:   # e.g. s3:// without s3fs: fsspec says which package
+        raise TraceError(f"{url}: {exc} (fsspec's extra for this scheme)") from None
+    except ValueError as exc:
+        raise TraceError(f"{url}: {exc}") from None
+
+
+def open_binary(source: Source, gzipped: bool = False) -> BinaryIO:
+    """A binary file object of ``source``, gunzipped with ``gzipped`` (OSError when it cannot be
+    read); closing it closes everything it opened."""
+    if not is_url(source):
+        return gzip.open(source, "rb") if gzipped else open(source, "rb")
+    fs, path = _filesystem(source)
+    try:
+        return fs.open(path, "rb", compression="gzip" if gzipped else None)
+    except OSError:
+        raise
+    except Exception as exc:   # a store's own error types (credentials, permissions, network)
+        raise OSError(f"{type(exc).__name__}: {exc}") from None
+
+
+def size(source: Source) -> int:
+    """Bytes of ``source`` on disk or in its store (0 when unknown)."""
+    try:
+        if is_url(source):
+            fs, path = _filesystem(source)
+            return int(fs.size(path) or 0)
+        return Path(source).stat().st_size
+    except (OSError, TraceError):
+        return 0
+
+
+def discover_url(url: str, suffixes: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """Trace files named by ``url``: the object itself, or the ``suffixes`` files directly under
+    it when it is a directory / prefix. Returns ``(urls, problems)``, one line per problem."""
+    try:
+        fs, path = _filesystem(url)
+    except TraceError as exc:
+        return [], [str(exc)]
+    try:
+        if fs.isdir(path):
+            found = sorted(e["name"] for e in fs.ls(path, detail=True)
+                           if e.get("type") == "file" and str(e["name"]).endswith(suffixes))
+            if not found:
+                return [], [f"{url}: no *.json or *.json.gz trace files under this URL"]
+            return [fs.unstrip_protocol(name) for name in found], []
+        if fs.isfile(path):
+            return [url], []
+        return [], [f"{url}: no such file or directory"]
+    except Exception as exc:   # a store's own error types (credentials, permissions, network)
+        return [], [f"{url}: cannot list ({type(exc).__name__}: {str(exc)[:200]})"]

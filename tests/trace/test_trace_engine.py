@@ -1,0 +1,150 @@
+"""Engines and trace sources without Ray: fsspec URLs give the same analysis as local paths, the
+layout search's batched branch and bound gives the serial result, a local run imports neither
+Ray nor fsspec, and asking for Ray where it is not installed is one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+from ccoverlap.cli import main
+from ccoverlap.errors import ConfigError
+from ccoverlap.planning.search import Candidate, _simulate_in_order
+from ccoverlap.trace.analyze import analyze
+from ccoverlap.trace.engine import LocalEngine, SerialEngine, make_engine
+
+fsspec = pytest.importorskip("fsspec")
+
+JOBS = [FIXTURES / "gloo_2rank", FIXTURES / "gloo_tpdp_4rank", FIXTURES / "synthetic" / "two_steps"]
+
+
+def _same_but_files(local: dict, remote: dict, local_prefix: str, remote_prefix: str) -> bool:
+    """The two JSON documents are equal once each file's location is written the same way."""
+    a = json.dumps(local, sort_keys=True).replace(local_prefix, "<job>/")
+    b = json.dumps(remote, sort_keys=True).replace(remote_prefix, "<job>/")
+    return a == b
+
+
+def _to_memory(d: Path, name: str) -> str:
+    for f in sorted(d.iterdir()):
+        if f.is_file():
+            with fsspec.open(f"memory://{name}/{f.name}", "wb") as fh:
+                fh.write(f.read_bytes())
+    return f"memory://{name}"
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda p: p.name)
+def test_memory_urls_give_the_local_analysis(job):
+    url = _to_memory(job, f"engine-{job.name}")
+    ref = analyze([job], engine=SerialEngine()).to_dict()
+    for engine in (SerialEngine(), LocalEngine(2)):   # forked workers see the parent's memory store
+        got = analyze([url], engine=engine).to_dict()
+        assert got["files"] and all(f.startswith("memory:///") for f in got["files"])
+        assert _same_but_files(ref, got, f"{job}/", f"memory:///engine-{job.name}/")
+
+
+def test_file_urls_give_the_local_analysis():
+    job = FIXTURES / "gloo_tpdp_4rank"
+    ref = analyze([job]).to_dict()
+    got = analyze([f"file://{job}"]).to_dict()
+    assert _same_but_files(ref, got, f"{job}/", f"file://{job}/")
+    one = analyze([f"file://{job}/{sorted(p.name for p in job.iterdir())[0]}"])
+    assert len(one.ranks) == 1
+
+
+def test_bad_urls_are_one_line_each():
+    url = _to_memory(FIXTURES / "gloo_2rank", "engine-bad")
+    with fsspec.open("memory://engine-bad/broken.json", "wb") as fh:
+        fh.write(b'{"traceEvents": [')
+    a = analyze([url, "memory://engine-missing/x.json", "nosuchscheme://x/y.json"])
+    assert len(a.ranks) == 2
+    text = "\n".join(a.problems)
+    assert "memory://engine-missing/x.json: no such file or directory" in text
+    assert "nosuchscheme://x/y.json: Protocol not known: nosuchscheme" in text
+    assert "memory:///engine-bad/broken.json: truncated or invalid JSON" in text
+    assert all("\n" not in p for p in a.problems)
+
+
+def test_object_store_without_its_fsspec_extra_names_the_package():
+    pytest.importorskip("fsspec.implementations.local")
+    try:
+        import s3fs  # noqa: F401
+        pytest.skip("s3fs is installed")
+    except ImportError:
+        pass
+    with pytest.raises(Exception) as err:
+        analyze(["s3://bucket/job/"])
+    assert "s3fs" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_local_run_imports_neither_ray_nor_fsspec(tmp_path):
+    code = ("import sys, contextlib, io\n"
+            "from ccoverlap.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    assert main(['analyze', {str(JOBS[0])!r}, '--json', '-q']) == 0\n"
+            "    assert main(['plan', '--search', '--json', '--no-png', '--model', 'phi-2', '--cluster', 'dgx-h100',"
+            " '--nodes', '1', '--global-batch', '16', '--seq-len', '2048', '--max-simulations', '1', '--top', '0',"
+            " '--out', sys.argv[1]]) == 0\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'fsspec')))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_engine_ray_without_ray_is_one_line(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)    # as if the extra were not installed
+    monkeypatch.delitem(sys.modules, "ccoverlap.trace.ray_engine", raising=False)
+    assert main(["analyze", str(JOBS[0]), "--engine", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert err == "ccoverlap analyze: error: --engine ray needs Ray: pip install 'ccoverlap[ray]'\n"
+
+
+def test_engine_options_that_do_not_fit():
+    with pytest.raises(ConfigError, match="--address is for --engine ray"):
+        make_engine("local", address="127.0.0.1:6379")
+    with pytest.raises(ConfigError, match="--jobs is for the local engine"):
+        make_engine("ray", jobs=2)
+    with pytest.raises(ConfigError, match="unknown engine 'spark'"):
+        make_engine("spark")
+
+
+# ----------------------------------------------------------------------------- the layout search
+
+def _cands(estimates):
+    return [Candidate(parallel=None, batch=None, label=f"L{i}", memory_bytes=0.0, fits=True, estimate_s=e)
+            for i, e in enumerate(estimates)]
+
+
+def _run(estimates, results, width, max_simulations):
+    """The branch and bound over fake layouts whose simulated numbers are ``results``."""
+    cands = _cands(estimates)
+    asked = []
+
+    def simulate(batch):
+        asked.extend(batch)
+        return [(results[j], 1.0, 0.5, 0.0, fits) for j, fits in ((int(b.split()[0]), b.endswith("ok")) for b in batch)]
+
+    jobs = [f"{j} {'ok' if j != 1 else 'too big'}" for j in range(len(cands))]   # layout 1 does not fit
+    notes: list[str] = []
+    counts = _simulate_in_order(cands, jobs, simulate, width, max_simulations, notes, None, 0)
+    return counts, [c.step_time_s for c in cands], notes, asked
+
+
+@pytest.mark.parametrize("width", [2, 3, 4, 8])
+def test_batched_branch_and_bound_gives_the_serial_result(width):
+    estimates = [1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    # layout 1 (does not fit) would be fastest; 2 sets the bound at 2.5 -> 3.0 and later are pruned
+    results = [4.0, 1.0, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5]
+    serial = _run(estimates, results, 1, 24)
+    assert serial[0] == (3, 5, 1) and serial[1][3:] == [None] * 5   # 3 simulated, 5 pruned, 1 under its estimate
+    wide = _run(estimates, results, width, 24)
+    assert wide[:3] == serial[:3]
+    assert len(wide[3]) >= len(serial[3])      # speculative simulations, dropped past the stop
+    capped = _run(estimates, [9.0] * 8, width, 4)
+    assert capped[:3] == _run(estimates, [9.0] * 8, 1, 4)[:3]
+    assert capped[0] == (4, 0, 0) and "stopped after 4 simulations; 4 fitting layouts" in capped[2][0]
