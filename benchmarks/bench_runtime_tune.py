@@ -14,7 +14,7 @@ concrete schedule it ran - the same schedule timed twice in one run, so anything
 is the bench's own measurement error at this ``--iters``. On the 2-core CPU machine a call's
 time varies by 8-14% (sigma of log time) from call to call even when the machine is quiet, so
 in quiet 20-call runs the same schedule's two medians differed by up to 7.7%
-(``--rejudge`` below; docs/runtime.md): a 5% judgement needs more calls than
+(``--rejudge`` below): a 5% judgement needs more calls than
 that, hence many calls per row (the spread of a median falls as 1/sqrt(calls)): at 60 the
 judge still erred by more than 5% in 2 of 10 quiet runs, at 120 (the default) in none.
 

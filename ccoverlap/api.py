@@ -90,17 +90,21 @@ def simulate(workload=None, **options: Any) -> SimulationResult:
 
 
 def plan(workload=None, *, strategies: Sequence[str] | None = None, exact: bool = False,
-         **options: Any) -> PlanReport:
+         strategy: str | None = None, target: str = "pytorch", **options: Any) -> PlanReport:
     """Predict the step time of ``workload`` as given, without overlap, with the best overlap
     knobs and under each decider (Lagom, Centauri, FiCCO; ``strategies`` picks them by name),
-    and recommend one. ``exact``: judge every candidate on the full step (slower)."""
+    and recommend one. ``exact``: judge every candidate on the full step (slower). The last
+    row, ``applicable``, is ``strategy`` (default: the recommended one) re-simulated with only
+    what ``target`` (``pytorch``, ``torchtitan``, ``megatron-lm``) and stock NCCL can set;
+    ``emit(dir)`` / ``apply_hints()`` on the result give its settings (docs/emit.md)."""
     from ccoverlap.planning import strategies as planner
 
     w = _workload(workload, options)
     registry = planner.default_registry()
     if strategies is not None:
         registry.select(list(strategies))  # one ConfigError naming an unknown one
-    result = planner.plan(w, extra=strategies, registry=registry, exact=exact)
+    result = planner.plan(w, extra=strategies, registry=registry, exact=exact, applicable_of=strategy,
+                          target=target)
     base = result.as_given.step_time_s
     rows = [dict(s.as_dict(), speedup=base / s.step_time_s if s.step_time_s else None) for s in result.strategies]
     best = result.best()

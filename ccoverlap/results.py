@@ -149,6 +149,18 @@ class PlanReport(Result):
         """One paragraph: what to use and why."""
         return self._data["recommendation"]
 
+    def emit(self, out_dir, strategy: str | None = None, target: str = "pytorch") -> dict:
+        """Write ``strategy``'s settings (default: the one the ``applicable`` row is for) into
+        ``out_dir``: nccl.env, the NCCL tuner plugin's CSV, per-group NCCL options, framework
+        settings, the TP plan, decision.json and README.md (docs/emit.md); ``{file: path}``."""
+        return self.raw.emit(out_dir, strategy=strategy, target=target)
+
+    def apply_hints(self, strategy: str | None = None, target: str = "pytorch") -> dict:
+        """What :meth:`emit` writes, as plain data (``nccl_env``, ``tuner_rows``,
+        ``process_groups``, ``fully_shard``, ``ddp``, ``torchtitan``, ``megatron_args``,
+        ``tp_plan``, ``not_applied``, ...)."""
+        return self.raw.apply_hints(strategy=strategy, target=target)
+
 
 class SearchReport(Result):
     """Layouts ranked by predicted step time (:func:`ccoverlap.search`)."""

@@ -59,9 +59,10 @@ def test_a_new_strategy_runs_on_the_planners_cache():
     reg = StrategyRegistry([FunctionStrategy("prefetch-2", fsdp_prefetch_two, "FSDP prefetch depth 2")])
     pl = Planner(W, jobs=1)
     res = plan(W, registry=reg, planner=pl)
-    assert [s.name for s in res.strategies] == ["as-given", "no-overlap", "best-knobs", "prefetch-2"]
+    # the last row re-simulates the recommended one with only what can be applied
+    assert [s.name for s in res.strategies] == ["as-given", "no-overlap", "best-knobs", "prefetch-2", "applicable"]
     assert seen == [pl.cost]
-    assert res.strategies[-1].knobs["fsdp_prefetch"] == 2
+    assert res.strategy("prefetch-2").knobs["fsdp_prefetch"] == 2
     assert AS_GIVEN.run(pl, W).step_time_s == res.as_given.step_time_s
 
 
@@ -85,7 +86,7 @@ def test_strategies_in_worker_processes_match_one_process_on_a_pipeline():
     parallel = plan(w, planner=Planner(w, jobs=2))
     assert parallel.stats["extrapolated_from"] == (6, 8)
     assert [s.name for s in serial.strategies] == ["as-given", "no-overlap", "best-knobs", "lagom", "autoccl",
-                                                   "knobs+lagom", "centauri", "ficco"]
+                                                   "knobs+lagom", "centauri", "ficco", "applicable"]
     assert [(s.name, s.step_time_s, s.exposed_comm_s, s.note) for s in serial.strategies] == \
         [(s.name, s.step_time_s, s.exposed_comm_s, s.note) for s in parallel.strategies]
     # the workers' simulations are counted

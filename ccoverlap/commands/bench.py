@@ -17,6 +17,11 @@ per rank routed evenly to ``E`` experts per rank (``--experts``) with ``[N, K]``
 Launch with torchrun (``torchrun --nproc-per-node 2 -m ccoverlap bench ...``). Without
 torchrun (no ``RANK`` in the environment) the command starts ``--nproc`` local processes
 itself (default 2) on 127.0.0.1.
+
+``--plan block|model`` times a whole plan instead of one op: torchtitan's Llama TP + SP plan
+applied with torch's styles and with ccoverlap's (:mod:`ccoverlap.runtime.plan_bench`), in
+paired alternating repetitions, for the ``--shape`` given; on CUDA with NCCL a third row runs
+PyTorch's async TP (symmetric memory) where the build has it.
 """
 
 from __future__ import annotations
@@ -69,6 +74,18 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--no-reference-rows", action="store_true",
                    help="time only the schedules (no comm-only, GEMM-only, check and baseline rows)")
+    g = p.add_argument_group("plan benchmark (torchtitan's Llama TP+SP plan, torch's styles vs ccoverlap's)")
+    g.add_argument("--plan", choices=("block", "model"), default=None,
+                   help="time a Llama block (fwd+bwd) or a small Llama model (fwd+bwd+AdamW, loss parallel) "
+                        "parallelized from one plan dict with torch's styles and with ccoverlap's")
+    g.add_argument("--shape", default="activation-heavy",
+                   help="plan shape(s), comma-separated: attention-heavy, gemm-heavy, activation-heavy, or all "
+                        "(default activation-heavy)")
+    g.add_argument("--reps", type=int, default=20, help="paired repetitions of the plan benchmark (default 20)")
+    g.add_argument("--layers", type=int, default=4, help="blocks of the --plan model (default 4)")
+    g.add_argument("--vocab", type=int, default=1024, help="vocabulary of the --plan model (default 1024)")
+    g.add_argument("--schedule", default="auto", help="ccoverlap styles' schedule for --plan (default auto)")
+    g.add_argument("--markdown", action="store_true", help="print the --plan table as Markdown")
     p.set_defaults(run=run)
 
 
@@ -119,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("bench needs torch (pip install 'ccoverlap[torch]')") from None
     if not dist.is_available():
         raise ConfigError("this torch build has no torch.distributed")
+    if args.plan:
+        return _run_plan(args)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         world = int(os.environ["WORLD_SIZE"])
         cfg = _config(args, world)
@@ -136,6 +155,76 @@ def run(args: argparse.Namespace) -> int:
     if result is not None:
         _print(result, as_json=args.json)
     return 0
+
+
+def _plan_configs(args: argparse.Namespace, world: int) -> list:
+    from ccoverlap.runtime.ops import ALL_SCHEDULES
+    from ccoverlap.runtime.plan_bench import SHAPES, PlanBenchConfig
+
+    names = list(SHAPES) if args.shape == "all" else [s.strip() for s in args.shape.split(",") if s.strip()]
+    if args.schedule not in ALL_SCHEDULES:
+        raise ConfigError(f"--schedule must be one of {', '.join(ALL_SCHEDULES)}; got {args.schedule!r}")
+    dtype = args.dtype or "float32"
+    cfgs = [PlanBenchConfig(shape=n, workload=args.plan, reps=args.reps, warmup=args.warmup, layers=args.layers,
+                            vocab=args.vocab, dtype=dtype, schedule=args.schedule, seed=args.seed,
+                            rows=("torch", "ccoverlap", "async-tp")) for n in names]  # fmt: skip
+    for c in cfgs:
+        c.validate(world)
+    return cfgs
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    """``--plan``: the plan-level benchmark (:mod:`ccoverlap.runtime.plan_bench`), one table for every shape."""
+    from ccoverlap.runtime import plan_bench
+
+    under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    world = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.nproc
+    if world < 1:
+        raise ConfigError(f"--nproc must be >= 1, got {world}")
+    cfgs = _plan_configs(args, world)
+    results = []
+    for cfg in cfgs:
+        if under_torchrun:
+            res = _plan_under_torchrun(cfg, args.backend)
+        else:
+            backend = None if args.backend == "auto" else args.backend
+            res = plan_bench.bench(cfg, world, backend=backend, threads=args.threads or 1)
+        if res is not None:
+            results.append(res)
+    if results:
+        if args.json:
+            json.dump(results, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            load = results[-1].get("loadavg_1m_before_after") or [None, None]
+            print(f"plan benchmark: {results[0]['backend']} on {results[0]['device']}, {world} ranks")
+            print(f"{cfgs[0].reps} paired repetitions, slowest rank per step"
+                  + (f"; load average {load[0]:.1f} -> {load[1]:.1f}" if None not in load else ""))
+            print("block: one block fwd+bwd; model: embedding, blocks, head, loss parallel, fwd+bwd+AdamW")
+            print(plan_bench.format_table(results, markdown=args.markdown))
+    return 0
+
+
+def _plan_under_torchrun(cfg, backend: str):
+    import torch
+    import torch.distributed as dist
+
+    from ccoverlap.runtime.plan_bench import run_rank
+
+    created = False
+    if not dist.is_initialized():
+        if backend == "auto":
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+            backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend)
+        created = True
+    try:
+        return run_rank(dist.get_rank(), dist.get_world_size(), cfg)
+    finally:
+        if created:
+            dist.destroy_process_group()
 
 
 def _under_torchrun(cfg: dict, backend: str):

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 DTYPES = ("bfloat16", "float16", "float32", "fp8")
@@ -69,3 +70,18 @@ def add_common(p: argparse.ArgumentParser, *, out: str | None | bool = False, pn
         add_out(p, out)
     if png:
         add_png(p)
+
+
+def check_out_dir(path: str | None, flag: str) -> None:
+    """ConfigError, before any work, when ``path`` (given with ``flag``) exists and is not a
+    directory or cannot be created; None passes."""
+    if path is None:
+        return
+    from ccoverlap.errors import ConfigError
+
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{flag} {path}: exists and is not a directory")
+    parent = next((q for q in [p, *p.parents] if q.exists()), Path("."))
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise ConfigError(f"{flag} {path}: cannot create it ({parent} is not a writable directory)")

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from ccoverlap.commands.options import add_common, png_path
+from ccoverlap.commands.options import add_common, check_out_dir, png_path
 from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
 from ccoverlap.trace.engine import ENGINES, make_engine
 
@@ -28,6 +28,15 @@ def register(sub) -> None:
                         "for 1F1B / interleaved / no pipeline, extrapolate the reported full steps from two "
                         "short ones (as-given and best-knobs are always simulated in full)")
     p.add_argument("--strategies", help="comma-separated decider strategies to add (default: all available)")
+    e = p.add_argument_group("settings to apply (--emit)")
+    e.add_argument("--emit", metavar="DIR",
+                   help="write the strategy's settings into DIR: nccl.env, the NCCL tuner plugin's CSV, per-group "
+                        "NCCL options, framework settings, the TP plan and a README (docs/emit.md)")
+    e.add_argument("--strategy", metavar="NAME",
+                   help="the row --emit writes and the 'applicable' row re-simulates (default: the recommended one)")
+    e.add_argument("--target", metavar="NAME", default="pytorch",
+                   help="framework the 'applicable' row assumes: pytorch (default: FSDP2 / DDP and ccoverlap's TP "
+                        "styles), torchtitan or megatron-lm")
     s = p.add_argument_group("layout search (--search)")
     s.add_argument("--search", action="store_true",
                    help="search layouts (TP/PP/CP/DP, FSDP vs DDP vs HSDP, EP for MoE models, micro-batch, recompute, "
@@ -54,6 +63,8 @@ def run_search(args: argparse.Namespace) -> int:
 
     if args.max_simulations < 1 or args.top < 0 or args.show < 1:
         raise ConfigError("--max-simulations and --show must be >= 1, --top >= 0")
+    if args.emit or args.strategy:
+        raise ConfigError("--emit and --strategy take a plan's rows: plan the layout --search picks, then --emit")
     refused = [f"--{k.replace('_', '-')}" for k in SEARCH_REFUSED if getattr(args, k) is not None]
     if refused:
         raise ConfigError(f"--search chooses {', '.join(refused)} itself (sequence parallelism with TP, 2 virtual "
@@ -96,16 +107,31 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--engine and --address are for --search")
     from ccoverlap.console import Progress
     from ccoverlap.planning import strategies as planner
+    from ccoverlap.planning.emit import TARGETS
     from ccoverlap.planning.report import plan_table
     from ccoverlap.sim.chrome_trace import write_chrome_traces
 
+    if args.target not in TARGETS:
+        from ccoverlap.errors import ConfigError
+
+        raise ConfigError(f"--target must be one of {', '.join(TARGETS)}, got {args.target!r}")
+    check_out_dir(args.emit, "--emit")
     w = workload_from_args(args)
     registry = planner.default_registry()
     extra = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
     if extra:
         registry.select(extra)  # ConfigError naming the unknown one and the available ones
+    if args.strategy:  # known before the minutes of planning
+        rows = ["as-given", "no-overlap", "best-knobs", *(s.name for s in registry.select(extra))]
+        if args.strategy not in rows:
+            from ccoverlap.config import suggest
+            from ccoverlap.errors import ConfigError
+
+            raise ConfigError(f"--strategy {args.strategy!r} is not a row of this plan{suggest(args.strategy, rows)}; "
+                              f"rows: {', '.join(rows)}")
     with Progress("planning", enabled=not args.quiet) as progress:
-        result = planner.plan(w, progress=progress, extra=extra, registry=registry, exact=args.exact)
+        result = planner.plan(w, progress=progress, extra=extra, registry=registry, exact=args.exact,
+                              applicable_of=args.strategy, target=args.target)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
@@ -124,6 +150,10 @@ def run(args: argparse.Namespace) -> int:
         png.parent.mkdir(parents=True, exist_ok=True)
         tls = [("as-given", given_tl)] + ([("best-knobs", best_tl)] if best_tl is not None else [])
         files["png"] = save_plan_figure(png, tls, [s.as_dict() for s in result.strategies])
+    emitted = {}
+    if args.emit:
+        emitted = result.emit(args.emit, strategy=args.strategy, target=args.target)
+        files["emit"] = str(Path(args.emit) / "README.md")
     payload = {
         "workload": w.describe(),
         "source": w.source,
@@ -137,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         "extrapolated_from": result.stats.get("extrapolated_from"),
         "search_seconds": result.seconds,
         "files": files,
+        "emitted": emitted,
     }
     if args.json:
         json.dump(payload, sys.stdout, indent=2, default=str)

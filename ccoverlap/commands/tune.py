@@ -6,7 +6,8 @@ The group comes from a file (``--group FILE``, JSON / TOML / YAML; see
 docs/deciders-lagom.md) or from a workload's simulated step (the same flags as ``plan``):
 its main overlap groups, e.g. one FSDP layer's backward GEMMs with the all-gather and
 reduce-scatter beside them. Profiling is simulated on the cost model; the live NCCL
-profiler is not reachable from this command (it needs a torchrun job on GPUs).
+profiler (``ccoverlap.runtime.nccl.live_profiler``) runs inside a torchrun job on GPUs.
+``--emit DIR`` writes Lagom's choices as stock NCCL takes them (docs/emit.md).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import sys
 import time
 
-from ccoverlap.commands.options import add_common
+from ccoverlap.commands.options import add_common, check_out_dir
 from ccoverlap.console import Progress
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.workload import add_workload_arguments
@@ -34,6 +35,9 @@ def register(sub) -> None:
                    help="largest number of profiles exhaustive search may use (default 20000)")
     add_common(p)
     p.add_argument("--steps", action="store_true", help="also print Lagom's profiling steps")
+    p.add_argument("--emit", metavar="DIR",
+                   help="write Lagom's configurations as stock NCCL takes them into DIR: nccl.env, the tuner "
+                        "plugin's CSV, per-group options, a README (docs/emit.md)")
     add_workload_arguments(p)
     p.set_defaults(run=run)
 
@@ -45,7 +49,7 @@ def _cost_model(cluster, calibration: str | None):
 
 
 def _groups(args):
-    """(groups, cost model, description of where they came from)."""
+    """(groups, cost model, description of where they came from, the workload or None)."""
     from ccoverlap.deciders.overlap_group import load_overlap_group, overlap_groups_from_workload
 
     if args.group:
@@ -55,7 +59,7 @@ def _groups(args):
 
             cluster = _cluster(args.cluster, args.nodes)
         group = load_overlap_group(args.group, cluster=cluster)
-        return [group], _cost_model(group.cluster, args.calibration), args.group
+        return [group], _cost_model(group.cluster, args.calibration), args.group, None
     from ccoverlap.predict.workload import workload_from_args
 
     if args.top < 1:
@@ -66,7 +70,7 @@ def _groups(args):
     if not groups:
         raise ConfigError(f"{w.describe()}: no collective overlaps computation in the simulated step "
                           f"(nothing for Lagom to tune; is overlap enabled in the knobs?)")
-    return groups, cost, w.describe()
+    return groups, cost, w.describe(), w
 
 
 def _kib(n) -> str:
@@ -135,8 +139,38 @@ def _print(payload: dict, tunings, show_steps: bool) -> None:
                            f"{s.result.compute_time_s * 1e3:.3f}", f"{s.result.makespan_s * 1e3:.3f}",
                            "" if s.h is None else f"{s.h:.4g}", "" if s.lr is None else f"{s.lr:.3g}", s.decision)
             con.print(st)
-    con.print(f"\n{payload['seconds']:.1f} s of search. Live NCCL profiling: not used here "
-              f"(LiveNCCLProfiler needs GPUs and a torchrun job; untested).")
+    con.print(f"\n{payload['seconds']:.1f} s of search (profiles simulated on the cost model).")
+    if payload.get("emitted"):
+        con.print(f"settings written: {payload['emitted']['README.md']}")
+
+
+def _emit(out_dir: str, tunings, cost, source: str, workload) -> dict[str, str]:
+    """Lagom's configurations of the tuned groups as stock NCCL settings in ``out_dir``: every
+    communication of the workload's step (or of the group file) with Lagom's configuration
+    where it was tuned (the group where it spends the most time decides), as given elsewhere."""
+    from ccoverlap.deciders.nccl_plan import CommKey, comm_keys
+    from ccoverlap.planning.emit import build_comm_emit, write_emit
+
+    wanted: dict = {}
+    spent: dict = {}
+    given: dict = {}
+    weights: dict = {}
+    for t in tunings:
+        res = t.results["lagom"]
+        for c, cfg, x in zip(t.group.collectives, res.configs, res.result.comm_times_s):
+            k = CommKey.of(c.spec)
+            given.setdefault(k, c.spec.config)
+            weights[k] = weights.get(k, 0.0) + x * t.group.weight
+            if x * t.group.weight > spent.get(k, -1.0):
+                wanted[k], spent[k] = cfg, x * t.group.weight
+    if workload is not None:
+        from ccoverlap.predict.evaluate import build_workload_step
+
+        weights = comm_keys(build_workload_step(workload).graph, cost)
+        given = {k: workload.knobs.config_for(k.group) for k in weights}
+        wanted = {k: v for k, v in wanted.items() if k in weights}
+    bundle = build_comm_emit("lagom", source, cost, weights, wanted, given)
+    return write_emit(bundle, out_dir, command="ccoverlap tune --emit")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -145,8 +179,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_exhaustive < 1:
         raise ConfigError(f"--max-exhaustive must be >= 1, got {args.max_exhaustive}")
+    check_out_dir(args.emit, "--emit")
     t0 = time.perf_counter()
-    groups, cost, source = _groups(args)
+    groups, cost, source, workload = _groups(args)
     exhaustive = {"auto": None, "yes": True, "no": False}[args.exhaustive]
     tunings = []
     with Progress("profiling", enabled=not args.quiet) as progress:
@@ -158,6 +193,9 @@ def run(args: argparse.Namespace) -> int:
         d = t.as_dict()
         base = t.results["nccl-default"].result
         d["name"] = t.group.name
+        d["communications"] = [{"group": c.spec.group.name, "collective": c.spec.collective, "bytes": c.spec.bytes,
+                                "group_size": c.spec.group.size, "local_size": c.spec.group.local_size}
+                               for c in t.group.collectives]
         d["weight"] = t.group.weight
         d["regime_R"] = base.compute_time_s / base.comm_time_s if base.comm_time_s > 0 else float("inf")
         d["lagom_speedup"] = {m: r.makespan_s / t.results["lagom"].makespan_s
@@ -165,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
         payload_groups.append(d)
     payload = {"source": source, "profiler": "simulated", "groups": payload_groups,
                "seconds": time.perf_counter() - t0}
+    if args.emit:
+        payload["emitted"] = _emit(args.emit, tunings, cost, source, workload)
     if args.json:
         json.dump(payload, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

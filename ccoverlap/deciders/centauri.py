@@ -390,10 +390,31 @@ def centauri_strategy(planner, start):
         return None
     d = decide(planner, start)
     if d.metrics is not None:
-        return planner.summarize_metrics("centauri", d.workload, d.metrics, note=d.note(),
-                                         extra_memory_bytes=d.extra_memory_bytes)
-    return planner.summarize("centauri", d.workload, d.step, d.timeline, note=d.note(),
-                             extra_memory_bytes=d.extra_memory_bytes)
+        res = planner.summarize_metrics("centauri", d.workload, d.metrics, note=d.note(),
+                                        extra_memory_bytes=d.extra_memory_bytes)
+    else:
+        res = planner.summarize("centauri", d.workload, d.step, d.timeline, note=d.note(),
+                                extra_memory_bytes=d.extra_memory_bytes)
+    res.decision = _decision(planner.workload, d)
+    return res
+
+
+def _decision(given, d: CentauriDecision) -> dict:
+    """What Centauri chose beyond the knobs, as plain data (:attr:`StrategyResult.decision`):
+    layout fields changed from ``given``'s and the step rewrites of tiers 2-4."""
+    was, now = given.parallel.to_dict(), d.workload.parallel.to_dict()
+    rewrites = []
+    if d.operation_index not in (None, 0):
+        rewrites.append(f"operation level (§3.2.1, Algorithm 1): FSDP forward all-gathers partitioned, {d.operation}")
+    if d.layer.startswith("T2"):
+        rewrites.append("layer level (§3.2.2): weight gradients before activation gradients (T2) in backward")
+    if d.model != (1, 1):
+        rewrites.append(f"model level (§3.2.3): {d.model[0]} forward and {d.model[1]} backward micro-batches "
+                        f"launched together")
+    if d.defer_units:
+        rewrites.append(f"model level: the last {d.defer_units} gradient reduce-scatters of a micro-batch wait for "
+                        f"the next micro-batch's first all-gathers")
+    return {"parallel": {k: v for k, v in now.items() if was.get(k) != v}, "rewrites": rewrites}
 
 
 # planner strategy (registered by ccoverlap.planning.strategies.default_registry); ``weight``: a scheduling

@@ -229,7 +229,11 @@ def ficco_strategy(planner, w):
     note = (f"FiCCO §V-C picks, {engine} transfers — " + "; ".join(parts) +
             f". With the estimator's best schedule per pair the step would take {metrics_e.step_time_s * 1e3:.1f} ms"
             + how + ".")
-    return planner.summarize_metrics("ficco", wf, metrics, note=note)
+    res = planner.summarize_metrics("ficco", wf, metrics, note=note)
+    # the schedule per pair, as ccoverlap.runtime.tp's styles take it (ccoverlap.planning.emit)
+    res.decision = {"tp_schedules": {case.name: {"pattern": case.pattern, "schedule": v.pick, "engine": engine}
+                                     for case, v in judged.values()}}
+    return res
 
 
 # planner strategy (registered by ccoverlap.planning.strategies.default_registry); ``weight``: a scheduling

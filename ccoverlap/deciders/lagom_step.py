@@ -194,6 +194,8 @@ def tune_step(planner, w, method: str) -> StepTuning | None:
     if method == "lagom" and plan.rules and metrics.step_time_s >= planner.metrics(w_full).step_time_s:
         plan, metrics, kept = CommPlan(), planner.metrics(w_full), True  # never slower than as given
     res = planner.summarize_metrics(method, w_full, metrics)
+    if plan.rules:
+        res.decision = {"comm_plan": plan.to_dict()}  # what ccoverlap.planning.emit writes out
     how = ""
     if w is not w_full:
         how = (f"chosen on {w.batch.microbatches(w.parallel.dp)} micro-batches, the full step "

@@ -7,27 +7,31 @@ so contention (eqs. 4-6) is in every number. Two implementations:
 
 * :class:`SimulatedProfiler` - the group as an :class:`~ccoverlap.sim.graph.OpGraph` played by
   the stream simulator under a cost model (processor-sharing contention). Deterministic.
-* :class:`LiveNCCLProfiler` - the group run on GPUs with NCCL, timed with CUDA events. It is
-  written for a multi-GPU job launched with torchrun but has **not been run** (this project's
-  development machines have no GPU); :meth:`LiveNCCLProfiler.available` says whether it can
-  run here. See its docstring for what it applies and what NCCL allows live.
+* :class:`LiveNCCLProfiler` - the group run on GPUs, each configuration applied to stock NCCL
+  the way ``--emit`` writes it (per-communicator min / max CTAs, a tuner-plugin row; threads
+  and chunk are per process), through a process-group layer: on GPUs
+  :class:`ccoverlap.runtime.nccl.TorchNCCLLayer` (``ccoverlap.runtime.nccl.live_profiler``
+  builds one); its logic is tested on CPU with a stand-in layer.
 
-No torch at module level.
+No torch here.
 """
 
 from __future__ import annotations
 
-import os
+import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from ccoverlap.errors import CCOverlapError, ConfigError
-from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, CommConfig, GemmSpec, MemorySpec
+from ccoverlap.sim.graph import CollectiveSpec, CommConfig
 
+from .nccl_apply import call_settings, pinned_options, process_values, tuner_csv_text
+from .nccl_plan import CommKey
 from .overlap_group import OverlapGroup, equivalent_spec
 
-__all__ = ["ProfileResult", "Profiler", "SimulatedProfiler", "LiveNCCLProfiler", "ProfilerUnavailable"]
+__all__ = ["ProfileResult", "Profiler", "SimulatedProfiler", "LiveNCCLProfiler", "ProfilerUnavailable", "CommLayer",
+           "rank_blocks"]
 
 
 @dataclass(frozen=True)
@@ -109,240 +113,167 @@ class SimulatedProfiler:
         return res
 
 
+#: the algorithms the example tuner plugin knows (ccoverlap/data/emit/options.yaml)
+TUNER_ALGORITHMS = tuple(pinned_options()["nccl"]["tuner_csv"]["algorithms"])
+
+
 class ProfilerUnavailable(CCOverlapError):
     """The live profiler cannot run here (no CUDA, no NCCL process group, ...)."""
 
 
+class CommLayer(Protocol):
+    """What :class:`LiveNCCLProfiler` needs from the process-group layer: on GPUs,
+    :class:`ccoverlap.runtime.nccl.TorchNCCLLayer` (torch.distributed, NCCL, CUDA events)."""
+
+    rank: int
+    world: int
+
+    def broadcast(self, obj):
+        """Rank 0's ``obj`` on every rank."""
+        ...
+
+    def nccl_env(self) -> dict[str, str]:
+        """This process's ``NCCL_*`` environment (what its communicators run with)."""
+        ...
+
+    def communicator(self, blocks: list[list[int]], ctas: dict, tuner_csv: str | None):
+        """A new communicator over this rank's block of ``blocks`` (every rank creates every
+        block, in order), created now with ``ProcessGroupNCCL.Options`` min / max CTAs ``ctas``
+        while ``tuner_csv`` (the example tuner plugin's file text, or None) is the file NCCL
+        reads for it. Returns a handle :meth:`run` takes."""
+        ...
+
+    def run(self, computations: list, collectives: list[tuple[object, CollectiveSpec]], warmup: int,
+            iters: int) -> list[tuple[list[float], float, float]]:
+        """The computations (specs) on one stream and the collectives (handle, spec) in order on
+        another, both from one start; ``warmup`` untimed runs, then one sample per timed run:
+        ``(per-collective seconds, summed computation seconds, makespan seconds)``."""
+        ...
+
+    def max_over_ranks(self, values: list[float]) -> list[float]:
+        """Element-wise maximum over every rank."""
+        ...
+
+
+def rank_blocks(world: int, size: int) -> list[list[int]]:
+    """The contiguous blocks of ``size`` ranks a collective's group runs on (the job is laid out
+    so); ConfigError when ``size`` does not divide ``world``."""
+    if size < 1 or world % size:
+        raise ConfigError(f"a collective group of {size} ranks does not divide the world of {world}")
+    return [list(range(s, s + size)) for s in range(0, world, size)]
+
+
 class LiveNCCLProfiler:
-    """``profile`` on real GPUs: the group's kernels on two CUDA streams, NCCL configured per
-    collective, timed with CUDA events (lagom §3.4, Fig. 6 steps c-e). **Untested**: no GPU
-    was available where it was written; treat it as an implementation outline.
+    """``profile`` on real GPUs through a process-group layer (lagom §3.4, Fig. 6 steps c-e),
+    applying each configuration the way ``--emit`` writes it for stock NCCL
+    (:func:`~ccoverlap.deciders.nccl_apply.call_settings`):
 
-    Use inside a job started with torchrun, after ``torch.distributed.init_process_group("nccl")``,
-    on every rank with the same group. Per profile:
+    1. rank 0's configurations (and its ``NCCL_*`` environment, which the decisions below read)
+       are broadcast, so every rank applies the same choice and raises the same errors (Fig. 6
+       step c; ranks that disagree would deadlock NCCL);
+    2. each distinct (group, NC, protocol, algorithm) gets its own communicator, created once
+       and cached: ``ProcessGroupNCCL.Options().config.min_ctas = max_ctas = NC`` and, when
+       this process loaded NCCL's example tuner plugin (``NCCL_TUNER_PLUGIN``), a one-row
+       tuner CSV for the call (the plugin reads its file once per communicator, so a new
+       communicator takes a new row);
+    3. threads per block (NT) and the chunk size (C) are per process in stock NCCL
+       (``NCCL_NTHREADS``, ``NCCL_BUFFSIZE``, read once): a configuration asking for other
+       values than the process runs raises ConfigError, or with ``strict=False`` is run with
+       the process's values (as the emitted settings would run it); so are protocol and
+       algorithm without the tuner plugin;
+    4. the layer times ``warmup`` untimed and ``iters`` timed runs; each time is the median
+       over the timed runs, then the maximum over ranks (the slowest rank sets the step).
 
-    1. rank 0's configurations are broadcast so every rank applies the same choice (Fig. 6
-       step c); a rank that disagrees would deadlock NCCL.
-    2. each distinct configuration gets its own NCCL communicator, created once and cached:
-       ``ProcessGroupNCCL.Options().config.min_ctas = max_ctas = NC`` pins the channel count
-       per communicator (ncclConfig_t minCTAs/maxCTAs, NCCL >= 2.17); ``NCCL_NTHREADS`` (NT),
-       ``NCCL_BUFFSIZE`` (= C x NCCL_STEPS, 8 steps per buffer for the Simple protocol),
-       ``NCCL_PROTO`` and ``NCCL_ALGO`` are set in the environment before the communicator
-       is created (eager init via ``device_id`` so it is created now, not lazily).
-       Caveat: NCCL caches most ``NCCL_*`` parameters the first time it reads them
-       (``NCCL_PARAM`` in src/include/param.h), so NT, C, protocol and algorithm set this way
-       may only take effect in a fresh process; NC through ncclConfig is per communicator and
-       does work live. Lagom/AutoCCL patch NCCL to change all of them per call; with stock
-       NCCL, pass ``resource_knobs=("channels",)`` to tune NC alone, or run one process per
-       (NT, C) candidate.
-    3. the computations run on the current stream and the collectives, in order, on a side
-       stream, both after a common start event; ``warmup`` untimed runs then ``iters`` timed
-       runs; each kernel is bracketed by CUDA events; times are the median over iterations,
-       then the maximum over ranks (all-reduce MAX), as the slowest rank sets the step.
-
-    Computations must have GEMM / memory specs or durations (a duration runs a GEMM of the
-    equivalent size, needing ``cost`` to size it); attention specs run as GEMMs of the same
-    FLOPs.
+    ``cost`` sizes computations given as durations (:func:`equivalent_spec`). ``ignored``
+    lists, per profile, the knobs that ran at the process's values (``strict=False``).
     """
 
-    def __init__(self, group: OverlapGroup, *, cost=None, warmup: int = 3, iters: int = 10,
-                 resource_knobs: Sequence[str] = ("channels", "threads", "chunk_bytes"),
-                 dtype: str = "bfloat16") -> None:
+    def __init__(self, group: OverlapGroup, layer: CommLayer, *, cost=None, warmup: int = 3, iters: int = 10,
+                 strict: bool = True) -> None:
+        if warmup < 0 or iters < 1:
+            raise ConfigError(f"live profiler: need warmup >= 0 and iters >= 1, got {warmup}, {iters}")
         self.group = group
+        self.layer = layer
         self.cost = cost
         self.warmup = warmup
         self.iters = iters
-        self.resource_knobs = tuple(resource_knobs)
-        self.dtype = dtype
+        self.strict = strict
         self.calls = 0
-        self._pgs: dict[tuple, object] = {}
-        self._buffers = None
+        self.ignored: list[list[str]] = []
+        self._comms: dict[tuple, object] = {}
+        self._specs = None
 
-    # -- availability ------------------------------------------------------------------
-    @staticmethod
-    def available() -> tuple[bool, str]:
-        """(True, "") if CUDA, NCCL and an initialised NCCL process group are present, else
-        (False, why). Never raises, never imports torch at module import time."""
-        try:
-            import torch
-            import torch.distributed as dist
-        except Exception as exc:  # pragma: no cover - depends on the install
-            return False, f"torch is not importable ({exc})"
-        if not torch.cuda.is_available():
-            return False, "no CUDA device: the live NCCL profiler needs GPUs (use the simulated profiler)"
-        if not dist.is_available() or not dist.is_nccl_available():
-            return False, "torch.distributed has no NCCL backend"
-        if not dist.is_initialized():
-            return False, "torch.distributed is not initialised (launch with torchrun and init_process_group('nccl'))"
-        if dist.get_backend() != "nccl":
-            return False, f"the default process group uses {dist.get_backend()!r}, not NCCL"
-        return True, ""
+    def _computations(self) -> list:
+        if self._specs is None:
+            specs = []
+            for c in self.group.computations:
+                if c.spec is None and self.cost is None:
+                    raise ConfigError(f"computation {c.name!r} is a duration; give the live profiler a cost model "
+                                      f"to size an equivalent kernel")
+                specs.append(c.spec if c.spec is not None else equivalent_spec(c.duration_s, self.cost, bound=c.bound))
+            self._specs = specs
+        return self._specs
 
-    def _require(self) -> None:
-        ok, why = self.available()
-        if not ok:
-            raise ProfilerUnavailable(f"live NCCL profiling is unavailable: {why}")
+    def _applied(self, spec: CollectiveSpec, cfg: CommConfig, proc: dict, tuner: bool, notes: list[str]) -> CommConfig:
+        """``cfg`` as stock NCCL runs it in this process; ConfigError (strict) for what it cannot."""
+        threads = proc["ll128_threads"] if cfg.protocol == "ll128" else proc["threads"]
+        chunk = proc["chunk_bytes"] if (cfg.protocol in (None, "simple") and cfg.algorithm in ("auto", "ring")) \
+            else cfg.chunk_bytes
+        off = []
+        if cfg.threads is not None and cfg.threads != threads:
+            off.append(f"threads {cfg.threads} (this process runs {threads}: NCCL_NTHREADS is per process)")
+        if cfg.chunk_bytes is not None and cfg.chunk_bytes != chunk:
+            off.append(f"chunk {cfg.chunk_bytes} B (this process runs {chunk} B: NCCL_BUFFSIZE is per process)")
+        if cfg.algorithm not in ("auto", "pairwise", *TUNER_ALGORITHMS):
+            off.append(f"algorithm {cfg.algorithm} (not an NCCL algorithm)")
+        elif not tuner and (cfg.protocol is not None or cfg.algorithm not in ("auto", "pairwise")):
+            off.append("protocol/algorithm per call (needs NCCL's example tuner plugin: NCCL_TUNER_PLUGIN)")
+        if off and self.strict:
+            raise ConfigError(f"{spec.collective} on {spec.group.name}: stock NCCL cannot run " + "; ".join(off)
+                              + " live; tune NC only, or pass strict=False to run them with the process's values")
+        notes += [f"{spec.collective} on {spec.group.name}: {o}" for o in off]
+        kw = {"threads": threads, "chunk_bytes": chunk}
+        if not tuner or cfg.algorithm not in ("auto", "pairwise", *TUNER_ALGORITHMS):
+            kw.update(protocol=None, algorithm="auto")
+        return replace(cfg, **kw)
 
-    # -- configuration -----------------------------------------------------------------
-    def _broadcast_configs(self, configs: Sequence[CommConfig]) -> list[CommConfig]:
-        """Rank 0's configurations on every rank (lagom Fig. 6 step c)."""
-        import torch.distributed as dist
-
-        obj = [list(configs)]
-        dist.broadcast_object_list(obj, src=0)
-        return obj[0]
-
-    def _process_group(self, spec: CollectiveSpec, cfg: CommConfig):
-        """An NCCL process group over this collective's ranks configured with ``cfg`` (cached)."""
-        import torch
-        import torch.distributed as dist
-
-        key = (spec.group, cfg)
-        pg = self._pgs.get(key)
-        if pg is not None:
-            return pg
-        env = {}
-        if "threads" in self.resource_knobs and cfg.threads is not None:
-            env["NCCL_NTHREADS"] = str(cfg.threads)
-        if "chunk_bytes" in self.resource_knobs and cfg.chunk_bytes is not None:
-            env["NCCL_BUFFSIZE"] = str(int(cfg.chunk_bytes) * 8)  # NCCL_STEPS = 8 chunks per buffer
-        if cfg.protocol is not None:
-            env["NCCL_PROTO"] = {"simple": "Simple", "ll": "LL", "ll128": "LL128"}[cfg.protocol]
-        if cfg.algorithm not in (None, "auto"):
-            env["NCCL_ALGO"] = cfg.algorithm.capitalize() if cfg.algorithm != "nvls" else "NVLS"
-        opts = dist.ProcessGroupNCCL.Options()
-        if "channels" in self.resource_knobs and cfg.channels is not None:
-            opts.config.min_ctas = int(cfg.channels)
-            opts.config.max_ctas = int(cfg.channels)
-        # the collective's ranks: contiguous blocks of group.size (the caller lays the job out so)
-        world, me = dist.get_world_size(), dist.get_rank()
-        size = spec.group.size
-        if world % size:
-            raise ConfigError(f"collective group of {size} ranks does not divide the world of {world}")
-        old = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            mine = None
-            for start in range(0, world, size):  # every rank creates every subgroup, in the same order
-                ranks = list(range(start, start + size))
-                pg = dist.new_group(ranks, backend="nccl", pg_options=opts,
-                                    device_id=torch.device("cuda", torch.cuda.current_device()))
-                if me in ranks:
-                    mine = pg
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        self._pgs[key] = mine
-        return mine
-
-    # -- running -----------------------------------------------------------------------
-    def _compute_fns(self):
-        import torch
-
-        dt = getattr(torch, self.dtype)
-        dev = torch.device("cuda", torch.cuda.current_device())
-        fns = []
-        for comp in self.group.computations:
-            spec = comp.spec
-            if spec is None:
-                if self.cost is None:
-                    raise ConfigError(f"computation {comp.name!r} is a duration; give the live profiler a cost "
-                                      f"model to size an equivalent GEMM")
-                spec = equivalent_spec(comp.duration_s, self.cost, bound=comp.bound)
-            if isinstance(spec, AttentionSpec):
-                side = max(16, int(round((spec.flops / 2) ** (1 / 3))))
-                spec = GemmSpec(m=side, n=side, k=side)
-            if isinstance(spec, GemmSpec):
-                a = torch.randn(spec.batch, spec.m, spec.k, device=dev, dtype=dt)
-                b = torch.randn(spec.batch, spec.k, spec.n, device=dev, dtype=dt)
-                fns.append(lambda a=a, b=b: torch.bmm(a, b))
-            elif isinstance(spec, MemorySpec):
-                n = max(1, int(spec.bytes // 2 // 2))  # read + write, 2-byte elements
-                x = torch.empty(n, device=dev, dtype=dt)
-                fns.append(lambda x=x: x.mul_(1.0))
-        return fns
-
-    def _comm_fns(self, configs: Sequence[CommConfig]):
-        import torch
-        import torch.distributed as dist
-
-        dev = torch.device("cuda", torch.cuda.current_device())
-        fns = []
-        for coll, cfg in zip(self.group.collectives, configs):
-            spec = coll.spec
-            pg = self._process_group(spec, cfg)
-            p = spec.group.size
-            n = max(p, int(spec.bytes // 2) // p * p)  # bf16 elements, divisible by the group size
-            if spec.collective == "all_gather":
-                out = torch.empty(n, device=dev, dtype=torch.bfloat16)
-                inp = torch.empty(n // p, device=dev, dtype=torch.bfloat16)
-                fns.append(lambda o=out, i=inp, g=pg: dist.all_gather_into_tensor(o, i, group=g))
-            elif spec.collective == "reduce_scatter":
-                inp = torch.empty(n, device=dev, dtype=torch.bfloat16)
-                out = torch.empty(n // p, device=dev, dtype=torch.bfloat16)
-                fns.append(lambda o=out, i=inp, g=pg: dist.reduce_scatter_tensor(o, i, group=g))
-            elif spec.collective == "all_to_all":
-                inp = torch.empty(n, device=dev, dtype=torch.bfloat16)
-                out = torch.empty_like(inp)
-                fns.append(lambda o=out, i=inp, g=pg: dist.all_to_all_single(o, i, group=g))
-            elif spec.collective in ("all_reduce", "broadcast", "reduce"):
-                buf = torch.empty(n, device=dev, dtype=torch.bfloat16)
-                op = {"all_reduce": lambda b=buf, g=pg: dist.all_reduce(b, group=g),
-                      "broadcast": lambda b=buf, g=pg: dist.broadcast(b, src=dist.get_global_rank(g, 0), group=g),
-                      "reduce": lambda b=buf, g=pg: dist.reduce(b, dst=dist.get_global_rank(g, 0), group=g)}
-                fns.append(op[spec.collective])
-        return fns
+    def _communicator(self, spec: CollectiveSpec, cfg: CommConfig, tuner: bool):
+        key = CommKey.of(spec)
+        row, ctas = call_settings(key, replace(cfg, channels=cfg.channels if cfg.channels is not None else 64,
+                                               protocol=cfg.protocol or "simple",
+                                               algorithm=cfg.algorithm if cfg.algorithm != "auto" else "ring"))
+        if cfg.channels is None:
+            ctas = {}
+        csv = tuner_csv_text([row]) if (tuner and row is not None and cfg.protocol is not None
+                                        and cfg.algorithm != "auto") else None
+        k = (spec.group, tuple(sorted(ctas.items())), csv)
+        handle = self._comms.get(k)
+        if handle is None:
+            handle = self.layer.communicator(rank_blocks(self.layer.world, spec.group.size), ctas, csv)
+            self._comms[k] = handle
+        return handle
 
     def profile(self, configs: Sequence[CommConfig]) -> ProfileResult:
-        """Run the group live with ``configs`` (rank 0's, broadcast) and time it with CUDA
-        events; x_j, Y, Z in seconds as in :class:`ProfileResult` (lagom eq. 1, Alg. 2 line 6)."""
-        self._require()
-        import torch
-        import torch.distributed as dist
-
+        """Run the group live with ``configs`` (rank 0's) and time it; x_j, Y, Z in seconds as
+        in :class:`ProfileResult` (lagom eq. 1, Alg. 2 line 6)."""
         self.calls += 1
-        configs = self._broadcast_configs(configs)
-        comps = self._compute_fns()
-        comms = self._comm_fns(configs)
-        side = torch.cuda.Stream()
-        main = torch.cuda.current_stream()
-        samples = []
-        for it in range(self.warmup + self.iters):
-            dist.barrier()
-            torch.cuda.synchronize()
-            start = torch.cuda.Event(enable_timing=True)
-            start.record(main)
-            side.wait_event(start)
-            comp_ev = []
-            for fn in comps:
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record(main); fn(); e1.record(main)
-                comp_ev.append((e0, e1))
-            comm_ev = []
-            with torch.cuda.stream(side):
-                for fn in comms:
-                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    e0.record(side); fn(); e1.record(side)
-                    comm_ev.append((e0, e1))
-            end = torch.cuda.Event(enable_timing=True)
-            main.wait_stream(side)
-            end.record(main)
-            torch.cuda.synchronize()
-            if it >= self.warmup:
-                samples.append(([a.elapsed_time(b) for a, b in comm_ev],
-                                sum(a.elapsed_time(b) for a, b in comp_ev),
-                                start.elapsed_time(end)))
-
-        def median(xs):
-            xs = sorted(xs)
-            return xs[len(xs) // 2]
-
-        comm = [median([s[0][j] for s in samples]) for j in range(len(comms))]
-        vec = torch.tensor(comm + [median([s[1] for s in samples]), median([s[2] for s in samples])],
-                           device="cuda", dtype=torch.float64)
-        dist.all_reduce(vec, op=dist.ReduceOp.MAX)
-        v = [float(x) * 1e-3 for x in vec.tolist()]  # ms -> s
-        return ProfileResult(comm_times_s=tuple(v[:-2]), compute_time_s=v[-2], makespan_s=v[-1])
+        # rank 0's configurations and NCCL environment: every rank decides (and fails) alike
+        configs, env = self.layer.broadcast((list(configs), self.layer.nccl_env()))
+        if len(configs) != self.group.n_collectives:
+            raise ConfigError(f"live profiler: {len(configs)} configurations for {self.group.n_collectives} collectives")
+        proc = process_values(env)
+        tuner = bool(env.get("NCCL_TUNER_PLUGIN"))
+        notes: list[str] = []
+        comms = []
+        for coll, cfg in zip(self.group.collectives, configs):
+            applied = self._applied(coll.spec, cfg, proc, tuner, notes)
+            comms.append((self._communicator(coll.spec, applied, tuner), coll.spec))
+        self.ignored.append(notes)
+        samples = self.layer.run(self._computations(), comms, self.warmup, self.iters)
+        if len(samples) != self.iters:
+            raise ConfigError(f"live profiler: the layer returned {len(samples)} samples for {self.iters} timed runs")
+        n = len(comms)
+        vec = [statistics.median(s[0][j] for s in samples) for j in range(n)]
+        vec += [statistics.median(s[1] for s in samples), statistics.median(s[2] for s in samples)]
+        v = self.layer.max_over_ranks(vec)
+        return ProfileResult(comm_times_s=tuple(v[:n]), compute_time_s=v[n], makespan_s=v[n + 1])

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ccoverlap.errors import ConfigError
 from ccoverlap.predict.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
 from ccoverlap.predict.planner import (  # noqa: F401
     FunctionStrategy,
@@ -34,6 +35,8 @@ from ccoverlap.predict.planner import (  # noqa: F401
     workload_key,
 )
 from ccoverlap.predict.workload import Workload
+
+from .emit import APPLICABLE, EmitBundle, build_emit, hints, write_emit
 
 
 def knob_space(w: Workload) -> dict[str, list[Any]]:
@@ -152,25 +155,71 @@ def strategy_start(strategy, as_given: Workload, best: Workload) -> Workload:
 
 @dataclass
 class PlanResult:
+    """What :func:`plan` returns: one :class:`StrategyResult` per row (``as-given`` first; the
+    last row is ``applicable`` when it was computed: the recommended strategy, or the one
+    asked for, re-simulated with only what can be applied), the simulations run, seconds,
+    the best knobs' workload, and ``emit_bundle``: the settings behind the ``applicable`` row
+    (:class:`~ccoverlap.planning.emit.EmitBundle`)."""
+
     workload: Workload
     strategies: list[StrategyResult]
     simulations: int
     seconds: float
     best_workload: Workload
     stats: dict = field(default_factory=dict)
+    emit_bundle: EmitBundle | None = None
 
     @property
     def as_given(self) -> StrategyResult:
         return self.strategies[0]
 
+    @property
+    def applicable(self) -> StrategyResult | None:
+        """The ``applicable`` row, or None."""
+        return next((s for s in self.strategies if s.name == APPLICABLE), None)
+
     def best(self) -> StrategyResult:
-        fitting = [s for s in self.strategies if s.fits_memory] or self.strategies
+        """The fastest strategy that fits in memory (any, if none fits); the ``applicable``
+        row is derived from one of them and is not a candidate."""
+        rows = [s for s in self.strategies if s.name != APPLICABLE]
+        fitting = [s for s in rows if s.fits_memory] or rows
         return min(fitting, key=lambda s: s.step_time_s)
+
+    def strategy(self, name: str) -> StrategyResult:
+        """The row named ``name``; ConfigError naming the rows there are."""
+        for s in self.strategies:
+            if s.name == name and s.name != APPLICABLE:
+                return s
+        names = [s.name for s in self.strategies if s.name != APPLICABLE]
+        raise ConfigError(f"no strategy {name!r} in this plan; its rows are {', '.join(names)}")
+
+    def bundle(self, strategy: str | None = None, target: str = "pytorch") -> EmitBundle:
+        """The :class:`~ccoverlap.planning.emit.EmitBundle` of ``strategy`` (default: the one the
+        ``applicable`` row was made for, else the recommended one) for ``target``."""
+        b = self.emit_bundle
+        name = strategy or (b.strategy if b is not None else self.best().name)
+        if b is not None and b.strategy == name and b.target == target:
+            return b
+        return build_emit(self.strategy(name), self.workload, Planner(self.workload), target=target)
+
+    def emit(self, out_dir, strategy: str | None = None, target: str = "pytorch") -> dict[str, str]:
+        """Write ``strategy``'s settings (default: as :meth:`bundle`) for ``target`` into
+        ``out_dir``: nccl.env, the tuner CSV, per-group options, framework settings, the TP
+        plan, decision.json and README.md (docs/emit.md). Returns ``{file: path}``."""
+        return write_emit(self.bundle(strategy, target), out_dir, as_given=self.as_given,
+                          source=self.workload.source)
+
+    def apply_hints(self, strategy: str | None = None, target: str = "pytorch") -> dict:
+        """What :meth:`emit` writes, as Python data: ``nccl_env``, ``tuner_rows``,
+        ``process_groups``, ``fully_shard``, ``fsdp2_prefetch``, ``ddp``, ``torchtitan``,
+        ``megatron_args``, ``tp_plan``, ``not_applied``."""
+        return hints(self.bundle(strategy, target))
 
 
 def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str] | None = None,
          registry: StrategyRegistry | None = None, planner: Planner | None = None,
-         exact: bool = False) -> PlanResult:
+         exact: bool = False, applicable: bool = True, applicable_of: str | None = None,
+         target: str = "pytorch") -> PlanResult:
     """Simulate the as-given configuration, no overlap, the best knobs, and the registered
     strategies (``extra``: their names, default all of ``registry``, default
     :func:`default_registry`), all through one :class:`Planner`; the first entry is always
@@ -183,7 +232,12 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
     ``best-knobs`` (their timelines are kept), else extrapolated from two short steps where the
     pipeline schedule allows (:meth:`Planner.metrics`; docs/planner.md, "Steady state").
     When the planner may use several processes, the registered strategies run in forked worker
-    processes, one :func:`~ccoverlap.predict.planner.strategy_groups` group each (same results)."""
+    processes, one :func:`~ccoverlap.predict.planner.strategy_groups` group each (same results).
+
+    ``applicable``: add the ``applicable`` row, strategy ``applicable_of`` (default: the
+    recommended one) re-simulated with only what ``target`` (``pytorch``, ``torchtitan``,
+    ``megatron-lm``) and stock NCCL can set (:mod:`ccoverlap.planning.emit`; one more
+    simulation, none when everything applies)."""
     t0 = time.perf_counter()
     planner = planner or Planner(w, progress=progress, exact=exact)
     registry = registry if registry is not None else default_registry()
@@ -227,12 +281,28 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
             lap(strat.name)
             if res is not None:
                 strategies.append(res)
+    bundle = None
+    if applicable:
+        t, c = time.perf_counter(), time.process_time()  # the strategies may have run in worker processes
+        bundle = _applicable(planner, PlanResult(w, strategies, 0, 0.0, best_w), applicable_of, target, progress)
+        strategies.append(bundle.applicable)
+        lap(APPLICABLE)
     sims = planner.simulations + planner.graph_simulations
     stats = {**planner.stats(), "seconds": seconds, "cpu_seconds": cpu_seconds,
              "screen_microbatches": planner.screened(w).batch.microbatches(w.parallel.dp) if planner.screening(w) else None,
              "extrapolated_from": planner.steady_state(w)}
     return PlanResult(workload=w, strategies=strategies, simulations=sims, seconds=time.perf_counter() - t0,
-                      best_workload=best_w, stats=stats)
+                      best_workload=best_w, stats=stats, emit_bundle=bundle)
+
+
+def _applicable(planner: Planner, result: PlanResult, of: str | None, target: str,
+                progress: ProgressFn | None) -> EmitBundle:
+    """The settings of row ``of`` (default: the recommended one) for ``target``, with the
+    ``applicable`` row simulated (:func:`~ccoverlap.planning.emit.build_emit`)."""
+    row = result.strategy(of) if of else result.best()
+    if progress:
+        progress(0, 1, f"applicable {row.name}")
+    return build_emit(row, result.workload, planner, target=target)
 
 
 def _run_group(planner: Planner, group: list, as_given: Workload, best: Workload) -> list[tuple]:
@@ -274,6 +344,12 @@ def recommendation(result: PlanResult) -> str:
                      f"MFU {given.mfu:.1%} -> {best.mfu:.1%}).")
     else:
         lines.append("The configuration as given is already the best the planner found.")
+    app = result.applicable
+    if app is not None and app.decision.get("not_applied"):
+        of = app.decision.get("of", best.name)
+        lines.append(f"Not all of '{of}' can be set with {app.decision.get('target', 'the framework')} and stock "
+                     f"NCCL: with what can, {given.step_time_s * 1e3:.1f} -> {app.step_time_s * 1e3:.1f} ms "
+                     f"('applicable' row; --emit DIR writes the settings and lists the rest).")
     if given.exposed_comm_s > 0.05 * given.step_time_s and r >= 1:
         lines.append(f"{given.exposed_comm_s * 1e3:.1f} ms of communication per step is exposed while "
                      f"compute could hide it (R = {r:.2f}): overlap is the lever here.")

@@ -20,7 +20,12 @@ from ccoverlap.sim.timeline import RankMetrics, Timeline, all_rank_metrics, step
 
 @dataclass
 class StrategyResult:
-    """One simulated strategy; times in seconds, memory in bytes."""
+    """One simulated strategy; times in seconds, memory in bytes. ``knobs``: the framework
+    knobs it ran with; ``decision``: what a decider chose beyond the knobs, as plain data
+    (``comm_plan``: a :class:`~ccoverlap.deciders.nccl_plan.CommPlan` as a mapping;
+    ``parallel``: layout fields changed; ``rewrites``: step rewrites no knob expresses;
+    ``tp_schedules``: a TP overlap schedule per collective + GEMM pair), read by
+    :mod:`ccoverlap.planning.emit`."""
 
     name: str
     knobs: dict
@@ -36,6 +41,7 @@ class StrategyResult:
     fits_memory: bool
     note: str = ""
     timeline: Timeline | None = field(default=None, repr=False)
+    decision: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {
@@ -52,6 +58,7 @@ class StrategyResult:
             "peak_memory_bytes": self.peak_memory_bytes,
             "fits_memory": self.fits_memory,
             "note": self.note,
+            "decision": self.decision,
         }
 
 

@@ -35,15 +35,14 @@ import torch
 from ccoverlap.errors import ConfigError
 from ccoverlap.runtime import comm
 
-__all__ = ["ShapeMismatchError", "set_shape_check", "get_shape_check", "agree", "TensorDesc"]
+__all__ = [
+    "ShapeMismatchError", "set_shape_check", "get_shape_check", "agree", "agree_start", "Agreement", "TensorDesc",
+    "dtype_code", "dtype_name",
+]  # fmt: skip
 
 _MODES = ("always", "first", "never")
 _MAX_DIMS = 8
 _SLOT = 2 + _MAX_DIMS  # present, ndim, dims...
-_DTYPES = [
-    torch.float32, torch.float64, torch.float16, torch.bfloat16,
-    torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool,
-]  # fmt: skip
 _lock = threading.Lock()
 _mode = os.environ.get("CCOVERLAP_CHECK_SHAPES", "always")
 _host_groups: dict[int, object] = {}
@@ -118,10 +117,76 @@ def agree(
     table (the same on every rank) so the caller can derive agreed values from it, or None
     when the check was skipped.
     """
-    if comm.group_size(group) == 1 and not rules:
-        return None
-    if not _should_check(op, group, mode):
-        return None
+    return agree_start(op, group, tensors, ints=ints, rules=rules, mode=mode).result()
+
+
+class Agreement:
+    """A cross-rank check in flight (:func:`agree_start`): :meth:`result` finishes it.
+
+    Between the two, a caller may run *local* work (a GEMM that needs no communication)
+    while the fingerprint travels; it must not start any other collective on the group
+    before :meth:`result` returns, and it must call :meth:`result` on every rank.
+    """
+
+    __slots__ = ("_op", "_group", "_row", "_names", "_int_names", "_rules", "_handle", "_fps", "_done", "_table")
+
+    def __init__(self, op, group, row, names, int_names, rules, handle, fps) -> None:
+        self._op, self._group, self._row, self._names, self._int_names = op, group, row, names, int_names
+        self._rules, self._handle, self._fps = rules, handle, fps
+        self._done, self._table = row is None, None
+
+    def result(self) -> Table | None:
+        """Wait for the check; the gathered :class:`Table`, or None when it was skipped.
+
+        Raises :class:`ShapeMismatchError` (the same message on every rank) when a rule fails.
+        """
+        if self._done:
+            return self._table
+        self._done = True
+        op, row, names, int_names, rules = self._op, self._row, self._names, self._int_names, self._rules
+        p = comm.group_size(self._group)
+        fp = _fingerprint(row)
+        if self._handle is not None:
+            self._handle.wait()
+            fps_l = self._fps.tolist() if self._fps.device.type == "cpu" else self._fps.cpu().tolist()
+            if all(f == fp for f in fps_l):
+                table, msg = _evaluate(op, [list(row)] * p, names, int_names, rules)
+                if msg:
+                    raise ShapeMismatchError(msg)
+                self._table = table
+                return table
+        # Slow path: the full descriptors, padded to a fixed width so that the gather itself can
+        # never mismatch (descriptors of different ops have different lengths).
+        cgroup = _check_group(self._group)
+        dev = comm.comm_device(cgroup)
+        padded = torch.full((_WIDTH,), -7, dtype=torch.int64)
+        padded[: len(row)] = torch.tensor(row, dtype=torch.int64)
+        table_t = torch.empty(p * _WIDTH, dtype=torch.int64, device=dev)
+        comm.all_gather_into(table_t, padded.to(dev), group=cgroup, async_op=False)
+        raw = table_t.view(p, _WIDTH).cpu().tolist()
+        table, msg = _evaluate(op, raw, names, int_names, rules)
+        if msg:
+            raise ShapeMismatchError(msg)
+        self._table = table
+        return table
+
+
+def agree_start(
+    op: str,
+    group,
+    tensors: dict[str, torch.Tensor | TensorDesc],
+    *,
+    ints: dict[str, int] | None = None,
+    rules: Sequence,
+    mode: str | None = None,
+) -> Agreement:
+    """Start the check of :func:`agree` (its first, fingerprint collective, asynchronously).
+
+    Returns an :class:`Agreement`; its ``result()`` waits, runs the rules and returns what
+    :func:`agree` returns. Collective (unless the policy skips it).
+    """
+    if (comm.group_size(group) == 1 and not rules) or not _should_check(op, group, mode):
+        return Agreement(op, group, None, (), (), (), None, None)
     names = list(tensors)
     int_names = list(ints or {})
     row: list[int] = [_op_id(op), len(names), len(int_names)]
@@ -131,42 +196,53 @@ def agree(
         if len(shape) > _MAX_DIMS:
             shape = shape[:_MAX_DIMS]
         row += [1, len(t.shape), *shape, *([-1] * (_MAX_DIMS - len(shape)))]
-        row.append(_DTYPES.index(dtype) if dtype in _DTYPES else 99)
+        row.append(dtype_code(dtype))
     row += [int(v) for v in (ints or {}).values()]
     if len(row) > _WIDTH:
         raise ValueError(f"{op}: too many arguments for the shape check")
-    cgroup = _check_group(group)
-    dev = comm.comm_device(cgroup)
-    p = comm.group_size(group)
-    # Fast path: one all-gather of a 64-bit fingerprint of the descriptor (8 bytes per rank).
-    # When every rank's fingerprint is equal, every rank holds the same descriptor, so each
-    # can build the whole table from its own row and run the rules locally: the outcome is the
-    # same everywhere (the rules are pure functions of the table).
-    # When any fingerprint differs (a mismatch, or a legitimately per-rank field such as
-    # out_features or DMA availability), every rank sees that in the same gathered list and all
-    # of them fall back to gathering the full descriptors.
-    fp = _fingerprint(row)
-    fps_l = [fp + 1]
+    handle = fps = None
     if FINGERPRINT_FIRST:
-        fps = torch.empty(p, dtype=torch.int64, device=dev)
-        comm.all_gather_into(fps, torch.tensor([fp], dtype=torch.int64).to(dev), group=cgroup, async_op=False)
-        fps_l = fps.tolist() if dev.type == "cpu" else fps.cpu().tolist()
-    if FINGERPRINT_FIRST and all(f == fp for f in fps_l):
-        table, msg = _evaluate(op, [list(row)] * p, names, int_names, rules)
-        if msg:
-            raise ShapeMismatchError(msg)
-        return table
-    # Slow path: the full descriptors, padded to a fixed width so that the gather itself can
-    # never mismatch (descriptors of different ops have different lengths).
-    padded = torch.full((_WIDTH,), -7, dtype=torch.int64)
-    padded[: len(row)] = torch.tensor(row, dtype=torch.int64)
-    table_t = torch.empty(p * _WIDTH, dtype=torch.int64, device=dev)
-    comm.all_gather_into(table_t, padded.to(dev), group=cgroup, async_op=False)
-    raw = table_t.view(p, _WIDTH).cpu().tolist()
-    table, msg = _evaluate(op, raw, names, int_names, rules)
-    if msg:
-        raise ShapeMismatchError(msg)
-    return table
+        # Fast path: one all-gather of a 64-bit fingerprint of the descriptor (8 bytes per rank).
+        # When every rank's fingerprint is equal, every rank holds the same descriptor, so each
+        # can build the whole table from its own row and run the rules locally: the outcome is the
+        # same everywhere (the rules are pure functions of the table).
+        # When any fingerprint differs (a mismatch, or a legitimately per-rank field such as
+        # out_features or DMA availability), every rank sees that in the same gathered list and all
+        # of them fall back to gathering the full descriptors.
+        cgroup = _check_group(group)
+        dev = comm.comm_device(cgroup)
+        fps = torch.empty(comm.group_size(group), dtype=torch.int64, device=dev)
+        mine = torch.tensor([_fingerprint(row)], dtype=torch.int64).to(dev)
+        handle = comm.all_gather_into(fps, mine, group=cgroup, async_op=True)
+    return Agreement(op, group, row, names, int_names, rules, handle, fps)
+
+
+def _name_of(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def dtype_code(dtype: torch.dtype) -> int:
+    """A stable non-negative 31-bit code for any torch dtype: a blake2b hash of its name.
+
+    Every dtype gets its own code (complex, every float8 variant, bool, the unsigned and
+    sub-byte integers, ...), and the code does not depend on a table or on the torch
+    version, so two ranks with different dtypes always write different descriptors.
+    """
+    digest = hashlib.blake2b(_name_of(dtype).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little") & 0x7FFFFFFF
+
+
+def _known_dtypes() -> dict[int, str]:
+    names = {_name_of(v) for v in vars(torch).values() if isinstance(v, torch.dtype)}
+    return {dtype_code(getattr(torch, n)): n for n in sorted(names)}
+
+
+_DTYPE_NAMES = _known_dtypes()
+
+
+def dtype_name(code: int) -> str:
+    """The dtype name a :func:`dtype_code` stands for (``dtype#<code>`` for a dtype this torch lacks)."""
+    return _DTYPE_NAMES.get(code, f"dtype#{code}")
 
 
 def _fingerprint(row: list[int]) -> int:
@@ -242,7 +318,7 @@ class Table:
                 dims = r[pos + 2 : pos + 2 + min(ndim, _MAX_DIMS)]
                 self._shapes[n].append(tuple(dims))
                 code = r[pos + _SLOT]
-                self._dtypes[n].append(str(_DTYPES[code]).replace("torch.", "") if code < len(_DTYPES) else "other")
+                self._dtypes[n].append(dtype_name(code))
                 pos += _SLOT + 1
             for n in int_names:
                 self._ints[n].append(r[pos])
@@ -325,6 +401,6 @@ def _op_id(op: str) -> int:
 # Names every rank can decode (the table must produce the same message everywhere).
 _KNOWN_OPS = (
     "all_gather_matmul", "matmul_reduce_scatter", "all_to_all_matmul",
-    "all_gather_matmul.tune", "matmul_reduce_scatter.tune",
+    "all_gather_matmul.tune", "matmul_reduce_scatter.tune", "sequence all-gather",
 )  # fmt: skip
 _OP_NAMES: dict[int, str] = {_op_id(n): n for n in _KNOWN_OPS}

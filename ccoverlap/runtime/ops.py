@@ -32,6 +32,7 @@ FiCCO pieces. Every rank must pass the same ``schedule``.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -135,11 +136,13 @@ _COMMON_RULES = [
     checks.same_int("schedule", lambda v: repr(ALL_SCHEDULES[v]) if 0 <= v < len(ALL_SCHEDULES) else v),
     checks.same_int("engine", lambda v: repr(COMM_ENGINES[v]) if 0 <= v < len(COMM_ENGINES) else v, "comm_engine"),
     checks.same_int("dim", what="sequence dim"),
-    checks.same_int(
-        "decided", lambda v: "cached" if v else "not cached",
-        "auto/tune decision for this shape (call clear_tuning_cache on every rank or none)",
-    ),
-]  # fmt: skip
+]
+#: Checked after every shape and dtype rule: a shape that differs on one rank also makes
+#: "is this shape's auto/tune decision cached?" differ, and the shape is the real cause.
+_CACHE_RULE = checks.same_int(
+    "decided", lambda v: "cached" if v else "not cached",
+    "auto/tune decision for this shape (call clear_tuning_cache on every rank or none)",
+)  # fmt: skip
 
 
 def check_call(
@@ -153,14 +156,26 @@ def check_call(
     :class:`~ccoverlap.runtime.checks.ShapeMismatchError` with one message. Collective
     (unless the policy skips it; then the engine is this rank's own answer).
     """
+    return start_check(op, x, weight, group, schedule, comm_engine, dim, mode)()
+
+
+def start_check(
+    op: str, x: torch.Tensor, weight: torch.Tensor, group, schedule: str, comm_engine: str, dim: int, mode
+) -> Callable[[], str]:
+    """:func:`check_call` in two halves: starts the check, returns ``finish()`` (waits, raises or returns the engine).
+
+    Local work may run between the two; no other collective may start on ``group`` before
+    ``finish()`` has returned, and every rank must call it.
+    """
     sched_id = _check_schedule(schedule)
     eng_id = _check_engine(comm_engine)
     dma_ok, _why = _dma_ok(comm_engine, x, group)
     kind = "ag" if op == "all_gather_matmul" else "rs"
     k = x.shape[-1] if x.dim() else 0
     rows = x.numel() // k if k else 0
+    key_engine = comm_engine if kind == "ag" else "sm"  # a reduce-scatter is decided for c10d (copy engines cannot add)
     decided = int(schedule in ("auto", "tune") and weight.dim() == 2 and is_decided(
-        kind, (rows, k), (weight.shape[1], weight.shape[0]), x.dtype, x.device, group, schedule, comm_engine))
+        kind, (rows, k), (weight.shape[1], weight.shape[0]), x.dtype, x.device, group, schedule, key_engine))
     rules = [*_COMMON_RULES, checks.per_rank(_local_linear_checks), checks.same_dtype("x", "weight")]
     if op == "all_gather_matmul":
         rules.append(checks.same_across_ranks("x", "x_shard shape (all-gather needs equal shards)"))
@@ -175,18 +190,29 @@ def check_call(
                 f"{t.world_size} ranks (reduce-scatter gives every rank an equal block)"
             ),
         ]
-    rules.append(_weights_equal_if_adaptive)
-    table = checks.agree(
+    rules += [_weights_equal_if_adaptive, _CACHE_RULE]
+    pending = checks.agree_start(
         op, group, {"x": x, "weight": weight},
         ints={"schedule": sched_id, "engine": eng_id, "dim": dim, "decided": decided, "dma_ok": dma_ok},
         rules=rules, mode=mode,
     )  # fmt: skip
-    if table is None:
-        return _local_engine(comm_engine, x, group)
-    engine, why = agreed_engine(table.ints("engine"), table.ints("dma_ok"))
-    if comm_engine == "dma" and engine != "dma":
-        _warn_once(why if "rank" in why else f"comm_engine='dma' unavailable ({_why}); using the c10d transport")
-    return engine
+
+    def finish() -> str:
+        table = pending.result()
+        if table is None:
+            return _local_engine(comm_engine, x, group)
+        engine, why = agreed_engine(table.ints("engine"), table.ints("dma_ok"))
+        if comm_engine == "dma" and engine != "dma":
+            _warn_once(why if "rank" in why else f"comm_engine='dma' unavailable ({_why}); using the c10d transport")
+        return engine
+
+    return finish
+
+
+def _rs_locally_valid(x: torch.Tensor, weight: torch.Tensor, dim: int, p: int) -> bool:
+    """Whether this rank's GEMM of a reduce-scatter call can run before the check has finished."""
+    return (x.dim() >= 2 and weight.dim() == 2 and x.shape[-1] == weight.shape[1] and x.dtype == weight.dtype
+            and x.device == weight.device and x.shape[dim] % p == 0)  # fmt: skip
 
 
 def _norm_dim(x: torch.Tensor, dim: int, what: str) -> int:
@@ -196,15 +222,23 @@ def _norm_dim(x: torch.Tensor, dim: int, what: str) -> int:
     return dim % nd if nd else 0
 
 
+def _concrete(kind: str, a: torch.Tensor, b: torch.Tensor, group, schedule: str, engine: str) -> tuple[str, str]:
+    """``(forward schedule, backward schedule)`` for a call: ``auto`` is one schedule for both
+    directions (judged on forward + backward); ``tune`` times each direction's GEMM on its own,
+    so the backward keeps ``"tune"`` and resolves with its own shapes."""
+    if schedule not in ("auto", "tune"):
+        return schedule, schedule
+    fwd = resolve(kind, a, b, group, schedule, comm_engine=engine).schedule
+    return fwd, (fwd if schedule == "auto" else "tune")
+
+
 class _AllGatherMatmul(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x2d, weight, group, schedule, comm_engine):
-        b = weight.t()
-        decision = resolve("ag", x2d, b, group, schedule, comm_engine=comm_engine)
+    def forward(ctx, x2d, weight, group, schedule, bwd_schedule, comm_engine):
         tx = _transport(comm_engine)
-        out, x_full = ag_matmul(x2d, b, group, decision.schedule, need_full=weight.requires_grad, transport=tx)
+        out, x_full = ag_matmul(x2d, weight.t(), group, schedule, need_full=weight.requires_grad, transport=tx)
         ctx.save_for_backward(x_full, weight)
-        ctx.group, ctx.schedule, ctx.comm_engine = group, schedule, comm_engine
+        ctx.group, ctx.schedule = group, bwd_schedule
         return out
 
     @staticmethod
@@ -220,21 +254,19 @@ class _AllGatherMatmul(torch.autograd.Function):
 
         dx = None
         if need_x:
-            decision = resolve("rs", dy, weight, ctx.group, ctx.schedule)
-            dx = matmul_rs(dy, weight, ctx.group, decision.schedule, overlap=wgrad)
+            sched = resolve("rs", dy, weight, ctx.group, ctx.schedule).schedule
+            dx = matmul_rs(dy, weight, ctx.group, sched, overlap=wgrad)
         else:
             wgrad()
-        return dx, dw[0], None, None, None
+        return dx, dw[0], None, None, None, None
 
 
 class _MatmulReduceScatter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x2d, weight, group, schedule, comm_engine):
-        b = weight.t()
-        decision = resolve("rs", x2d, b, group, schedule, comm_engine=comm_engine)
-        out = matmul_rs(x2d, b, group, decision.schedule)
+    def forward(ctx, x2d, weight, group, schedule, bwd_schedule, gate, engine):
+        out = matmul_rs(x2d, weight.t(), group, schedule, before_comm=gate)
         ctx.save_for_backward(x2d if weight.requires_grad else None, weight)
-        ctx.group, ctx.schedule, ctx.comm_engine = group, schedule, comm_engine
+        ctx.group, ctx.schedule, ctx.comm_engine = group, bwd_schedule, engine[0]
         return out
 
     @staticmethod
@@ -244,16 +276,16 @@ class _MatmulReduceScatter(torch.autograd.Function):
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dx = dw = None
         if need_x:
-            decision = resolve("ag", dy, weight, ctx.group, ctx.schedule, comm_engine=ctx.comm_engine)
+            sched = resolve("ag", dy, weight, ctx.group, ctx.schedule, comm_engine=ctx.comm_engine).schedule
             tx = _transport(ctx.comm_engine)
-            dx, dy_full = ag_matmul(dy, weight, ctx.group, decision.schedule, need_full=need_w, transport=tx)
+            dx, dy_full = ag_matmul(dy, weight, ctx.group, sched, need_full=need_w, transport=tx)
         elif need_w:
             p = comm.group_size(ctx.group)
             dy_full = torch.empty(p * dy.shape[0], dy.shape[1], dtype=dy.dtype, device=dy.device)
             comm.all_gather_into(dy_full, dy, group=ctx.group, async_op=False)
         if need_w:
             dw = dy_full.t() @ x2d  # [n, M] @ [M, k]
-        return dx, dw, None, None, None
+        return dx, dw, None, None, None, None, None
 
 
 def all_gather_matmul(
@@ -271,8 +303,9 @@ def all_gather_matmul(
     ``x_shard``: ``[m, ..., K]`` (this rank's shard along ``dim``, default 0; same shape on
     every rank); ``weight``: ``[N, K]`` (nn.Linear layout). Returns ``[P*m, ..., N]`` where rows
     ``r*m:(r+1)*m`` come from rank r's shard. ``dim=1`` takes batch-first ``[b, s/P, K]``
-    and returns ``[b, s, N]`` (the sequence dim is moved to the front for the
-    collectives and back, one copy each way). Units: elements; no scaling.
+    and returns ``[b, s, N]``: each rank's block of rows is its shard in its own order
+    (no copy before the collective), and the rank-major result is laid out along ``dim``
+    with one copy of the output. Units: elements; no scaling.
     ``schedule``: one of :data:`ALL_SCHEDULES` (FiCCO §V-B schedules, shard-level ``ring`` as
     PyTorch async-TP, ``serial`` baseline, ``auto`` = FiCCO §V-C heuristic, ``tune`` = timed
     on the live backend). ``comm_engine``: ``"sm"`` (c10d) or ``"dma"`` (CUDA copy engines via
@@ -283,13 +316,15 @@ def all_gather_matmul(
     """
     dim = _norm_dim(x_shard, dim, "all_gather_matmul")
     engine = check_call("all_gather_matmul", x_shard, weight, group, schedule, comm_engine, dim, check_shapes)
-    xs = x_shard.movedim(dim, 0) if dim else x_shard
-    k = xs.shape[-1]
-    x2d = xs.reshape(-1, k)
-    out = _AllGatherMatmul.apply(x2d, weight, group, schedule, engine)
+    shape = x_shard.shape
+    x2d = x_shard.reshape(-1, shape[-1])  # this rank's block of rows, in its own order (no copy)
+    fwd, bwd = _concrete("ag", x2d, weight.t(), group, schedule, engine)
+    out = _AllGatherMatmul.apply(x2d, weight, group, fwd, bwd, engine)  # rank-major [P * rows, N]
     p = comm.group_size(group)
-    out = out.view(p * xs.shape[0], *xs.shape[1:-1], weight.shape[0])
-    return out.movedim(0, dim).contiguous() if dim else out
+    if dim == 0:
+        return out.view(p * shape[0], *shape[1:-1], weight.shape[0])
+    blocks = out.view(p, *shape[:-1], weight.shape[0]).movedim(0, dim)  # [..., P, m, ..., N]
+    return blocks.reshape(*shape[:dim], p * shape[dim], *shape[dim + 1 : -1], weight.shape[0])
 
 
 def matmul_reduce_scatter(
@@ -312,11 +347,25 @@ def matmul_reduce_scatter(
     engine applies to the all-gather of the backward only: copy engines cannot reduce).
     """
     dim = _norm_dim(x, dim, "matmul_reduce_scatter")
-    engine = check_call("matmul_reduce_scatter", x, weight, group, schedule, comm_engine, dim, check_shapes)
+    finish = start_check("matmul_reduce_scatter", x, weight, group, schedule, comm_engine, dim, check_shapes)
     p = comm.group_size(group)
-    xs = x.movedim(dim, 0).contiguous() if dim else x
-    k = xs.shape[-1]
-    x2d = xs.reshape(-1, k)
-    out = _MatmulReduceScatter.apply(x2d, weight, group, schedule, engine)
-    out = out.view(xs.shape[0] // p, *xs.shape[1:-1], weight.shape[0])
-    return out.movedim(0, dim).contiguous() if dim else out
+    engine = [None]
+    if not _rs_locally_valid(x, weight, dim, p):
+        engine[0] = finish()  # raises on every rank (some rank's arguments are wrong); nothing local may run first
+    shape = x.shape
+    m = shape[dim] // p
+    if dim:  # rank-major blocks [P, ..., m, ...]: rank j's block is every row it receives, in its own order
+        x = x.view(*shape[:dim], p, m, *shape[dim + 1 :]).movedim(dim, 0)
+    x2d = x.reshape(-1, shape[-1])
+    b = weight.t()
+    if engine[0] is None and schedule in ("auto", "tune") and not is_decided(
+        "rs", x2d.shape, b.shape, x2d.dtype, x2d.device, group, schedule
+    ):
+        engine[0] = finish()  # deciding auto/tune communicates: the check must be over first
+    fwd, bwd = _concrete("rs", x2d, b, group, schedule, "sm")
+
+    def gate():  # otherwise the check ends after the first local GEMM, before the first collective
+        engine[0] = finish()
+
+    out = _MatmulReduceScatter.apply(x2d, weight, group, fwd, bwd, gate if engine[0] is None else None, engine)
+    return out.view(*shape[:dim], m, *shape[dim + 1 : -1], weight.shape[0])

@@ -304,12 +304,15 @@ def matmul_rs(
     schedule: str,
     *,
     overlap: Callable[[], None] | None = None,
+    before_comm: Callable[[], object] | None = None,
 ) -> torch.Tensor:
     """``ReduceScatter_0(a @ b)`` with the named overlap schedule (see module doc).
 
     ``a``: ``[P*m, k]`` (every rank the same ``P*m``); ``b``: ``[k, n]``. Returns this rank's
     summed block ``[m, n]``. ``overlap``, if given, is independent work (e.g. a weight
     gradient) run while the last communication is in flight; it runs exactly once.
+    ``before_comm``, if given, runs once before the first collective is issued (after the
+    first local GEMM): the cross-rank check finishes there, hidden behind that GEMM.
     """
     p, r = comm.group_size(group), comm.group_rank(group)
     rows, k = a.shape
@@ -317,8 +320,10 @@ def matmul_rs(
     if rows % p:
         raise ValueError(f"matmul_rs: {rows} rows do not split over {p} ranks")
     m = rows // p
+    gate = _once(before_comm)
     if p == 1:
         out = a @ b
+        gate()
         if overlap is not None:
             overlap()
         return out
@@ -334,19 +339,32 @@ def matmul_rs(
             ran[0] = True
             overlap()
 
-    fn(a.contiguous(), b, out, group, p, r, m, hook)
+    fn(a.contiguous(), b, out, group, p, r, m, hook, gate)
+    gate()
     hook()
     return out
 
 
-def _rs_serial(a, b, out, group, p, r, m, hook):
+def _once(fn: Callable[[], object] | None) -> Callable[[], None]:
+    done = [fn is None]
+
+    def run() -> None:
+        if not done[0]:
+            done[0] = True
+            fn()
+
+    return run
+
+
+def _rs_serial(a, b, out, group, p, r, m, hook, gate):
     part = a @ b
+    gate()
     h = comm.reduce_scatter_into(out, part, group=group)
     hook()
     h.wait()
 
 
-def _rs_ring(a, b, out, group, p, r, m, hook):
+def _rs_ring(a, b, out, group, p, r, m, hook, gate):
     n = b.shape[1]
     pending: list[tuple[Handle, torch.Tensor]] = []
     acc = None
@@ -354,6 +372,7 @@ def _rs_ring(a, b, out, group, p, r, m, hook):
         dst, src = (r + i) % p, (r - i) % p
         part = torch.mm(a[dst * m : (dst + 1) * m], b)  # partial for peer r+i
         rbuf = torch.empty(m, n, dtype=out.dtype, device=out.device)
+        gate()
         h = comm.exchange([(dst, part)], [(src, rbuf)], group=group, tag=i)
         pending.append((h, rbuf))
         if len(pending) > 1:  # accumulate the previous step while this one is in flight
@@ -368,7 +387,7 @@ def _rs_ring(a, b, out, group, p, r, m, hook):
     torch.add(own, acc, out=out)
 
 
-def _rs_uniform_fused_1d(a, b, out, group, p, r, m, hook):
+def _rs_uniform_fused_1d(a, b, out, group, p, r, m, hook, gate):
     k = a.shape[1]
     pieces = _pieces(m, p)
     a3 = a.view(p, m, k)
@@ -376,6 +395,7 @@ def _rs_uniform_fused_1d(a, b, out, group, p, r, m, hook):
     for t, (off, sz) in enumerate(pieces):
         rows = a3[:, off : off + sz].reshape(p * sz, k)  # gather piece t of every block
         part = torch.mm(rows, b)  # overlaps the reduce-scatter of piece t-1
+        gate()
         if pending is not None:
             pending.wait()
         pending = comm.reduce_scatter_into(out[off : off + sz], part, group=group)
@@ -384,7 +404,7 @@ def _rs_uniform_fused_1d(a, b, out, group, p, r, m, hook):
         pending.wait()
 
 
-def _rs_hetero(a, b, out, group, p, r, m, hook, fused: bool):
+def _rs_hetero(a, b, out, group, p, r, m, hook, gate, fused: bool):
     k, n = a.shape[1], b.shape[1]
     pieces = _pieces(m, p)
     peers = [(r + j) % p for j in range(1, p)]  # destinations
@@ -399,6 +419,7 @@ def _rs_hetero(a, b, out, group, p, r, m, hook, fused: bool):
         else:  # one GEMM per destination
             sends = [(d, torch.mm(a[d * m + off : d * m + off + sz], b)) for d in peers]
         rbuf = torch.empty(p - 1, sz, n, dtype=out.dtype, device=out.device)
+        gate()
         h = comm.exchange(sends, list(zip(senders, rbuf.unbind(0))), group=group, tag=t + 1)
         inflight.append((h, rbuf, off, sz))
     torch.mm(a[r * m : (r + 1) * m], b, out=out)  # hetero: local block last, hides the tail
@@ -408,21 +429,22 @@ def _rs_hetero(a, b, out, group, p, r, m, hook, fused: bool):
         out[off : off + sz].add_(rbuf.sum(0))
 
 
-def _rs_hetero_fused_1d(a, b, out, group, p, r, m, hook):
-    _rs_hetero(a, b, out, group, p, r, m, hook, fused=True)
+def _rs_hetero_fused_1d(a, b, out, group, p, r, m, hook, gate):
+    _rs_hetero(a, b, out, group, p, r, m, hook, gate, fused=True)
 
 
-def _rs_hetero_unfused_1d(a, b, out, group, p, r, m, hook):
-    _rs_hetero(a, b, out, group, p, r, m, hook, fused=False)
+def _rs_hetero_unfused_1d(a, b, out, group, p, r, m, hook, gate):
+    _rs_hetero(a, b, out, group, p, r, m, hook, gate, fused=False)
 
 
-def _rs_uniform_fused_2d(a, b, out, group, p, r, m, hook):
+def _rs_uniform_fused_2d(a, b, out, group, p, r, m, hook, gate):
     n = b.shape[1]
     cols = _pieces(n, p)
     pending = None
     for t, (off, sz) in enumerate(cols):
         part = torch.mm(a, b[:, off : off + sz])  # column block of the output, [P*m, sz]
         tmp = torch.empty(m, sz, dtype=out.dtype, device=out.device)
+        gate()
         h = comm.reduce_scatter_into(tmp, part, group=group)
         if pending is not None:
             ph, ptmp, poff, psz = pending

@@ -13,11 +13,15 @@ becomes overlapped by changing only the style classes: :class:`ColwiseParallel`,
 :class:`RowwiseParallel` and :class:`PrepareModuleInput` from this module (``SequenceParallel``
 is re-exported unchanged). What changes underneath:
 
-* our ``PrepareModuleInput`` does *not* all-gather a sequence-sharded input that the plan
-  wants replicated: it hands the module a DTensor that is still ``Shard(seq)``;
-* our ``ColwiseParallel`` sees that sequence-sharded input and runs
-  :func:`~ccoverlap.runtime.ops.all_gather_matmul` (the all-gather overlapped with the GEMM,
-  forward and backward) instead of DTensor's all-gather followed by one GEMM;
+* our ``PrepareModuleInput`` all-gathers a sequence-sharded input the plan wants replicated
+  once (:mod:`ccoverlap.runtime.shared_gather`) and hands the module what torch's hands it (a
+  ``Replicate()`` DTensor, or its local tensor with ``use_local_output=True``); while the
+  cross-rank check and the gather travel it computes this rank's rows of the module's
+  column-parallel projections;
+* our ``ColwiseParallel`` on that gathered input multiplies only the other ranks' rows, on
+  local tensors, and adds its input-gradient partial to its siblings' before one
+  reduce-scatter in backward; on a sequence-sharded input of its own it runs
+  :func:`~ccoverlap.runtime.ops.all_gather_matmul` (overlapped, forward and backward);
 * our ``RowwiseParallel`` with a sequence-sharded output runs
   :func:`~ccoverlap.runtime.ops.matmul_reduce_scatter` instead of GEMM + reduce-scatter.
 
@@ -32,6 +36,7 @@ the sequence dim is whatever ``Shard(d)`` the plan names.
 
 from __future__ import annotations
 
+import contextvars
 from functools import partial
 
 import torch
@@ -46,6 +51,7 @@ from torch.distributed.tensor.parallel.style import ParallelStyle
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.runtime.ops import ALL_SCHEDULES, all_gather_matmul, matmul_reduce_scatter
+from ccoverlap.runtime.shared_gather import gather_input, gathered_linear, shared_gather_of
 
 __all__ = [
     "ColwiseParallel",
@@ -131,18 +137,27 @@ class _OverlappedLinearStyle(ParallelStyle):
         _shard_param(module, "weight", device_mesh, [self._weight_placement], self.src_data_rank)
         _shard_param(module, "bias", device_mesh, [self._bias_placement], self.src_data_rank)
         module.forward = partial(self._forward, module, device_mesh, group)
+        module._ccoverlap_style = self
         return module
 
 
 class ColwiseParallel(_OverlappedLinearStyle):
-    """``torch``'s ``ColwiseParallel`` with the all-gather of a sequence-sharded input overlapped.
+    """``torch``'s ``ColwiseParallel``, with the all-gather of its input shared or overlapped.
 
     Same arguments as torch's (``input_layouts``, ``output_layouts``, ``use_local_output``)
     plus ``schedule`` (any of :data:`~ccoverlap.runtime.ops.ALL_SCHEDULES`) and
-    ``comm_engine``. The input is sequence-sharded when it is a DTensor with a ``Shard(d)``
-    placement (d not the last dim), or a plain tensor and ``input_layouts=Shard(d)``: then
-    ``y = AllGather_d(x) @ W_r.T + b_r`` runs as :func:`all_gather_matmul` on ``dim=d``.
-    Otherwise DTensor's math runs. Works on ``nn.Linear``; other modules go to torch's style.
+    ``comm_engine``. What runs, by input:
+
+    * the input :class:`PrepareModuleInput` gathered for its module (a ``Replicate()`` DTensor
+      or, with ``use_local_output=True``, its local tensor): ``y = x_full @ W_r.T + b_r`` on
+      local tensors, the input gradient added to the other projections' before the gather's
+      one reduce-scatter (:mod:`ccoverlap.runtime.shared_gather`);
+    * a sequence-sharded input (a DTensor with a ``Shard(d)`` placement, d not the last dim,
+      or a plain tensor with ``input_layouts=Shard(d)``): :func:`all_gather_matmul` on ``dim=d``,
+      the all-gather overlapped with the GEMM, forward and backward;
+    * anything else: DTensor's own math, exactly torch's style.
+
+    Works on ``nn.Linear``; other modules go to torch's style.
     """
 
     _torch_style = _TorchColwise
@@ -152,29 +167,52 @@ class ColwiseParallel(_OverlappedLinearStyle):
     _bias_placement = Shard(0)
 
     def _forward(self, module: nn.Linear, mesh, group, x):
-        seq = None
+        st = shared_gather_of(x)
+        if st is not None and st.mesh == mesh and (isinstance(x, DTensor) or self.input_layout == Replicate()) and (
+            not torch.is_autocast_enabled(x.device.type)  # under autocast: DTensor's math (torch's casts)
+        ):
+            bias = module.bias.to_local() if module.bias is not None else None
+            return self._output(gathered_linear(x, module, module.weight.to_local(), bias, st), mesh)
         if isinstance(x, DTensor):
             seq = _seq_dim(x.placements[0], x.ndim)
             local = x.to_local() if seq is not None else None
         else:
             seq = _seq_dim(self.input_layout, x.ndim)
             local = x if seq is not None else None
-            if seq is None:
+        if seq is None:  # not sequence-sharded (or a gathered input under autocast): DTensor's math, torch's style
+            if not isinstance(x, DTensor):
                 x = DTensor.from_local(x, mesh, [self.input_layout], run_check=False)
-        if seq is not None:
-            y = all_gather_matmul(
-                local, module.weight.to_local(), group, schedule=self.schedule, comm_engine=self.comm_engine, dim=seq
-            )
-            if module.bias is not None:
-                y = y + module.bias.to_local()
-            out = DTensor.from_local(y, mesh, [Shard(-1)], run_check=False)
-        else:  # not sequence-sharded: DTensor's own math (as torch's ColwiseParallel)
             if x.placements[0] != Replicate():
                 x = x.redistribute(mesh, [Replicate()])
             out = F.linear(x, module.weight, module.bias)
-        if out.placements[0] != self.output_layout:
-            out = out.redistribute(mesh, [self.output_layout])
+            if out.placements[0] != self.output_layout:
+                out = out.redistribute(mesh, [self.output_layout])
+            return out.to_local() if self.use_local_output else out
+        bias = module.bias.to_local() if module.bias is not None else None
+        local, weight, bias = _autocast(local, module.weight.to_local(), bias)
+        y = all_gather_matmul(local, weight, group, schedule=self.schedule, comm_engine=self.comm_engine, dim=seq)
+        return self._output(y + bias if bias is not None else y, mesh)
+
+    def _output(self, y: torch.Tensor, mesh):
+        """The module's output from this rank's ``Shard(-1)`` slice ``y``: torch's output layout and type."""
+        if _is_last_dim_shard(self.output_layout, y.ndim):
+            return y if self.use_local_output else DTensor.from_local(y, mesh, [Shard(y.ndim - 1)], run_check=False)
+        out = DTensor.from_local(y, mesh, [Shard(y.ndim - 1)], run_check=False).redistribute(mesh, [self.output_layout])
         return out.to_local() if self.use_local_output else out
+
+
+def _autocast(x: torch.Tensor, weight: torch.Tensor, bias=None) -> tuple:
+    """``(x, weight, bias)`` in autocast's dtype when autocast is on for their device, as ``F.linear``
+    casts them (so the collective runs in that dtype too, as torch's does); unchanged otherwise."""
+    dev = x.device.type
+    if not torch.is_autocast_enabled(dev):
+        return x, weight, bias
+    dt = torch.get_autocast_dtype(dev)
+    return x.to(dt), weight.to(dt), (bias.to(dt) if bias is not None else None)
+
+
+def _is_last_dim_shard(p: Placement, ndim: int) -> bool:
+    return isinstance(p, Shard) and p.dim % ndim == ndim - 1
 
 
 class RowwiseParallel(_OverlappedLinearStyle):
@@ -182,8 +220,9 @@ class RowwiseParallel(_OverlappedLinearStyle):
 
     Same arguments as torch's plus ``schedule``/``comm_engine``. When ``output_layouts`` is
     ``Shard(d)`` (d not the last dim, e.g. ``Shard(1)`` for ``[b, s, h]``) the layer runs
-    :func:`matmul_reduce_scatter` on ``dim=d`` and adds the replicated bias after it;
-    otherwise DTensor's math runs. ``nn.Embedding`` and other modules go to torch's style.
+    :func:`matmul_reduce_scatter` on ``dim=d`` and adds the replicated bias after it (as a
+    DTensor op, so its gradient is summed over ranks); otherwise DTensor's math runs.
+    ``nn.Embedding`` and other modules go to torch's style.
     """
 
     _torch_style = _TorchRowwise
@@ -194,48 +233,90 @@ class RowwiseParallel(_OverlappedLinearStyle):
 
     def _forward(self, module: nn.Linear, mesh, group, x):
         if isinstance(x, DTensor):
-            if x.placements[0] != Shard(-1) and x.placements[0] != Shard(x.ndim - 1):
+            if not _is_last_dim_shard(x.placements[0], x.ndim):
                 x = x.redistribute(mesh, [Shard(-1)])
             local = x.to_local()
-        elif self.input_layout == Shard(-1) or self.input_layout == Shard(x.ndim - 1):
+        elif _is_last_dim_shard(self.input_layout, x.ndim):
             local = x
         else:
             local = DTensor.from_local(x, mesh, [self.input_layout], run_check=False).redistribute(
                 mesh, [Shard(-1)]
             ).to_local()
         seq = _seq_dim(self.output_layout, local.ndim)
-        if seq is not None:
-            y = matmul_reduce_scatter(
-                local, module.weight.to_local(), group, schedule=self.schedule, comm_engine=self.comm_engine, dim=seq
-            )
-            out = DTensor.from_local(y, mesh, [Shard(seq)], run_check=False)
-            if module.bias is not None:
-                out = out + module.bias  # DTensor add: the bias gradient is summed over ranks
-        else:
+        if seq is None:
             xd = DTensor.from_local(local, mesh, [Shard(-1)], run_check=False)
             out = F.linear(xd, module.weight, module.bias).redistribute(mesh, [self.output_layout])
+            return out.to_local() if self.use_local_output else out
+        local, weight, bias = _autocast(local, module.weight.to_local(), module.bias)
+        y = matmul_reduce_scatter(local, weight, group, schedule=self.schedule, comm_engine=self.comm_engine, dim=seq)
+        if bias is None and self.use_local_output:
+            return y
+        out = DTensor.from_local(y, mesh, [Shard(seq)], run_check=False)
+        if bias is not None:
+            out = out + bias  # DTensor add: the bias gradient is summed over ranks
         return out.to_local() if self.use_local_output else out
 
 
 class PrepareModuleInput(_TorchPrepareModuleInput):
-    """``torch``'s ``PrepareModuleInput``, except that ``Shard(d) -> Replicate()`` is *deferred*.
+    """``torch``'s ``PrepareModuleInput``; ``Shard(d) -> Replicate()`` is one shared all-gather.
 
-    Where the plan asks to all-gather a sequence-sharded input before the module, the module
-    gets the input as a ``Shard(d)`` DTensor instead (no communication); the overlapped
-    :class:`ColwiseParallel` layers inside gather it fused with their GEMMs, and anything
-    else that reads it goes through DTensor (correct, if not overlapped). Other conversions
-    are torch's.
+    Where the plan gathers a sharded input before the module, the module gets exactly what
+    torch's style gives it: a ``Replicate()`` DTensor of the whole input, or its local
+    tensor with ``use_local_output=True`` (a router or custom kernel that calls
+    ``to_local()`` sees the whole sequence). The gather runs once
+    (:func:`~ccoverlap.runtime.shared_gather.gather_input`, checked across ranks); our
+    :class:`ColwiseParallel` projections that read the gathered input run on local tensors
+    and add their input-gradient partial sums before one reduce-scatter in backward. Other
+    conversions, and meshes of more than one dim, are torch's.
     """
 
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        # torch's hooks, with the module at hand while its inputs are prepared (for _consumers)
+        if self.with_kwargs:
+            module.register_forward_pre_hook(
+                lambda mod, args, kwargs: self._with_module(mod, self._prepare_input_kwarg_fn, args, kwargs, device_mesh),
+                with_kwargs=True,
+            )  # fmt: skip
+        else:
+            module.register_forward_pre_hook(
+                lambda mod, args: self._with_module(mod, self._prepare_input_fn, args, device_mesh)
+            )
+        return module
+
+    @staticmethod
+    def _with_module(mod, fn, *args):
+        token = _PREPARING.set(mod)
+        try:
+            return fn(*args)
+        finally:
+            _PREPARING.reset(token)
+
     def _prepare_input_arg(self, input, mesh, input_layout, desired_layout):
-        if (
-            input_layout is not None and isinstance(input_layout, Shard) and desired_layout == Replicate()
-            and isinstance(input, torch.Tensor)
-        ):  # fmt: skip
-            dt = input if isinstance(input, DTensor) else DTensor.from_local(input, mesh, (input_layout,), run_check=False)
-            if _seq_dim(dt.placements[0], dt.ndim) is not None:
-                return dt
+        if input_layout is not None and desired_layout == Replicate() and mesh.ndim == 1 and isinstance(input, torch.Tensor):
+            have = input.placements[0] if isinstance(input, DTensor) else input_layout
+            if isinstance(have, Shard):
+                return gather_input(input, mesh, have.dim, use_local_output=self.use_local_output,
+                                    consumers=_consumers(_PREPARING.get(), mesh))  # fmt: skip
         return super()._prepare_input_arg(input, mesh, input_layout, desired_layout)
+
+
+#: The module whose inputs our PrepareModuleInput is preparing (set around torch's hook body).
+_PREPARING: contextvars.ContextVar = contextvars.ContextVar("ccoverlap_preparing", default=None)
+
+
+def _consumers(mod, mesh) -> list[nn.Module]:
+    """``mod``'s direct children that our ColwiseParallel runs on a replicated input on ``mesh``: the
+    projections that will read the gathered input (their local rows are computed during the gather)."""
+    if mod is None:
+        return []
+    out = []
+    for child in mod.children():
+        style = getattr(child, "_ccoverlap_style", None)
+        w = getattr(child, "weight", None)
+        if (isinstance(style, ColwiseParallel) and style.input_layout == Replicate()
+                and isinstance(w, DTensor) and w.device_mesh == mesh):  # fmt: skip
+            out.append(child)
+    return out
 
 
 @torch.no_grad()

@@ -6,7 +6,12 @@ backend, comm engine); the per-call cross-rank check (:mod:`ccoverlap.runtime.ch
 also compares "is this key decided?" across ranks, so a cache cleared on one rank only is
 a clear error rather than a hang.
 
-* ``auto``: rank 0's heuristic answer is broadcast once per key.
+* ``auto``: rank 0's candidate (:func:`auto_candidate`: the FiCCO §V-C heuristic, ``ring`` on a
+  CPU transport) is broadcast once per key; unless it is ``serial`` it is then timed against
+  ``serial`` on forward + backward through the public op (:data:`AUTO_MEASURE`: paired rounds
+  as ``tune``'s, at most 2 s) and kept only when it is faster beyond a 2% tie, so ``auto``
+  does not run a schedule that was measured slower than ``serial`` on what training runs.
+  The decision is one schedule for both directions of that op.
 * ``tune``: the candidates run in *rounds* (one timed call of every remaining candidate per
   round) through the public op, per-call cross-rank check included, so ``tune`` times what a
   user's call (and ``ccoverlap bench``) runs. The order inside a round follows a Williams
@@ -52,6 +57,8 @@ from ccoverlap.runtime.machine import MachineSpec, machine_for
 from ccoverlap.runtime.schedules import SCHEDULES
 
 __all__ = [
+    "AUTO_MEASURE",
+    "auto_candidate",
     "Decision",
     "TuneOptions",
     "resolve",
@@ -91,8 +98,8 @@ class TuneOptions:
     tolerance; ``max_reps=200``/``budget_s=10`` let the time budget bind first on the
     documented CPU shapes (a round of three survivors takes ~0.12 s there on a quiet machine),
     since the call-to-call spread measured there (sigma of log time 0.08-0.14 for one
-    schedule on a quiet machine: ``benchmarks/bench_runtime_tune.py --rejudge``; docs/runtime.md)
-    needs tens of rounds to resolve gaps of a few percent.
+    schedule on a quiet machine: ``benchmarks/bench_runtime_tune.py --rejudge``) needs tens of
+    rounds to resolve gaps of a few percent.
     """
 
     warmup: int = 2
@@ -459,13 +466,7 @@ def resolve(
     if hit is not None:
         return hit
     if schedule == "auto":
-        name, reason = auto_choice(kind, a, b, group, comm_engine=comm_engine)
-        idx = torch.tensor([SCHEDULES.index(name)], dtype=torch.int64, device=comm.comm_device(group))
-        comm.broadcast(idx, 0, group=group, async_op=False)  # rank 0's answer, on every rank
-        agreed = SCHEDULES[int(idx.item())]
-        if agreed != name:
-            reason = f"rank 0's choice (this rank's heuristic said {name})"
-        decision = Decision(agreed, "auto", reason)
+        decision = _auto_decision(kind, a, b, group, comm_engine)
     else:
         cands = tuple(candidates or tune_candidates(kind))
         decision = _from_file(key, a.device, cands, group)
@@ -521,6 +522,64 @@ def _to_file(key: tuple, device: torch.device, decision: Decision, group) -> Non
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1, sort_keys=True)
     os.replace(tmp, path)
+
+
+#: How ``auto`` times its candidate against ``serial``: forward + backward through the public op,
+#: paired interleaved rounds; the candidate is kept only when it is not provably slower and the
+#: two are not tied within 2% (a tie keeps ``serial``, the simpler). 95% intervals need 6 rounds.
+AUTO_MEASURE = TuneOptions(warmup=1, min_reps=6, max_reps=30, budget_s=2.0, margin=0.02, confidence=0.95)
+
+
+def auto_candidate(kind: str, a: torch.Tensor, b: torch.Tensor, group, *, comm_engine: str = "sm") -> tuple[str, str]:
+    """The schedule ``auto`` weighs against ``serial`` (no communication): ``(name, reason)``.
+
+    :func:`auto_choice` (FiCCO §V-C with the "overlap cannot help" step) decides whether
+    overlap can pay at all. With a CPU transport (gloo) every step of a schedule is a
+    collective whose latency and memory copies cost the very cores the GEMM runs on, so the
+    overlapping candidate there is ``ring``, the one with the fewest steps (P-1 exchanges of
+    whole shards, the local shard computed while the first is in flight); FiCCO's piece
+    schedules (P steps, piece gathers and scatters) target GPU DMA and SM contention.
+    """
+    name, reason = auto_choice(kind, a, b, group, comm_engine=comm_engine)
+    if name == "serial" or a.device.type == "cuda":
+        return name, reason
+    return "ring", f"CPU transport: ring has the fewest steps ({comm.group_size(group) - 1}); heuristic: {reason}"
+
+
+def _auto_decision(kind, a, b, group, comm_engine) -> Decision:
+    """``auto``: rank 0's candidate; unless it is ``serial``, timed against ``serial`` on forward + backward."""
+    name, reason = auto_candidate(kind, a, b, group, comm_engine=comm_engine)
+    idx = torch.tensor([SCHEDULES.index(name)], dtype=torch.int64, device=comm.comm_device(group))
+    comm.broadcast(idx, 0, group=group, async_op=False)  # rank 0's answer, on every rank
+    agreed = SCHEDULES[int(idx.item())]
+    if agreed != name:
+        reason = f"rank 0's candidate (this rank's said {name})"
+    if agreed == "serial":
+        return Decision("serial", "auto", reason)
+    d = tune_choice(kind, lambda nm: _fwd_bwd_runner(kind, a, b, group, nm, comm_engine), ("serial", agreed), group,
+                    a.device, options=AUTO_MEASURE)  # fmt: skip
+    why = f"{reason}; timed against serial on forward + backward: {d.reason}"
+    return Decision(d.schedule, "auto", why, d.timings_s, d.samples_s, d.rounds, d.elapsed_s, eliminated=d.eliminated)
+
+
+def _fwd_bwd_runner(kind, a, b, group, name, comm_engine="sm"):
+    """Forward + backward of the public op with schedule ``name`` (what a training step runs of it)."""
+    from ccoverlap.runtime import ops  # ops imports this module
+
+    x = a.detach().clone().requires_grad_()
+    w = b.t().detach().clone().requires_grad_()
+    op = ops.all_gather_matmul if kind == "ag" else ops.matmul_reduce_scatter
+    dy = []
+
+    def run():
+        with torch.enable_grad():
+            y = op(x, w, group, schedule=name, comm_engine=comm_engine)
+            if not dy:
+                dy.append(torch.ones_like(y))
+            y.backward(dy[0])
+        x.grad = w.grad = None
+
+    return run
 
 
 def _runner(kind, a, b, group, name, comm_engine="sm"):

@@ -80,6 +80,9 @@ def test_bench_table_all_to_all(capsys):
         (["--op", "all_to_all_matmul", "--schedules", "ring"], "unknown schedule(s) ring"),
         (["--iters", "0"], "--iters must be >= 1"),
         (["--nproc", "0"], "--nproc must be >= 1"),
+        (["--plan", "block", "--shape", "huge"], "unknown plan shape 'huge'"),
+        (["--plan", "model", "--nproc", "3"], "does not split over 3 ranks"),
+        (["--plan", "block", "--schedule", "fast"], "--schedule must be one of"),
     ],
 )
 def test_bench_usage_errors_are_one_line(capsys, argv, needle):
@@ -87,3 +90,26 @@ def test_bench_usage_errors_are_one_line(capsys, argv, needle):
     assert code == 2
     assert needle in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("workload", ["block", "model"])
+def test_plan_bench_pairs_torch_and_ccoverlap_on_one_plan(workload):
+    """The plan benchmark on a small shape: both rows time the same workload, start equal, and are paired."""
+    from ccoverlap.runtime.plan_bench import PlanBenchConfig, PlanShape, bench, format_table
+
+    cfg = PlanBenchConfig(workload=workload, reps=3, warmup=0, layers=1, vocab=32, dims=PlanShape(2, 8, 16, 4, 32),
+                          schedule="serial", rows=("torch", "ccoverlap", "ccoverlap:ring", "async-tp"))
+    res = bench(cfg, 2)
+    rows = {r["row"]: r for r in res["rows"]}
+    assert list(rows) == ["torch", "ccoverlap", "ccoverlap:ring"] and res["backend"] == "gloo"
+    assert "CUDA" in res["skipped_rows"]["async-tp"]
+    first = rows["torch"]["first_step_value"]
+    for r in rows.values():
+        assert len(r["times_s"]) == 3 and all(t > 0 for t in r["times_s"])
+        assert r["first_step_value"] == pytest.approx(first, rel=1e-5)  # the same step, the same numbers
+    ratio = rows["ccoverlap"]["ratio_vs_torch"]
+    paired = sorted(a / b for a, b in zip(rows["ccoverlap"]["times_s"], rows["torch"]["times_s"]))
+    assert ratio == pytest.approx(paired[1])
+    assert "async-tp not run" in format_table([res])

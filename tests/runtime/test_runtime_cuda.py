@@ -160,3 +160,32 @@ def test_bench_symmetric_memory_and_dtensor_rows_on_gpus(capsys):
     names = {r["schedule"] for r in res["results"]}
     assert "(DTensor TP)" in names
     assert "(symm-mem fused)" in names or "(symm-mem fused)" in res["skipped_rows"]
+
+
+@needs_two_gpus
+@pytest.mark.gpu
+@pytest.mark.timeout(900)
+def test_plan_bench_on_gpus_has_torch_ours_and_async_tp_rows():
+    """The plan benchmark on NCCL: torch's styles, ours (bf16) and PyTorch's async TP (or the reason it cannot run)."""
+    from ccoverlap.runtime.plan_bench import PlanBenchConfig, PlanShape, bench
+
+    cfg = PlanBenchConfig(workload="block", reps=3, warmup=1, dtype="bfloat16", dims=PlanShape(2, 256, 256, 8, 1024),
+                          rows=("torch", "ccoverlap", "async-tp"))
+    res = bench(cfg, 2, backend="nccl")
+    rows = {r["row"]: r for r in res["rows"]}
+    assert res["backend"] == "nccl" and {"torch", "ccoverlap"} <= set(rows)
+    assert "async-tp" in rows or res["skipped_rows"]["async-tp"]
+    for r in rows.values():
+        assert r["first_step_value"] == pytest.approx(rows["torch"]["first_step_value"], rel=2e-2)
+
+
+def test_plan_bench_async_tp_row_is_skipped_with_a_reason_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("has CUDA")
+    from ccoverlap.runtime.plan_bench import PlanBenchConfig, PlanShape, _async_tp_row
+
+    class _CpuMesh:
+        device_type = "cpu"
+
+    mod, why = _async_tp_row(PlanBenchConfig(dims=PlanShape(1, 4, 8, 2, 8)), None, _CpuMesh(), {})
+    assert mod is None and "CUDA" in why

@@ -186,3 +186,33 @@ def test_tune_options_reject_a_confidence_outside_one_half_to_one(monkeypatch):
     assert tuning.get_tune_options() == before
     monkeypatch.setenv("CCOVERLAP_TUNE", "confidence=0.95,min_reps=10")
     assert tuning._options_from_env() == TuneOptions(confidence=0.95, min_reps=10)
+
+
+def test_auto_candidate_on_cpu_is_ring_when_overlap_can_pay_else_serial(monkeypatch):
+    monkeypatch.setattr(tuning.comm, "group_size", lambda group=None: 2)
+    comm_heavy = (torch.zeros(4096, 1024), torch.zeros(1024, 128))  # T_comm/T_gemm 1.6 at the CPU defaults
+    name, why = tuning.auto_candidate("ag", *comm_heavy, None)
+    assert name == "ring" and "fewest steps" in why
+    gemm_heavy = (torch.zeros(2048, 1024), torch.zeros(1024, 4096))
+    assert tuning.auto_candidate("ag", *gemm_heavy, None)[0] == "serial"
+
+
+@pytest.mark.parametrize("ring_s,expect", [(0.5, "ring"), (1.5, "serial"), (1.01, "serial")])
+def test_auto_runs_its_candidate_only_when_measured_faster_than_serial(one_rank, monkeypatch, ring_s, expect):
+    """auto times the candidate against serial on forward + backward; slower or tied within 2% keeps serial."""
+    monkeypatch.setattr(tuning.comm, "group_size", lambda group=None: 2)
+    fake = _FakeRun({"serial": [1.0, 1.02, 0.98], "ring": [ring_s, ring_s * 1.02, ring_s * 0.98]})
+    one_rank(fake)
+    monkeypatch.setattr(tuning, "_fwd_bwd_runner", lambda kind, a, b, group, name, engine="sm": fake.run_for(name))
+    d = tuning._auto_decision("ag", torch.zeros(4096, 1024), torch.zeros(1024, 128), None, "sm")
+    assert d.schedule == expect and d.how == "auto" and "forward + backward" in d.reason
+    assert set(fake.calls) == {"serial", "ring"} and d.rounds >= tuning.AUTO_MEASURE.min_reps
+
+
+def test_auto_does_not_measure_when_the_candidate_is_serial(one_rank, monkeypatch):
+    monkeypatch.setattr(tuning.comm, "group_size", lambda group=None: 2)
+    fake = _FakeRun({"serial": [1.0]})
+    one_rank(fake)
+    monkeypatch.setattr(tuning, "_fwd_bwd_runner", lambda *a, **k: pytest.fail("measured a serial-only decision"))
+    d = tuning._auto_decision("ag", torch.zeros(2048, 1024), torch.zeros(1024, 4096), None, "sm")
+    assert d.schedule == "serial" and "overlap cannot help" in d.reason

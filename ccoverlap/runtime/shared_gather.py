@@ -1,0 +1,313 @@
+"""One overlapped all-gather per sequence-sharded module input, shared by the projections that read it.
+
+Under a sequence-parallel tensor-parallel plan (torchtitan's Llama plan) a module such as
+attention or the SwiGLU feed-forward receives its input sharded along the sequence, and
+``PrepareModuleInput(input_layouts=Shard(d), desired_input_layouts=Replicate())`` gathers
+it once; the column-parallel projections inside (wq, wk, wv; w1, w3) all read the gathered
+tensor, and in backward their input-gradient partial sums are added before one
+reduce-scatter. This module does the same on plain local tensors, with the DTensor
+bookkeeping torch's styles pay per operation left out, and overlaps both collectives:
+
+* :func:`gather_input` returns what torch's ``PrepareModuleInput`` returns - a
+  ``Replicate()`` DTensor whose local tensor is the whole sequence, or that local tensor
+  itself with ``use_local_output=True`` - carrying a :class:`SharedGather` record. While the
+  cross-rank check and then the one all-gather are in flight it multiplies this rank's own
+  shard by the weights of the projections that will read the result (``consumers``: the
+  column-parallel ``nn.Linear`` children of the module): those rows of their outputs need
+  no remote data. The gathered tensor is complete before the module runs, so a module that
+  reads it any other way (``to_local()``, a DTensor op) sees the whole sequence.
+* :func:`gathered_linear` is a column-parallel linear on such an input,
+  ``y = x_full @ W_r.T + b_r``: with its rows of this rank already computed it multiplies
+  only the other ranks' rows (their blocks of the gather buffer); otherwise the whole input.
+  A precomputed block is used only when the same weight object, unchanged (same version
+  counter), is passed: anything else recomputes, so the result never depends on it.
+* backward: each projection computes ``dW`` and ``db`` as usual and adds its
+  input-gradient partial ``dy @ W_r`` into the record's accumulator (fused into the GEMM,
+  ``addmm``); the one whose backward runs last starts the reduce-scatter and computes its
+  ``dW`` while it is in flight. The backward of :func:`gather_input` finishes it, adds what
+  reached the gathered tensor through ordinary autograd (a ``Partial`` DTensor gradient is
+  reduce-scattered; a ``Replicate`` one, or the plain tensor's, contributes this rank's
+  slice, as torch's redistribution does) and returns this rank's shard gradient.
+
+Per module input: one all-gather in forward and one reduce-scatter in backward, torch's
+count. The projections' input-gradient partials travel outside autograd, so a gradient hook
+registered on the gathered tensor itself sees only the ordinary-autograd part (the shard
+gradient returned to the caller is complete).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+from ccoverlap.runtime import checks, comm
+from ccoverlap.runtime.comm import Handle
+
+__all__ = ["SharedGather", "gather_input", "gathered_linear", "shared_gather_of", "GATHER_OP"]
+
+#: Name of the cross-rank check of the gather (decoded identically on every rank).
+GATHER_OP = "sequence all-gather"
+_ATTR = "_ccoverlap_shared_gather"
+
+
+class SharedGather:
+    """One gathered module input: layout, the gather buffer, precomputed rows, backward accumulator.
+
+    ``full`` is the gathered tensor (natural layout); ``buf`` the rank-major gather buffer
+    ``[P, *shard_shape]``; ``pre`` maps ``id(linear)`` to ``(weight, version, rows)``, this
+    rank's rows of that projection's output computed during the collectives; ``consumers``
+    counts the projections that read ``full`` in forward, ``grad_sum`` sums their
+    input-gradient partials (``[rows, hidden]``, natural layout) and ``pending`` is the
+    reduce-scatter in flight once all of them have added theirs.
+    """
+
+    __slots__ = ("mesh", "group", "dim", "world", "rank", "shard_shape", "full", "buf", "pre", "consumers", "seen",
+                 "grad_sum", "pending")  # fmt: skip
+
+    def __init__(self, mesh, dim: int, shard_shape: torch.Size) -> None:
+        self.mesh, self.group, self.dim = mesh, mesh.get_group(), dim
+        self.world, self.rank = comm.group_size(self.group), comm.group_rank(self.group)
+        self.shard_shape = shard_shape
+        self.full: torch.Tensor | None = None
+        self.buf: torch.Tensor | None = None
+        self.pre: dict[int, tuple] = {}
+        self.consumers = self.seen = 0
+        self.grad_sum: torch.Tensor | None = None
+        self.pending: tuple[Handle, torch.Tensor] | None = None
+
+    # ------------------------------------------------------------------ forward
+    def precompute(self, linear, shard: torch.Tensor) -> None:
+        """This rank's rows of ``linear(full)`` (no bias), from the shard alone: ``shard @ W_r.T``."""
+        w = linear.weight
+        local = w._local_tensor if isinstance(w, DTensor) else w
+        with torch.no_grad():
+            rows = torch.mm(shard.reshape(-1, shard.shape[-1]), local.t())
+        self.pre[id(linear)] = (w, local._version, rows)
+
+    def take_precomputed(self, linear) -> torch.Tensor | None:
+        """The rows :meth:`precompute` made for ``linear``, if its weight is the same object, unchanged."""
+        entry = self.pre.pop(id(linear), None)
+        if entry is None:
+            return None
+        w, version, rows = entry
+        local = w._local_tensor if isinstance(w, DTensor) else w
+        return rows if w is linear.weight and local._version == version else None
+
+    def assemble(self, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """``full @ weight.T + bias`` from this rank's precomputed ``rows`` and the other ranks' buffer blocks."""
+        d, p, r, shape = self.dim, self.world, self.rank, self.shard_shape
+        n = weight.shape[0]
+        y = torch.empty(*self.full.shape[:-1], n, dtype=rows.dtype, device=rows.device)
+        blocks = y.view(*shape[:d], p, shape[d], *shape[d + 1 : -1], n)  # rank axis at d
+        for lo, hi in ((0, r), (r + 1, p)):  # the other ranks' blocks: at most two contiguous ranges
+            if hi > lo:
+                part = torch.mm(self.buf[lo:hi].reshape(-1, shape[-1]), weight.t())
+                blocks.narrow(d, lo, hi - lo).copy_(part.view(hi - lo, *shape[:-1], n).movedim(0, d))
+        blocks.select(d, r).copy_(rows.view(*shape[:-1], n))
+        return y.add_(bias) if bias is not None else y
+
+    # ----------------------------------------------------------------- backward
+    def add_partial(self, dy2d: torch.Tensor, weight: torch.Tensor) -> None:
+        """``grad_sum += dy2d @ weight`` (``dy2d`` ``[rows, n]``, ``weight`` ``[n, hidden]``); the last consumer starts the reduce-scatter."""
+        if self.grad_sum is None:
+            self.grad_sum = torch.mm(dy2d, weight)
+        else:
+            self.grad_sum.addmm_(dy2d, weight)
+        self.seen += 1
+        if self.seen == self.consumers and self.pending is None:
+            self.pending = self._start_reduce_scatter(self.grad_sum)
+            self.grad_sum = None
+
+    def _start_reduce_scatter(self, partial2d: torch.Tensor) -> tuple[Handle, torch.Tensor]:
+        """Reduce-scatter a natural-layout partial ``[rows, hidden]`` of the gathered tensor along ``dim``."""
+        full_shape = self.full.shape
+        d, p, m = self.dim, self.world, self.shard_shape[self.dim]
+        part = partial2d.view(full_shape)
+        if d:  # rank-major blocks for the collective: [P, ..., m, ...]
+            part = part.view(*full_shape[:d], p, m, *full_shape[d + 1 :]).movedim(d, 0).contiguous()
+        out = torch.empty(self.shard_shape, dtype=partial2d.dtype, device=partial2d.device)
+        return comm.reduce_scatter_into(out, part, group=self.group), out
+
+    def finish(self, grad) -> torch.Tensor | None:
+        """This rank's shard gradient: the projections' reduce-scatter plus ``grad`` (autograd's part).
+
+        As torch's DTensor arithmetic: partial sums (the projections', a ``Partial`` gradient)
+        are reduce-scattered; a ``Replicate`` DTensor gradient is added to them divided by
+        the number of ranks (torch's ``Partial + Replicate``) or, without any partial sum,
+        contributes this rank's slice; a plain gradient (``use_local_output=True``) its slice.
+        """
+        partial, replicated, direct = _split_grad(grad, self)
+        if replicated is not None:
+            if self.grad_sum is None and self.pending is None and partial is None:
+                direct = _add(direct, _my_slice(replicated, self))
+            else:
+                partial = _add(partial, replicated / self.world)
+        if partial is not None:
+            partial = partial.reshape(-1, partial.shape[-1])
+            if self.pending is None:  # still one reduce-scatter: fold it into the projections' sum
+                self.grad_sum = partial if self.grad_sum is None else self.grad_sum.add_(partial)
+                partial = None
+        if self.pending is None and self.grad_sum is not None:
+            self.pending, self.grad_sum = self._start_reduce_scatter(self.grad_sum), None
+        out = None
+        if self.pending is not None:
+            handle, out = self.pending
+            handle.wait()
+        if partial is not None:  # arrived after the projections' reduce-scatter had started
+            h, extra = self._start_reduce_scatter(partial)
+            h.wait()
+            out = out.add_(extra)
+        if direct is not None:
+            out = direct.clone() if out is None else out.add_(direct)
+        self.grad_sum, self.pending, self.seen = None, None, 0
+        self.pre.clear()  # rows of a projection that was never called
+        self.buf = None
+        return out
+
+
+def _add(a: torch.Tensor | None, b: torch.Tensor) -> torch.Tensor:
+    return b if a is None else a + b
+
+
+def _split_grad(grad, st: SharedGather):
+    """``(partial, replicated, direct)`` local parts of autograd's gradient of the gathered tensor.
+
+    ``partial``: a full-size partial sum (a ``Partial`` DTensor); ``replicated``: the local
+    tensor of a ``Replicate`` DTensor; ``direct``: this rank's shard of a gradient that needs
+    no communication (a plain tensor - torch's ``to_local()`` backward treats it as
+    replicated, so its slice - or a DTensor sharded another way, redistributed).
+    """
+    if grad is None:
+        return None, None, None
+    if isinstance(grad, DTensor):
+        pl = grad.placements[0]
+        if pl.is_partial() and getattr(pl, "reduce_op", "sum") == "sum":
+            return grad.to_local(), None, None
+        if pl.is_replicate():
+            return None, grad.to_local(), None
+        return None, None, grad.redistribute(st.mesh, [Shard(st.dim)]).to_local()
+    return None, None, _my_slice(grad, st)
+
+
+def _my_slice(t: torch.Tensor, st: SharedGather) -> torch.Tensor:
+    m = st.shard_shape[st.dim]
+    return t.narrow(st.dim, st.rank * m, m)
+
+
+class _GatherInput(torch.autograd.Function):
+    """Forward: all-gather the shard into ``st.full`` (precomputing ``later`` meanwhile); backward: ``st.finish``."""
+
+    @staticmethod
+    def forward(ctx, shard, st, as_dtensor, later):
+        ctx.set_materialize_grads(False)
+        ctx.state = st
+        d, p, shape = st.dim, st.world, st.shard_shape
+        shard = shard.contiguous()
+        st.buf = buf = torch.empty(p, *shape, dtype=shard.dtype, device=shard.device)
+        handle = comm.all_gather_into(buf, shard, group=st.group)
+        for linear in later:  # this rank's rows of the projections, while the gather is in flight
+            st.precompute(linear, shard)
+        handle.wait()
+        full_shape = (*shape[:d], p * shape[d], *shape[d + 1 :])
+        if d == 0:
+            full = buf.view(full_shape)
+        else:
+            full = torch.empty(full_shape, dtype=shard.dtype, device=shard.device)
+            full.view(*shape[:d], p, shape[d], *shape[d + 1 :]).copy_(buf.movedim(0, d))
+        st.full = full
+        if as_dtensor:
+            spec = DTensorSpec(st.mesh, (Replicate(),), tensor_meta=TensorMeta(full.shape, full.stride(), full.dtype))
+            return DTensor(full.view_as(full), spec, requires_grad=shard.requires_grad)
+        return full.view_as(full)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.state.finish(grad), None, None, None
+
+
+def _can_precompute(linear, shard: torch.Tensor) -> bool:
+    w = getattr(linear, "weight", None)
+    local = w._local_tensor if isinstance(w, DTensor) else w
+    return (isinstance(local, torch.Tensor) and local.dim() == 2 and local.shape[1] == shard.shape[-1]
+            and local.dtype == shard.dtype and local.device == shard.device)  # fmt: skip
+
+
+def gather_input(
+    x, mesh, dim: int, *, use_local_output: bool = False, consumers: Sequence = (), check_shapes: str | None = None
+):
+    """All-gather a sequence-sharded module input once, for every projection that reads it.
+
+    ``x``: this rank's shard (a plain tensor, or a DTensor whose placement is ``Shard(dim)``);
+    ``dim``: the sharded dim (normalised here); ``consumers``: ``nn.Linear`` modules expected
+    to read the result (their rows of this rank are computed while the check and the gather
+    are in flight). Returns a ``Replicate()`` DTensor of the whole input
+    (``use_local_output=False``, as torch's ``PrepareModuleInput``) or its local tensor,
+    carrying the :class:`SharedGather` record that :func:`gathered_linear` uses. Collective;
+    the shard's shape, dtype and ``dim`` are checked across ranks first (the same
+    :class:`~ccoverlap.runtime.checks.ShapeMismatchError` on every rank).
+    """
+    local = x.to_local() if isinstance(x, DTensor) else x
+    dim = dim % local.dim()
+    pending = checks.agree_start(
+        GATHER_OP, mesh.get_group(), {"x": local}, ints={"dim": dim},
+        rules=[checks.same_int("dim", what="sequence dim"), checks.same_dtype("x"),
+               checks.same_across_ranks("x", "sequence shard shape (the all-gather needs equal shards)")],
+        mode=check_shapes,
+    )  # fmt: skip
+    st = SharedGather(mesh, dim, local.shape)
+    speculate = st.world > 1 and not torch.is_autocast_enabled(local.device.type)  # autocast: torch's casts decide
+    work = [c for c in consumers if _can_precompute(c, local)] if speculate else []
+    if work:  # the first projection's rows hide the check ...
+        st.precompute(work[0], local)
+    pending.result()
+    out = _GatherInput.apply(local, st, not use_local_output, work[1:])  # ... the others the gather
+    setattr(out, _ATTR, st)
+    return out
+
+
+def shared_gather_of(x) -> SharedGather | None:
+    """The :class:`SharedGather` record ``x`` carries when it came straight from :func:`gather_input`."""
+    return getattr(x, _ATTR, None)
+
+
+class _GatheredLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, st, rows):
+        full = st.full
+        y = torch.nn.functional.linear(full, weight, bias) if rows is None else st.assemble(rows, weight, bias)
+        st.consumers += 1
+        ctx.state, ctx.has_bias = st, bias is not None
+        ctx.save_for_backward(full, weight)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        full, weight = ctx.saved_tensors
+        st = ctx.state
+        n = weight.shape[0]
+        dy2 = dy.reshape(-1, n)
+        if ctx.needs_input_grad[0]:
+            st.add_partial(dy2, weight)  # the last consumer starts the reduce-scatter here ...
+        dw = dy2.t() @ full.reshape(-1, full.shape[-1]) if ctx.needs_input_grad[1] else None  # ... and this hides it
+        db = dy2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return None, dw, db, None, None
+
+
+def gathered_linear(x, linear, weight: torch.Tensor, bias: torch.Tensor | None, st: SharedGather) -> torch.Tensor:
+    """``x_full @ weight.T + bias`` for projection ``linear`` on a gathered input ``x`` (record ``st``).
+
+    ``weight`` ``[n, hidden]`` and ``bias`` ``[n]`` are this rank's column-parallel slices as
+    local tensors (``linear``'s own parameters); the output is local. The input gradient
+    goes to ``st`` (see the module doc); ``dW``/``db`` through autograd.
+    """
+    rows = st.take_precomputed(linear) if st.pre else None
+    if not torch.is_grad_enabled():
+        y = torch.nn.functional.linear(st.full, weight, bias) if rows is None else st.assemble(rows, weight, bias)
+    else:
+        y = _GatheredLinear.apply(x, weight, bias, st, rows)
+    if not st.pre:
+        st.buf = None  # every precomputed projection has run: the gather buffer is no longer needed
+    return y
