@@ -76,7 +76,7 @@ def centauri_scheduling(w):
     k = w.knobs
     prefetch = max(1, k.fsdp_prefetch) if k.fsdp_fetch == "unit" else 1
     nk = replace(k, overlap=True, overlap_grad_reduce=True, overlap_param_gather=True, fsdp_fetch="unit",
-                 fsdp_prefetch=prefetch)
+                 fsdp_prefetch=prefetch, zero3_host_ahead=False)
     return w if nk == k else replace(w, knobs=nk)
 
 

@@ -362,9 +362,15 @@ class OverlapKnobs:
     issued, forward and backward (0 = none: each unit's all-gather blocks its compute).
     ``fsdp_fetch``: ``"unit"`` (PyTorch FSDP: one all-gather per wrapped unit, prefetched
     ``fsdp_prefetch`` units ahead) or ``"parameter"`` (DeepSpeed ZeRO-3: one all-gather per
-    parameter tensor at its submodule's hook, the next tensors prefetched up to 5e7 elements;
+    parameter tensor at its submodule's hook, the next tensors prefetched up to 5e7 elements,
+    gradients reduce-scattered in buckets of 5e8 elements;
     :mod:`ccoverlap.parallel.zero3`; ``fsdp_prefetch`` is then not used; with ``overlap=False``
-    every all-gather blocks and the two are the same).
+    every all-gather blocks and the two are the same). ``zero3_host_ahead`` (with
+    ``fsdp_fetch="parameter"``): the hooks run on the host ahead of the GPU, as DeepSpeed's do,
+    so all-gathers wait for no computation and queue on the communicator with the
+    reduce-scatters in the host's issue order, up to ``stage3_max_live_parameters`` ahead;
+    False: each hook runs when the computation reaches it (all-gather B issued beside MatMul A,
+    Centauri Fig. 3).
     ``fsdp_limit_all_gathers``: most unsharded units alive at once (FSDP1
     ``limit_all_gathers`` rate limiter / FSDP2 buffer reuse). ``fsdp_reshard_after_forward``:
     free gathered parameters after forward (all-gather again in backward).
@@ -392,6 +398,7 @@ class OverlapKnobs:
     bucket_cap_mb: BucketMiB = 25.0
     fsdp_prefetch: SmallCount0 = 1
     fsdp_fetch: FSDPFetch = "unit"
+    zero3_host_ahead: bool = False
     fsdp_limit_all_gathers: SmallCount = 2
     fsdp_reshard_after_forward: bool = True
     tp_overlap: TPOverlap = "none"
@@ -419,9 +426,12 @@ class OverlapKnobs:
             problems.append(f"tp_chunks must be a positive integer, got {short(self.tp_chunks)}")
         if self.fsdp_fetch not in FSDP_FETCH:
             problems.append(f"fsdp_fetch must be one of {', '.join(FSDP_FETCH)}, got {short(self.fsdp_fetch)}")
-        for f in ("overlap_grad_reduce", "overlap_param_gather"):
+        for f in ("overlap_grad_reduce", "overlap_param_gather", "zero3_host_ahead"):
             if not isinstance(getattr(self, f), bool):
                 problems.append(f"{f} must be true or false, got {short(getattr(self, f))}")
+        if self.zero3_host_ahead is True and self.fsdp_fetch != "parameter":
+            problems.append("zero3_host_ahead needs fsdp_fetch='parameter' (it times DeepSpeed ZeRO-3's per-tensor "
+                            "fetches)")
         if self.comm_transport not in TRANSPORTS:
             problems.append(f"comm_transport must be one of {TRANSPORTS}, got {short(self.comm_transport)}")
         if not isinstance(self.comm_config, CommConfig):

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 from ccoverlap.parallel.layer import GRAD_BYTES
 from ccoverlap.parallel.units import unit_tensors
-from ccoverlap.parallel.zero3 import GATHER_PREFIX, gathered_tensors
+from ccoverlap.parallel.zero3 import GATHER_PREFIX, REDUCE_BUCKET_NUMEL, gathered_tensors
 
 
 class FSDPHook:
@@ -89,6 +89,9 @@ class FSDPHook:
         # gathered tensors of each unit; tensors under the persistence threshold stay gathered
         self.per_tensor = em.knobs.fsdp_fetch == "parameter" and em.knobs.overlap  # without overlap all block
         self.tensors: dict[str, list[tuple[str, int]]] = {}
+        # ZeRO-3's gradient bucket of each backward (chunk, micro-batch): (elements, producer op) of the
+        # gradients added since the last reduce-scatter (ccoverlap.parallel.zero3, REDUCE_BUCKET_NUMEL)
+        self.grad_bucket: dict[tuple[int, int], list[tuple[int, int]]] = {}
         for _, units in chunks:
             for u in units:
                 if self.per_tensor:
@@ -184,6 +187,9 @@ class FSDPHook:
             self.ends[j] = end_id
         if phase != "bwd":
             return
+        if self.per_tensor:
+            self._bucket_gradients(chunk, unit, mb, end_id, producers)
+            return
         if not self.deferred:
             self._reduce(unit, mb, end_id)
             return
@@ -213,6 +219,44 @@ class FSDPHook:
         for u in stage:
             if self.bytes.get(u):
                 self._reduce(u, mb, last)
+
+    def _bucket_gradients(self, chunk: int, unit: str, mb: int, end_id: int, producers: dict) -> None:
+        """DeepSpeed ZeRO-3's gradient buckets (``reduce_bucket_size``, stage3.py
+        ``reduce_independent_p_g_buckets_and_remove_grads``): each gradient joins the bucket as it
+        is produced (``producers``: tensor -> the op computing its gradient; the unit's end for
+        the others); when the next one would overflow the bucket, the bucket is reduce-scattered
+        from that gradient's hook, so after the op producing it; the last bucket after the
+        backward (``independent_gradient_partition_epilogue``)."""
+        key = (chunk, mb)
+        bucket = self.grad_bucket.setdefault(key, [])
+        layer = self.em.layer_of(unit)
+        grads = sorted((producers.get(t.name, end_id), t.numel) for t in unit_tensors(self.em.model, self.em.parallel,
+                                                                                       unit) if t.group == "dp")
+        if self.sizes["dp"] > 1:
+            for op, numel in grads:
+                if bucket and sum(n for n, _ in bucket) + numel > REDUCE_BUCKET_NUMEL:
+                    self._reduce_bucket(sum(n for n, _ in bucket), mb, op, layer)
+                    bucket.clear()
+                bucket.append((numel, op))
+        if unit == self.chunk_units.get(chunk, [unit])[0] and bucket:  # the backward's last unit: flush
+            self._reduce_bucket(sum(n for n, _ in bucket), mb, end_id, layer)
+            bucket.clear()
+
+    def _reduce_bucket(self, numel: int, mb: int, dep: int, layer: int) -> None:
+        """Reduce-scatter a ZeRO-3 gradient bucket of ``numel`` elements (reduce dtype) after op
+        ``dep``; with ZeRO-1/2 replicas, then reduce-scatter its shard across them."""
+        em = self.em
+        # with the hooks ahead on the host, the all-gathers' queue on the communicator holds the
+        # reduce-scatters too, in issue order (ccoverlap.parallel.zero3)
+        stream = em.stream("fsdp_ag" if em.knobs.zero3_host_ahead else "fsdp_rs")
+        self.last_rs = em.g.add("fsdp_rs_dp", em.ctx.coll("reduce_scatter", numel * self.rb, "dp"), rank=self.rank,
+                                stream=stream, deps=(dep,), microbatch=mb, phase="bwd", layer=layer)
+        if self.replicas > 1:
+            shard = -(-numel // self.sizes["dp"])
+            name, coll = ("hsdp_rs", "reduce_scatter") if self.zero_replicas else ("hsdp_ar", "all_reduce")
+            self.last_rs = em.g.add(name, em.ctx.coll(coll, shard * self.rb, "dp_rep"), rank=self.rank,
+                                    stream=em.stream("fsdp_rs"), deps=(self.last_rs,), microbatch=mb, phase="bwd",
+                                    layer=layer)
 
     def _reduce(self, unit: str, mb: int, end_id: int) -> None:
         """Reduce-scatter ``unit``'s gradients after op ``end_id`` (and the HSDP all-reduce, the

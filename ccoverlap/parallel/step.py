@@ -456,7 +456,8 @@ def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
     with gc_paused():
         graph = em.build()
         if zero3:
-            graph = fetch_per_parameter(graph, dtype_bytes=1 if parallel.fp8_param_allgather else parallel.dtype_bytes)
+            graph = fetch_per_parameter(graph, dtype_bytes=1 if parallel.fp8_param_allgather else parallel.dtype_bytes,
+                                        host_ahead=knobs.zero3_host_ahead)
     graph.meta.update({
         "model": model.name, "parallel": parallel.to_dict(), "batch": batch.to_dict(),
         "knobs": knobs.to_dict(), "microbatches": em.M, "schedule": em.sched.name,

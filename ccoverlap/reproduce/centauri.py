@@ -44,14 +44,26 @@ class Baseline:
 
 BASELINES: dict[str, Baseline] = {
     "zero3": Baseline(
-        summary="ZeRO-3 (DeepSpeed defaults)",
+        summary="ZeRO-3 (gathers at the hooks)",
         knobs={"fsdp_fetch": "parameter"},
         parallel={},
-        source="DeepSpeed v0.9.0 (April 2023, the paper's PyTorch 2.0 / NCCL 2.14 era): parameters gathered per "
-               "tensor at each submodule's hook, the next ones prefetched up to stage3_prefetch_bucket_size=5e7 "
-               "elements, on their own stream (overlap_comm defaults to true for stage 3); gradients "
-               "reduce-scattered on their own stream during the backward (zero/config.py, "
-               "partitioned_param_coordinator.py, stage3.py)"),
+        source="ZeRO-3 transposed onto Megatron-LM (§5 'Baseline'), scheduled as the paper draws it (Fig. 1 a, "
+               "Fig. 3: all-gather B beside MatMul A): DeepSpeed v0.9.0's fetch order and default sizes (April "
+               "2023, the paper's PyTorch 2.0 / NCCL 2.14 era; zero/config.py) -- parameters gathered per tensor "
+               "at each submodule's hook, the next ones prefetched up to stage3_prefetch_bucket_size=5e7 "
+               "elements, tensors under 1e5 elements never gathered, gradients reduce-scattered in "
+               "reduce_bucket_size=5e8-element buckets -- each hook run as the computation reaches it; gathers "
+               "and reduce-scatters on the data-parallel group's one communicator"),
+    "zero3-deepspeed": Baseline(
+        summary="ZeRO-3 as DeepSpeed runs it",
+        knobs={"fsdp_fetch": "parameter", "zero3_host_ahead": True},
+        parallel={},
+        source="DeepSpeed v0.9.0's own runtime (partitioned_param_coordinator.py fetch_sub_module): the hooks run on "
+               "the host, whose only waits in forward and backward are for all-gathers (the third outstanding "
+               "fetch event) and reduce-scatters (the third outstanding reduce event); its all-gather stream never "
+               "waits for the compute stream, so the all-gathers run ahead of the computation up to "
+               "stage3_max_live_parameters=1e9 elements, queued on the data-parallel communicator with the "
+               "gradient buckets' reduce-scatters in the host's order"),
     "zero3-on-demand": Baseline(
         summary="ZeRO-3 without prefetch",
         knobs={"fsdp_fetch": "unit", "fsdp_prefetch": 0},
@@ -67,7 +79,7 @@ BASELINES: dict[str, Baseline] = {
                "partitions all-gathered at the end of step(); overlap_comm defaults to false below stage 3, so the "
                "reductions run on the compute stream (zero/config.py overlap_comm_valid, stage_1_and_2.py)"),
     "zero123": Baseline(
-        summary="ZeRO-3 in the FSDP group + ZeRO-1/2 across the DP replicas",
+        summary="ZeRO-3 (gathers at the hooks) in the FSDP group + ZeRO-1/2 across the DP replicas",
         knobs={"fsdp_fetch": "parameter", "overlap_param_gather": False},
         parallel={"distributed_optimizer": True},
         source="§5.2 'Zero1+2+3 baselines': ZeRO-3 as 'zero3' inside each FSDP group; across the DP replicas the "

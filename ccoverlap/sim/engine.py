@@ -11,6 +11,14 @@ Semantics (those of CUDA streams and events):
   This is how Lagom's contention model (eqs. 4–6: fewer SMs, less memory bandwidth for the
   GEMM while a collective runs) acts on a whole step rather than on one pair of kernels.
 
+* collectives of one process group on one rank run one at a time, whichever streams issue
+  them (:func:`communicator_lanes`): PyTorch's ``ProcessGroupNCCL`` enqueues every collective
+  of a group on the group's one internal NCCL stream per device, so an all-gather issued on an
+  FSDP "all-gather stream" after a reduce-scatter issued on the "reduce-scatter stream" waits
+  for it. Among the collectives of a group that are ready, the one ready first starts first
+  (ties: the one issued first, i.e. added to the graph first) — the CPU's issue order when it
+  runs ahead of the GPU, as it issues each collective when the work it follows was launched.
+
 Ranks never contend with each other; cross-rank edges (pipeline send -> receive) are plain
 dependencies.
 """
@@ -42,6 +50,42 @@ class CostModel(Protocol):
 ProgressFn = Callable[[int, int], None]
 
 
+def communicator_lanes(ops: Sequence, op_spec: Sequence[int], specs: Sequence) -> tuple[list[int], int]:
+    """``(lane per op, number of lanes)``: the ops sharing a lane (one NCCL communicator) are
+    the SM-driven collectives (``transport="sm"``) of one process group (``group.name``, size
+    > 1) on one rank, where they are issued from more than one stream; every other op
+    (compute, point-to-point, copy-engine transfers) gets -1.
+
+    Source: PyTorch ``ProcessGroupNCCL`` runs all collectives of a process group on one NCCL
+    stream per device (``ncclStreams_`` keyed by the device; ``syncStream`` makes it wait for
+    the issuing stream), so they execute in issue order whatever user stream issued them;
+    FSDP's all-gather and reduce-scatter, and DeepSpeed ZeRO-3's, share the data-parallel
+    group. Centauri's group partition uses other groups (``dp_inter``, ``dp_intra``), hence
+    other communicators."""
+    names: dict[str, int] = {}
+    gid = np.array([names.setdefault(s.group.name, len(names)) if isinstance(s, CollectiveSpec)
+                    and s.transport == "sm" and s.group.size > 1 else -1 for s in specs] + [-1], dtype=np.int64)
+    if not names:
+        return [-1] * len(op_spec), 0
+    g = gid[np.asarray(op_spec, dtype=np.int64)]  # -1 (no spec) picks the extra last entry
+    idx = np.flatnonzero(g >= 0)
+    lanes = [-1] * len(op_spec)
+    if not len(idx):
+        return lanes, 0
+    codes: dict[str, int] = {}
+    sel = [ops[i] for i in idx.tolist()]
+    key = np.fromiter((op.rank for op in sel), dtype=np.int64, count=len(sel)) * len(names) + g[idx]
+    stream = np.fromiter((codes.setdefault(op.stream, len(codes)) for op in sel), dtype=np.int64, count=len(sel))
+    # a communicator used from one stream only needs no lane: the stream already runs its
+    # collectives one at a time in issue order
+    keys, n_streams = np.unique(np.unique(key * len(codes) + stream) // len(codes), return_counts=True)
+    shared = keys[n_streams > 1]
+    keep = np.isin(key, shared)
+    for i, lane in zip(idx[keep].tolist(), np.searchsorted(shared, key[keep]).tolist()):
+        lanes[i] = lane
+    return lanes, len(shared)
+
+
 def simulate(graph: OpGraph, cost: CostModel, *, progress: ProgressFn | None = None) -> Timeline:
     """Play ``graph`` on its streams under ``cost``; return the Timeline of the step.
 
@@ -69,6 +113,15 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
     n_streams = len(queues)
     head = [0] * n_streams
     busy = [False] * n_streams
+    # communicators (module doc): a collective whose group's lane is held waits in the lane's
+    # queue, ordered by (time it became ready, op id); ``freed`` lanes are handed out once an
+    # event's batch has been processed
+    lane, n_lanes = communicator_lanes(ops, op_spec, specs)
+    lane_busy = [False] * n_lanes
+    lane_queue: list[list[tuple[float, int]]] = [[] for _ in range(n_lanes)]
+    queued = bytearray(n)
+    rank_queued: dict[int, int] = {}
+    freed: set[int] = set()
 
     alone: list = [None] * len(specs)  # seconds of each spec on an idle GPU (filled lazily)
     shared: dict[tuple, float] = {}  # (spec index, concurrent spec indices) -> seconds
@@ -139,6 +192,8 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         backward GEMM's weight-gradient beside its data-gradient all-reduce) when the one that
         ends first starts nothing: both run together at their contended speeds until the first
         ends, then the other alone, with the event loop's arithmetic."""
+        if rank_queued.get(rank):
+            return False  # a queued collective starts when a lane frees: not a quiet rank
         ids = [i0]
         ends = [f0]
         forks = after = None
@@ -226,7 +281,7 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
                         if cs == s2:
                             nxt, nxt2 = nxt2, nxt
                             break
-                if fixed[nxt] is not None or fixed[nxt2] is not None:
+                if fixed[nxt] is not None or fixed[nxt2] is not None or (lane[nxt] >= 0 and lane[nxt] == lane[nxt2]):
                     break
                 sa, sb = op_spec[nxt], op_spec[nxt2]
                 ds = together.get((sa, sb))
@@ -290,6 +345,8 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         if len(ids) == 1:
             return False
         del running[rank][i0]
+        if lane[i0] >= 0:
+            lane_busy[lane[i0]] = False  # the span holds its lanes until it is opened
         version[i0] += 1  # an event pushed for i0 while it had company no longer holds
         spans[rank] = (ids, ends, state, forks, after)
         last = ids[-1]
@@ -337,6 +394,9 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
                 a, sa, b, sb = fk
                 start[a] = start[b] = ends[k - 1]
                 busy[op_stream[a]] = busy[op_stream[b]] = True
+                for x in (a, b):
+                    if lane[x] >= 0:
+                        lane_busy[lane[x]] = True
                 run[a] = sa
                 run[b] = sb
                 return
@@ -344,6 +404,8 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             if af is not None:  # the fork's second op runs alone
                 start[cur] = af[0]
                 busy[op_stream[cur]] = True
+                if lane[cur] >= 0:
+                    lane_busy[lane[cur]] = True
                 run[cur] = af[1]
                 return
         if k == 0:
@@ -353,6 +415,8 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             busy[op_stream[cur]] = True
             d = duration(cur, ())
             st = [1.0, inf if d <= 0.0 else 1.0 / d, ends[k - 1]]
+        if lane[cur] >= 0:
+            lane_busy[lane[cur]] = True
         run[cur] = st
 
     def reschedule(rank: int, now: float) -> None:
@@ -402,19 +466,48 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
         op_id = q[h]
         if waiting_deps[op_id]:
             return
-        busy[sid] = True
+        if lane[op_id] >= 0:
+            enqueue(op_id, now)
+            return
+        begin(op_id, now, touched)
+
+    def enqueue(op_id: int, now: float) -> None:
+        """A ready collective joins its communicator's queue (once)."""
+        if not queued[op_id]:
+            queued[op_id] = 1
+            rk = op_rank[op_id]
+            rank_queued[rk] = rank_queued.get(rk, 0) + 1
+            L = lane[op_id]
+            heapq.heappush(lane_queue[L], (now, op_id))
+            freed.add(L)
+
+    def begin(op_id: int, now: float, touched: set) -> None:
+        busy[op_stream[op_id]] = True
         start[op_id] = now
-        rank = stream_rank[sid]
+        rank = op_rank[op_id]
         run = running.get(rank)
         if run is None:
             run = running[rank] = {}
         run[op_id] = [1.0, 0.0, now]
         touched.add(rank)
 
+    def hand_out(now: float, touched: set) -> None:
+        """Start the first queued collective of every free lane that has one."""
+        for L in freed:
+            qL = lane_queue[L]
+            if qL and not lane_busy[L]:
+                op_id = heapq.heappop(qL)[1]
+                lane_busy[L] = True
+                rank_queued[op_rank[op_id]] -= 1
+                begin(op_id, now, touched)
+        freed.clear()
+
     now = 0.0
     touched: set[int] = set()
     for sid in range(n_streams):
         try_start(sid, now, touched)
+    if freed:
+        hand_out(now, touched)
     for rank in touched:
         reschedule(rank, now)
 
@@ -448,6 +541,9 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             head[sid] += 1
             touched.add(rank)
             candidates[sid] = None
+            if lane[oid] >= 0:
+                lane_busy[lane[oid]] = False
+                freed.add(lane[oid])
             for dep in dependents[oid]:
                 waiting_deps[dep] -= 1
                 candidates[op_stream[dep]] = None
@@ -468,6 +564,9 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
             oid = q[h]
             if waiting_deps[oid]:
                 continue
+            if lane[oid] >= 0:
+                enqueue(oid, now)
+                continue
             busy[sid] = True
             start[oid] = now
             rank = stream_rank[sid]
@@ -476,6 +575,8 @@ def _simulate(graph: OpGraph, cost: CostModel, progress: ProgressFn | None) -> T
                 run = running[rank] = {}
             run[oid] = [1.0, 0.0, now]
             touched.add(rank)
+        if freed:
+            hand_out(now, touched)
         for rank in touched:
             reschedule(rank, now)
         if progress is not None and finished >= report_at:

@@ -11,9 +11,10 @@ from parallel_helpers import ToyCost, cluster
 from ccoverlap.catalog.models import model_from_dict
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step, estimate_memory
+from ccoverlap.parallel import fsdp as fsdp_hook
 from ccoverlap.parallel.pp import make_schedule
-from ccoverlap.parallel.units import tensor_of
-from ccoverlap.parallel.zero3 import PERSISTENCE_THRESHOLD_NUMEL, _prefetch_triggers, gathered_tensors
+from ccoverlap.parallel.units import tensor_of, unit_tensors
+from ccoverlap.parallel.zero3 import PERSISTENCE_THRESHOLD_NUMEL, _prefetch_triggers, _window_triggers, gathered_tensors
 from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import CollectiveSpec, GemmSpec
 
@@ -195,3 +196,83 @@ def test_zero3_rejects_what_it_does_not_model():
     # without FSDP the knob has nothing to fetch
     ddp = build(ParallelConfig(dp=8), OverlapKnobs(fsdp_fetch="parameter"))
     assert not [o for o in ddp.graph.ops if isinstance(o.spec, CollectiveSpec) and o.name.startswith("fsdp")]
+
+
+def _grad_order(g, rank=0):
+    """(tensor, elements, op producing its gradient) in the order the backward produces them."""
+    out = []
+    model, p = TINY, ParallelConfig(dp=8, data_parallel="fsdp")
+    for u in ["head"] + [f"L{i}" for i in range(TINY.layers - 1, -1, -1)] + ["emb"]:
+        layer = TINY.layers if u == "head" else -1 if u == "emb" else int(u[1:])
+        wgrads = {}
+        for o in g.ops:  # the ops the layer builders name as producing a weight's gradient
+            if o.rank == rank and o.phase == "bwd" and o.layer == layer:
+                t = tensor_of(o.name) if o.name.endswith("_wgrad") else \
+                    {"embedding_grad": "embedding"}.get(o.name, o.name.removesuffix("_bwd"))
+                wgrads[t] = o.op_id
+        out += sorted((wgrads.get(t.name, 10**9), t.numel, t.name) for t in unit_tensors(model, p, u))
+    return out
+
+
+def test_zero3_reduces_gradients_in_buckets_issued_at_the_overflowing_gradient(monkeypatch):
+    p = ParallelConfig(dp=8, data_parallel="fsdp")
+    whole = build(p, OverlapKnobs(fsdp_fetch="parameter"))
+    one = named(whole, "fsdp_rs_dp")
+    # TINY's 55M elements fit one 5e8 bucket: one reduce-scatter, after the whole backward
+    total = sum(t.numel for u in ["emb", "head"] + [f"L{i}" for i in range(TINY.layers)]
+                for t in unit_tensors(TINY, p, u))
+    assert len(one) == 1 and one[0].spec.bytes == total * 4  # fp32 gradients (megatron-core)
+    last_bwd = max(o.op_id for o in whole.graph.ops if o.rank == 0 and o.phase == "bwd" and o.stream == "compute")
+    assert one[0].deps == (last_bwd,)
+    # a bucket of 13M elements: DeepSpeed's rule, a bucket closes when the next gradient would overflow it
+    monkeypatch.setattr(fsdp_hook, "REDUCE_BUCKET_NUMEL", 13_000_000)
+    sg = build(p, OverlapKnobs(fsdp_fetch="parameter"))
+    rs = named(sg, "fsdp_rs_dp")
+    want, bucket = [], 0
+    for op, n, _ in _grad_order(sg.graph):
+        if bucket and bucket + n > 13_000_000:
+            want.append((bucket, op))
+            bucket = 0
+        bucket += n
+    got = [(int(o.spec.bytes // 4), o.deps[0]) for o in rs]
+    assert got[:-1] == want and got[-1][0] == bucket and got[-1][1] == last_bwd
+    assert len(rs) > 3 and {o.stream for o in rs} == {"fsdp_rs"}
+
+
+def test_zero3_host_ahead_issue_order():
+    p = ParallelConfig(dp=8, data_parallel="fsdp")
+    sg = build(p, OverlapKnobs(fsdp_fetch="parameter", zero3_host_ahead=True))
+    g = sg.graph
+    ags = [o for o in g.ops if o.rank == 0 and o.name.startswith("fsdp_ag_dp.")]
+    # the all-gathers wait for no computation; the reduce-scatters join their queue
+    assert all(g.ops[d].stream != "compute" for o in ags for d in o.deps)
+    queue = [o for o in g.ops if o.rank == 0 and o.stream == ags[0].stream]
+    rs = [o for o in queue if o.name == "fsdp_rs_dp"]
+    assert rs and all(isinstance(o.spec, CollectiveSpec) for o in queue)
+    assert queue[-1].name == "fsdp_rs_dp"  # the one bucket is issued after the backward's last gradient
+    # with tensors over the 5e7-element prefetch bucket, hooks that keep pace with the GPU keep
+    # one tensor ahead; hooks ahead on the host gather the next ones while the GEMMs run
+    wide = model_from_dict({"name": "wide", "hidden": 8192, "ffn_hidden": 22016, "heads": 64, "kv_heads": 64,
+                            "layers": 3, "vocab": 1024, "seq_len": 1024})
+
+    def forward_end(ahead):
+        graph = build_step(wide, p, BatchConfig(global_batch=8, micro_batch=1, seq_len=1024), cluster(8),
+                           OverlapKnobs(fsdp_fetch="parameter", zero3_host_ahead=ahead)).graph
+        tl = simulate(graph, ToyCost(flops_per_s=1e13, comm_bw=1e10))
+        return max(e for e, st, o in zip(tl.end_s, tl.stream, graph.ops) if st == "compute" and o.phase == "fwd")
+    assert forward_end(True) < 0.85 * forward_end(False)
+
+
+def test_window_triggers_keep_the_live_elements_ahead():
+    # each fetch is issued at the first hook from which the elements gathered and not yet
+    # released (that hook's own included) leave room for it: DeepSpeed's max_live_parameters
+    assert _window_triggers([4, 4, 4, 4], 8) == [(0, False), (0, True), (1, True), (2, True)]
+    assert _window_triggers([4, 4, 4, 4], 100) == [(0, False), (0, True), (0, True), (0, True)]
+    assert _window_triggers([9, 9, 9], 5) == [(0, False), (1, False), (2, False)]  # no room: no prefetch
+
+
+def test_zero3_host_ahead_needs_per_tensor_fetch():
+    with pytest.raises(ConfigError, match="zero3_host_ahead needs fsdp_fetch='parameter'"):
+        OverlapKnobs(zero3_host_ahead=True)
+    with pytest.raises(ConfigError, match="zero3_host_ahead must be true or false"):
+        OverlapKnobs(fsdp_fetch="parameter", zero3_host_ahead="yes")
