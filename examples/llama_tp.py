@@ -18,90 +18,25 @@ report the same losses as each other and as the single-process model.
 from __future__ import annotations
 
 import argparse
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-class RMSNorm(nn.Module):
-    """Root-mean-square layer norm (Llama), written with plain ops so DTensor can shard it."""
-
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+from ccoverlap.runtime.llama import Llama
 
 
-class Attention(nn.Module):
-    """Causal multi-head attention; the head count per rank follows from the sharded wq."""
+def TinyLlama() -> Llama:  # noqa: N802 (a model constructor)
+    """The Llama-style model of this example: vocab 64, width 32, 4 heads, SwiGLU 64, 2 blocks.
 
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.head_dim = dim // heads
-        self.wq = nn.Linear(dim, dim, bias=False)
-        self.wk = nn.Linear(dim, dim, bias=False)
-        self.wv = nn.Linear(dim, dim, bias=False)
-        self.wo = nn.Linear(dim, dim, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, _ = x.shape
-        q, k, v = (t.view(b, s, -1, self.head_dim).transpose(1, 2) for t in (self.wq(x), self.wk(x), self.wv(x)))
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.wo(o.transpose(1, 2).reshape(b, s, -1))
+    Any ``nn.Module`` works the same way; this one is torchtitan's Llama block structure
+    (``attention.wq/wk/wv/wo``, ``feed_forward.w1/w2/w3``, RMSNorms), so the plan below is
+    torchtitan's.
+    """
+    return Llama(vocab=64, dim=32, heads=4, ffn_hidden=64, layers=2)
 
 
-class FeedForward(nn.Module):
-    """SwiGLU MLP: w2(silu(w1 x) * w3 x)."""
-
-    def __init__(self, dim: int, hidden: int) -> None:
-        super().__init__()
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
-        self.w3 = nn.Linear(dim, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
-class Block(nn.Module):
-    def __init__(self, dim: int, heads: int, hidden: int) -> None:
-        super().__init__()
-        self.attention_norm = RMSNorm(dim)
-        self.attention = Attention(dim, heads)
-        self.ffn_norm = RMSNorm(dim)
-        self.feed_forward = FeedForward(dim, hidden)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x + self.attention(self.attention_norm(x))
-        return h + self.feed_forward(self.ffn_norm(h))
-
-
-class TinyLlama(nn.Module):
-    """Embedding, ``layers`` blocks, final norm, output head; input tokens ``[b, s]``, logits ``[b, s, vocab]``."""
-
-    def __init__(self, vocab: int = 64, dim: int = 32, heads: int = 4, hidden: int = 64, layers: int = 2) -> None:
-        super().__init__()
-        self.tok_embeddings = nn.Embedding(vocab, dim)
-        self.layers = nn.ModuleList([Block(dim, heads, hidden) for _ in range(layers)])
-        self.norm = RMSNorm(dim)
-        self.output = nn.Linear(dim, vocab, bias=False)
-        for p in self.parameters():
-            if p.dim() == 2:
-                nn.init.normal_(p, std=1.0 / math.sqrt(p.shape[1]))
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.tok_embeddings(tokens)
-        for layer in self.layers:
-            h = layer(h)
-        return self.output(self.norm(h))
-
-
-def tp_plan(model: TinyLlama, styles: str) -> dict:
+def tp_plan(model: Llama, styles: str) -> dict:
     """torch's sequence-parallel TP plan (as in torchtitan); ``styles`` picks torch's or ccoverlap's classes."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import SequenceParallel
