@@ -361,9 +361,10 @@ class CostParams:
 #          RCCL 2.21.5) starts every collective at baseLat 12 us for LL / LL128 (17 us Simple),
 #          where NCCL's starts at 6.6-6.8 (8.4); the per-step latencies RCCL uses for 8 x MI300X
 #          on xGMI (tuning_model_5, set for these nodes by ROCm/rccl#1047: 0.8 us LL, 2.1 us
-#          Simple per ring step) match the catalog's mesh hop (2.0 us; x 0.25 for LL). RCCL's
-#          model thus puts a 1 KiB all-gather of 8 x MI300X at 12 + 7 x 0.8 = 17.6 us, this
-#          model at 15.8 us (9.8 us with the 6 us default). Measured, RCCL is not faster: Azure
+#          Simple per ring step) are close to the catalog's mesh hop (2.0 us Simple, 0.5 us LL,
+#          left as they are). RCCL's model thus puts a 1 KiB all-gather of 8 x MI300X at
+#          12 + 7 x 0.8 = 17.6 us, this model at 15.8 us (9.8 us with the 6 us default).
+#          Measured, RCCL is not faster: Azure
 #          ND MI300X v5 (RCCL 2.22.3, rccl-tests all-reduce, busbw 0.04 GB/s at 1 KB) takes
 #          ~45 us; on MI250X, rccl-tests took 25-34 us for a 16-GCD all-reduce / all-gather
 #          at 8 B-8 KB (ROCm/rccl#929, #930).
