@@ -366,7 +366,8 @@ class CostParams:
 #          12 + 7 x 0.8 = 17.6 us, this model at 15.8 us (9.8 us with the 6 us default).
 #          Measured, RCCL is not faster: Azure ND MI300X v5 (RCCL 2.22.3, rccl-tests
 #          all-reduce, busbw 0.04 GB/s at 1 KB) takes ~45 us; on MI250X, rccl-tests took
-#          25-34 us for a 16-GCD all-reduce / all-gather at 8 B-8 KB (ROCm/rccl#929, #930).
+#          25-31 us for a 16-GCD all-reduce of 8 B-1 KB and 34-35 us for an all-gather of
+#          64 B-8 KB (ROCm/rccl#929, #930).
 _GPU_OVERRIDES: dict[str, dict[str, float]] = {
     "H100-SXM": {},
     "H200": {"mem_bw_fraction": 0.88},
