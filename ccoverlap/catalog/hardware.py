@@ -219,7 +219,9 @@ _ALIASES = {"h100": "H100-SXM", "h100-sxm5": "H100-SXM", "h200-sxm": "H200", "a1
 #  [NVL3]  A100 datasheet: NVLink 600 GB/s bidirectional per GPU -> 300 GB/s per direction.
 #  [PCIe4] PCI Express 4.0 x16: 16 GT/s x 16 lanes, 128b/130b -> 31.5 GB/s per direction.
 #  [IF]    ficco §III: MI300X fully connected by Infinity Fabric links of 64 GB/s per direction,
-#          7 peers -> 448 GB/s per direction per GPU.
+#          7 peers -> 448 GB/s per direction per GPU. Per-step latency: RCCL's time model for
+#          8 x MI300X (ROCm/rccl src/graph/tuning.cc, tuning_model_5) uses 2.1 us per Simple
+#          ring step on xGMI (0.8 us LL), close to the 2.0 us here.
 #  [NDR]   InfiniBand NDR 400 Gb/s = 50 GB/s per direction per NIC (one NIC per GPU on DGX H100).
 #  [HDR]   InfiniBand HDR 200 Gb/s = 25 GB/s per direction per NIC (one per GPU on DGX A100).
 #  [LAT]   one-hop latencies: NCCL's tuning model uses a few microseconds per step for NVLink and

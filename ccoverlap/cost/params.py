@@ -137,7 +137,8 @@ class CostParams:
     proto_ll_latency_factor: float = 0.25
     proto_ll128_latency_factor: float = 0.55
     # Fixed cost of one collective launch + final synchronisation, seconds (NCCL's tuning model
-    # base latencies are ~5-10 us). fit: nccl-tests time at 8 bytes.
+    # base latencies are ~5-10 us: LL 6.6-6.8, Simple 8.4). MI300X: RCCL's own, 12 us (below).
+    # fit: nccl-tests / rccl-tests time at 8 bytes.
     comm_base_latency_s: float = 6.0e-6
     # Every chunk step of a channel pays this handshake (flag write / poll), seconds: small
     # chunks C pay it more often (lagom §3.2, Fig. 3c). assumption; fit: C sweep.
@@ -356,6 +357,17 @@ class CostParams:
 #          benchmarks; 256x256 macro tiles; ~4.0-4.3 of 5.3 TB/s HBM3; one SDMA engine per
 #          xGMI link at ~50 GB/s (ficco §IV-B1, 64 GB/s links); DMA all-gather / all-to-all 4.5x /
 #          2.5x RCCL's time at latency-bound sizes (DMA-Latte, arXiv:2511.06605v1).
+#  [RCCLLAT] comm_base_latency_s 12 us: RCCL's time model (ROCm/rccl src/graph/tuning.cc,
+#          RCCL 2.21.5) starts every collective at baseLat 12 us for LL / LL128 (17 us Simple),
+#          where NCCL's starts at 6.6-6.8 (8.4); the per-step latencies RCCL uses for 8 x MI300X
+#          on xGMI (tuning_model_5, set for these nodes by ROCm/rccl#1047: 0.8 us LL, 2.1 us
+#          Simple per ring step) are close to the catalog's mesh hop (2.0 us Simple, 0.5 us LL,
+#          left as they are). RCCL's model thus puts a 1 KiB all-gather of 8 x MI300X at
+#          12 + 7 x 0.8 = 17.6 us, this model at 15.8 us (9.8 us with the 6 us default).
+#          Measured, RCCL is not faster: Azure ND MI300X v5 (RCCL 2.22.3, rccl-tests
+#          all-reduce, busbw 0.04 GB/s at 1 KB) takes ~45 us; on MI250X, rccl-tests took
+#          25-31 us for a 16-GCD all-reduce of 8 B-1 KB and 34-35 us for an all-gather of
+#          64 B-8 KB (ROCm/rccl#929, #930).
 _GPU_OVERRIDES: dict[str, dict[str, float]] = {
     "H100-SXM": {},
     "H200": {"mem_bw_fraction": 0.88},
@@ -374,7 +386,8 @@ _GPU_OVERRIDES: dict[str, dict[str, float]] = {
                "attention_fa2_bwd_peak_fraction": 0.33,
                "dma_engine_bytes_per_s": 50e9, "dma_link_efficiency": 0.8,
                "dma_allgather_latency_factor": 4.5, "dma_alltoall_latency_factor": 2.5,
-               "copy_engine_gemm_slowdown": 0.049, "copy_engine_gemm_interference": 0.249},  # fitted: see the fields
+               "comm_base_latency_s": 12.0e-6,  # [RCCLLAT]
+               "copy_engine_gemm_slowdown": 0.049, "copy_engine_gemm_interference": 0.254},  # fitted: see the fields
 }
 # Causal-mask derating of flash attention on Hopper, by the kernel's sequence length. Source:
 # FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608) Fig. 5, H100 80GB SXM5, head dim
