@@ -56,9 +56,12 @@ REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 #            rings of 12 GB/s over the node's NVLink pairs and PCIe 4.0 hops (24 GB/s per
 #            direction in src/graph/topo.cc, two rings each way) and ncclTopoPostset
 #            (src/graph/connect.cc) doubles the channels. PCIe alone: 1 ring of 10 GB/s where a
-#            dual-socket Intel link caps it (SKL_QPI_BW), doubled to 2; 2 rings of 12 GB/s,
-#            doubled to 4, where nothing but PCIe does. 2 is kept (the CPUs of lagom's cluster B
-#            are not stated; at 4 its Lagom/NCCL ratios change by at most 0.03). xGMI: RCCL opens many
+#            dual-socket Intel link caps it (SKL_QPI_BW), doubled to 2, GPUs under different
+#            root ports then going through host memory (P2P only up to PATH_PXB on Intel,
+#            src/graph/paths.cc); 2 rings of 12 GB/s, doubled to 4, where nothing but PCIe does
+#            (dual-socket AMD too: v2.18.3 has no AMD_BW, which 2.16.2 and 2.19+ set to 16 GB/s).
+#            2 is kept (the CPUs of lagom's cluster B are not stated; at 4 its Lagom/NCCL ratios
+#            change by at most 0.03; docs/seeds.md). xGMI: RCCL opens many
 #            (assumption); inter-node p2p: NCCL_NCHANNELS_PER_NET_PEER default 2.
 #  threads   NCCL_NTHREADS default 512 on recent GPUs.
 #  chunk     Simple: NCCL_BUFFSIZE 4 MiB / NCCL_STEPS 8 steps x 4 chunk steps = 2 MiB (lagom §4.3 sees
