@@ -155,6 +155,14 @@ class EventLoop:
         # other op to (its start, its state once the first one ended); both None without forks.
         self.spans: dict[int, tuple] = {}
         self.finished = 0
+        # the tables an event's methods read, likewise
+        self.event_tables = (self.spans, self.op_rank, self.end, self.running, self.op_stream, self.busy, self.head,
+                             self.lane, self.lane_busy, self.freed, self.dependents, self.waiting_deps, self.queues,
+                             self.start, self.stream_rank)
+        # the tables the span walk reads, unpacked in one step by its methods (cheaper than one
+        # attribute load each: they run once per op of a span)
+        self.walk = (self.op_rank, self.op_stream, self.op_pos, self.head, self.waiting_deps, self.dependents,
+                     self.queues, self.simple, self.fixed, self.alone, self.op_spec, self.link)
 
     # ------------------------------------------------------------------ durations
     def duration_of_spec(self, si: int, others: tuple) -> float:
@@ -201,20 +209,15 @@ class EventLoop:
         after the other, each alone on the rank, as long as each one's end starts exactly one
         op of this rank and nothing elsewhere: their times are then known now (each runs at
         its stand-alone speed). Record them as a span with one heap event at its end. Returns
-        False (and plans nothing) when the span would hold ``i0`` only.
-
-        A *fork* is followed too (:meth:`span_fork`): an op whose end starts exactly two ops of
-        this rank (a backward GEMM's weight-gradient beside its data-gradient all-reduce) when
-        the one that ends first starts nothing."""
+        False (and plans nothing) when the span would hold ``i0`` only. Forks are followed
+        too (:meth:`span_fork`)."""
         if self.rank_queued.get(rank):
             return False  # a queued collective starts when a lane frees: not a quiet rank
-        simple, fixed, alone, op_spec, duration = self.simple, self.fixed, self.alone, self.op_spec, self.duration
-        op_stream, op_pos, link, head, queues = self.op_stream, self.op_pos, self.link, self.head, self.queues
-        waiting_deps = self.waiting_deps
-        ids = [i0]
-        ends = [f0]
+        _, op_stream, op_pos, head, waiting_deps, dependents, queues, simple, fixed, alone, op_spec, link = self.walk
+        duration = self.duration
+        ids, ends = [i0], [f0]
         forks = after = None
-        lwait: dict[int, int] = {}
+        lwait: dict[int, int] = {}  # the span's own view of dependency counts and stream heads
         lhead: dict[int, int] = {}
         i, t = i0, f0
         add_id, add_end = ids.append, ends.append
@@ -252,7 +255,12 @@ class EventLoop:
                         i = c
                         continue
             lhead[sid] = pos
-            nxt, nxt2 = self.span_successors(rank, i, pos, lwait, lhead)
+            if dependents[i]:
+                nxt, nxt2 = self.span_successors(rank, i, pos, lwait, lhead)
+            else:  # only the next op of i's stream can start
+                q = queues[sid]
+                nxt = q[pos] if pos < len(q) and not lwait.get(q[pos], waiting_deps[q[pos]]) else -1
+                nxt2 = -1
             if nxt < 0:
                 break
             if nxt2 >= 0:  # a fork: nxt and nxt2 start together, in this order
@@ -282,8 +290,7 @@ class EventLoop:
         (``nxt2`` -1 when one does; both -1 when none, more than two, or any op of another rank
         waits on ``i``: the span ends there). ``pos``: ``i``'s stream head once it is done;
         ``lwait``/``lhead``: the span's own view of waits and stream heads, updated."""
-        op_rank, op_stream, op_pos, head = self.op_rank, self.op_stream, self.op_pos, self.head
-        waiting_deps, dependents = self.waiting_deps, self.dependents
+        op_rank, op_stream, op_pos, head, waiting_deps, dependents, queues, _, _, _, _, _ = self.walk
         nxt = -1
         nxt2 = -1
         for c in dependents[i]:
@@ -300,7 +307,7 @@ class EventLoop:
                         nxt2 = c
                     else:
                         nxt = c
-        q = self.queues[op_stream[i]]
+        q = queues[op_stream[i]]
         if pos < len(q):
             c = q[pos]
             if c != nxt and c != nxt2 and lwait.get(c, waiting_deps[c]) == 0:
@@ -325,7 +332,9 @@ class EventLoop:
         return nxt, nxt2
 
     def span_fork(self, rank: int, t: float, nxt: int, nxt2: int, lwait: dict, lhead: dict) -> tuple | None:
-        """A fork at ``t``: ``nxt`` and ``nxt2`` run together at their contended speeds until
+        """A *fork*: an op whose end at ``t`` starts exactly two ops of this rank (a backward
+        GEMM's weight-gradient beside its data-gradient all-reduce), followed when the one that
+        ends first starts nothing. ``nxt`` and ``nxt2`` run together at their contended speeds until
         the first (``e1``) ends, then the other (``e2``) alone, with the event loop's arithmetic.
         Returns ``(e1, e2, e1's end, e2's end, nxt's rate, nxt2's rate, e2's remaining
         fraction and rate once e1 ended)``, or None where the span cannot follow it (an
@@ -604,15 +613,13 @@ class EventLoop:
         """The ops of ``batch`` end at ``now``: free their streams and lanes and count their
         dependents' waits down (opening any span on a rank this touches). Returns the streams
         whose head may now start (in the order found)."""
-        spans, op_rank = self.spans, self.op_rank
+        (spans, op_rank, end, running, op_stream, busy, head, lane, lane_busy, freed, dependents, waiting_deps,
+         _, _, _) = self.event_tables
         if spans:
             for oid in batch:  # a span's end event: book its quiet ops, its last one ends now
                 sp = spans.get(op_rank[oid])
                 if sp is not None and sp[0][-1] == oid:
                     self.open_span(op_rank[oid], now, True)
-        end, running, op_stream, busy, head = self.end, self.running, self.op_stream, self.busy, self.head
-        lane, lane_busy, freed, dependents, waiting_deps = (self.lane, self.lane_busy, self.freed, self.dependents,
-                                                            self.waiting_deps)
         candidates: dict[int, None] = {}
         for oid in batch:
             end[oid] = now
@@ -640,8 +647,8 @@ class EventLoop:
     def start_ready(self, candidates: dict[int, None], now: float, touched: set) -> None:
         """Newly startable ops: the next on each finished op's stream, and heads waiting on
         them (:meth:`try_start`, inlined)."""
-        busy, queues, head, waiting_deps, lane = self.busy, self.queues, self.head, self.waiting_deps, self.lane
-        start, stream_rank, running = self.start, self.stream_rank, self.running
+        (_, _, _, running, _, busy, head, lane, _, _, _, waiting_deps, queues, start,
+         stream_rank) = self.event_tables
         for sid in candidates:
             if busy[sid]:
                 continue
