@@ -412,7 +412,7 @@ class ScheduleEstimate:
     speedup: float = 1.0
     ops: int = 0
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """The estimate as a JSON-ready mapping (seconds)."""
         return {k: getattr(self, k) for k in ("schedule", "time_s", "speedup", "gemm_s", "comm_s", "copy_s",
                                               "dil_gemm_s", "dil_comm_s", "cil_s", "ops")}

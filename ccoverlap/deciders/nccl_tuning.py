@@ -140,7 +140,7 @@ class TuneResult:
         """Z of the chosen configurations (lagom eq. 1), seconds."""
         return self.result.makespan_s
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """Plain-data form: Z, X, Y, x_j in seconds, profile count, configurations."""
         return {
             "method": self.method,

@@ -62,7 +62,7 @@ class Candidate:
         """The best simulated step time of this layout (best knobs if searched), else None."""
         return self.best_time_s if self.best_time_s is not None else self.step_time_s
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """JSON-ready form."""
         return {"label": self.label, "parallel": self.parallel.to_dict(), "batch": self.batch.to_dict(),
                 "memory_bytes": self.memory_bytes, "fits": self.fits, "estimate_s": self.estimate_s,
@@ -90,7 +90,7 @@ class SearchResult:
         """Simulated layouts, fastest first."""
         return sorted((c for c in self.candidates if c.predicted_s is not None), key=lambda c: c.predicted_s)
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """JSON-ready form (the ranked layouts first, then the others that fit)."""
         ranked = self.ranked
         rest = sorted((c for c in self.candidates if c.fits and c.predicted_s is None), key=lambda c: c.estimate_s)
@@ -100,7 +100,7 @@ class SearchResult:
         return {"workload": what, "enumerated": self.enumerated, "fitting": self.fitting,
                 "simulated": self.simulated, "pruned_by_bound": self.pruned_by_bound,
                 "bound_violations": self.bound_violations, "seconds": self.seconds, "notes": self.notes,
-                "ranked": [c.as_dict() for c in ranked], "not_simulated": [c.as_dict() for c in rest]}
+                "ranked": [c.to_dict() for c in ranked], "not_simulated": [c.to_dict() for c in rest]}
 
 
 def _divisors(n: int) -> list[int]:
@@ -404,7 +404,7 @@ def save_frontier(path, result: SearchResult) -> str:
                         xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel("step time (ms)")
     ax.set_ylabel("memory per GPU (GiB)")
-    ax.set_title(result.as_dict()["workload"], fontsize=9)
+    ax.set_title(result.to_dict()["workload"], fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -43,7 +43,7 @@ class StrategyResult:
     timeline: Timeline | None = field(default=None, repr=False)
     decision: dict = field(default_factory=dict)
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "name": self.name,
             "knobs": self.knobs,

@@ -40,7 +40,7 @@ class Scenario:
     times: object = None        # node start times of the replay (JobGraph.run), when kept
     dur: object = None          # node durations used, when kept
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """JSON-ready summary (seconds)."""
         m = self.measured
         return {"name": self.name, "note": self.note, "step_time_s": self.step_time_s,

@@ -208,7 +208,7 @@ class RankMetrics:
     comm_bytes: float = 0.0
     extra: dict = field(default_factory=dict)
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         d = asdict(self)
         d.update(d.pop("extra"))
         return d

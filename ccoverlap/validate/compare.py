@@ -41,7 +41,7 @@ class Row:
             return math.nan
         return (self.prediction.step_time_s - self.measured_s) / self.measured_s * 100.0
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         r, p = self.run, self.prediction
         d: dict[str, Any] = {
             "name": r.name, "source": r.source, "assumptions": list(r.assumptions), "subset": r.subset,
@@ -78,7 +78,7 @@ class Summary:
         return (f"{head}mean |error| {self.mean_abs_pct:.1f}%, mean signed error {self.mean_signed_pct:+.1f}%, "
                 f"worst {self.worst_pct:+.1f}% ({self.worst_name}) over {self.n} of {self.total} runs")
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {"runs_predicted": self.n, "runs": self.total, "mean_abs_error_pct": self.mean_abs_pct,
                 "mean_signed_error_pct": self.mean_signed_pct, "worst_run": self.worst_name,
                 "worst_error_pct": self.worst_pct}
