@@ -1,4 +1,4 @@
-"""Simulate a workload and summarise it as a :class:`StrategyResult` — shared by the planner
+"""Simulate a workload and summarize it as a :class:`StrategyResult` — shared by the planner
 and the deciders, so every strategy is measured with the same definitions.
 
 Definitions: MFU = model FLOPs per step / (world size × dense peak FLOP/s × step time), the
@@ -157,7 +157,7 @@ def extrapolate_metrics(a: StepMetrics, b: StepMetrics, microbatches: int) -> St
 
 def summarize(name: str, w, step, tl: Timeline, *, note: str = "", extra_memory_bytes: float = 0.0,
               keep_timeline: bool = True) -> StrategyResult:
-    """Summarise the simulated timeline ``tl`` of ``step`` (the StepGraph of workload ``w``, maybe
+    """Summarize the simulated timeline ``tl`` of ``step`` (the StepGraph of workload ``w``, maybe
     rewritten by a decider). ``extra_memory_bytes`` is added to the step's memory estimate (e.g.
     activations of micro-batches launched together) and re-checked against the usable memory."""
     res = summarize_metrics(name, w, StepMetrics.of(tl, step.microbatches), step_totals(w, step),
@@ -219,6 +219,6 @@ def summarize_metrics(name: str, w, metrics: StepMetrics, totals: StepTotals, *,
 
 
 def evaluate(w, name: str, *, cost=None, note: str = "", keep_timeline: bool = False) -> StrategyResult:
-    """Simulate ``w`` and summarise it (see the module docstring for the definitions)."""
+    """Simulate ``w`` and summarize it (see the module docstring for the definitions)."""
     step, tl = simulate_workload(w, cost=cost)
     return summarize(name, w, step, tl, note=note, keep_timeline=keep_timeline)

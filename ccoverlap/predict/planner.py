@@ -319,7 +319,7 @@ class Planner:
         return simulate(graph, self.cost)
 
     def evaluate(self, w=None, name: str = "as-given", *, note: str = "", keep_timeline: bool = False) -> StrategyResult:
-        """Simulate ``w`` (cached) and summarise it as a :class:`StrategyResult` named ``name``
+        """Simulate ``w`` (cached) and summarize it as a :class:`StrategyResult` named ``name``
         (definitions in :mod:`ccoverlap.predict.evaluate`). Each call returns a fresh result object.
         Without ``keep_timeline`` the step may be extrapolated from two shorter ones
         (:meth:`metrics`); with it, it is simulated in full (the timeline is what is kept)."""

@@ -1,4 +1,4 @@
-"""Replay a job and its what-ifs; summarise each scenario (seconds).
+"""Replay a job and its what-ifs; summarize each scenario (seconds).
 
 A scenario's **step time** is, per rank, the time from the start of the analysed window (where
 the measured one started, the same in every scenario) to the end of the last analysed step,
@@ -82,7 +82,7 @@ class ReplayResult:
         return sorted(self.whatifs, key=lambda s: -s.gain_s)
 
 
-def summarise(name: str, note: str, m: Measured) -> Scenario:
+def summarize(name: str, note: str, m: Measured) -> Scenario:
     """Job-level numbers of one scenario from its per-rank bounds and per-step metrics."""
     per_step: dict[int, float] = {}
     ends: dict[int, float] = {}
@@ -134,7 +134,7 @@ class _Runner:
     def scenario(self, e: W.Edit) -> Scenario:
         """The edit as a :class:`Scenario` with its gain over the unedited replay."""
         m, t = self.measure(e)
-        sc = summarise(e.name, e.note, m)
+        sc = summarize(e.name, e.note, m)
         sc.gain_s = self.base_s - sc.step_time_s
         sc.gain_pct = 100 * sc.gain_s / self.base_s if self.base_s > 0 else 0.0
         if self.keep_times:
@@ -207,8 +207,8 @@ def replay(paths: Sequence[str], *, steps: str | None = "hta", whatifs: Sequence
     base_m = measure(job, *gpu_times(job, t0))
     job.anchors = {r: b.start_s for r, b in base_m.bounds.items()}
     nom_m = measure(job, *gpu_times(job, jg.run(w=jg.w_nom)), anchors=job.anchors)
-    measured = summarise("measured", "the traces as recorded", meas)
-    base = summarise("replay", "measured durations, rebuilt dependencies", base_m)
+    measured = summarize("measured", "the traces as recorded", meas)
+    base = summarize("replay", "measured durations, rebuilt dependencies", base_m)
     base.times, base.dur = t0, jg.dur
     run = _Runner(job, base.step_time_s, keep_times)
     cl = cluster_for(job, cluster) if set(names) - {"no-comm", "comm-hidden", "no-contention", "centauri"} else (None, "")
