@@ -90,7 +90,7 @@ def sustained_fraction(records: list[dict]) -> tuple[dict | None, list[str]]:
 
 def add_sustained_clock(records: list[dict], result) -> None:
     """Put the ``sustained`` section's clock share into a calibration fit's parameters
-    (``result``: :class:`ccoverlap.calibrate.fit.FitResult`) and its evidence into
+    (``result``: :class:`ccoverlap.calibrate.fit.CalibrationFit`) and its evidence into
     ``result.stages["sustained"]`` -- not into ``result.cost_params``: the other sections ran
     on a cool GPU, and their held-out check is judged at the clock they were measured at."""
     info, notes = sustained_fraction(records)

@@ -68,7 +68,7 @@ def bounds(name: str, default: float) -> tuple[float, float]:
 
 
 @dataclass
-class FitResult:
+class RunsFit:
     """Fitted values per GPU, the objective before/after and how many simulations it took."""
 
     values: dict = field(default_factory=dict)        # gpu -> {param: value}
@@ -87,14 +87,14 @@ def _line_search(f: Callable[[float], float], lo: float, hi: float, *, iters: in
 
 
 def fit_params(runs, names: list[str], *, loss_fn: Callable[[list, dict], float],
-               rounds: int = 2, iters: int = 10, progress: Callable[[str], None] | None = None) -> FitResult:
+               rounds: int = 2, iters: int = 10, progress: Callable[[str], None] | None = None) -> RunsFit:
     """Fit ``names`` per GPU on ``runs`` (the fit subset). ``loss_fn(runs_of_gpu, overrides)``
     returns the mean squared relative error of those runs' predictions with ``overrides``
     applied (the caller simulates). Coordinate descent, ``rounds`` passes, a line search of at
     most ``iters`` evaluations per coordinate, each kept only if it lowers the loss."""
     from ccoverlap.validate.predict import cost_params_for
 
-    out = FitResult()
+    out = RunsFit()
     by_gpu: dict[str, list] = {}
     for r in runs:
         by_gpu.setdefault(r.gpu_name, []).append(r)
