@@ -36,8 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 
 from ccoverlap.errors import ConfigError
-
-ProgressFn = Callable[[int, int, str], None]
+from ccoverlap.types import ProgressFn
 
 
 @dataclass

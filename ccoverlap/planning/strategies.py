@@ -27,7 +27,6 @@ from ccoverlap.predict.evaluate import StrategyResult, cost_model_for, evaluate,
 from ccoverlap.predict.planner import (  # noqa: F401
     FunctionStrategy,
     Planner,
-    ProgressFn,
     Strategy,
     StrategyRegistry,
     fork_available,
@@ -35,6 +34,7 @@ from ccoverlap.predict.planner import (  # noqa: F401
     workload_key,
 )
 from ccoverlap.predict.workload import Workload
+from ccoverlap.types import ProgressFn
 
 from .emit import APPLICABLE, EmitBundle, build_emit, hints, write_emit
 

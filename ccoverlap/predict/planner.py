@@ -36,8 +36,7 @@ from ccoverlap.predict.evaluate import (
     summarize,
     summarize_metrics,
 )
-
-ProgressFn = Callable[[int, int, str], None]
+from ccoverlap.types import ProgressFn
 
 
 def _hashable(x):

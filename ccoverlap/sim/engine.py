@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -37,17 +37,18 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import COMPUTE, CollectiveSpec, OpGraph, P2PSpec, Spec, gc_paused, kind_of
 from ccoverlap.sim.tables import static_tables
 from ccoverlap.sim.timeline import Timeline, TimelineBuilder
+from ccoverlap.types import ProgressFn
 
 
-class CostModel(Protocol):
-    """What the simulator needs from a cost model."""
+class SupportsDuration(Protocol):
+    """What the simulator needs from a cost model (:class:`ccoverlap.cost.CostModel` is the
+    package's; tests pass small stand-ins)."""
 
     def duration_s(self, spec: Spec, concurrent: Sequence[Spec]) -> float:
         """Seconds ``spec`` takes while the ``concurrent`` specs run beside it on the same GPU."""
         ...
 
 
-ProgressFn = Callable[[int, int], None]
 inf = float("inf")
 
 
@@ -87,10 +88,11 @@ def communicator_lanes(ops: Sequence, op_spec: Sequence[int], specs: Sequence) -
     return lanes, len(shared)
 
 
-def simulate(graph: OpGraph, cost: CostModel, *, progress: ProgressFn | None = None) -> Timeline:
+def simulate(graph: OpGraph, cost: SupportsDuration, *, progress: ProgressFn | None = None) -> Timeline:
     """Play ``graph`` on its streams under ``cost``; return the Timeline of the step.
 
-    Raises :class:`ConfigError` if the graph deadlocks (a dependency cycle through stream
+    ``progress``, if given, is called as ``progress(ops done, ops, "ops")`` every 4096 ops
+    and once at the end. Raises :class:`ConfigError` if the graph deadlocks (a dependency cycle through stream
     order), naming a stuck op. (See :class:`EventLoop` for how it is made fast.)
     """
     if not graph.ops:
@@ -117,7 +119,7 @@ class EventLoop:
     locals first.
     """
 
-    def __init__(self, graph: OpGraph, cost: CostModel) -> None:
+    def __init__(self, graph: OpGraph, cost: SupportsDuration) -> None:
         self.graph = graph
         self.cost = cost
         self.ops = ops = graph.ops
@@ -605,7 +607,7 @@ class EventLoop:
             for rank in touched:
                 reschedule(rank, now)
             if progress is not None and self.finished >= report_at:
-                progress(self.finished, n)
+                progress(self.finished, n, "ops")
                 report_at = (self.finished // 4096 + 1) * 4096
         return self.timeline(progress)
 
@@ -682,7 +684,7 @@ class EventLoop:
                 f"never became ready (dependency cycle through stream order?)"
             )
         if progress is not None:
-            progress(n, n)
+            progress(n, n, "ops")
         return _to_timeline(self.graph, np.frombuffer(self.start, dtype=np.float64).copy(),
                             np.frombuffer(end, dtype=np.float64).copy(), self.op_spec, self.specs,
                             (self.rank_arr, self.stream_names, self.names))

@@ -15,10 +15,9 @@ from typing import Any
 
 from ccoverlap.console import Col, print_table, print_wrapped
 from ccoverlap.errors import CCOverlapError
+from ccoverlap.types import ProgressFn
 from ccoverlap.validate.predict import Prediction, Unsupported, predict_run, workload_for
 from ccoverlap.validate.reader import RunSpec
-
-ProgressFn = Callable[[int, int, str], None]
 
 
 @dataclass
