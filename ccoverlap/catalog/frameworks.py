@@ -331,7 +331,7 @@ def get_framework(framework: str | os.PathLike | FrameworkProfile | None) -> Fra
 
 def check_framework(fw: FrameworkProfile, model, parallel) -> None:
     """Combinations a profile cannot run: one ConfigError naming the field."""
-    if getattr(parallel, "cp", 1) > 1 and not fw.flash:
+    if parallel.cp > 1 and not fw.flash:
         raise ConfigError(f"cp={parallel.cp}: context parallelism needs flash attention, but framework "
                           f"{fw.name!r} has attention={fw.attention!r} (Megatron-LM / TransformerEngine "
                           f"context parallelism runs on fused attention only)")

@@ -199,8 +199,8 @@ class ParallelConfig:
 
     @property
     def cp_enabled(self) -> bool:
-        """Context parallelism in use (a ``cp`` degree > 1, where the configuration has one)."""
-        return getattr(self, "cp", 1) > 1
+        """Context parallelism in use (a ``cp`` degree > 1)."""
+        return self.cp > 1
 
     @property
     def dp_enabled(self) -> bool:

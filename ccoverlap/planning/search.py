@@ -120,7 +120,7 @@ def label(p, b) -> str:
     """A short name of a layout, e.g. ``TP8 PP2(1f1b) DP4 FSDP mb1 rc=none``; HSDP shows
     replicas x shard-group size (``DP32 HSDP(2x16)``), expert parallelism ``EP8``."""
     parts = [f"TP{p.tp}{'+SP' if p.sp_enabled else ''}"]
-    if getattr(p, "cp", 1) > 1:
+    if p.cp > 1:
         parts.append(f"CP{p.cp}")
     if p.pp > 1:
         parts.append(f"PP{p.pp}({p.pp_schedule}{'x' + str(p.virtual_stages) if p.virtual_stages > 1 else ''})")

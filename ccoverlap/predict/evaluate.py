@@ -85,7 +85,7 @@ def build_workload_step(w):
     on when the workload has one): the one place a workload's step is built."""
     from ccoverlap.parallel import build_step
 
-    kw = {"framework": w.framework} if getattr(w, "framework", None) is not None else {}
+    kw = {"framework": w.framework} if w.framework is not None else {}
     return build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs, **kw)
 
 
@@ -185,7 +185,7 @@ def step_totals(w, step=None) -> StepTotals:
         return StepTotals(step.world_size, step.tokens_per_step, step.model_flops_per_step, step.memory)
     from ccoverlap.parallel.step import step_totals as totals_of
 
-    tokens, flops, mem = totals_of(w.model, w.parallel, w.batch, w.cluster, w.knobs, getattr(w, "framework", None))
+    tokens, flops, mem = totals_of(w.model, w.parallel, w.batch, w.cluster, w.knobs, w.framework)
     return StepTotals(w.parallel.world_size, tokens, flops, mem)
 
 

@@ -64,7 +64,7 @@ def workload_key(w) -> tuple:
     keyed by their repr). The calibration enters through the planner's cost model."""
     knobs = effective_knobs(w.knobs, w.parallel)
     return tuple(_hashable(x) for x in (w.model, w.cluster, w.parallel, w.batch, knobs,
-                                        getattr(w, "framework", None)))
+                                        w.framework))
 
 
 def screen_microbatches(w) -> int | None:
@@ -75,7 +75,7 @@ def screen_microbatches(w) -> int | None:
     least pp + 2 in steady state, the same in-flight activations as the full step) and keeps
     the interleaved schedule's "multiple of pp" rule (Narayanan et al. 2021, §2.2)."""
     pp = max(1, int(w.parallel.pp))
-    if getattr(w.parallel, "pp_group", 0):  # a pipeline group ties the schedule to the micro-batch count
+    if w.parallel.pp_group:  # a pipeline group ties the schedule to the micro-batch count
         return None
     m_s = pp * -(-(2 * pp + 2) // pp)
     m = w.batch.microbatches(w.parallel.dp)
@@ -101,7 +101,7 @@ def steady_state_microbatches(w) -> tuple[int, int] | None:
     interleaved schedule's "multiple of pp" rule."""
     p = w.parallel
     pp = max(1, int(p.pp))
-    if pp > 1 and (p.pp_schedule not in PERIODIC_SCHEDULES or getattr(p, "pp_group", 0)):
+    if pp > 1 and (p.pp_schedule not in PERIODIC_SCHEDULES or p.pp_group):
         return None
     m1 = pp * -(-(2 * pp + 2) // pp)
     m2 = m1 + pp
