@@ -356,7 +356,7 @@ class CostParams:
 #          benchmarks; 256x256 macro tiles; ~4.0-4.3 of 5.3 TB/s HBM3; one SDMA engine per
 #          xGMI link at ~50 GB/s (ficco §IV-B1, 64 GB/s links); DMA all-gather / all-to-all 4.5x /
 #          2.5x RCCL's time at latency-bound sizes (DMA-Latte, arXiv:2511.06605v1).
-_GPU_OVERRIDES: dict[str, dict[str, float]] = {
+_GPU_OVERRIDES: dict[str, dict[str, Any]] = {
     "H100-SXM": {},
     "H200": {"mem_bw_fraction": 0.88},
     "A100-80GB-SXM": {"gemm_peak_fraction": 0.88, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
@@ -413,7 +413,7 @@ def causal_attention_factor(kernel: str, seq_len: int) -> float:
     return pts[-1][1]
 
 
-_VENDOR_OVERRIDES: dict[str, dict[str, float]] = {"nvidia": {}, "amd": _GPU_OVERRIDES["MI300X"]}
+_VENDOR_OVERRIDES: dict[str, dict[str, Any]] = {"nvidia": {}, "amd": _GPU_OVERRIDES["MI300X"]}
 
 
 def default_params(gpu: GPUSpec | None = None) -> CostParams:

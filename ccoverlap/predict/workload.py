@@ -292,7 +292,7 @@ def workload_from_options(data: dict | None, options: dict, *, source: str) -> W
     ``options`` (the flags: ``nodes``, ``tp`` ... ``seq_len``, ``dtype``, ``model``,
     ``cluster``, ``knobs``, ``calibration``, ``framework``) applied over it."""
     from_file = data is not None
-    if not from_file:
+    if data is None:
         data = DEFAULT_EXAMPLE
     for section in ("parallel", "batch", "knobs"):
         if options.get(section) is not None and not isinstance(options[section], dict):

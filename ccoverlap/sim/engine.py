@@ -218,7 +218,8 @@ class EventLoop:
         _, op_stream, op_pos, head, waiting_deps, dependents, queues, simple, fixed, alone, op_spec, link = self.walk
         duration = self.duration
         ids, ends = [i0], [f0]
-        forks = after = None
+        forks: dict | None = None
+        after: dict | None = None
         lwait: dict[int, int] = {}  # the span's own view of dependency counts and stream heads
         lhead: dict[int, int] = {}
         i, t = i0, f0
@@ -269,7 +270,7 @@ class EventLoop:
                 fork = self.span_fork(rank, t, nxt, nxt2, lwait, lhead)
                 if fork is None:
                     break
-                if forks is None:
+                if forks is None or after is None:
                     forks, after = {}, {}
                 i, t = self.add_fork(fork, t, nxt, nxt2, ids, ends, forks, after)
                 continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -81,7 +81,8 @@ def _columns(ops: list) -> tuple[list, list, list, list, list, list[int], list[i
     # taken a block of ops at a time: 10^5 records do not fit in the CPU's caches, a block
     # does, so the six passes read each record from memory once (half the time of six whole
     # passes); the deps' counts and flattened ids taken in the same block
-    names, op_rank, stream_names, spec_objs, deps_of, durations_given = cols = [[] for _ in range(6)]
+    cols: list[list[Any]] = [[] for _ in range(6)]
+    names, op_rank, stream_names, spec_objs, deps_of, durations_given = cols
     getters = [itemgetter(k) for k in range(1, 7)]
     n_deps: list[int] = []
     flat_deps: list[int] = []
