@@ -54,6 +54,7 @@ import numpy as np
 from scipy.optimize import least_squares as scipy_least_squares
 
 from ccoverlap.calibrate.grids import DTYPE_BYTES, is_held_out
+from ccoverlap.calibrate.sustained import add_sustained_clock
 from ccoverlap.catalog.hardware import ClusterSpec, GPUSpec, LinkSpec
 from ccoverlap.cost import comm as cm
 from ccoverlap.cost import contention as ct
@@ -508,7 +509,6 @@ def fit(records: list[dict], gpu: GPUSpec, base: CostParams, *, every: int = 4,
             p = p_new
             params.update(info["values"])
     result.cost_params = p
-    from ccoverlap.calibrate.sustained import add_sustained_clock
 
     add_sustained_clock(records, result)
     return result

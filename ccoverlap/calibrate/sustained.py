@@ -17,6 +17,8 @@ from __future__ import annotations
 import statistics
 import time
 
+from ccoverlap.calibrate import microbench as mb
+
 WINDOW_S = 0.25                     # seconds of back-to-back GEMMs per timed window
 SECONDS = {True: 6.0, False: 40.0}  # length of the loop: quick / full plan
 SHAPE = (8192, 8192, 8192)          # M, N, K: compute-bound, ~1.1 TFLOP per call
@@ -28,7 +30,6 @@ def sustained_section(bench, notes: list[str], *, seconds: float | None = None) 
     """Run :data:`SHAPE` (bf16) back to back for ``seconds`` (default :data:`SECONDS` of the
     plan) and return one ``sustained`` record: per-call seconds of each window, the SM clock
     (MHz, or None) read after each window, and the loop's settings. CUDA only."""
-    from ccoverlap.calibrate import microbench as mb
 
     torch = bench.torch
     seconds = SECONDS[bench.grid.quick] if seconds is None else float(seconds)

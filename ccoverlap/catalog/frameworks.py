@@ -116,6 +116,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ccoverlap.catalog.hardware import read_config_file
+from ccoverlap.config import short, suggest
 from ccoverlap.errors import ConfigError
 
 DEFAULT_FRAMEWORK = "megatron-core"
@@ -300,8 +302,6 @@ def builtin_frameworks() -> list[str]:
 
 @lru_cache(maxsize=64)
 def _load(key: str) -> FrameworkProfile:
-    from ccoverlap.catalog.hardware import read_config_file
-    from ccoverlap.config import short, suggest
 
     try:
         path = _DATA_DIR / f"{key}.yaml"

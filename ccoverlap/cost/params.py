@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ccoverlap.catalog.hardware import GPUSpec
+from ccoverlap.config import read_json_object
 from ccoverlap.errors import ConfigError
 
 
@@ -296,7 +297,6 @@ class CostParams:
         """Parameters from a JSON file: a calibration file ``{"params": {...}, "gpu": ...,
         "fit_error": ...}`` or a bare ``{name: value}`` mapping. Fields it lacks come from
         ``base`` (e.g. :func:`default_params` of the GPU)."""
-        from ccoverlap.config import read_json_object
 
         p = Path(path)
         data = read_json_object(p, "calibration file")

@@ -28,7 +28,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Literal, get_args
 
-from ccoverlap.config import Count, Size, bounded, short
+from ccoverlap.config import Count, Size, bounded, check_keys, dataclass_from_mapping, field_names, short
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import TRANSPORTS, CommConfig
 
@@ -468,7 +468,6 @@ class OverlapKnobs:
     @classmethod
     def from_dict(cls, d: dict, where: str = "knobs") -> OverlapKnobs:
         """Knobs from a mapping (``comm_config`` and overrides may be nested mappings)."""
-        from ccoverlap.config import check_keys, dataclass_from_mapping, field_names
 
         data = check_keys(d, field_names(cls), where)
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
+from ccoverlap.config import short, suggest
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.evaluate import (
     StepMetrics,
@@ -36,6 +37,7 @@ from ccoverlap.predict.evaluate import (
     summarize,
     summarize_metrics,
 )
+from ccoverlap.sim.engine import simulate
 from ccoverlap.types import ProgressFn
 
 
@@ -276,7 +278,6 @@ class Planner:
         """Build and simulate one training step of ``w`` (default: the planner's workload);
         returns ``(StepGraph, Timeline)``. A configuration simulated before (and whose timeline
         is still cached) is not simulated again."""
-        from ccoverlap.sim.engine import simulate
 
         w = self.workload if w is None else w
         key = workload_key(w)
@@ -312,7 +313,6 @@ class Planner:
 
     def simulate_graph(self, graph):
         """Simulate an op graph a strategy built or rewrote (not cached); returns the Timeline."""
-        from ccoverlap.sim.engine import simulate
 
         self.graph_simulations += 1
         return simulate(graph, self.cost)
@@ -502,8 +502,6 @@ class StrategyRegistry:
         try:
             return self._by_name[name]
         except KeyError:
-            from ccoverlap.config import short, suggest
-
             raise ConfigError(f"unknown strategy {short(name)}{suggest(name, self._by_name)}; "
                               f"available: {', '.join(self._by_name) or 'none'}") from None
 

@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ccoverlap.catalog.hardware import get_cluster
 from ccoverlap.errors import ConfigError
 from ccoverlap.replay import decide as D
 from ccoverlap.replay import whatif as W
 from ccoverlap.replay.core import Job, Measured, fidelity_rows, gpu_times, load_job, measure, step_time
+from ccoverlap.replay.explain import explain
 
 
 @dataclass
@@ -104,7 +106,6 @@ def summarize(name: str, note: str, m: Measured) -> Scenario:
 def cluster_for(job: Job, name: str | None):
     """The catalog cluster for the cost-model what-ifs: ``name``, else from the traces' GPU
     name (A100 / H100 / H200 / MI300X / A40), else dgx-h100; with a note when assumed."""
-    from ccoverlap.catalog.hardware import get_cluster
 
     if name:
         return get_cluster(name), ""
@@ -196,7 +197,6 @@ def replay(paths: Sequence[str], *, steps: str | None = "hta", whatifs: Sequence
     ``keep_times``: keep every scenario's node times and every runtime call (for
     :func:`report.write_chrome`).
     """
-    from ccoverlap.replay.explain import explain
 
     names = W.check_names(list(whatifs) if whatifs is not None else ["all"])
     job = load_job(paths, steps=steps, keep_calls=keep_times)

@@ -16,7 +16,7 @@ from typing import Any
 from ccoverlap.console import Col, print_table, print_wrapped
 from ccoverlap.errors import CCOverlapError
 from ccoverlap.types import ProgressFn
-from ccoverlap.validate.predict import Prediction, Unsupported, predict_run, workload_for
+from ccoverlap.validate.predict import Prediction, Unsupported, cost_params_for, predict_run, workload_for
 from ccoverlap.validate.reader import RunSpec
 
 
@@ -130,7 +130,6 @@ def compare_runs(runs: list[RunSpec], *, params_for: Callable[[RunSpec], Any] | 
     defaults) and compare with its measurement. ``jobs`` > 1 simulates runs in that many
     processes; otherwise ``step_cache`` (a dict the caller keeps) reuses built step graphs
     across calls. A run that cannot be predicted becomes a row with a ``problem``."""
-    from ccoverlap.validate.predict import cost_params_for
 
     params_for = params_for or cost_params_for
     work = [(r, params_for(r)) for r in runs]
