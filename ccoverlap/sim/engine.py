@@ -154,13 +154,14 @@ class EventLoop:
         # Quiet-rank spans: rank -> (op ids, their end times, state of the first op when planned,
         # forks, after) where forks maps the span index of a fork's first-ending op to the two fork
         # ops and their running states (in start order), and after maps the index of the fork's
-        # other op to (its start, its state once the first one ended); both None without forks.
+        # other op to (its start, its state once the first one ended); both empty without forks.
         self.spans: dict[int, tuple] = {}
         self.finished = 0
         # the tables an event's methods read, likewise
         self.event_tables = (self.spans, self.op_rank, self.end, self.running, self.op_stream, self.busy, self.head,
                              self.lane, self.lane_busy, self.freed, self.dependents, self.waiting_deps, self.queues,
                              self.start, self.stream_rank)
+        self.resched_tables = (self.running, self.version, self.heap, self.fixed, self.op_spec, self.together)
         # the tables the span walk reads, unpacked in one step by its methods (cheaper than one
         # attribute load each: they run once per op of a span)
         self.walk = (self.op_rank, self.op_stream, self.op_pos, self.head, self.waiting_deps, self.dependents,
@@ -210,16 +211,15 @@ class EventLoop:
         """``i0`` runs alone on ``rank`` and ends at ``f0``. Follow the ops that will run one
         after the other, each alone on the rank, as long as each one's end starts exactly one
         op of this rank and nothing elsewhere: their times are then known now (each runs at
-        its stand-alone speed). Record them as a span with one heap event at its end. Returns
-        False (and plans nothing) when the span would hold ``i0`` only. Forks are followed
-        too (:meth:`span_fork`)."""
+        its stand-alone speed), forks too (:meth:`span_fork`). Record them as a span with one
+        heap event at its end. False (nothing planned) when the span would hold ``i0`` only."""
         if self.rank_queued.get(rank):
             return False  # a queued collective starts when a lane frees: not a quiet rank
         _, op_stream, op_pos, head, waiting_deps, dependents, queues, simple, fixed, alone, op_spec, link = self.walk
         duration = self.duration
         ids, ends = [i0], [f0]
-        forks: dict | None = None
-        after: dict | None = None
+        forks: dict = {}
+        after: dict = {}
         lwait: dict[int, int] = {}  # the span's own view of dependency counts and stream heads
         lhead: dict[int, int] = {}
         i, t = i0, f0
@@ -267,12 +267,10 @@ class EventLoop:
             if nxt < 0:
                 break
             if nxt2 >= 0:  # a fork: nxt and nxt2 start together, in this order
-                fork = self.span_fork(rank, t, nxt, nxt2, lwait, lhead)
+                fork = self.span_fork(rank, t, nxt, nxt2, lwait, lhead, ids, ends, forks, after)
                 if fork is None:
                     break
-                if forks is None or after is None:
-                    forks, after = {}, {}
-                i, t = self.add_fork(fork, t, nxt, nxt2, ids, ends, forks, after)
+                i, t = fork
                 continue
             d = fixed[nxt]
             if d is None:
@@ -334,14 +332,16 @@ class EventLoop:
                     break
         return nxt, nxt2
 
-    def span_fork(self, rank: int, t: float, nxt: int, nxt2: int, lwait: dict, lhead: dict) -> tuple | None:
+    def span_fork(self, rank: int, t: float, nxt: int, nxt2: int, lwait: dict, lhead: dict, ids: list, ends: list,
+                  forks: dict, after: dict) -> tuple[int, float] | None:
         """A *fork*: an op whose end at ``t`` starts exactly two ops of this rank (a backward
         GEMM's weight-gradient beside its data-gradient all-reduce), followed when the one that
         ends first starts nothing. ``nxt`` and ``nxt2`` run together at their contended speeds until
         the first (``e1``) ends, then the other (``e2``) alone, with the event loop's arithmetic.
-        Returns ``(e1, e2, e1's end, e2's end, nxt's rate, nxt2's rate, e2's remaining
-        fraction and rate once e1 ended)``, or None where the span cannot follow it (an
-        override, a shared lane, a tie, or e1's end starts something or touches another rank)."""
+        Appends e1 and e2 to the span's ``ids``/``ends``, records both ops' running states in
+        ``forks``/``after`` and returns ``(e2, e2's end)``; None (nothing recorded) where the
+        span cannot follow it (an override, a shared lane, a tie, or e1's end starts something
+        or touches another rank)."""
         fixed, lane, op_spec = self.fixed, self.lane, self.op_spec
         if fixed[nxt] is not None or fixed[nxt2] is not None or (lane[nxt] >= 0 and lane[nxt] == lane[nxt2]):
             return None
@@ -383,14 +383,6 @@ class EventLoop:
         d = self.duration(e2, ())
         rate2 = inf if d <= 0.0 else 1.0 / d
         f2 = t1 if rate2 == inf else t1 + rem / rate2
-        return e1, e2, t1, f2, ra, rb, rem, rate2
-
-    @staticmethod
-    def add_fork(fork: tuple, t: float, nxt: int, nxt2: int, ids: list, ends: list, forks: dict,
-                 after: dict) -> tuple[int, float]:
-        """Append a fork that starts at ``t`` (:meth:`span_fork`'s ``fork``) to a span's
-        ``ids``/``ends`` and record both ops' running states; returns (last op, its end)."""
-        e1, e2, t1, f2, ra, rb, rem, rate2 = fork
         forks[len(ids)] = (nxt, [1.0, ra, t], nxt2, [1.0, rb, t])
         after[len(ids) + 1] = (t, [rem, rate2, t1])
         ids.append(e1)
@@ -431,7 +423,7 @@ class EventLoop:
         if run is None:
             run = self.running[rank] = {}
         start, busy, op_stream, lane, lane_busy = self.start, self.busy, self.op_stream, self.lane, self.lane_busy
-        if forks is not None:
+        if forks:
             for kk, (s0, _) in after.items():  # a fork's second op started with the first
                 if kk < k:
                     start[ids[kk]] = s0
@@ -485,10 +477,10 @@ class EventLoop:
     # ------------------------------------------------------------------ contention updates
     def reschedule(self, rank: int, now: float) -> None:
         """Re-evaluate the speeds of every running op on ``rank`` at time ``now``."""
-        run = self.running.get(rank)
+        running, version, heap, fixed, op_spec, together = self.resched_tables
+        run = running.get(rank)
         if not run:
             return
-        version, heap = self.version, self.heap
         if len(run) == 1:
             for oid, state in run.items():
                 remaining = state[0] - (now - state[2]) * state[1]
@@ -503,14 +495,13 @@ class EventLoop:
             version[oid] += 1
             heapq.heappush(heap, (f, version[oid], oid))
             return
-        cspec = tuple(map(self.op_spec.__getitem__, run))
-        ds = self.together.get(cspec)
+        cspec = tuple(map(op_spec.__getitem__, run))
+        ds = together.get(cspec)
         if ds is None:  # each member's seconds beside the others (by spec; overrides below)
             duration_of_spec = self.duration_of_spec
-            ds = self.together[cspec] = [
+            ds = together[cspec] = [
                 None if s < 0 else duration_of_spec(s, tuple(x for j, x in enumerate(cspec) if j != k and x >= 0))
                 for k, s in enumerate(cspec)]
-        fixed = self.fixed
         push = heapq.heappush
         for (oid, state), d in zip(run.items(), ds):
             remaining = state[0] - (now - state[2]) * state[1]
@@ -584,10 +575,11 @@ class EventLoop:
             self.try_start(sid, now, touched)
         if self.freed:
             self.hand_out(now, touched)
-        reschedule = self.reschedule
+        reschedule, finish_batch, start_ready, hand_out = self.reschedule, self.finish_batch, self.start_ready, \
+            self.hand_out
         for rank in touched:
             reschedule(rank, now)
-        heap, version, n = self.heap, self.version, self.n
+        heap, version, n, freed = self.heap, self.version, self.n, self.freed
         pop = heapq.heappop
         report_at = 4096
         while heap:
@@ -602,9 +594,9 @@ class EventLoop:
                 if v2 == version[o2]:
                     batch.append(o2)
             touched = set()
-            self.start_ready(self.finish_batch(batch, now, touched), now, touched)
-            if self.freed:
-                self.hand_out(now, touched)
+            start_ready(finish_batch(batch, now, touched), now, touched)
+            if freed:
+                hand_out(now, touched)
             for rank in touched:
                 reschedule(rank, now)
             if progress is not None and self.finished >= report_at:
