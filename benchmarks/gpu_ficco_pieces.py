@@ -233,7 +233,7 @@ def analyse(plan: list[dict], measured: dict[str, dict], *, gpu: str, calibratio
             best = min(ests, key=lambda e: e.time_s)
             model_best = min(model, key=lambda e: e.time_s)
             rows.append({"name": case.name, "m": case.m, "n": case.n, "k": case.k, "pattern": case.pattern,
-                         "composed": {e.schedule: e.as_dict() for e in ests},
+                         "composed": {e.schedule: e.to_dict() for e in ests},
                          "model": {e.schedule: e.time_s for e in model},
                          "heuristic": pick, "reason": reason, "measured_best": best.schedule,
                          "model_best": model_best.schedule})

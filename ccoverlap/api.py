@@ -83,7 +83,7 @@ def simulate(workload=None, **options: Any) -> SimulationResult:
 
     w = _workload(workload, options)
     step, tl = simulate_workload(w)
-    ranks = [m.as_dict() for m in all_rank_metrics(tl)]
+    ranks = [m.to_dict() for m in all_rank_metrics(tl)]
     data = {"workload": w.describe(), "step_time_s": step_time_s(tl), "ops": len(step.graph), "ranks": ranks}
     summary = f"{w.describe()}: step {_ms(data['step_time_s'])}, {len(step.graph)} ops"
     return SimulationResult(data, ranks, summary, (step, tl))
@@ -106,7 +106,7 @@ def plan(workload=None, *, strategies: Sequence[str] | None = None, exact: bool 
     result = planner.plan(w, extra=strategies, registry=registry, exact=exact, applicable_of=strategy,
                           target=target)
     base = result.as_given.step_time_s
-    rows = [dict(s.as_dict(), speedup=base / s.step_time_s if s.step_time_s else None) for s in result.strategies]
+    rows = [dict(s.to_dict(), speedup=base / s.step_time_s if s.step_time_s else None) for s in result.strategies]
     best = result.best()
     data = {"workload": w.describe(), "world_size": w.cluster.world_size, "best": best.name,
             "recommendation": planner.recommendation(result), "strategies": rows,
@@ -127,7 +127,7 @@ def search(workload=None, *, max_simulations: int = 24, top: int = 3, constraint
         raise ConfigError("max_simulations must be >= 1 and top >= 0")
     w = _workload(workload, options)
     result = _search(w, max_simulations=max_simulations, top=top, constraints=constraints)
-    data = result.as_dict()
+    data = result.to_dict()
     rows = data.get("ranked") or []
     head = f"best {rows[0]['label']}, {_ms(rows[0].get('best_knobs_step_time_s') or rows[0].get('step_time_s'))}" \
         if rows else "no layout fits"
@@ -155,9 +155,9 @@ def validate(runs: str | os.PathLike = "published", *, only: Sequence[str] | Non
         raise ConfigError(f"{rf.path}: no run to predict" + (f" ({rf.problems[0]})" if rf.problems else ""))
     rows = compare_runs(chosen, jobs=jobs)
     summ = summarize(rows)
-    dicts = [r.as_dict() for r in rows]
+    dicts = [r.to_dict() for r in rows]
     invalid = rf.problems + [f"{r.run.name}: {r.problem}" for r in rows if not r.ok]
-    data = {"runs_file": rf.path, "summary": summ.as_dict(), "runs": dicts, "invalid_runs": invalid}
+    data = {"runs_file": rf.path, "summary": summ.to_dict(), "runs": dicts, "invalid_runs": invalid}
     return ValidationReport(data, [d for d in dicts if d.get("predicted_step_time_s") is not None],
                             f"{rf.path}: {summ.line('runs')}", rows)
 

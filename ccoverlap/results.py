@@ -120,7 +120,7 @@ class ReplayReport(Result):
     @classmethod
     def of(cls, res) -> ReplayReport:
         """The report of a :class:`~ccoverlap.replay.run.ReplayResult`."""
-        from ccoverlap.replay.report import to_dict
+        from ccoverlap.replay.report import to_dict  # lazy: `ccoverlap --help` imports this module
 
         d = to_dict(res, {})
         rows = [d["measured"], d["replay"], *d.get("whatifs", [])]

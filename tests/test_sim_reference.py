@@ -225,6 +225,6 @@ def test_progress_reports_rise_to_the_op_count():
     for i in range(10000):  # one long chain alone on a rank: nearly all of it in spans
         prev = g.add("op", MemorySpec(bytes=1e6), deps=[prev] if prev is not None else [])
     calls = []
-    simulate(g, SharingCost(), progress=lambda done, total: calls.append((done, total)))
+    simulate(g, SharingCost(), progress=lambda done, total, what: calls.append((done, total)))
     assert calls[-1] == (len(g), len(g))
     assert len(calls) >= 2 and all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))

@@ -38,6 +38,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from ccoverlap.config import read_json_object
+from ccoverlap.cost.params import CostParams
 from ccoverlap.errors import ConfigError
 
 FORMAT = "ccoverlap-calibration"
@@ -112,7 +114,6 @@ def validate_measurement(rec: Any, where: str, field: str) -> None:
 
 def validate(data: Any, where: str = "calibration") -> dict:
     """Check a calibration mapping; return it. ConfigError names ``where`` and the field."""
-    from ccoverlap.cost.params import CostParams
 
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a JSON object at the top level, got {type(data).__name__}")
@@ -171,7 +172,6 @@ def validate(data: Any, where: str = "calibration") -> dict:
 
 def read(path: str | os.PathLike) -> dict:
     """Load and validate a calibration file; ConfigError names the file (and the field)."""
-    from ccoverlap.config import read_json_object
 
     p = Path(path)
     return validate(read_json_object(p, "calibration file"), str(p))

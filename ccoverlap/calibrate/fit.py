@@ -54,6 +54,7 @@ import numpy as np
 from scipy.optimize import least_squares as scipy_least_squares
 
 from ccoverlap.calibrate.grids import DTYPE_BYTES, is_held_out
+from ccoverlap.calibrate.sustained import add_sustained_clock
 from ccoverlap.catalog.hardware import ClusterSpec, GPUSpec, LinkSpec
 from ccoverlap.cost import comm as cm
 from ccoverlap.cost import contention as ct
@@ -341,7 +342,7 @@ TILE_CHOICES = tuple((tm, tn, t) for tm in (64, 128, 256) for tn in (64, 128, 25
 
 
 @dataclass
-class FitResult:
+class CalibrationFit:
     """Fitted parameters (``params``: only the fields a stage fitted), the full
     :class:`CostParams` (``cost_params``), per-stage details and the observations."""
 
@@ -479,7 +480,7 @@ def _per_dtype_peak(obs: list[Observation], p: CostParams, ctx: Context) -> dict
 
 
 def fit(records: list[dict], gpu: GPUSpec, base: CostParams, *, every: int = 4,
-        tile_choices=TILE_CHOICES, stages=STAGES, info_stages=INFO_STAGES) -> FitResult:
+        tile_choices=TILE_CHOICES, stages=STAGES, info_stages=INFO_STAGES) -> CalibrationFit:
     """Fit the cost model to ``records`` measured on ``gpu``, stage by stage (:data:`STAGES`),
     starting from ``base`` (e.g. ``default_params(gpu)``), on the records not held out.
     A stage without training observations keeps the base values and adds a note."""
@@ -487,7 +488,7 @@ def fit(records: list[dict], gpu: GPUSpec, base: CostParams, *, every: int = 4,
     obs = observations(records, every=every)
     p = base
     params: dict = {}
-    result = FitResult(params=params, cost_params=base, observations=obs)
+    result = CalibrationFit(params=params, cost_params=base, observations=obs)
     for name, groups, bounds in tuple(stages) + tuple(info_stages):
         train = [o for o in obs if o.group in groups and not o.held_out]
         informational = name in {s[0] for s in info_stages}
@@ -508,7 +509,6 @@ def fit(records: list[dict], gpu: GPUSpec, base: CostParams, *, every: int = 4,
             p = p_new
             params.update(info["values"])
     result.cost_params = p
-    from ccoverlap.calibrate.sustained import add_sustained_clock
 
     add_sustained_clock(records, result)
     return result
@@ -516,7 +516,7 @@ def fit(records: list[dict], gpu: GPUSpec, base: CostParams, *, every: int = 4,
 
 # ----------------------------------------------------------------------------- checking
 
-def heldout_errors(result: FitResult, gpu: GPUSpec, *, held_out: bool = True) -> list[dict]:
+def heldout_errors(result: CalibrationFit, gpu: GPUSpec, *, held_out: bool = True) -> list[dict]:
     """Per group, the relative error |pred/meas − 1| of the fitted model on held-out
     observations (``held_out=False``: on the training ones): n, median, 90th percentile, max."""
     ctx = make_context(gpu)
@@ -542,7 +542,7 @@ def overall_error(rows: list[dict]) -> float | None:
     return sum(r["median_rel_err"] * r["n"] for r in rows) / n if n else None
 
 
-def decomposition_table(result: FitResult, gpu: GPUSpec) -> list[dict]:
+def decomposition_table(result: CalibrationFit, gpu: GPUSpec) -> list[dict]:
     """ficco Fig. 7 rows: measured vs predicted decomposition loss per (shape, dim, ways), and
     whether the row was used by the fit (``set``: ``fit`` or ``held-out``)."""
     ctx = make_context(gpu)

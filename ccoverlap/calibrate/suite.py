@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 from ccoverlap.calibrate import grids
 from ccoverlap.calibrate import microbench as mb
+from ccoverlap.calibrate.kernels import KernelUnavailable, load_channel_copy
+from ccoverlap.calibrate.sustained import sustained_section
 
 MiB = 1 << 20
 
@@ -201,7 +203,6 @@ def run_suite(dev, grid: grids.Grid, *, log: Callable[[str], None], kernel_prefe
     saying which channel-copy backend ran (or why none could be built). ``sustained`` (the
     clock a long GEMM loop settles at, :mod:`ccoverlap.calibrate.sustained`) runs last, so
     the heat it leaves does not reach the other sections."""
-    from ccoverlap.calibrate.kernels import KernelUnavailable, load_channel_copy
 
     bench = mb.Bench(dev, grid, log=log)
     notes: list[str] = []
@@ -227,7 +228,5 @@ def run_suite(dev, grid: grids.Grid, *, log: Callable[[str], None], kernel_prefe
     if "contention" in sections:
         records += contention_sections(bench, kernel, notes)
     if "sustained" in sections:
-        from ccoverlap.calibrate.sustained import sustained_section
-
         records += sustained_section(bench, notes)
     return records, notes, settings

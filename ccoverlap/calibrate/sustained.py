@@ -17,6 +17,8 @@ from __future__ import annotations
 import statistics
 import time
 
+from ccoverlap.calibrate import microbench as mb
+
 WINDOW_S = 0.25                     # seconds of back-to-back GEMMs per timed window
 SECONDS = {True: 6.0, False: 40.0}  # length of the loop: quick / full plan
 SHAPE = (8192, 8192, 8192)          # M, N, K: compute-bound, ~1.1 TFLOP per call
@@ -28,7 +30,6 @@ def sustained_section(bench, notes: list[str], *, seconds: float | None = None) 
     """Run :data:`SHAPE` (bf16) back to back for ``seconds`` (default :data:`SECONDS` of the
     plan) and return one ``sustained`` record: per-call seconds of each window, the SM clock
     (MHz, or None) read after each window, and the loop's settings. CUDA only."""
-    from ccoverlap.calibrate import microbench as mb
 
     torch = bench.torch
     seconds = SECONDS[bench.grid.quick] if seconds is None else float(seconds)
@@ -90,7 +91,7 @@ def sustained_fraction(records: list[dict]) -> tuple[dict | None, list[str]]:
 
 def add_sustained_clock(records: list[dict], result) -> None:
     """Put the ``sustained`` section's clock share into a calibration fit's parameters
-    (``result``: :class:`ccoverlap.calibrate.fit.FitResult`) and its evidence into
+    (``result``: :class:`ccoverlap.calibrate.fit.CalibrationFit`) and its evidence into
     ``result.stages["sustained"]`` -- not into ``result.cost_params``: the other sections ran
     on a cool GPU, and their held-out check is judged at the clock they were measured at."""
     info, notes = sustained_fraction(records)

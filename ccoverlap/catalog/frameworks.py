@@ -116,6 +116,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ccoverlap.catalog.hardware import read_config_file
+from ccoverlap.config import short, suggest
 from ccoverlap.errors import ConfigError
 
 DEFAULT_FRAMEWORK = "megatron-core"
@@ -300,8 +302,6 @@ def builtin_frameworks() -> list[str]:
 
 @lru_cache(maxsize=64)
 def _load(key: str) -> FrameworkProfile:
-    from ccoverlap.catalog.hardware import read_config_file
-    from ccoverlap.config import short, suggest
 
     try:
         path = _DATA_DIR / f"{key}.yaml"
@@ -331,7 +331,7 @@ def get_framework(framework: str | os.PathLike | FrameworkProfile | None) -> Fra
 
 def check_framework(fw: FrameworkProfile, model, parallel) -> None:
     """Combinations a profile cannot run: one ConfigError naming the field."""
-    if getattr(parallel, "cp", 1) > 1 and not fw.flash:
+    if parallel.cp > 1 and not fw.flash:
         raise ConfigError(f"cp={parallel.cp}: context parallelism needs flash attention, but framework "
                           f"{fw.name!r} has attention={fw.attention!r} (Megatron-LM / TransformerEngine "
                           f"context parallelism runs on fused attention only)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
+from ccoverlap.config import check_keys, field_names, short, suggest, typed
 from ccoverlap.errors import ConfigError
 
 #: Largest size (layers, hidden, vocabulary, ...) a model file may give.
@@ -317,7 +318,6 @@ def get_model(name: str) -> ModelSpec:
             return m
     if key in _ALIASES:
         return MODELS[_ALIASES[key]]
-    from ccoverlap.config import short, suggest
 
     raise ConfigError(f"unknown model {short(name)}{suggest(name, list(MODELS) + list(_ALIASES))}; "
                       f"known: {', '.join(MODELS)} (or describe one in a file)")
@@ -337,7 +337,6 @@ def model_from_dict(d: dict, where: str = "model") -> ModelSpec:
     """A ModelSpec from a mapping of ModelSpec field names (Hugging Face ``config.json`` key
     names are accepted too). ``kv_heads`` defaults to ``heads`` and ``name`` to ``"custom"``.
     Unknown keys and wrong types raise ConfigError naming ``where`` and the field."""
-    from ccoverlap.config import check_keys, field_names, short, typed
 
     names = field_names(ModelSpec)
     check_keys(d, names | set(_HF_KEYS), where)

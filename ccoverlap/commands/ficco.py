@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         json.dump({"case": case.describe(), "heuristic": verdict.pick, "reason": verdict.reason,
                    "best": verdict.best, "best_overall": verdict.best_overall,
-                   "schedules": [e.as_dict() for e in verdict.estimates]}, sys.stdout, indent=2)
+                   "schedules": [e.to_dict() for e in verdict.estimates]}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     if args.markdown:

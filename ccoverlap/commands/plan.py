@@ -86,7 +86,7 @@ def run_search(args: argparse.Namespace) -> int:
     if png is not None:
         png.parent.mkdir(parents=True, exist_ok=True)
         files["png"] = save_frontier(png, result)
-    payload = result.as_dict()
+    payload = result.to_dict()
     payload["files"] = files
     if args.json:
         json.dump(payload, sys.stdout, indent=2, default=str)
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
 
         png.parent.mkdir(parents=True, exist_ok=True)
         tls = [("as-given", given_tl)] + ([("best-knobs", best_tl)] if best_tl is not None else [])
-        files["png"] = save_plan_figure(png, tls, [s.as_dict() for s in result.strategies])
+        files["png"] = save_plan_figure(png, tls, [s.to_dict() for s in result.strategies])
     emitted = {}
     if args.emit:
         emitted = result.emit(args.emit, strategy=args.strategy, target=args.target)
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         "compute_comm_ratio": result.as_given.compute_comm_ratio,
         "recommendation": planner.recommendation(result),
         "best": best_res.name,
-        "strategies": [s.as_dict() for s in result.strategies],
+        "strategies": [s.to_dict() for s in result.strategies],
         "simulations": result.simulations,
         "screen_microbatches": result.stats.get("screen_microbatches"),
         "extrapolated_from": result.stats.get("extrapolated_from"),

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         png.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(png, dpi=110)
         plt.close(fig)
-    metrics = [m.as_dict() for m in all_rank_metrics(tl)]
+    metrics = [m.to_dict() for m in all_rank_metrics(tl)]
     payload = {"workload": w.describe(), "step_time_s": step_time_s(tl), "ops": len(step.graph),
                "ranks": metrics, "traces": [str(p) for p in paths],
                "simulated_ranks": [list(x) for x in step.simulated_ranks]}

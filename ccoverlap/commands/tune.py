@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
                                       progress=progress))
     payload_groups = []
     for t in tunings:
-        d = t.as_dict()
+        d = t.to_dict()
         base = t.results["nccl-default"].result
         d["name"] = t.group.name
         d["communications"] = [{"group": c.spec.group.name, "collective": c.spec.collective, "bytes": c.spec.bytes,

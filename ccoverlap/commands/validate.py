@@ -151,9 +151,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         payload = {"runs_file": str(path), "parameters": "fitted" if names else
                    ("calibration " + ", ".join(args.calibration) if args.calibration else "defaults (nothing fitted)"),
-                   "summary": summary.as_dict(), "subsets": {k: v.as_dict() for k, v in parts.items()},
-                   "groups": {k: v.as_dict() for k, v in groups.items()},
-                   "runs": [r.as_dict() for r in rows], "invalid_runs": rf.problems}
+                   "summary": summary.to_dict(), "subsets": {k: v.to_dict() for k, v in parts.items()},
+                   "groups": {k: v.to_dict() for k, v in groups.items()},
+                   "runs": [r.to_dict() for r in rows], "invalid_runs": rf.problems}
         if fit_report:
             payload["fit"] = fit_report
         json.dump(payload, sys.stdout, indent=2, default=str)

@@ -235,6 +235,7 @@ def allowed_protocols(group: GroupSpec, cluster: ClusterSpec) -> tuple[str, ...]
 
 
 def _allowed_algorithms(collective: str, group: GroupSpec) -> tuple[str, ...]:
+    algs: tuple[str, ...]
     if collective == "all_reduce":
         algs = ("ring", "tree")
     elif collective == "all_to_all":
@@ -299,11 +300,14 @@ def _intra_share(cluster: ClusterSpec, peers: int) -> float:
 
 def _level(link: LinkSpec, share: float, nbytes_wire: float, cfg: CommConfig,
            params: CostParams) -> tuple[float, float]:
-    """(effective bytes/s after channel + chunk limits, per-step latency) of one link level."""
-    bw = effective_link_bandwidth(link.bandwidth_bytes_per_s * share, link.fabric, cfg.channels,
-                                  cfg.threads, cfg.protocol, params)
-    eta = chunk_efficiency(nbytes_wire / cfg.channels, cfg.chunk_bytes, bw / cfg.channels, cfg.protocol, params)
-    return bw * eta, link.latency_s * proto_latency_factor(cfg.protocol, params)
+    """(effective bytes/s after channel + chunk limits, per-step latency) of one link level
+    (``cfg`` resolved: every setting given)."""
+    channels, threads, chunk, protocol = cfg.channels, cfg.threads, cfg.chunk_bytes, cfg.protocol
+    if channels is None or threads is None or chunk is None or protocol is None:
+        raise ValueError(f"the cost model needs a resolved NCCL configuration, got {cfg}")
+    bw = effective_link_bandwidth(link.bandwidth_bytes_per_s * share, link.fabric, channels, threads, protocol, params)
+    eta = chunk_efficiency(nbytes_wire / channels, chunk, bw / channels, protocol, params)
+    return bw * eta, link.latency_s * proto_latency_factor(protocol, params)
 
 
 def _flat_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg: CommConfig,

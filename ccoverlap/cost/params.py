@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ccoverlap.catalog.hardware import GPUSpec
+from ccoverlap.config import read_json_object
 from ccoverlap.errors import ConfigError
 
 
@@ -297,7 +298,6 @@ class CostParams:
         """Parameters from a JSON file: a calibration file ``{"params": {...}, "gpu": ...,
         "fit_error": ...}`` or a bare ``{name: value}`` mapping. Fields it lacks come from
         ``base`` (e.g. :func:`default_params` of the GPU)."""
-        from ccoverlap.config import read_json_object
 
         p = Path(path)
         data = read_json_object(p, "calibration file")
@@ -368,7 +368,7 @@ class CostParams:
 #          all-reduce, busbw 0.04 GB/s at 1 KB) takes ~45 us; on MI250X, rccl-tests took
 #          25-31 us for a 16-GCD all-reduce of 8 B-1 KB and 34-35 us for an all-gather of
 #          64 B-8 KB (ROCm/rccl#929, #930).
-_GPU_OVERRIDES: dict[str, dict[str, float]] = {
+_GPU_OVERRIDES: dict[str, dict[str, Any]] = {
     "H100-SXM": {},
     "H200": {"mem_bw_fraction": 0.88},
     "A100-80GB-SXM": {"gemm_peak_fraction": 0.88, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
@@ -426,7 +426,7 @@ def causal_attention_factor(kernel: str, seq_len: int) -> float:
     return pts[-1][1]
 
 
-_VENDOR_OVERRIDES: dict[str, dict[str, float]] = {"nvidia": {}, "amd": _GPU_OVERRIDES["MI300X"]}
+_VENDOR_OVERRIDES: dict[str, dict[str, Any]] = {"nvidia": {}, "amd": _GPU_OVERRIDES["MI300X"]}
 
 
 def default_params(gpu: GPUSpec | None = None) -> CostParams:

@@ -382,7 +382,7 @@ def _decide(planner, w) -> CentauriDecision:
 
 def centauri_strategy(planner, start):
     """Planner strategy ``centauri`` (in this module's ``STRATEGIES``):
-    :func:`decide` on the workload, summarised as a :class:`~ccoverlap.planning.strategies.StrategyResult`
+    :func:`decide` on the workload, summarized as a :class:`~ccoverlap.planning.strategies.StrategyResult`
     with the same definitions as :func:`ccoverlap.planning.strategies.evaluate` (MFU, exposed communication
     and compute of the critical rank). None when there is no data-parallel communication to
     partition (dp == 1)."""

@@ -18,6 +18,7 @@ from dataclasses import replace
 from ccoverlap.deciders import centauri_rules as rules
 from ccoverlap.deciders import partition as part
 from ccoverlap.deciders.rewrite import GraphRewrite
+from ccoverlap.parallel.layout import Layout
 from ccoverlap.sim.graph import COMM, COMPUTE, CollectiveSpec, GemmSpec, Op, OpGraph
 
 __all__ = ["comm_ratio", "knob_candidates", "centauri_scheduling", "operation_candidates", "layer_costs",
@@ -60,7 +61,6 @@ def _with_algorithm(w, group: str, algorithm: str):
 
 
 def _groups(w):
-    from ccoverlap.parallel.layout import Layout
 
     return Layout.build(w.parallel, w.cluster.gpus_per_node)
 

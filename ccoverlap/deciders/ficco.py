@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from ccoverlap.catalog.hardware import CLUSTERS, DEFAULT_CLUSTER_FOR_GPU, ClusterSpec, LinkSpec, get_gpu
 from ccoverlap.deciders.ficco_heuristic import FICCO_SCHEDULES, choose_schedule
 from ccoverlap.errors import ConfigError
+from ccoverlap.predict.evaluate import cost_model_for_cluster as impl
 from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import (
     CollectiveSpec,
@@ -412,7 +413,7 @@ class ScheduleEstimate:
     speedup: float = 1.0
     ops: int = 0
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """The estimate as a JSON-ready mapping (seconds)."""
         return {k: getattr(self, k) for k in ("schedule", "time_s", "speedup", "gemm_s", "comm_s", "copy_s",
                                               "dil_gemm_s", "dil_comm_s", "cil_s", "ops")}
@@ -509,6 +510,5 @@ def heuristic_pick(case: FiccoCase, **tuning) -> tuple[str, str]:
 def cost_model_for_cluster(cluster: ClusterSpec):
     """The project cost model of ``cluster`` with the GPU's default parameters
     (:func:`ccoverlap.predict.evaluate.cost_model_for_cluster`)."""
-    from ccoverlap.predict.evaluate import cost_model_for_cluster as impl
 
     return impl(cluster)

@@ -324,12 +324,12 @@ class GroupTuning:
         """Makespan of ``over`` / makespan of ``method`` (> 1: ``method`` is faster)."""
         return self.results[over].makespan_s / self.results[method].makespan_s
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """Plain-data form for ``--json``: the group, and every method's result (seconds)."""
         return {
             "group": self.group.describe(),
             "collectives": [c.name for c in self.group.collectives],
-            "results": {k: v.as_dict() for k, v in self.results.items()},
+            "results": {k: v.to_dict() for k, v in self.results.items()},
             "seconds": self.seconds,
         }
 

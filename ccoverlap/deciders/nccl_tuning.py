@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from ccoverlap.cost.comm import ll128_enabled
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig
+from ccoverlap.types import ProgressFn
 
 from .overlap_group import OverlapGroup
 from .profiler import Profiler, ProfileResult
@@ -37,7 +38,6 @@ __all__ = [
 KiB = 1 << 10
 MiB = 1 << 20
 
-ProgressFn = Callable[[int, int, str], None]
 
 
 # ----------------------------------------------------------------------------- search space
@@ -140,7 +140,7 @@ class TuneResult:
         """Z of the chosen configurations (lagom eq. 1), seconds."""
         return self.result.makespan_s
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """Plain-data form: Z, X, Y, x_j in seconds, profile count, configurations."""
         return {
             "method": self.method,

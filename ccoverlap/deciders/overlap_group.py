@@ -32,9 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from ccoverlap.catalog.hardware import ClusterSpec
+from ccoverlap.catalog.hardware import ClusterSpec, read_config_file
 from ccoverlap.config import check_keys
 from ccoverlap.errors import ConfigError
+from ccoverlap.predict.planner import Planner
+from ccoverlap.predict.workload import _cluster
 from ccoverlap.sim.graph import (
     COLLECTIVES,
     AttentionSpec,
@@ -346,7 +348,6 @@ def overlap_group_from_mapping(data: dict, *, source: str = "overlap group",
 
     Raises ConfigError naming ``source`` and the field on any problem.
     """
-    from ccoverlap.predict.workload import _cluster
 
     _check_keys(data, ("name", "cluster", "nodes", "computations", "collectives", "weight"), source)
     if cluster is None:
@@ -370,7 +371,6 @@ def overlap_group_from_mapping(data: dict, *, source: str = "overlap group",
 
 def load_overlap_group(path: str, *, cluster: ClusterSpec | None = None) -> OverlapGroup:
     """Read an overlap group from a JSON / TOML / YAML file (schema: :func:`overlap_group_from_mapping`)."""
-    from ccoverlap.catalog.hardware import read_config_file
 
     return overlap_group_from_mapping(read_config_file(path), source=str(path), cluster=cluster)
 
@@ -501,7 +501,6 @@ def overlap_groups_from_workload(w, cost=None, *, top: int = 2, planner=None) ->
     """The main overlap groups (see :func:`overlap_groups_from_step`) of workload ``w``'s step,
     simulated with its knobs as given through ``planner`` (default: a new
     :class:`~ccoverlap.predict.planner.Planner` with ``cost``, default the workload's cost model)."""
-    from ccoverlap.predict.planner import Planner
 
     planner = planner if planner is not None else Planner(w, cost=cost)
     step, tl = planner.simulate(w)

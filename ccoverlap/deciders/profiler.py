@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from ccoverlap.errors import CCOverlapError, ConfigError
+from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig
 
 from .nccl_apply import call_settings, pinned_options, process_values, tuner_csv_text
@@ -92,7 +93,6 @@ class SimulatedProfiler:
 
     def profile(self, configs: Sequence[CommConfig]) -> ProfileResult:
         """Simulate the group with ``configs``; returns x_j, Y and Z in seconds (lagom eq. 1)."""
-        from ccoverlap.sim.engine import simulate
 
         self.calls += 1
         key = tuple(configs)

@@ -28,7 +28,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Literal, get_args
 
-from ccoverlap.config import Count, Size, bounded, short
+from ccoverlap.config import Count, Size, bounded, check_keys, dataclass_from_mapping, field_names, short
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import TRANSPORTS, CommConfig
 
@@ -199,8 +199,8 @@ class ParallelConfig:
 
     @property
     def cp_enabled(self) -> bool:
-        """Context parallelism in use (a ``cp`` degree > 1, where the configuration has one)."""
-        return getattr(self, "cp", 1) > 1
+        """Context parallelism in use (a ``cp`` degree > 1)."""
+        return self.cp > 1
 
     @property
     def dp_enabled(self) -> bool:
@@ -468,7 +468,6 @@ class OverlapKnobs:
     @classmethod
     def from_dict(cls, d: dict, where: str = "knobs") -> OverlapKnobs:
         """Knobs from a mapping (``comm_config`` and overrides may be nested mappings)."""
-        from ccoverlap.config import check_keys, dataclass_from_mapping, field_names
 
         data = check_keys(d, field_names(cls), where)
 

@@ -41,6 +41,8 @@ Bytes use the local ``kv_heads / tp``; the CP group is laid out with stride ``tp
 
 from __future__ import annotations
 
+from ccoverlap.parallel.flash import flash_bwd_spec, flash_fwd_spec
+from ccoverlap.parallel.pointwise import kernel_spec
 from ccoverlap.sim.graph import P2PSpec
 
 
@@ -96,13 +98,11 @@ def forward(seg, ctx, src: int, prefix: str = "") -> int:
     """Attention forward across the CP group (module doc); returns the output op index."""
     from dataclasses import replace
 
-    from ccoverlap.parallel.attention import flash_fwd_spec
 
     cp, T = ctx.cp, ctx.tokens
     if ctx.p.cp_impl == "allgather":
         ag = seg.add(f"{prefix}cp_kv_ag", ctx.coll("all_gather", cp * kv_block_bytes(ctx), "cp"), "cp", deps=(src,))
         return seg.add(f"{prefix}attention", flash_fwd_spec(ctx, kv_tokens=cp * T), deps=(src, ag))
-    from ccoverlap.parallel.pointwise import kernel_spec
 
     share = 1.0 / cp
     blk = kv_block_bytes(ctx)
@@ -129,14 +129,12 @@ def forward(seg, ctx, src: int, prefix: str = "") -> int:
 def backward(seg, ctx, src: int) -> int:
     """Attention backward across the CP group (module doc); returns the op producing the
     local dQ, dK, dV."""
-    from ccoverlap.parallel.attention import flash_bwd_spec
 
     cp, T = ctx.cp, ctx.tokens
     if ctx.p.cp_impl == "allgather":
         ag = seg.add("cp_kv_ag_bwd", ctx.coll("all_gather", cp * kv_block_bytes(ctx), "cp"), "cp", deps=(src,))
         a = seg.add("attention_bwd", flash_bwd_spec(ctx, kv_tokens=cp * T), deps=(src, ag))
         return seg.add("cp_dkv_rs", ctx.coll("reduce_scatter", cp * kv_block_bytes(ctx), "cp"), "cp", deps=(a,))
-    from ccoverlap.parallel.pointwise import kernel_spec
 
     share = 1.0 / cp
     blk = kv_block_bytes(ctx)

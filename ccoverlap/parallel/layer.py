@@ -54,7 +54,7 @@ class LayerCtx:
         self.b = micro_batch
         self.s = seq_len
         self.frac = frac
-        self.cp = getattr(parallel, "cp", 1)
+        self.cp = parallel.cp
         self.tokens = max(1, int(round(micro_batch * seq_len * frac / self.cp)))
         self.tp = parallel.tp
         self.sp = parallel.sequence_parallel and parallel.tp > 1

@@ -66,7 +66,7 @@ class Layout:
             return GroupSpec(name=name, size=size, local_size=local_size(size, stride, g))
 
         world = p.world_size
-        cp = getattr(p, "cp", 1)
+        cp = p.cp
         pp_stride = p.tp * cp * p.dp
         shard = p.dp_cp // p.dp_replicate
         return cls(

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ccoverlap.parallel.config import OverlapKnobs
 from ccoverlap.parallel.layer import GRAD_BYTES
 from ccoverlap.parallel.pp import in_flight, make_schedule
 from ccoverlap.parallel.units import layer_index, stage_units, unit_tensors
@@ -147,7 +148,6 @@ def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attent
     ``knobs`` (OverlapKnobs) sets the DDP bucket size and the FSDP gathered units;
     ``flash_attention`` and ``sp_save_gathered_input`` are the framework profile's (see
     :func:`layer_activation_bytes`); see the module docstring for every term and its source."""
-    from ccoverlap.parallel.config import OverlapKnobs
 
     knobs = knobs or OverlapKnobs()
     p = parallel

@@ -36,8 +36,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 
 from ccoverlap.errors import ConfigError
-
-ProgressFn = Callable[[int, int, str], None]
+from ccoverlap.parallel import ep as epm
+from ccoverlap.parallel import layer as lay
+from ccoverlap.parallel.config import OverlapKnobs, ParallelConfig, config_problems
+from ccoverlap.parallel.layout import Layout
+from ccoverlap.parallel.step import step_totals
+from ccoverlap.planning.strategies import search_best_knobs
+from ccoverlap.predict.evaluate import cost_model_for
+from ccoverlap.predict.planner import Planner
+from ccoverlap.types import ProgressFn
 
 
 @dataclass
@@ -62,7 +69,7 @@ class Candidate:
         """The best simulated step time of this layout (best knobs if searched), else None."""
         return self.best_time_s if self.best_time_s is not None else self.step_time_s
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """JSON-ready form."""
         return {"label": self.label, "parallel": self.parallel.to_dict(), "batch": self.batch.to_dict(),
                 "memory_bytes": self.memory_bytes, "fits": self.fits, "estimate_s": self.estimate_s,
@@ -90,7 +97,7 @@ class SearchResult:
         """Simulated layouts, fastest first."""
         return sorted((c for c in self.candidates if c.predicted_s is not None), key=lambda c: c.predicted_s)
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """JSON-ready form (the ranked layouts first, then the others that fit)."""
         ranked = self.ranked
         rest = sorted((c for c in self.candidates if c.fits and c.predicted_s is None), key=lambda c: c.estimate_s)
@@ -100,7 +107,7 @@ class SearchResult:
         return {"workload": what, "enumerated": self.enumerated, "fitting": self.fitting,
                 "simulated": self.simulated, "pruned_by_bound": self.pruned_by_bound,
                 "bound_violations": self.bound_violations, "seconds": self.seconds, "notes": self.notes,
-                "ranked": [c.as_dict() for c in ranked], "not_simulated": [c.as_dict() for c in rest]}
+                "ranked": [c.to_dict() for c in ranked], "not_simulated": [c.to_dict() for c in rest]}
 
 
 def _divisors(n: int) -> list[int]:
@@ -110,7 +117,6 @@ def _divisors(n: int) -> list[int]:
 def cp_degrees(model, batch, cluster) -> list[int]:
     """Context-parallel degrees to try. Extension point: ``[1]`` until ``ParallelConfig`` has a
     ``cp`` field; then the powers of two up to a node that divide the sequence length."""
-    from ccoverlap.parallel.config import ParallelConfig
 
     if "cp" not in {f.name for f in fields(ParallelConfig)}:
         return [1]
@@ -121,7 +127,7 @@ def label(p, b) -> str:
     """A short name of a layout, e.g. ``TP8 PP2(1f1b) DP4 FSDP mb1 rc=none``; HSDP shows
     replicas x shard-group size (``DP32 HSDP(2x16)``), expert parallelism ``EP8``."""
     parts = [f"TP{p.tp}{'+SP' if p.sp_enabled else ''}"]
-    if getattr(p, "cp", 1) > 1:
+    if p.cp > 1:
         parts.append(f"CP{p.cp}")
     if p.pp > 1:
         parts.append(f"PP{p.pp}({p.pp_schedule}{'x' + str(p.virtual_stages) if p.virtual_stages > 1 else ''})")
@@ -144,7 +150,6 @@ def enumerate_layouts(model, cluster, batch, *, micro_batches=(1, 2, 4), recompu
     ``hsdp`` adds every ``dp_replicate`` > 1 dividing ``dp`` that leaves shard groups of at
     least two ranks; for a mixture-of-experts model ``expert_parallel`` adds every ``ep`` > 1
     dividing both the experts and ``dp``."""
-    from ccoverlap.parallel.config import ParallelConfig, config_problems
 
     world = cluster.world_size
     out = []
@@ -187,10 +192,6 @@ def _layer_work_s(model, cluster, p, b, cost, moe: bool) -> float:
     cost model's time of every op of the layer template (dense, or MoE with the router, the
     expert GEMMs and, when ep > 1, the dispatch / combine all-to-alls, which block the layer
     under the default knobs)."""
-    from ccoverlap.parallel import ep as epm
-    from ccoverlap.parallel import layer as lay
-    from ccoverlap.parallel.config import OverlapKnobs
-    from ccoverlap.parallel.layout import Layout
 
     ctx = lay.LayerCtx(model, p, b.micro_batch, b.seq_len, Layout.build(p, cluster.gpus_per_node), OverlapKnobs())
     fwd, bwd = epm.moe_layer(ctx, "layer0") if moe else lay.dense_layer(ctx, "layer0")
@@ -242,8 +243,6 @@ def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, 
     ``engine``: where the layouts are simulated (:mod:`ccoverlap.trace.engine`, e.g. a Ray
     cluster's workers); None: in this process, each planner using forked workers for its knob
     candidates. The result does not depend on the engine. Returns a :class:`SearchResult`."""
-    from ccoverlap.parallel.step import step_totals
-    from ccoverlap.predict.evaluate import cost_model_for
 
     t0 = time.perf_counter()
     cost = cost_model_for(w)
@@ -342,7 +341,6 @@ def _simulate_in_order(fitting: list[Candidate], jobs: list, simulate: Callable,
 
 def _planner(job: tuple):
     """A planner for one layout job (see :func:`search`) and its default-knobs result."""
-    from ccoverlap.predict.planner import Planner
 
     cw, cost, name, processes = job
     pl = Planner(cw, cost=cost, keep_timelines=1, jobs=processes)
@@ -362,7 +360,6 @@ def _simulate_layout(job: tuple) -> tuple:
 def _tune(pl) -> tuple:
     """The best-knobs search (one round) on a layout's planner: the knobs, whether they fit,
     step time, tokens/s, MFU and exposed communication."""
-    from ccoverlap.planning.strategies import search_best_knobs
 
     bw, best, _ = search_best_knobs(pl, pl.workload, max_rounds=1)
     return (bw.knobs.to_dict(), best.fits_memory, best.step_time_s, best.tokens_per_s, best.mfu,
@@ -404,7 +401,7 @@ def save_frontier(path, result: SearchResult) -> str:
                         xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel("step time (ms)")
     ax.set_ylabel("memory per GPU (GiB)")
-    ax.set_title(result.as_dict()["workload"], fontsize=9)
+    ax.set_title(result.to_dict()["workload"], fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

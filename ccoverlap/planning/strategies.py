@@ -22,12 +22,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ccoverlap.deciders.centauri import CENTAURI
+from ccoverlap.deciders.ficco_plan import FICCO
+from ccoverlap.deciders.lagom_step import AUTOCCL, LAGOM, LAGOM_WITH_KNOBS
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
 from ccoverlap.predict.planner import (  # noqa: F401
     FunctionStrategy,
     Planner,
-    ProgressFn,
     Strategy,
     StrategyRegistry,
     fork_available,
@@ -35,6 +37,7 @@ from ccoverlap.predict.planner import (  # noqa: F401
     workload_key,
 )
 from ccoverlap.predict.workload import Workload
+from ccoverlap.types import ProgressFn
 
 from .emit import APPLICABLE, EmitBundle, build_emit, hints, write_emit
 
@@ -139,9 +142,6 @@ def default_registry() -> StrategyRegistry:
     Lagom and the AutoCCL baseline (lagom §3; from the knobs as given, so their rows against
     ``as-given`` are what NCCL tuning alone buys) and Lagom from the best knobs (both levers),
     Centauri (its partition and scheduling tiers), FiCCO (§V-C schedules for TP+SP pairs)."""
-    from ccoverlap.deciders.centauri import CENTAURI
-    from ccoverlap.deciders.ficco_plan import FICCO
-    from ccoverlap.deciders.lagom_step import AUTOCCL, LAGOM, LAGOM_WITH_KNOBS
 
     return StrategyRegistry([LAGOM, AUTOCCL, LAGOM_WITH_KNOBS, CENTAURI, FICCO])
 

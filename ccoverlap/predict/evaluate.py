@@ -1,4 +1,4 @@
-"""Simulate a workload and summarise it as a :class:`StrategyResult` — shared by the planner
+"""Simulate a workload and summarize it as a :class:`StrategyResult` — shared by the planner
 and the deciders, so every strategy is measured with the same definitions.
 
 Definitions: MFU = model FLOPs per step / (world size × dense peak FLOP/s × step time), the
@@ -14,7 +14,14 @@ which may be extrapolated from two shorter steps in a pipeline's steady state
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+from ccoverlap.cost import CostModel, CostParams
+from ccoverlap.cost.params import default_params
+from ccoverlap.parallel import build_step
+from ccoverlap.parallel.memory import MemoryEstimate
+from ccoverlap.parallel.step import step_totals as totals_of
+from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.timeline import RankMetrics, Timeline, all_rank_metrics, step_time_s
 
 
@@ -43,7 +50,7 @@ class StrategyResult:
     timeline: Timeline | None = field(default=None, repr=False)
     decision: dict = field(default_factory=dict)
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "name": self.name,
             "knobs": self.knobs,
@@ -66,8 +73,6 @@ def cost_model_for_cluster(cluster, calibration: str | None = None):
     """The cost model of ``cluster``: the GPU's default parameters, overridden by the
     calibration file ``calibration`` (written by ``ccoverlap calibrate``) if given. The one
     place a :class:`~ccoverlap.cost.CostModel` is built from a cluster."""
-    from ccoverlap.cost import CostModel, CostParams
-    from ccoverlap.cost.params import default_params
 
     params = default_params(cluster.gpu)
     if calibration:
@@ -83,15 +88,13 @@ def cost_model_for(w):
 def build_workload_step(w):
     """The :class:`~ccoverlap.parallel.StepGraph` of workload ``w`` (its framework profile passed
     on when the workload has one): the one place a workload's step is built."""
-    from ccoverlap.parallel import build_step
 
-    kw = {"framework": w.framework} if getattr(w, "framework", None) is not None else {}
+    kw = {"framework": w.framework} if w.framework is not None else {}
     return build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs, **kw)
 
 
 def simulate_workload(w, *, cost=None, progress=None):
     """Build and simulate one training step of ``w``; returns (StepGraph, Timeline)."""
-    from ccoverlap.sim.engine import simulate
 
     step = build_workload_step(w)
     tl = simulate(step.graph, cost if cost is not None else cost_model_for(w), progress=progress)
@@ -146,7 +149,7 @@ def extrapolate_metrics(a: StepMetrics, b: StepMetrics, microbatches: int) -> St
 
     ranks = []
     for ra, rb in zip(a.ranks, b.ranks):
-        vals = {k: ex(getattr(ra, k), getattr(rb, k)) for k in _AFFINE_FIELDS}
+        vals: dict[str, Any] = {k: ex(getattr(ra, k), getattr(rb, k)) for k in _AFFINE_FIELDS}
         comm, comp = vals["comm_s"], vals["compute_s"]
         vals["overlap_ratio"] = vals["overlap_s"] / comm if comm > 0 else 0.0
         vals["compute_comm_ratio"] = comp / comm if comm > 0 else float("inf")
@@ -157,7 +160,7 @@ def extrapolate_metrics(a: StepMetrics, b: StepMetrics, microbatches: int) -> St
 
 def summarize(name: str, w, step, tl: Timeline, *, note: str = "", extra_memory_bytes: float = 0.0,
               keep_timeline: bool = True) -> StrategyResult:
-    """Summarise the simulated timeline ``tl`` of ``step`` (the StepGraph of workload ``w``, maybe
+    """Summarize the simulated timeline ``tl`` of ``step`` (the StepGraph of workload ``w``, maybe
     rewritten by a decider). ``extra_memory_bytes`` is added to the step's memory estimate (e.g.
     activations of micro-batches launched together) and re-checked against the usable memory."""
     res = summarize_metrics(name, w, StepMetrics.of(tl, step.microbatches), step_totals(w, step),
@@ -174,7 +177,7 @@ class StepTotals:
     world_size: int
     tokens_per_step: float
     model_flops_per_step: float
-    memory: object  # ccoverlap.parallel.memory.MemoryEstimate
+    memory: MemoryEstimate
 
 
 def step_totals(w, step=None) -> StepTotals:
@@ -183,9 +186,8 @@ def step_totals(w, step=None) -> StepTotals:
     :func:`ccoverlap.parallel.build_step` uses too)."""
     if step is not None:
         return StepTotals(step.world_size, step.tokens_per_step, step.model_flops_per_step, step.memory)
-    from ccoverlap.parallel.step import step_totals as totals_of
 
-    tokens, flops, mem = totals_of(w.model, w.parallel, w.batch, w.cluster, w.knobs, getattr(w, "framework", None))
+    tokens, flops, mem = totals_of(w.model, w.parallel, w.batch, w.cluster, w.knobs, w.framework)
     return StepTotals(w.parallel.world_size, tokens, flops, mem)
 
 
@@ -219,6 +221,6 @@ def summarize_metrics(name: str, w, metrics: StepMetrics, totals: StepTotals, *,
 
 
 def evaluate(w, name: str, *, cost=None, note: str = "", keep_timeline: bool = False) -> StrategyResult:
-    """Simulate ``w`` and summarise it (see the module docstring for the definitions)."""
+    """Simulate ``w`` and summarize it (see the module docstring for the definitions)."""
     step, tl = simulate_workload(w, cost=cost)
     return summarize(name, w, step, tl, note=note, keep_timeline=keep_timeline)

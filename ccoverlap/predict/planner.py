@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
+from ccoverlap.config import short, suggest
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.evaluate import (
     StepMetrics,
@@ -36,8 +37,8 @@ from ccoverlap.predict.evaluate import (
     summarize,
     summarize_metrics,
 )
-
-ProgressFn = Callable[[int, int, str], None]
+from ccoverlap.sim.engine import simulate
+from ccoverlap.types import ProgressFn
 
 
 def _hashable(x):
@@ -65,7 +66,7 @@ def workload_key(w) -> tuple:
     keyed by their repr). The calibration enters through the planner's cost model."""
     knobs = effective_knobs(w.knobs, w.parallel)
     return tuple(_hashable(x) for x in (w.model, w.cluster, w.parallel, w.batch, knobs,
-                                        getattr(w, "framework", None)))
+                                        w.framework))
 
 
 def screen_microbatches(w) -> int | None:
@@ -76,7 +77,7 @@ def screen_microbatches(w) -> int | None:
     least pp + 2 in steady state, the same in-flight activations as the full step) and keeps
     the interleaved schedule's "multiple of pp" rule (Narayanan et al. 2021, §2.2)."""
     pp = max(1, int(w.parallel.pp))
-    if getattr(w.parallel, "pp_group", 0):  # a pipeline group ties the schedule to the micro-batch count
+    if w.parallel.pp_group:  # a pipeline group ties the schedule to the micro-batch count
         return None
     m_s = pp * -(-(2 * pp + 2) // pp)
     m = w.batch.microbatches(w.parallel.dp)
@@ -102,7 +103,7 @@ def steady_state_microbatches(w) -> tuple[int, int] | None:
     interleaved schedule's "multiple of pp" rule."""
     p = w.parallel
     pp = max(1, int(p.pp))
-    if pp > 1 and (p.pp_schedule not in PERIODIC_SCHEDULES or getattr(p, "pp_group", 0)):
+    if pp > 1 and (p.pp_schedule not in PERIODIC_SCHEDULES or p.pp_group):
         return None
     m1 = pp * -(-(2 * pp + 2) // pp)
     m2 = m1 + pp
@@ -277,7 +278,6 @@ class Planner:
         """Build and simulate one training step of ``w`` (default: the planner's workload);
         returns ``(StepGraph, Timeline)``. A configuration simulated before (and whose timeline
         is still cached) is not simulated again."""
-        from ccoverlap.sim.engine import simulate
 
         w = self.workload if w is None else w
         key = workload_key(w)
@@ -313,13 +313,12 @@ class Planner:
 
     def simulate_graph(self, graph):
         """Simulate an op graph a strategy built or rewrote (not cached); returns the Timeline."""
-        from ccoverlap.sim.engine import simulate
 
         self.graph_simulations += 1
         return simulate(graph, self.cost)
 
     def evaluate(self, w=None, name: str = "as-given", *, note: str = "", keep_timeline: bool = False) -> StrategyResult:
-        """Simulate ``w`` (cached) and summarise it as a :class:`StrategyResult` named ``name``
+        """Simulate ``w`` (cached) and summarize it as a :class:`StrategyResult` named ``name``
         (definitions in :mod:`ccoverlap.predict.evaluate`). Each call returns a fresh result object.
         Without ``keep_timeline`` the step may be extrapolated from two shorter ones
         (:meth:`metrics`); with it, it is simulated in full (the timeline is what is kept)."""
@@ -503,8 +502,6 @@ class StrategyRegistry:
         try:
             return self._by_name[name]
         except KeyError:
-            from ccoverlap.config import short, suggest
-
             raise ConfigError(f"unknown strategy {short(name)}{suggest(name, self._by_name)}; "
                               f"available: {', '.join(self._by_name) or 'none'}") from None
 

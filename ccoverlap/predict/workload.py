@@ -25,9 +25,13 @@ import argparse
 from dataclasses import InitVar, dataclass, fields, replace
 from typing import Any
 
+from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK, check_framework, get_framework
 from ccoverlap.catalog.hardware import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_file
-from ccoverlap.config import Count, check_keys, dataclass_from_mapping, read_config_file, short, typed
+from ccoverlap.config import Count, check_keys, dataclass_from_mapping, read_config_file, short, suggest, typed
 from ccoverlap.errors import ConfigError
+
+# ccoverlap.catalog.models and ccoverlap.parallel (about 50 and 40 ms to import) are imported in
+# the functions that use them: `ccoverlap --help` imports this module for the workload flags.
 
 # The built-in example: a compute-bound job where the overlap decision matters — Llama-3-8B
 # on one DGX H100 (8 GPUs, NVSwitch), TP2 with sequence parallelism inside FSDP over 4 ranks,
@@ -177,8 +181,6 @@ def _split_options(options: dict) -> dict:
     known = (*_INIT_OPTIONS, "model", "cluster", "calibration", "framework", "parallel", "batch", "knobs")
     unknown = sorted(set(options) - set(known))
     if unknown:
-        from ccoverlap.config import suggest
-
         raise ConfigError(f"unknown workload option {short(unknown[0])}{suggest(unknown[0], known)}; "
                           f"expected some of {list(known)}")
     return {k: v for k, v in options.items() if v is not None}
@@ -186,7 +188,6 @@ def _split_options(options: dict) -> dict:
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags that describe a workload (all optional: defaults are the built-in example)."""
-    from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK
 
     g = parser.add_argument_group("workload (defaults: the built-in example)")
     g.add_argument("--config", help="JSON/TOML/YAML file describing the workload (flags override it)")
@@ -260,7 +261,6 @@ def _cluster(value: Any, nodes: int | None) -> ClusterSpec:
 
 def workload_from_mapping(data: dict, *, source: str = "config") -> Workload:
     """Validate a workload mapping (the config-file schema above) into a :class:`Workload`."""
-    from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK, check_framework, get_framework
     from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, check_step_size, validate
 
     check_keys(data, [f.name for f in fields(WorkloadFile)], source, what="top-level key")
@@ -292,7 +292,7 @@ def workload_from_options(data: dict | None, options: dict, *, source: str) -> W
     ``options`` (the flags: ``nodes``, ``tp`` ... ``seq_len``, ``dtype``, ``model``,
     ``cluster``, ``knobs``, ``calibration``, ``framework``) applied over it."""
     from_file = data is not None
-    if not from_file:
+    if data is None:
         data = DEFAULT_EXAMPLE
     for section in ("parallel", "batch", "knobs"):
         if options.get(section) is not None and not isinstance(options[section], dict):

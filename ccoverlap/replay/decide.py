@@ -18,10 +18,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ccoverlap.deciders.centauri_rules import operation_level
+from ccoverlap.deciders.lagom import lagom_tune
+from ccoverlap.deciders.nccl_tuning import nccl_default_configs
+from ccoverlap.deciders.overlap_group import Computation, OverlapCollective, OverlapGroup
+from ccoverlap.deciders.profiler import SimulatedProfiler
 from ccoverlap.errors import ConfigError
+from ccoverlap.predict.evaluate import cost_model_for_cluster
 from ccoverlap.replay.engine import JobGraph
 from ccoverlap.replay.graph import E_COLL, GPU
 from ccoverlap.replay.whatif import Edit, base_edit, gpu_rows, group_ranks_of, spans_nodes, world_size
+from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, GroupSpec
 from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.contention import covered_length
 
@@ -76,12 +83,6 @@ def lagom_ratios(collective: str, nbytes: float, group_size: int, nodes: int, co
     and the group's times with Lagom's configuration / with NCCL's defaults (the configuration
     the measured job ran, assumed), or None when the group cannot be built (unknown size, a
     collective the cost model does not have, ranks not spread evenly over ``nodes``)."""
-    from ccoverlap.deciders.lagom import lagom_tune
-    from ccoverlap.deciders.nccl_tuning import nccl_default_configs
-    from ccoverlap.deciders.overlap_group import Computation, OverlapCollective, OverlapGroup
-    from ccoverlap.deciders.profiler import SimulatedProfiler
-    from ccoverlap.predict.evaluate import cost_model_for_cluster
-    from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, GroupSpec
 
     if collective not in COLLECTIVES or nbytes <= 0 or group_size < 2 or compute_s <= 0 or group_size % nodes:
         return None
@@ -196,7 +197,6 @@ def centauri_units(jg: JobGraph, t: np.ndarray, *, top: int = 8) -> tuple[list[U
     """One unit per exposed collective (the ``top`` most exposed) that Centauri's Algorithm 1
     (:func:`ccoverlap.deciders.centauri_rules.operation_level`) partitions: its transfer cut into
     the chunks the rule chooses, pipelined with the GPU ops that consume it."""
-    from ccoverlap.deciders.centauri_rules import operation_level
 
     coll_of = {m: ci for ci, c in enumerate(jg.collectives) for m in c.members}
     units, notes, seen = [], [], set()

@@ -1,4 +1,4 @@
-"""Replay a job and its what-ifs; summarise each scenario (seconds).
+"""Replay a job and its what-ifs; summarize each scenario (seconds).
 
 A scenario's **step time** is, per rank, the time from the start of the analysed window (where
 the measured one started, the same in every scenario) to the end of the last analysed step,
@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ccoverlap.catalog.hardware import get_cluster
 from ccoverlap.errors import ConfigError
 from ccoverlap.replay import decide as D
 from ccoverlap.replay import whatif as W
 from ccoverlap.replay.core import Job, Measured, fidelity_rows, gpu_times, load_job, measure, step_time
+from ccoverlap.replay.explain import explain
 
 
 @dataclass
@@ -40,7 +42,7 @@ class Scenario:
     times: object = None        # node start times of the replay (JobGraph.run), when kept
     dur: object = None          # node durations used, when kept
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """JSON-ready summary (seconds)."""
         m = self.measured
         return {"name": self.name, "note": self.note, "step_time_s": self.step_time_s,
@@ -82,7 +84,7 @@ class ReplayResult:
         return sorted(self.whatifs, key=lambda s: -s.gain_s)
 
 
-def summarise(name: str, note: str, m: Measured) -> Scenario:
+def summarize(name: str, note: str, m: Measured) -> Scenario:
     """Job-level numbers of one scenario from its per-rank bounds and per-step metrics."""
     per_step: dict[int, float] = {}
     ends: dict[int, float] = {}
@@ -104,7 +106,6 @@ def summarise(name: str, note: str, m: Measured) -> Scenario:
 def cluster_for(job: Job, name: str | None):
     """The catalog cluster for the cost-model what-ifs: ``name``, else from the traces' GPU
     name (A100 / H100 / H200 / MI300X / A40), else dgx-h100; with a note when assumed."""
-    from ccoverlap.catalog.hardware import get_cluster
 
     if name:
         return get_cluster(name), ""
@@ -134,7 +135,7 @@ class _Runner:
     def scenario(self, e: W.Edit) -> Scenario:
         """The edit as a :class:`Scenario` with its gain over the unedited replay."""
         m, t = self.measure(e)
-        sc = summarise(e.name, e.note, m)
+        sc = summarize(e.name, e.note, m)
         sc.gain_s = self.base_s - sc.step_time_s
         sc.gain_pct = 100 * sc.gain_s / self.base_s if self.base_s > 0 else 0.0
         if self.keep_times:
@@ -196,7 +197,6 @@ def replay(paths: Sequence[str], *, steps: str | None = "hta", whatifs: Sequence
     ``keep_times``: keep every scenario's node times and every runtime call (for
     :func:`report.write_chrome`).
     """
-    from ccoverlap.replay.explain import explain
 
     names = W.check_names(list(whatifs) if whatifs is not None else ["all"])
     job = load_job(paths, steps=steps, keep_calls=keep_times)
@@ -207,8 +207,8 @@ def replay(paths: Sequence[str], *, steps: str | None = "hta", whatifs: Sequence
     base_m = measure(job, *gpu_times(job, t0))
     job.anchors = {r: b.start_s for r, b in base_m.bounds.items()}
     nom_m = measure(job, *gpu_times(job, jg.run(w=jg.w_nom)), anchors=job.anchors)
-    measured = summarise("measured", "the traces as recorded", meas)
-    base = summarise("replay", "measured durations, rebuilt dependencies", base_m)
+    measured = summarize("measured", "the traces as recorded", meas)
+    base = summarize("replay", "measured durations, rebuilt dependencies", base_m)
     base.times, base.dur = t0, jg.dur
     run = _Runner(job, base.step_time_s, keep_times)
     cl = cluster_for(job, cluster) if set(names) - {"no-comm", "comm-hidden", "no-contention", "centauri"} else (None, "")

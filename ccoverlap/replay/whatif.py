@@ -33,9 +33,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ccoverlap.cost.comm import collective_profile
 from ccoverlap.errors import ConfigError
 from ccoverlap.replay.engine import JobGraph
 from ccoverlap.replay.graph import E_COLL
+from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, GroupSpec
 from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.contention import covered_length
 
@@ -238,8 +240,6 @@ def network_ratio(collective: str, nbytes: float, group_size: int, nodes: int, f
     times ``factor`` / with the cluster's own (:func:`ccoverlap.cost.comm.collective_profile`:
     hierarchical algorithms keep their intra-node part, latency terms stay); None when the
     model cannot time it (unknown type or size, ranks not spread evenly over the nodes)."""
-    from ccoverlap.cost.comm import collective_profile
-    from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, GroupSpec
 
     if collective not in COLLECTIVES or nbytes <= 0 or nodes < 2 or group_size % nodes:
         return None
@@ -306,8 +306,6 @@ _NON_REDUCING = ("all_gather", "all_to_all", "broadcast", "send", "recv", "p2p")
 def dma_ratio(collective: str, nbytes: float, group_size: int, cluster) -> float | None:
     """Cost model DMA (copy-engine) time / SM (NCCL) time of one intra-node collective, or None
     when it cannot run on copy engines (reductions, inter-node groups, unknown size)."""
-    from ccoverlap.cost.comm import collective_profile
-    from ccoverlap.sim.graph import CollectiveSpec, GroupSpec
 
     coll = {"send": "all_to_all", "recv": "all_to_all", "p2p": "all_to_all"}.get(collective, collective)
     if collective not in _NON_REDUCING or nbytes <= 0 or group_size < 2 or group_size > cluster.gpus_per_node:

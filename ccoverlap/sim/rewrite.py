@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import Op, OpGraph, Spec, gc_paused
@@ -106,7 +107,8 @@ class GraphRewrite:
         out = OpGraph()
         out.meta = dict(src.meta)
         out.meta.update(self.meta)
-        new_ids: list[list[int] | None] = [None] * n
+        # new ids per old op (each entry is replaced when its op is emitted, before it is read)
+        new_ids: list[list[int]] = [[]] * n
         heads = {k: 0 for k in seqs}
         emitted = [False] * n
         pending = n
@@ -127,7 +129,7 @@ class GraphRewrite:
                         self._emit(out, op, ds, new_ids)
                     else:  # untouched: the new ids of its dependencies, sorted without repeats
                         if len(ds) == 1:
-                            nd = tuple(new_ids[ds[0]])
+                            nd = tuple(new_ids[ds[0]])  # type: ignore[index]  # untouched: ds is op.deps, a tuple
                         else:
                             acc: list[int] = []
                             for d in ds:
@@ -167,7 +169,7 @@ class GraphRewrite:
         for d in sorted(deps):
             if d in extra or (d in op.deps and (op.op_id, d) not in self.dropped_deps):
                 inherited.extend(self._map_dep(op.op_id, d, new_ids))
-        label = dict(layer=op.layer, microbatch=op.microbatch, phase=op.phase, rank=op.rank)
+        label: dict[str, Any] = dict(layer=op.layer, microbatch=op.microbatch, phase=op.phase, rank=op.rank)
         pieces = self.pieces.get(op.op_id)
         if pieces is None:
             new_ids[op.op_id] = [out.add(op.name, op.spec, stream=op.stream, deps=inherited,

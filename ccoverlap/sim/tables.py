@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -45,64 +45,11 @@ def static_tables(ops: list) -> SimTables:
     stream), else -1; ``link[i]``: i's only dependent, waiting on i only, on another stream of
     i's rank (it starts when i ends if it heads its stream then), else -1."""
     n = len(ops)
-    # the six columns needed (one itemgetter pass each is cheaper than transposing all ten),
-    # taken a block of ops at a time: 10^5 records do not fit in the CPU's caches, a block
-    # does, so the six passes read each record from memory once (half the time of six whole
-    # passes); the deps' counts and flattened ids taken in the same block
-    names, op_rank, stream_names, spec_objs, deps_of, durations_given = cols = [[] for _ in range(6)]
-    getters = [itemgetter(k) for k in range(1, 7)]
-    n_deps: list[int] = []
-    flat_deps: list[int] = []
-    for b in range(0, n, 2048):
-        block = ops[b:b + 2048]
-        for col, get in zip(cols, getters):
-            col.extend(map(get, block))
-        block = deps_of[b:b + 2048]
-        n_deps.extend(map(len, block))
-        flat_deps.extend(itertools.chain.from_iterable(block))
-    # streams: integer ids in first-use order of (rank, stream)
-    name_code = {s: c for c, s in enumerate(dict.fromkeys(stream_names))}
+    names, op_rank, stream_names, spec_objs, durations_given, n_deps, flat_deps = _columns(ops)
     rank_arr = np.fromiter(op_rank, dtype=np.int64, count=n)
-    key = rank_arr * len(name_code) + np.fromiter(map(name_code.__getitem__, stream_names), dtype=np.int64,
-                                                  count=n)
-    _, first_use, inverse = np.unique(key, return_index=True, return_inverse=True)
-    by_first_use = np.argsort(first_use, kind="stable")
-    renumber = np.empty(len(first_use), dtype=np.int64)
-    renumber[by_first_use] = np.arange(len(first_use))
-    sarr = renumber[inverse.reshape(-1)]
-    op_stream = sarr.tolist()
-    stream_rank = rank_arr[first_use[by_first_use]].tolist()
-    n_streams = len(first_use)
-    order = np.argsort(sarr, kind="stable")
-    counts = np.bincount(sarr, minlength=n_streams)
-    firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n) - np.repeat(firsts, counts)
-    op_pos = pos.tolist()  # position of every op in its stream's queue
-    order_l = order.tolist()
-    queues = [order_l[a:a + c] for a, c in zip(firsts.tolist(), counts.tolist())]
-    # specs interned by value: ops stamped from one template share one spec object
-    spec_ids = list(map(id, spec_objs))
-    spec_of_value: dict = {}
-    specs: list = []
-    index_of_id: dict[int, int] = {id(None): -1}
-    for obj in dict(zip(spec_ids, spec_objs)).values():
-        if obj is not None:
-            si = spec_of_value.get(obj)
-            if si is None:
-                si = spec_of_value[obj] = len(specs)
-                specs.append(obj)
-            index_of_id[id(obj)] = si
-    op_spec = list(map(index_of_id.__getitem__, spec_ids))  # -1 without a spec
-    # duration override (seconds) or 0 for an op without a spec, else None (ask the cost model);
-    # indexed by spec index, -1 (no spec) picking the last entry
-    fixed = list(map(([None] * len(specs) + [0.0]).__getitem__, op_spec))
-    if durations_given.count(None) != n:
-        for i, d in enumerate(durations_given):
-            if d is not None:
-                fixed[i] = d
+    sarr, pos, stream_rank, queues = _streams(rank_arr, stream_names)
+    specs, op_spec, fixed = _interned_specs(spec_objs, durations_given)
     wd = np.array(n_deps, dtype=np.int64)
-    waiting_deps = wd.tolist()
     src = np.array(flat_deps, dtype=np.int64)
     dst = np.repeat(np.arange(n), wd)
     by_src = np.argsort(src, kind="stable")
@@ -122,5 +69,77 @@ def static_tables(ops: list) -> SimTables:
     # link[i]: i's only dependent, waiting on i only, on another stream of i's rank (it starts
     # when i ends if it heads its stream then), else -1
     link = np.where(single & (sarr[cand] != sarr) & (rank_arr[cand] == rank_arr), cand, -1).tolist()
-    return SimTables(names, op_rank, rank_arr, stream_names, op_stream, stream_rank, op_pos, queues, specs, op_spec,
-                     fixed, waiting_deps, dependents, simple, link)
+    return SimTables(names, op_rank, rank_arr, stream_names, sarr.tolist(), stream_rank, pos.tolist(), queues, specs,
+                     op_spec, fixed, wd.tolist(), dependents, simple, link)
+
+
+def _columns(ops: list) -> tuple[list, list, list, list, list, list[int], list[int]]:
+    """The ops' names, ranks, stream names, specs, duration overrides, dependency counts and
+    flattened dependency ids (in op order)."""
+    n = len(ops)
+    # the six columns needed (one itemgetter pass each is cheaper than transposing all ten),
+    # taken a block of ops at a time: 10^5 records do not fit in the CPU's caches, a block
+    # does, so the six passes read each record from memory once (half the time of six whole
+    # passes); the deps' counts and flattened ids taken in the same block
+    cols: list[list[Any]] = [[] for _ in range(6)]
+    names, op_rank, stream_names, spec_objs, deps_of, durations_given = cols
+    getters = [itemgetter(k) for k in range(1, 7)]
+    n_deps: list[int] = []
+    flat_deps: list[int] = []
+    for b in range(0, n, 2048):
+        block = ops[b:b + 2048]
+        for col, get in zip(cols, getters):
+            col.extend(map(get, block))
+        block = deps_of[b:b + 2048]
+        n_deps.extend(map(len, block))
+        flat_deps.extend(itertools.chain.from_iterable(block))
+    return names, op_rank, stream_names, spec_objs, durations_given, n_deps, flat_deps
+
+
+def _streams(rank_arr: np.ndarray, stream_names: list) -> tuple[np.ndarray, np.ndarray, list, list]:
+    """Streams as integer ids in first-use order of (rank, stream): (stream id per op,
+    position per op in its stream's queue, rank per stream, queue of op ids per stream)."""
+    n = len(stream_names)
+    name_code = {s: c for c, s in enumerate(dict.fromkeys(stream_names))}
+    key = rank_arr * len(name_code) + np.fromiter(map(name_code.__getitem__, stream_names), dtype=np.int64,
+                                                  count=n)
+    _, first_use, inverse = np.unique(key, return_index=True, return_inverse=True)
+    by_first_use = np.argsort(first_use, kind="stable")
+    renumber = np.empty(len(first_use), dtype=np.int64)
+    renumber[by_first_use] = np.arange(len(first_use))
+    sarr = renumber[inverse.reshape(-1)]
+    stream_rank = rank_arr[first_use[by_first_use]].tolist()
+    n_streams = len(first_use)
+    order = np.argsort(sarr, kind="stable")
+    counts = np.bincount(sarr, minlength=n_streams)
+    firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n) - np.repeat(firsts, counts)
+    order_l = order.tolist()
+    queues = [order_l[a:a + c] for a, c in zip(firsts.tolist(), counts.tolist())]
+    return sarr, pos, stream_rank, queues
+
+
+def _interned_specs(spec_objs: list, durations_given: list) -> tuple[list, list[int], list]:
+    """(specs interned by value, index of each op's spec or -1 without one, each op's
+    duration override in seconds: 0 without a spec, None to ask the cost model). Ops stamped
+    from one template share one spec object, so objects are looked at once each."""
+    spec_ids = list(map(id, spec_objs))
+    spec_of_value: dict = {}
+    specs: list = []
+    index_of_id: dict[int, int] = {id(None): -1}
+    for obj in dict(zip(spec_ids, spec_objs)).values():
+        if obj is not None:
+            si = spec_of_value.get(obj)
+            if si is None:
+                si = spec_of_value[obj] = len(specs)
+                specs.append(obj)
+            index_of_id[id(obj)] = si
+    op_spec = list(map(index_of_id.__getitem__, spec_ids))  # -1 without a spec
+    # indexed by spec index, -1 (no spec) picking the last entry
+    fixed = list(map(([None] * len(specs) + [0.0]).__getitem__, op_spec))
+    if durations_given.count(None) != len(spec_objs):
+        for i, d in enumerate(durations_given):
+            if d is not None:
+                fixed[i] = d
+    return specs, op_spec, fixed

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -31,17 +32,17 @@ class Timeline:
     def __init__(
         self,
         *,
-        rank: Sequence[int],
-        stream: Sequence[str],
-        kind: Sequence[str],
-        name: Sequence[str],
-        start_s: Sequence[float],
-        end_s: Sequence[float],
-        bytes: Sequence[float] | None = None,
-        flops: Sequence[float] | None = None,
-        collective: Sequence[str] | None = None,
-        group: Sequence[str] | None = None,
-        step: Sequence[int] | None = None,
+        rank: Sequence[int] | np.ndarray,
+        stream: Sequence[str] | np.ndarray,
+        kind: Sequence[str] | np.ndarray,
+        name: Sequence[str] | np.ndarray,
+        start_s: Sequence[float] | np.ndarray,
+        end_s: Sequence[float] | np.ndarray,
+        bytes: Sequence[float] | np.ndarray | None = None,
+        flops: Sequence[float] | np.ndarray | None = None,
+        collective: Sequence[str] | np.ndarray | None = None,
+        group: Sequence[str] | np.ndarray | None = None,
+        step: Sequence[int] | np.ndarray | None = None,
         meta: dict | None = None,
     ) -> None:
         n = len(start_s)
@@ -105,7 +106,7 @@ class Timeline:
 
     @classmethod
     def concat(cls, timelines: Sequence[Timeline]) -> Timeline:
-        cols = {c: np.concatenate([getattr(t, c) for t in timelines]) if timelines else []
+        cols: dict[str, Any] = {c: np.concatenate([getattr(t, c) for t in timelines]) if timelines else []
                 for c in ("rank", "stream", "kind", "name", "start_s", "end_s", "bytes", "flops",
                           "collective", "group", "step")}
         meta: dict = {}
@@ -208,7 +209,7 @@ class RankMetrics:
     comm_bytes: float = 0.0
     extra: dict = field(default_factory=dict)
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         d = asdict(self)
         d.update(d.pop("extra"))
         return d

@@ -125,12 +125,12 @@ class Analysis:
             "summary": self.summary(),
             "ranks": ranks,
             "per_step": steps,
-            "collectives": [c.as_dict() for c in self.collectives],
-            "dimensions": [d.as_dict() for d in self.dimensions],
+            "collectives": [c.to_dict() for c in self.collectives],
+            "dimensions": [d.to_dict() for d in self.dimensions],
             "comm_kernels": self.comm_kernels() if comm_kernels is None else comm_kernels,
-            "cross_rank": self.cross.as_dict(),
-            "contention": self.contention.as_dict(),
-            "verdict": self.verdict.as_dict(),
+            "cross_rank": self.cross.to_dict(),
+            "contention": self.contention.to_dict(),
+            "verdict": self.verdict.to_dict(),
         }
         return json_ready(doc)
 

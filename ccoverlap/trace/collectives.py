@@ -59,7 +59,7 @@ class CollectiveStats:
     busbw: float | None
     exposed_s: float = 0.0
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """Plain dict for JSON."""
         return asdict(self)
 

@@ -78,7 +78,7 @@ class Contention:
     per_rank: dict[int, dict] = field(default_factory=dict)
     note: str = ""
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """Plain dict for JSON (rank keys as strings)."""
         d = asdict(self)
         d["per_rank"] = {str(k): v for k, v in self.per_rank.items()}

@@ -111,7 +111,7 @@ class DimensionStats:
     collectives: list[str] = field(default_factory=list)
     per_rank: dict = field(default_factory=dict)
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """Plain dict for JSON."""
         d = asdict(self)
         d["per_rank"] = {str(k): v for k, v in self.per_rank.items()}

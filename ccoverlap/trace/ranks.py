@@ -63,7 +63,7 @@ class CrossRank:
     too_few: str = ""           # ranks that look late but on too few paired calls to be named
 
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """Plain dict for JSON (step keys as strings)."""
         d = asdict(self)
         d["slowest_rank_per_step"] = {str(k): v for k, v in self.slowest_rank_per_step.items()}

@@ -62,7 +62,7 @@ class Verdict:
     slowdown: float
     top_collective: str
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """Plain dict for JSON."""
         return asdict(self)
 

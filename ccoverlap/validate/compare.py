@@ -15,10 +15,9 @@ from typing import Any
 
 from ccoverlap.console import Col, print_table, print_wrapped
 from ccoverlap.errors import CCOverlapError
-from ccoverlap.validate.predict import Prediction, Unsupported, predict_run, workload_for
+from ccoverlap.types import ProgressFn
+from ccoverlap.validate.predict import Prediction, Unsupported, cost_params_for, predict_run, workload_for
 from ccoverlap.validate.reader import RunSpec
-
-ProgressFn = Callable[[int, int, str], None]
 
 
 @dataclass
@@ -41,7 +40,7 @@ class Row:
             return math.nan
         return (self.prediction.step_time_s - self.measured_s) / self.measured_s * 100.0
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         r, p = self.run, self.prediction
         d: dict[str, Any] = {
             "name": r.name, "source": r.source, "assumptions": list(r.assumptions), "subset": r.subset,
@@ -78,7 +77,7 @@ class Summary:
         return (f"{head}mean |error| {self.mean_abs_pct:.1f}%, mean signed error {self.mean_signed_pct:+.1f}%, "
                 f"worst {self.worst_pct:+.1f}% ({self.worst_name}) over {self.n} of {self.total} runs")
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {"runs_predicted": self.n, "runs": self.total, "mean_abs_error_pct": self.mean_abs_pct,
                 "mean_signed_error_pct": self.mean_signed_pct, "worst_run": self.worst_name,
                 "worst_error_pct": self.worst_pct}
@@ -131,7 +130,6 @@ def compare_runs(runs: list[RunSpec], *, params_for: Callable[[RunSpec], Any] | 
     defaults) and compare with its measurement. ``jobs`` > 1 simulates runs in that many
     processes; otherwise ``step_cache`` (a dict the caller keeps) reuses built step graphs
     across calls. A run that cannot be predicted becomes a row with a ``problem``."""
-    from ccoverlap.validate.predict import cost_params_for
 
     params_for = params_for or cost_params_for
     work = [(r, params_for(r)) for r in runs]

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field, fields
 
 from scipy.optimize import minimize_scalar
 
+from ccoverlap.cost.params import CostParams
 from ccoverlap.errors import ConfigError
+from ccoverlap.validate.predict import cost_params_for
 
 FITTABLE_SUFFIXES = ("_fraction", "_efficiency", "_overhead_s", "_latency_s", "_interference")
 # line-search tolerance, as a fraction of a parameter's physical range
@@ -30,7 +32,6 @@ LINE_TOLERANCE = 1e-3
 
 def fittable_params() -> list[str]:
     """CostParams fields that are physical efficiencies or overheads (may be fitted)."""
-    from ccoverlap.cost.params import CostParams
 
     return [f.name for f in fields(CostParams)
             if f.name.endswith(FITTABLE_SUFFIXES) or f.name.startswith("link_efficiency_")]
@@ -38,7 +39,6 @@ def fittable_params() -> list[str]:
 
 def parse_fit_params(text: str) -> list[str]:
     """``a,b,c`` -> checked names; ConfigError for unknown or non-physical parameters."""
-    from ccoverlap.cost.params import CostParams
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
@@ -68,7 +68,7 @@ def bounds(name: str, default: float) -> tuple[float, float]:
 
 
 @dataclass
-class FitResult:
+class RunsFit:
     """Fitted values per GPU, the objective before/after and how many simulations it took."""
 
     values: dict = field(default_factory=dict)        # gpu -> {param: value}
@@ -87,14 +87,13 @@ def _line_search(f: Callable[[float], float], lo: float, hi: float, *, iters: in
 
 
 def fit_params(runs, names: list[str], *, loss_fn: Callable[[list, dict], float],
-               rounds: int = 2, iters: int = 10, progress: Callable[[str], None] | None = None) -> FitResult:
+               rounds: int = 2, iters: int = 10, progress: Callable[[str], None] | None = None) -> RunsFit:
     """Fit ``names`` per GPU on ``runs`` (the fit subset). ``loss_fn(runs_of_gpu, overrides)``
     returns the mean squared relative error of those runs' predictions with ``overrides``
     applied (the caller simulates). Coordinate descent, ``rounds`` passes, a line search of at
     most ``iters`` evaluations per coordinate, each kept only if it lowers the loss."""
-    from ccoverlap.validate.predict import cost_params_for
 
-    out = FitResult()
+    out = RunsFit()
     by_gpu: dict[str, list] = {}
     for r in runs:
         by_gpu.setdefault(r.gpu_name, []).append(r)

@@ -11,7 +11,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, fields
 
+from ccoverlap.cost import CostModel
+from ccoverlap.cost.params import CostParams, default_params
 from ccoverlap.errors import CCOverlapError
+from ccoverlap.parallel.config import ParallelConfig
+from ccoverlap.predict.evaluate import build_workload_step, summarize
+from ccoverlap.predict.workload import Workload, workload_from_mapping
+from ccoverlap.sim.engine import simulate
 from ccoverlap.validate.reader import EXTRA_PARALLEL, RunSpec
 
 
@@ -42,8 +48,6 @@ def workload_for(run: RunSpec, *, calibration: str | None = None):
     """The :class:`~ccoverlap.predict.workload.Workload` of ``run``, through the same loader as
     ``plan --config``. Returns (workload, notes); raises :class:`Unsupported` for parallel
     fields this build lacks and :class:`ConfigError` for anything else."""
-    from ccoverlap.parallel.config import ParallelConfig
-    from ccoverlap.predict.workload import Workload, workload_from_mapping
 
     notes = []
     par = dict(run.parallel)
@@ -72,7 +76,6 @@ def workload_for(run: RunSpec, *, calibration: str | None = None):
 def cost_params_for(run: RunSpec, overrides: dict | None = None, calibration: dict | None = None):
     """The CostParams the prediction of ``run`` uses: the GPU's defaults, then ``calibration``
     (``{gpu name: {param: value}}``, an entry ``"*"`` for every GPU), then ``overrides``."""
-    from ccoverlap.cost.params import CostParams, default_params
 
     p = default_params(run.cluster.gpu)
     if calibration:
@@ -89,9 +92,6 @@ def predict_run(run: RunSpec, *, params=None, workload=None, step_cache: dict | 
     defaults, nothing fitted); summary as the planner's :class:`StrategyResult`.
     ``step_cache`` (run name -> (workload, notes, step)) keeps built steps across calls, so a
     fit re-simulates the same step graph with new parameters instead of rebuilding it."""
-    from ccoverlap.cost import CostModel
-    from ccoverlap.predict.evaluate import build_workload_step, summarize
-    from ccoverlap.sim.engine import simulate
 
     t0 = time.perf_counter()
     cached = step_cache.get(run.name) if step_cache is not None else None

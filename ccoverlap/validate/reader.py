@@ -22,9 +22,21 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ccoverlap.catalog.hardware import (
+    GPUSpec,
+    LinkSpec,
+    cluster_from_dict,
+    get_cluster,
+    get_gpu,
+    load_cluster_file,
+    read_config_file,
+)
 from ccoverlap.config import short, typed
 from ccoverlap.errors import ConfigError
 from ccoverlap.validate.measure import FLOP_RULES, MEASURE_KINDS, Measurement, implied_step_time_s, model_tflops_per_gpu
+
+# ccoverlap.catalog.models and ccoverlap.parallel (about 50 and 40 ms to import) are imported in
+# the functions that use them: `ccoverlap --help` imports this module (validate's flags).
 
 TOP_KEYS = {"runs", "description", "sources", "version", "notes"}
 RUN_KEYS = {"name", "source", "assumptions", "model", "cluster", "nodes", "parallel", "batch", "knobs",
@@ -128,7 +140,6 @@ def _strip_error(exc: Exception) -> str:
 
 
 def _model(value: Any, where: _Where, fld: str, base_dir: Path):
-    from ccoverlap.catalog.hardware import read_config_file
     from ccoverlap.catalog.models import get_model, model_from_dict
 
     try:
@@ -146,7 +157,6 @@ def _model(value: Any, where: _Where, fld: str, base_dir: Path):
 
 
 def _cluster(value: Any, nodes: Any, where: _Where, base_dir: Path):
-    from ccoverlap.catalog.hardware import GPUSpec, LinkSpec, cluster_from_dict, get_cluster, load_cluster_file
 
     if nodes is not None and (not _is_int(nodes) or not 1 <= nodes <= 2**20):
         raise where.err("nodes", f"must be an integer from 1 to {2**20}, got {short(nodes)}")
@@ -173,8 +183,6 @@ def _cluster(value: Any, nodes: Any, where: _Where, base_dir: Path):
             if "gpus_per_node" in value:
                 changes["gpus_per_node"] = value["gpus_per_node"]
             if isinstance(value.get("gpu"), str):
-                from ccoverlap.catalog.hardware import get_gpu
-
                 c = replace(c, gpu=get_gpu(value["gpu"]))
             for key, cls, cur in (("gpu", GPUSpec, c.gpu), ("intra", LinkSpec, c.intra), ("inter", LinkSpec, c.inter)):
                 if key not in value or (key == "gpu" and isinstance(value[key], str)):
@@ -429,7 +437,6 @@ def load_runs(path: str | Path, *, keep_going: bool = False) -> RunsFile:
     shipped set). A problem with the file itself raises one ConfigError naming it. A problem
     with a run raises one ConfigError naming the file, the run and the field, or, with
     ``keep_going``, becomes a line of ``problems`` and the other runs are still read."""
-    from ccoverlap.catalog.hardware import read_config_file
 
     p = runs_path(path)
     data = read_config_file(p)

@@ -309,7 +309,7 @@ def test_tune_group_reports_every_method():
     assert res.results["nccl-default"].profiles == 0
     assert all(r.profiles > 0 for k, r in res.results.items() if k != "nccl-default")
     assert res.speedup("lagom", "nccl-default") > 1
-    d = res.as_dict()
+    d = res.to_dict()
     json.dumps(d)
     assert d["results"]["lagom"]["configs"][0]["channels"] == res.results["lagom"].configs[0].channels
 

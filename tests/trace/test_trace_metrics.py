@@ -159,5 +159,5 @@ def test_parallel_loading_gives_the_same_answer(fixtures_dir, tmp_path):
     bad.write_text("{")
     one = analyze([fixtures_dir / "synthetic" / "two_steps", bad], jobs=1)
     two = analyze([fixtures_dir / "synthetic" / "two_steps", bad], jobs=2)
-    assert [m.as_dict() for m in one.metrics] == [m.as_dict() for m in two.metrics]
+    assert [m.to_dict() for m in one.metrics] == [m.to_dict() for m in two.metrics]
     assert any("broken.json" in p for p in two.problems)

@@ -90,8 +90,8 @@ def test_plan_search_on_ray_equals_the_local_search(engine):
 
     w = workload_from_mapping({"model": "phi-2", "cluster": "dgx-h100", "nodes": 1, "parallel": {"dp": 8},
                                "batch": {"global_batch": 16, "micro_batch": 1, "seq_len": 2048}})
-    local = search(w, max_simulations=5, top=2).as_dict()
-    remote = search(w, max_simulations=5, top=2, engine=engine).as_dict()
+    local = search(w, max_simulations=5, top=2).to_dict()
+    remote = search(w, max_simulations=5, top=2, engine=engine).to_dict()
     local.pop("seconds"), remote.pop("seconds")
     assert remote == local
     assert remote["simulated"] == 5 and remote["ranked"][0]["best_knobs_step_time_s"] is not None

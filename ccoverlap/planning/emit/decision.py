@@ -38,8 +38,8 @@ class Decision:
 
     @classmethod
     def of(cls, result, given) -> Decision:
-        """The decision of ``result`` (a StrategyResult, or its ``as_dict()``) made for the workload ``given``."""
-        d = result.as_dict() if hasattr(result, "as_dict") else dict(result)
+        """The decision of ``result`` (a StrategyResult, or its ``to_dict()``) made for the workload ``given``."""
+        d = result.to_dict() if hasattr(result, "to_dict") else dict(result)
         name = d.get("name", "?")
         knobs = d.get("knobs")
         if not isinstance(knobs, dict):

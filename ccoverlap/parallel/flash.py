@@ -1,0 +1,42 @@
+"""Fused (flash) attention kernels as cost-model specs: FlashAttention-2/3, cuDNN /
+TransformerEngine fused attention, PyTorch SDPA — one kernel per direction (FLOPs and bytes as
+in :mod:`ccoverlap.parallel.attention`'s docstring). Used by the attention core and by
+context parallelism's ring steps (:mod:`ccoverlap.parallel.cp`), below both."""
+
+from __future__ import annotations
+
+from ccoverlap.sim.graph import AttentionSpec
+
+
+def rope_bytes(ctx) -> float:
+    """Fused rotary embedding on Q and K (read + write), counted inside the attention op."""
+    if ctx.model.position != "rope" or not ctx.fw.rope_fused:
+        return 0.0
+    return 2.0 * ctx.tokens * (ctx.nq + ctx.nkv) * ctx.hd * ctx.d
+
+
+def flash_fwd_spec(ctx, kv_tokens: int | None = None, share: float = 1.0,
+                   causal_len: int | None = None) -> AttentionSpec:
+    """Causal flash attention forward on this rank's heads and query tokens; ``share`` of the
+    work (a ring step), K/V of ``kv_tokens`` tokens read (default the local ones);
+    ``causal_len`` the sequence length of the causal-masked kernel (default the model's
+    sequence; 0 for a non-causal ring block), for the causal derating of the cost model."""
+    T, hd, d = ctx.tokens, ctx.hd, ctx.d
+    kv = T if kv_tokens is None else kv_tokens
+    flops = 2.0 * T * ctx.s * ctx.nq * hd * share
+    nbytes = d * hd * (2 * T * ctx.nq + 2 * kv * ctx.nkv) + 4.0 * T * ctx.nq
+    return AttentionSpec(flops=flops, bytes=nbytes + rope_bytes(ctx) * share, dtype_bytes=d,
+                         host_kernels=1 if ctx.fw.eager else 0, kernel=ctx.fw.flash_kernel,
+                         causal_len=ctx.s if causal_len is None else causal_len)
+
+
+def flash_bwd_spec(ctx, kv_tokens: int | None = None, share: float = 1.0,
+                   causal_len: int | None = None) -> AttentionSpec:
+    """Flash attention backward: 2.5x the forward FLOPs (see module doc)."""
+    T, hd, d = ctx.tokens, ctx.hd, ctx.d
+    kv = T if kv_tokens is None else kv_tokens
+    flops = 2.5 * 2.0 * T * ctx.s * ctx.nq * hd * share
+    nbytes = d * hd * (4 * T * ctx.nq + 4 * kv * ctx.nkv) + 4.0 * T * ctx.nq
+    return AttentionSpec(flops=flops, bytes=nbytes + rope_bytes(ctx) * share, dtype_bytes=d,
+                         host_kernels=1 if ctx.fw.eager else 0, kernel=ctx.fw.flash_kernel, backward=True,
+                         causal_len=ctx.s if causal_len is None else causal_len)
