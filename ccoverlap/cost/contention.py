@@ -27,6 +27,7 @@ simulator can cache by ``(spec, concurrent)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from ccoverlap.catalog.hardware import ClusterSpec, GPUSpec
 from ccoverlap.cost.comm import DEFAULT_CHANNELS, DEFAULT_CHUNK, DEFAULT_THREADS, REDUCING
@@ -37,12 +38,12 @@ from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, CopySpec, GemmSpe
 COMPUTE_SPECS = (GemmSpec, AttentionSpec, MemorySpec)
 
 
-def is_sm_comm(spec: Spec) -> bool:
+def is_sm_comm(spec: Spec) -> TypeGuard[CollectiveSpec | P2PSpec]:
     """True for a collective / p2p driven by SM thread blocks (NCCL kernels)."""
     return isinstance(spec, (CollectiveSpec, P2PSpec)) and spec.transport == "sm"
 
 
-def is_dma(spec: Spec) -> bool:
+def is_dma(spec: Spec) -> TypeGuard[CollectiveSpec | P2PSpec | CopySpec]:
     """True for work done by copy engines: DMA collectives / p2p and CopySpec copies."""
     return isinstance(spec, CopySpec) or (isinstance(spec, (CollectiveSpec, P2PSpec)) and spec.transport == "dma")
 
@@ -137,6 +138,8 @@ def compute_time_under_s(spec: Spec, gpu: GPUSpec, params: CostParams, *, sms_ta
         pollution = params.l2_pollution_penalty * l2_share_taken(l2_fraction, params)
         return attention_time_s(spec, gpu, params, sms_available=sms, hbm_bytes_per_s_available=bw,
                                 l2_pollution=pollution)
+    if not isinstance(spec, MemorySpec):
+        raise TypeError(f"compute_time_under_s takes a compute op, not {type(spec).__name__}")
     return memory_time_s(spec, gpu, params, sms_available=sms, hbm_bytes_per_s_available=bw)
 
 
