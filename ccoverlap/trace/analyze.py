@@ -94,7 +94,7 @@ class Analysis:
     def comm_kernels(self) -> list[dict]:
         """Every analysed communication kernel (gloo op on CPU): rank, collective, group, size, start,
         duration, its own algbw / busbw in bytes/s (nccl-tests definitions) and where the size came from."""
-        return [json_ready(row) for row in comm_kernel_rows(self)]
+        return [row for chunk in comm_kernel_chunks(self) for row in chunk]
 
     def to_dict(self, comm_kernels: object = None) -> dict:
         """One JSON-ready object (``inf``/``nan`` become null). ``comm_kernels``: put this value
@@ -136,24 +136,56 @@ class Analysis:
 
 
 def comm_kernel_rows(a: Analysis):
-    """The rows of :meth:`Analysis.comm_kernels`, one at a time, before :func:`json_ready`."""
+    """The rows of :meth:`Analysis.comm_kernels`, one at a time, already :func:`json_ready`."""
+    for chunk in comm_kernel_chunks(a):
+        yield from chunk
+
+
+#: rows per list of :func:`comm_kernel_chunks`
+CHUNK_ROWS = 4096
+
+
+def comm_kernel_chunks(a: Analysis, size: int = CHUNK_ROWS):
+    """The rows of :meth:`Analysis.comm_kernels` in lists of at most ``size``, each row as
+    :func:`json_ready` makes it; built column by column per rank (what repeats - names,
+    bandwidth factors, group descriptions - is converted once per distinct value)."""
     for rt in a.ranks:
-        tl = rt.comm
-        if not len(tl):
-            continue
-        pg = rt.meta.get("pg_config") or {}
-        src = rt.comm_size_source.tolist() if rt.comm_size_source is not None else [""] * len(tl)
-        for name, c, g, gs, step, st, en, b, ss in zip(tl.name.tolist(), tl.collective.tolist(), tl.group.tolist(),
-                                                      rt.comm_group_size.tolist(), tl.step.tolist(),
-                                                      tl.start_s.tolist(), tl.end_s.tolist(), tl.bytes.tolist(), src):
-            dur = en - st
-            alg = b / dur if b > 0 and dur > 0 else None
-            f = busbw_factor(c, int(gs)) if gs else None
-            yield {"rank": rt.rank, "name": str(name), "collective": c, "group": g,
-                   "group_desc": (pg.get(str(g)) or {}).get("desc"), "group_size": int(gs),
-                   "step": int(step), "start_s": st, "dur_s": dur, "bytes": b,
-                   "size_source": ss or None, "algbw": alg,
-                   "busbw": alg * f if alg is not None and f is not None else None}
+        n = len(rt.comm) if rt.comm is not None else 0
+        for lo in range(0, n, size):
+            yield _rank_rows(rt, lo, min(lo + size, n))
+
+
+def _round12(vals: list) -> list:
+    """:func:`json_ready` of a list of Python floats (or None)."""
+    return [float(f"{v:.12g}") if v is not None and v - v == 0 else None for v in vals]
+
+
+def _rank_rows(rt: RankSummary, lo: int, hi: int) -> list[dict]:
+    """Rows ``lo:hi`` of one rank's analysed communication kernels (see :meth:`Analysis.comm_kernels`)."""
+    tl = rt.comm
+    pg = rt.meta.get("pg_config") or {}
+    rank = json_ready(rt.rank)
+    st = tl.start_s[lo:hi]
+    dur = tl.end_s[lo:hi] - st
+    nbytes = tl.bytes[lo:hi]
+    colls, gsizes = tl.collective[lo:hi].tolist(), rt.comm_group_size[lo:hi].tolist()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        alg = np.where((nbytes > 0) & (dur > 0), nbytes / dur, np.nan)
+    factors: dict = {}
+    fac = [factors[k] if k in factors else factors.setdefault(k, busbw_factor(k[0], int(k[1])) if k[1] else None)
+           for k in zip(colls, gsizes)]
+    alg_l = alg.tolist()
+    bus = [x * f if x == x and f is not None else None for x, f in zip(alg_l, fac)]
+    descs: dict = {}
+    groups = tl.group[lo:hi].tolist()
+    desc = [descs[g] if g in descs else descs.setdefault(g, (pg.get(str(g)) or {}).get("desc")) for g in groups]
+    src = rt.comm_size_source[lo:hi].tolist() if rt.comm_size_source is not None else [""] * (hi - lo)
+    keys = ("rank", "name", "collective", "group", "group_desc", "group_size", "step", "start_s", "dur_s",
+            "bytes", "size_source", "algbw", "busbw")
+    cols = (tl.name[lo:hi].tolist(), colls, groups, desc, [int(g) for g in gsizes], [int(x) for x in tl.step[lo:hi].tolist()],
+            _round12(st.tolist()), _round12(dur.tolist()), _round12(nbytes.tolist()),
+            [s or None for s in src], _round12([x if x == x else None for x in alg_l]), _round12(bus))
+    return [dict(zip(keys, (rank, str(name), *rest))) for name, *rest in zip(*cols)]
 
 
 def json_ready(x):

@@ -17,7 +17,7 @@ import numpy as np
 from rich.console import Console
 
 from ccoverlap.console import Col, make_console, print_table, print_wrapped
-from ccoverlap.trace.analyze import Analysis, comm_kernel_rows, json_ready
+from ccoverlap.trace.analyze import Analysis, comm_kernel_chunks
 from ccoverlap.trace.ranks import MAX_CLOCK_SPREAD_S
 
 MAX_LANE_RANKS = 16
@@ -182,13 +182,15 @@ def _ranges(ranks: list[int]) -> str:
 _ROWS = "\0comm_kernels\0"
 #: one row as ``json.dumps(..., indent=2)`` writes a flat object two levels deep, from the C encoder
 _ROW_SEP = ",\n      "
+#: what separates two rows in that layout
+_ROW_BREAK = "\n    },\n    {\n      "
 
 
 def write_json(a: Analysis, file: IO, extra: dict | None = None) -> None:
     """The analysis as one JSON object (strict JSON: no NaN / Infinity), as ``json.dump(a.to_dict(),
     indent=2)`` writes it. The ``comm_kernels`` rows - one per communication kernel of the job,
-    the bulk of a large job's output - are encoded and written one at a time (each a flat object,
-    by the standard library's C encoder), never held as one list."""
+    the bulk of a large job's output - are encoded and written a few thousand at a time (lists of
+    flat objects, by the standard library's C encoder), never held as one list."""
     doc = a.to_dict(comm_kernels=_ROWS)
     if extra:
         doc.update(extra)
@@ -196,9 +198,11 @@ def write_json(a: Analysis, file: IO, extra: dict | None = None) -> None:
     head, _, tail = json.dumps(doc, indent=2, allow_nan=False).partition(key + json.dumps(_ROWS))
     file.write(head + key)
     sep = "[\n    "
-    for row in comm_kernel_rows(a):
-        text = json.dumps(json_ready(row), separators=(_ROW_SEP, ": "), allow_nan=False)
-        file.write(sep + "{\n      " + text[1:-1] + "\n    }")
+    for chunk in comm_kernel_chunks(a):
+        # a list of flat objects, every separator the rows' own: the only "},<sep>{" are between
+        # rows (a newline inside a string is escaped), so they become the indented row breaks
+        text = json.dumps(chunk, separators=(_ROW_SEP, ": "), allow_nan=False)
+        file.write(sep + "{\n      " + text[2:-2].replace("}" + _ROW_SEP + "{", _ROW_BREAK) + "\n    }")
         sep = ",\n    "
     file.write("[]" if sep.startswith("[") else "\n  ]")
     file.write(tail)
