@@ -147,12 +147,25 @@ CHUNK_ROWS = 4096
 
 def comm_kernel_chunks(a: Analysis, size: int = CHUNK_ROWS):
     """The rows of :meth:`Analysis.comm_kernels` in lists of at most ``size``, each row as
-    :func:`json_ready` makes it; built column by column per rank (what repeats - names,
-    bandwidth factors, group descriptions - is converted once per distinct value)."""
+    :func:`json_ready` makes it."""
+    for cols in comm_kernel_columns(a, size):
+        yield [dict(zip(COMM_KERNEL_KEYS, row)) for row in zip(*cols)]
+
+
+#: the keys of a :meth:`Analysis.comm_kernels` row, in order
+COMM_KERNEL_KEYS = ("rank", "name", "collective", "group", "group_desc", "group_size", "step", "start_s", "dur_s",
+                    "bytes", "size_source", "algbw", "busbw")
+
+
+def comm_kernel_columns(a: Analysis, size: int = CHUNK_ROWS):
+    """The rows of :meth:`Analysis.comm_kernels` as columns (one list per key of
+    :data:`COMM_KERNEL_KEYS`, values as :func:`json_ready` makes them), at most ``size`` rows at a
+    time; built column by column per rank (what repeats - bandwidth factors, group descriptions -
+    is converted once per distinct value)."""
     for rt in a.ranks:
         n = len(rt.comm) if rt.comm is not None else 0
         for lo in range(0, n, size):
-            yield _rank_rows(rt, lo, min(lo + size, n))
+            yield _rank_columns(rt, lo, min(lo + size, n))
 
 
 def _round12(vals: list) -> list:
@@ -160,11 +173,11 @@ def _round12(vals: list) -> list:
     return [float(f"{v:.12g}") if v is not None and v - v == 0 else None for v in vals]
 
 
-def _rank_rows(rt: RankSummary, lo: int, hi: int) -> list[dict]:
-    """Rows ``lo:hi`` of one rank's analysed communication kernels (see :meth:`Analysis.comm_kernels`)."""
+def _rank_columns(rt: RankSummary, lo: int, hi: int) -> list[list]:
+    """Rows ``lo:hi`` of one rank's analysed communication kernels, as columns (see
+    :func:`comm_kernel_columns`)."""
     tl = rt.comm
     pg = rt.meta.get("pg_config") or {}
-    rank = json_ready(rt.rank)
     st = tl.start_s[lo:hi]
     dur = tl.end_s[lo:hi] - st
     nbytes = tl.bytes[lo:hi]
@@ -180,12 +193,10 @@ def _rank_rows(rt: RankSummary, lo: int, hi: int) -> list[dict]:
     groups = tl.group[lo:hi].tolist()
     desc = [descs[g] if g in descs else descs.setdefault(g, (pg.get(str(g)) or {}).get("desc")) for g in groups]
     src = rt.comm_size_source[lo:hi].tolist() if rt.comm_size_source is not None else [""] * (hi - lo)
-    keys = ("rank", "name", "collective", "group", "group_desc", "group_size", "step", "start_s", "dur_s",
-            "bytes", "size_source", "algbw", "busbw")
-    cols = (tl.name[lo:hi].tolist(), colls, groups, desc, [int(g) for g in gsizes], [int(x) for x in tl.step[lo:hi].tolist()],
-            _round12(st.tolist()), _round12(dur.tolist()), _round12(nbytes.tolist()),
-            [s or None for s in src], _round12([x if x == x else None for x in alg_l]), _round12(bus))
-    return [dict(zip(keys, (rank, str(name), *rest))) for name, *rest in zip(*cols)]
+    return [[json_ready(rt.rank)] * (hi - lo), list(map(str, tl.name[lo:hi].tolist())), colls, groups, desc,
+            list(map(int, gsizes)), list(map(int, tl.step[lo:hi].tolist())), _round12(st.tolist()),
+            _round12(dur.tolist()), _round12(nbytes.tolist()), [s or None for s in src],
+            _round12([x if x == x else None for x in alg_l]), _round12(bus)]
 
 
 def json_ready(x):

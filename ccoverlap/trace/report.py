@@ -17,7 +17,7 @@ import numpy as np
 from rich.console import Console
 
 from ccoverlap.console import Col, make_console, print_table, print_wrapped
-from ccoverlap.trace.analyze import Analysis, comm_kernel_chunks
+from ccoverlap.trace.analyze import COMM_KERNEL_KEYS, Analysis, comm_kernel_columns
 from ccoverlap.trace.ranks import MAX_CLOCK_SPREAD_S
 
 MAX_LANE_RANKS = 16
@@ -184,6 +184,22 @@ _ROWS = "\0comm_kernels\0"
 _ROW_SEP = ",\n      "
 #: what separates two rows in that layout
 _ROW_BREAK = "\n    },\n    {\n      "
+#: one row's fields in that layout, each value's JSON text in place of its %s
+_ROW = _ROW_SEP.join(f"{json.dumps(k)}: %s" for k in COMM_KERNEL_KEYS)
+
+
+def _json_texts(values: list) -> list[str]:
+    """The JSON text of each value (``json.dumps`` of it): a column of one type at a time (ints,
+    floats or None, strings repeating), so a repeated value is encoded once."""
+    kinds = set(map(type, values))
+    if kinds <= {int}:
+        return list(map(int.__repr__, values))
+    if kinds <= {float, type(None)}:     # finite floats (json_ready made the others None)
+        return ["null" if v is None else repr(v) for v in values]
+    if kinds <= {str, type(None)}:
+        memo: dict = {}
+        return [memo[v] if v in memo else memo.setdefault(v, json.dumps(v)) for v in values]
+    return [json.dumps(v, allow_nan=False) for v in values]
 
 
 def write_json(a: Analysis, file: IO, extra: dict | None = None) -> None:
@@ -198,11 +214,8 @@ def write_json(a: Analysis, file: IO, extra: dict | None = None) -> None:
     head, _, tail = json.dumps(doc, indent=2, allow_nan=False).partition(key + json.dumps(_ROWS))
     file.write(head + key)
     sep = "[\n    "
-    for chunk in comm_kernel_chunks(a):
-        # a list of flat objects, every separator the rows' own: the only "},<sep>{" are between
-        # rows (a newline inside a string is escaped), so they become the indented row breaks
-        text = json.dumps(chunk, separators=(_ROW_SEP, ": "), allow_nan=False)
-        file.write(sep + "{\n      " + text[2:-2].replace("}" + _ROW_SEP + "{", _ROW_BREAK) + "\n    }")
+    for cols in comm_kernel_columns(a):
+        file.write(sep + "{\n      " + _ROW_BREAK.join(map(_ROW.__mod__, zip(*map(_json_texts, cols)))) + "\n    }")
         sep = ",\n    "
     file.write("[]" if sep.startswith("[") else "\n  ]")
     file.write(tail)
