@@ -83,19 +83,37 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
         rows.append(_rank_row("all", s))
         styles.append("bold")
     print_table(con, _rank_columns(), rows, styles=styles, title="Per rank (analysed window)")
-    if a.step_metrics:
-        rows = []
-        for st in a.analysed_steps:
-            per = list(a.step_metrics[st].values())
-            comm = sum(x.comm_s for x in per)
-            rows.append([str(st), _ms(np.mean([x.step_time_s for x in per])), _ms(np.mean([x.compute_s for x in per])),
-                         _ms(np.mean([x.comm_s for x in per])),
-                         _pct(sum(x.overlap_s for x in per) / comm if comm else 0.0),
-                         _ms(np.mean([x.exposed_comm_s for x in per])), _ms(np.mean([x.idle_s for x in per])),
-                         str(a.cross.slowest_rank_per_step.get(st, "-"))])
-        print_table(con, [Col("step"), Col("step time"), Col("compute"), Col("comm"), Col("overlap"),
-                          Col("exposed comm"), Col("idle", drop=1), Col("slowest rank")], rows,
-                    title="Per step (mean over ranks; slowest rank = longest step)")
+    _print_steps(con, a)
+    _print_collectives(con, a)
+    _print_cross(con, a.cross)
+    _print_contention(con, a.contention)
+    v = a.verdict
+    colour = {"fine": "green", "overlap-limited": "yellow", "contention-limited": "yellow",
+              "communication-bound": "red"}.get(v.label, "white")
+    con.print(f"[bold {colour}]Verdict: {v.label}[/bold {colour}] - {v.why}.")
+    con.print(f"[bold]Most worth trying:[/bold] {v.try_next}.")
+
+
+def _print_steps(con, a: Analysis) -> None:
+    """The per-step table (means over ranks, the slowest rank)."""
+    if not a.step_metrics:
+        return
+    rows = []
+    for st in a.analysed_steps:
+        per = list(a.step_metrics[st].values())
+        comm = sum(x.comm_s for x in per)
+        rows.append([str(st), _ms(np.mean([x.step_time_s for x in per])), _ms(np.mean([x.compute_s for x in per])),
+                     _ms(np.mean([x.comm_s for x in per])),
+                     _pct(sum(x.overlap_s for x in per) / comm if comm else 0.0),
+                     _ms(np.mean([x.exposed_comm_s for x in per])), _ms(np.mean([x.idle_s for x in per])),
+                     str(a.cross.slowest_rank_per_step.get(st, "-"))])
+    print_table(con, [Col("step"), Col("step time"), Col("compute"), Col("comm"), Col("overlap"),
+                      Col("exposed comm"), Col("idle", drop=1), Col("slowest rank")], rows,
+                title="Per step (mean over ranks; slowest rank = longest step)")
+
+
+def _print_collectives(con, a: Analysis) -> None:
+    """The collectives table and the per-dimension table."""
     if a.collectives:
         rows = [[c.collective, c.group, str(c.group_size or "-"), str(c.count), _bytes(c.bytes_mean),
                  _ms(c.time_mean_s), _ms(c.time_total_s), _ms(c.exposed_s), _gbs(c.algbw), _gbs(c.busbw)]
@@ -113,7 +131,10 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
                           Col("overlap", drop=2), Col("overlap %"), Col("algbw", drop=1),
                           Col("from", "left", wrap=True, drop=3)], rows,
                     title="Per parallelism dimension (sum over ranks; ms; algbw GB/s)")
-    cr = a.cross
+
+
+def _print_cross(con, cr) -> None:
+    """Start skew per group, the latest arrivals and the stragglers (or why they are not measured)."""
     if cr.groups and any(g.reliable for g in cr.groups):
         rows = [[g.group, _ranges(g.ranks), str(g.matched),
                  ", ".join(f"r{r}:{n}" for r, n in sorted(g.unmatched.items())) or "0",
@@ -137,7 +158,10 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
                      f"not compared)" if unpaired else ""))
     elif cr.note:
         con.print(f"Across ranks: {cr.note}")
-    c = a.contention
+
+
+def _print_contention(con, c) -> None:
+    """The job's contention slowdown and the three most slowed kernels."""
     if c.kernels:
         con.print(f"Contention: compute runs [bold]{c.slowdown:.2f}x[/bold] slower while communication runs "
                   f"(time-weighted over {len(c.kernels)} kernel(s) seen both alone and overlapped, "
@@ -148,11 +172,6 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
                           indent=2)
     else:
         con.print(f"Contention: {c.note or 'not measurable'}")
-    v = a.verdict
-    colour = {"fine": "green", "overlap-limited": "yellow", "contention-limited": "yellow",
-              "communication-bound": "red"}.get(v.label, "white")
-    con.print(f"[bold {colour}]Verdict: {v.label}[/bold {colour}] - {v.why}.")
-    con.print(f"[bold]Most worth trying:[/bold] {v.try_next}.")
 
 
 def _console(file: IO | None, width: int | None = None):
