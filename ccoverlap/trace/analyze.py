@@ -168,9 +168,35 @@ def comm_kernel_columns(a: Analysis, size: int = CHUNK_ROWS):
             yield _rank_columns(rt, lo, min(lo + size, n))
 
 
-def _round12(vals: list) -> list:
-    """:func:`json_ready` of a list of Python floats (or None)."""
-    return [float(f"{v:.12g}") if v is not None and v - v == 0 else None for v in vals]
+def _round12_one(v) -> float | None:
+    """:func:`json_ready` of one float (or None)."""
+    return float(f"{v:.12g}") if v is not None and v - v == 0 else None
+
+
+def round12(values: np.ndarray) -> list:
+    """:func:`json_ready` of each value of a float array: the float nearest to the value rounded to
+    12 significant digits, None for inf / nan.
+
+    Exact, without a string per value: with ``k = 11 - floor(log10|v|)`` the rounded value is
+    ``rint(v * 10**k) / 10**k``; both operands are exact doubles (``|k| <= 22``) so the division
+    (or product) is correctly rounded, as parsing the 12-digit text is. ``v * 10**k`` itself is
+    off by at most 1e-4, so a value whose scaled fraction is within 1e-3 of one half, or whose
+    exponent or range is in doubt, goes through the text instead."""
+    v = np.asarray(values, dtype=np.float64)
+    a = np.abs(v)
+    fast = (a >= 1e-9) & (a < 1e30)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        k = 11 - np.floor(np.log10(np.where(fast, a, 1.0)))
+        scale = 10.0 ** np.abs(k)
+        m = np.where(k >= 0, v * scale, v / scale)
+        r = np.rint(m)
+        out = np.where(k >= 0, r / scale, r * scale)
+        ra = np.abs(r)
+        fast &= (np.abs(np.abs(m - np.trunc(m)) - 0.5) > 1e-3) & (ra >= 1e11) & (ra <= 1e12)
+    res = out.tolist()
+    for i in np.flatnonzero(~fast).tolist():
+        res[i] = _round12_one(float(v[i]))
+    return res
 
 
 def _rank_columns(rt: RankSummary, lo: int, hi: int) -> list[list]:
@@ -187,16 +213,14 @@ def _rank_columns(rt: RankSummary, lo: int, hi: int) -> list[list]:
     factors: dict = {}
     fac = [factors[k] if k in factors else factors.setdefault(k, busbw_factor(k[0], int(k[1])) if k[1] else None)
            for k in zip(colls, gsizes)]
-    alg_l = alg.tolist()
-    bus = [x * f if x == x and f is not None else None for x, f in zip(alg_l, fac)]
+    bus = alg * np.array([np.nan if f is None else f for f in fac], dtype=np.float64)   # nan: no factor
     descs: dict = {}
     groups = tl.group[lo:hi].tolist()
     desc = [descs[g] if g in descs else descs.setdefault(g, (pg.get(str(g)) or {}).get("desc")) for g in groups]
     src = rt.comm_size_source[lo:hi].tolist() if rt.comm_size_source is not None else [""] * (hi - lo)
     return [[json_ready(rt.rank)] * (hi - lo), list(map(str, tl.name[lo:hi].tolist())), colls, groups, desc,
-            list(map(int, gsizes)), list(map(int, tl.step[lo:hi].tolist())), _round12(st.tolist()),
-            _round12(dur.tolist()), _round12(nbytes.tolist()), [s or None for s in src],
-            _round12([x if x == x else None for x in alg_l]), _round12(bus)]
+            list(map(int, gsizes)), list(map(int, tl.step[lo:hi].tolist())), round12(st),
+            round12(dur), round12(nbytes), [s or None for s in src], round12(alg), round12(bus)]
 
 
 def json_ready(x):

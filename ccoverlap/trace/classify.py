@@ -414,10 +414,10 @@ def _times(ts: np.ndarray, dur: np.ndarray, origin: float, round_us: bool) -> tu
 def _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_names, meta, round_us):
     n = len(raw.k_ts)
     pair = raw.k_nid * len(DEVICE_CAT_LIST) + raw.k_cat
-    uniq, inv = np.unique(pair, return_inverse=True)
+    uniq, inv = _factorize(pair)
     ukinds = np.array([kernel_kind(names[int(u) // len(DEVICE_CAT_LIST)],
                                    DEVICE_CAT_LIST[int(u) % len(DEVICE_CAT_LIST)]) for u in uniq], dtype=object)
-    kinds = ukinds[inv.reshape(-1)] if n else np.empty(0, dtype=object)
+    kinds = ukinds[inv] if n else np.empty(0, dtype=object)
     override = raw.k_kind >= 0
     if override.any():
         kinds[override] = np.array(KIND_CODES, dtype=object)[raw.k_kind[override]]
@@ -426,10 +426,10 @@ def _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_name
     has = launch_idx >= 0
     launch_s[has] = (raw.l_ts[launch_idx[has]] - origin) * 1e-6
     start, end = _times(raw.k_ts, raw.k_dur, origin, round_us)
-    multi_dev = len(np.unique(raw.k_device)) > 1
-    ds, sinv = np.unique(np.stack([raw.k_device, raw.k_stream]), axis=1, return_inverse=True)
+    ds, sinv = _factorize_pairs(raw.k_device, raw.k_stream)
+    multi_dev = len(np.unique(ds[0])) > 1
     labels = np.array([f"dev {d} stream {s}" if multi_dev else f"stream {s}" for d, s in ds.T], dtype=object)
-    streams = labels[sinv.reshape(-1)] if n else np.empty(0, dtype=object)
+    streams = labels[sinv] if n else np.empty(0, dtype=object)
     collective = np.full(n, "", dtype=object)
     group = np.full(n, "", dtype=object)
     nbytes = np.zeros(n)
@@ -447,6 +447,27 @@ def _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_name
                      leaf=np.ones(n, dtype=bool), shape=raw.k_shape.copy(), name_id=raw.k_nid.copy(),
                      steps=cpu_steps, cutoff_s=cutoff, n_steps_names=step_names,
                      meta=meta, size_source=size_source)
+
+
+def _factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` (sorted distinct keys, each key's index among them)
+    of a 1-D integer array: the distinct keys by hashing, the index by binary search among them,
+    instead of sorting every key."""
+    uniq = np.unique(keys)
+    return uniq, np.searchsorted(uniq, keys)
+
+
+_HALF = 1 << 30
+
+
+def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(np.stack([a, b]), axis=1, return_inverse=True)`` of two integer columns: the
+    distinct (a, b) pairs as a 2 x k array in lexicographic order and each row's index among them."""
+    if len(a) and -_HALF <= min(a.min(), b.min()) and max(a.max(), b.max()) < _HALF:
+        uniq, inv = _factorize((a + _HALF) * (2 * _HALF) + (b + _HALF))   # order-preserving, fits int64
+        return np.stack([uniq // (2 * _HALF) - _HALF, uniq % (2 * _HALF) - _HALF]), inv
+    uniq, inv = np.unique(np.stack([a, b]), axis=1, return_inverse=True)
+    return uniq, inv.reshape(-1)
 
 
 def _enclosing_index(starts: np.ndarray, ends: np.ndarray):

@@ -183,7 +183,7 @@ class Columns:
             self._bad(base + i)
         x = phc == 0
         out = {}
-        present = np.unique(cc[x]).tolist() if x.any() else []
+        present = np.flatnonzero(np.bincount(cc[x], minlength=len(cid))).tolist() if x.any() else []
         for k in present:
             cat = self._cat_list[k]
             if cat in SKIP_CATS:

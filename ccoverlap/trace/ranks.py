@@ -86,8 +86,19 @@ def chance_of_being_latest(times_latest: int, calls: int, p_latest: float) -> fl
     ``p_latest`` (1 / ranks per call): the binomial upper tail, a plain sign test."""
     if times_latest <= 0:
         return 1.0
-    return float(sum(math.comb(calls, k) * p_latest ** k * (1 - p_latest) ** (calls - k)
-                     for k in range(times_latest, calls + 1)))
+    if times_latest > calls or p_latest <= 0:
+        return 0.0
+    if p_latest >= 1:
+        return 1.0
+    if calls <= 1000:       # the binomial coefficients fit a float: summed as they are
+        return float(sum(math.comb(calls, k) * p_latest ** k * (1 - p_latest) ** (calls - k)
+                         for k in range(times_latest, calls + 1)))
+    # more calls: C(calls, k) overflows a float; sum the terms from their logarithms
+    lp, lq, lc = math.log(p_latest), math.log1p(-p_latest), math.lgamma(calls + 1)
+    logs = [lc - math.lgamma(k + 1) - math.lgamma(calls - k + 1) + k * lp + (calls - k) * lq
+            for k in range(times_latest, calls + 1)]
+    top = max(logs)
+    return min(1.0, math.exp(top) * math.fsum(math.exp(x - top) for x in logs))
 MIN_PAIRED_FRACTION = 0.5     # below this share of a group's calls paired, its skew is not measured
 
 
