@@ -60,12 +60,12 @@ def _all_int(vals: list) -> bool:
 
 
 _INT_ONLY = {int}
+_NONE_ONLY = {type(None)}
 _E_PH, _E_CAT, _E_NAME, _E_TS, _E_DUR, _E_ARGS = (attrgetter(k) for k in ("ph", "cat", "name", "ts", "dur", "args"))
 _E_THREAD = attrgetter("pid", "tid")
 _A_STREAM, _A_CORR, _A_EXT, _A_DEV, _A_KIND, _A_GRID, _A_BLOCK, _A_COLL, _A_NELEMS = (
     attrgetter(k) for k in ("stream", "correlation", "external_id", "device", "ccoverlap_kind", "grid", "block",
                             "collective_name", "in_msg_nelems"))
-_BAR = b"|"
 
 
 def _with_record(args: list) -> list[int]:
@@ -380,7 +380,10 @@ class Columns:
         ints = {}
         for key, vals in (("stream", list(map(_A_STREAM, args))), ("corr", list(map(_A_CORR, args))),
                           ("ext", list(map(_A_EXT, args)))):
-            if not _all_int(vals):
+            kinds = set(map(type, vals))
+            if kinds == _NONE_ONLY:             # the key is in no event of the batch
+                vals = [-1] * len(vals)
+            elif not kinds <= _INT_ONLY:
                 vals = [v if v.__class__ is int else -1 for v in vals]
             ints[key] = vals
         dev = list(map(_A_DEV, args))
@@ -431,7 +434,7 @@ class Columns:
         grids, blocks = list(map(_A_GRID, args)), list(map(_A_BLOCK, args))
         if grids[0].__class__ is not Raw:             # the tolerant path: decoded values
             return np.array([_shape_hash(g, b) for g, b in zip(grids, blocks)], dtype=np.int64)
-        keys = list(map(bytes.__add__, map(bytes, grids), map(_BAR.__add__, map(bytes, blocks))))
+        keys = list(zip(map(bytes, grids), map(bytes, blocks)))
         cache = self._shapes
         new = set(keys).difference(cache)
         if len(cache) + len(new) > 65536:           # too many distinct shapes: no cache
