@@ -26,6 +26,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Union
@@ -520,8 +521,6 @@ def _last_boundary(buf: str, lo: int, hi: int) -> int:
 
 
 def _depth_limit() -> int:
-    import sys
-
     return sys.getrecursionlimit()
 
 

@@ -28,9 +28,11 @@ Which rank a file is (``distributedInfo``, file name, file order) is decided in
 
 from __future__ import annotations
 
+import errno
 import gc
 import gzip
 import json
+import os
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -157,9 +159,6 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Source], list[str]]:
 
 def _why_not_there(path: Path) -> str:
     """Why ``path`` is neither a file nor a directory we can read, in words."""
-    import errno
-    import os
-
     if not os.path.lexists(path):
         return "no such file or directory"
     try:
