@@ -19,6 +19,7 @@ process only: an undercount), and the largest single process's peak RSS. Medians
 ratios are printed with the load average.
 
     .venv/bin/python benchmarks/bench_analyze_vs_hta.py --source control.json.gz --hta-python .venv-hta/bin/python
+    .venv/bin/python benchmarks/bench_analyze_vs_hta.py --source control.json.gz --breakdown   # ours, stage by stage
 """
 
 from __future__ import annotations
@@ -128,6 +129,51 @@ def run(cmd: list[str], stdout=None) -> dict:
             "processes": peak[3]}
 
 
+def breakdown(files: list[Path], repeats: int = 3) -> None:
+    """CPU ms per rank of the per-rank work, stage by stage (each stage includes the ones above it),
+    in this process, best of ``repeats`` passes over ``files``."""
+    import gc
+    import resource
+
+    from ccoverlap.trace.jsonstream import EventStream
+    from ccoverlap.trace.load import _open, load_trace
+    from ccoverlap.trace.summary import summarize_rank
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    def gunzip(p: Path) -> None:
+        with gzip.open(p, "rb") as fh:
+            while fh.read(1 << 18):
+                pass
+
+    def decode(p: Path) -> None:
+        gc.disable()
+        try:
+            with _open(p) as fh:
+                for _ in EventStream(fh).batches():
+                    pass
+        finally:
+            gc.enable()
+
+    stages = (("gunzip", gunzip), ("+ text and msgspec decoding", decode),
+              ("+ the columns (load_trace)", lambda p: load_trace(p, keep_cpu_ops=False)),
+              ("+ timeline and reductions (summarize_rank)", summarize_rank))
+    print(f"per-rank CPU, best of {repeats} passes over {len(files)} files (load average {os.getloadavg()[0]:.2f})")
+    for name, fn in stages:
+        fn(files[0])
+        best = min(_timed(cpu, fn, files) for _ in range(repeats))
+        print(f"  {name:44} {best * 1000:6.0f} ms / rank")
+
+
+def _timed(cpu, fn, files) -> float:
+    t = cpu()
+    for f in files:
+        fn(f)
+    return (cpu() - t) / len(files)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--source", type=Path, required=True, help="one rank's real trace (.json.gz)")
@@ -135,10 +181,15 @@ def main(argv=None) -> int:
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--hta-python", default=str(ROOT / ".venv-hta" / "bin" / "python"))
     p.add_argument("--ours", default=str(ROOT / ".venv" / "bin" / "ccoverlap"))
+    p.add_argument("--breakdown", action="store_true",
+                   help="instead: where ccoverlap's per-rank CPU time goes, stage by stage, in this process")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ccoverlap-vs-hta-") as tmp:
         d = Path(tmp)
-        replicate(args.source, d, args.ranks)
+        files = replicate(args.source, d, args.ranks)
+        if args.breakdown:
+            breakdown(files)
+            return 0
         cmds = {"ours": [args.ours, "analyze", str(d), "--json"], "hta": [args.hta_python, "-c", HTA, str(d)]}
         runs = {k: [] for k in cmds}
         load0 = os.getloadavg()

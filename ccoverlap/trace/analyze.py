@@ -17,158 +17,26 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.timeline import RankMetrics
 from ccoverlap.trace import load as _load
-from ccoverlap.trace.collectives import CollectiveStats, busbw_factor
 from ccoverlap.trace.combine import analyze_job
-from ccoverlap.trace.contention import Contention
-from ccoverlap.trace.dimensions import DimensionStats
 from ccoverlap.trace.engine import make_engine
-from ccoverlap.trace.ranks import CrossRank
+from ccoverlap.trace.result import (  # noqa: F401  (re-exported: the analyser's public names)
+    COMM_KERNEL_KEYS,
+    METRIC_KEYS,
+    Analysis,
+    comm_kernel_chunks,
+    comm_kernel_columns,
+    comm_kernel_rows,
+    json_ready,
+    round12,
+)
 from ccoverlap.trace.sources import size as source_size
-from ccoverlap.trace.steps import StepRanges, parse_steps
-from ccoverlap.trace.summary import JobContext, RankSummary
-from ccoverlap.trace.verdict import Verdict
-
-METRIC_KEYS = ("step_time_s", "compute_s", "comm_s", "memcpy_s", "overlap_s", "overlap_ratio",
-               "exposed_comm_s", "compute_only_s", "idle_s", "compute_comm_ratio")
-
-
-@dataclass
-class Analysis:
-    """Everything measured on one set of traces (seconds, bytes, bytes/s); ``ranks`` holds each
-    rank's :class:`~ccoverlap.trace.summary.RankSummary` (its analysed communication rows on the
-    job's clock, its metrics), in rank order."""
-
-    files: list[str]
-    problems: list[str]
-    steps_spec: object
-    time_resolution: str
-    ranks: list[RankSummary]
-    metrics: list[RankMetrics]
-    step_metrics: dict[int, dict[int, RankMetrics]]
-    collectives: list[CollectiveStats]
-    cross: CrossRank
-    contention: Contention
-    verdict: Verdict
-    available_steps: list[int] = field(default_factory=list)
-    dimensions: list[DimensionStats] = field(default_factory=list)
-
-    @property
-    def analysed_steps(self) -> list[int]:
-        """Profiler step numbers with per-step metrics (launched inside the analysed window)."""
-        return sorted(self.step_metrics)
-
-    def summary(self) -> dict:
-        """Job-level numbers: per-rank means, overlap ratio as Σoverlap / Σcomm."""
-        ms = self.metrics
-        out = {k: float(np.mean([getattr(m, k) for m in ms])) for k in METRIC_KEYS
-               if k not in ("overlap_ratio", "compute_comm_ratio")}
-        comm = sum(m.comm_s for m in ms)
-        comp = sum(m.compute_s for m in ms)
-        out["overlap_ratio"] = sum(m.overlap_s for m in ms) / comm if comm > 0 else 0.0
-        out["compute_comm_ratio"] = comp / comm if comm > 0 else math.inf
-        out["ranks"] = len(ms)
-        return out
-
-    def per_step_mean(self) -> dict[int, dict]:
-        """Per rank, each metric averaged over the analysed steps (the overall window when
-        the trace has no steps) - what one simulated step is compared with."""
-        out: dict[int, dict] = {}
-        for m in self.metrics:
-            per = [self.step_metrics[s][m.rank] for s in self.step_metrics if m.rank in self.step_metrics[s]]
-            src = per or [m]
-            d = {k: float(np.mean([getattr(x, k) for x in src])) for k in METRIC_KEYS}
-            comm = sum(x.comm_s for x in src)
-            d["overlap_ratio"] = sum(x.overlap_s for x in src) / comm if comm > 0 else 0.0
-            d["compute_comm_ratio"] = sum(x.compute_s for x in src) / comm if comm > 0 else math.inf
-            d["steps"] = len(per)
-            out[m.rank] = d
-        return out
-
-    def comm_kernels(self) -> list[dict]:
-        """Every analysed communication kernel (gloo op on CPU): rank, collective, group, size, start,
-        duration, its own algbw / busbw in bytes/s (nccl-tests definitions) and where the size came from."""
-        return [json_ready(row) for row in comm_kernel_rows(self)]
-
-    def to_dict(self, comm_kernels: object = None) -> dict:
-        """One JSON-ready object (``inf``/``nan`` become null). ``comm_kernels``: put this value
-        in place of the list of :meth:`comm_kernels` (a writer that streams the rows, one per
-        analysed communication kernel of the job, passes a placeholder)."""
-        ranks = []
-        for m, rt in zip(self.metrics, self.ranks):
-            d = {"rank": m.rank}
-            d.update({k: getattr(m, k) for k in METRIC_KEYS})
-            d.update({"bubble_s": m.bubble_s, "comm_bytes": m.comm_bytes, "file": str(rt.path), "mode": rt.mode,
-                      "rank_source": rt.meta.get("rank_source"), "device": rt.meta.get("device"),
-                      "rows": rt.rows})
-            d["steps"] = [dict({"step": s}, **{k: getattr(self.step_metrics[s][m.rank], k) for k in METRIC_KEYS})
-                          for s in self.analysed_steps if m.rank in self.step_metrics[s]]
-            ranks.append(d)
-        steps = []
-        for s in self.analysed_steps:
-            per = self.step_metrics[s]
-            steps.append({"step": s, "slowest_rank": self.cross.slowest_rank_per_step.get(s),
-                          "step_time_s": {str(r): per[r].step_time_s for r in sorted(per)}})
-        doc = {
-            "tool": "ccoverlap analyze",
-            "files": self.files,
-            "problems": self.problems,
-            "steps": {"spec": self.steps_spec if not isinstance(self.steps_spec, StepRanges) else str(self.steps_spec),
-                      "analysed": self.analysed_steps, "available": self.available_steps},
-            "time_resolution": self.time_resolution,
-            "summary": self.summary(),
-            "ranks": ranks,
-            "per_step": steps,
-            "collectives": [c.to_dict() for c in self.collectives],
-            "dimensions": [d.to_dict() for d in self.dimensions],
-            "comm_kernels": self.comm_kernels() if comm_kernels is None else comm_kernels,
-            "cross_rank": self.cross.to_dict(),
-            "contention": self.contention.to_dict(),
-            "verdict": self.verdict.to_dict(),
-        }
-        return json_ready(doc)
-
-
-def comm_kernel_rows(a: Analysis):
-    """The rows of :meth:`Analysis.comm_kernels`, one at a time, before :func:`json_ready`."""
-    for rt in a.ranks:
-        tl = rt.comm
-        if not len(tl):
-            continue
-        pg = rt.meta.get("pg_config") or {}
-        src = rt.comm_size_source.tolist() if rt.comm_size_source is not None else [""] * len(tl)
-        for name, c, g, gs, step, st, en, b, ss in zip(tl.name.tolist(), tl.collective.tolist(), tl.group.tolist(),
-                                                      rt.comm_group_size.tolist(), tl.step.tolist(),
-                                                      tl.start_s.tolist(), tl.end_s.tolist(), tl.bytes.tolist(), src):
-            dur = en - st
-            alg = b / dur if b > 0 and dur > 0 else None
-            f = busbw_factor(c, int(gs)) if gs else None
-            yield {"rank": rt.rank, "name": str(name), "collective": c, "group": g,
-                   "group_desc": (pg.get(str(g)) or {}).get("desc"), "group_size": int(gs),
-                   "step": int(step), "start_s": st, "dur_s": dur, "bytes": b,
-                   "size_source": ss or None, "algbw": alg,
-                   "busbw": alg * f if alg is not None and f is not None else None}
-
-
-def json_ready(x):
-    """``x`` with numpy integers as ints, floats to 12 significant digits (no 1e-17 noise), inf /
-    nan as None, tuples as lists and dict keys as strings."""
-    if isinstance(x, dict):
-        return {str(k): json_ready(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [json_ready(v) for v in x]
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        v = float(x)
-        return float(f"{v:.12g}") if math.isfinite(v) else None   # 12 significant digits: no 1e-17 noise
-    return x
+from ccoverlap.trace.steps import parse_steps
+from ccoverlap.trace.summary import JobContext
 
 
 def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", time_resolution: str = "hta",

@@ -26,6 +26,7 @@ joined to by External id or by its launch (correlation id) inside the op; failin
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -145,31 +146,7 @@ def collective_info(infos: list[dict], op_names: list[str], kernel_name: str, pg
     (all_gather: the gathered output, reduce_scatter: the full input).
     """
     out = CollInfo()
-    coll = ""
-    for d in infos:
-        c = d.get("Collective name")
-        if isinstance(c, str) and c:
-            coll = canonical_collective(c)
-            out.source = "args"
-            break
-    if not coll:
-        for n in op_names:  # nccl:all_reduce / gloo:all_gather before c10d::allreduce_
-            if n.startswith(("nccl:", "gloo:", "rccl:", "ucc:", "mpi:")):
-                coll = canonical_collective(n.split(":", 1)[1])
-                out.source = "op name"
-                break
-    if not coll:
-        for n in op_names:
-            if n.startswith("c10d::"):
-                coll = canonical_collective(n[6:])
-                out.source = "op name"
-                break
-    if not coll or coll == "unknown":
-        kc = _collective_from_kernel_name(kernel_name)
-        if kc != "unknown" or not coll:
-            coll = kc
-            out.source = out.source or "kernel name"
-    out.collective = coll
+    out.collective, out.source = _collective_type(infos, op_names, kernel_name)
     for d in infos:
         g = d.get("Process Group Name")
         if g is not None and g != "" and not out.group:
@@ -186,49 +163,87 @@ def collective_info(infos: list[dict], op_names: list[str], kernel_name: str, pg
     # sizes: the collective record's own in/out element counts, else the enclosing c10d op's
     # tensors (output and input: the larger is nccl-tests' size, their ratio the group size of
     # a gather/scatter), else the nccl:/gloo: op's input x the group size (all_gather)
-    nbytes = 0.0
+    out.bytes = _record_bytes(infos, out) or _c10d_tensor_bytes(infos, op_names, out)
+    if not out.group_size:
+        out.group_size = int(world_size or 0)
+    if not out.bytes:
+        out.bytes = _op_input_bytes(infos, out)
+    return out
+
+
+def _collective_type(infos: list[dict], op_names: list[str], kernel_name: str) -> tuple[str, str]:
+    """(collective, where it was read): the collective record's ``Collective name``, else the
+    ``nccl:`` / ``gloo:`` … op's name, else the ``c10d::`` op's, else the kernel's name."""
+    coll, source = "", ""
+    for d in infos:
+        c = d.get("Collective name")
+        if isinstance(c, str) and c:
+            coll, source = canonical_collective(c), "args"
+            break
+    if not coll:
+        for n in op_names:  # nccl:all_reduce / gloo:all_gather before c10d::allreduce_
+            if n.startswith(("nccl:", "gloo:", "rccl:", "ucc:", "mpi:")):
+                coll, source = canonical_collective(n.split(":", 1)[1]), "op name"
+                break
+    if not coll:
+        for n in op_names:
+            if n.startswith("c10d::"):
+                coll, source = canonical_collective(n[6:]), "op name"
+                break
+    if not coll or coll == "unknown":
+        kc = _collective_from_kernel_name(kernel_name)
+        if kc != "unknown" or not coll:
+            coll = kc
+            source = source or "kernel name"
+    return coll, source
+
+
+def _record_bytes(infos: list[dict], out: CollInfo) -> float:
+    """Bytes from a collective record's ``In`` / ``Out msg nelems`` × ``dtype`` (0.0: none); sets
+    ``out.size_source`` and, for a gather/scatter without a stated group size, ``out.group_size``."""
     for d in infos:
         esize = dtype_bytes(d.get("dtype"))
         n_in, n_out = d.get("In msg nelems"), d.get("Out msg nelems")
         if esize and _is_num(n_in) and _is_num(n_out) and max(n_in, n_out) > 0:
-            nbytes = max(float(n_in), float(n_out)) * esize
             out.size_source = "collective record (In/Out msg nelems)"
-            if not out.group_size and coll in _GATHER_SCATTER and min(n_in, n_out) > 0:
+            if not out.group_size and out.collective in _GATHER_SCATTER and min(n_in, n_out) > 0:
                 out.group_size = int(round(max(n_in, n_out) / min(n_in, n_out)))
-            break
+            return max(float(n_in), float(n_out)) * esize
         if esize and _is_num(n_in) and n_in > 0:
-            nbytes = float(n_in) * esize
             out.size_source = "collective record (In msg nelems)"
-            break
-    if not nbytes:
-        for d, name in zip(infos, op_names_for(infos, op_names)):
-            if not name.startswith("c10d::"):
-                continue
-            per_arg = tensor_arg_bytes(d.get("Input Dims"), d.get("Input type"))
-            per_arg = [x for x in per_arg if x > 0]
-            if per_arg:
-                nbytes = float(max(per_arg))
-                out.size_source = f"{name} tensors"
-                if (not out.group_size and coll in _GATHER_SCATTER and len(per_arg) >= 2
-                        and min(per_arg) > 0 and max(per_arg) % min(per_arg) == 0):
-                    out.group_size = max(per_arg) // min(per_arg)
-                break
-    if not out.group_size:
-        out.group_size = int(world_size or 0)
-    if not nbytes:
-        for d in infos:
-            types = d.get("Input type")
-            esize = dtype_bytes(types[0]) if isinstance(types, list) and types else 0
-            n = _nelems(d.get("Input Dims"))
-            if esize and n:
-                nbytes = float(n * esize)
-                out.size_source = "op input"
-                if coll == "all_gather":
-                    nbytes *= max(out.group_size or 1, 1)
-                    out.size_source = "op input x group size"
-                break
-    out.bytes = nbytes
-    return out
+            return float(n_in) * esize
+    return 0.0
+
+
+def _c10d_tensor_bytes(infos: list[dict], op_names: list[str], out: CollInfo) -> float:
+    """Bytes from the enclosing ``c10d::`` op's tensors (the larger one; 0.0: none); their ratio is
+    a gather/scatter's group size when none is stated."""
+    for d, name in zip(infos, op_names_for(infos, op_names)):
+        if not name.startswith("c10d::"):
+            continue
+        per_arg = [x for x in tensor_arg_bytes(d.get("Input Dims"), d.get("Input type")) if x > 0]
+        if per_arg:
+            out.size_source = f"{name} tensors"
+            if (not out.group_size and out.collective in _GATHER_SCATTER and len(per_arg) >= 2
+                    and min(per_arg) > 0 and max(per_arg) % min(per_arg) == 0):
+                out.group_size = max(per_arg) // min(per_arg)
+            return float(max(per_arg))
+    return 0.0
+
+
+def _op_input_bytes(infos: list[dict], out: CollInfo) -> float:
+    """Bytes from an op's first input tensor (× the group size for an all-gather; 0.0: none)."""
+    for d in infos:
+        types = d.get("Input type")
+        esize = dtype_bytes(types[0]) if isinstance(types, list) and types else 0
+        n = _nelems(d.get("Input Dims"))
+        if esize and n:
+            if out.collective == "all_gather":
+                out.size_source = "op input x group size"
+                return float(n * esize) * max(out.group_size or 1, 1)
+            out.size_source = "op input"
+            return float(n * esize)
+    return 0.0
 
 
 _GATHER_SCATTER = ("all_gather", "reduce_scatter", "gather", "scatter")
@@ -399,10 +414,10 @@ def _times(ts: np.ndarray, dur: np.ndarray, origin: float, round_us: bool) -> tu
 def _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_names, meta, round_us):
     n = len(raw.k_ts)
     pair = raw.k_nid * len(DEVICE_CAT_LIST) + raw.k_cat
-    uniq, inv = np.unique(pair, return_inverse=True)
+    uniq, inv = _factorize(pair)
     ukinds = np.array([kernel_kind(names[int(u) // len(DEVICE_CAT_LIST)],
                                    DEVICE_CAT_LIST[int(u) % len(DEVICE_CAT_LIST)]) for u in uniq], dtype=object)
-    kinds = ukinds[inv.reshape(-1)] if n else np.empty(0, dtype=object)
+    kinds = ukinds[inv] if n else np.empty(0, dtype=object)
     override = raw.k_kind >= 0
     if override.any():
         kinds[override] = np.array(KIND_CODES, dtype=object)[raw.k_kind[override]]
@@ -411,10 +426,10 @@ def _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_name
     has = launch_idx >= 0
     launch_s[has] = (raw.l_ts[launch_idx[has]] - origin) * 1e-6
     start, end = _times(raw.k_ts, raw.k_dur, origin, round_us)
-    multi_dev = len(np.unique(raw.k_device)) > 1
-    ds, sinv = np.unique(np.stack([raw.k_device, raw.k_stream]), axis=1, return_inverse=True)
+    ds, sinv = _factorize_pairs(raw.k_device, raw.k_stream)
+    multi_dev = len(np.unique(ds[0])) > 1
     labels = np.array([f"dev {d} stream {s}" if multi_dev else f"stream {s}" for d, s in ds.T], dtype=object)
-    streams = labels[sinv.reshape(-1)] if n else np.empty(0, dtype=object)
+    streams = labels[sinv] if n else np.empty(0, dtype=object)
     collective = np.full(n, "", dtype=object)
     group = np.full(n, "", dtype=object)
     nbytes = np.zeros(n)
@@ -434,6 +449,27 @@ def _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_name
                      meta=meta, size_source=size_source)
 
 
+def _factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` (sorted distinct keys, each key's index among them)
+    of a 1-D integer array: the distinct keys by hashing, the index by binary search among them,
+    instead of sorting every key."""
+    uniq = np.unique(keys)
+    return uniq, np.searchsorted(uniq, keys)
+
+
+_HALF = 1 << 30
+
+
+def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(np.stack([a, b]), axis=1, return_inverse=True)`` of two integer columns: the
+    distinct (a, b) pairs as a 2 x k array in lexicographic order and each row's index among them."""
+    if len(a) and -_HALF <= min(a.min(), b.min()) and max(a.max(), b.max()) < _HALF:
+        uniq, inv = _factorize((a + _HALF) * (2 * _HALF) + (b + _HALF))   # order-preserving, fits int64
+        return np.stack([uniq // (2 * _HALF) - _HALF, uniq % (2 * _HALF) - _HALF]), inv
+    uniq, inv = np.unique(np.stack([a, b]), axis=1, return_inverse=True)
+    return uniq, inv.reshape(-1)
+
+
 def _enclosing_index(starts: np.ndarray, ends: np.ndarray):
     """Per-thread nesting of intervals sorted by start: ``parent[j]`` is the nearest earlier interval
     that contains interval ``j`` (-1: none), built in one linear pass with a stack."""
@@ -449,20 +485,14 @@ def _enclosing_index(starts: np.ndarray, ends: np.ndarray):
     return parent
 
 
-def _join_collectives(raw, rows, launch_idx, pg, world, names, collective, group, nbytes, gsize,
-                      size_source=None) -> None:
-    """Fill collective/group/bytes of the comm rows (kernel args > External id > launch enclosure > name).
-
-    Linear time: the comm ops of each thread are sorted once and every launch finds the ops that
-    enclose it by binary search plus a walk up the (shallow) nesting chain - never a scan of the
-    thread's ops per kernel.
-    """
+def _comm_ops_by_thread(raw) -> tuple[dict, dict]:
+    """The comm ops of a rank: ``{External id: op row}`` and, per thread, the ops sorted by start
+    with their nesting parents ``{tid: (rows, starts, ends, parent)}``."""
     comm_ops = np.flatnonzero(raw.c_info >= 0)
-    ext_to_op = {}
+    ext_to_op: dict = {}
     for j, e in zip(comm_ops.tolist(), raw.c_ext[comm_ops].tolist()):
         if e >= 0:
             ext_to_op.setdefault(e, j)
-    # comm ops per thread, sorted by start, with their nesting parents
     by_tid: dict[int, tuple] = {}
     if len(comm_ops):
         order = comm_ops[np.lexsort((-(raw.c_ts[comm_ops] + raw.c_dur[comm_ops]), raw.c_ts[comm_ops],
@@ -473,37 +503,92 @@ def _join_collectives(raw, rows, launch_idx, pg, world, names, collective, group
             st = raw.c_ts[seg]
             en = st + raw.c_dur[seg]
             by_tid[int(raw.c_tid[seg[0]])] = (seg, st, en, _enclosing_index(st.tolist(), en.tolist()))
-    names_arr = names
-    for i in rows.tolist():
-        infos: list[dict] = []
-        op_names: list[str] = []
-        if raw.k_info[i] >= 0:
-            infos.append(raw.infos[raw.k_info[i]])
-        li = launch_idx[i]
-        if li >= 0:
-            entry = by_tid.get(int(raw.l_tid[li]))
-            if entry is not None:
-                seg, st, en, parent = entry
-                t = raw.l_ts[li]
-                p = int(np.searchsorted(st, t, side="right")) - 1
-                while p >= 0 and en[p] < t:       # a sibling that ended: climb to its ancestors
-                    p = int(parent[p])
-                while p >= 0:                     # innermost first
-                    j = int(seg[p])
-                    infos.append(raw.infos[raw.c_info[j]])
-                    op_names.append(names_arr[raw.c_nid[j]])
-                    p = int(parent[p])
-        j = ext_to_op.get(int(raw.k_ext[i]))
-        if j is not None and names_arr[raw.c_nid[j]] not in op_names:
+    return ext_to_op, by_tid
+
+
+def _row_args(raw, i: int, li: int, by_tid: dict, ext_to_op: dict, names: list) -> tuple[list, list]:
+    """The args dicts and op names behind communication row ``i`` (launched by launch ``li``):
+    its own collective record, the comm ops enclosing its launch (innermost first), the op of its
+    External id."""
+    infos: list[dict] = []
+    op_names: list[str] = []
+    if raw.k_info[i] >= 0:
+        infos.append(raw.infos[raw.k_info[i]])
+    entry = by_tid.get(int(raw.l_tid[li])) if li >= 0 else None
+    if entry is not None:
+        seg, st, en, parent = entry
+        t = raw.l_ts[li]
+        p = int(np.searchsorted(st, t, side="right")) - 1
+        while p >= 0 and en[p] < t:       # a sibling that ended: climb to its ancestors
+            p = int(parent[p])
+        while p >= 0:                     # innermost first
+            j = int(seg[p])
             infos.append(raw.infos[raw.c_info[j]])
-            op_names.append(names_arr[raw.c_nid[j]])
-        ci = collective_info(infos, op_names, names_arr[raw.k_nid[i]], pg, world)
-        collective[i] = ci.collective
-        group[i] = ci.group
-        nbytes[i] = ci.bytes
-        gsize[i] = ci.group_size
-        if size_source is not None:
-            size_source[i] = ci.size_source
+            op_names.append(names[raw.c_nid[j]])
+            p = int(parent[p])
+    j = ext_to_op.get(int(raw.k_ext[i]))
+    if j is not None and names[raw.c_nid[j]] not in op_names:
+        infos.append(raw.infos[raw.c_info[j]])
+        op_names.append(names[raw.c_nid[j]])
+    return infos, op_names
+
+
+def _join_collectives(raw, rows, launch_idx, pg, world, names, collective, group, nbytes, gsize,
+                      size_source=None) -> None:
+    """Fill collective/group/bytes of the comm rows (kernel args > External id > launch enclosure > name).
+
+    Linear time: the comm ops of each thread are sorted once and every launch finds the ops that
+    enclose it by binary search plus a walk up the (shallow) nesting chain - never a scan of the
+    thread's ops per kernel. :func:`collective_info` runs once per distinct (kernel name, args,
+    op names): rows without any args (no record, no enclosing op, no External id match) are
+    grouped by kernel name, the others keyed by the args' content.
+    """
+    ext_to_op, by_tid = _comm_ops_by_thread(raw)
+    li = launch_idx[rows]
+    has_thread = li >= 0
+    if has_thread.any():
+        has_thread[has_thread] = np.isin(raw.l_tid[li[has_thread]], list(by_tid))
+    has_ext = np.isin(raw.k_ext[rows], list(ext_to_op)) if ext_to_op else np.zeros(len(rows), dtype=bool)
+    plain = ~(has_thread | has_ext | (raw.k_info[rows] >= 0))
+    out = (collective, group, nbytes, gsize, size_source)
+    if plain.any():
+        uniq, inv = np.unique(raw.k_nid[rows[plain]], return_inverse=True)
+        found = [collective_info([], [], names[u], pg, world) for u in uniq.tolist()]
+        _fill(out, rows[plain], [found[k] for k in inv.reshape(-1).tolist()])
+    frozen: dict[int, str] = {}
+    cache: dict[tuple, CollInfo] = {}
+    done, got = [], []
+    for i, lj in zip(rows[~plain].tolist(), li[~plain].tolist()):
+        infos, op_names = _row_args(raw, i, lj, by_tid, ext_to_op, names)
+        key = (int(raw.k_nid[i]), tuple(op_names), tuple(_frozen(d, frozen) for d in infos))
+        ci = cache.get(key)
+        if ci is None:
+            ci = cache[key] = collective_info(infos, op_names, names[raw.k_nid[i]], pg, world)
+        done.append(i)
+        got.append(ci)
+    _fill(out, np.asarray(done, dtype=np.int64), got)
+
+
+def _frozen(d: dict, memo: dict) -> str:
+    """The content of an args dict as text (equal text: equal args), memoised by identity."""
+    v = memo.get(id(d))
+    if v is None:
+        v = memo[id(d)] = json.dumps(d, sort_keys=True)
+    return v
+
+
+def _fill(out: tuple, rows: np.ndarray, infos: list[CollInfo]) -> None:
+    """Write each row's :class:`CollInfo` into the columns ``out`` = (collective, group, bytes,
+    group size, size source or None)."""
+    if not len(rows):
+        return
+    collective, group, nbytes, gsize, size_source = out
+    collective[rows] = [c.collective for c in infos]
+    group[rows] = [c.group for c in infos]
+    nbytes[rows] = [c.bytes for c in infos]
+    gsize[rows] = [c.group_size for c in infos]
+    if size_source is not None:
+        size_source[rows] = [c.size_source for c in infos]
 
 
 def _build_cpu(raw, rank, origin, pg, world, names, comm_nids, cpu_steps, cutoff, step_names, meta, round_us):

@@ -23,10 +23,17 @@ from __future__ import annotations
 
 import re
 import zlib
+from itertools import repeat
+from operator import attrgetter
 
 import numpy as np
 
-from ccoverlap.trace.jsonstream import _Ev, comm_args, has_collective_record
+from ccoverlap.trace.jsonstream import TraceArgs, _Ev, arg_value, comm_args, has_collective_record
+
+try:
+    from msgspec import Raw
+except ImportError:  # pragma: no cover - msgspec is a dependency; the stdlib path still works
+    Raw = None
 
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events"})
 CPU_OP_CATS = frozenset({"cpu_op", "user_annotation"})
@@ -45,6 +52,34 @@ _DEV_CAT = {c: i for i, c in enumerate(DEVICE_CAT_LIST)}
 
 def _int_or(v, default: int = -1) -> int:
     return v if v.__class__ is int and -_I64 < v < _I64 else default
+
+
+def _all_int(vals: list) -> bool:
+    """Whether every value is an ``int`` (not a bool, float, None ...)."""
+    return set(map(type, vals)) <= _INT_ONLY
+
+
+_INT_ONLY = {int}
+_NONE_ONLY = {type(None)}
+_E_PH, _E_CAT, _E_NAME, _E_TS, _E_DUR, _E_ARGS = (attrgetter(k) for k in ("ph", "cat", "name", "ts", "dur", "args"))
+_E_THREAD = attrgetter("pid", "tid")
+_A_STREAM, _A_CORR, _A_EXT, _A_DEV, _A_KIND, _A_GRID, _A_BLOCK, _A_COLL, _A_NELEMS = (
+    attrgetter(k) for k in ("stream", "correlation", "external_id", "device", "ccoverlap_kind", "grid", "block",
+                            "collective_name", "in_msg_nelems"))
+
+
+def _with_record(args: list) -> list[int]:
+    """Indices of the events whose args hold a collective record (:func:`has_collective_record`)."""
+    if args and args[0].__class__ is TraceArgs:     # typed: absent keys are empty raw text
+        names = np.fromiter(map(len, map(_A_COLL, args)), dtype=np.int64, count=len(args))
+        nelems = np.fromiter(map(len, map(_A_NELEMS, args)), dtype=np.int64, count=len(args))
+        return np.flatnonzero((names > 0) | (nelems > 0)).tolist()
+    return [i for i, a in enumerate(args) if has_collective_record(a)]
+
+
+def _shape_hash(grid, block) -> int:
+    """Hash of a kernel's launch shape (``grid``, ``block`` as decoded; 0 when there is no grid)."""
+    return zlib.crc32(f"{grid}{block}".encode()) if grid is not None else 0
 
 
 def _num(v) -> bool:
@@ -89,7 +124,7 @@ class Columns:
                 self._name_comm.append(n.startswith(COMM_OP_PREFIXES))
                 m = _STEP_RE.match(n) if n.startswith("ProfilerStep") else None
                 self._name_step.append(int(m.group(1)) if m and len(m.group(1)) < 16 else -1)
-        return np.fromiter((ids[n] for n in names), dtype=np.int64, count=len(names))
+        return np.fromiter(map(ids.__getitem__, names), dtype=np.int64, count=len(names))
 
     def thread(self, keys: list) -> np.ndarray:
         """Thread ids of ``(pid, tid)`` keys, new ones added in first-seen order."""
@@ -98,7 +133,7 @@ class Columns:
             if k not in ids:
                 ids[k] = len(self.threads)
                 self.threads.append(k)
-        return np.fromiter((ids[k] for k in keys), dtype=np.int64, count=len(keys))
+        return np.fromiter(map(ids.__getitem__, keys), dtype=np.int64, count=len(keys))
 
     def _bad(self, index: int) -> None:
         self.n_bad += 1
@@ -134,21 +169,21 @@ class Columns:
     def _partition(self, batch: list, base: int) -> dict:
         """Complete events by category, with their indices (typed batch: ph / cat are str or None).
         Four list comprehensions and numpy, no per-event conditionals."""
-        phc = np.array([_PH.get(p, 3) for p in [e.ph for e in batch]], dtype=np.int8)
-        cats = [e.cat for e in batch]
+        phc = np.fromiter(map(_PH.get, map(_E_PH, batch), repeat(3)), dtype=np.int8, count=len(batch))
+        cats = list(map(_E_CAT, batch))
         cid = self._cat_ids
         for c in dict.fromkeys(cats):
             if c not in cid:
                 cid[c] = len(cid)
                 self._cat_list.append(c)
-        cc = np.array([cid[c] for c in cats], dtype=np.int64)
+        cc = np.fromiter(map(cid.__getitem__, cats), dtype=np.int64, count=len(cats))
         for i in np.flatnonzero(phc == 1).tolist():
             self._meta(batch[i])
         for i in np.flatnonzero(phc == 2).tolist():
             self._bad(base + i)
         x = phc == 0
         out = {}
-        present = np.unique(cc[x]).tolist() if x.any() else []
+        present = np.flatnonzero(np.bincount(cc[x], minlength=len(cid))).tolist() if x.any() else []
         for k in present:
             cat = self._cat_list[k]
             if cat in SKIP_CATS:
@@ -208,9 +243,9 @@ class Columns:
     def _times(self, evs: list, seq: list):
         """ts / dur columns (µs) of ``evs``; out-of-range ones (and nameless where a name is read)
         are counted and dropped."""
-        ts_l = [e.ts for e in evs]
+        ts_l = list(map(_E_TS, evs))
         ts = np.array(ts_l, dtype=np.float64)          # a missing ts reads NaN: rejected below
-        dur_l = [e.dur for e in evs]
+        dur_l = list(map(_E_DUR, evs))
         if None in dur_l:
             dur_l = [0 if d is None else d for d in dur_l]
         dur = np.array(dur_l, dtype=np.float64)
@@ -228,7 +263,7 @@ class Columns:
         return ts, dur, evs, seq
 
     def _cpu_ops(self, cat: str, evs: list, seq: list, ts: np.ndarray, dur: np.ndarray) -> None:
-        names = [e.name for e in evs]
+        names = list(map(_E_NAME, evs))
         if None in names:
             keep = [i for i, n in enumerate(names) if n is not None]
             for i in set(range(len(names))) - set(keep):
@@ -257,7 +292,7 @@ class Columns:
         step = np.asarray(self._name_step, dtype=np.int64)[nid]
         for i in np.flatnonzero((step >= 0) & ~comm).tolist():
             self.steps.append((int(step[i]), float(ts[i]), float(dur[i]), False, seq[i]))
-        tid = self.thread([(e.pid, e.tid) for e in evs])
+        tid = self.thread(list(map(_E_THREAD, evs)))
         if not keep.all():
             nid, ts, dur, tid, ext, info = nid[keep], ts[keep], dur[keep], tid[keep], ext[keep], info[keep]
             seq = [s for s, k in zip(seq, keep.tolist()) if k]
@@ -272,7 +307,7 @@ class Columns:
         c["annot"].append(np.full(len(nid), cat == "user_annotation"))
 
     def _launches(self, evs: list, seq: list, ts: np.ndarray, dur: np.ndarray) -> None:
-        args = [e.args for e in evs]
+        args = list(map(_E_ARGS, evs))
         corr = [a.correlation for a in args] if None not in args else [
             a.correlation if a is not None else None for a in args]
         if not all(c.__class__ is int and -_I64 < c < _I64 for c in corr):
@@ -291,27 +326,29 @@ class Columns:
         lc["seq"].append(np.asarray(seq, dtype=np.int64))
         lc["corr"].append(np.asarray(corr, dtype=np.int64))
         lc["ts"].append(ts)
-        lc["tid"].append(self.thread([(e.pid, e.tid) for e in evs]))
+        lc["tid"].append(self.thread(list(map(_E_THREAD, evs))))
         if self.keep_runtime:
             lc["nid"].append(self.intern([e.name if e.name.__class__ is str else "?" for e in evs]))
             lc["dur"].append(dur)
 
     def _others(self, cat, evs: list, seq: list, ts: np.ndarray, dur: np.ndarray) -> None:
         """Device events, and the launches / ProfilerStep annotations of the other CPU-side kinds."""
-        names = [e.name for e in evs]
+        names = list(map(_E_NAME, evs))
         if None in names:
             keep = [i for i, n in enumerate(names) if n is not None]
             for i in set(range(len(names))) - set(keep):
                 self._bad(seq[i])
             evs, seq, names = [evs[i] for i in keep], [seq[i] for i in keep], [names[i] for i in keep]
             ts, dur = ts[keep], dur[keep]
+        if cat in DEVICE_CATS:          # every one a device event
+            self._device(evs, seq, names, ts, dur, cat)
+            return
         dev_rows, launch_rows = [], []
-        always = cat in DEVICE_CATS
         for i, e in enumerate(evs):
             a = e.args
             st = a.stream if a is not None else None
             co = a.correlation if a is not None else None
-            if always or (st.__class__ is int and st >= 0 and co.__class__ is int and co >= 0
+            if (st.__class__ is int and st >= 0 and co.__class__ is int and co >= 0
                           and cat != "gpu_user_annotation"):
                 dev_rows.append(i)
                 continue
@@ -337,19 +374,22 @@ class Columns:
     def _device_fast(self, evs, seq, names, ts, dur, cat) -> bool:
         """Device events of a typed batch, column by column; False (nothing added) when any value
         needs the per-event checks of :meth:`_device_each`."""
-        args = [e.args for e in evs]
+        args = list(map(_E_ARGS, evs))
         if None in args or self.keep_runtime:
             return False
         ints = {}
-        for key, vals in (("stream", [a.stream for a in args]), ("corr", [a.correlation for a in args]),
-                          ("ext", [a.external_id for a in args])):
-            if not all(v.__class__ is int for v in vals):
+        for key, vals in (("stream", list(map(_A_STREAM, args))), ("corr", list(map(_A_CORR, args))),
+                          ("ext", list(map(_A_EXT, args)))):
+            kinds = set(map(type, vals))
+            if kinds == _NONE_ONLY:             # the key is in no event of the batch
+                vals = [-1] * len(vals)
+            elif not kinds <= _INT_ONLY:
                 vals = [v if v.__class__ is int else -1 for v in vals]
             ints[key] = vals
-        dev = [a.device for a in args]
+        dev = list(map(_A_DEV, args))
         if None in dev:
             dev = [d if d is not None else e.pid for d, e in zip(dev, evs)]
-        if not all(v.__class__ is int for v in dev):
+        if not _all_int(dev):
             dev = [v if v.__class__ is int else -1 for v in dev]
         ints["device"] = dev
         try:
@@ -358,36 +398,21 @@ class Columns:
             return False
         if any(((c <= -_I64) | (c >= _I64)).any() for c in cols.values()):
             return False
-        rec = [i for i, a in enumerate(args) if has_collective_record(a)]
         info = np.full(len(evs), -1, dtype=np.int64)
-        for i in rec:
+        for i in _with_record(args):
             try:
                 d = comm_args(args[i])
             except ValueError:
                 return False
             info[i] = len(self.infos)
             self.infos.append(d)
-        kinds = [a.ccoverlap_kind for a in args]
+        kinds = list(map(_A_KIND, args))
         kind = (np.full(len(evs), -1, dtype=np.int64) if kinds.count(None) == len(kinds) else
                 np.array([_KIND.get(kk, -1) if kk.__class__ is str else -1 for kk in kinds], dtype=np.int64))
-        cache = self._shapes
-        shape = []
-        for a in args:
-            g = a.grid
-            if g is None:
-                shape.append(0)
-                continue
-            b = a.block
-            try:
-                key = (*g, None, *b) if g.__class__ is list and b.__class__ is list else None
-                v = cache.get(key) if key is not None else None
-            except TypeError:           # an unhashable item inside grid / block
-                key = v = None
-            if v is None:
-                v = zlib.crc32(f"{g}{b}".encode())
-                if key is not None and len(cache) < 65536:
-                    cache[key] = v
-            shape.append(v)
+        try:
+            shape = self._shape_column(args)
+        except ValueError:              # a grid / block that cannot be decoded: event by event
+            return False
         k = self.k
         k["seq"].append(np.asarray(seq, dtype=np.int64))
         k["nid"].append(self.intern(names))
@@ -403,6 +428,23 @@ class Columns:
         k["wcorr"].append(np.full(len(evs), -1, dtype=np.int64))
         return True
 
+    def _shape_column(self, args: list) -> np.ndarray:
+        """The launch-shape hash of each event (:func:`_shape_hash`), computed once per distinct
+        grid / block text (typed batch: both kept as raw JSON text)."""
+        grids, blocks = list(map(_A_GRID, args)), list(map(_A_BLOCK, args))
+        if grids[0].__class__ is not Raw:             # the tolerant path: decoded values
+            return np.array([_shape_hash(g, b) for g, b in zip(grids, blocks)], dtype=np.int64)
+        keys = list(zip(map(bytes, grids), map(bytes, blocks)))
+        cache = self._shapes
+        new = set(keys).difference(cache)
+        if len(cache) + len(new) > 65536:           # too many distinct shapes: no cache
+            return np.array([_shape_hash(arg_value(g), arg_value(b)) for g, b in zip(grids, blocks)], dtype=np.int64)
+        if new:
+            where = dict(zip(keys, range(len(keys))))
+            for key in new:
+                cache[key] = _shape_hash(arg_value(grids[where[key]]), arg_value(blocks[where[key]]))
+        return np.fromiter(map(cache.__getitem__, keys), dtype=np.int64, count=len(keys))
+
     def _device_each(self, evs, seq, names, ts, dur, cat) -> None:
         n = len(evs)
         cols = {k: np.empty(n, dtype=np.int64) for k in ("stream", "device", "corr", "ext", "info", "kind", "shape",
@@ -413,12 +455,18 @@ class Columns:
             a = e.args
             if a is None:
                 st = dev = co = ext = None
-                info, kk, grid = -1, None, None
+                info, kk, grid, block = -1, None, None, None
                 dev = e.pid
             else:
-                st, co, ext, kk, grid = a.stream, a.correlation, a.external_id, a.ccoverlap_kind, a.grid
+                st, co, ext, kk = a.stream, a.correlation, a.external_id, a.ccoverlap_kind
                 dev = a.device if a.device is not None else e.pid
                 info = -1
+                try:
+                    grid, block = arg_value(a.grid), arg_value(a.block)
+                except ValueError:
+                    keep[i] = False
+                    self._bad(seq[i])
+                    continue
                 if has_collective_record(a):
                     try:
                         args = comm_args(a)
@@ -439,7 +487,7 @@ class Columns:
             cols["stream"][i], cols["device"][i], cols["corr"][i], cols["ext"][i] = st, dev, co, ext
             cols["info"][i] = info
             cols["kind"][i] = _KIND.get(kk, -1) if kk.__class__ is str else -1
-            cols["shape"][i] = zlib.crc32(f"{grid}{a.block}".encode()) if grid is not None else 0
+            cols["shape"][i] = _shape_hash(grid, block)
             if self.keep_runtime:
                 ws = a.wait_on_stream if a is not None else None
                 wc = a.wait_on_cuda_event_record_corr_id if a is not None else None

@@ -23,6 +23,7 @@ from ccoverlap.trace.contention import PooledContention
 from ccoverlap.trace.dimensions import choose_cpu_groups, combine_dimension_parts
 from ccoverlap.trace.rank_assign import assign_ranks
 from ccoverlap.trace.ranks import cross_rank
+from ccoverlap.trace.result import Analysis
 from ccoverlap.trace.steps import is_numbered, missing_steps
 from ccoverlap.trace.summary import JobContext, RankSummary, summarize_rank
 from ccoverlap.trace.verdict import decide
@@ -48,14 +49,12 @@ def _summarize(item: tuple) -> RankSummary:
 
 def combine(summaries: list[RankSummary], ctx: JobContext, files: list[str], problems: list[str],
             rerun: Callable[[list], list[RankSummary]], *, png_step: int | None = None, picture: bool = False):
-    """The job's :class:`~ccoverlap.trace.analyze.Analysis` from one summary per file (file order).
+    """The job's :class:`~ccoverlap.trace.result.Analysis` from one summary per file (file order).
 
     ``rerun([(path, JobContext), ...])`` summarizes files again with the job's facts. Problems are
     added to ``problems`` in the order the report lists them. Raises :class:`TraceError` when no
     file could be analysed and :class:`ConfigError` when none of the ``--steps`` is in the traces.
     """
-    from ccoverlap.trace.analyze import Analysis
-
     for s in summaries:
         problems.extend([s.error] if s.error else s.warnings)
     ranked, rank_problems = assign_ranks([s for s in summaries if not s.error])

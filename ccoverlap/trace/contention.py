@@ -101,8 +101,23 @@ def _samples(rt: RankTrace, mask: np.ndarray, overlapped_fraction: float):
     uniq, first, inv = np.unique(pair, return_index=True, return_inverse=True)
     names_c, shapes_c = tl.name[comp], rt.shape[comp]
     labels = np.array([f"{names_c[f]}\x00{shapes_c[f]}" for f in first], dtype=object)
-    keys = labels[inv.reshape(-1)] if len(comp) else np.empty(0, dtype=object)
-    return keys, d, alone, over
+    return (labels, inv.reshape(-1).astype(np.int64)), d, alone, over
+
+
+def _factor(keys, use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys[use], return_inverse=True)`` where ``keys`` is an object array of labels or,
+    as :func:`_samples` gives them, a pair (distinct labels, each row's label index): then only the
+    few distinct labels are sorted, not a string per row."""
+    if not isinstance(keys, tuple):
+        uniq, inv = np.unique(keys[use], return_inverse=True)
+        return uniq, inv.reshape(-1)
+    labels, codes = keys
+    codes = codes[use]
+    present = np.unique(codes)
+    order = np.argsort(labels[present], kind="stable")
+    pos = np.empty(len(labels), dtype=np.int64)
+    pos[present[order]] = np.arange(len(order))
+    return labels[present[order]], pos[codes]
 
 
 def _aggregate(keys, d, alone, over, min_samples: int, min_duration_s: float = 10e-6) -> Contention:
@@ -110,8 +125,7 @@ def _aggregate(keys, d, alone, over, min_samples: int, min_duration_s: float = 1
     over_time = float(d[over].sum())
     use = alone | over
     if use.any():
-        uniq, inv = np.unique(keys[use], return_inverse=True)
-        inv = inv.reshape(-1)
+        uniq, inv = _factor(keys, use)
         du, au, ou = d[use], alone[use], over[use]
         order = np.argsort(inv, kind="stable")
         bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
@@ -148,7 +162,7 @@ def contention(rts: list[RankTrace], masks: dict[int, np.ndarray], *, overlapped
         keys, d, alone, over = _samples(rt, masks[rt.rank], overlapped_fraction)
         c = _aggregate(keys, d, alone, over, min_samples)
         per_rank[rt.rank] = {"slowdown": c.slowdown, "time_lost_s": c.time_lost_s, "kernels": len(c.kernels)}
-        all_keys.append(keys); all_d.append(d); all_alone.append(alone); all_over.append(over)
+        all_keys.append(keys[0][keys[1]]); all_d.append(d); all_alone.append(alone); all_over.append(over)
     if not rts:
         return Contention(1.0, 0.0, 0.0, [], note="no ranks")
     pooled = _aggregate(np.concatenate(all_keys), np.concatenate(all_d), np.concatenate(all_alone),
@@ -172,9 +186,9 @@ def rank_samples(rt: RankTrace, mask: np.ndarray, *, overlapped_fraction: float 
            "dur_s": np.empty(0), "n_alone": np.empty(0, np.int64), "n_over": np.empty(0, np.int64)}
     use = alone | over
     if use.any():
-        labels, inv = np.unique(keys[use], return_inverse=True)
+        labels, inv = _factor(keys, use)
         out["labels"] = labels.tolist()
-        out.update(_count(inv.reshape(-1), d[use], alone[use].astype(np.int64), over[use].astype(np.int64)))
+        out.update(_count(inv, d[use], alone[use].astype(np.int64), over[use].astype(np.int64)))
     return out
 
 

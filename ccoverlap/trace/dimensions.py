@@ -135,11 +135,13 @@ def rank_dimension_parts(rt: RankTrace, mask: np.ndarray, mapping: dict[str, str
     if not len(idx):
         return []
     dims = {}
-    for g in np.unique(tl.group[idx]).tolist():
+    groups_l = tl.group[idx].tolist()
+    for g in sorted(set(groups_l)):         # np.unique's order, without sorting a string per row
         dims[g] = dimension_of(str(g), pg.get(str(g)), world, mapping)
-    row_dim = np.array([dims[g][0] for g in tl.group[idx].tolist()], dtype=object)
+    row_dim_l = [dims[g][0] for g in groups_l]
+    row_dim = np.array(row_dim_l, dtype=object)
     parts = []
-    for dim in np.unique(row_dim).tolist():
+    for dim in sorted(set(row_dim_l)):
         rows = idx[row_dim == dim]
         us, ue = merge_intervals(tl.start_s[rows], tl.end_s[rows])
         t = float(np.sum(ue - us))

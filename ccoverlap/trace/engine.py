@@ -19,6 +19,8 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
+from ccoverlap.errors import ConfigError
+
 # the per-rank work pays for a worker process from about this much trace data (on disk)
 PARALLEL_MIN_BYTES = 2 << 20
 #: items queued per forked worker of :class:`LocalEngine` (one running, one waiting)
@@ -111,8 +113,6 @@ def make_engine(name: str | None, *, address: str | None = None, n_items: int = 
     :func:`local_engine` for ``n_items`` files of ``total_bytes``; ``ray`` a
     :class:`~ccoverlap.trace.ray_engine.RayEngine` connected to ``address`` (default: a Ray
     instance started on this machine). Ray is imported only here, only for ``ray``."""
-    from ccoverlap.errors import ConfigError
-
     if name in (None, "local"):
         if address:
             raise ConfigError("--address is for --engine ray")

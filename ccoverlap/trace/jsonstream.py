@@ -26,6 +26,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Union
@@ -50,6 +51,8 @@ COMM_ARG_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype"
                    "Input Dims", "Input type", "In split size", "Out split size")
 ARG_FIELDS = ("correlation", "External id", "stream", "device", "grid", "block", "ccoverlap_kind",
               "wait_on_stream", "wait_on_cuda_event_record_corr_id", "name")
+# kept as raw JSON text too (a list per kernel is not built; :func:`arg_value` decodes one distinct text)
+RAW_ARG_FIELDS = ("grid", "block")
 _ATTR = {k: k.lower().replace(" ", "_") for k in ARG_FIELDS + COMM_ARG_FIELDS}
 ABSENT = None       # what an args attribute reads when the key is not there (a JSON null reads None too)
 
@@ -60,7 +63,8 @@ if msgspec is not None:
     def _args_struct():
         # the args the analyser reads, typed loosely (the caller validates); the collective keys stay
         # raw JSON text, decoded only for the few events that are collective ops
-        fields = [(_ATTR[k], object, msgspec.field(default=None, name=k)) for k in ARG_FIELDS]
+        fields = [(_ATTR[k], msgspec.Raw if k in RAW_ARG_FIELDS else object,
+                   msgspec.field(default=_RAW0 if k in RAW_ARG_FIELDS else None, name=k)) for k in ARG_FIELDS]
         fields += [(_ATTR[k], msgspec.Raw, msgspec.field(default=_RAW0, name=k)) for k in COMM_ARG_FIELDS]
         return msgspec.defstruct("TraceArgs", fields, gc=False)
 
@@ -143,6 +147,23 @@ def comm_args(args) -> dict:
                     raise ValueError("args nested too deeply") from None
         out[k] = v
     return out
+
+
+def arg_value(v):
+    """The value of an args field that may be kept as raw JSON text (:data:`RAW_ARG_FIELDS`):
+    decoded (absent: None); any other value as it is. Raises ValueError when the text cannot be
+    decoded (an integer of more than 4300 digits ...)."""
+    if msgspec is None or v.__class__ is not msgspec.Raw:
+        return v
+    if not v:
+        return None
+    try:
+        return _ANY.decode(v)
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        try:
+            return json.loads(bytes(v))
+        except RecursionError:
+            raise ValueError("args nested too deeply") from None
 
 
 def _present(v) -> bool:
@@ -500,8 +521,6 @@ def _last_boundary(buf: str, lo: int, hi: int) -> int:
 
 
 def _depth_limit() -> int:
-    import sys
-
     return sys.getrecursionlimit()
 
 

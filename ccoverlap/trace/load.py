@@ -28,8 +28,11 @@ Which rank a file is (``distributedInfo``, file name, file order) is decided in
 
 from __future__ import annotations
 
+import errno
+import gc
 import gzip
 import json
+import os
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -156,9 +159,6 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Source], list[str]]:
 
 def _why_not_there(path: Path) -> str:
     """Why ``path`` is neither a file nor a directory we can read, in words."""
-    import errno
-    import os
-
     if not os.path.lexists(path):
         return "no such file or directory"
     try:
@@ -251,10 +251,16 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: boo
 
 def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = False) -> RawTrace:
     cols = Columns(keep_runtime=keep_runtime)
-    with _open(path) as fh:
-        es = EventStream(fh)
-        for batch in es.batches():
-            cols.add_batch(batch)
+    collecting = gc.isenabled()
+    gc.disable()        # millions of short-lived event objects, no cycles: no collector passes over them
+    try:
+        with _open(path) as fh:
+            es = EventStream(fh)
+            for batch in es.batches():
+                cols.add_batch(batch)
+    finally:
+        if collecting:
+            gc.enable()
     header = es.header
     n_bad, bad_at = cols.n_bad, cols.bad_at
     c = cols.finish()

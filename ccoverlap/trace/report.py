@@ -17,7 +17,7 @@ import numpy as np
 from rich.console import Console
 
 from ccoverlap.console import Col, make_console, print_table, print_wrapped
-from ccoverlap.trace.analyze import Analysis, comm_kernel_rows, json_ready
+from ccoverlap.trace.analyze import COMM_KERNEL_KEYS, Analysis, comm_kernel_columns
 from ccoverlap.trace.ranks import MAX_CLOCK_SPREAD_S
 
 MAX_LANE_RANKS = 16
@@ -83,19 +83,37 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
         rows.append(_rank_row("all", s))
         styles.append("bold")
     print_table(con, _rank_columns(), rows, styles=styles, title="Per rank (analysed window)")
-    if a.step_metrics:
-        rows = []
-        for st in a.analysed_steps:
-            per = list(a.step_metrics[st].values())
-            comm = sum(x.comm_s for x in per)
-            rows.append([str(st), _ms(np.mean([x.step_time_s for x in per])), _ms(np.mean([x.compute_s for x in per])),
-                         _ms(np.mean([x.comm_s for x in per])),
-                         _pct(sum(x.overlap_s for x in per) / comm if comm else 0.0),
-                         _ms(np.mean([x.exposed_comm_s for x in per])), _ms(np.mean([x.idle_s for x in per])),
-                         str(a.cross.slowest_rank_per_step.get(st, "-"))])
-        print_table(con, [Col("step"), Col("step time"), Col("compute"), Col("comm"), Col("overlap"),
-                          Col("exposed comm"), Col("idle", drop=1), Col("slowest rank")], rows,
-                    title="Per step (mean over ranks; slowest rank = longest step)")
+    _print_steps(con, a)
+    _print_collectives(con, a)
+    _print_cross(con, a.cross)
+    _print_contention(con, a.contention)
+    v = a.verdict
+    colour = {"fine": "green", "overlap-limited": "yellow", "contention-limited": "yellow",
+              "communication-bound": "red"}.get(v.label, "white")
+    con.print(f"[bold {colour}]Verdict: {v.label}[/bold {colour}] - {v.why}.")
+    con.print(f"[bold]Most worth trying:[/bold] {v.try_next}.")
+
+
+def _print_steps(con, a: Analysis) -> None:
+    """The per-step table (means over ranks, the slowest rank)."""
+    if not a.step_metrics:
+        return
+    rows = []
+    for st in a.analysed_steps:
+        per = list(a.step_metrics[st].values())
+        comm = sum(x.comm_s for x in per)
+        rows.append([str(st), _ms(np.mean([x.step_time_s for x in per])), _ms(np.mean([x.compute_s for x in per])),
+                     _ms(np.mean([x.comm_s for x in per])),
+                     _pct(sum(x.overlap_s for x in per) / comm if comm else 0.0),
+                     _ms(np.mean([x.exposed_comm_s for x in per])), _ms(np.mean([x.idle_s for x in per])),
+                     str(a.cross.slowest_rank_per_step.get(st, "-"))])
+    print_table(con, [Col("step"), Col("step time"), Col("compute"), Col("comm"), Col("overlap"),
+                      Col("exposed comm"), Col("idle", drop=1), Col("slowest rank")], rows,
+                title="Per step (mean over ranks; slowest rank = longest step)")
+
+
+def _print_collectives(con, a: Analysis) -> None:
+    """The collectives table and the per-dimension table."""
     if a.collectives:
         rows = [[c.collective, c.group, str(c.group_size or "-"), str(c.count), _bytes(c.bytes_mean),
                  _ms(c.time_mean_s), _ms(c.time_total_s), _ms(c.exposed_s), _gbs(c.algbw), _gbs(c.busbw)]
@@ -113,7 +131,10 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
                           Col("overlap", drop=2), Col("overlap %"), Col("algbw", drop=1),
                           Col("from", "left", wrap=True, drop=3)], rows,
                     title="Per parallelism dimension (sum over ranks; ms; algbw GB/s)")
-    cr = a.cross
+
+
+def _print_cross(con, cr) -> None:
+    """Start skew per group, the latest arrivals and the stragglers (or why they are not measured)."""
     if cr.groups and any(g.reliable for g in cr.groups):
         rows = [[g.group, _ranges(g.ranks), str(g.matched),
                  ", ".join(f"r{r}:{n}" for r, n in sorted(g.unmatched.items())) or "0",
@@ -137,7 +158,10 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
                      f"not compared)" if unpaired else ""))
     elif cr.note:
         con.print(f"Across ranks: {cr.note}")
-    c = a.contention
+
+
+def _print_contention(con, c) -> None:
+    """The job's contention slowdown and the three most slowed kernels."""
     if c.kernels:
         con.print(f"Contention: compute runs [bold]{c.slowdown:.2f}x[/bold] slower while communication runs "
                   f"(time-weighted over {len(c.kernels)} kernel(s) seen both alone and overlapped, "
@@ -148,11 +172,6 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
                           indent=2)
     else:
         con.print(f"Contention: {c.note or 'not measurable'}")
-    v = a.verdict
-    colour = {"fine": "green", "overlap-limited": "yellow", "contention-limited": "yellow",
-              "communication-bound": "red"}.get(v.label, "white")
-    con.print(f"[bold {colour}]Verdict: {v.label}[/bold {colour}] - {v.why}.")
-    con.print(f"[bold]Most worth trying:[/bold] {v.try_next}.")
 
 
 def _console(file: IO | None, width: int | None = None):
@@ -182,13 +201,31 @@ def _ranges(ranks: list[int]) -> str:
 _ROWS = "\0comm_kernels\0"
 #: one row as ``json.dumps(..., indent=2)`` writes a flat object two levels deep, from the C encoder
 _ROW_SEP = ",\n      "
+#: what separates two rows in that layout
+_ROW_BREAK = "\n    },\n    {\n      "
+#: one row's fields in that layout, each value's JSON text in place of its %s
+_ROW = _ROW_SEP.join(f"{json.dumps(k)}: %s" for k in COMM_KERNEL_KEYS)
+
+
+def _json_texts(values: list) -> list[str]:
+    """The JSON text of each value (``json.dumps`` of it): a column of one type at a time (ints,
+    floats or None, strings repeating), so a repeated value is encoded once."""
+    kinds = set(map(type, values))
+    if kinds <= {int}:
+        return list(map(int.__repr__, values))
+    if kinds <= {float, type(None)}:     # finite floats (json_ready made the others None)
+        return ["null" if v is None else repr(v) for v in values]
+    if kinds <= {str, type(None)}:
+        memo: dict = {}
+        return [memo[v] if v in memo else memo.setdefault(v, json.dumps(v)) for v in values]
+    return [json.dumps(v, allow_nan=False) for v in values]
 
 
 def write_json(a: Analysis, file: IO, extra: dict | None = None) -> None:
     """The analysis as one JSON object (strict JSON: no NaN / Infinity), as ``json.dump(a.to_dict(),
     indent=2)`` writes it. The ``comm_kernels`` rows - one per communication kernel of the job,
-    the bulk of a large job's output - are encoded and written one at a time (each a flat object,
-    by the standard library's C encoder), never held as one list."""
+    the bulk of a large job's output - are encoded and written a few thousand at a time (lists of
+    flat objects, by the standard library's C encoder), never held as one list."""
     doc = a.to_dict(comm_kernels=_ROWS)
     if extra:
         doc.update(extra)
@@ -196,9 +233,8 @@ def write_json(a: Analysis, file: IO, extra: dict | None = None) -> None:
     head, _, tail = json.dumps(doc, indent=2, allow_nan=False).partition(key + json.dumps(_ROWS))
     file.write(head + key)
     sep = "[\n    "
-    for row in comm_kernel_rows(a):
-        text = json.dumps(json_ready(row), separators=(_ROW_SEP, ": "), allow_nan=False)
-        file.write(sep + "{\n      " + text[1:-1] + "\n    }")
+    for cols in comm_kernel_columns(a):
+        file.write(sep + "{\n      " + _ROW_BREAK.join(map(_ROW.__mod__, zip(*map(_json_texts, cols)))) + "\n    }")
         sep = ",\n    "
     file.write("[]" if sep.startswith("[") else "\n  ]")
     file.write(tail)

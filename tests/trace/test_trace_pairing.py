@@ -108,3 +108,17 @@ def test_the_chance_of_being_latest_is_the_binomial_tail():
     assert chance_of_being_latest(4, 4, 1 / 3) == pytest.approx(1 / 81)
     assert chance_of_being_latest(1, 4, 0.5) == pytest.approx(1 - 1 / 16)
     assert chance_of_being_latest(0, 4, 0.5) == 1.0
+
+
+def test_the_chance_of_being_latest_over_thousands_of_calls():
+    # C(3000, k) does not fit a float: the tail is summed from logarithms, and agrees with the
+    # exact rational tail
+    from fractions import Fraction
+    from math import comb
+
+    from ccoverlap.trace.ranks import chance_of_being_latest
+
+    for latest, calls, p in ((1600, 3000, Fraction(1, 2)), (1010, 2000, Fraction(1, 2)), (700, 1500, Fraction(1, 3)),
+                             (2990, 3000, Fraction(1, 2)), (1, 5000, Fraction(1, 4))):
+        exact = sum(comb(calls, k) * p ** k * (1 - p) ** (calls - k) for k in range(latest, calls + 1))
+        assert chance_of_being_latest(latest, calls, float(p)) == pytest.approx(float(exact), rel=1e-9, abs=1e-300)
