@@ -231,6 +231,7 @@ def _model_state_bytes(c: _MemoryInputs, dense: int, expert: int,
     p, knobs, d = c.p, c.knobs, c.d
     n_local = dense + expert
     sharded = dense / c.shard + expert / p.expert_dp
+    comm: float
     if p.data_parallel == "fsdp":
         weights = 4.0 * sharded
         grads = GRAD_BYTES * sharded
