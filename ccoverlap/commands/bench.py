@@ -31,6 +31,9 @@ import json
 import os
 import statistics
 import sys
+import time
+from dataclasses import dataclass
+from typing import Any
 
 from ccoverlap.commands.options import add_common, add_dtype
 from ccoverlap.errors import ConfigError
@@ -250,10 +253,61 @@ def _under_torchrun(cfg: dict, backend: str):
 def _worker(rank: int, world: int, cfg: dict):
     """Bench on this rank (collective); returns the result dict on rank 0, None elsewhere."""
     import torch
-    import torch.distributed as dist
 
-    from ccoverlap.runtime import all_gather_matmul, all_to_all_matmul, comm, matmul_reduce_scatter
-    from ccoverlap.runtime.tuning import resolve, round_order
+    b = _setup_rank(rank, world, cfg)
+    call, sync = _op_caller(b)
+    parts, skipped = _reference_rows(b, call)
+    ctx = torch.enable_grad() if b.grad else torch.no_grad()
+    with ctx:
+        _first_checked_call(b)
+        scheds = list(cfg["schedules"]) + list(parts)
+        slowest, loads = _time_schedules(b, scheds, parts, call, sync)
+        rows = _result_rows(b, scheds, parts, slowest)
+        if cfg["profile_dir"]:
+            _profile(cfg, rank, call, sync, b.device)
+    if rank != 0:
+        return None
+    return _rank0_result(b, rows, skipped, loads)
+
+
+@dataclass
+class _RankBench:
+    """What the steps of one rank's bench share: the configuration, the device and the op's inputs."""
+
+    rank: int
+    world: int
+    cfg: dict
+    backend: str
+    device: Any  # torch.device
+    dtype: Any  # torch.dtype
+    threads: int
+    gen: Any  # torch.Generator of the random inputs
+    x: Any = None
+    w: Any = None
+    splits: list[int] | None = None  # all_to_all_matmul's tokens per (rank, expert)
+
+    @property
+    def op(self) -> str:
+        """The op under test."""
+        return self.cfg["op"]
+
+    @property
+    def grad(self) -> bool:
+        """Whether the bench times forward + backward."""
+        return self.cfg["backward"]
+
+    def rnd(self, *shape):
+        """A random tensor of ``shape`` (unit-variance rows after the 1/sqrt(last dim) scale) on the device."""
+        import torch
+
+        return (torch.randn(*shape, generator=self.gen) / (shape[-1] ** 0.5)).to(device=self.device, dtype=self.dtype)
+
+
+def _setup_rank(rank: int, world: int, cfg: dict) -> _RankBench:
+    """This rank's device, threads, dtype and seeded inputs (x, w and the all-to-all splits)."""
+    import torch
+
+    from ccoverlap.runtime import comm
 
     backend = comm.backend_of()
     device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
@@ -262,25 +316,31 @@ def _worker(rank: int, world: int, cfg: dict):
     if device.type == "cpu":
         torch.set_num_threads(threads)
     dtype = getattr(torch, cfg["dtype"] or ("bfloat16" if device.type == "cuda" else "float32"))
-    m, n, k, e = cfg["m"], cfg["n"], cfg["k"], cfg["experts"]
     g = torch.Generator(device="cpu").manual_seed(cfg["seed"] + rank)
-    op = cfg["op"]
-    grad = cfg["backward"]
-
-    def rnd(*shape):
-        return (torch.randn(*shape, generator=g) / (shape[-1] ** 0.5)).to(device=device, dtype=dtype)
-
-    if op == "all_gather_matmul":
-        x, w = rnd(m // world, k), rnd(n, k)
-    elif op == "matmul_reduce_scatter":
-        x, w = rnd(m, k), rnd(n, k)
+    b = _RankBench(rank, world, cfg, backend, device, dtype, threads, g)
+    m, n, k, e = cfg["m"], cfg["n"], cfg["k"], cfg["experts"]
+    if b.op == "all_gather_matmul":
+        b.x, b.w = b.rnd(m // world, k), b.rnd(n, k)
+    elif b.op == "matmul_reduce_scatter":
+        b.x, b.w = b.rnd(m, k), b.rnd(n, k)
     else:
-        x, w = rnd(m, k), rnd(e, n, k)
-        splits = [m // (world * e)] * (world * e)
-    if grad:
-        x.requires_grad_()
-        w.requires_grad_()
-        dy = None
+        b.x, b.w = b.rnd(m, k), b.rnd(e, n, k)
+        b.splits = [m // (world * e)] * (world * e)
+    if b.grad:
+        b.x.requires_grad_()
+        b.w.requires_grad_()
+    return b
+
+
+def _op_caller(b: _RankBench):
+    """``call(schedule, check=None)``: one call of the op (and its backward with --backward); ``sync()``: wait for the GPU."""
+    import torch
+
+    from ccoverlap.runtime import all_gather_matmul, all_to_all_matmul, matmul_reduce_scatter
+
+    cfg, op, grad, device = b.cfg, b.op, b.grad, b.device
+    x, w, splits = b.x, b.w, b.splits
+    dy = None
 
     def call(sched: str, check: str | None = None):
         if op == "all_gather_matmul":
@@ -300,127 +360,175 @@ def _worker(rank: int, world: int, cfg: dict):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    # Reference rows (forward only): the whole collective alone and the GEMM alone, so the
-    # table shows what "serial" is made of and how much any overlap could hide.
-    parts = {}
-    if not grad:
-        if op == "all_gather_matmul":
-            full = torch.empty(m, k, device=device, dtype=dtype)
-            parts["(comm only)"] = lambda: comm.all_gather_into(full, x).wait()
-            parts["(GEMM only)"] = lambda: full @ w.t()
-        elif op == "matmul_reduce_scatter":
-            partial = rnd(m, n)
-            block = torch.empty(m // world, n, device=device, dtype=dtype)
-            parts["(comm only)"] = lambda: comm.reduce_scatter_into(block, partial).wait()
-            parts["(GEMM only)"] = lambda: x @ w.t()
-        else:
-            recv_x, ybuf, recv_y = torch.empty_like(x), rnd(m, n), torch.empty(m, n, device=device, dtype=dtype)
+    return call, sync
 
-            def a2a_both():
-                comm.all_to_all_single(recv_x, x).wait()
-                comm.all_to_all_single(recv_y, ybuf).wait()
 
-            parts["(comm only)"] = a2a_both
-            parts["(GEMM only)"] = lambda: x @ w[0].t()
+def _reference_rows(b: _RankBench, call) -> tuple[dict, dict[str, str]]:
+    """The reference rows to time beside the schedules (name -> callable) and those skipped (name -> why)."""
+    from ccoverlap.runtime.ops import check_call
+
+    op, x, w, cfg = b.op, b.x, b.w, b.cfg
+    parts = {} if b.grad else _forward_parts(b)
     # Every op call above runs the per-call cross-rank check (the default policy); these rows
     # show its cost: serial with the check switched off, and the check alone.
     parts["(serial, unchecked)"] = lambda: call("serial", "never")
     if op in ("all_gather_matmul", "matmul_reduce_scatter"):
-        from ccoverlap.runtime.ops import check_call
-
         parts["(cross-rank check)"] = lambda: check_call(op, x, w, None, "serial", cfg["comm_engine"], 0, "always")
     skipped: dict[str, str] = {}
     if op in ("all_gather_matmul", "matmul_reduce_scatter") and cfg.get("reference_rows", True):
-        from ccoverlap.runtime.baselines import dtensor_tp_baseline, symm_mem_baseline
-
-        fn, why = dtensor_tp_baseline(op, x, w, world, device, backward=grad)
-        if fn is not None:
-            parts["(DTensor TP)"] = fn
-        else:
-            skipped["(DTensor TP)"] = why
-        fn, why = symm_mem_baseline(op, x, w, world, device, backward=grad)
-        if fn is not None:
-            parts["(symm-mem fused)"] = fn
-        else:
-            skipped["(symm-mem fused)"] = why
-
+        _baseline_rows(b, parts, skipped)
     if not cfg.get("reference_rows", True):
         parts.clear()
         skipped = {}
-    import time
+    return parts, skipped
 
+
+def _forward_parts(b: _RankBench) -> dict:
+    """Forward-only reference rows: the whole collective alone and the GEMM alone, what "serial" is made of."""
+    import torch
+
+    from ccoverlap.runtime import comm
+
+    op, x, w, m, k, n = b.op, b.x, b.w, b.cfg["m"], b.cfg["k"], b.cfg["n"]
+    device, dtype = b.device, b.dtype
+    parts = {}
+    if op == "all_gather_matmul":
+        full = torch.empty(m, k, device=device, dtype=dtype)
+        parts["(comm only)"] = lambda: comm.all_gather_into(full, x).wait()
+        parts["(GEMM only)"] = lambda: full @ w.t()
+    elif op == "matmul_reduce_scatter":
+        partial = b.rnd(m, n)
+        block = torch.empty(m // b.world, n, device=device, dtype=dtype)
+        parts["(comm only)"] = lambda: comm.reduce_scatter_into(block, partial).wait()
+        parts["(GEMM only)"] = lambda: x @ w.t()
+    else:
+        recv_x, ybuf, recv_y = torch.empty_like(x), b.rnd(m, n), torch.empty(m, n, device=device, dtype=dtype)
+
+        def a2a_both():
+            comm.all_to_all_single(recv_x, x).wait()
+            comm.all_to_all_single(recv_y, ybuf).wait()
+
+        parts["(comm only)"] = a2a_both
+        parts["(GEMM only)"] = lambda: x @ w[0].t()
+    return parts
+
+
+def _baseline_rows(b: _RankBench, parts: dict, skipped: dict[str, str]) -> None:
+    """Add PyTorch's DTensor TP and symmetric-memory rows to ``parts``, or why not to ``skipped``."""
+    from ccoverlap.runtime.baselines import dtensor_tp_baseline, symm_mem_baseline
+
+    fn, why = dtensor_tp_baseline(b.op, b.x, b.w, b.world, b.device, backward=b.grad)
+    if fn is not None:
+        parts["(DTensor TP)"] = fn
+    else:
+        skipped["(DTensor TP)"] = why
+    fn, why = symm_mem_baseline(b.op, b.x, b.w, b.world, b.device, backward=b.grad)
+    if fn is not None:
+        parts["(symm-mem fused)"] = fn
+    else:
+        skipped["(symm-mem fused)"] = why
+
+
+def _first_checked_call(b: _RankBench) -> None:
+    """One checked call first: a clear error on every rank if the shapes are wrong."""
+    from ccoverlap.runtime import all_gather_matmul, matmul_reduce_scatter
+
+    if b.op == "all_gather_matmul":
+        all_gather_matmul(b.x.detach(), b.w.detach(), schedule="serial", check_shapes="always")
+    elif b.op == "matmul_reduce_scatter":
+        matmul_reduce_scatter(b.x.detach(), b.w.detach(), schedule="serial", check_shapes="always")
+
+
+def _time_schedules(b: _RankBench, scheds: list[str], parts: dict, call,
+                    sync) -> tuple[list[list[float]], list[float | None]]:
+    """Warm-up, then ``iters`` timed repetitions; per schedule the slowest rank's seconds per call, and the load."""
+    import torch
+    import torch.distributed as dist
+
+    from ccoverlap.runtime import comm
+    from ccoverlap.runtime.tuning import round_order
+
+    def run_one(name):
+        return parts[name]() if name in parts else call(name)
+
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    # Round-robin: every repetition runs each schedule once, so drift and background
+    # load spread over all schedules instead of favouring whichever ran last.
+    for _ in range(b.cfg["warmup"]):
+        for sched in scheds:
+            run_one(sched)
+    times: list[list[float]] = [[] for _ in scheds]
+    for it in range(b.cfg["iters"]):
+        # Williams order (as tune's rounds): over a cycle of repetitions every schedule runs
+        # first, and right after every other one, equally often (a plain rotation kept each
+        # schedule's predecessor fixed: ring always ran right after serial)
+        for i in round_order(len(scheds), it):
+            sched = scheds[i]
+            sync()
+            comm.barrier()
+            t0 = time.perf_counter()
+            run_one(sched)
+            sync()
+            times[i].append(time.perf_counter() - t0)
+    load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    t = torch.tensor(times, dtype=torch.float64, device=comm.comm_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a call takes as long as its slowest rank
+    return t.cpu().tolist(), [load_before, load_after]
+
+
+def _result_rows(b: _RankBench, scheds: list[str], parts: dict, slowest: list[list[float]]) -> list[dict]:
+    """One row per timed schedule: what it ran (auto's and tune's picks), median, min, every time."""
     rows = []
-    ctx = torch.enable_grad() if grad else torch.no_grad()
-    with ctx:
-        # one checked call first: a clear error on every rank if the shapes are wrong
-        if op == "all_gather_matmul":
-            all_gather_matmul(x.detach(), w.detach(), schedule="serial", check_shapes="always")
-        elif op == "matmul_reduce_scatter":
-            matmul_reduce_scatter(x.detach(), w.detach(), schedule="serial", check_shapes="always")
-        scheds = list(cfg["schedules"]) + list(parts)
+    for sched, times in zip(scheds, slowest):
+        chosen, tune_info = _what_ran(b, sched)
+        rows.append({"schedule": sched, "runs": chosen if sched not in parts else "-",
+                     "median_s": statistics.median(times), "min_s": min(times), "times_s": times,
+                     "reference": sched in parts, "tune": tune_info})
+    return rows
 
-        def run_one(name):
-            return parts[name]() if name in parts else call(name)
 
-        load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-        # Round-robin: every repetition runs each schedule once, so drift and background
-        # load spread over all schedules instead of favouring whichever ran last.
-        for _ in range(cfg["warmup"]):
-            for sched in scheds:
-                run_one(sched)
-        times = [[] for _ in scheds]
-        for it in range(cfg["iters"]):
-            # Williams order (as tune's rounds): over a cycle of repetitions every schedule runs
-            # first, and right after every other one, equally often (a plain rotation kept each
-            # schedule's predecessor fixed: ring always ran right after serial)
-            for i in round_order(len(scheds), it):
-                sched = scheds[i]
-                sync()
-                comm.barrier()
-                t0 = time.perf_counter()
-                run_one(sched)
-                sync()
-                times[i].append(time.perf_counter() - t0)
-        load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-        t = torch.tensor(times, dtype=torch.float64, device=comm.comm_device())
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a call takes as long as its slowest rank
-        for sched, slowest in zip(scheds, t.cpu().tolist()):
-            chosen, tune_info = sched, None
-            if sched in ("auto", "tune") and op != "all_to_all_matmul":
-                kind = "ag" if op == "all_gather_matmul" else "rs"
-                a = x.detach().reshape(-1, k)
-                dec = resolve(kind, a, w.detach().t(), None, sched, comm_engine=cfg["comm_engine"])  # cached
-                chosen = dec.schedule
-                tune_info = _tune_info(dec) if sched == "tune" else None
-            elif sched == "tune":
-                from ccoverlap.runtime.tuning import tuning_cache
+def _what_ran(b: _RankBench, sched: str) -> tuple[str, dict | None]:
+    """The concrete schedule ``sched`` ran (``auto`` and ``tune`` pick one) and what tune measured."""
+    from ccoverlap.runtime.tuning import resolve
 
-                dec = next((d for key, d in tuning_cache().items() if key[0] == "a2a"), None)
-                chosen = dec.schedule if dec else "serial"
-                tune_info = _tune_info(dec) if dec else None
-            elif sched == "auto":
-                chosen = "chunked" if world > 1 else "serial"
-            rows.append({"schedule": sched, "runs": chosen if sched not in parts else "-",
-                         "median_s": statistics.median(slowest), "min_s": min(slowest), "times_s": slowest,
-                         "reference": sched in parts, "tune": tune_info})
-        if cfg["profile_dir"]:
-            _profile(cfg, rank, call, sync, device)
-    if rank != 0:
-        return None
+    chosen, tune_info = sched, None
+    if sched in ("auto", "tune") and b.op != "all_to_all_matmul":
+        kind = "ag" if b.op == "all_gather_matmul" else "rs"
+        a = b.x.detach().reshape(-1, b.cfg["k"])
+        dec = resolve(kind, a, b.w.detach().t(), None, sched, comm_engine=b.cfg["comm_engine"])  # cached
+        chosen = dec.schedule
+        tune_info = _tune_info(dec) if sched == "tune" else None
+    elif sched == "tune":
+        from ccoverlap.runtime.tuning import tuning_cache
+
+        dec = next((d for key, d in tuning_cache().items() if key[0] == "a2a"), None)
+        chosen = dec.schedule if dec else "serial"
+        tune_info = _tune_info(dec) if dec else None
+    elif sched == "auto":
+        chosen = "chunked" if b.world > 1 else "serial"
+    return chosen, tune_info
+
+
+def _rank0_result(b: _RankBench, rows: list[dict], skipped: dict[str, str], loads: list[float | None]) -> dict:
+    """Rank 0's result: the rows with their speedups over serial, the summary and the run's setting."""
+    import torch
+
     base = next(r["median_s"] for r in rows if r["schedule"] == "serial")
     for r in rows:
         r["speedup_vs_serial"] = None if r["reference"] else (base / r["median_s"] if r["median_s"] > 0 else None)
         r["vs_serial"] = r["median_s"] / base if base > 0 else None
     summary = _summary(rows)
+    cfg, op, device, grad = b.cfg, b.op, b.device, b.grad
+    m, n, k, e = cfg["m"], cfg["n"], cfg["k"], cfg["experts"]
     flops = 2.0 * m * n * k * (3 if grad else 1)
     return {
         "op": op, "m": m, "n": n, "k": k, "experts": e if op == "all_to_all_matmul" else None,
-        "dtype": str(dtype).replace("torch.", ""), "world_size": world, "backend": backend,
+        "dtype": str(b.dtype).replace("torch.", ""), "world_size": b.world, "backend": b.backend,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({os.cpu_count()} cores)",
-        "threads_per_rank": threads if device.type == "cpu" else None, "backward": grad,
+        "threads_per_rank": b.threads if device.type == "cpu" else None, "backward": grad,
         "comm_engine": cfg["comm_engine"], "warmup": cfg["warmup"], "iters": cfg["iters"],
         "gemm_flops_per_rank": flops, "torch": torch.__version__, "results": rows,
-        "profile_dir": cfg["profile_dir"], "loadavg_1m_before_after": [load_before, load_after],
+        "profile_dir": cfg["profile_dir"], "loadavg_1m_before_after": loads,
         "summary": summary, "skipped_rows": skipped,
     }  # fmt: skip
 

@@ -83,12 +83,35 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ccoverlap.console import Progress
-    from ccoverlap.validate.compare import compare_runs, summarize, summarize_groups
-    from ccoverlap.validate.predict import cost_params_for
-    from ccoverlap.validate.reader import SUBSETS, load_runs
+    """Check the options, predict every selected run, print the table or JSON; 2 when no run could be predicted."""
+    from ccoverlap.validate.compare import summarize, summarize_groups
+    from ccoverlap.validate.reader import load_runs
 
     path = runs_path(args.runs_file)
+    names = _check_options(args)
+    rf = load_runs(path, keep_going=True)
+    runs = _select_runs(args, path, rf)
+    rows, fit_report = _predict_runs(args, path, runs, names)
+    summary = summarize(rows)
+    parts = _subset_summaries(args, rows, names)
+    groups = summarize_groups(rows)
+    if len(groups) < 2:
+        groups = {}  # one group says nothing the all-runs line does not
+    if args.json:
+        _print_json(args, path, rows, names, summary, parts, groups, fit_report, rf.problems)
+    else:
+        _print_text(args, path, rows, names, summary, parts, groups, fit_report, rf.problems)
+    if not any(r.ok for r in rows):
+        sys.stderr.write(f"ccoverlap validate: error: no run of {path} could be predicted "
+                         f"(first problem: {rows[0].run.name}: {rows[0].problem})\n")
+        return 2
+    return 0
+
+
+def _check_options(args: argparse.Namespace):
+    """Check --jobs, --fit / --fit-on and --subset; the parameters to fit (None without --fit)."""
+    from ccoverlap.validate.reader import SUBSETS
+
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     if bool(args.fit) != bool(args.fit_on):
@@ -102,7 +125,11 @@ def _run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--fit-on must be one of the declared subsets {SUBSETS}, got {args.fit_on!r}")
     if args.subset is not None and args.subset not in SUBSETS:
         raise ConfigError(f"--subset must be one of {SUBSETS}, got {args.subset!r}")
-    rf = load_runs(path, keep_going=True)
+    return names
+
+
+def _select_runs(args: argparse.Namespace, path, rf) -> list:
+    """The runs of ``rf`` that passed its checks, narrowed to --run and --subset (a clear error when none is left)."""
     runs = rf.runs
     if not runs:
         raise ConfigError(f"no run of {path} passed the checks; first problem: {rf.problems[0]}")
@@ -116,25 +143,38 @@ def _run(args: argparse.Namespace) -> int:
         runs = [r for r in runs if r.subset == args.subset]
         if not runs:
             raise ConfigError(f"{path}: no run declares subset {args.subset!r}")
+    return runs
+
+
+def _predict_runs(args: argparse.Namespace, path, runs: list, names) -> tuple[list, dict | None]:
+    """Predict every run (fitting ``names`` on --fit-on first, when given): the comparison rows and the fit report."""
+    from ccoverlap.console import Progress
+    from ccoverlap.validate.compare import compare_runs
+    from ccoverlap.validate.predict import cost_params_for
+
     calib = _load_calibrations(args.calibration) if args.calibration else None
     progress = Progress("validate", enabled=not args.quiet, delay=0)
 
     def params_for(r, overrides=None):
         return cost_params_for(r, overrides, calib)
 
-    fit_report = None
-    if names:
-        fit_runs = [r for r in runs if r.subset == args.fit_on]
-        if not fit_runs:
-            raise ConfigError(f"{path}: no run declares subset {args.fit_on!r} to fit on")
-        fit_report = _fit(args, names, fit_runs, params_for)
-        fitted = fit_report["values"]
-        rows = compare_runs(runs, params_for=lambda r: params_for(r, fitted.get(r.gpu_name)),
-                            progress=progress, jobs=args.jobs)
-    else:
-        rows = compare_runs(runs, params_for=params_for, progress=progress, jobs=args.jobs)
+    if not names:
+        return compare_runs(runs, params_for=params_for, progress=progress, jobs=args.jobs), None
+    fit_runs = [r for r in runs if r.subset == args.fit_on]
+    if not fit_runs:
+        raise ConfigError(f"{path}: no run declares subset {args.fit_on!r} to fit on")
+    fit_report = _fit(args, names, fit_runs, params_for)
+    fitted = fit_report["values"]
+    rows = compare_runs(runs, params_for=lambda r: params_for(r, fitted.get(r.gpu_name)),
+                        progress=progress, jobs=args.jobs)
+    return rows, fit_report
 
-    summary = summarize(rows)
+
+def _subset_summaries(args: argparse.Namespace, rows: list, names) -> dict:
+    """Summaries per subset: fitted-on vs held out with --fit, else each declared subset that is not every run."""
+    from ccoverlap.validate.compare import summarize
+    from ccoverlap.validate.reader import SUBSETS
+
     parts = {}
     if names:
         parts = {f"{args.fit_on} (fitted on)": summarize(r for r in rows if r.run.subset == args.fit_on),
@@ -144,27 +184,20 @@ def _run(args: argparse.Namespace) -> int:
             sel = [r for r in rows if r.run.subset == s]
             if sel and len(sel) < len(rows):
                 parts[s] = summarize(sel)
+    return parts
 
-    groups = summarize_groups(rows)
-    if len(groups) < 2:
-        groups = {}  # one group says nothing the all-runs line does not
-    if args.json:
-        payload = {"runs_file": str(path), "parameters": "fitted" if names else
-                   ("calibration " + ", ".join(args.calibration) if args.calibration else "defaults (nothing fitted)"),
-                   "summary": summary.to_dict(), "subsets": {k: v.to_dict() for k, v in parts.items()},
-                   "groups": {k: v.to_dict() for k, v in groups.items()},
-                   "runs": [r.to_dict() for r in rows], "invalid_runs": rf.problems}
-        if fit_report:
-            payload["fit"] = fit_report
-        json.dump(payload, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
-    else:
-        _print_text(args, path, rows, names, summary, parts, groups, fit_report, rf.problems)
-    if not any(r.ok for r in rows):
-        sys.stderr.write(f"ccoverlap validate: error: no run of {path} could be predicted "
-                         f"(first problem: {rows[0].run.name}: {rows[0].problem})\n")
-        return 2
-    return 0
+
+def _print_json(args, path, rows, names, summary, parts, groups, fit_report, problems) -> None:
+    """The ``--json`` report: one JSON object on stdout."""
+    payload = {"runs_file": str(path), "parameters": "fitted" if names else
+               ("calibration " + ", ".join(args.calibration) if args.calibration else "defaults (nothing fitted)"),
+               "summary": summary.to_dict(), "subsets": {k: v.to_dict() for k, v in parts.items()},
+               "groups": {k: v.to_dict() for k, v in groups.items()},
+               "runs": [r.to_dict() for r in rows], "invalid_runs": problems}
+    if fit_report:
+        payload["fit"] = fit_report
+    json.dump(payload, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
 
 
 def _say(con, line: str = "") -> None:

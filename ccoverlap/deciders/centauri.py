@@ -281,8 +281,22 @@ def _pipeline_group(planner, d: CentauriDecision, step):
 def _decide(planner, w) -> CentauriDecision:
     """:func:`decide`'s tiers on ``w`` as it is (every candidate simulated on its step)."""
     cost = planner.cost
+    d = _partition_tier(planner, w)
+    step = _pipeline_group(planner, d, d.step)
+    w_best = d.workload
+    op_fn = _operation_tier(planner, d, step, w_best)
+    _layer_tier(planner, d, step, op_fn)
+    _model_tier(planner, d, step, w_best, op_fn)
+    if w_best.parallel.data_parallel == "fsdp" and step.microbatches > 1:
+        _defer_tier(planner, d, step, op_fn)
+    d.alpha, _, _ = comm_ratio(d.graph, cost)
+    d.bound = rules.speedup_bound(d.alpha)
+    return d
+
+
+def _partition_tier(planner, w) -> CentauriDecision:
+    """Tier 1: primitive substitution and group partition of gradient collectives (knobs); the fastest that fits."""
     tried: list = []
-    # tier 1: primitive substitution and group partition of gradient collectives (knobs)
     best = None
     for slabel, plabel, glabel, cw in knob_candidates(w):
         st, tl = planner.simulate(cw)
@@ -295,14 +309,15 @@ def _decide(planner, w) -> CentauriDecision:
             if best is None or t < best[0] * (1 - 1e-9):
                 best = (t, st, tl, slabel, plabel, glabel, cw)
     t_best, step, tl_best, slabel, plabel, glabel, w_best = best
-    d = CentauriDecision(workload=w_best, step=step, graph=step.graph, timeline=tl_best, baseline_s=baseline[0],
-                         step_s=t_best, scheduling=slabel, primitive=plabel, group=glabel, tried=tried,
-                         baseline_workload=baseline_w, microbatches_judged=step.microbatches)
-    step = _pipeline_group(planner, d, step)
-    w_best = d.workload
-    # tier 2: operation level (Algorithm 1) on FSDP forward all-gathers
+    return CentauriDecision(workload=w_best, step=step, graph=step.graph, timeline=tl_best, baseline_s=baseline[0],
+                            step_s=t_best, scheduling=slabel, primitive=plabel, group=glabel, tried=tried,
+                            baseline_workload=baseline_w, microbatches_judged=step.microbatches)
+
+
+def _operation_tier(planner, d: CentauriDecision, step, w_best):
+    """Tier 2: operation level (Algorithm 1) on FSDP forward all-gathers; returns the chosen op plan (or None)."""
     op_best = None
-    cands = operation_candidates(step, w_best, cost)
+    cands = operation_candidates(step, w_best, planner.cost)
     # the partitioned alternatives are independent: simulated in parallel where possible, the
     # winner simulated again here for its timeline
     parts = [i for i, (_, fn, _) in enumerate(cands) if fn is not None]
@@ -317,7 +332,7 @@ def _decide(planner, w) -> CentauriDecision:
             t = d.step_s
         else:
             t = times[i]
-            tried.append(("operation", label, t))
+            d.tried.append(("operation", label, t))
         if label.startswith("Alg.1") and not d.operation_rule:
             d.operation_rule = f"{label} — {reason}"
         if op_best is None or t < op_best[0] * (1 - 1e-9):
@@ -328,56 +343,65 @@ def _decide(planner, w) -> CentauriDecision:
         if op_fn is not None:
             j = next(j for j, i in enumerate(parts) if cands[i][1] is op_fn)
             d.step_s, d.graph, d.timeline = _graph_of(planner, kept, j, op_graph)
-    # tier 3: layer level (eq. 1), checked in simulation
+    return op_fn
+
+
+def _layer_tier(planner, d: CentauriDecision, step, op_fn) -> None:
+    """Tier 3: layer level (eq. 1), T2 (weight gradients first) kept only if faster in simulation."""
     bwd = [o for o in step.graph.ops if o.phase == "bwd" and o.layer >= 0 and o.stream == "compute"]
-    if bwd:
-        layers = sorted({o.layer for o in bwd if o.rank == bwd[0].rank})
-        mid_layer = layers[len(layers) // 2]  # a layer the first backward's rank holds
-        choice, t1, t2 = rules.layer_level(layer_costs(step.graph, cost, bwd[0].rank, mid_layer, bwd[0].microbatch))
-        d.layer_rule = (t1, t2)
-        g2 = centauri_graph(step, op_plan=op_fn, layer="T2")
-        t, tl = _time(planner, g2)
-        tried.append(("layer", "T2 (weight gradients first)", t))
-        sim_choice = "T2" if t < d.step_s * (1 - 1e-9) else "T1"
-        if sim_choice == "T2":
-            d.step_s, d.graph, d.timeline = t, g2, tl
-        d.layer = sim_choice + ("" if sim_choice == choice else f" (eq.1 preferred {choice})")
-    # tier 4: model level (eq. 2)
-    l1, l2, why, extra = model_level_choice(step, w_best, cost)
+    if not bwd:
+        return
+    layers = sorted({o.layer for o in bwd if o.rank == bwd[0].rank})
+    mid_layer = layers[len(layers) // 2]  # a layer the first backward's rank holds
+    choice, t1, t2 = rules.layer_level(layer_costs(step.graph, planner.cost, bwd[0].rank, mid_layer,
+                                                   bwd[0].microbatch))
+    d.layer_rule = (t1, t2)
+    g2 = centauri_graph(step, op_plan=op_fn, layer="T2")
+    t, tl = _time(planner, g2)
+    d.tried.append(("layer", "T2 (weight gradients first)", t))
+    sim_choice = "T2" if t < d.step_s * (1 - 1e-9) else "T1"
+    if sim_choice == "T2":
+        d.step_s, d.graph, d.timeline = t, g2, tl
+    d.layer = sim_choice + ("" if sim_choice == choice else f" (eq.1 preferred {choice})")
+
+
+def _model_tier(planner, d: CentauriDecision, step, w_best, op_fn) -> None:
+    """Tier 4: model level (eq. 2), the L1 / L2 group sizes kept only if faster in simulation."""
+    l1, l2, why, extra = model_level_choice(step, w_best, planner.cost)
     if not d.pipeline_group:
         d.model_rule = why
-    if (l1, l2) != (1, 1):
-        layer = "T2" if d.layer.startswith("T2") else "T1"
-        gm = centauri_graph(step, op_plan=op_fn, layer=layer, model=(l1, l2))
-        t, tl = _time(planner, gm)
-        tried.append(("model", f"L1={l1}, L2={l2}", t))
+    if (l1, l2) == (1, 1):
+        return
+    layer = "T2" if d.layer.startswith("T2") else "T1"
+    gm = centauri_graph(step, op_plan=op_fn, layer=layer, model=(l1, l2))
+    t, tl = _time(planner, gm)
+    d.tried.append(("model", f"L1={l1}, L2={l2}", t))
+    if t < d.step_s * (1 - 1e-9):
+        d.step_s, d.graph, d.timeline, d.model, d.extra_memory_bytes = t, gm, tl, (l1, l2), extra
+    else:
+        d.model_rule += "; not faster in simulation, kept L1=L2=1"
+
+
+def _defer_tier(planner, d: CentauriDecision, step, op_fn) -> None:
+    """Tier 4b (FSDP): cross-phase overlap at micro-batch boundaries, checked in simulation."""
+    layer = "T2" if d.layer.startswith("T2") else "T1"
+    ks = (1, 2, 4)
+
+    def defer_graph(j: int) -> OpGraph:
+        return centauri_graph(step, op_plan=op_fn, layer=layer, model=d.model, defer_units=ks[j])
+
+    times, kept = _times(planner, defer_graph, len(ks))
+    best_j = None
+    for j, (k, t) in enumerate(zip(ks, times)):
+        d.tried.append(("model", f"defer last {k} reduce-scatters behind next forward's all-gathers", t))
         if t < d.step_s * (1 - 1e-9):
-            d.step_s, d.graph, d.timeline, d.model, d.extra_memory_bytes = t, gm, tl, (l1, l2), extra
-        else:
-            d.model_rule += "; not faster in simulation, kept L1=L2=1"
-    # tier 4b (FSDP): cross-phase overlap at micro-batch boundaries, checked in simulation
-    if w_best.parallel.data_parallel == "fsdp" and step.microbatches > 1:
-        layer = "T2" if d.layer.startswith("T2") else "T1"
-        ks = (1, 2, 4)
-
-        def defer_graph(j: int) -> OpGraph:
-            return centauri_graph(step, op_plan=op_fn, layer=layer, model=d.model, defer_units=ks[j])
-
-        times, kept = _times(planner, defer_graph, len(ks))
-        best_j = None
-        for j, (k, t) in enumerate(zip(ks, times)):
-            tried.append(("model", f"defer last {k} reduce-scatters behind next forward's all-gathers", t))
-            if t < d.step_s * (1 - 1e-9):
-                d.step_s, best_j = t, j
-        if best_j is not None:
-            d.step_s, d.graph, d.timeline = _graph_of(planner, kept, best_j, defer_graph)
-            d.defer_units = ks[best_j]
-        if d.defer_units:
-            d.model_rule = (f"gradient reduce-scatters of the last {d.defer_units} backward units wait for the next "
-                            f"micro-batch's first {d.defer_units} all-gathers; " + d.model_rule)
-    d.alpha, _, _ = comm_ratio(d.graph, cost)
-    d.bound = rules.speedup_bound(d.alpha)
-    return d
+            d.step_s, best_j = t, j
+    if best_j is not None:
+        d.step_s, d.graph, d.timeline = _graph_of(planner, kept, best_j, defer_graph)
+        d.defer_units = ks[best_j]
+    if d.defer_units:
+        d.model_rule = (f"gradient reduce-scatters of the last {d.defer_units} backward units wait for the next "
+                        f"micro-batch's first {d.defer_units} all-gathers; " + d.model_rule)
 
 
 def centauri_strategy(planner, start):

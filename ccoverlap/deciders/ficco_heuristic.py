@@ -162,12 +162,7 @@ def choose_schedule(
     :data:`OVERLAP_LOSS_DMA` / :data:`OVERLAP_LOSS_SM` by engine) the hidden communication
     cannot pay for the decomposition and contention losses, and the answer is ``"serial"``.
     """
-    if comm_engine not in ("dma", "sm"):
-        raise ValueError(f"choose_schedule: comm_engine must be 'dma' or 'sm', got {comm_engine!r}")
-    if world_size < 1 or int(world_size) != world_size:
-        raise ValueError(f"choose_schedule: world_size must be a positive integer, got {world_size!r}")
-    if peak_flops <= 0 or mem_bw_bytes_per_s <= 0:
-        raise ValueError("choose_schedule: peak_flops and mem_bw_bytes_per_s must be positive")
+    _check_machine_args(world_size, peak_flops, mem_bw_bytes_per_s, comm_engine)
     stats = gemm_stats(m, n, k, dtype_bytes)
     if world_size == 1:
         return "serial", "one rank: there is no communication to overlap"
@@ -176,9 +171,26 @@ def choose_schedule(
                                                  comm_engine, overlap_loss)
         if serial is not None:
             return serial
+    shape = _shape_step(m, k, world_size)
+    if shape is not None:
+        return shape
+    return _intensity_step(stats, m, k, peak_flops, mem_bw_bytes_per_s, comm_engine, hetero_unfused_factor,
+                           reference_time_s, sm_uniform_band_scale)
+
+
+def _check_machine_args(world_size: int, peak_flops: float, mem_bw_bytes_per_s: float, comm_engine: str) -> None:
+    """:func:`choose_schedule`'s argument checks: a ValueError naming the bad argument."""
+    if comm_engine not in ("dma", "sm"):
+        raise ValueError(f"choose_schedule: comm_engine must be 'dma' or 'sm', got {comm_engine!r}")
+    if world_size < 1 or int(world_size) != world_size:
+        raise ValueError(f"choose_schedule: world_size must be a positive integer, got {world_size!r}")
+    if peak_flops <= 0 or mem_bw_bytes_per_s <= 0:
+        raise ValueError("choose_schedule: peak_flops and mem_bw_bytes_per_s must be positive")
+
+
+def _shape_step(m: int, k: int, world_size: int) -> tuple[str, str] | None:
+    """Step 1 of :func:`choose_schedule` (§V-C, §IV-C1): 2-D when M <= K, ring when a shard is too small, else None."""
     rows_per_shard = m // world_size
-    machine_otb = peak_flops / mem_bw_bytes_per_s
-    # Step 1 (§V-C): communication shape from the relative size of M and K (§IV-C1).
     if m <= k and k >= world_size:
         return (
             "uniform-fused-2d",
@@ -191,7 +203,14 @@ def choose_schedule(
             f"shard of {rows_per_shard} rows cannot be cut into {world_size} FiCCO pieces; "
             "shard-level ring overlap instead",
         )
-    # Step 2 (§V-C): combined OTB and MT against the machine threshold (peak FLOPs).
+    return None
+
+
+def _intensity_step(stats: GemmStats, m: int, k: int, peak_flops: float, mem_bw_bytes_per_s: float,
+                    comm_engine: str, hetero_unfused_factor: float, reference_time_s: float,
+                    sm_uniform_band_scale: float) -> tuple[str, str]:
+    """Step 2 of :func:`choose_schedule` (§V-C): the 1-D schedule from combined OTB x MT against peak FLOPs."""
+    machine_otb = peak_flops / mem_bw_bytes_per_s
     threshold = peak_flops * reference_time_s
     band = threshold * (sm_uniform_band_scale if comm_engine == "sm" else 1.0)
     combined = stats.combined_flops

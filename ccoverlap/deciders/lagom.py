@@ -203,16 +203,114 @@ def lagom_tune(group: OverlapGroup, profiler: Profiler, *, start: Sequence[CommC
     steps.append(TuneStep(-1, None, current, decision="start"))
     if search_implementations:
         configs, current = _choose_implementations(group, count, configs, current, space, steps)
+    search = _LagomSearch(space, count, steps, configs, current, refine_steps=refine_steps, min_gain=min_gain,
+                          max_lr=max_lr, h=[INITIAL_H] * n, lr=[initial_lr] * n, initialized=[False] * n,
+                          done=[False] * n)
+    while not all(search.done):
+        # Algorithm 1 line 5: the unfinished collective with the smallest H (ties: not yet
+        # initialised first, then the first in stream order)
+        j = min((i for i in range(n) if not search.done[i]),
+                key=lambda i: (search.initialized[i], search.h[i], i))
+        search.advance(j)
+    if polish:
+        for j in range(n):
+            search.configs[j], search.current = search.pattern_search(j, search.configs[j], search.current)
+    configs, current = search.configs, search.current
+    note = ""
+    if count.best is not None and count.best[1].makespan_s < current.makespan_s * (1 - 1e-12):
+        # every profile measured a whole configuration set: never return worse than the best seen
+        configs, current = list(count.best[0]), count.best[1]
+        note = "returned the best configuration set profiled during the search"
+    return TuneResult("lagom", configs, current, count.n, steps, time.perf_counter() - t0, note=note)
 
-    def bisect(j: int, lo: CommConfig, hi: CommConfig, lo_res: ProfileResult, hi_res: ProfileResult):
+
+@dataclass
+class _LagomSearch:
+    """What the steps of :func:`lagom_tune` share: the accepted set S and its profile, H, lr, progress."""
+
+    space: TuningSpace
+    count: _Counter
+    steps: list[TuneStep]
+    configs: list[CommConfig]  # the accepted configuration set S
+    current: ProfileResult  # its profile
+    refine_steps: int
+    min_gain: float
+    max_lr: float
+    h: list[float]
+    lr: list[float]
+    initialized: list[bool]
+    done: list[bool]
+
+    def advance(self, j: int) -> None:
+        """One move of Algorithm 1 on collective ``j``: Algorithm 2's step, then finished or stepped."""
+        first = not self.initialized[j]
+        cur = self.configs[j]
+        cand = minimum_config(cur, self.space) if first else step_config(cur, self.lr[j], self.space)
+        if cand == cur and not first:  # every knob at its maximum: nothing left to give
+            self.done[j] = True
+            self.steps.append(TuneStep(j, cand, self.current, self.h[j], self.lr[j], "done: knobs at maximum"))
+            return
+        res = self.current if cand == cur else self.count(_with(self.configs, j, cand))
+        self.initialized[j] = True
+        x_old, x_new = self.current.comm_times_s[j], res.comm_times_s[j]
+        hidden = res.comm_busy_s < res.compute_time_s  # X' < Y' (§3.4 condition 2)
+        gain = (x_old - x_new) / x_new if x_new > 0 else 0.0
+        if first:
+            self._from_minimums(j, cand, res, hidden)
+        elif hidden:
+            self._finish_hidden(j, cand, res)
+        elif gain <= self.min_gain:
+            self._finish_stalled(j, cand, res, gain)
+        else:
+            # Algorithm 2 line 11: lr from the relative improvement; Algorithm 1 line 11: update H
+            self.h[j] = metric_h(self.current.compute_time_s, res.compute_time_s, x_old, x_new)
+            self.lr[j] = min(self.max_lr, gain)
+            self.configs[j], self.current = cand, res
+            self.steps.append(TuneStep(j, cand, res, self.h[j], self.lr[j], "stepped"))
+
+    def _from_minimums(self, j: int, cand: CommConfig, res: ProfileResult, hidden: bool) -> None:
+        """Algorithm 2 lines 2-3: start from the minimums (no previous time to compare)."""
+        if hidden:
+            self.done[j] = True
+            keep_new = res.makespan_s <= self.current.makespan_s * (1 + 1e-12)
+            decision = "done: X < Y at minimum resources" + ("" if keep_new else " (kept start: lower Z)")
+        else:
+            keep_new, decision = True, "initialised to minimums"
+        if keep_new:
+            self.configs[j], self.current = cand, res
+        self.steps.append(TuneStep(j, cand, res, self.h[j], self.lr[j], decision))
+
+    def _finish_hidden(self, j: int, cand: CommConfig, res: ProfileResult) -> None:
+        """Algorithm 2 lines 7-8, condition X' < Y': finished at the crossing."""
+        self.done[j] = True
+        was_hidden = self.current.comm_busy_s < self.current.compute_time_s
+        self.steps.append(TuneStep(j, cand, res, self.h[j], self.lr[j], "done: X < Y"))
+        if was_hidden:  # X was already under Y (another collective's move): keep lower Z
+            if res.makespan_s < self.current.makespan_s * (1 - 1e-12):
+                self.configs[j], self.current = cand, res
+        else:
+            self.configs[j], self.current = self.bisect(j, self.configs[j], cand, self.current, res)
+
+    def _finish_stalled(self, j: int, cand: CommConfig, res: ProfileResult, gain: float) -> None:
+        """Algorithm 2 lines 7-8, "reached its optimum": keep the lower-Z of the last two profiled configurations."""
+        self.done[j] = True
+        keep_new = res.makespan_s < self.current.makespan_s * (1 - 1e-12)
+        why = "communication stopped improving" if gain <= 0 else f"gain {gain:.2%} <= {self.min_gain:.1%}"
+        self.steps.append(TuneStep(j, cand, res, self.h[j], self.lr[j],
+                                   f"done: {why}; kept {'new' if keep_new else 'previous'} (lower Z)"))
+        if keep_new:
+            self.configs[j], self.current = cand, res
+
+    def bisect(self, j: int, lo: CommConfig, hi: CommConfig, lo_res: ProfileResult,
+               hi_res: ProfileResult) -> tuple[CommConfig, ProfileResult]:
         """Between lo (X >= Y) and hi (X < Y): the lowest-Z configuration found."""
         best = min(((lo, lo_res), (hi, hi_res)), key=lambda t: t[1].makespan_s)
-        for _ in range(refine_steps):
-            mid = _midpoint(lo, hi, space)
+        for _ in range(self.refine_steps):
+            mid = _midpoint(lo, hi, self.space)
             if mid in (lo, hi):
                 break
-            res = count(_with(configs, j, mid))
-            steps.append(TuneStep(j, mid, res, decision="refine: bisect the X = Y crossing"))
+            res = self.count(_with(self.configs, j, mid))
+            self.steps.append(TuneStep(j, mid, res, decision="refine: bisect the X = Y crossing"))
             if res.makespan_s < best[1].makespan_s * (1 - 1e-12):
                 best = (mid, res)
             if res.comm_busy_s < res.compute_time_s:
@@ -221,92 +319,25 @@ def lagom_tune(group: OverlapGroup, profiler: Profiler, *, start: Sequence[CommC
                 lo = mid
         return best
 
-    def pattern_search(j: int, cfg: CommConfig, res: ProfileResult, budget: int = 48):
+    def pattern_search(self, j: int, cfg: CommConfig, res: ProfileResult,
+                       budget: int = 48) -> tuple[CommConfig, ProfileResult]:
         """Local search on Z around cfg, one knob at a time (at most ``budget`` profiles)."""
-        stop = count.n + budget
+        stop = self.count.n + budget
         for factor in (2.0, math.sqrt(2.0)):
             improved = True
-            while improved and count.n < stop:
+            while improved and self.count.n < stop:
                 improved = False
                 for knob in ("channels", "chunk_bytes", "threads"):
                     for f in (factor, 1.0 / factor):
-                        cand = _scaled(cfg, knob, f, space)
+                        cand = _scaled(cfg, knob, f, self.space)
                         if cand == cfg:
                             continue
-                        r = count(_with(configs, j, cand))
+                        r = self.count(_with(self.configs, j, cand))
                         if r.makespan_s < res.makespan_s * (1 - 1e-9):
                             cfg, res, improved = cand, r, True
-                            steps.append(TuneStep(j, cand, r, decision=f"polish: {knob} x{f:.2f} kept"))
+                            self.steps.append(TuneStep(j, cand, r, decision=f"polish: {knob} x{f:.2f} kept"))
                             break
         return cfg, res
-
-    h = [INITIAL_H] * n
-    lr = [initial_lr] * n
-    initialized = [False] * n
-    done = [False] * n
-    while not all(done):
-        # Algorithm 1 line 5: the unfinished collective with the smallest H (ties: not yet
-        # initialised first, then the first in stream order)
-        j = min((i for i in range(n) if not done[i]), key=lambda i: (initialized[i], h[i], i))
-        first = not initialized[j]
-        cand = minimum_config(configs[j], space) if first else step_config(configs[j], lr[j], space)
-        if cand == configs[j] and not first:  # every knob at its maximum: nothing left to give
-            done[j] = True
-            steps.append(TuneStep(j, cand, current, h[j], lr[j], "done: knobs at maximum"))
-            continue
-        res = current if cand == configs[j] else count(_with(configs, j, cand))
-        initialized[j] = True
-        x_old, x_new = current.comm_times_s[j], res.comm_times_s[j]
-        hidden = res.comm_busy_s < res.compute_time_s  # X' < Y' (§3.4 condition 2)
-        gain = (x_old - x_new) / x_new if x_new > 0 else 0.0
-        if first:
-            # Algorithm 2 lines 2-3: start from the minimums (no previous time to compare)
-            if hidden:
-                done[j] = True
-                keep_new = res.makespan_s <= current.makespan_s * (1 + 1e-12)
-                decision = "done: X < Y at minimum resources" + ("" if keep_new else " (kept start: lower Z)")
-            else:
-                keep_new, decision = True, "initialised to minimums"
-            if keep_new:
-                configs[j], current = cand, res
-            steps.append(TuneStep(j, cand, res, h[j], lr[j], decision))
-            continue
-        if hidden:
-            # Algorithm 2 lines 7-8, condition X' < Y': finished at the crossing
-            done[j] = True
-            was_hidden = current.comm_busy_s < current.compute_time_s
-            steps.append(TuneStep(j, cand, res, h[j], lr[j], "done: X < Y"))
-            if was_hidden:  # X was already under Y (another collective's move): keep lower Z
-                if res.makespan_s < current.makespan_s * (1 - 1e-12):
-                    configs[j], current = cand, res
-            else:
-                configs[j], current = bisect(j, configs[j], cand, current, res)
-            continue
-        if gain <= min_gain:
-            # Algorithm 2 lines 7-8, condition "reached its optimum": keep the lower-Z of the
-            # last two profiled configurations
-            done[j] = True
-            keep_new = res.makespan_s < current.makespan_s * (1 - 1e-12)
-            why = "communication stopped improving" if gain <= 0 else f"gain {gain:.2%} <= {min_gain:.1%}"
-            steps.append(TuneStep(j, cand, res, h[j], lr[j],
-                                  f"done: {why}; kept {'new' if keep_new else 'previous'} (lower Z)"))
-            if keep_new:
-                configs[j], current = cand, res
-            continue
-        # Algorithm 2 line 11: lr from the relative improvement; Algorithm 1 line 11: update H
-        h[j] = metric_h(current.compute_time_s, res.compute_time_s, x_old, x_new)
-        lr[j] = min(max_lr, gain)
-        configs[j], current = cand, res
-        steps.append(TuneStep(j, cand, res, h[j], lr[j], "stepped"))
-    if polish:
-        for j in range(n):
-            configs[j], current = pattern_search(j, configs[j], current)
-    note = ""
-    if count.best is not None and count.best[1].makespan_s < current.makespan_s * (1 - 1e-12):
-        # every profile measured a whole configuration set: never return worse than the best seen
-        configs, current = list(count.best[0]), count.best[1]
-        note = "returned the best configuration set profiled during the search"
-    return TuneResult("lagom", configs, current, count.n, steps, time.perf_counter() - t0, note=note)
 
 # ----------------------------------------------------------------------------- all methods on one group
 

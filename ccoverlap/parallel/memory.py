@@ -55,6 +55,7 @@ context, NCCL workspaces, caching-allocator fragmentation).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from ccoverlap.parallel.config import OverlapKnobs
 from ccoverlap.parallel.layer import GRAD_BYTES
@@ -154,73 +155,16 @@ def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attent
     M = batch.microbatches(p.dp)
     sched = make_schedule(p.pp_schedule, p.pp, M, p.virtual_stages, p.pp_group)
     d = p.dtype_bytes
-    cp = p.cp
-    seq_local = batch.seq_len // cp  # context parallelism: each rank holds s / cp tokens (flash only)
-    T = batch.micro_batch * seq_local
-    sp = p.sequence_parallel and p.tp > 1
-    shard = p.dp_shard if p.data_parallel == "fsdp" else p.dp_cp
-    ag_bytes = 1 if p.fp8_param_allgather else d
+    seq_local = batch.seq_len // p.cp  # context parallelism: each rank holds s / cp tokens (flash only)
+    ctx = _MemoryInputs(
+        model=model, p=p, batch=batch, knobs=knobs,
+        sched=sched, microbatches=M, d=d, seq_local=seq_local, T=batch.micro_batch * seq_local, sp=p.sequence_parallel and p.tp > 1,
+        shard=p.dp_shard if p.data_parallel == "fsdp" else p.dp_cp, ag_bytes=1 if p.fp8_param_allgather else d,
+        flash_attention=flash_attention, sp_save_gathered_input=sp_save_gathered_input,
+    )  # fmt: skip
     capacity = float(cluster.gpu.memory_bytes)
     usable = capacity * (1.0 - MEMORY_RESERVE_FRACTION)
-    rows = []
-    for r in range(p.pp):
-        chunks, per_chunk = _rank_layers(model, p, sched, r)
-        dense = expert = 0
-        unit_params: list[int] = []
-        for units in chunks:
-            for u in units:
-                n = 0
-                for tns in unit_tensors(model, p, u):
-                    n += tns.numel
-                    if tns.group == "edp":
-                        expert += tns.numel
-                    else:
-                        dense += tns.numel
-                unit_params.append(n)
-        n_local = dense + expert
-        sharded = dense / shard + expert / p.expert_dp
-        if p.data_parallel == "fsdp":
-            weights = 4.0 * sharded
-            grads = GRAD_BYTES * sharded
-            optim = 8.0 * sharded
-            if p.distributed_optimizer:  # HSDP, ZeRO-1/2 replicas: the compute-dtype shard is
-                # gathered, the fp32 master and moments cover 1/dp_replicate of it
-                weights = d * sharded + 4.0 * sharded / p.dp_replicate
-                optim = 8.0 * sharded / p.dp_replicate
-            if knobs.fsdp_reshard_after_forward:
-                n_alive = min(knobs.fsdp_limit_all_gathers, knobs.fsdp_prefetch + 1)
-                alive = sorted(unit_params, reverse=True)[:n_alive]
-                comm = ag_bytes * sum(alive)
-            else:
-                comm = ag_bytes * sum(unit_params)
-            comm += GRAD_BYTES * max(unit_params)  # unsharded gradients of the unit being reduced
-        else:
-            weights = float(d * n_local)
-            grads = float(GRAD_BYTES * n_local)
-            optim = 12.0 * (sharded if p.distributed_optimizer else n_local)
-            comm = 2.0 * knobs.bucket_cap_mb * MiB if p.dp_cp > 1 else 0.0
-        if p.pp > 1:
-            comm += 2.0 * T * model.hidden * d / (p.tp if sp else 1)  # send + receive buffers
-        # activations: in-flight chunk-micro-batches x layers per chunk (first chunk's layers)
-        live = in_flight(sched, r)
-        layers = [layer_index(u) for u in chunks[0] if layer_index(u) >= 0]
-        per_layer = max(layer_activation_bytes(model, p, batch.micro_batch, seq_local, li,
-                                               flash_attention=flash_attention,
-                                               sp_save_gathered_input=sp_save_gathered_input) for li in layers)
-        act = live * per_chunk * per_layer
-        if p.recompute == "full":
-            full = type(p)(**{**p.to_dict(), "recompute": "none"})
-            act += max(layer_activation_bytes(model, full, batch.micro_batch, seq_local, li,
-                                              flash_attention=flash_attention,
-                                              sp_save_gathered_input=sp_save_gathered_input) for li in layers)
-        stages = [sched.stage_of(r, c) for c in range(len(chunks))]
-        Tl = T / p.tp if sp else T
-        if sched.stages - 1 in stages:  # logits (bf16) and fp32 softmax kept for the loss backward
-            act += min(live, M) * (T * model.vocab / p.tp * (d + 4) + 2 * d * Tl * model.hidden)
-        if 0 in stages:
-            act += live * d * Tl * model.hidden
-        total = weights + grads + optim + act + comm
-        rows.append((total, weights, grads, optim, act, comm, live, per_layer))
+    rows = [_rank_memory(ctx, r) for r in range(p.pp)]
     worst = max(range(len(rows)), key=lambda i: rows[i][0])
     total, weights, grads, optim, act, comm, live, per_layer = rows[worst]
     return MemoryEstimate(
@@ -230,3 +174,106 @@ def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attent
         per_rank_total=tuple(r[0] for r in rows), inflight_microbatches=live,
         activation_per_layer_bytes=per_layer,
     )
+
+
+@dataclass(frozen=True)
+class _MemoryInputs:
+    """What :func:`estimate_memory`'s per-rank steps share: the job and the sizes derived from it."""
+
+    model: Any
+    p: Any  # ParallelConfig
+    batch: Any
+    knobs: OverlapKnobs
+    sched: Any  # the pipeline schedule
+    microbatches: int  # M
+    d: int  # bytes per element of the compute dtype
+    seq_local: int  # s / cp tokens per rank
+    T: int  # tokens per micro-batch on this rank
+    sp: bool  # sequence parallelism in effect (tp > 1)
+    shard: int  # ranks the dense model states are sharded over
+    ag_bytes: int  # bytes per element of a gathered FSDP unit
+    flash_attention: bool
+    sp_save_gathered_input: bool
+
+
+def _rank_memory(c: _MemoryInputs, r: int) -> tuple:
+    """Pipeline rank ``r``: (total, weights, grads, optim, act, comm, in-flight, per-layer activation bytes)."""
+    chunks, per_chunk = _rank_layers(c.model, c.p, c.sched, r)
+    dense, expert, unit_params = _local_params(c, chunks)
+    weights, grads, optim, comm = _model_state_bytes(c, dense, expert, unit_params)
+    if c.p.pp > 1:
+        comm += 2.0 * c.T * c.model.hidden * c.d / (c.p.tp if c.sp else 1)  # send + receive buffers
+    act, live, per_layer = _activation_bytes(c, r, chunks, per_chunk)
+    total = weights + grads + optim + act + comm
+    return (total, weights, grads, optim, act, comm, live, per_layer)
+
+
+def _local_params(c: _MemoryInputs, chunks: list[list[str]]) -> tuple[int, int, list[int]]:
+    """Parameters this rank holds: dense, routed-expert, and the count of each unit (for FSDP's gathers)."""
+    dense = expert = 0
+    unit_params: list[int] = []
+    for units in chunks:
+        for u in units:
+            n = 0
+            for tns in unit_tensors(c.model, c.p, u):
+                n += tns.numel
+                if tns.group == "edp":
+                    expert += tns.numel
+                else:
+                    dense += tns.numel
+            unit_params.append(n)
+    return dense, expert, unit_params
+
+
+def _model_state_bytes(c: _MemoryInputs, dense: int, expert: int,
+                       unit_params: list[int]) -> tuple[float, float, float, float]:
+    """Weights, gradients, optimizer state and DP communication buffers of one rank (bytes; module docstring)."""
+    p, knobs, d = c.p, c.knobs, c.d
+    n_local = dense + expert
+    sharded = dense / c.shard + expert / p.expert_dp
+    comm: float
+    if p.data_parallel == "fsdp":
+        weights = 4.0 * sharded
+        grads = GRAD_BYTES * sharded
+        optim = 8.0 * sharded
+        if p.distributed_optimizer:  # HSDP, ZeRO-1/2 replicas: the compute-dtype shard is
+            # gathered, the fp32 master and moments cover 1/dp_replicate of it
+            weights = d * sharded + 4.0 * sharded / p.dp_replicate
+            optim = 8.0 * sharded / p.dp_replicate
+        if knobs.fsdp_reshard_after_forward:
+            n_alive = min(knobs.fsdp_limit_all_gathers, knobs.fsdp_prefetch + 1)
+            alive = sorted(unit_params, reverse=True)[:n_alive]
+            comm = c.ag_bytes * sum(alive)
+        else:
+            comm = c.ag_bytes * sum(unit_params)
+        comm += GRAD_BYTES * max(unit_params)  # unsharded gradients of the unit being reduced
+    else:
+        weights = float(d * n_local)
+        grads = float(GRAD_BYTES * n_local)
+        optim = 12.0 * (sharded if p.distributed_optimizer else n_local)
+        comm = 2.0 * knobs.bucket_cap_mb * MiB if p.dp_cp > 1 else 0.0
+    return weights, grads, optim, comm
+
+
+def _activation_bytes(c: _MemoryInputs, r: int, chunks: list[list[str]], per_chunk: int) -> tuple[float, int, float]:
+    """Rank ``r``'s stored activations (bytes), its in-flight micro-batches and one layer's activation bytes."""
+    p, batch, model, d, T = c.p, c.batch, c.model, c.d, c.T
+    # activations: in-flight chunk-micro-batches x layers per chunk (first chunk's layers)
+    live = in_flight(c.sched, r)
+    layers = [layer_index(u) for u in chunks[0] if layer_index(u) >= 0]
+    per_layer = max(layer_activation_bytes(model, p, batch.micro_batch, c.seq_local, li,
+                                           flash_attention=c.flash_attention,
+                                           sp_save_gathered_input=c.sp_save_gathered_input) for li in layers)
+    act = live * per_chunk * per_layer
+    if p.recompute == "full":
+        full = type(p)(**{**p.to_dict(), "recompute": "none"})
+        act += max(layer_activation_bytes(model, full, batch.micro_batch, c.seq_local, li,
+                                          flash_attention=c.flash_attention,
+                                          sp_save_gathered_input=c.sp_save_gathered_input) for li in layers)
+    stages = [c.sched.stage_of(r, ch) for ch in range(len(chunks))]
+    Tl = T / p.tp if c.sp else T
+    if c.sched.stages - 1 in stages:  # logits (bf16) and fp32 softmax kept for the loss backward
+        act += min(live, c.microbatches) * (T * model.vocab / p.tp * (d + 4) + 2 * d * Tl * model.hidden)
+    if 0 in stages:
+        act += live * d * Tl * model.hidden
+    return act, live, per_layer

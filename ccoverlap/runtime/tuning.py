@@ -376,44 +376,16 @@ def tune_choice(
                 runs[c]()
         rounds = 0
         while True:
-            local = torch.zeros(len(cands), dtype=torch.float64)
-            for pos in round_order(len(active), rounds):
-                c = active[pos]
-                _sync(device)
-                comm.barrier(group)
-                t0 = time.perf_counter()
-                runs[c]()
-                _sync(device)
-                local[cands.index(c)] = time.perf_counter() - t0
-            t = local.to(cdev)
-            comm.all_reduce(t, group=group, op=torch.distributed.ReduceOp.MAX, async_op=False)
-            worst = t.cpu().tolist()
+            worst = _timed_round(runs, cands, active, rounds, device, group, cdev)
             for c in active:
                 samples[c].append(worst[cands.index(c)])
             rounds += 1
             # rank 0 decides whether to go on, who stays and what is picked; everyone follows its broadcast
-            ctl = torch.zeros(2 + len(cands), dtype=torch.int64)
+            keep, pick = active, None
             if is_root:
-                keep, pick = active, None
-                if rounds >= opt.min_reps:
-                    step = tune_step(samples, active, opt.margin, opt.confidence)
-                    keep, pick, why = list(step.keep), step.pick, step.why
-                over = time.perf_counter() - t_start >= opt.budget_s and rounds >= opt.min_reps
-                if pick is None and (rounds >= opt.max_reps or over):
-                    scores = paired_scores(samples, keep)
-                    pick = min(keep, key=lambda c: (scores[c], cands.index(c)))
-                    why = (f"{'time budget' if over else 'max_reps'} reached with {len(keep)} candidates not "
-                           "told apart; lowest median time relative to each round's fastest")
-                ctl[0] = int(pick is not None)
-                ctl[1] = cands.index(pick) if pick is not None else -1
-                for c in keep:
-                    ctl[2 + cands.index(c)] = 1
-            ctl = ctl.to(cdev)
-            comm.broadcast(ctl, 0, group=group, async_op=False)
-            flags = ctl.cpu().tolist()
-            active = [c for i, c in enumerate(cands) if flags[2 + i]]
-            if flags[0]:
-                best = cands[flags[1]]
+                keep, pick, why = _root_verdict(samples, cands, active, rounds, opt, t_start, why)
+            active, best = _follow_root(cands, keep, pick, is_root, cdev, group)
+            if best is not None:
                 break
     elapsed = torch.tensor([time.perf_counter() - t_start], dtype=torch.float64, device=cdev)
     comm.broadcast(elapsed, 0, group=group, async_op=False)
@@ -427,6 +399,55 @@ def tune_choice(
         tuple((c, tuple(samples[c])) for c in cands), rounds, float(elapsed.item()),
         eliminated=tuple(c for c in cands if c not in active),
     )  # fmt: skip
+
+
+def _timed_round(runs: dict[str, Callable[[], object]], cands: list[str], active: list[str], rounds: int,
+                 device: torch.device, group, cdev) -> list[float]:
+    """One round: every active candidate once, in Williams order; seconds per call (MAX over ranks), by ``cands``."""
+    local = torch.zeros(len(cands), dtype=torch.float64)
+    for pos in round_order(len(active), rounds):
+        c = active[pos]
+        _sync(device)
+        comm.barrier(group)
+        t0 = time.perf_counter()
+        runs[c]()
+        _sync(device)
+        local[cands.index(c)] = time.perf_counter() - t0
+    t = local.to(cdev)
+    comm.all_reduce(t, group=group, op=torch.distributed.ReduceOp.MAX, async_op=False)
+    return t.cpu().tolist()
+
+
+def _root_verdict(samples: dict[str, list[float]], cands: list[str], active: list[str], rounds: int,
+                  opt: TuneOptions, t_start: float, why: str) -> tuple[list[str], str | None, str]:
+    """Rank 0 after a round: the candidates kept, the pick (None: go on) and why (the previous why if unchanged)."""
+    keep, pick = active, None
+    if rounds >= opt.min_reps:
+        step = tune_step(samples, active, opt.margin, opt.confidence)
+        keep, pick, why = list(step.keep), step.pick, step.why
+    over = time.perf_counter() - t_start >= opt.budget_s and rounds >= opt.min_reps
+    if pick is None and (rounds >= opt.max_reps or over):
+        scores = paired_scores(samples, keep)
+        pick = min(keep, key=lambda c: (scores[c], cands.index(c)))
+        why = (f"{'time budget' if over else 'max_reps'} reached with {len(keep)} candidates not "
+               "told apart; lowest median time relative to each round's fastest")
+    return keep, pick, why
+
+
+def _follow_root(cands: list[str], keep: list[str], pick: str | None, is_root: bool, cdev,
+                 group) -> tuple[list[str], str | None]:
+    """Broadcast rank 0's verdict; every rank returns the candidates still in and the pick (None: go on)."""
+    ctl = torch.zeros(2 + len(cands), dtype=torch.int64)
+    if is_root:
+        ctl[0] = int(pick is not None)
+        ctl[1] = cands.index(pick) if pick is not None else -1
+        for c in keep:
+            ctl[2 + cands.index(c)] = 1
+    ctl = ctl.to(cdev)
+    comm.broadcast(ctl, 0, group=group, async_op=False)
+    flags = ctl.cpu().tolist()
+    active = [c for i, c in enumerate(cands) if flags[2 + i]]
+    return active, (cands[flags[1]] if flags[0] else None)
 
 
 def tune_candidates(kind: str) -> tuple[str, ...]:
