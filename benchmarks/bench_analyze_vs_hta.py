@@ -184,6 +184,12 @@ def main(argv=None) -> int:
     p.add_argument("--breakdown", action="store_true",
                    help="instead: where ccoverlap's per-rank CPU time goes, stage by stage, in this process")
     args = p.parse_args(argv)
+    if not args.source.is_file():
+        p.error(f"--source {args.source}: no such file (HolisticTraceAnalysis' tests/data/trace_diff/control/"
+                f"control.json.gz, from a clone of facebookresearch/HolisticTraceAnalysis)")
+    if not args.breakdown and not Path(args.hta_python).is_file():
+        p.error(f"--hta-python {args.hta_python}: no such interpreter (python3 -m venv .venv-hta && "
+                f".venv-hta/bin/pip install traceinsight)")
     with tempfile.TemporaryDirectory(prefix="ccoverlap-vs-hta-") as tmp:
         d = Path(tmp)
         files = replicate(args.source, d, args.ranks)
