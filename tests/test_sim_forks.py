@@ -11,9 +11,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_sim_reference import SharingCost, reference_simulate
+from test_sim_reference import assert_equals_reference
 
-from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
 
 TP = GroupSpec(name="tp", size=8, local_size=8)
@@ -53,8 +52,4 @@ def fork_graph(seed: int) -> OpGraph:
 
 @pytest.mark.parametrize("seed", range(80))
 def test_forks_in_spans_equal_the_reference(seed):
-    g = fork_graph(seed)
-    tl = simulate(g, SharingCost())
-    start, end = reference_simulate(g, SharingCost())
-    assert tl.start_s.tolist() == pytest.approx(start, rel=1e-9, abs=1e-15)
-    assert tl.end_s.tolist() == pytest.approx(end, rel=1e-9, abs=1e-15)
+    assert_equals_reference(fork_graph(seed))

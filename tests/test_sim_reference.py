@@ -200,22 +200,22 @@ def comm_heavy_graph(seed: int) -> OpGraph:
     return g
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_fast_simulator_equals_reference_with_queued_collectives(seed):
-    g = comm_heavy_graph(seed)
+def assert_equals_reference(g) -> None:
+    """The simulator's start and end times of every op of ``g`` are the reference's (1e-9 relative)."""
     tl = simulate(g, SharingCost())
     start, end = reference_simulate(g, SharingCost())
     assert tl.start_s.tolist() == pytest.approx(start, rel=1e-9, abs=1e-15)
     assert tl.end_s.tolist() == pytest.approx(end, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_fast_simulator_equals_reference_with_queued_collectives(seed):
+    assert_equals_reference(comm_heavy_graph(seed))
 
 
 @pytest.mark.parametrize("seed", range(60))
 def test_fast_simulator_equals_op_by_op_reference(seed):
-    g = random_graph(seed)
-    tl = simulate(g, SharingCost())
-    start, end = reference_simulate(g, SharingCost())
-    assert tl.start_s.tolist() == pytest.approx(start, rel=1e-9, abs=1e-15)
-    assert tl.end_s.tolist() == pytest.approx(end, rel=1e-9, abs=1e-15)
+    assert_equals_reference(random_graph(seed))
 
 
 def test_progress_reports_rise_to_the_op_count():
