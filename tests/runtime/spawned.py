@@ -1,0 +1,46 @@
+"""Multi-process cases run once per world size and reported case by case.
+
+A test module hands its ``run_all(rank, world)`` (every case on one rank, each result
+``(status, traceback, value)`` by case name) to :class:`SpawnedCases`; the first test of a
+world size spawns that world (gloo, one thread per rank, joined with a deadline so a hang fails
+instead of stalling) and every later test of it reads the same results.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ccoverlap.runtime.launch import spawn
+
+
+class SpawnedCases:
+    """Results of ``run_all`` per world size, spawned on first use, shared by the tests."""
+
+    def __init__(self, run_all, timeout_s: float) -> None:
+        self.run_all, self.timeout_s = run_all, timeout_s
+        self._results: dict[int, object] = {}
+        self._lock = threading.Lock()
+
+    def results(self, world: int):
+        """Every rank's case results for ``world`` ranks; fails the test when the spawn failed."""
+        with self._lock:
+            if world not in self._results:
+                try:
+                    self._results[world] = spawn(self.run_all, world, timeout_s=self.timeout_s, threads=1)
+                except Exception as exc:  # noqa: BLE001 - every case of this world reports it
+                    self._results[world] = exc
+            res = self._results[world]
+        if isinstance(res, Exception):
+            pytest.fail(f"world {world}: the spawned ranks failed:\n{res}")
+        return res
+
+    def values(self, world: int, name: str) -> list:
+        """Each rank's value of case ``name``; fails the test with the first failing rank's traceback."""
+        res = self.results(world)
+        failures = [(r, res[r][name][1]) for r in range(world) if res[r][name][0] != "ok"]
+        if failures:
+            rank, tb = failures[0]
+            pytest.fail(f"{len(failures)} rank(s) failed; rank {rank}:\n{tb}")
+        return [res[r][name][2] for r in range(world)]
