@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         world = int(os.environ["WORLD_SIZE"])
         cfg = _config(args, world)
-        result = _under_torchrun(cfg, args.backend)
+        result = _under_torchrun(_worker, cfg, args.backend)
     else:
         if args.nproc < 1:
             raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")
@@ -188,7 +188,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     results = []
     for cfg in cfgs:
         if under_torchrun:
-            res = _plan_under_torchrun(cfg, args.backend)
+            res = _under_torchrun(plan_bench.run_rank, cfg, args.backend)
         else:
             backend = None if args.backend == "auto" else args.backend
             res = plan_bench.bench(cfg, world, backend=backend, threads=args.threads or 1)
@@ -208,29 +208,10 @@ def _run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_under_torchrun(cfg, backend: str):
-    import torch
-    import torch.distributed as dist
-
-    from ccoverlap.runtime.plan_bench import run_rank
-
-    created = False
-    if not dist.is_initialized():
-        if backend == "auto":
-            local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
-            backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend)
-        created = True
-    try:
-        return run_rank(dist.get_rank(), dist.get_world_size(), cfg)
-    finally:
-        if created:
-            dist.destroy_process_group()
-
-
-def _under_torchrun(cfg: dict, backend: str):
+def _under_torchrun(worker, cfg: dict, backend: str):
+    """``worker(rank, world, cfg)`` in a job started by torchrun: the process group from its
+    environment (``backend`` "auto": NCCL when every local rank has a GPU, else gloo), set up
+    here unless the caller already has one, and torn down after."""
     import torch
     import torch.distributed as dist
 
@@ -244,7 +225,7 @@ def _under_torchrun(cfg: dict, backend: str):
         dist.init_process_group(backend)
         created = True
     try:
-        return _worker(dist.get_rank(), dist.get_world_size(), cfg)
+        return worker(dist.get_rank(), dist.get_world_size(), cfg)
     finally:
         if created:
             dist.destroy_process_group()
