@@ -221,25 +221,27 @@ def _note(t: StepTuning, start: str) -> str:
     return f"{head}; {len(t.plan.rules)} plan rows: " + t.plan.describe(limit=2)
 
 
-def lagom_strategy(planner, start):
-    """The ``lagom`` planner strategy: Lagom per communication (:func:`tune_step`) from the
-    workload's own framework knobs (``planner.workload``), so its row against ``as-given``
-    is what co-tuning NCCL alone buys."""
-    t = tune_step(planner, planner.workload, "lagom")
+def _tuned_as_given(planner, method: str):
+    """:func:`tune_step` by ``method`` from the workload's own framework knobs, noted
+    against ``as-given``; None when the step has nothing to tune."""
+    t = tune_step(planner, planner.workload, method)
     if t is None:
         return None
     t.result.note = _note(t, "as-given")
     return t.result
+
+
+def lagom_strategy(planner, start):
+    """The ``lagom`` planner strategy: Lagom per communication (:func:`tune_step`) from the
+    workload's own framework knobs (``planner.workload``), so its row against ``as-given``
+    is what co-tuning NCCL alone buys."""
+    return _tuned_as_given(planner, "lagom")
 
 
 def autoccl_strategy(planner, start):
     """The ``autoccl`` planner baseline: each communication tuned for its own speed
     (lagom §2.2, eq. 2) from the workload's own framework knobs, as AutoCCL would apply it."""
-    t = tune_step(planner, planner.workload, "autoccl")
-    if t is None:
-        return None
-    t.result.note = _note(t, "as-given")
-    return t.result
+    return _tuned_as_given(planner, "autoccl")
 
 
 def lagom_with_knobs_strategy(planner, start):
