@@ -24,16 +24,7 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.combine import analyze_job
 from ccoverlap.trace.engine import make_engine
-from ccoverlap.trace.result import (  # noqa: F401  (re-exported: the analyser's public names)
-    COMM_KERNEL_KEYS,
-    METRIC_KEYS,
-    Analysis,
-    comm_kernel_chunks,
-    comm_kernel_columns,
-    comm_kernel_rows,
-    json_ready,
-    round12,
-)
+from ccoverlap.trace.result import Analysis, json_ready
 from ccoverlap.trace.sources import size as source_size
 from ccoverlap.trace.steps import parse_steps
 from ccoverlap.trace.summary import JobContext

@@ -17,8 +17,8 @@ import numpy as np
 from rich.console import Console
 
 from ccoverlap.console import Col, make_console, print_table, print_wrapped
-from ccoverlap.trace.analyze import COMM_KERNEL_KEYS, Analysis, comm_kernel_columns
 from ccoverlap.trace.ranks import MAX_CLOCK_SPREAD_S
+from ccoverlap.trace.result import COMM_KERNEL_KEYS, Analysis, comm_kernel_columns
 
 MAX_LANE_RANKS = 16
 

@@ -124,12 +124,6 @@ class Analysis:
         return json_ready(doc)
 
 
-def comm_kernel_rows(a: Analysis):
-    """The rows of :meth:`Analysis.comm_kernels`, one at a time, already :func:`json_ready`."""
-    for chunk in comm_kernel_chunks(a):
-        yield from chunk
-
-
 #: rows per list of :func:`comm_kernel_chunks`
 CHUNK_ROWS = 4096
 

@@ -1,6 +1,6 @@
 """The column-wise fast paths of the analyser give what the plain per-value code gives.
 
-* :func:`ccoverlap.trace.analyze.round12` (vectorised 12-significant-digit rounding) against
+* :func:`ccoverlap.trace.result.round12` (vectorised 12-significant-digit rounding) against
   ``float(f"{v:.12g}")`` on random values of every magnitude and on the hard cases (ties,
   powers of ten, values that round up to the next power, zeros, non-finite);
 * ``write_json``'s ``comm_kernels`` rows, written as text column by column, against
@@ -17,9 +17,10 @@ import math
 import numpy as np
 from trace_synth import kernel, nccl, trace, write
 
-from ccoverlap.trace.analyze import analyze, json_ready, round12
+from ccoverlap.trace.analyze import analyze
 from ccoverlap.trace.classify import _factorize, _factorize_pairs
 from ccoverlap.trace.report import write_json
+from ccoverlap.trace.result import json_ready, round12
 
 
 def _reference(v: float):
