@@ -219,12 +219,6 @@ def replay(paths: Sequence[str], *, steps: str | None = "hta", whatifs: Sequence
     return res
 
 
-def bound_ms(res: ReplayResult) -> float | None:
-    """What communication costs at most per step (ms): the ``no-comm`` gain, or None when not run."""
-    s = next((x for x in res.whatifs if x.name == "no-comm"), None)
-    return None if s is None else s.gain_s * 1e3
-
-
 def recommendation(res: ReplayResult) -> str:
     """One plain-words recommendation from the ranked what-ifs."""
     base = res.replay.step_time_s
