@@ -21,6 +21,7 @@ groups (:mod:`ccoverlap.deciders.overlap_group`) all go through :func:`check_key
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 import re
@@ -268,6 +269,30 @@ def typed(data: Any, target: Any, where: str):
         raise ConfigError(f"{where}: {validation_message(exc, target, data)}") from None
     except RecursionError:
         raise ConfigError(f"{where}: nested too deeply") from None
+
+
+@functools.cache
+def _field_checker(cls) -> Any:
+    """A msgspec Struct with the fields and annotations of dataclass ``cls``: what
+    :func:`check_fields` converts an instance to, reading its attributes."""
+    hints = get_type_hints(cls, include_extras=True)
+    return msgspec.defstruct(f"{cls.__name__}Fields", [(f.name, hints[f.name]) for f in fields(cls)])
+
+
+def check_fields(obj: Any, where: str | None = None) -> None:
+    """ConfigError when a field of dataclass instance ``obj`` breaks its type annotation: the
+    rules :func:`typed` applies to a config file's mapping (types, ``bounded`` ranges,
+    ``Literal`` choices; no bool or float where an integer goes, no NaN where a bounded number
+    goes), applied to an object built directly in Python, with the same message
+    (``tp must be an integer <= 1048576, got 1099511627776``). Called by the configuration
+    dataclasses' ``__post_init__``; fields that are dataclasses are checked by their own."""
+    if msgspec is None:
+        return
+    try:
+        msgspec.convert(obj, _field_checker(type(obj)), from_attributes=True, strict=True)
+    except msgspec.ValidationError as exc:
+        message = validation_message(exc, type(obj), {f.name: getattr(obj, f.name, None) for f in fields(obj)})
+        raise ConfigError(f"{where}: {message}" if where else message) from None
 
 
 def dataclass_from_mapping(cls, data: Any, where: str, *, aliases: Mapping[str, str] | None = None,
