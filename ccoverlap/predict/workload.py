@@ -177,13 +177,19 @@ def _plain(v: Any) -> Any:
     return to_dict()
 
 
-def _split_options(options: dict) -> dict:
+def check_options(options: dict) -> dict:
+    """``options`` once every name is a keyword of :class:`Workload`; ConfigError naming the
+    first unknown one and the closest known name otherwise."""
     known = (*_INIT_OPTIONS, "model", "cluster", "calibration", "framework", "parallel", "batch", "knobs")
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConfigError(f"unknown workload option {short(unknown[0])}{suggest(unknown[0], known)}; "
                           f"expected some of {list(known)}")
-    return {k: v for k, v in options.items() if v is not None}
+    return options
+
+
+def _split_options(options: dict) -> dict:
+    return {k: v for k, v in check_options(options).items() if v is not None}
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
@@ -244,8 +250,6 @@ def _model(value: Any, where: str):
 
 
 def _cluster(value: Any, nodes: int | None) -> ClusterSpec:
-    if nodes is not None and (not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= 2**20):
-        raise ConfigError(f"nodes must be an integer from 1 to {2**20}, got {short(nodes)}")
     if isinstance(value, ClusterSpec):
         c = value
     elif isinstance(value, dict):

@@ -27,9 +27,11 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from ccoverlap.config import short
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.classify import RankTrace
@@ -56,12 +58,20 @@ def load_groups(path: str | Path) -> dict[str, str]:
         raise ConfigError(f"--groups {p}: cannot read ({exc.strerror or exc})") from None
     except ValueError as exc:
         raise ConfigError(f"--groups {p}: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict) or not doc:
-        raise ConfigError(f"--groups {p}: expected a JSON object like {{\"mesh_tp\": \"TP\", \"1\": \"DP\"}}")
+    return check_groups(doc, f"--groups {p}")
+
+
+def check_groups(groups: Any, where: str = "groups") -> dict[str, str]:
+    """``groups`` (process group -> dimension, as a ``--groups`` file holds) with keys as text
+    and names stripped; ConfigError naming ``where`` unless it is a non-empty mapping of
+    non-empty names."""
+    if not isinstance(groups, dict) or not groups:
+        raise ConfigError(f"{where}: expected a non-empty mapping like {{\"mesh_tp\": \"TP\", \"1\": \"DP\"}}, "
+                          f"got {short(groups)}")
     out = {}
-    for k, v in doc.items():
+    for k, v in groups.items():
         if not isinstance(v, str) or not v.strip():
-            raise ConfigError(f"--groups {p}: the dimension of {k!r} must be a non-empty string, got {v!r}")
+            raise ConfigError(f"{where}: the dimension of {short(k)} must be a non-empty string, got {short(v)}")
         out[str(k)] = v.strip()
     return out
 
