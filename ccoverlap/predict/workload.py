@@ -27,7 +27,16 @@ from typing import Any
 
 from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK, check_framework, get_framework
 from ccoverlap.catalog.hardware import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_file
-from ccoverlap.config import Count, check_keys, dataclass_from_mapping, read_config_file, short, suggest, typed
+from ccoverlap.config import (
+    Count,
+    check_keys,
+    dataclass_from_mapping,
+    field_names,
+    read_config_file,
+    short,
+    suggest,
+    typed,
+)
 from ccoverlap.errors import ConfigError
 
 # ccoverlap.catalog.models and ccoverlap.parallel (about 50 and 40 ms to import) are imported in
@@ -370,5 +379,11 @@ def _fill_world_size(data: dict) -> None:
 
 
 def with_knobs(w: Workload, **changes: Any) -> Workload:
-    """The same workload with some overlap knobs changed."""
+    """The same workload with some overlap knobs changed (ConfigError naming an unknown knob
+    or a bad value)."""
+    from ccoverlap.parallel.config import OverlapKnobs
+
+    if not isinstance(w, Workload):
+        raise ConfigError(f"with_knobs needs a Workload, got {short(w)}")
+    check_keys(changes, field_names(OverlapKnobs), "with_knobs", what="knob")
     return replace(w, knobs=replace(w.knobs, **changes))
