@@ -15,7 +15,11 @@ groups (:mod:`ccoverlap.deciders.overlap_group`) all go through :func:`check_key
   no bools or floats where counts go, no strings where numbers go;
 * an error message quotes at most :data:`QUOTE_CHARS` characters of a bad value
   (:func:`short`), so a huge string or a deeply shared YAML structure gives one short line;
-* a configuration file larger than :data:`MAX_CONFIG_BYTES` is refused before it is parsed.
+* a configuration file larger than :data:`MAX_CONFIG_BYTES` is refused before it is parsed;
+* the same annotations bind an object built directly in Python: the configuration dataclasses
+  (parallel, batch, knobs, model, hardware, op specs) call :func:`check_fields` in their
+  ``__post_init__``, and the API's keyword limits go through :func:`check_value`, so a value
+  gets the same answer and message however it arrives.
 """
 
 from __future__ import annotations
