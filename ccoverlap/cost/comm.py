@@ -45,10 +45,10 @@ from ccoverlap.sim.graph import (
     Collective,
     CollectiveSpec,
     CommConfig,
+    CommProtocol,
     CopySpec,
     GroupSpec,
     P2PSpec,
-    Protocol,
 )
 
 KiB = 1 << 10
@@ -237,7 +237,7 @@ def ll128_enabled(group: GroupSpec, cluster: ClusterSpec) -> bool:
     return not (cluster.intra.fabric == "nvlink_pair" and group.local_size > 2)
 
 
-def allowed_protocols(group: GroupSpec, cluster: ClusterSpec) -> tuple[Protocol, ...]:
+def allowed_protocols(group: GroupSpec, cluster: ClusterSpec) -> tuple[CommProtocol, ...]:
     """Protocols NCCL considers for ``group`` by default: Simple and LL, and LL128 where
     :func:`ll128_enabled`."""
     return ("simple", "ll128", "ll") if ll128_enabled(group, cluster) else ("simple", "ll")

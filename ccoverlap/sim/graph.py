@@ -29,10 +29,10 @@ COMM = "comm"
 MEMCPY = "memcpy"
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce"]
-Protocol = Literal["simple", "ll", "ll128"]
+CommProtocol = Literal["simple", "ll", "ll128"]  # NCCL's protocols
 Transport = Literal["sm", "dma"]  # SM-driven kernels (NCCL) or copy engines (cudaMemcpyAsync)
 COLLECTIVES = get_args(Collective)
-PROTOCOLS = get_args(Protocol)
+PROTOCOLS = get_args(CommProtocol)
 TRANSPORTS = get_args(Transport)
 
 
@@ -134,7 +134,7 @@ class CommConfig:
     channels: Dim | None = None
     threads: Threads | None = None
     chunk_bytes: Dim | None = None
-    protocol: Protocol | None = None
+    protocol: CommProtocol | None = None
     algorithm: str = "auto"
 
     def __post_init__(self) -> None:
