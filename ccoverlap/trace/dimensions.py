@@ -58,15 +58,15 @@ def load_groups(path: str | Path) -> dict[str, str]:
         raise ConfigError(f"--groups {p}: cannot read ({exc.strerror or exc})") from None
     except ValueError as exc:
         raise ConfigError(f"--groups {p}: not valid JSON ({exc})") from None
-    return check_groups(doc, f"--groups {p}")
+    return check_groups(doc, f"--groups {p}", kind="JSON object")
 
 
-def check_groups(groups: Any, where: str = "groups") -> dict[str, str]:
+def check_groups(groups: Any, where: str = "groups", kind: str = "non-empty mapping") -> dict[str, str]:
     """``groups`` (process group -> dimension, as a ``--groups`` file holds) with keys as text
-    and names stripped; ConfigError naming ``where`` unless it is a non-empty mapping of
-    non-empty names."""
+    and names stripped; ConfigError naming ``where`` unless it is a non-empty mapping (``kind``
+    in the message) of non-empty names."""
     if not isinstance(groups, dict) or not groups:
-        raise ConfigError(f"{where}: expected a non-empty mapping like {{\"mesh_tp\": \"TP\", \"1\": \"DP\"}}, "
+        raise ConfigError(f"{where}: expected a {kind} like {{\"mesh_tp\": \"TP\", \"1\": \"DP\"}}, "
                           f"got {short(groups)}")
     out = {}
     for k, v in groups.items():
