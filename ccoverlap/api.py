@@ -31,24 +31,42 @@ Paths = "str | os.PathLike | Sequence[str | os.PathLike]"
 
 
 def _paths(traces) -> list[str]:
-    if isinstance(traces, (str, os.PathLike)):
-        return [os.fspath(traces)]
-    return [os.fspath(t) for t in traces]
+    """``traces`` (a path or a list of paths) as a list of paths; TraceError otherwise."""
+    from ccoverlap.config import short
+    from ccoverlap.errors import TraceError
+
+    items = [traces] if isinstance(traces, (str, os.PathLike)) else traces
+    if not isinstance(items, (list, tuple)) or not all(isinstance(t, (str, os.PathLike)) for t in items):
+        raise TraceError(f"traces: expected a path or a list of paths (files or directories), got {short(traces)}")
+    return [os.fspath(t) for t in items]
+
+
+def _names(value, what: str) -> list[str] | None:
+    """``value`` (None, a name or a list of names) as None or a list of names; ConfigError otherwise."""
+    from ccoverlap.config import short
+    from ccoverlap.errors import ConfigError
+
+    if value is None or isinstance(value, str):
+        return None if value is None else [value]
+    items = list(value) if isinstance(value, (list, tuple, set, frozenset)) else None
+    if items is None or not all(isinstance(v, str) for v in items):
+        raise ConfigError(f"{what}: expected a name or a list of names, got {short(value)}")
+    return items
 
 
 def _workload(workload, options: dict):
     """A Workload from a Workload (options must be empty), a config file path, or keywords."""
     from ccoverlap.errors import ConfigError
-    from ccoverlap.predict.workload import Workload
+    from ccoverlap.predict.workload import Workload, check_options
 
     if workload is None:
-        return Workload(**options)
+        return Workload(**check_options(options))
     if isinstance(workload, Workload):
         if options:
             raise ConfigError(f"give either a Workload or workload options, not both (got {sorted(options)})")
         return workload
     if isinstance(workload, (str, os.PathLike)):
-        return Workload.from_file(workload, **options)
+        return Workload.from_file(workload, **options)  # names the unknown options itself
     raise ConfigError(f"workload: expected a Workload, a config file or None, got {type(workload).__name__}")
 
 
@@ -71,7 +89,7 @@ def replay(traces: Paths, *, steps: str = "hta", whatifs: Sequence[str] | None =
     all): step time, exposed communication and gain of each, and a recommendation."""
     from ccoverlap.replay.run import replay as _replay
 
-    return ReplayReport.of(_replay(_paths(traces), steps=steps, whatifs=whatifs, cluster=cluster))
+    return ReplayReport.of(_replay(_paths(traces), steps=steps, whatifs=_names(whatifs, "whatifs"), cluster=cluster))
 
 
 def simulate(workload=None, **options: Any) -> SimulationResult:
@@ -100,6 +118,7 @@ def plan(workload=None, *, strategies: Sequence[str] | None = None, exact: bool 
     from ccoverlap.planning import strategies as planner
 
     w = _workload(workload, options)
+    strategies = _names(strategies, "strategies")
     registry = planner.default_registry()
     if strategies is not None:
         registry.select(list(strategies))  # one ConfigError naming an unknown one
@@ -120,11 +139,8 @@ def search(workload=None, *, max_simulations: int = 24, top: int = 3, constraint
     """Search the layouts (TP / CP / PP / DP, FSDP / DDP / HSDP, EP, micro-batch, recompute,
     pipeline schedule) of ``workload``'s model on its cluster at its global batch, ranked by
     predicted step time. ``constraints`` keeps layouts with given values (``{"tp": 8}``)."""
-    from ccoverlap.errors import ConfigError
     from ccoverlap.planning.search import search as _search
 
-    if max_simulations < 1 or top < 0:
-        raise ConfigError("max_simulations must be >= 1 and top >= 0")
     w = _workload(workload, options)
     result = _search(w, max_simulations=max_simulations, top=top, constraints=constraints)
     data = result.to_dict()
@@ -141,8 +157,11 @@ def validate(runs: str | os.PathLike = "published", *, only: Sequence[str] | Non
     listed in ``invalid_runs`` instead of stopping the others. ``only``: run names."""
     from ccoverlap.errors import ConfigError
     from ccoverlap.validate.compare import compare_runs, summarize
-    from ccoverlap.validate.reader import load_runs
+    from ccoverlap.validate.reader import SUBSETS, load_runs
 
+    only = _names(only, "only")
+    if subset is not None and subset not in SUBSETS:
+        raise ConfigError(f"subset must be one of {list(SUBSETS)}, got {subset!r}")
     rf = load_runs(runs, keep_going=True)
     names = [r.name for r in rf.runs]
     for name in only or ():
@@ -168,7 +187,7 @@ def reproduce(papers: Sequence[str] | None = None, *, cases: Sequence[str] | Non
     as ccoverlap comparisons: per case the paper's speedup, ours, and match or miss."""
     from ccoverlap.reproduce.suite import run_suite
 
-    result = run_suite(list(papers) if papers else None, ids=list(cases) if cases else None, jobs=jobs)
+    result = run_suite(_names(papers, "papers") or None, ids=_names(cases, "cases") or None, jobs=jobs)
     data = result.to_dict()
     s = data["summary"]["all"]
     return ReproductionReport(data, data["rows"], f"{s['matches']} of {s['expressible']} expressible cases match "

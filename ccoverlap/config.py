@@ -15,18 +15,23 @@ groups (:mod:`ccoverlap.deciders.overlap_group`) all go through :func:`check_key
   no bools or floats where counts go, no strings where numbers go;
 * an error message quotes at most :data:`QUOTE_CHARS` characters of a bad value
   (:func:`short`), so a huge string or a deeply shared YAML structure gives one short line;
-* a configuration file larger than :data:`MAX_CONFIG_BYTES` is refused before it is parsed.
+* a configuration file larger than :data:`MAX_CONFIG_BYTES` is refused before it is parsed;
+* the same annotations bind an object built directly in Python: the configuration dataclasses
+  (parallel, batch, knobs, model, hardware, op specs) call :func:`check_fields` in their
+  ``__post_init__``, and the API's keyword limits go through :func:`check_value`, so a value
+  gets the same answer and message however it arrives.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 import re
 import reprlib
 from collections.abc import Iterable, Mapping
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
@@ -59,6 +64,23 @@ Count = bounded(int, ge=1, le=2**20)
 Count0 = bounded(int, ge=0, le=2**20)
 #: Sequences or tokens: 1 .. 2**30.
 Size = bounded(int, ge=1, le=2**30)
+#: Largest size (layers, hidden, vocabulary, ...) a model may have.
+MAX_MODEL_SIZE = 2**31 - 1
+#: A model's size: 1 .. MAX_MODEL_SIZE; or 0 .. for an optional one.
+ModelSize = bounded(int, ge=1, le=MAX_MODEL_SIZE)
+ModelSize0 = bounded(int, ge=0, le=MAX_MODEL_SIZE)
+#: An op's dimension or count (GEMM m / n / k, kernels, group size): at least 1; or 0 and up.
+Dim = bounded(int, ge=1)
+Dim0 = bounded(int, ge=0)
+#: Bytes per element of an operand: 1 .. 8.
+ElementBytes = bounded(int, ge=1, le=8)
+#: NCCL threads per block: at least one warp (32).
+Threads = bounded(int, ge=32)
+#: A physical quantity in base units (FLOP/s, bytes, bytes/s, seconds): more than 0 and finite
+#: (at most 1e30, far above any real value; NaN and infinity are refused).
+Positive = bounded(float, gt=0, le=1e30)
+#: As :data:`Positive`, zero allowed.
+NonNegative = bounded(float, ge=0, le=1e30)
 
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = QUOTE_CHARS
@@ -104,6 +126,14 @@ def _path_name(p: Path) -> str:
     return str(p) if len(str(p)) <= 4096 else short(str(p))
 
 
+def _path(path: Any, what: str) -> Path:
+    """``path`` (text or ``os.PathLike``) as a Path; ConfigError saying a ``what`` path is
+    expected otherwise."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"expected the path of a {what}, got {short(path)}")
+    return Path(path)
+
+
 def _read_text(p: Path, what: str) -> str:
     try:
         size = p.stat().st_size if p.is_file() else None
@@ -124,7 +154,7 @@ def read_config_file(path: str | os.PathLike) -> dict:
     """Parse a JSON, TOML or YAML file into a dict; ConfigError names the file on any problem
     (missing or oversized file, unknown suffix, parse error with its first line, non-mapping
     top level)."""
-    p = Path(path)
+    p = _path(path, "config file")
     suffix = p.suffix.lower()
     if suffix not in (".json", ".toml", ".yaml", ".yml"):
         raise ConfigError(f"{p}: unknown config format {short(suffix)} (use .json, .toml, .yaml)")
@@ -154,7 +184,7 @@ def read_json_object(path: str | os.PathLike, what: str = "file") -> dict:
     (``no such WHAT``), not JSON (line and column), or not an object. The one reader of
     calibration files (:meth:`ccoverlap.cost.CostParams.load`,
     :func:`ccoverlap.calibrate.fileformat.read`)."""
-    p = Path(path)
+    p = _path(path, what)
     text = _read_text(p, what)
     try:
         data = json.loads(text)
@@ -268,6 +298,79 @@ def typed(data: Any, target: Any, where: str):
         raise ConfigError(f"{where}: {validation_message(exc, target, data)}") from None
     except RecursionError:
         raise ConfigError(f"{where}: nested too deeply") from None
+
+
+@functools.cache
+def _field_checker(cls) -> tuple[Any, tuple[tuple[str, type], ...]]:
+    """What :func:`check_fields` needs for dataclass ``cls``: a msgspec Struct with its fields
+    and annotations (a field holding a dataclass as ``Any``), and the (name, dataclass) of
+    those fields, which must hold an instance (msgspec would build one from a mapping)."""
+    hints = get_type_hints(cls, include_extras=True)
+    nested = tuple((f.name, hints[f.name]) for f in fields(cls)
+                   if isinstance(hints[f.name], type) and is_dataclass(hints[f.name]))
+    plain = {name for name, _ in nested}
+    struct = msgspec.defstruct(f"{cls.__name__}Fields",
+                               [(f.name, Any if f.name in plain else hints[f.name]) for f in fields(cls)])
+    return struct, nested
+
+
+def check_fields(obj: Any, where: str | None = None) -> None:
+    """ConfigError when a field of dataclass instance ``obj`` breaks its type annotation: the
+    rules :func:`typed` applies to a config file's mapping (types, ``bounded`` ranges,
+    ``Literal`` choices; no bool or float where an integer goes, no NaN where a bounded number
+    goes), applied to an object built directly in Python, with the same message
+    (``tp must be an integer <= 1048576, got 1099511627776``). Called by the configuration
+    dataclasses' ``__post_init__``; a field annotated with a dataclass must hold an instance of
+    it (which checked itself when it was built)."""
+    if msgspec is None:
+        return
+    checker, nested = _field_checker(type(obj))
+    prefix = f"{where}: " if where else ""
+    for name, cls in nested:
+        if not isinstance(getattr(obj, name), cls):
+            raise ConfigError(f"{prefix}{name} must be a {cls.__name__}, got {short(getattr(obj, name))}")
+    try:
+        msgspec.convert(obj, checker, from_attributes=True, strict=True)
+        return
+    except msgspec.ValidationError as exc:
+        error = exc
+    values = {f.name: getattr(obj, f.name) for f in fields(obj)}
+    plain = {k: _python_scalar(v) for k, v in values.items()}
+    if any(plain[k] is not v for k, v in values.items()):  # NumPy scalars are checked as the numbers they hold
+        try:
+            msgspec.convert(plain, checker, strict=True)
+            return
+        except msgspec.ValidationError as exc:
+            error = exc
+    raise ConfigError(prefix + validation_message(error, type(obj), values)) from None
+
+
+def _python_scalar(value: Any) -> Any:
+    """A NumPy scalar (``numpy.int64(8)``, ``numpy.float64(0.5)``) as the Python number it
+    holds; anything else as it is."""
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+@functools.cache
+def _value_checker(name: str, kind: Any) -> Any:
+    return msgspec.defstruct("Value", [(name, kind)])
+
+
+def check_value(name: str, value: Any, kind: Any) -> Any:
+    """``value`` when it is a ``kind`` (a type, ``bounded`` type or ``Literal``, as a config
+    file's field is checked by :func:`typed`); else ConfigError with the file's message for a
+    field ``name``: ``jobs must be an integer >= 1, got 0``. For the keyword arguments of the
+    Python API (process counts, limits), checked where they enter."""
+    if msgspec is None:
+        return value
+    checker = _value_checker(name, kind)
+    try:
+        msgspec.convert({name: _python_scalar(value)}, checker, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(validation_message(exc, checker, {name: value})) from None
+    return value
 
 
 def dataclass_from_mapping(cls, data: Any, where: str, *, aliases: Mapping[str, str] | None = None,

@@ -4,13 +4,16 @@ when a runs file still has good runs), no traceback, inside 10 s and 1 GiB of ad
 Every case runs ``python -m ccoverlap`` in its own process under ``RLIMIT_AS`` (1 GiB) and a
 10 s timeout, so a config that tried to build a huge step would die of MemoryError (a
 traceback) or time out, and fail here. A hypothesis test then throws random values at every
-field of a workload mapping in-process: each is a Workload or one short ConfigError.
+field of a workload mapping in-process: each is a Workload or one short ConfigError; the same
+values given to the configurations built directly in Python get the same answer, and the memory
+estimate called directly with any layout is an estimate or one ConfigError.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import resource
 import subprocess
@@ -21,7 +24,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ccoverlap.config import dataclass_from_mapping, field_names
 from ccoverlap.errors import ConfigError
+from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig
 from ccoverlap.predict.workload import workload_from_mapping
 
 LIMIT_BYTES = 1 << 30
@@ -237,3 +242,62 @@ def test_any_value_in_any_field_is_a_workload_or_one_short_config_error(path, va
     except ConfigError as exc:
         msg = str(exc)
         assert "\n" not in msg and len(msg) <= 2000, msg[:500]
+
+
+# ------------------------------------------------------------------ the same values built in Python
+
+_CONFIG_FIELDS = [(cls, f) for cls in (ParallelConfig, BatchConfig, OverlapKnobs)
+                  for f in sorted(field_names(cls)) if f not in ("comm_config", "comm_config_overrides")]
+_BASE = {BatchConfig: {"global_batch": 8}, ParallelConfig: {}, OverlapKnobs: {}}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(target=st.sampled_from(_CONFIG_FIELDS), value=_values)
+def test_a_value_built_in_python_gets_the_config_files_answer(target, value):
+    """Any value in any field of a configuration: built directly in Python it is accepted or
+    refused exactly as in a config file's mapping, with the same one-line message (one set of
+    rules: the annotations, :func:`ccoverlap.config.check_fields`)."""
+    cls, name = target
+    data = {**_BASE[cls], name: value}
+    try:
+        from_file = dataclass_from_mapping(cls, data, "f")
+    except ConfigError as exc:
+        from_file = exc
+    try:
+        direct = cls(**data)
+    except ConfigError as exc:
+        direct = exc
+    if isinstance(from_file, ConfigError):
+        assert isinstance(direct, ConfigError), (name, value, str(from_file))
+        assert str(from_file) == f"f: {direct}", (str(from_file), str(direct))
+        assert "\n" not in str(direct) and len(str(direct)) <= 2000
+    else:
+        assert not isinstance(direct, ConfigError), (name, value, str(direct))
+        assert direct == from_file
+
+
+_degree = st.integers(min_value=-2, max_value=20)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=st.sampled_from(["llama-3-8b", "mixtral-8x7b", "phi-2"]), tp=_degree, pp=_degree, dp=_degree,
+       ep=_degree, cp=_degree, nodes=st.integers(min_value=1, max_value=4),
+       global_batch=st.integers(min_value=-1, max_value=64), micro_batch=st.integers(min_value=0, max_value=4),
+       seq_len=st.sampled_from([-1, 0, 3, 512, 4096]))
+def test_any_layout_is_a_memory_estimate_or_one_config_error(model, tp, pp, dp, ep, cp, nodes, global_batch,
+                                                              micro_batch, seq_len):
+    """estimate_memory called directly with any degrees (ep > dp, pp > layers, tp not dividing
+    the heads, degrees not filling the cluster, zero or negative sizes): a finite estimate, or
+    one short ConfigError."""
+    from ccoverlap.catalog.hardware import get_cluster
+    from ccoverlap.catalog.models import get_model
+    from ccoverlap.parallel.memory import estimate_memory
+
+    try:
+        p = ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, sequence_parallel=tp > 1)
+        b = BatchConfig(global_batch=global_batch, micro_batch=micro_batch, seq_len=seq_len)
+        est = estimate_memory(get_model(model), p, b, get_cluster("dgx-h100", nodes=nodes))
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and len(str(exc)) <= 2000
+        return
+    assert math.isfinite(est.total_bytes) and est.total_bytes > 0

@@ -77,7 +77,7 @@ def test_model_from_dict_accepts_hf_keys_and_reports_errors():
         model_from_dict({"hiden": 1})
     with pytest.raises(ConfigError, match=r"missing field\(s\) \['vocab', 'seq_len'\]"):
         model_from_dict({"hidden": 64, "ffn_hidden": 256, "heads": 4, "layers": 2})
-    with pytest.raises(ConfigError, match="hidden must be a positive integer"):
+    with pytest.raises(ConfigError, match="hidden must be an integer >= 1, got -64"):
         model_from_dict({"hidden": -64, "ffn_hidden": 256, "heads": 4, "layers": 2, "vocab": 10, "seq_len": 8})
     with pytest.raises(ConfigError, match=r"kv_heads \(3\) must divide heads \(4\)"):
         model_from_dict({"hidden": 64, "ffn_hidden": 256, "heads": 4, "kv_heads": 3, "layers": 2, "vocab": 10,

@@ -13,15 +13,27 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
-from ccoverlap.config import dataclass_from_mapping, read_config_file, short, suggest  # noqa: F401 (re-exported)
+from ccoverlap.config import (  # noqa: F401 (re-exported)
+    Count,
+    Count0,
+    NonNegative,
+    Positive,
+    check_fields,
+    dataclass_from_mapping,
+    read_config_file,
+    short,
+    suggest,
+)
 from ccoverlap.errors import ConfigError
 
 GB = 1e9
 TB = 1e12
 MiB = 1 << 20
 
-FABRICS = ("nvswitch", "pcie", "full_mesh", "nvlink_pair", "infiniband", "roce", "ethernet")
+Fabric = Literal["nvswitch", "pcie", "full_mesh", "nvlink_pair", "infiniband", "roce", "ethernet"]
+FABRICS = get_args(Fabric)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,29 +45,21 @@ class GPUSpec:
 
     name: str
     vendor: str
-    sms: int
-    peak_flops: dict
-    hbm_bytes_per_s: float
-    memory_bytes: float
-    l2_bytes: float
-    copy_engines: int
-    max_threads_per_sm: int = 2048
+    sms: Count
+    peak_flops: dict[str, Positive]
+    hbm_bytes_per_s: Positive
+    memory_bytes: Positive
+    l2_bytes: Positive
+    copy_engines: Count0
+    max_threads_per_sm: Count = 2048
     ll128_default: bool = True
     source: str = ""
 
     def __post_init__(self) -> None:
-        if self.sms <= 0:
-            raise ConfigError(f"GPU {self.name!r}: sms must be positive")
+        check_fields(self, f"GPU {short(self.name)}")
         for dt in ("bf16", "fp16", "fp32"):
             if dt not in self.peak_flops:
                 raise ConfigError(f"GPU {self.name!r}: peak_flops needs an entry for {dt!r}")
-            if self.peak_flops[dt] <= 0:
-                raise ConfigError(f"GPU {self.name!r}: peak_flops[{dt!r}] must be positive")
-        for name in ("hbm_bytes_per_s", "memory_bytes", "l2_bytes"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"GPU {self.name!r}: {name} must be positive")
-        if self.copy_engines < 0:
-            raise ConfigError(f"GPU {self.name!r}: copy_engines must be >= 0")
 
     def flops_for(self, dtype_bytes: int) -> float:
         """Dense peak FLOP/s for operands of ``dtype_bytes`` (1 -> fp8, 2 -> bf16, 4 -> fp32).
@@ -71,18 +75,13 @@ class GPUSpec:
 class LinkSpec:
     """A fabric as one GPU sees it: per-direction bandwidth per GPU and one-hop latency."""
 
-    fabric: str
-    bandwidth_bytes_per_s: float
-    latency_s: float
+    fabric: Fabric
+    bandwidth_bytes_per_s: Positive
+    latency_s: NonNegative
     source: str = ""
 
     def __post_init__(self) -> None:
-        if self.fabric not in FABRICS:
-            raise ConfigError(f"link fabric must be one of {FABRICS}, got {self.fabric!r}")
-        if self.bandwidth_bytes_per_s <= 0:
-            raise ConfigError(f"link {self.fabric}: bandwidth must be positive")
-        if self.latency_s < 0:
-            raise ConfigError(f"link {self.fabric}: latency must be non-negative")
+        check_fields(self, "link")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,14 +90,13 @@ class ClusterSpec:
 
     name: str
     gpu: GPUSpec
-    nodes: int
-    gpus_per_node: int
+    nodes: Count
+    gpus_per_node: Count
     intra: LinkSpec
     inter: LinkSpec
 
     def __post_init__(self) -> None:
-        if self.nodes < 1 or self.gpus_per_node < 1:
-            raise ConfigError(f"cluster {self.name!r}: nodes and gpus_per_node must be >= 1")
+        check_fields(self, f"cluster {short(self.name)}")
 
     @property
     def world_size(self) -> int:
@@ -273,6 +271,8 @@ DEFAULT_CLUSTER_FOR_GPU = {"H100-SXM": "dgx-h100", "H200": "hgx-h200", "A100-80G
 
 def get_gpu(name: str) -> GPUSpec:
     """The catalog GPU called ``name`` (case-insensitive; a few aliases), else ConfigError."""
+    if not isinstance(name, str):
+        raise ConfigError(f"GPU name must be a string, got {type(name).__name__}")
     for key in GPUS:
         if key.lower() == name.lower():
             return GPUS[key]
@@ -284,7 +284,10 @@ def get_gpu(name: str) -> GPUSpec:
 
 
 def get_cluster(name: str, *, nodes: int | None = None) -> ClusterSpec:
-    """A catalog cluster by name, or the default cluster of a catalog GPU; ``nodes`` overrides."""
+    """A catalog cluster by name, or the default cluster of a catalog GPU; ``nodes`` overrides
+    (an integer from 1 to 2**20, checked by :class:`ClusterSpec`)."""
+    if not isinstance(name, str):
+        raise ConfigError(f"cluster name must be a string, got {type(name).__name__}")
     key = name.lower()
     if key in CLUSTERS:
         c = CLUSTERS[key]
@@ -296,11 +299,7 @@ def get_cluster(name: str, *, nodes: int | None = None) -> ClusterSpec:
                               f"clusters: {', '.join(CLUSTERS)} (a GPU name such as H100-SXM gives its "
                               f"default cluster; `ccoverlap list gpus`; or give a cluster file)") from None
         c = CLUSTERS[DEFAULT_CLUSTER_FOR_GPU[gpu.name]]
-    if nodes is not None:
-        if nodes < 1:
-            raise ConfigError(f"nodes must be >= 1, got {nodes}")
-        c = c.with_nodes(nodes)
-    return c
+    return c if nodes is None else c.with_nodes(nodes)
 
 
 # ----------------------------------------------------------------------------- user files

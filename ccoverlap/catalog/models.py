@@ -18,16 +18,23 @@ per batch) for a GPT with 4h MLP, which also counts the LM-head matmul.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
-from ccoverlap.config import check_keys, field_names, short, suggest, typed
+from ccoverlap.config import (
+    MAX_MODEL_SIZE,
+    ModelSize,
+    ModelSize0,
+    check_fields,
+    check_keys,
+    field_names,
+    short,
+    suggest,
+    typed,
+)
 from ccoverlap.errors import ConfigError
 
-#: Largest size (layers, hidden, vocabulary, ...) a model file may give.
-MAX_MODEL_SIZE = 2**31 - 1
-
-NORMS = ("rmsnorm", "layernorm")
-POSITIONS = ("rope", "learned", "alibi")
+Norm = Literal["rmsnorm", "layernorm"]
+Position = Literal["rope", "learned", "alibi"]
 
 
 class ParamCount(NamedTuple):
@@ -60,38 +67,31 @@ class ModelSpec:
     """
 
     name: str
-    hidden: int
-    ffn_hidden: int
-    heads: int
-    kv_heads: int
-    layers: int
-    vocab: int
-    seq_len: int
-    head_dim: int = 0  # 0: hidden // heads
-    experts: int = 0
-    top_k: int = 0
-    expert_ffn_hidden: int = 0  # 0: ffn_hidden
-    shared_experts: int = 0
-    first_k_dense: int = 0
+    hidden: ModelSize
+    ffn_hidden: ModelSize
+    heads: ModelSize
+    kv_heads: ModelSize
+    layers: ModelSize
+    vocab: ModelSize
+    seq_len: ModelSize
+    head_dim: ModelSize0 = 0  # 0: hidden // heads
+    experts: ModelSize0 = 0
+    top_k: ModelSize0 = 0
+    expert_ffn_hidden: ModelSize0 = 0  # 0: ffn_hidden
+    shared_experts: ModelSize0 = 0
+    first_k_dense: ModelSize0 = 0
     gated_mlp: bool = True
     tied_embeddings: bool = False
     parallel_attn_mlp: bool = False
-    norm: str = "rmsnorm"
+    norm: Norm = "rmsnorm"
     bias: bool = False  # biases on linear layers (and layernorm)
-    position: str = "rope"
+    position: Position = "rope"
     qk_norm: bool = False
     dropout: bool = False  # dropout masks stored for backward (memory estimate only)
     source: str = ""
 
     def __post_init__(self) -> None:
-        for f in ("hidden", "ffn_hidden", "heads", "kv_heads", "layers", "vocab", "seq_len"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ConfigError(f"model {self.name!r}: {f} must be a positive integer, got {v!r}")
-        for f in ("head_dim", "experts", "top_k", "expert_ffn_hidden", "shared_experts", "first_k_dense"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"model {self.name!r}: {f} must be a non-negative integer, got {v!r}")
+        check_fields(self, f"model {short(self.name)}")  # types, sizes and choices: the annotations
         if self.heads % self.kv_heads:
             raise ConfigError(f"model {self.name!r}: kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
         if self.head_dim == 0 and self.hidden % self.heads:
@@ -106,10 +106,6 @@ class ModelSpec:
                                   f"layers ({self.layers})")
         elif self.top_k or self.shared_experts or self.first_k_dense:
             raise ConfigError(f"model {self.name!r}: top_k, shared_experts and first_k_dense need experts > 0")
-        if self.norm not in NORMS:
-            raise ConfigError(f"model {self.name!r}: norm must be one of {NORMS}, got {self.norm!r}")
-        if self.position not in POSITIONS:
-            raise ConfigError(f"model {self.name!r}: position must be one of {POSITIONS}, got {self.position!r}")
 
     # ------------------------------------------------------------------ shapes
     @property

@@ -60,8 +60,6 @@ def run(args: argparse.Namespace) -> int:
     from ccoverlap.trace.report import print_comparison, print_problems, print_report, write_json, write_png
 
     try:
-        if args.jobs is not None and args.jobs < 1:
-            raise ConfigError("--jobs must be >= 1")
         groups = load_groups(args.groups) if getattr(args, "groups", None) else None
         picture = args.png is not None and not args.json
         where = {"engine": args.engine, "address": args.address, "jobs": args.jobs}

@@ -33,13 +33,10 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ccoverlap.console import Progress, make_console
-    from ccoverlap.errors import ConfigError
     from ccoverlap.reproduce.report import markdown, print_table
     from ccoverlap.reproduce.suite import default_jobs, run_suite
 
-    jobs = default_jobs() if args.jobs is None else args.jobs
-    if jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    jobs = default_jobs() if args.jobs is None else args.jobs  # run_suite checks it
 
     with Progress("reproduce", enabled=not args.quiet) as progress:
         result = run_suite(args.paper, ids=args.case, jobs=jobs, progress=progress)

@@ -109,11 +109,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_options(args: argparse.Namespace):
-    """Check --jobs, --fit / --fit-on and --subset; the parameters to fit (None without --fit)."""
+    """Check --fit / --fit-on and --subset (compare_runs checks --jobs); the parameters to fit
+    (None without --fit)."""
     from ccoverlap.validate.reader import SUBSETS
 
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     if bool(args.fit) != bool(args.fit_on):
         raise ConfigError("--fit and --fit-on go together: name the parameters and the subset to fit them on")
     names = None

@@ -38,9 +38,18 @@ import math
 from dataclasses import dataclass, replace
 
 from ccoverlap.catalog.hardware import ClusterSpec, LinkSpec
-from ccoverlap.cost.params import CostParams
+from ccoverlap.cost.params import CostParams, checked_inputs
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, CommConfig, CopySpec, GroupSpec, P2PSpec
+from ccoverlap.sim.graph import (
+    COLLECTIVES,
+    Collective,
+    CollectiveSpec,
+    CommConfig,
+    CommProtocol,
+    CopySpec,
+    GroupSpec,
+    P2PSpec,
+)
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -228,7 +237,7 @@ def ll128_enabled(group: GroupSpec, cluster: ClusterSpec) -> bool:
     return not (cluster.intra.fabric == "nvlink_pair" and group.local_size > 2)
 
 
-def allowed_protocols(group: GroupSpec, cluster: ClusterSpec) -> tuple[str, ...]:
+def allowed_protocols(group: GroupSpec, cluster: ClusterSpec) -> tuple[CommProtocol, ...]:
     """Protocols NCCL considers for ``group`` by default: Simple and LL, and LL128 where
     :func:`ll128_enabled`."""
     return ("simple", "ll128", "ll") if ll128_enabled(group, cluster) else ("simple", "ll")
@@ -245,7 +254,7 @@ def _allowed_algorithms(collective: str, group: GroupSpec) -> tuple[str, ...]:
     return algs
 
 
-def default_comm_config(collective: str, group: GroupSpec, cluster: ClusterSpec, *,
+def default_comm_config(collective: Collective, group: GroupSpec, cluster: ClusterSpec, *,
                         nbytes: float | None = None, params: CostParams | None = None,
                         transport: str = "sm") -> CommConfig:
     """The knobs NCCL would use by default for ``collective`` on ``group`` (sources at
@@ -253,6 +262,8 @@ def default_comm_config(collective: str, group: GroupSpec, cluster: ClusterSpec,
     PCIe 2), 512 threads, Simple's 2 MiB chunk. With ``nbytes``, protocol and algorithm are
     chosen as NCCL's tuner does: the fastest by this model (LL128 only where NCCL enables
     it); without, Simple and ``"auto"``."""
+    if collective not in COLLECTIVES:
+        raise ConfigError(f"unknown collective {collective!r}; expected one of {COLLECTIVES}")
     _check_group(group, cluster)
     fabric = cluster.intra.fabric if group.local_size > 1 else cluster.inter.fabric
     cfg = CommConfig(channels=DEFAULT_CHANNELS.get(fabric, 2), threads=DEFAULT_THREADS,
@@ -401,7 +412,7 @@ def dma_collective_latency_s(coll: str, n: int, cluster: ClusterSpec, params: Co
     factor = params.dma_alltoall_latency_factor if coll == "all_to_all" else params.dma_allgather_latency_factor
     if factor <= 0 or n <= 1:
         return 0.0
-    sm_coll = "all_to_all" if coll == "all_to_all" else "all_gather"
+    sm_coll: Collective = "all_to_all" if coll == "all_to_all" else "all_gather"
     group = GroupSpec(name="dma_probe", size=n, local_size=n)
     probe = CollectiveSpec(collective=sm_coll, bytes=float(DMA_LATENCY_PROBE_BYTES), group=group)
     return factor * collective_profile(probe, cluster, params).time_s
@@ -452,7 +463,7 @@ def collective_profile(spec: CollectiveSpec, cluster: ClusterSpec,
     """The collective alone on an idle GPU: time, wire bytes and resolved knobs. Unset knobs
     take :func:`default_comm_config`'s values; an unset protocol and ``algorithm="auto"`` are
     chosen as the fastest allowed by this model (as NCCL's tuner does)."""
-    p = params if params is not None else CostParams()
+    p = checked_inputs("collective_time_s", spec, CollectiveSpec, cluster, params)
     group = spec.group
     _check_group(group, cluster)
     c = spec.config
@@ -492,7 +503,7 @@ def collective_time_s(spec: CollectiveSpec, cluster: ClusterSpec, params: CostPa
 def p2p_profile(spec: P2PSpec, cluster: ClusterSpec, params: CostParams | None = None) -> CommProfile:
     """A send/recv of ``spec.bytes`` alone: ``M/B + α`` (plus launch) on the intra-node link
     or the GPU's NIC share, ``B`` limited by channels/chunks as for collectives."""
-    p = params if params is not None else CostParams()
+    p = checked_inputs("p2p_time_s", spec, P2PSpec, cluster, params)
     link = cluster.inter if spec.inter_node else cluster.intra
     level = frozenset({"inter" if spec.inter_node else "intra"})
     m = float(spec.bytes)
@@ -534,5 +545,5 @@ def copy_bandwidth(spec: CopySpec, cluster: ClusterSpec, params: CostParams) -> 
 
 def copy_time_s(spec: CopySpec, cluster: ClusterSpec, params: CostParams | None = None) -> float:
     """Seconds of a copy-engine copy alone: ``bytes / copy bandwidth + dma_copy_latency_s``."""
-    p = params if params is not None else CostParams()
+    p = checked_inputs("copy_time_s", spec, CopySpec, cluster, params)
     return float(spec.bytes) / copy_bandwidth(spec, cluster, p) + p.dma_copy_latency_s

@@ -29,11 +29,12 @@ from __future__ import annotations
 import math
 
 from ccoverlap.catalog.hardware import GPUSpec
-from ccoverlap.cost.params import CostParams, causal_attention_factor
+from ccoverlap.cost.params import CostParams, causal_attention_factor, checked_inputs
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
 
 _EPS = 1e-9
+
 
 
 def gemm_waves(tiles: int, sms_available: float, tiles_per_sm: int = 1) -> int:
@@ -121,9 +122,8 @@ def gemm_profile(spec: GemmSpec, gpu: GPUSpec, params: CostParams | None = None,
                  accumulate: bool | None = None, l2_pollution: float = 0.0,
                  tile: tuple[int, int] | None = None) -> tuple[float, float]:
     """``(seconds, HBM bytes moved)`` of a GEMM; see :func:`gemm_time_s` for the arguments."""
-    p = params if params is not None else CostParams()
-    if not isinstance(spec, GemmSpec):
-        raise ConfigError(f"gemm_time_s needs a GemmSpec, got {type(spec).__name__}")
+    p = checked_inputs("gemm_time_s", spec, GemmSpec, gpu, params, sms_available=sms_available,
+                       hbm_bytes_per_s_available=hbm_bytes_per_s_available, l2_pollution=l2_pollution)
     sms = float(gpu.sms if sms_available is None else min(max(sms_available, 1.0), gpu.sms))
     bw = gpu.hbm_bytes_per_s * p.mem_bw_fraction if hbm_bytes_per_s_available is None \
         else max(float(hbm_bytes_per_s_available), 1.0)
@@ -206,7 +206,8 @@ def attention_time_s(spec: AttentionSpec, gpu: GPUSpec, params: CostParams | Non
     :func:`attention_fraction` of the kernel (forward / backward, native / FA2-class), derated
     on Hopper for a causal mask by :func:`ccoverlap.cost.params.causal_attention_factor`
     (FlashAttention-3 paper Fig. 5). No wave quantisation (flash kernels tile over heads × query blocks, usually many waves)."""
-    p = params if params is not None else CostParams()
+    p = checked_inputs("attention_time_s", spec, AttentionSpec, gpu, params, sms_available=sms_available,
+                       hbm_bytes_per_s_available=hbm_bytes_per_s_available, l2_pollution=l2_pollution)
     sms = float(gpu.sms if sms_available is None else min(max(sms_available, 1.0), gpu.sms))
     frac = attention_fraction(spec, p)
     if getattr(spec, "causal_len", 0) and _is_hopper(gpu):
@@ -242,7 +243,8 @@ def memory_time_s(spec: MemorySpec, gpu: GPUSpec, params: CostParams | None = No
     overhead per kernel; bandwidth falls when it has fewer SMs than
     ``mem_sm_saturation_fraction`` of them. Never less than the host's dispatch time of its
     eager kernels (``host_kernels × eager_host_overhead_s``)."""
-    p = params if params is not None else CostParams()
+    p = checked_inputs("memory_time_s", spec, MemorySpec, gpu, params, sms_available=sms_available,
+                       hbm_bytes_per_s_available=hbm_bytes_per_s_available)
     sms = float(gpu.sms if sms_available is None else min(max(sms_available, 1.0), gpu.sms))
     t_m = spec.bytes / _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
     t_c = (spec.flops / (gpu.peak_flops["fp32"] * p.sustained_clock_fraction * sms / gpu.sms)

@@ -25,6 +25,8 @@ class CostModel:
     def __init__(self, cluster: ClusterSpec, params: CostParams | None = None) -> None:
         if not isinstance(cluster, ClusterSpec):
             raise ConfigError(f"CostModel needs a ClusterSpec, got {type(cluster).__name__}")
+        if params is not None and not isinstance(params, CostParams):
+            raise ConfigError(f"CostModel: params must be a CostParams or None, got {type(params).__name__}")
         self.cluster = cluster
         self.gpu = cluster.gpu
         self.params = params if params is not None else default_params(cluster.gpu)

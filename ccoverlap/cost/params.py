@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ccoverlap.catalog.hardware import GPUSpec
-from ccoverlap.config import read_json_object
+from ccoverlap.catalog.hardware import ClusterSpec, GPUSpec
+from ccoverlap.config import read_json_object, short
 from ccoverlap.errors import ConfigError
 
 
@@ -434,7 +434,33 @@ def default_params(gpu: GPUSpec | None = None) -> CostParams:
     or the H100-based class defaults when ``gpu`` is None or unknown."""
     if gpu is None:
         return CostParams()
+    if not isinstance(gpu, GPUSpec):
+        raise ConfigError(f"default_params: gpu must be a GPUSpec (ccoverlap.catalog.hardware.get_gpu(name) gives "
+                          f"one) or None, got {short(gpu)}")
     over = _GPU_OVERRIDES.get(gpu.name)
     if over is None:
         over = _VENDOR_OVERRIDES.get(gpu.vendor.lower(), {})
     return CostParams(**over)
+
+
+def checked_inputs(function: str, spec: Any, kind: type, hardware: Any, params: Any,
+                   **amounts: float | None) -> CostParams:
+    """``params`` (default :class:`CostParams`) once ``spec`` is a ``kind``, ``hardware`` the
+    GPUSpec (compute ops) or ClusterSpec (communication) the function takes, ``params`` None or
+    a CostParams and each of ``amounts`` (SMs, bytes/s, a pollution fraction: the functions
+    clamp them to their range) None or a finite number; else one ConfigError naming
+    ``function`` and the argument. The entry check of the cost model's public functions."""
+    if not isinstance(spec, kind):
+        raise ConfigError(f"{function} needs a {kind.__name__}, got {type(spec).__name__}")
+    compute = kind.__name__ in ("GemmSpec", "AttentionSpec", "MemorySpec")
+    want, name, how = (GPUSpec, "gpu", "get_gpu") if compute else (ClusterSpec, "cluster", "get_cluster")
+    if not isinstance(hardware, want):
+        raise ConfigError(f"{function}: {name} must be a {want.__name__} (ccoverlap.catalog.hardware.{how}(name) "
+                          f"gives one), got {short(hardware)}")
+    if params is not None and not isinstance(params, CostParams):
+        raise ConfigError(f"{function}: params must be a CostParams or None, got {short(params)}")
+    for arg, value in amounts.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value)):
+            raise ConfigError(f"{function}: {arg} must be a finite number, got {short(value)}")
+    return params if params is not None else CostParams()

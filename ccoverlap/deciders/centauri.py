@@ -53,7 +53,7 @@ from ccoverlap.deciders.centauri_tiers import (  # re-exported: callers import t
     operation_candidates,
     pipeline_group_choice,
 )
-from ccoverlap.predict.planner import FunctionStrategy, with_microbatches
+from ccoverlap.predict.planner import FunctionStrategy, planner_workload, with_microbatches
 from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.timeline import Timeline, step_time_s
 
@@ -175,7 +175,7 @@ def decide(planner, w=None) -> CentauriDecision:
     the planner's workload; see the module docstring); every alternative is simulated with the
     planner's cost model (configurations expressible as knobs through its cache). Returns the
     :class:`CentauriDecision`."""
-    w = planner.workload if w is None else w
+    w = planner_workload("centauri.decide", planner, w)
     w = replace(w, knobs=replace(w.knobs, overlap=True))
     ws = planner.screened(w)
     d = _decide(planner, ws)

@@ -41,7 +41,11 @@ rule unchanged. Two additions serve runtimes outside that setting and are off in
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from ccoverlap.config import short
+from ccoverlap.errors import ConfigError
 
 __all__ = [
     "FICCO_SCHEDULES",
@@ -95,6 +99,8 @@ def overlap_gain_ratio(m: int, n: int, k: int, world_size: int, dtype_bytes: int
     ``[m, k]`` operand, or the reduce-scattered ``[m, k]`` output for the mirrored op) over
     ``link_bw_bytes_per_s``; ``T_gemm`` = ``2mnk / peak_flops``. Dimensionless.
     """
+    _check_sizes("overlap_gain_ratio", m=m, n=n, k=k, world_size=world_size, dtype_bytes=dtype_bytes)
+    _check_rates("overlap_gain_ratio", peak_flops=peak_flops, link_bw_bytes_per_s=link_bw_bytes_per_s)
     t_comm = (world_size - 1) / world_size * m * k * dtype_bytes / link_bw_bytes_per_s
     t_gemm = 2.0 * m * n * k / peak_flops
     return t_comm / t_gemm
@@ -116,9 +122,7 @@ def gemm_stats(m: int, n: int, k: int, dtype_bytes: int) -> GemmStats:
     ``m``, ``n``, ``k`` are element counts; ``dtype_bytes`` is the element size in bytes.
     Returns flop, byte and flop/byte figures (see :class:`GemmStats`).
     """
-    for name, value in (("m", m), ("n", n), ("k", k), ("dtype_bytes", dtype_bytes)):
-        if int(value) != value or value <= 0:
-            raise ValueError(f"gemm_stats: {name} must be a positive integer, got {value!r}")
+    _check_sizes("gemm_stats", m=m, n=n, k=k, dtype_bytes=dtype_bytes)
     flops = 2.0 * m * n * k
     traffic = float(m * k + n * k + m * n) * dtype_bytes
     otb = flops / traffic
@@ -178,14 +182,29 @@ def choose_schedule(
                            reference_time_s, sm_uniform_band_scale)
 
 
+def _check_sizes(function: str, **sizes) -> None:
+    """ConfigError naming ``function`` and the first of ``sizes`` (element counts, ranks, bytes
+    per element) that is not a positive whole number."""
+    for name, value in sizes.items():
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or value != int(value) or value <= 0):
+            raise ConfigError(f"{function}: {name} must be a positive integer, got {short(value)}")
+
+
+def _check_rates(function: str, **rates) -> None:
+    """ConfigError naming ``function`` and the first of ``rates`` (flop/s, byte/s) that is not a
+    finite number > 0."""
+    for name, value in rates.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ConfigError(f"{function}: {name} must be a finite number > 0, got {short(value)}")
+
+
 def _check_machine_args(world_size: int, peak_flops: float, mem_bw_bytes_per_s: float, comm_engine: str) -> None:
-    """:func:`choose_schedule`'s argument checks: a ValueError naming the bad argument."""
+    """:func:`choose_schedule`'s argument checks: a ConfigError naming the bad argument."""
     if comm_engine not in ("dma", "sm"):
-        raise ValueError(f"choose_schedule: comm_engine must be 'dma' or 'sm', got {comm_engine!r}")
-    if world_size < 1 or int(world_size) != world_size:
-        raise ValueError(f"choose_schedule: world_size must be a positive integer, got {world_size!r}")
-    if peak_flops <= 0 or mem_bw_bytes_per_s <= 0:
-        raise ValueError("choose_schedule: peak_flops and mem_bw_bytes_per_s must be positive")
+        raise ConfigError(f"choose_schedule: comm_engine must be 'dma' or 'sm', got {short(comm_engine)}")
+    _check_sizes("choose_schedule", world_size=world_size)
+    _check_rates("choose_schedule", peak_flops=peak_flops, mem_bw_bytes_per_s=mem_bw_bytes_per_s)
 
 
 def _shape_step(m: int, k: int, world_size: int) -> tuple[str, str] | None:
@@ -234,8 +253,7 @@ def _serial_when_overlap_cannot_pay(m: int, n: int, k: int, world_size: int, dty
                                     overlap_loss: float | None) -> tuple[str, str] | None:
     """Step 0 of :func:`choose_schedule` (not in the paper): ``("serial", reason)`` when hiding the
     whole transfer saves less than the losses of decomposing, else None."""
-    if link_bw_bytes_per_s <= 0:
-        raise ValueError("choose_schedule: link_bw_bytes_per_s must be positive")
+    _check_rates("choose_schedule", link_bw_bytes_per_s=link_bw_bytes_per_s)
     loss = overlap_loss if overlap_loss is not None else (OVERLAP_LOSS_SM if comm_engine == "sm" else OVERLAP_LOSS_DMA)
     ratio = overlap_gain_ratio(m, n, k, world_size, dtype_bytes, peak_flops=peak_flops,
                                link_bw_bytes_per_s=link_bw_bytes_per_s)

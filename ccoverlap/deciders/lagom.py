@@ -57,6 +57,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from ccoverlap.config import short
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import CommConfig
 
@@ -74,6 +75,7 @@ from .nccl_tuning import (
     exhaustive_tune,
     implementation_candidates,
     nccl_default_configs,
+    start_configs,
 )
 from .overlap_group import OverlapGroup
 from .profiler import Profiler, ProfileResult, SimulatedProfiler
@@ -193,10 +195,8 @@ def lagom_tune(group: OverlapGroup, profiler: Profiler, *, start: Sequence[CommC
     """
     t0 = time.perf_counter()
     space = space or TuningSpace()
+    configs = start_configs("lagom", group, profiler, start, space)
     n = group.n_collectives
-    configs = [space.clamp(c) for c in (list(start) if start is not None else nccl_default_configs(group))]
-    if len(configs) != n:
-        raise ConfigError(f"lagom: {len(configs)} starting configurations for {n} collectives")
     count = _Counter(profiler, progress, "lagom", total=n * 12)
     steps: list[TuneStep] = []
     current = count(configs)
@@ -377,6 +377,9 @@ def tune_group(group: OverlapGroup, cost=None, *, profiler: Profiler | None = No
     """
     t0 = time.perf_counter()
     space = space or TuningSpace()
+    if not isinstance(group, OverlapGroup):
+        raise ConfigError(f"tune_group: group must be an OverlapGroup (load_overlap_group(path) gives one), "
+                          f"got {short(group)}")
     if profiler is None:
         if cost is None:
             from ccoverlap.predict.evaluate import cost_model_for_cluster

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ccoverlap.predict.planner import FunctionStrategy, workload_key
+from ccoverlap.config import short
+from ccoverlap.errors import ConfigError
+from ccoverlap.predict.planner import FunctionStrategy, planner_workload, workload_key
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig
 
 from .nccl_plan import CommKey, CommPlan, comm_keys
@@ -72,7 +74,7 @@ def _tuner(method: str):
     from .lagom import lagom_tune
 
     if method not in ("lagom", "autoccl"):
-        raise ValueError(f"unknown tuning method {method!r}")
+        raise ConfigError(f"unknown tuning method {short(method)}; expected 'lagom' or 'autoccl'")
     return lagom_tune if method == "lagom" else autoccl_tune
 
 
@@ -174,6 +176,8 @@ def tune_step(planner, w, method: str) -> StepTuning | None:
     """Decide a :class:`CommPlan` for workload ``w`` with ``method`` (``"lagom"`` or
     ``"autoccl"``; see the module docstring) and simulate it on the full step. None when
     the step has no communication to tune."""
+    w = planner_workload("tune_step", planner, w)
+    _tuner(method)  # an unknown method before any simulation
     w_full, w = w, planner.screened(w)
     groups, keys = step_groups(planner, w)
     order = _tuned_keys(groups, keys)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from ccoverlap.config import short
 from ccoverlap.cost.comm import ll128_enabled
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig
@@ -198,6 +199,27 @@ def _with(configs: Sequence[CommConfig], j: int, cfg: CommConfig) -> list[CommCo
 
 # ----------------------------------------------------------------------------- defaults / implementations
 
+def start_configs(method: str, group: OverlapGroup, profiler: Profiler, start: Sequence[CommConfig] | None,
+                  space: TuningSpace) -> list[CommConfig]:
+    """The configurations a search (``method``: ``lagom``, ``autoccl``) starts from, clamped to
+    ``space``: ``start`` (one CommConfig per collective of ``group``), default NCCL's
+    defaults. ConfigError naming what is wrong when ``group`` is not an OverlapGroup,
+    ``profiler`` has no ``profile`` method or ``start`` is not one CommConfig per collective."""
+    if not isinstance(group, OverlapGroup):
+        raise ConfigError(f"{method}: group must be an OverlapGroup (load_overlap_group(path) gives one), "
+                          f"got {short(group)}")
+    if not callable(getattr(profiler, "profile", None)):
+        raise ConfigError(f"{method}: profiler must have a profile(configs) method (a SimulatedProfiler), "
+                          f"got {type(profiler).__name__}")
+    if start is not None and (isinstance(start, (str, bytes)) or not isinstance(start, Sequence)
+                              or not all(isinstance(c, CommConfig) for c in start)):
+        raise ConfigError(f"{method}: start must be a list of CommConfig, one per collective, got {short(start)}")
+    configs = list(start) if start is not None else nccl_default_configs(group)
+    if len(configs) != group.n_collectives:
+        raise ConfigError(f"{method}: {len(configs)} starting configurations for {group.n_collectives} collectives")
+    return [space.clamp(c) for c in configs]
+
+
 def nccl_default_configs(group: OverlapGroup, default_fn: Callable | None = None) -> list[CommConfig]:
     """What NCCL would use for each collective of ``group`` (every knob set): the cost
     model's :func:`ccoverlap.cost.default_comm_config` (channels by fabric, 512 threads,
@@ -293,8 +315,8 @@ def autoccl_tune(group: OverlapGroup, profiler: Profiler, *, start: Sequence[Com
     """
     t0 = time.perf_counter()
     space = space or TuningSpace()
+    configs = start_configs("autoccl", group, profiler, start, space)
     n = group.n_collectives
-    configs = [space.clamp(c) for c in (list(start) if start is not None else nccl_default_configs(group))]
     nc_vals, nt_vals, ch_vals = _grid(space, 0)
     count = _Counter(profiler, progress, "autoccl", total=n * (len(nc_vals) + len(nt_vals) + len(ch_vals) + 4))
     steps: list[TuneStep] = []

@@ -167,10 +167,6 @@ class OverlapGroup:
             g.add(coll.name, replace(coll.spec, config=cfg), stream=coll.stream, phase="overlap")
         return g
 
-    def with_collectives(self, n: int) -> OverlapGroup:
-        """A copy keeping the first ``n`` collectives (used to study search cost against N)."""
-        return replace(self, collectives=self.collectives[:n], name=f"{self.name}[:{n}]")
-
     def describe(self) -> str:
         """One line: name, M, N, each collective's type, size (MiB) and group, cluster."""
         colls = ", ".join(f"{c.spec.collective} {c.spec.bytes / 2**20:.1f} MiB on {c.spec.group.name}"

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from ccoverlap.config import short
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig
@@ -83,6 +84,12 @@ class SimulatedProfiler:
     """
 
     def __init__(self, group: OverlapGroup, cost) -> None:
+        if not isinstance(group, OverlapGroup):
+            raise ConfigError(f"SimulatedProfiler: group must be an OverlapGroup (load_overlap_group(path) gives "
+                              f"one), got {short(group)}")
+        if not callable(getattr(cost, "duration_s", None)):
+            raise ConfigError(f"SimulatedProfiler: cost must have a duration_s(spec, concurrent) method (a "
+                              f"CostModel), got {type(cost).__name__}")
         self.group = group
         self.cost = cost
         self.calls = 0

@@ -26,9 +26,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field, fields
-from typing import Literal, get_args
+from typing import Literal
 
-from ccoverlap.config import Count, Size, bounded, check_keys, dataclass_from_mapping, field_names, short
+from ccoverlap.catalog.hardware import ClusterSpec
+from ccoverlap.catalog.models import ModelSpec
+from ccoverlap.config import (
+    Count,
+    Size,
+    bounded,
+    check_fields,
+    check_keys,
+    dataclass_from_mapping,
+    field_names,
+    short,
+)
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import TRANSPORTS, CommConfig
 
@@ -37,11 +48,6 @@ PPSchedule = Literal["gpipe", "1f1b", "interleaved", "dualpipe"]
 Recompute = Literal["none", "selective", "full"]
 CPImpl = Literal["ring", "allgather"]
 TPOverlap = Literal["none", "chunked", "symm_mem"]
-DATA_PARALLEL = get_args(DataParallel)
-PP_SCHEDULES = get_args(PPSchedule)
-RECOMPUTE = get_args(Recompute)
-CP_IMPLS = get_args(CPImpl)
-TP_OVERLAP = get_args(TPOverlap)
 #: Element width in bytes (1 = fp8, 2 = bf16 / fp16, 4 = fp32, 8 = fp64).
 DtypeBytes = Literal[1, 2, 4, 8]
 #: DDP bucket size in MiB: more than 0, at most 1 TiB.
@@ -55,11 +61,6 @@ SmallCount0 = bounded(int, ge=0, le=1024)
 #: the shipped published set estimates 3.1 million. ``CCOVERLAP_MAX_STEP_OPS`` changes it.
 MAX_STEP_OPS = 4_000_000
 FSDPFetch = Literal["unit", "parameter"]
-FSDP_FETCH = get_args(FSDPFetch)
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,51 +102,35 @@ class ParallelConfig:
     fp8_param_allgather: bool = False
 
     def __post_init__(self) -> None:
+        check_fields(self)  # types, ranges and choices: the annotations above, as for a config file
         problems = []
-        for f in ("tp", "pp", "dp", "ep", "cp", "dp_replicate", "virtual_stages", "dtype_bytes"):
-            v = getattr(self, f)
-            if not _is_int(v) or v < 1:
-                problems.append(f"{f} must be a positive integer, got {short(v)}")
-        if self.data_parallel not in DATA_PARALLEL:
-            problems.append(f"data_parallel must be one of {DATA_PARALLEL}, got {short(self.data_parallel)}")
-        if self.pp_schedule not in PP_SCHEDULES:
-            problems.append(f"pp_schedule must be one of {PP_SCHEDULES}, got {short(self.pp_schedule)}")
-        if self.recompute not in RECOMPUTE:
-            problems.append(f"recompute must be one of {RECOMPUTE}, got {short(self.recompute)}")
-        if self.cp_impl not in CP_IMPLS:
-            problems.append(f"cp_impl must be one of {CP_IMPLS}, got {short(self.cp_impl)}")
-        for f in ("fp8", "fp8_param_allgather", "sequence_parallel", "distributed_optimizer"):
-            if not isinstance(getattr(self, f), bool):
-                problems.append(f"{f} must be true or false, got {short(getattr(self, f))}")
-        if self.fp8_param_allgather is True and self.fp8 is not True:
+        if self.fp8_param_allgather and not self.fp8:
             problems.append("fp8_param_allgather=True needs fp8=True")
-        if self.fp8_param_allgather is True and self.data_parallel != "fsdp" and not self.distributed_optimizer:
+        if self.fp8_param_allgather and self.data_parallel != "fsdp" and not self.distributed_optimizer:
             problems.append("fp8_param_allgather=True needs sharded parameters: data_parallel='fsdp' or "
                             "distributed_optimizer=True")
-        if _is_int(self.dp_replicate) and self.dp_replicate > 1 and self.data_parallel != "fsdp":
+        if self.dp_replicate > 1 and self.data_parallel != "fsdp":
             problems.append(f"dp_replicate={self.dp_replicate} (HSDP) needs data_parallel='fsdp', "
                             f"got {short(self.data_parallel)}")
-        if (_is_int(self.dp_replicate) and _is_int(self.dp) and _is_int(self.cp) and self.dp_replicate >= 1
-                and self.dp >= 1 and self.cp >= 1 and (self.dp * self.cp) % self.dp_replicate):
+        if (self.dp * self.cp) % self.dp_replicate:
             problems.append(f"dp_replicate={self.dp_replicate} must divide dp x cp = {self.dp * self.cp} "
                             f"(HSDP: replicas x shard-group size)")
-        elif (_is_int(self.dp_replicate) and _is_int(self.dp) and _is_int(self.cp) and self.dp_replicate > 1
-              and self.dp_replicate == self.dp * self.cp):
+        elif self.dp_replicate > 1 and self.dp_replicate == self.dp * self.cp:
             problems.append(f"dp_replicate={self.dp_replicate} leaves shard groups of one rank: that is DDP, "
                             f"use data_parallel='ddp' (HSDP needs dp x cp / dp_replicate >= 2)")
-        if self.distributed_optimizer is True and self.data_parallel == "fsdp" and not (
-                _is_int(self.dp_replicate) and self.dp_replicate > 1):
+        if self.distributed_optimizer and self.data_parallel == "fsdp" and self.dp_replicate == 1:
             problems.append("distributed_optimizer=True with data_parallel='fsdp' shards the optimizer across HSDP "
                             "replicas (ZeRO-1/2 over dp_replicate): it needs dp_replicate > 1")
-        if not _is_int(self.pp_group) or self.pp_group < 0:
-            problems.append(f"pp_group must be an integer >= 0 (0: pp), got {self.pp_group!r}")
-        elif self.pp_group and self.pp_schedule != "interleaved":
+        if self.pp_group and self.pp_schedule != "interleaved":
             problems.append(f"pp_group={self.pp_group} needs pp_schedule='interleaved', got {self.pp_schedule!r}")
-        elif self.pp_group and _is_int(self.pp) and self.pp_group < self.pp:
+        elif self.pp_group and self.pp_group < self.pp:
             problems.append(f"pp_group={self.pp_group} must be at least pp={self.pp}")
-        if _is_int(self.virtual_stages) and self.virtual_stages > 1 and self.pp_schedule != "interleaved":
+        if self.virtual_stages > 1 and self.pp_schedule != "interleaved":
             problems.append(f"virtual_stages={self.virtual_stages} needs pp_schedule='interleaved', "
                             f"got {short(self.pp_schedule)}")
+        if self.dp % self.ep:
+            problems.append(f"ep={self.ep} must divide dp={self.dp} (expert parallelism is carved out of data "
+                            f"parallelism)")
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -265,8 +250,6 @@ def config_problems(p: ParallelConfig, model, cluster=None, batch: BatchConfig |
         out.append(f"DualPipe needs an even pp, got pp={p.pp}")
     if p.ep > 1 and not model.is_moe:
         out.append(f"ep={p.ep} needs a mixture-of-experts model; {model.name} has no experts")
-    if p.dp % p.ep:
-        out.append(f"ep={p.ep} must divide dp={p.dp} (expert parallelism is carved out of data parallelism)")
     if model.is_moe and model.experts % p.ep:
         out.append(f"ep={p.ep} must divide the model's {model.experts} experts")
     if model.is_moe and p.tp > 1 and not p.sequence_parallel:
@@ -286,11 +269,23 @@ def config_problems(p: ParallelConfig, model, cluster=None, batch: BatchConfig |
     return out
 
 
-def validate(model, parallel: ParallelConfig, batch: BatchConfig | None = None, cluster=None) -> None:
+def validate(model, parallel: ParallelConfig, batch: BatchConfig | None = None, cluster=None,
+             knobs: OverlapKnobs | None = None) -> None:
     """Check ``parallel`` (and ``batch``, ``cluster`` when given) against ``model``; one
-    ConfigError listing every problem. Same checks as :meth:`ParallelConfig.validate`."""
-    if not isinstance(parallel, ParallelConfig):
-        raise ConfigError(f"parallel must be a ParallelConfig, got {type(parallel).__name__}")
+    ConfigError listing every problem. Same checks as :meth:`ParallelConfig.validate`, after
+    checking that each argument is the object it must be (a ModelSpec, a ParallelConfig, a
+    BatchConfig, a ClusterSpec, OverlapKnobs; ``batch``, ``cluster`` and ``knobs`` may be
+    None): the entry check of every function that takes them (:func:`build_step`,
+    :func:`ccoverlap.parallel.memory.estimate_memory`, a workload)."""
+    wanted = [("model", model, ModelSpec, "ccoverlap.catalog.models.get_model(name) gives one"),
+              ("parallel", parallel, ParallelConfig, "ParallelConfig(tp=..., dp=...)"),
+              ("batch", batch, BatchConfig, "BatchConfig(global_batch=...)"),
+              ("cluster", cluster, ClusterSpec, "ccoverlap.catalog.hardware.get_cluster(name) gives one"),
+              ("knobs", knobs, OverlapKnobs, "OverlapKnobs(...)")]
+    for name, value, cls, how in wanted:
+        if not isinstance(value, cls) and (value is not None or name in ("model", "parallel")):
+            article = "an" if cls.__name__[0] in "AEIOU" else "a"
+            raise ConfigError(f"{name} must be {article} {cls.__name__} ({how}), got {short(value)}")
     parallel.validate(model, cluster, batch)
 
 
@@ -304,11 +299,7 @@ class BatchConfig:
     seq_len: Size = 2048
 
     def __post_init__(self) -> None:
-        problems = [f"{f} must be a positive integer, got {short(getattr(self, f))}"
-                    for f in ("global_batch", "micro_batch", "seq_len")
-                    if not _is_int(getattr(self, f)) or getattr(self, f) < 1]
-        if problems:
-            raise ConfigError("; ".join(problems))
+        check_fields(self)
 
     @property
     def tokens(self) -> int:
@@ -412,44 +403,20 @@ class OverlapKnobs:
     comm_transport: Literal[TRANSPORTS] = "sm"
 
     def __post_init__(self) -> None:
-        problems = []
-        if not isinstance(self.bucket_cap_mb, (int, float)) or isinstance(self.bucket_cap_mb, bool) \
-                or not self.bucket_cap_mb > 0:
-            problems.append(f"bucket_cap_mb must be a positive number of MiB, got {short(self.bucket_cap_mb)}")
-        if not _is_int(self.fsdp_prefetch) or self.fsdp_prefetch < 0:
-            problems.append(f"fsdp_prefetch must be an integer >= 0, got {short(self.fsdp_prefetch)}")
-        if not _is_int(self.fsdp_limit_all_gathers) or self.fsdp_limit_all_gathers < 1:
-            problems.append(f"fsdp_limit_all_gathers must be an integer >= 1, got {short(self.fsdp_limit_all_gathers)}")
-        if self.tp_overlap not in TP_OVERLAP:
-            problems.append(f"tp_overlap must be one of {', '.join(TP_OVERLAP)}, got {short(self.tp_overlap)}")
-        if not _is_int(self.tp_chunks) or self.tp_chunks < 1:
-            problems.append(f"tp_chunks must be a positive integer, got {short(self.tp_chunks)}")
-        if self.fsdp_fetch not in FSDP_FETCH:
-            problems.append(f"fsdp_fetch must be one of {', '.join(FSDP_FETCH)}, got {short(self.fsdp_fetch)}")
-        for f in ("overlap_grad_reduce", "overlap_param_gather", "zero3_host_ahead"):
-            if not isinstance(getattr(self, f), bool):
-                problems.append(f"{f} must be true or false, got {short(getattr(self, f))}")
-        if self.zero3_host_ahead is True and self.fsdp_fetch != "parameter":
-            problems.append("zero3_host_ahead needs fsdp_fetch='parameter' (it times DeepSpeed ZeRO-3's per-tensor "
-                            "fetches)")
-        if self.comm_transport not in TRANSPORTS:
-            problems.append(f"comm_transport must be one of {TRANSPORTS}, got {short(self.comm_transport)}")
-        if not isinstance(self.comm_config, CommConfig):
-            problems.append(f"comm_config must be a CommConfig, got {type(self.comm_config).__name__}")
-        ov = self.comm_config_overrides
-        if isinstance(ov, dict):
-            ov = tuple(sorted(ov.items()))
+        ov = self.comm_config_overrides  # a mapping is stored as sorted (group, CommConfig) pairs
         try:
-            ov = tuple((str(k), v) for k, v in ov)
+            ov = tuple((str(k), v) for k, v in (sorted(ov.items()) if isinstance(ov, dict) else ov))
         except (TypeError, ValueError):
-            problems.append("comm_config_overrides must map group names to CommConfig")
-            ov = ()
-        for k, v in ov:
-            if not isinstance(v, CommConfig):
-                problems.append(f"comm_config_overrides[{short(k)}] must be a CommConfig, got {type(v).__name__}")
+            raise ConfigError("comm_config_overrides must map group names to CommConfig") from None
+        problems = [f"comm_config_overrides[{short(k)}] must be a CommConfig, got {type(v).__name__}"
+                    for k, v in ov if not isinstance(v, CommConfig)]
         if problems:
             raise ConfigError("; ".join(problems))
         object.__setattr__(self, "comm_config_overrides", ov)
+        check_fields(self)  # types, ranges and choices: the annotations above, as for a config file
+        if self.zero3_host_ahead and self.fsdp_fetch != "parameter":
+            raise ConfigError("zero3_host_ahead needs fsdp_fetch='parameter' (it times DeepSpeed ZeRO-3's "
+                              "per-tensor fetches)")
 
     def config_for(self, group: str) -> CommConfig:
         """The CommConfig for collectives on group ``group``."""

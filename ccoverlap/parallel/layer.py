@@ -121,14 +121,10 @@ class LayerCtx:
         casts = self.fw.fp8_cast_kernels_fwd if direction == "fwd" else self.fw.fp8_cast_kernels_bwd
         return kind in casts
 
-    # attention kernel specs (kept for callers; see :mod:`ccoverlap.parallel.attention`) -----
+    # the attention kernel spec the layout search costs (see :mod:`ccoverlap.parallel.attention`) -----
     def attention_fwd(self) -> AttentionSpec:
         """Causal flash attention forward on this rank's heads (+ fused rotary bytes)."""
         return attn.flash_fwd_spec(self)
-
-    def attention_bwd(self) -> AttentionSpec:
-        """Flash attention backward: 2.5x the forward FLOPs (+ fused rotary bytes)."""
-        return attn.flash_bwd_spec(self)
 
     @property
     def qkv_n(self) -> int:

@@ -57,7 +57,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ccoverlap.parallel.config import OverlapKnobs
+from ccoverlap.config import short
+from ccoverlap.errors import ConfigError
+from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, validate
 from ccoverlap.parallel.layer import GRAD_BYTES
 from ccoverlap.parallel.pp import in_flight, make_schedule
 from ccoverlap.parallel.units import layer_index, stage_units, unit_tensors
@@ -99,7 +101,21 @@ def layer_activation_bytes(model, parallel, micro_batch: int, seq_len: int, laye
     (Korthikanti et al. 2022, generalised; see module doc). ``sp_save_gathered_input``: with
     sequence parallelism the QKV / fc1 inputs are kept all-gathered (``[T, h]``, PyTorch
     DTensor TP; the framework profile's ``tp_sp_save_gathered_input``) instead of as the
-    ``[T/t, h]`` shard Megatron-LM keeps."""
+    ``[T/t, h]`` shard Megatron-LM keeps. ``micro_batch`` sequences of ``seq_len`` tokens;
+    ``layer`` from 0 to ``model.layers - 1``. ConfigError when ``parallel`` does not fit
+    ``model`` (:func:`ccoverlap.parallel.config.validate`) or a size is out of range."""
+    BatchConfig(global_batch=1, micro_batch=micro_batch, seq_len=seq_len)  # the sizes: checked as a batch's
+    validate(model, parallel)
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < model.layers:
+        raise ConfigError(f"layer must be an integer from 0 to {model.layers - 1} ({model.name} has "
+                          f"{model.layers} layers), got {short(layer)}")
+    return _layer_activation_bytes(model, parallel, micro_batch, seq_len, layer, flash_attention=flash_attention,
+                                   sp_save_gathered_input=sp_save_gathered_input)
+
+
+def _layer_activation_bytes(model, parallel, micro_batch: int, seq_len: int, layer: int, *,
+                            flash_attention: bool, sp_save_gathered_input: bool) -> float:
+    """:func:`layer_activation_bytes` of arguments already checked."""
     t = parallel.tp
     sp = parallel.sequence_parallel and t > 1
     d = parallel.dtype_bytes
@@ -148,9 +164,12 @@ def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attent
 
     ``knobs`` (OverlapKnobs) sets the DDP bucket size and the FSDP gathered units;
     ``flash_attention`` and ``sp_save_gathered_input`` are the framework profile's (see
-    :func:`layer_activation_bytes`); see the module docstring for every term and its source."""
+    :func:`layer_activation_bytes`); see the module docstring for every term and its source.
+    ConfigError when the arguments are not a ModelSpec, ParallelConfig, BatchConfig,
+    ClusterSpec and OverlapKnobs that fit together (:func:`ccoverlap.parallel.config.validate`)."""
 
-    knobs = knobs or OverlapKnobs()
+    knobs = OverlapKnobs() if knobs is None else knobs
+    validate(model, parallel, batch, cluster, knobs)
     p = parallel
     M = batch.microbatches(p.dp)
     sched = make_schedule(p.pp_schedule, p.pp, M, p.virtual_stages, p.pp_group)
@@ -261,13 +280,13 @@ def _activation_bytes(c: _MemoryInputs, r: int, chunks: list[list[str]], per_chu
     # activations: in-flight chunk-micro-batches x layers per chunk (first chunk's layers)
     live = in_flight(c.sched, r)
     layers = [layer_index(u) for u in chunks[0] if layer_index(u) >= 0]
-    per_layer = max(layer_activation_bytes(model, p, batch.micro_batch, c.seq_local, li,
+    per_layer = max(_layer_activation_bytes(model, p, batch.micro_batch, c.seq_local, li,
                                            flash_attention=c.flash_attention,
                                            sp_save_gathered_input=c.sp_save_gathered_input) for li in layers)
     act = live * per_chunk * per_layer
     if p.recompute == "full":
         full = type(p)(**{**p.to_dict(), "recompute": "none"})
-        act += max(layer_activation_bytes(model, full, batch.micro_batch, c.seq_local, li,
+        act += max(_layer_activation_bytes(model, full, batch.micro_batch, c.seq_local, li,
                                           flash_attention=c.flash_attention,
                                           sp_save_gathered_input=c.sp_save_gathered_input) for li in layers)
     stages = [c.sched.stage_of(r, ch) for ch in range(len(chunks))]

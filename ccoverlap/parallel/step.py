@@ -33,7 +33,7 @@ from ccoverlap.catalog.frameworks import check_framework, get_framework
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import ep as epm
 from ccoverlap.parallel import layer as lay
-from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, check_step_size
+from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, check_step_size, validate
 from ccoverlap.parallel.ddp import DDPHook
 from ccoverlap.parallel.fsdp import FSDPHook
 from ccoverlap.parallel.layout import Layout
@@ -127,7 +127,6 @@ class _Emitter:
     def __init__(self, model, parallel: ParallelConfig, batch: BatchConfig, cluster, knobs: OverlapKnobs,
                  grad_clip: bool = True, framework=None):
         self.grad_clip = grad_clip
-        parallel.validate(model, cluster, batch)
         self.framework = get_framework(framework)
         check_framework(self.framework, model, parallel)
         self.model, self.parallel, self.batch, self.cluster, self.knobs = model, parallel, batch, cluster, knobs
@@ -447,7 +446,8 @@ def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
     ``framework``: a framework profile name, file or :class:`FrameworkProfile` (default
     ``megatron-core``) that decides which kernels a layer runs (docs/model.md).
     """
-    knobs = knobs or OverlapKnobs()
+    knobs = OverlapKnobs() if knobs is None else knobs
+    validate(model, parallel, batch, cluster, knobs)
     check_step_size(model.layers, parallel, batch, knobs)  # before anything is built
     em = _Emitter(model, parallel, batch, cluster, knobs, grad_clip, framework)
     zero3 = knobs.fsdp_fetch == "parameter" and parallel.fsdp_enabled and knobs.overlap  # (blocking either way)

@@ -59,19 +59,6 @@ def unit_tensors(model, parallel, unit: str) -> list[LocalTensor]:
     return out
 
 
-def stage_param_numel(model, parallel, stage_unit_lists: list[list[str]]) -> tuple[int, int]:
-    """(dense, expert) local parameter counts of a rank holding these stages' units."""
-    dense = expert = 0
-    for units in stage_unit_lists:
-        for u in units:
-            for t in unit_tensors(model, parallel, u):
-                if t.group == "edp":
-                    expert += t.numel
-                else:
-                    dense += t.numel
-    return dense, expert
-
-
 _GRAD_SUFFIX = re.compile(r"_(dgrad|wgrad)\d*$")
 #: the tensor names :meth:`ModelSpec.layer_tensors` and ``embedding_tensors`` give
 TENSOR_NAMES = ("qkv", "proj", "fc1", "fc2", "router", "shared_fc1", "shared_fc2", "experts_fc1",

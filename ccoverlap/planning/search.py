@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 
+from ccoverlap.config import Count, Count0, check_keys, check_value, field_names
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import ep as epm
 from ccoverlap.parallel import layer as lay
@@ -234,6 +235,14 @@ def screen_estimate(model, cluster, p, b, cost) -> float:
     return per_stage * (M + bubble)
 
 
+def _constraints(constraints) -> dict:
+    """``constraints`` of :func:`search` as a dict, once it is None or a mapping of
+    ParallelConfig field names; ConfigError naming an unknown field."""
+    if constraints is None:
+        return {}
+    return check_keys(constraints, field_names(ParallelConfig), "constraints", what="ParallelConfig field")
+
+
 def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, top: int = 3,
            constraints: dict | None = None, engine=None, **enum_kw) -> SearchResult:
     """Search the layouts of workload ``w``'s model on its cluster at its global batch and
@@ -244,10 +253,12 @@ def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, 
     cluster's workers); None: in this process, each planner using forked workers for its knob
     candidates. The result does not depend on the engine. Returns a :class:`SearchResult`."""
 
+    check_value("max_simulations", max_simulations, Count)
+    check_value("top", top, Count0)
+    constraints = _constraints(constraints)
     t0 = time.perf_counter()
     cost = cost_model_for(w)
     layouts = enumerate_layouts(w.model, w.cluster, w.batch, **enum_kw)
-    constraints = dict(constraints or {})
     layouts = [(p, b) for p, b in layouts if all(getattr(p, k) == v for k, v in constraints.items())]
     if not layouts:
         given = "".join(f", {k}={v}" for k, v in constraints.items())

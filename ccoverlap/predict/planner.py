@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
-from ccoverlap.config import short, suggest
+from ccoverlap.config import Count, check_value, short, suggest
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.evaluate import (
     StepMetrics,
@@ -37,6 +37,7 @@ from ccoverlap.predict.evaluate import (
     summarize,
     summarize_metrics,
 )
+from ccoverlap.predict.workload import Workload
 from ccoverlap.sim.engine import simulate
 from ccoverlap.types import ProgressFn
 
@@ -147,12 +148,21 @@ class Planner:
 
     def __init__(self, workload, *, cost=None, keep_timelines: int = 4, progress: ProgressFn | None = None,
                  jobs: int | None = None, exact: bool = False):
+        if not isinstance(workload, Workload):
+            raise ConfigError(f"Planner needs a Workload (ccoverlap.Workload(...) or workload_from_mapping), "
+                              f"got {short(workload)}")
+        if jobs is not None:
+            check_value("jobs", jobs, Count)
+        check_value("keep_timelines", keep_timelines, Count)
+        if cost is not None and not callable(getattr(cost, "duration_s", None)):
+            raise ConfigError(f"Planner: cost must have a duration_s(spec, concurrent) method (a CostModel), "
+                              f"got {type(cost).__name__}")
         self.workload = workload
         self.exact = bool(exact)
-        self.jobs = default_jobs() if jobs is None else max(1, int(jobs))
+        self.jobs = default_jobs() if jobs is None else jobs
         self.cost = cost if cost is not None else cost_model_for(workload)
         self.progress = progress
-        self.keep_timelines = max(1, int(keep_timelines))
+        self.keep_timelines = keep_timelines
         self._steps: OrderedDict[tuple, Any] = OrderedDict()
         self._timelines: OrderedDict[tuple, Any] = OrderedDict()
         self._summaries: dict[tuple, StrategyResult] = {}
@@ -165,6 +175,15 @@ class Planner:
         self.cache_hits = 0
         self.graph_simulations = 0
 
+    def workload_of(self, w=None):
+        """``w``, or the planner's workload when ``w`` is None: what every method taking a
+        workload works on. ConfigError when ``w`` is not a :class:`Workload`."""
+        if w is None:
+            return self.workload
+        if not isinstance(w, Workload):
+            raise ConfigError(f"expected a Workload, got {short(w)}")
+        return w
+
     # ------------------------------------------------------------------ screening
     def screened(self, w=None):
         """The workload on which candidates for ``w`` are judged: ``w`` itself in exact mode or
@@ -172,7 +191,7 @@ class Planner:
         :func:`screen_microbatches` micro-batches per pipeline (same model, layout, micro-batch
         size and knobs). Choices made on it are re-simulated on the full step
         (:meth:`restore`) before they are reported."""
-        w = self.workload if w is None else w
+        w = self.workload_of(w)
         if self.exact:
             return w
         m_s = screen_microbatches(w)
@@ -188,27 +207,27 @@ class Planner:
 
     def screening(self, w=None) -> bool:
         """Whether :meth:`screened` reduces ``w``."""
-        w = self.workload if w is None else w
+        w = self.workload_of(w)
         return self.screened(w) is not w
 
     def steady_state(self, w=None) -> tuple[int, int] | None:
         """The two step lengths from which :meth:`metrics` extrapolates ``w``'s step
         (:func:`steady_state_microbatches`), or None when it is simulated in full (always in
         exact mode)."""
-        w = self.workload if w is None else w
+        w = self.workload_of(w)
         return None if self.exact else steady_state_microbatches(w)
 
     def full_step_how(self, w=None) -> str:
         """How :meth:`metrics` gets ``w``'s full step, for notes: "simulated in full" or
         "extrapolated from M1 and M2 micro-batches"."""
-        pts = self.steady_state(self.workload if w is None else w)
+        pts = self.steady_state(self.workload_of(w))
         return "simulated in full" if pts is None else f"extrapolated from {pts[0]} and {pts[1]} micro-batches"
 
     def metrics(self, w=None) -> StepMetrics:
         """:class:`~ccoverlap.predict.evaluate.StepMetrics` of ``w``'s step: extrapolated from the
         simulations of two shorter steps (:meth:`steady_state`) or, where that does not apply,
         from its full simulation. Cached per configuration."""
-        w = self.workload if w is None else w
+        w = self.workload_of(w)
         key = workload_key(w)
         got = self._metrics.get(key)
         if got is not None:
@@ -226,7 +245,7 @@ class Planner:
         per micro-batch what it does on the full step); else on the full step. ``key``
         (hashable, naming the rewrite) caches the result per step length, so a decider that
         judged a rewrite on the screened step does not simulate it again."""
-        w = self.workload if w is None else w
+        w = self.workload_of(w)
         pts = self.steady_state(w)
         if pts is None:
             return self._short_metrics(w, rewrite, key)
@@ -262,7 +281,7 @@ class Planner:
     def step(self, w=None):
         """The :class:`~ccoverlap.parallel.StepGraph` of ``w`` (default: the planner's workload),
         built once per configuration."""
-        w = self.workload if w is None else w
+        w = self.workload_of(w)
         key = workload_key(w)
         st = self._steps.get(key)
         if st is None:
@@ -279,7 +298,7 @@ class Planner:
         returns ``(StepGraph, Timeline)``. A configuration simulated before (and whose timeline
         is still cached) is not simulated again."""
 
-        w = self.workload if w is None else w
+        w = self.workload_of(w)
         key = workload_key(w)
         tl = self._timelines.get(key)
         st = self.step(w)
@@ -322,7 +341,7 @@ class Planner:
         (definitions in :mod:`ccoverlap.predict.evaluate`). Each call returns a fresh result object.
         Without ``keep_timeline`` the step may be extrapolated from two shorter ones
         (:meth:`metrics`); with it, it is simulated in full (the timeline is what is kept)."""
-        w = self.workload if w is None else w
+        w = self.workload_of(w)
         key = workload_key(w)
         base = self._summaries.get(key)
         if keep_timeline and (key not in self._timelines or key not in self._simulated_summaries):
@@ -398,6 +417,14 @@ class Planner:
 
 _MAP_TASK: Callable[[int], Any] | None = None
 _IN_WORKER = False
+
+
+def planner_workload(who: str, planner, w=None):
+    """The workload a decider's entry point (``who``) works on: ``w``, or ``planner``'s when
+    None; ConfigError when ``planner`` is not a :class:`Planner` or ``w`` not a Workload."""
+    if not isinstance(planner, Planner):
+        raise ConfigError(f"{who}: planner must be a Planner (Planner(workload)), got {short(planner)}")
+    return planner.workload_of(w)
 
 
 def _mark_worker() -> None:

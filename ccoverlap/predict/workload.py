@@ -27,7 +27,16 @@ from typing import Any
 
 from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK, check_framework, get_framework
 from ccoverlap.catalog.hardware import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_file
-from ccoverlap.config import Count, check_keys, dataclass_from_mapping, read_config_file, short, suggest, typed
+from ccoverlap.config import (
+    Count,
+    check_keys,
+    dataclass_from_mapping,
+    field_names,
+    read_config_file,
+    short,
+    suggest,
+    typed,
+)
 from ccoverlap.errors import ConfigError
 
 # ccoverlap.catalog.models and ccoverlap.parallel (about 50 and 40 ms to import) are imported in
@@ -177,13 +186,19 @@ def _plain(v: Any) -> Any:
     return to_dict()
 
 
-def _split_options(options: dict) -> dict:
+def check_options(options: dict) -> dict:
+    """``options`` once every name is a keyword of :class:`Workload`; ConfigError naming the
+    first unknown one and the closest known name otherwise."""
     known = (*_INIT_OPTIONS, "model", "cluster", "calibration", "framework", "parallel", "batch", "knobs")
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConfigError(f"unknown workload option {short(unknown[0])}{suggest(unknown[0], known)}; "
                           f"expected some of {list(known)}")
-    return {k: v for k, v in options.items() if v is not None}
+    return options
+
+
+def _split_options(options: dict) -> dict:
+    return {k: v for k, v in check_options(options).items() if v is not None}
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
@@ -244,8 +259,6 @@ def _model(value: Any, where: str):
 
 
 def _cluster(value: Any, nodes: int | None) -> ClusterSpec:
-    if nodes is not None and (not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= 2**20):
-        raise ConfigError(f"nodes must be an integer from 1 to {2**20}, got {short(nodes)}")
     if isinstance(value, ClusterSpec):
         c = value
     elif isinstance(value, dict):
@@ -366,5 +379,11 @@ def _fill_world_size(data: dict) -> None:
 
 
 def with_knobs(w: Workload, **changes: Any) -> Workload:
-    """The same workload with some overlap knobs changed."""
+    """The same workload with some overlap knobs changed (ConfigError naming an unknown knob
+    or a bad value)."""
+    from ccoverlap.parallel.config import OverlapKnobs
+
+    if not isinstance(w, Workload):
+        raise ConfigError(f"with_knobs needs a Workload, got {short(w)}")
+    check_keys(changes, field_names(OverlapKnobs), "with_knobs", what="knob")
     return replace(w, knobs=replace(w.knobs, **changes))

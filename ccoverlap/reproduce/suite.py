@@ -26,6 +26,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from ccoverlap.config import Count, check_value
 from ccoverlap.errors import ConfigError
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "reproduce"
@@ -215,6 +216,7 @@ def run_suite(papers: Iterable[str] | None = None, *, ids: Iterable[str] | None 
     """Load and evaluate the cases of ``papers`` (only ``ids`` if given), in ``jobs`` forked
     processes when more than one (same rows, same order)."""
     global _POOL_CASES
+    check_value("jobs", jobs, Count)
     cases, titles = load_cases(papers, data_dir)
     if ids:
         wanted = set(ids)

@@ -93,8 +93,14 @@ def simulate(graph: OpGraph, cost: SupportsDuration, *, progress: ProgressFn | N
 
     ``progress``, if given, is called as ``progress(ops done, ops, "ops")`` every 4096 ops
     and once at the end. Raises :class:`ConfigError` if the graph deadlocks (a dependency cycle through stream
-    order), naming a stuck op. (See :class:`EventLoop` for how it is made fast.)
+    order), naming a stuck op, and when ``graph`` is not an OpGraph or ``cost`` has no
+    ``duration_s`` method. (See :class:`EventLoop` for how it is made fast.)
     """
+    if not isinstance(graph, OpGraph):
+        raise ConfigError(f"simulate needs an OpGraph (a StepGraph's .graph), got {type(graph).__name__}")
+    if not callable(getattr(cost, "duration_s", None)):
+        raise ConfigError(f"simulate: cost must have a duration_s(spec, concurrent) method (a CostModel), "
+                          f"got {type(cost).__name__}")
     if not graph.ops:
         return TimelineBuilder().build(meta=dict(graph.meta))
     with gc_paused():

@@ -18,8 +18,9 @@ import gc
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import NamedTuple, Union
+from typing import Literal, NamedTuple, Union, get_args
 
+from ccoverlap.config import Dim, Dim0, ElementBytes, NonNegative, Threads, check_fields
 from ccoverlap.errors import ConfigError
 
 # Op kinds, the same vocabulary as a Timeline's ``kind`` column.
@@ -27,9 +28,12 @@ COMPUTE = "compute"
 COMM = "comm"
 MEMCPY = "memcpy"
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
-PROTOCOLS = ("simple", "ll", "ll128")
-TRANSPORTS = ("sm", "dma")  # SM-driven kernels (NCCL) or copy engines (cudaMemcpyAsync)
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce"]
+CommProtocol = Literal["simple", "ll", "ll128"]  # NCCL's protocols
+Transport = Literal["sm", "dma"]  # SM-driven kernels (NCCL) or copy engines (cudaMemcpyAsync)
+COLLECTIVES = get_args(Collective)
+PROTOCOLS = get_args(CommProtocol)
+TRANSPORTS = get_args(Transport)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,18 +43,16 @@ class GemmSpec:
     ``accumulate`` marks a piece of a K-split GEMM that adds into an existing C (reads C as
     well as writing it: the extra traffic of ficco §IV-C's K-decomposition)."""
 
-    m: int
-    n: int
-    k: int
-    batch: int = 1
-    dtype_bytes: int = 2
+    m: Dim
+    n: Dim
+    k: Dim
+    batch: Dim = 1
+    dtype_bytes: ElementBytes = 2
     accumulate: bool = False
-    host_kernels: int = 0  # kernels eager PyTorch dispatches from the host for this op (0: not host-bound)
+    host_kernels: Dim0 = 0  # kernels eager PyTorch dispatches from the host for this op (0: not host-bound)
 
     def __post_init__(self) -> None:
-        for name in ("m", "n", "k", "batch", "dtype_bytes"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"GEMM {name} must be positive, got {getattr(self, name)}")
+        check_fields(self, "GEMM")
 
     @property
     def flops(self) -> float:
@@ -66,36 +68,29 @@ class GemmSpec:
 class AttentionSpec:
     """A fused (flash) attention kernel: its FLOPs and HBM bytes, computed by the model builder."""
 
-    flops: float
-    bytes: float
-    dtype_bytes: int = 2
-    host_kernels: int = 0  # kernels eager PyTorch dispatches from the host for this op (0: not host-bound)
+    flops: NonNegative
+    bytes: NonNegative
+    dtype_bytes: ElementBytes = 2
+    host_kernels: Dim0 = 0  # kernels eager PyTorch dispatches from the host for this op (0: not host-bound)
     backward: bool = False  # the backward kernel (lower efficiency than forward)
-    kernel: str = "native"  # "native" (FA3 / cuDNN on Hopper, FA2 on Ampere) or "fa2" (FA2-class on any GPU)
-    causal_len: int = 0  # sequence length of a causal-masked kernel (0: no causal mask / unknown)
+    kernel: Literal["native", "fa2"] = "native"  # FA3 / cuDNN on Hopper, FA2 on Ampere; or FA2-class on any GPU
+    causal_len: Dim0 = 0  # sequence length of a causal-masked kernel (0: no causal mask / unknown)
 
     def __post_init__(self) -> None:
-        if self.kernel not in ("native", "fa2"):
-            raise ConfigError(f"attention kernel must be 'native' or 'fa2', got {self.kernel!r}")
-        if self.flops < 0 or self.bytes < 0:
-            raise ConfigError("attention FLOPs and bytes must be non-negative")
+        check_fields(self, "attention")
 
 
 @dataclass(frozen=True, kw_only=True)
 class MemorySpec:
     """A memory-bound kernel (norm, activation, residual add, optimizer step): bytes read + written."""
 
-    bytes: float
-    flops: float = 0.0
-    kernels: int = 1  # kernels this op stands for (an unfused element-wise chain: each pays a launch)
-    host_kernels: int = 0  # of them dispatched by eager PyTorch from the host (0: not host-bound)
+    bytes: NonNegative
+    flops: NonNegative = 0.0
+    kernels: Dim = 1  # kernels this op stands for (an unfused element-wise chain: each pays a launch)
+    host_kernels: Dim0 = 0  # of them dispatched by eager PyTorch from the host (0: not host-bound)
 
     def __post_init__(self) -> None:
-        if self.kernels < 1 or self.host_kernels < 0:
-            raise ConfigError(f"memory-bound op kernels must be >= 1 and host_kernels >= 0, got "
-                              f"{self.kernels}, {self.host_kernels}")
-        if self.bytes < 0:
-            raise ConfigError(f"memory-bound op bytes must be non-negative, got {self.bytes}")
+        check_fields(self, "memory-bound op")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,12 +103,11 @@ class GroupSpec:
     """
 
     name: str
-    size: int
-    local_size: int
+    size: Dim
+    local_size: Dim
 
     def __post_init__(self) -> None:
-        if self.size < 1 or self.local_size < 1:
-            raise ConfigError(f"group {self.name!r}: size and local_size must be >= 1")
+        check_fields(self, f"group {self.name!r}")
         if self.local_size > self.size or self.size % self.local_size:
             raise ConfigError(
                 f"group {self.name!r}: local_size {self.local_size} must divide size {self.size}"
@@ -137,21 +131,14 @@ class CommConfig:
     ring/tree/... as NCCL's tuner would). ``None`` for a knob means the library default.
     """
 
-    channels: int | None = None
-    threads: int | None = None
-    chunk_bytes: int | None = None
-    protocol: str | None = None
+    channels: Dim | None = None
+    threads: Threads | None = None
+    chunk_bytes: Dim | None = None
+    protocol: CommProtocol | None = None
     algorithm: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.channels is not None and self.channels < 1:
-            raise ConfigError(f"channels (NC) must be >= 1, got {self.channels}")
-        if self.threads is not None and self.threads < 32:
-            raise ConfigError(f"threads (NT) must be >= 32, got {self.threads}")
-        if self.chunk_bytes is not None and self.chunk_bytes < 1:
-            raise ConfigError(f"chunk size (C) must be >= 1 byte, got {self.chunk_bytes}")
-        if self.protocol is not None and self.protocol not in PROTOCOLS:
-            raise ConfigError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        check_fields(self, "comm config")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,19 +147,14 @@ class CollectiveSpec:
     the full (output) buffer of all-gather, the input of reduce-scatter, the buffer of
     all-reduce / broadcast / reduce, the per-rank send buffer of all-to-all."""
 
-    collective: str
-    bytes: float
+    collective: Collective
+    bytes: NonNegative
     group: GroupSpec
     config: CommConfig = field(default_factory=CommConfig)
-    transport: str = "sm"
+    transport: Transport = "sm"
 
     def __post_init__(self) -> None:
-        if self.collective not in COLLECTIVES:
-            raise ConfigError(f"unknown collective {self.collective!r}; expected one of {COLLECTIVES}")
-        if self.bytes < 0:
-            raise ConfigError(f"collective bytes must be non-negative, got {self.bytes}")
-        if self.transport not in TRANSPORTS:
-            raise ConfigError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
+        check_fields(self, "collective")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,23 +162,25 @@ class P2PSpec:
     """A point-to-point transfer of ``bytes`` (pipeline activations / gradients, or one peer's
     shard of a symmetric-memory TP step). ``group`` names the parallelism it serves (timelines)."""
 
-    bytes: float
+    bytes: NonNegative
     inter_node: bool
     config: CommConfig = field(default_factory=CommConfig)
-    transport: str = "sm"
+    transport: Transport = "sm"
     group: str = "pp"
 
     def __post_init__(self) -> None:
-        if self.bytes < 0:
-            raise ConfigError(f"p2p bytes must be non-negative, got {self.bytes}")
+        check_fields(self, "p2p")
 
 
 @dataclass(frozen=True, kw_only=True)
 class CopySpec:
     """A device copy on a copy engine (e.g. offload, or a DMA-driven collective piece)."""
 
-    bytes: float
-    direction: str = "d2d"  # d2d | h2d | d2h
+    bytes: NonNegative
+    direction: Literal["d2d", "h2d", "d2h"] = "d2d"
+
+    def __post_init__(self) -> None:
+        check_fields(self, "copy")
 
 
 Spec = Union[GemmSpec, AttentionSpec, MemorySpec, CollectiveSpec, P2PSpec, CopySpec]

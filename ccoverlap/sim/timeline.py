@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -103,16 +102,6 @@ class Timeline:
                 "bytes": float(self.bytes[i]), "flops": float(self.flops[i]),
                 "collective": str(self.collective[i]), "group": str(self.group[i]), "step": int(self.step[i]),
             }
-
-    @classmethod
-    def concat(cls, timelines: Sequence[Timeline]) -> Timeline:
-        cols: dict[str, Any] = {c: np.concatenate([getattr(t, c) for t in timelines]) if timelines else []
-                for c in ("rank", "stream", "kind", "name", "start_s", "end_s", "bytes", "flops",
-                          "collective", "group", "step")}
-        meta: dict = {}
-        for t in timelines:
-            meta.update(t.meta)
-        return cls(meta=meta, **cols)
 
 
 class TimelineBuilder:

@@ -20,9 +20,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ccoverlap.config import Count, check_value, short
 from ccoverlap.errors import ConfigError
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.combine import analyze_job
+from ccoverlap.trace.dimensions import check_groups
 from ccoverlap.trace.engine import make_engine
 from ccoverlap.trace.result import Analysis, json_ready
 from ccoverlap.trace.sources import size as source_size
@@ -51,7 +53,10 @@ def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", ti
     """
     spec = parse_steps(steps)
     if time_resolution not in ("hta", "exact"):
-        raise ConfigError(f"time resolution must be 'hta' or 'exact', got {time_resolution!r}")
+        raise ConfigError(f"time resolution must be 'hta' or 'exact', got {short(time_resolution)}")
+    if jobs is not None:
+        check_value("jobs", jobs, Count)
+    groups = check_groups(groups) if groups is not None else None
     files, problems = _load.discover(list(paths))
     if engine is None or isinstance(engine, str):
         local = engine in (None, "local")

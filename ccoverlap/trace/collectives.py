@@ -14,10 +14,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ccoverlap.sim.timeline import merge_intervals
-from ccoverlap.trace.classify import RankTrace
-from ccoverlap.trace.contention import covered_length
-
 _P2P = ("send", "recv", "p2p")
 
 
@@ -62,19 +58,6 @@ class CollectiveStats:
     def to_dict(self) -> dict:
         """Plain dict for JSON."""
         return asdict(self)
-
-
-def collective_stats(rts: list[RankTrace], masks: dict[int, np.ndarray]) -> list[CollectiveStats]:
-    """Statistics of every communication row selected by ``masks[rank]``, all ranks pooled."""
-    parts = []
-    for rt in rts:
-        tl = rt.timeline
-        m = masks[rt.rank] & (tl.kind == "comm")
-        comp = masks[rt.rank] & (tl.kind == "compute")
-        cs, ce = merge_intervals(tl.start_s[comp], tl.end_s[comp])
-        d = tl.end_s[m] - tl.start_s[m]
-        parts.append((rt.rank, tl.select(m), rt.group_size[m], d - covered_length(cs, ce, tl.start_s[m], tl.end_s[m])))
-    return pooled_collective_stats(parts)
 
 
 def pooled_collective_stats(parts: list[tuple]) -> list[CollectiveStats]:

@@ -2,7 +2,7 @@
 
 Every communication row carries its process group (:mod:`.classify`: ``Process Group Name`` of
 the collective record, else the job's only group; for gloo traces on CPU, see
-:func:`assign_cpu_groups`). A group is mapped to a dimension by, in order:
+:func:`choose_cpu_groups`). A group is mapped to a dimension by, in order:
 
 1. ``--groups FILE``: a JSON object whose keys are a group name (``"3"``), a group description
    (``"mesh_tp"``) or ``"ranks:0,1"`` and whose values are the dimension (any label; ``TP``, ``DP``,
@@ -27,9 +27,11 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from ccoverlap.config import short
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.classify import RankTrace
@@ -56,12 +58,20 @@ def load_groups(path: str | Path) -> dict[str, str]:
         raise ConfigError(f"--groups {p}: cannot read ({exc.strerror or exc})") from None
     except ValueError as exc:
         raise ConfigError(f"--groups {p}: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict) or not doc:
-        raise ConfigError(f"--groups {p}: expected a JSON object like {{\"mesh_tp\": \"TP\", \"1\": \"DP\"}}")
+    return check_groups(doc, f"--groups {p}", kind="JSON object")
+
+
+def check_groups(groups: Any, where: str = "groups", kind: str = "non-empty mapping") -> dict[str, str]:
+    """``groups`` (process group -> dimension, as a ``--groups`` file holds) with keys as text
+    and names stripped; ConfigError naming ``where`` unless it is a non-empty mapping (``kind``
+    in the message) of non-empty names."""
+    if not isinstance(groups, dict) or not groups:
+        raise ConfigError(f"{where}: expected a {kind} like {{\"mesh_tp\": \"TP\", \"1\": \"DP\"}}, "
+                          f"got {short(groups)}")
     out = {}
-    for k, v in doc.items():
+    for k, v in groups.items():
         if not isinstance(v, str) or not v.strip():
-            raise ConfigError(f"--groups {p}: the dimension of {k!r} must be a non-empty string, got {v!r}")
+            raise ConfigError(f"{where}: the dimension of {short(k)} must be a non-empty string, got {short(v)}")
         out[str(k)] = v.strip()
     return out
 
@@ -120,7 +130,7 @@ class DimensionStats:
 
 def rank_dimension_parts(rt: RankTrace, mask: np.ndarray, mapping: dict[str, str] | None = None,
                          compute: tuple[np.ndarray, np.ndarray] | None = None) -> list[dict]:
-    """One rank's share of :func:`dimension_stats`: per dimension its communication time (union),
+    """One rank's share of :func:`combine_dimension_parts`: per dimension its communication time (union),
     exposed part, calls, bytes and collectives. ``compute``: the rank's merged compute intervals
     (computed here when not given)."""
     tl = rt.timeline
@@ -188,41 +198,7 @@ def combine_dimension_parts(parts_by_rank: list[tuple[int, list[dict]]]) -> list
     return out
 
 
-def dimension_stats(rts: list[RankTrace], masks: dict[int, np.ndarray],
-                    mapping: dict[str, str] | None = None) -> list[DimensionStats]:
-    """Per-dimension time / exposed / overlap / bytes / algbw of the analysed comm rows."""
-    return combine_dimension_parts([(rt.rank, rank_dimension_parts(rt, masks[rt.rank], mapping)) for rt in rts])
-
-
 # ----------------------------------------------------------------------------- gloo on CPU
-
-def assign_cpu_groups(rts: list[RankTrace], tolerance: float = 0.25) -> list[str]:
-    """Give the gloo collectives of CPU-mode ranks their process group.
-
-    A gloo trace names no group on its ``gloo:*`` ops, but each ProcessGroupGloo runs its
-    collectives on its own worker threads, and a collective ends at about the same moment on
-    every member of its group. So each worker thread of rank r is matched to the group of
-    ``pg_config`` (those containing r, the all-ranks group last) whose other members have a
-    thread whose collectives of the same type and size end together with this thread's: score = share of
-    the thread's calls with a partner call ending within ``tolerance`` × its duration (at least
-    50 µs), ties broken by the closer ends. A ProcessGroupGloo starts its worker threads (2 by
-    default) one after the other, so threads with consecutive ids are taken as one group's and
-    matched together. Returns notes (one per thread left unassigned). Needs ≥ 2 ranks with
-    ``pg_config``; a heuristic - ``--groups`` cannot override it, and NCCL traces do not need it
-    (their collective records name the group).
-    """
-    cpu = [rt for rt in rts if rt.mode == "cpu"]
-    if len(cpu) < 2:
-        return []
-    chosen, notes = choose_cpu_groups(
-        {rt.rank: cpu_thread_calls(rt) for rt in cpu},
-        {rt.rank: (rt.meta.get("pg_config") or {}, rt.meta.get("world_size"), str(rt.path)) for rt in cpu},
-        tolerance)
-    for rt in cpu:
-        if chosen.get(rt.rank):
-            apply_cpu_groups(rt, chosen[rt.rank])
-    return notes
-
 
 def cpu_thread_calls(rt: RankTrace) -> dict[str, tuple]:
     """The gloo calls of each worker-thread family of a CPU-mode rank (what :func:`choose_cpu_groups`
@@ -241,10 +217,22 @@ def cpu_thread_calls(rt: RankTrace) -> dict[str, tuple]:
 
 def choose_cpu_groups(threads: dict[int, dict], info: dict[int, tuple], tolerance: float = 0.25
                       ) -> tuple[dict[int, dict[str, str]], list[str]]:
-    """The process group of each gloo thread family, rank by rank (see :func:`assign_cpu_groups`).
+    """The process group of each gloo thread family, rank by rank.
+
+    A gloo trace names no group on its ``gloo:*`` ops, but each ProcessGroupGloo runs its
+    collectives on its own worker threads, and a collective ends at about the same moment on
+    every member of its group. So each worker thread of rank r is matched to the group of
+    ``pg_config`` (those containing r, the all-ranks group last) whose other members have a
+    thread whose collectives of the same type and size end together with this thread's: score =
+    share of the thread's calls with a partner call ending within ``tolerance`` × its duration
+    (at least 50 µs), ties broken by the closer ends. A ProcessGroupGloo starts its worker
+    threads (2 by default) one after the other, so threads with consecutive ids are taken as one
+    group's and matched together. Needs ≥ 2 ranks with ``pg_config``; a heuristic - ``--groups``
+    cannot override it, and NCCL traces do not need it (their collective records name the group).
 
     ``threads[rank]``: :func:`cpu_thread_calls` of that rank (ends on the job's clock);
-    ``info[rank]``: ``(pg_config, world_size, path)``. Returns ``({rank: {family: group}}, notes)``.
+    ``info[rank]``: ``(pg_config, world_size, path)``. Returns ``({rank: {family: group}}, notes)``
+    (one note per thread left unassigned); :func:`apply_cpu_groups` gives a rank its groups.
     """
     chosen: dict[int, dict[str, str]] = {}
     notes: list[str] = []

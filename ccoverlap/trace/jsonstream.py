@@ -27,7 +27,7 @@ import codecs
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Union
 
@@ -522,8 +522,3 @@ def _last_boundary(buf: str, lo: int, hi: int) -> int:
 
 def _depth_limit() -> int:
     return sys.getrecursionlimit()
-
-
-def iter_trace(open_binary: Callable[[], object]) -> EventStream:
-    """An :class:`EventStream` over a fresh binary file from ``open_binary``."""
-    return EventStream(open_binary())

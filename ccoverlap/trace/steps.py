@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ccoverlap.config import short
 from ccoverlap.errors import ConfigError
 from ccoverlap.trace.classify import RankTrace
 
@@ -69,6 +70,8 @@ class StepRanges:
 def parse_steps(spec: str | None) -> str | list[int] | StepRanges:
     """``"hta"`` / ``"all"`` / the step numbers of ``"3,4"`` or ``"3-5"``: a sorted list, or
     :class:`StepRanges` when they are more than :data:`MAX_LISTED_STEPS` (never expanded)."""
+    if spec is not None and not isinstance(spec, str):
+        raise ConfigError(f"--steps: expected 'hta', 'all' or step numbers like '3,4' or '3-5', got {short(spec)}")
     if spec is None or spec.strip().lower() in ("", "hta", "default"):
         return "hta"
     s = spec.strip().lower()

@@ -13,6 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ccoverlap.config import Count, check_value
 from ccoverlap.console import Col, print_table, print_wrapped
 from ccoverlap.errors import CCOverlapError
 from ccoverlap.types import ProgressFn
@@ -131,6 +132,7 @@ def compare_runs(runs: list[RunSpec], *, params_for: Callable[[RunSpec], Any] | 
     processes; otherwise ``step_cache`` (a dict the caller keeps) reuses built step graphs
     across calls. A run that cannot be predicted becomes a row with a ``problem``."""
 
+    check_value("jobs", jobs, Count)
     params_for = params_for or cost_params_for
     work = [(r, params_for(r)) for r in runs]
     rows: list[Row] = []

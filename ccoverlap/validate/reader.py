@@ -18,6 +18,7 @@ business (:mod:`ccoverlap.validate.predict`), reported per run.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -429,6 +430,8 @@ PUBLISHED = Path(__file__).resolve().parents[1] / "data" / "runs" / "published.y
 def runs_path(arg: str | Path) -> Path:
     """The runs file ``arg`` names: ``published`` is the set shipped with ccoverlap
     (:data:`PUBLISHED`), anything else a path."""
+    if not isinstance(arg, (str, os.PathLike)):
+        raise ConfigError(f"expected the path of a runs file or 'published', got {short(arg)}")
     return PUBLISHED if str(arg) == "published" else Path(arg)
 
 

@@ -15,7 +15,3 @@ def example_plan():
     """The built-in example (Llama-3-8B, TP2 x DP4 FSDP on 8 H100) planned with every strategy."""
     return planner.plan(Workload())
 
-
-@pytest.fixture(scope="session")
-def a40_workload():
-    return Workload.from_file(ROOT / "examples" / "llama3-8b-fsdp-a40.yaml")
