@@ -13,7 +13,8 @@ stride ``C`` - a shape every batched GEMM takes without a copy.
 into a block of the other layout (``torch.bmm`` with ``out=``: BLAS reads and writes strided
 batches), so the overlapped ops never permute an activation between the collective's
 layout and the model's. :func:`weight_grad` forms ``dy.T @ x`` over every row when the two
-lie in different layouts by re-laying the narrower one (one copy of the smaller tensor).
+lie in different layouts: per batch entry and summed when the weight is small, else by
+re-laying the narrower one (one copy of the smaller tensor).
 Where a batched GEMM would copy strided operands itself (CPU in 16-bit types: oneDNN makes
 them contiguous first) :func:`mm_into` multiplies contiguous rows and copies the result
 instead, as an unbatched GEMM must.
@@ -114,12 +115,21 @@ def weight_grad(dy4: torch.Tensor, x4: torch.Tensor) -> torch.Tensor:
     """``dy.T @ x`` summed over every row (``[n, k]``) for blocks ``dy4`` ``[P, B, R, n]`` and ``x4`` ``[P, B, R, k]``.
 
     The sum runs over the same rows of both in any order, so one GEMM serves when both lie
-    in one layout; otherwise the narrower of the two is copied into the other's layout
-    (rank-major or natural; anything else is made rank-major first).
+    in one layout. Otherwise, where batched GEMMs read strided blocks as they lie
+    (:func:`strided_bmm`) and the weight is smaller than a block's rows per batch entry
+    (``max(n, k) < R``), the blocks are multiplied per batch entry into ``[B, n, k]`` and
+    summed (``B*n*k`` extra elements); else the narrower of the two is copied into the
+    other's layout (``P*B*R*min(n, k)`` elements; anything neither rank-major nor natural
+    is made rank-major first).
     """
     for lay in (_rank_major, _natural):
         if lay(dy4) and lay(x4):
             return _rows(dy4).t() @ _rows(x4)
+    if strided_bmm(dy4) and max(dy4.shape[-1], x4.shape[-1]) < dy4.shape[2]:
+        acc = torch.bmm(dy4[0].transpose(1, 2), x4[0])
+        for j in range(1, dy4.shape[0]):
+            acc.baddbmm_(dy4[j].transpose(1, 2), x4[j])
+        return acc.sum(0)
     narrow_dy = dy4.shape[-1] <= x4.shape[-1]
     wide = x4 if narrow_dy else dy4
     if not (_rank_major(wide) or _natural(wide)):

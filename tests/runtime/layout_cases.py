@@ -66,11 +66,17 @@ def _run(op, x, w, g, schedule, dim):
     return y.detach(), x.grad, w.grad
 
 
+def _rows_per_rank(dim: int) -> int:
+    """8 rows per rank along dim 1 (more than the widths: the weight gradient is summed per batch entry when
+    batched GEMMs read strided blocks), 2 along dim 2 (fewer: the narrower operand is re-laid)."""
+    return 8 if dim == 1 else 2
+
+
 def _ag_value(schedule: str, dtype, dim: int):
     """all_gather_matmul along ``dim`` = the float64 reference = the dim-0 path on the same data."""
 
     def run(rank, world):
-        m, k, n = 2, 5, 7
+        m, k, n = _rows_per_rank(dim), 5, 7
         xs = [gen(100 + j, *_shard_shape(dim, m, k)) for j in range(world)]
         ws = [gen(200 + j, n, k) for j in range(world)]
         full = torch.cat(xs, dim)
@@ -94,7 +100,7 @@ def _rs_value(schedule: str, dtype, dim: int):
     """matmul_reduce_scatter along ``dim`` = the float64 reference = the dim-0 path on the same data."""
 
     def run(rank, world):
-        m, k, n = 2, 6, 5
+        m, k, n = _rows_per_rank(dim), 6, 5
         shard = _shard_shape(dim, m, k)
         full_shape = (*shard[:dim], world * m, k)
         xs = [gen(400 + j, *full_shape) for j in range(world)]
