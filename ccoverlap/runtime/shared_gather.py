@@ -26,8 +26,8 @@ bookkeeping torch's styles pay per operation left out, and overlaps both collect
 * backward: each projection computes ``dW`` and ``db`` as usual and adds its
   input-gradient partial ``dy @ W_r`` into the record's accumulator (fused into the GEMM,
   ``addmm``/``baddbmm``), kept in the reduce-scatter's rank-major layout so that it is sent
-  without a permuting copy; the one whose backward runs last starts the reduce-scatter and computes its
-  ``dW`` while it is in flight. The backward of :func:`gather_input` finishes it, adds what
+  without a permuting copy; the one whose backward runs last starts the reduce-scatter and
+  computes its ``dW`` while it is in flight. The backward of :func:`gather_input` finishes it, adds what
   reached the gathered tensor through ordinary autograd (a ``Partial`` DTensor gradient is
   reduce-scattered; a ``Replicate`` one, or the plain tensor's, contributes this rank's
   slice, as torch's redistribution does) and returns this rank's shard gradient.
@@ -143,7 +143,8 @@ class SharedGather:
             if dy4.is_contiguous() or strided_bmm(dy4):
                 self.grad_sum = torch.empty(shape, dtype=dy.dtype, device=dy.device)
             else:
-                self.grad_sum = torch.empty(shape[1], shape[0], *shape[2:], dtype=dy.dtype, device=dy.device).transpose(0, 1)
+                natural = torch.empty(shape[1], shape[0], *shape[2:], dtype=dy.dtype, device=dy.device)
+                self.grad_sum = natural.transpose(0, 1)
             mm_blocks(dy4, weight, self.grad_sum)
         else:
             mm_blocks(dy4, weight, self.grad_sum, accumulate=True)
