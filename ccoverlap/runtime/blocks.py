@@ -26,7 +26,7 @@ import math
 
 import torch
 
-__all__ = ["rank_blocks", "strided_bmm", "mm_into", "mm_blocks", "weight_grad"]
+__all__ = ["rank_blocks", "strided_bmm", "gemm_operand", "mm_into", "mm_blocks", "weight_grad"]
 
 
 def rank_blocks(t: torch.Tensor, dim: int, p: int) -> torch.Tensor:
@@ -50,6 +50,13 @@ def strided_bmm(t: torch.Tensor) -> bool:
     if t.device.type == "cuda":
         return True
     return t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64)
+
+
+def gemm_operand(t4: torch.Tensor) -> torch.Tensor:
+    """``[P, B, R, C]`` blocks an op multiplies more than once, as it should hold them: as they lie where batched
+    GEMMs read strided blocks (:func:`strided_bmm`), else one rank-major copy made up front (each GEMM would
+    otherwise copy its block again, and a weight gradient re-lay another operand)."""
+    return t4 if strided_bmm(t4) else t4.contiguous()
 
 
 def mm_into(a3: torch.Tensor, b: torch.Tensor, out3: torch.Tensor, accumulate: bool = False) -> None:

@@ -37,7 +37,7 @@ from collections.abc import Callable
 import torch
 
 from ccoverlap.runtime import checks, comm
-from ccoverlap.runtime.blocks import rank_blocks, weight_grad
+from ccoverlap.runtime.blocks import gemm_operand, rank_blocks, weight_grad
 from ccoverlap.runtime.schedules import SCHEDULES, ag_matmul, matmul_rs
 from ccoverlap.runtime.tuning import is_decided, resolve
 
@@ -259,7 +259,7 @@ class _AllGatherMatmul(torch.autograd.Function):
     def backward(ctx, dy):
         x_full, weight = ctx.saved_tensors
         dy = dy.contiguous()
-        dy4 = rank_blocks(dy, ctx.dim, comm.group_size(ctx.group))  # [P, B, R, N]: rank j's rows of dy
+        dy4 = gemm_operand(rank_blocks(dy, ctx.dim, comm.group_size(ctx.group)))  # [P, B, R, N]: rank j's rows of dy
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dw = [None]
 
@@ -283,8 +283,9 @@ class _MatmulReduceScatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, group, schedule, bwd_schedule, gate, engine, dim):
         p = comm.group_size(group)
-        out = matmul_rs(rank_blocks(x, dim, p), weight.t(), group, schedule, before_comm=gate)
-        ctx.save_for_backward(x if weight.requires_grad else None, weight)
+        x4 = gemm_operand(rank_blocks(x, dim, p))  # [P, B, R, K_r]: rank j's rows of x (read twice: here and for dW)
+        out = matmul_rs(x4, weight.t(), group, schedule, before_comm=gate)
+        ctx.save_for_backward(x4 if weight.requires_grad else None, weight)
         ctx.group, ctx.schedule, ctx.comm_engine, ctx.dim = group, bwd_schedule, engine[0], dim
         ctx.x_shape = x.shape
         shard = list(x.shape[:-1]) + [weight.shape[0]]
@@ -293,7 +294,7 @@ class _MatmulReduceScatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        x, weight = ctx.saved_tensors
+        x4, weight = ctx.saved_tensors
         p = comm.group_size(ctx.group)
         dy2d = dy.contiguous().view(-1, dy.shape[-1])  # this rank's rows, in its own order
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
@@ -308,7 +309,6 @@ class _MatmulReduceScatter(torch.autograd.Function):
             dy_full = torch.empty(p * dy2d.shape[0], dy2d.shape[1], dtype=dy2d.dtype, device=dy2d.device)
             comm.all_gather_into(dy_full, dy2d, group=ctx.group, async_op=False)
         if need_w:
-            x4 = rank_blocks(x, ctx.dim, p)
             dw = weight_grad(dy_full.view(*x4.shape[:3], dy_full.shape[-1]), x4)  # [n, M] @ [M, k]
         return dx, dw, None, None, None, None, None, None
 

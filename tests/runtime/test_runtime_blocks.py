@@ -10,7 +10,14 @@ torch = pytest.importorskip("torch")
 
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from ccoverlap.runtime.blocks import mm_blocks, mm_into, rank_blocks, strided_bmm, weight_grad  # noqa: E402
+from ccoverlap.runtime.blocks import (  # noqa: E402
+    gemm_operand,
+    mm_blocks,
+    mm_into,
+    rank_blocks,
+    strided_bmm,
+    weight_grad,
+)
 
 P = 3
 
@@ -110,3 +117,11 @@ def test_weight_grad_bfloat16_re_lays_the_narrower():
     got = weight_grad(dy4, x4)
     assert float((got.double() - ref).abs().max() / ref.abs().max()) <= 2e-2
     assert _copied_elements(lambda: weight_grad(dy4, x4)) == P * b * r * n
+
+
+def test_gemm_operand_keeps_strided_blocks_only_where_bmm_reads_them():
+    nat32 = _layouts(4, 5, 3, torch.float32, 1)["natural"]
+    assert gemm_operand(nat32) is nat32
+    nat16 = _layouts(4, 5, 3, torch.bfloat16, 1)["natural"]
+    rm = gemm_operand(nat16)
+    assert rm.is_contiguous() and torch.equal(rm, nat16)
