@@ -37,6 +37,7 @@ from collections.abc import Callable
 import torch
 
 from ccoverlap.runtime import checks, comm
+from ccoverlap.runtime.blocks import gemm_operand, rank_blocks, weight_grad
 from ccoverlap.runtime.schedules import SCHEDULES, ag_matmul, matmul_rs
 from ccoverlap.runtime.tuning import is_decided, resolve
 
@@ -232,60 +233,84 @@ def _concrete(kind: str, a: torch.Tensor, b: torch.Tensor, group, schedule: str,
     return fwd, (fwd if schedule == "auto" else "tune")
 
 
+def _gathered_shape(shape: torch.Size, dim: int, p: int, n: int) -> tuple[int, ...]:
+    """The shape of the all-gather of a ``shape`` shard along ``dim`` over ``p`` ranks, last dim ``n``."""
+    return (*shape[:dim], p * shape[dim], *shape[dim + 1 : -1], n)
+
+
 class _AllGatherMatmul(torch.autograd.Function):
+    """``x_shard`` ``[..., m, ..., K]`` -> ``[..., P*m, ..., N]`` gathered along ``dim``; every GEMM writes and
+    reads the batch-first blocks where they lie (:mod:`ccoverlap.runtime.blocks`)."""
+
     @staticmethod
-    def forward(ctx, x2d, weight, group, schedule, bwd_schedule, comm_engine):
+    def forward(ctx, x2d, weight, group, schedule, bwd_schedule, comm_engine, dim, shard_shape):
+        p = comm.group_size(group)
+        dt = torch.result_type(x2d, weight)
+        y = torch.empty(_gathered_shape(shard_shape, dim, p, weight.shape[0]), dtype=dt, device=x2d.device)
+        out4 = rank_blocks(y, dim, p)  # [P, B, R, N]: rank j's rows of y, where they lie
         tx = _transport(comm_engine)
-        out, x_full = ag_matmul(x2d, weight.t(), group, schedule, need_full=weight.requires_grad, transport=tx)
+        _, x_full = ag_matmul(x2d, weight.t(), group, schedule, need_full=weight.requires_grad, transport=tx,
+                              out=out4)  # fmt: skip
         ctx.save_for_backward(x_full, weight)
-        ctx.group, ctx.schedule = group, bwd_schedule
-        return out
+        ctx.group, ctx.schedule, ctx.dim, ctx.blocks = group, bwd_schedule, dim, out4.shape[:3]
+        return y
 
     @staticmethod
     def backward(ctx, dy):
         x_full, weight = ctx.saved_tensors
         dy = dy.contiguous()
+        dy4 = gemm_operand(rank_blocks(dy, ctx.dim, comm.group_size(ctx.group)))  # [P, B, R, N]: rank j's rows of dy
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dw = [None]
 
         def wgrad():
             if need_w:
-                dw[0] = dy.t() @ x_full  # [n, P*m] @ [P*m, k]
+                dw[0] = weight_grad(dy4, x_full.view(*ctx.blocks, x_full.shape[-1]))  # [n, P*m] @ [P*m, k]
 
         dx = None
         if need_x:
-            sched = resolve("rs", dy, weight, ctx.group, ctx.schedule).schedule
-            dx = matmul_rs(dy, weight, ctx.group, sched, overlap=wgrad)
+            sched = resolve("rs", dy.view(-1, dy.shape[-1]), weight, ctx.group, ctx.schedule).schedule
+            dx = matmul_rs(dy4, weight, ctx.group, sched, overlap=wgrad)
         else:
             wgrad()
-        return dx, dw[0], None, None, None, None
+        return dx, dw[0], None, None, None, None, None, None
 
 
 class _MatmulReduceScatter(torch.autograd.Function):
+    """``x`` ``[..., P*m, ..., K_r]`` -> this rank's ``[..., m, ..., N]`` of the sum, reduce-scattered along ``dim``;
+    the GEMMs read and write the batch-first blocks where they lie (:mod:`ccoverlap.runtime.blocks`)."""
+
     @staticmethod
-    def forward(ctx, x2d, weight, group, schedule, bwd_schedule, gate, engine):
-        out = matmul_rs(x2d, weight.t(), group, schedule, before_comm=gate)
-        ctx.save_for_backward(x2d if weight.requires_grad else None, weight)
-        ctx.group, ctx.schedule, ctx.comm_engine = group, bwd_schedule, engine[0]
-        return out
+    def forward(ctx, x, weight, group, schedule, bwd_schedule, gate, engine, dim):
+        p = comm.group_size(group)
+        x4 = gemm_operand(rank_blocks(x, dim, p))  # [P, B, R, K_r]: rank j's rows of x (read twice: here and for dW)
+        out = matmul_rs(x4, weight.t(), group, schedule, before_comm=gate)
+        ctx.save_for_backward(x4 if weight.requires_grad else None, weight)
+        ctx.group, ctx.schedule, ctx.comm_engine, ctx.dim = group, bwd_schedule, engine[0], dim
+        ctx.x_shape = x.shape
+        shard = list(x.shape[:-1]) + [weight.shape[0]]
+        shard[dim] //= p
+        return out.view(shard)
 
     @staticmethod
     def backward(ctx, dy):
-        x2d, weight = ctx.saved_tensors
-        dy = dy.contiguous()
+        x4, weight = ctx.saved_tensors
+        p = comm.group_size(ctx.group)
+        dy2d = dy.contiguous().view(-1, dy.shape[-1])  # this rank's rows, in its own order
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        dx = dw = None
+        dx = dw = dy_full = None
         if need_x:
-            sched = resolve("ag", dy, weight, ctx.group, ctx.schedule, comm_engine=ctx.comm_engine).schedule
+            sched = resolve("ag", dy2d, weight, ctx.group, ctx.schedule, comm_engine=ctx.comm_engine).schedule
             tx = _transport(ctx.comm_engine)
-            dx, dy_full = ag_matmul(dy, weight, ctx.group, sched, need_full=need_w, transport=tx)
+            dx = torch.empty(ctx.x_shape, dtype=torch.result_type(dy2d, weight), device=dy.device)
+            _, dy_full = ag_matmul(dy2d, weight, ctx.group, sched, need_full=need_w, transport=tx,
+                                   out=rank_blocks(dx, ctx.dim, p))  # fmt: skip
         elif need_w:
-            p = comm.group_size(ctx.group)
-            dy_full = torch.empty(p * dy.shape[0], dy.shape[1], dtype=dy.dtype, device=dy.device)
-            comm.all_gather_into(dy_full, dy, group=ctx.group, async_op=False)
+            dy_full = torch.empty(p * dy2d.shape[0], dy2d.shape[1], dtype=dy2d.dtype, device=dy2d.device)
+            comm.all_gather_into(dy_full, dy2d, group=ctx.group, async_op=False)
         if need_w:
-            dw = dy_full.t() @ x2d  # [n, M] @ [M, k]
-        return dx, dw, None, None, None, None, None
+            dw = weight_grad(dy_full.view(*x4.shape[:3], dy_full.shape[-1]), x4)  # [n, M] @ [M, k]
+        return dx, dw, None, None, None, None, None, None
 
 
 def all_gather_matmul(
@@ -303,9 +328,11 @@ def all_gather_matmul(
     ``x_shard``: ``[m, ..., K]`` (this rank's shard along ``dim``, default 0; same shape on
     every rank); ``weight``: ``[N, K]`` (nn.Linear layout). Returns ``[P*m, ..., N]`` where rows
     ``r*m:(r+1)*m`` come from rank r's shard. ``dim=1`` takes batch-first ``[b, s/P, K]``
-    and returns ``[b, s, N]``: each rank's block of rows is its shard in its own order
-    (no copy before the collective), and the rank-major result is laid out along ``dim``
-    with one copy of the output. Units: elements; no scaling.
+    and returns ``[b, s, N]``: each rank's block of rows is its shard in its own order (no
+    copy before the collective), and with ``serial`` and ``ring`` every GEMM writes its rows
+    straight into their place along ``dim`` (and the backward reads ``dy`` there), so the
+    N-wide output is never permuted; the FiCCO schedules compute rank-major rows and copy
+    them in. Units: elements; no scaling.
     ``schedule``: one of :data:`ALL_SCHEDULES` (FiCCO §V-B schedules, shard-level ``ring`` as
     PyTorch async-TP, ``serial`` baseline, ``auto`` = FiCCO §V-C heuristic, ``tune`` = timed
     on the live backend). ``comm_engine``: ``"sm"`` (c10d) or ``"dma"`` (CUDA copy engines via
@@ -316,15 +343,9 @@ def all_gather_matmul(
     """
     dim = _norm_dim(x_shard, dim, "all_gather_matmul")
     engine = check_call("all_gather_matmul", x_shard, weight, group, schedule, comm_engine, dim, check_shapes)
-    shape = x_shard.shape
-    x2d = x_shard.reshape(-1, shape[-1])  # this rank's block of rows, in its own order (no copy)
+    x2d = x_shard.reshape(-1, x_shard.shape[-1])  # this rank's block of rows, in its own order (no copy)
     fwd, bwd = _concrete("ag", x2d, weight.t(), group, schedule, engine)
-    out = _AllGatherMatmul.apply(x2d, weight, group, fwd, bwd, engine)  # rank-major [P * rows, N]
-    p = comm.group_size(group)
-    if dim == 0:
-        return out.view(p * shape[0], *shape[1:-1], weight.shape[0])
-    blocks = out.view(p, *shape[:-1], weight.shape[0]).movedim(0, dim)  # [..., P, m, ..., N]
-    return blocks.reshape(*shape[:dim], p * shape[dim], *shape[dim + 1 : -1], weight.shape[0])
+    return _AllGatherMatmul.apply(x2d, weight, group, fwd, bwd, engine, dim, x_shard.shape)
 
 
 def matmul_reduce_scatter(
@@ -342,7 +363,9 @@ def matmul_reduce_scatter(
     ``x``: ``[M, ..., K_r]`` (full rows, this rank's slice of the reduction dim);
     ``weight``: ``[N, K_r]``. Returns this rank's ``[M/P, ..., N]`` block of
     ``sum_ranks(x @ weight.T)``. ``x.shape[dim]`` must be divisible by the number of ranks;
-    ``dim=1`` takes batch-first ``[b, s, K_r]`` and returns ``[b, s/P, N]``.
+    ``dim=1`` takes batch-first ``[b, s, K_r]`` and returns ``[b, s/P, N]``; ``serial`` and
+    ``ring`` read each rank's rows of ``x`` where they lie (and write ``dx`` there in
+    backward), the FiCCO schedules take a rank-major copy of ``x``.
     ``schedule``/``comm_engine``/``check_shapes`` as in :func:`all_gather_matmul` (the DMA
     engine applies to the all-gather of the backward only: copy engines cannot reduce).
     """
@@ -352,11 +375,8 @@ def matmul_reduce_scatter(
     engine = [None]
     if not _rs_locally_valid(x, weight, dim, p):
         engine[0] = finish()  # raises on every rank (some rank's arguments are wrong); nothing local may run first
-    shape = x.shape
-    m = shape[dim] // p
-    if dim:  # rank-major blocks [P, ..., m, ...]: rank j's block is every row it receives, in its own order
-        x = x.view(*shape[:dim], p, m, *shape[dim + 1 :]).movedim(dim, 0)
-    x2d = x.reshape(-1, shape[-1])
+    x = x.contiguous()  # rank blocks are views of it (no copy when it is contiguous already)
+    x2d = x.view(-1, x.shape[-1])  # the shape auto/tune decide on
     b = weight.t()
     if engine[0] is None and schedule in ("auto", "tune") and not is_decided(
         "rs", x2d.shape, b.shape, x2d.dtype, x2d.device, group, schedule
@@ -367,5 +387,4 @@ def matmul_reduce_scatter(
     def gate():  # otherwise the check ends after the first local GEMM, before the first collective
         engine[0] = finish()
 
-    out = _MatmulReduceScatter.apply(x2d, weight, group, fwd, bwd, gate if engine[0] is None else None, engine)
-    return out.view(*shape[:dim], m, *shape[dim + 1 : -1], weight.shape[0])
+    return _MatmulReduceScatter.apply(x, weight, group, fwd, bwd, gate if engine[0] is None else None, engine, dim)

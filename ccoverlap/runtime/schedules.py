@@ -47,6 +47,7 @@ from collections.abc import Callable
 import torch
 
 from ccoverlap.runtime import comm
+from ccoverlap.runtime.blocks import mm_blocks, mm_into
 from ccoverlap.runtime.comm import Handle
 
 __all__ = [
@@ -122,18 +123,25 @@ def ag_matmul(
     *,
     need_full: bool = False,
     transport: TransportFactory | None = None,
+    out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``AllGather_0(a) @ b`` with the named overlap schedule (see module doc, FiCCO §V-B).
 
     ``a``: this rank's contiguous shard ``[m, k]``; ``b``: ``[k, n]`` (any strides).
     Returns ``(c, a_full)``: ``c`` ``[P*m, n]`` and, when ``need_full``, the gathered
-    ``[P*m, k]`` input (kept by autograd for the weight gradient), else None.
+    ``[P*m, k]`` input (rank-major; kept by autograd for the weight gradient), else None.
+    ``out``: optional ``[P, B, R, n]`` view (``B*R == m``, e.g. :func:`~ccoverlap.runtime.blocks.rank_blocks`
+    of a batch-first output) that receives rank j's rows at ``out[j]`` (shard rows in order,
+    as ``a.view(B, R, k)``) and is returned as ``c``: ``serial`` and ``ring`` write it in
+    place, the FiCCO schedules compute rank-major rows and copy them in.
     """
     p, r = comm.group_size(group), comm.group_rank(group)
     m, k = a.shape
     n = b.shape[1]
+    res = torch.empty(p, 1, m, n, dtype=torch.result_type(a, b), device=a.device) if out is None else out
     if p == 1:
-        return a @ b, (a if need_full else None)
+        torch.mm(a, b, out=res.view(m, n))
+        return (res.view(m, n) if out is None else out), (a if need_full else None)
     a = a.contiguous()
     try:
         fn = _AG[schedule]
@@ -142,25 +150,31 @@ def ag_matmul(
     factory = transport or C10dTransport
     # a copy-engine transport lays its buffer out for the schedule (column blocks for 2-D)
     tx = factory.create(a, group, schedule) if getattr(factory, "wants_schedule", False) else factory(a, group)
-    out = torch.empty(p * m, n, dtype=torch.result_type(a, b), device=a.device)
+    if schedule in _BLOCKWISE:
+        dst = res
+    else:  # the FiCCO schedules write rank-major rows
+        dst = res.view(p * m, n) if res.is_contiguous() else torch.empty(p * m, n, dtype=res.dtype, device=a.device)
     ok = False
     try:
-        a_full = fn(a, b, out, tx, p, r, m, k, need_full)
+        a_full = fn(a, b, dst, tx, p, r, m, k, need_full)
         ok = True
     finally:
         tx.close(ok)  # on an error: no device barrier that peers could never match
-    return out, (a_full if need_full else None)
+    if dst.data_ptr() != res.data_ptr():
+        res.copy_(dst.view(res.shape))
+    return (res.view(p * m, n) if out is None else out), (a_full if need_full else None)
 
 
-def _ag_serial(a, b, out, tx, p, r, m, k, need_full):
+def _ag_serial(a, b, out4, tx, p, r, m, k, need_full):
     full = torch.empty(p * m, k, dtype=a.dtype, device=a.device)
     tx.gather((slice(None), slice(None)), full).wait()
-    torch.mm(full, b, out=out)
+    mm_blocks(full.view(p, *out4.shape[1:3], k), b, out4)
     return full
 
 
-def _ag_ring(a, b, out, tx, p, r, m, k, need_full):
+def _ag_ring(a, b, out4, tx, p, r, m, k, need_full):
     full = torch.empty(p * m, k, dtype=a.dtype, device=a.device)
+    full4 = full.view(p, *out4.shape[1:3], k)
     whole = (slice(None), slice(None))
 
     def start(i):  # step i: receive shard r-i, send ours to r+i (one peer per step)
@@ -168,7 +182,7 @@ def _ag_ring(a, b, out, tx, p, r, m, k, need_full):
         return tx.fetch(whole, [src], [full[src * m : (src + 1) * m]], [(r + i) % p], tag=i)
 
     pending = start(1)
-    torch.mm(a, b, out=out[r * m : (r + 1) * m])  # local shard while shard r-1 is in flight
+    mm_into(a.view(full4.shape[1:]), b, out4[r])  # local shard while shard r-1 is in flight
     if need_full:
         full[r * m : (r + 1) * m].copy_(a)
     for i in range(1, p):
@@ -176,7 +190,7 @@ def _ag_ring(a, b, out, tx, p, r, m, k, need_full):
         pending.wait()
         if i + 1 < p:
             pending = start(i + 1)
-        torch.mm(full[src * m : (src + 1) * m], b, out=out[src * m : (src + 1) * m])
+        mm_into(full4[src], b, out4[src])
     return full
 
 
@@ -286,6 +300,9 @@ def _ag_uniform_fused_2d(a, b, out, tx, p, r, m, k, need_full):
     return full
 
 
+#: The schedules that take their output as ``[P, B, R, n]`` rank blocks (any layout); the others write rank-major rows.
+_BLOCKWISE = ("serial", "ring")
+
 _AG = {
     "serial": _ag_serial,
     "ring": _ag_ring,
@@ -308,21 +325,24 @@ def matmul_rs(
 ) -> torch.Tensor:
     """``ReduceScatter_0(a @ b)`` with the named overlap schedule (see module doc).
 
-    ``a``: ``[P*m, k]`` (every rank the same ``P*m``); ``b``: ``[k, n]``. Returns this rank's
-    summed block ``[m, n]``. ``overlap``, if given, is independent work (e.g. a weight
-    gradient) run while the last communication is in flight; it runs exactly once.
-    ``before_comm``, if given, runs once before the first collective is issued (after the
-    first local GEMM): the cross-rank check finishes there, hidden behind that GEMM.
+    ``a``: ``[P*m, k]`` (every rank the same ``P*m``), or ``[P, B, R, k]`` rank blocks of
+    any layout (:func:`~ccoverlap.runtime.blocks.rank_blocks`, ``B*R == m``: block j holds
+    the rows reduced onto rank j), which ``serial`` and ``ring`` read where they lie (the
+    FiCCO schedules take a rank-major copy); ``b``: ``[k, n]``. Returns this rank's summed
+    block ``[m, n]``. ``overlap``, if given, is independent work (e.g. a weight gradient)
+    run while the last communication is in flight; it runs exactly once. ``before_comm``,
+    if given, runs once before the first collective is issued (after the first local GEMM):
+    the cross-rank check finishes there, hidden behind that GEMM.
     """
     p, r = comm.group_size(group), comm.group_rank(group)
-    rows, k = a.shape
-    n = b.shape[1]
-    if rows % p:
-        raise ValueError(f"matmul_rs: {rows} rows do not split over {p} ranks")
-    m = rows // p
+    if a.dim() == 2:
+        if a.shape[0] % p:
+            raise ValueError(f"matmul_rs: {a.shape[0]} rows do not split over {p} ranks")
+        a = a.contiguous().view(p, 1, a.shape[0] // p, a.shape[1])
+    m, n = a.shape[1] * a.shape[2], b.shape[1]
     gate = _once(before_comm)
     if p == 1:
-        out = a @ b
+        out = a.reshape(m, a.shape[3]) @ b
         gate()
         if overlap is not None:
             overlap()
@@ -339,7 +359,7 @@ def matmul_rs(
             ran[0] = True
             overlap()
 
-    fn(a.contiguous(), b, out, group, p, r, m, hook, gate)
+    fn(a if schedule in _BLOCKWISE else a.reshape(p * m, a.shape[3]), b, out, group, p, r, m, hook, gate)
     gate()
     hook()
     return out
@@ -356,21 +376,28 @@ def _once(fn: Callable[[], object] | None) -> Callable[[], None]:
     return run
 
 
-def _rs_serial(a, b, out, group, p, r, m, hook, gate):
-    part = a @ b
+def _rs_serial(a4, b, out, group, p, r, m, hook, gate):
+    part = torch.empty(*a4.shape[:3], b.shape[1], dtype=out.dtype, device=out.device)  # rank-major, for the collective
+    mm_blocks(a4, b, part)
     gate()
     h = comm.reduce_scatter_into(out, part, group=group)
     hook()
     h.wait()
 
 
-def _rs_ring(a, b, out, group, p, r, m, hook, gate):
+def _rs_ring(a4, b, out, group, p, r, m, hook, gate):
     n = b.shape[1]
     pending: list[tuple[Handle, torch.Tensor]] = []
     acc = None
+
+    def block_mm(j):  # [m, n] partial of rank j's block (read where it lies)
+        res = torch.empty(*a4.shape[1:3], n, dtype=out.dtype, device=out.device)
+        mm_into(a4[j], b, res)
+        return res.view(m, n)
+
     for i in range(1, p):
         dst, src = (r + i) % p, (r - i) % p
-        part = torch.mm(a[dst * m : (dst + 1) * m], b)  # partial for peer r+i
+        part = block_mm(dst)  # partial for peer r+i
         rbuf = torch.empty(m, n, dtype=out.dtype, device=out.device)
         gate()
         h = comm.exchange([(dst, part)], [(src, rbuf)], group=group, tag=i)
@@ -379,7 +406,7 @@ def _rs_ring(a, b, out, group, p, r, m, hook, gate):
             h_prev, buf_prev = pending.pop(0)
             h_prev.wait()
             acc = buf_prev if acc is None else acc.add_(buf_prev)
-    own = torch.mm(a[r * m : (r + 1) * m], b)  # local block last: hides the last transfer
+    own = block_mm(r)  # local block last: hides the last transfer
     hook()
     for h, buf in pending:
         h.wait()

@@ -19,12 +19,15 @@ bookkeeping torch's styles pay per operation left out, and overlaps both collect
 * :func:`gathered_linear` is a column-parallel linear on such an input,
   ``y = x_full @ W_r.T + b_r``: with its rows of this rank already computed it multiplies
   only the other ranks' rows (their blocks of the gather buffer); otherwise the whole input.
+  Every rank's rows are multiplied straight into their place in the batch-first output
+  (:mod:`ccoverlap.runtime.blocks`): no output rows are copied.
   A precomputed block is used only when the same weight object, unchanged (same version
   counter), is passed: anything else recomputes, so the result never depends on it.
 * backward: each projection computes ``dW`` and ``db`` as usual and adds its
   input-gradient partial ``dy @ W_r`` into the record's accumulator (fused into the GEMM,
-  ``addmm``); the one whose backward runs last starts the reduce-scatter and computes its
-  ``dW`` while it is in flight. The backward of :func:`gather_input` finishes it, adds what
+  ``addmm``/``baddbmm``), kept in the reduce-scatter's rank-major layout so that it is sent
+  without a permuting copy; the one whose backward runs last starts the reduce-scatter and
+  computes its ``dW`` while it is in flight. The backward of :func:`gather_input` finishes it, adds what
   reached the gathered tensor through ordinary autograd (a ``Partial`` DTensor gradient is
   reduce-scattered; a ``Replicate`` one, or the plain tensor's, contributes this rank's
   slice, as torch's redistribution does) and returns this rank's shard gradient.
@@ -44,6 +47,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
 from ccoverlap.runtime import checks, comm
+from ccoverlap.runtime.blocks import mm_blocks, mm_into, rank_blocks, strided_bmm
 from ccoverlap.runtime.comm import Handle
 
 __all__ = ["SharedGather", "gather_input", "gathered_linear", "shared_gather_of", "GATHER_OP"]
@@ -57,11 +61,12 @@ class SharedGather:
     """One gathered module input: layout, the gather buffer, precomputed rows, backward accumulator.
 
     ``full`` is the gathered tensor (natural layout); ``buf`` the rank-major gather buffer
-    ``[P, *shard_shape]``; ``pre`` maps ``id(linear)`` to ``(weight, version, rows)``, this
-    rank's rows of that projection's output computed during the collectives; ``consumers``
+    ``[P, *shard_shape]``; ``pre`` maps ``id(linear)`` to ``(weight, version, y)``, that
+    projection's output with this rank's rows computed during the collectives; ``consumers``
     counts the projections that read ``full`` in forward, ``grad_sum`` sums their
-    input-gradient partials (``[rows, hidden]``, natural layout) and ``pending`` is the
-    reduce-scatter in flight once all of them have added theirs.
+    input-gradient partials (``[P, B, R, hidden]`` rank blocks,
+    :func:`~ccoverlap.runtime.blocks.rank_blocks`) and ``pending`` is the reduce-scatter in
+    flight once all of them have added theirs.
     """
 
     __slots__ = ("mesh", "group", "dim", "world", "rank", "shard_shape", "full", "buf", "pre", "consumers", "seen",
@@ -79,57 +84,79 @@ class SharedGather:
         self.pending: tuple[Handle, torch.Tensor] | None = None
 
     # ------------------------------------------------------------------ forward
+    def _blocks(self, t: torch.Tensor) -> torch.Tensor:
+        """``[P, B, R, C]`` rank blocks of a gathered-size tensor ``t`` (:func:`~ccoverlap.runtime.blocks.rank_blocks`)."""
+        return rank_blocks(t, self.dim, self.world)
+
     def precompute(self, linear, shard: torch.Tensor) -> None:
-        """This rank's rows of ``linear(full)`` (no bias), from the shard alone: ``shard @ W_r.T``."""
+        """The output of ``linear(full)`` (no bias) with this rank's rows filled from the shard alone (``shard @ W_r.T``).
+
+        The output is allocated in the gathered tensor's layout and this rank's rows are
+        written where they lie; :meth:`assemble` fills in the other ranks' rows.
+        """
         w = linear.weight
         local = w._local_tensor if isinstance(w, DTensor) else w
+        d, p, shape = self.dim, self.world, self.shard_shape
+        y = torch.empty(*shape[:d], p * shape[d], *shape[d + 1 : -1], local.shape[0], dtype=shard.dtype,
+                        device=shard.device)  # fmt: skip
+        mine = self._blocks(y)[self.rank]
         with torch.no_grad():
-            rows = torch.mm(shard.reshape(-1, shard.shape[-1]), local.t())
-        self.pre[id(linear)] = (w, local._version, rows)
+            mm_into(shard.reshape(mine.shape[:-1] + shard.shape[-1:]), local.t(), mine)
+        self.pre[id(linear)] = (w, local._version, y)
 
     def take_precomputed(self, linear) -> torch.Tensor | None:
-        """The rows :meth:`precompute` made for ``linear``, if its weight is the same object, unchanged."""
+        """The output :meth:`precompute` began for ``linear``, if its weight is the same object, unchanged."""
         entry = self.pre.pop(id(linear), None)
         if entry is None:
             return None
-        w, version, rows = entry
+        w, version, y = entry
         local = w._local_tensor if isinstance(w, DTensor) else w
-        return rows if w is linear.weight and local._version == version else None
+        return y if w is linear.weight and local._version == version else None
 
-    def assemble(self, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """``full @ weight.T + bias`` from this rank's precomputed ``rows`` and the other ranks' buffer blocks."""
-        d, p, r, shape = self.dim, self.world, self.rank, self.shard_shape
-        n = weight.shape[0]
-        y = torch.empty(*self.full.shape[:-1], n, dtype=rows.dtype, device=rows.device)
-        blocks = y.view(*shape[:d], p, shape[d], *shape[d + 1 : -1], n)  # rank axis at d
-        for lo, hi in ((0, r), (r + 1, p)):  # the other ranks' blocks: at most two contiguous ranges
+    def assemble(self, y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """``full @ weight.T + bias`` in ``y`` (this rank's rows precomputed): the other ranks' rows from their buffer blocks.
+
+        Each rank's rows are multiplied straight into their place in ``y`` (no copy; the
+        ranks before and after this one are one GEMM each when they lie contiguously).
+        """
+        p, r = self.world, self.rank
+        y4 = self._blocks(y)
+        buf4 = self.buf.view(p, *y4.shape[1:3], self.buf.shape[-1])
+        for lo, hi in ((0, r), (r + 1, p)):  # the other ranks' blocks: at most two ranges
             if hi > lo:
-                part = torch.mm(self.buf[lo:hi].reshape(-1, shape[-1]), weight.t())
-                blocks.narrow(d, lo, hi - lo).copy_(part.view(hi - lo, *shape[:-1], n).movedim(0, d))
-        blocks.select(d, r).copy_(rows.view(*shape[:-1], n))
+                mm_blocks(buf4[lo:hi], weight.t(), y4[lo:hi])
         return y.add_(bias) if bias is not None else y
 
     # ----------------------------------------------------------------- backward
-    def add_partial(self, dy2d: torch.Tensor, weight: torch.Tensor) -> None:
-        """``grad_sum += dy2d @ weight`` (``dy2d`` ``[rows, n]``, ``weight`` ``[n, hidden]``); the last consumer starts the reduce-scatter."""
+    def add_partial(self, dy: torch.Tensor, weight: torch.Tensor) -> None:
+        """``grad_sum += dy @ weight`` (``dy`` ``[..., n]`` natural layout, ``weight`` ``[n, hidden]``); the last consumer
+        starts the reduce-scatter.
+
+        The sum is kept rank-major (each rank's rows multiplied from where they lie in ``dy``),
+        the layout the reduce-scatter sends, where batched GEMMs read strided rows without a
+        copy (:func:`~ccoverlap.runtime.blocks.strided_bmm`); otherwise in ``dy``'s layout,
+        re-laid once when the reduce-scatter starts.
+        """
+        dy4 = self._blocks(dy.contiguous())
         if self.grad_sum is None:
-            self.grad_sum = torch.mm(dy2d, weight)
+            shape = (*dy4.shape[:3], weight.shape[1])
+            if dy4.is_contiguous() or strided_bmm(dy4):
+                self.grad_sum = torch.empty(shape, dtype=dy.dtype, device=dy.device)
+            else:
+                natural = torch.empty(shape[1], shape[0], *shape[2:], dtype=dy.dtype, device=dy.device)
+                self.grad_sum = natural.transpose(0, 1)
+            mm_blocks(dy4, weight, self.grad_sum)
         else:
-            self.grad_sum.addmm_(dy2d, weight)
+            mm_blocks(dy4, weight, self.grad_sum, accumulate=True)
         self.seen += 1
         if self.seen == self.consumers and self.pending is None:
             self.pending = self._start_reduce_scatter(self.grad_sum)
             self.grad_sum = None
 
-    def _start_reduce_scatter(self, partial2d: torch.Tensor) -> tuple[Handle, torch.Tensor]:
-        """Reduce-scatter a natural-layout partial ``[rows, hidden]`` of the gathered tensor along ``dim``."""
-        full_shape = self.full.shape
-        d, p, m = self.dim, self.world, self.shard_shape[self.dim]
-        part = partial2d.view(full_shape)
-        if d:  # rank-major blocks for the collective: [P, ..., m, ...]
-            part = part.view(*full_shape[:d], p, m, *full_shape[d + 1 :]).movedim(d, 0).contiguous()
-        out = torch.empty(self.shard_shape, dtype=partial2d.dtype, device=partial2d.device)
-        return comm.reduce_scatter_into(out, part, group=self.group), out
+    def _start_reduce_scatter(self, part4: torch.Tensor) -> tuple[Handle, torch.Tensor]:
+        """Reduce-scatter ``[P, B, R, hidden]`` rank blocks of a partial sum of the gathered tensor (rank-major or natural)."""
+        out = torch.empty(self.shard_shape, dtype=part4.dtype, device=part4.device)
+        return comm.reduce_scatter_into(out, part4.contiguous(), group=self.group), out
 
     def finish(self, grad) -> torch.Tensor | None:
         """This rank's shard gradient: the projections' reduce-scatter plus ``grad`` (autograd's part).
@@ -146,7 +173,7 @@ class SharedGather:
             else:
                 partial = _add(partial, replicated / self.world)
         if partial is not None:
-            partial = partial.reshape(-1, partial.shape[-1])
+            partial = self._blocks(partial.contiguous())
             if self.pending is None:  # still one reduce-scatter: fold it into the projections' sum
                 self.grad_sum = partial if self.grad_sum is None else self.grad_sum.add_(partial)
                 partial = None
@@ -275,9 +302,9 @@ def shared_gather_of(x) -> SharedGather | None:
 
 class _GatheredLinear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, st, rows):
+    def forward(ctx, x, weight, bias, st, pre):
         full = st.full
-        y = torch.nn.functional.linear(full, weight, bias) if rows is None else st.assemble(rows, weight, bias)
+        y = torch.nn.functional.linear(full, weight, bias) if pre is None else st.assemble(pre, weight, bias)
         st.consumers += 1
         ctx.state, ctx.has_bias = st, bias is not None
         ctx.save_for_backward(full, weight)
@@ -288,9 +315,10 @@ class _GatheredLinear(torch.autograd.Function):
         full, weight = ctx.saved_tensors
         st = ctx.state
         n = weight.shape[0]
-        dy2 = dy.reshape(-1, n)
+        dy = dy.contiguous()
+        dy2 = dy.view(-1, n)
         if ctx.needs_input_grad[0]:
-            st.add_partial(dy2, weight)  # the last consumer starts the reduce-scatter here ...
+            st.add_partial(dy, weight)  # the last consumer starts the reduce-scatter here ...
         dw = dy2.t() @ full.reshape(-1, full.shape[-1]) if ctx.needs_input_grad[1] else None  # ... and this hides it
         db = dy2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return None, dw, db, None, None
@@ -303,11 +331,11 @@ def gathered_linear(x, linear, weight: torch.Tensor, bias: torch.Tensor | None, 
     local tensors (``linear``'s own parameters); the output is local. The input gradient
     goes to ``st`` (see the module doc); ``dW``/``db`` through autograd.
     """
-    rows = st.take_precomputed(linear) if st.pre else None
+    pre = st.take_precomputed(linear) if st.pre else None
     if not torch.is_grad_enabled():
-        y = torch.nn.functional.linear(st.full, weight, bias) if rows is None else st.assemble(rows, weight, bias)
+        y = torch.nn.functional.linear(st.full, weight, bias) if pre is None else st.assemble(pre, weight, bias)
     else:
-        y = _GatheredLinear.apply(x, weight, bias, st, rows)
+        y = _GatheredLinear.apply(x, weight, bias, st, pre)
     if not st.pre:
         st.buf = None  # every precomputed projection has run: the gather buffer is no longer needed
     return y
