@@ -57,8 +57,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ccoverlap.config import short
-from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import CommConfig
 
 from .nccl_tuning import (
@@ -77,7 +75,7 @@ from .nccl_tuning import (
     nccl_default_configs,
     start_configs,
 )
-from .overlap_group import OverlapGroup
+from .overlap_group import OverlapGroup, require_group
 from .profiler import Profiler, ProfileResult, SimulatedProfiler
 
 __all__ = [
@@ -377,9 +375,7 @@ def tune_group(group: OverlapGroup, cost=None, *, profiler: Profiler | None = No
     """
     t0 = time.perf_counter()
     space = space or TuningSpace()
-    if not isinstance(group, OverlapGroup):
-        raise ConfigError(f"tune_group: group must be an OverlapGroup (load_overlap_group(path) gives one), "
-                          f"got {short(group)}")
+    require_group(group, "tune_group")
     if profiler is None:
         if cost is None:
             from ccoverlap.predict.evaluate import cost_model_for_cluster

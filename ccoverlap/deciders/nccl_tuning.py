@@ -21,7 +21,7 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig
 from ccoverlap.types import ProgressFn
 
-from .overlap_group import OverlapGroup
+from .overlap_group import OverlapGroup, require_group
 from .profiler import Profiler, ProfileResult
 
 __all__ = [
@@ -205,9 +205,7 @@ def start_configs(method: str, group: OverlapGroup, profiler: Profiler, start: S
     ``space``: ``start`` (one CommConfig per collective of ``group``), default NCCL's
     defaults. ConfigError naming what is wrong when ``group`` is not an OverlapGroup,
     ``profiler`` has no ``profile`` method or ``start`` is not one CommConfig per collective."""
-    if not isinstance(group, OverlapGroup):
-        raise ConfigError(f"{method}: group must be an OverlapGroup (load_overlap_group(path) gives one), "
-                          f"got {short(group)}")
+    require_group(group, method)
     if not callable(getattr(profiler, "profile", None)):
         raise ConfigError(f"{method}: profiler must have a profile(configs) method (a SimulatedProfiler), "
                           f"got {type(profiler).__name__}")

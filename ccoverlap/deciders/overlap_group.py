@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ccoverlap.catalog.hardware import ClusterSpec, read_config_file
-from ccoverlap.config import check_keys
+from ccoverlap.config import check_keys, short
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.planner import Planner
 from ccoverlap.predict.workload import _cluster
@@ -177,6 +177,15 @@ class OverlapGroup:
 
 # ----------------------------------------------------------------------------- files
 
+def require_group(group: Any, who: str) -> OverlapGroup:
+    """``group`` when it is an :class:`OverlapGroup`; ConfigError naming ``who`` and what came
+    instead otherwise (the check of every decider entry point that takes a group)."""
+    if not isinstance(group, OverlapGroup):
+        raise ConfigError(f"{who}: group must be an OverlapGroup (load_overlap_group(path) gives one), "
+                          f"got {short(group)}")
+    return group
+
+
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30,
           "k": 2**10, "m": 2**20, "g": 2**30}
 _BYTES_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
@@ -285,8 +294,8 @@ def _group_spec(d: dict, cluster: ClusterSpec, w: str) -> GroupSpec:
 def _comm_config(d: Any, w: str) -> CommConfig:
     d = _check_keys(d, ("channels", "nc", "threads", "nt", "chunk_bytes", "chunk", "protocol", "algorithm"), w)
     vals: dict[str, Any] = {}
-    for short, full in (("nc", "channels"), ("nt", "threads")):
-        for key in (short, full):
+    for abbrev, full in (("nc", "channels"), ("nt", "threads")):
+        for key in (abbrev, full):
             if key in d:
                 vals[full] = _positive_int(d[key], f"{w}.{key}")
     for key in ("chunk", "chunk_bytes"):

@@ -23,14 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from ccoverlap.config import short
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig
 
 from .nccl_apply import call_settings, pinned_options, process_values, tuner_csv_text
 from .nccl_plan import CommKey
-from .overlap_group import OverlapGroup, equivalent_spec
+from .overlap_group import OverlapGroup, equivalent_spec, require_group
 
 __all__ = ["ProfileResult", "Profiler", "SimulatedProfiler", "LiveNCCLProfiler", "ProfilerUnavailable", "CommLayer",
            "rank_blocks"]
@@ -84,9 +83,7 @@ class SimulatedProfiler:
     """
 
     def __init__(self, group: OverlapGroup, cost) -> None:
-        if not isinstance(group, OverlapGroup):
-            raise ConfigError(f"SimulatedProfiler: group must be an OverlapGroup (load_overlap_group(path) gives "
-                              f"one), got {short(group)}")
+        require_group(group, "SimulatedProfiler")
         if not callable(getattr(cost, "duration_s", None)):
             raise ConfigError(f"SimulatedProfiler: cost must have a duration_s(spec, concurrent) method (a "
                               f"CostModel), got {type(cost).__name__}")

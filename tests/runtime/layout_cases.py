@@ -21,9 +21,9 @@ locally; no case decides on a local result before a collective.
 from __future__ import annotations
 
 import math
-import traceback
 
 import torch
+from spawned import run_cases
 from torch.profiler import ProfilerActivity, profile
 
 from ccoverlap.runtime import ALL_SCHEDULES, all_gather_matmul, matmul_reduce_scatter, set_shape_check
@@ -239,16 +239,6 @@ def case_names() -> list[str]:
 
 def run_all(rank: int, world: int) -> dict[str, tuple[str, str, object]]:
     """Run every case on this rank; ``{name: ("ok"|"fail", detail, value)}``."""
-    import time
-
     torch.manual_seed(0)
     set_shape_check("always")
-    results = {}
-    for name, fn in CASES:
-        t0 = time.perf_counter()
-        try:
-            value = fn(rank, world)
-            results[name] = ("ok", f"{time.perf_counter() - t0:.3f}s", value)
-        except Exception:  # noqa: BLE001 - reported to pytest
-            results[name] = ("fail", traceback.format_exc(), None)
-    return results
+    return run_cases(CASES, rank, world)

@@ -11,11 +11,11 @@ is reported instead of desynchronising the group.
 
 from __future__ import annotations
 
-import traceback
 import warnings
 
 import torch
 import torch.distributed as dist
+from spawned import run_cases
 
 from ccoverlap.runtime import (
     ALL_SCHEDULES,
@@ -604,19 +604,9 @@ def _expand(world: int):
 
 def run_all(rank: int, world: int) -> dict[str, tuple[str, str, object]]:
     """Run every case on this rank; ``{name: ("ok"|"fail", detail, value)}``."""
-    import time
-
     from ccoverlap.runtime import set_tune_options
 
     torch.manual_seed(0)
     set_shape_check("always")
     set_tune_options(warmup=1, min_reps=2, max_reps=4, budget_s=2.0)  # tiny shapes: keep tests fast
-    results = {}
-    for name, fn in _expand(world):
-        t0 = time.perf_counter()
-        try:
-            value = fn(rank, world)
-            results[name] = ("ok", f"{time.perf_counter() - t0:.3f}s", value)
-        except Exception:  # noqa: BLE001 - reported to pytest
-            results[name] = ("fail", traceback.format_exc(), None)
-    return results
+    return run_cases(_expand(world), rank, world)

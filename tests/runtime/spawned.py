@@ -9,6 +9,8 @@ instead of stalling) and every later test of it reads the same results.
 from __future__ import annotations
 
 import threading
+import time
+import traceback
 
 import pytest
 
@@ -44,3 +46,17 @@ class SpawnedCases:
             rank, tb = failures[0]
             pytest.fail(f"{len(failures)} rank(s) failed; rank {rank}:\n{tb}")
         return [res[r][name][2] for r in range(world)]
+
+
+def run_cases(cases, rank: int, world: int) -> dict[str, tuple[str, str, object]]:
+    """Run ``(name, fn)`` cases on this rank, each ``fn(rank, world)``:
+    ``{name: ("ok", elapsed, value)}`` or ``{name: ("fail", traceback, None)}``."""
+    results = {}
+    for name, fn in cases:
+        t0 = time.perf_counter()
+        try:
+            value = fn(rank, world)
+            results[name] = ("ok", f"{time.perf_counter() - t0:.3f}s", value)
+        except Exception:  # noqa: BLE001 - reported to pytest
+            results[name] = ("fail", traceback.format_exc(), None)
+    return results

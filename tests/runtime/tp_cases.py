@@ -10,11 +10,10 @@ process holding the whole model. No case decides on a local result before a coll
 
 from __future__ import annotations
 
-import traceback
-
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from spawned import run_cases
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
@@ -443,15 +442,6 @@ def case_names() -> list[str]:
 
 def run_all(rank: int, world: int) -> dict[str, tuple[str, str, object]]:
     """Run every case on this rank; ``{name: ("ok"|"fail", detail, value)}``."""
-    import time
-
     torch.manual_seed(0)
     set_shape_check("always")
-    results = {}
-    for name, fn in CASES:
-        t0 = time.perf_counter()
-        try:
-            results[name] = ("ok", f"{time.perf_counter() - t0:.3f}s", fn(rank, world))
-        except Exception:  # noqa: BLE001 - reported to pytest
-            results[name] = ("fail", traceback.format_exc(), None)
-    return results
+    return run_cases(CASES, rank, world)
