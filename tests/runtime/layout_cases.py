@@ -26,7 +26,7 @@ import torch
 from spawned import run_cases
 from torch.profiler import ProfilerActivity, profile
 
-from ccoverlap.runtime import ALL_SCHEDULES, all_gather_matmul, matmul_reduce_scatter, set_shape_check
+from ccoverlap.runtime import ALL_SCHEDULES, all_gather_matmul, matmul_reduce_scatter
 
 #: Relative error (max abs error / max abs reference) allowed against the float64 reference.
 REF_TOL = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
@@ -232,13 +232,6 @@ def _cases():
 CASES = _cases()
 
 
-def case_names() -> list[str]:
-    """The case names, in the order ``run_all`` runs them."""
-    return [name for name, _ in CASES]
-
-
 def run_all(rank: int, world: int) -> dict[str, tuple[str, str, object]]:
-    """Run every case on this rank; ``{name: ("ok"|"fail", detail, value)}``."""
-    torch.manual_seed(0)
-    set_shape_check("always")
+    """Run every case of ``CASES`` on this rank; ``{name: ("ok"|"fail", detail, value)}``."""
     return run_cases(CASES, rank, world)

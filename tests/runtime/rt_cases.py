@@ -606,7 +606,5 @@ def run_all(rank: int, world: int) -> dict[str, tuple[str, str, object]]:
     """Run every case on this rank; ``{name: ("ok"|"fail", detail, value)}``."""
     from ccoverlap.runtime import set_tune_options
 
-    torch.manual_seed(0)
-    set_shape_check("always")
     set_tune_options(warmup=1, min_reps=2, max_reps=4, budget_s=2.0)  # tiny shapes: keep tests fast
     return run_cases(_expand(world), rank, world)

@@ -49,8 +49,15 @@ class SpawnedCases:
 
 
 def run_cases(cases, rank: int, world: int) -> dict[str, tuple[str, str, object]]:
-    """Run ``(name, fn)`` cases on this rank, each ``fn(rank, world)``:
-    ``{name: ("ok", elapsed, value)}`` or ``{name: ("fail", traceback, None)}``."""
+    """Run ``(name, fn)`` cases on this rank, each ``fn(rank, world)``, after seeding torch and
+    turning the cross-rank shape check on for every call: ``{name: ("ok", elapsed, value)}`` or
+    ``{name: ("fail", traceback, None)}``."""
+    import torch
+
+    from ccoverlap.runtime import set_shape_check
+
+    torch.manual_seed(0)
+    set_shape_check("always")
     results = {}
     for name, fn in cases:
         t0 = time.perf_counter()

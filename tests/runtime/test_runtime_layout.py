@@ -26,7 +26,7 @@ SPAWN_TIMEOUT_S = 240
 CASES_BY_WORLD = SpawnedCases(layout_cases.run_all, SPAWN_TIMEOUT_S)
 
 
-CASES = [(w, name) for w in WORLDS for name in layout_cases.case_names()]
+CASES = [(w, name) for w in WORLDS for name, _ in layout_cases.CASES]
 
 
 @pytest.mark.slow

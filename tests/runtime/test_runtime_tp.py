@@ -25,7 +25,7 @@ SPAWN_TIMEOUT_S = 240
 CASES_BY_WORLD = SpawnedCases(tp_cases.run_all, SPAWN_TIMEOUT_S)
 
 
-CASES = [(w, name) for w in WORLDS for name in tp_cases.case_names()]
+CASES = [(w, name) for w in WORLDS for name, _ in tp_cases.CASES]
 
 
 @pytest.mark.slow

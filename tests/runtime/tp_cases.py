@@ -20,7 +20,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.parallel import SequenceParallel, loss_parallel, parallelize_module
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ccoverlap.runtime import ShapeMismatchError, all_gather_matmul, clear_tuning_cache, set_shape_check
+from ccoverlap.runtime import ShapeMismatchError, all_gather_matmul, clear_tuning_cache
 from ccoverlap.runtime.llama import Block, Llama, block_plan, model_plan, style_classes
 from ccoverlap.runtime.shared_gather import gather_input
 from ccoverlap.runtime.tp import full_state_dict, load_full_state_dict
@@ -435,13 +435,6 @@ CASES = [
 ]
 
 
-def case_names() -> list[str]:
-    """The case names, in the order ``run_all`` runs them."""
-    return [name for name, _ in CASES]
-
-
 def run_all(rank: int, world: int) -> dict[str, tuple[str, str, object]]:
-    """Run every case on this rank; ``{name: ("ok"|"fail", detail, value)}``."""
-    torch.manual_seed(0)
-    set_shape_check("always")
+    """Run every case of ``CASES`` on this rank; ``{name: ("ok"|"fail", detail, value)}``."""
     return run_cases(CASES, rank, world)
