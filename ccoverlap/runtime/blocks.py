@@ -26,7 +26,12 @@ import math
 
 import torch
 
-__all__ = ["rank_blocks", "strided_bmm", "gemm_operand", "mm_into", "mm_blocks", "weight_grad"]
+__all__ = ["gathered_shape", "rank_blocks", "strided_bmm", "gemm_operand", "mm_into", "mm_blocks", "weight_grad"]
+
+
+def gathered_shape(shard_shape: torch.Size, dim: int, p: int, n: int) -> tuple[int, ...]:
+    """The shape of the all-gather of a ``shard_shape`` shard along ``dim`` over ``p`` ranks, with last dim ``n``."""
+    return (*shard_shape[:dim], p * shard_shape[dim], *shard_shape[dim + 1 : -1], n)
 
 
 def rank_blocks(t: torch.Tensor, dim: int, p: int) -> torch.Tensor:

@@ -37,7 +37,7 @@ from collections.abc import Callable
 import torch
 
 from ccoverlap.runtime import checks, comm
-from ccoverlap.runtime.blocks import gemm_operand, rank_blocks, weight_grad
+from ccoverlap.runtime.blocks import gathered_shape, gemm_operand, rank_blocks, weight_grad
 from ccoverlap.runtime.schedules import SCHEDULES, ag_matmul, matmul_rs
 from ccoverlap.runtime.tuning import is_decided, resolve
 
@@ -233,11 +233,6 @@ def _concrete(kind: str, a: torch.Tensor, b: torch.Tensor, group, schedule: str,
     return fwd, (fwd if schedule == "auto" else "tune")
 
 
-def _gathered_shape(shape: torch.Size, dim: int, p: int, n: int) -> tuple[int, ...]:
-    """The shape of the all-gather of a ``shape`` shard along ``dim`` over ``p`` ranks, last dim ``n``."""
-    return (*shape[:dim], p * shape[dim], *shape[dim + 1 : -1], n)
-
-
 class _AllGatherMatmul(torch.autograd.Function):
     """``x_shard`` ``[..., m, ..., K]`` -> ``[..., P*m, ..., N]`` gathered along ``dim``; every GEMM writes and
     reads the batch-first blocks where they lie (:mod:`ccoverlap.runtime.blocks`)."""
@@ -246,7 +241,7 @@ class _AllGatherMatmul(torch.autograd.Function):
     def forward(ctx, x2d, weight, group, schedule, bwd_schedule, comm_engine, dim, shard_shape):
         p = comm.group_size(group)
         dt = torch.result_type(x2d, weight)
-        y = torch.empty(_gathered_shape(shard_shape, dim, p, weight.shape[0]), dtype=dt, device=x2d.device)
+        y = torch.empty(gathered_shape(shard_shape, dim, p, weight.shape[0]), dtype=dt, device=x2d.device)
         out4 = rank_blocks(y, dim, p)  # [P, B, R, N]: rank j's rows of y, where they lie
         tx = _transport(comm_engine)
         _, x_full = ag_matmul(x2d, weight.t(), group, schedule, need_full=weight.requires_grad, transport=tx,

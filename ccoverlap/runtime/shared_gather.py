@@ -47,7 +47,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
 from ccoverlap.runtime import checks, comm
-from ccoverlap.runtime.blocks import mm_blocks, mm_into, rank_blocks, strided_bmm
+from ccoverlap.runtime.blocks import gathered_shape, mm_blocks, mm_into, rank_blocks, strided_bmm
 from ccoverlap.runtime.comm import Handle
 
 __all__ = ["SharedGather", "gather_input", "gathered_linear", "shared_gather_of", "GATHER_OP"]
@@ -96,9 +96,8 @@ class SharedGather:
         """
         w = linear.weight
         local = w._local_tensor if isinstance(w, DTensor) else w
-        d, p, shape = self.dim, self.world, self.shard_shape
-        y = torch.empty(*shape[:d], p * shape[d], *shape[d + 1 : -1], local.shape[0], dtype=shard.dtype,
-                        device=shard.device)  # fmt: skip
+        shape = gathered_shape(self.shard_shape, self.dim, self.world, local.shape[0])
+        y = torch.empty(shape, dtype=shard.dtype, device=shard.device)
         mine = self._blocks(y)[self.rank]
         with torch.no_grad():
             mm_into(shard.reshape(mine.shape[:-1] + shard.shape[-1:]), local.t(), mine)
@@ -112,6 +111,10 @@ class SharedGather:
         w, version, y = entry
         local = w._local_tensor if isinstance(w, DTensor) else w
         return y if w is linear.weight and local._version == version else None
+
+    def linear(self, pre: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """``full @ weight.T + bias``: :meth:`assemble` on ``pre`` (a :meth:`precompute` output) or the whole GEMM."""
+        return torch.nn.functional.linear(self.full, weight, bias) if pre is None else self.assemble(pre, weight, bias)
 
     def assemble(self, y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """``full @ weight.T + bias`` in ``y`` (this rank's rows precomputed): the other ranks' rows from their buffer blocks.
@@ -304,7 +307,7 @@ class _GatheredLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, st, pre):
         full = st.full
-        y = torch.nn.functional.linear(full, weight, bias) if pre is None else st.assemble(pre, weight, bias)
+        y = st.linear(pre, weight, bias)
         st.consumers += 1
         ctx.state, ctx.has_bias = st, bias is not None
         ctx.save_for_backward(full, weight)
@@ -333,7 +336,7 @@ def gathered_linear(x, linear, weight: torch.Tensor, bias: torch.Tensor | None, 
     """
     pre = st.take_precomputed(linear) if st.pre else None
     if not torch.is_grad_enabled():
-        y = torch.nn.functional.linear(st.full, weight, bias) if pre is None else st.assemble(pre, weight, bias)
+        y = st.linear(pre, weight, bias)
     else:
         y = _GatheredLinear.apply(x, weight, bias, st, pre)
     if not st.pre:
