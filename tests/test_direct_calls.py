@@ -148,7 +148,7 @@ CASES = [
     ("Planner a model name", lambda: Planner("llama-3-8b"), ConfigError, "Planner needs a Workload"),
     ("Planner jobs text", lambda: Planner(_small_workload(), jobs="2"), ConfigError, "jobs must be an integer"),
     ("Planner.simulate a name", lambda: Planner(_small_workload(), jobs=1).simulate("phi-2"), ConfigError,
-     "expected a Workload, got 'phi-2'"),
+     "Planner needs a Workload (ccoverlap.Workload(...) or workload_from_mapping), got 'phi-2'"),
     ("centauri.decide no planner", lambda: centauri.decide("phi-2"), ConfigError,
      "centauri.decide: planner must be a Planner"),
     ("tune_step unknown method", lambda: tune_step(Planner(_small_workload(), jobs=1), None, "lagomm"), ConfigError,

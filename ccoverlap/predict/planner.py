@@ -37,7 +37,7 @@ from ccoverlap.predict.evaluate import (
     summarize,
     summarize_metrics,
 )
-from ccoverlap.predict.workload import Workload
+from ccoverlap.predict.workload import require_workload
 from ccoverlap.sim.engine import simulate
 from ccoverlap.types import ProgressFn
 
@@ -148,9 +148,7 @@ class Planner:
 
     def __init__(self, workload, *, cost=None, keep_timelines: int = 4, progress: ProgressFn | None = None,
                  jobs: int | None = None, exact: bool = False):
-        if not isinstance(workload, Workload):
-            raise ConfigError(f"Planner needs a Workload (ccoverlap.Workload(...) or workload_from_mapping), "
-                              f"got {short(workload)}")
+        require_workload(workload, "Planner")
         if jobs is not None:
             check_value("jobs", jobs, Count)
         check_value("keep_timelines", keep_timelines, Count)
@@ -178,11 +176,7 @@ class Planner:
     def workload_of(self, w=None):
         """``w``, or the planner's workload when ``w`` is None: what every method taking a
         workload works on. ConfigError when ``w`` is not a :class:`Workload`."""
-        if w is None:
-            return self.workload
-        if not isinstance(w, Workload):
-            raise ConfigError(f"expected a Workload, got {short(w)}")
-        return w
+        return self.workload if w is None else require_workload(w, "Planner")
 
     # ------------------------------------------------------------------ screening
     def screened(self, w=None):

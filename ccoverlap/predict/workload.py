@@ -378,12 +378,20 @@ def _fill_world_size(data: dict) -> None:
         par["dp"] = dp
 
 
+def require_workload(w: Any, who: str) -> Workload:
+    """``w`` when it is a :class:`Workload`; ConfigError naming ``who`` and what came instead
+    otherwise (the entry check of every function that takes a workload)."""
+    if not isinstance(w, Workload):
+        raise ConfigError(f"{who} needs a Workload (ccoverlap.Workload(...) or workload_from_mapping), "
+                          f"got {short(w)}")
+    return w
+
+
 def with_knobs(w: Workload, **changes: Any) -> Workload:
     """The same workload with some overlap knobs changed (ConfigError naming an unknown knob
     or a bad value)."""
     from ccoverlap.parallel.config import OverlapKnobs
 
-    if not isinstance(w, Workload):
-        raise ConfigError(f"with_knobs needs a Workload, got {short(w)}")
+    require_workload(w, "with_knobs")
     check_keys(changes, field_names(OverlapKnobs), "with_knobs", what="knob")
     return replace(w, knobs=replace(w.knobs, **changes))
