@@ -45,6 +45,7 @@ fit uses the training part and :func:`heldout_errors` reports the error on the r
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -398,38 +399,45 @@ def _fit_stage(obs: list[Observation], bounds: dict, base: CostParams, ctx: Cont
                grid: dict | None = None, n_starts: int = 4) -> tuple[CostParams, dict]:
     """Fit one stage. Fields in ``grid`` (name -> candidate values) enter the model through
     ceilings (e.g. SMs per channel in eq. 5's wave count), where gradients are useless: they
-    are chosen by search over their candidates, alternating with bounded least squares on the
-    other fields (from the base values and ``n_starts`` seeded random points), until the grid
-    choices settle."""
+    are chosen by search over every combination of their candidates. The continuous fields are
+    fitted by bounded least squares, from the base values and ``n_starts`` seeded random points,
+    under the best combination for each of the four best values of the first field; then the two alternate until the choices settle."""
     grid = dict(grid or {})
     names = [n for n in bounds if n not in grid]
     lo = np.array([bounds[n][0] for n in names])
     hi = np.array([bounds[n][1] for n in names])
-    p = base
-    best = None
-    for rnd in range(4):
-        changed = False
-        for gname, values in grid.items():
-            fn = _residual_fn(obs, [gname], p, ctx)
-            costs = [float(np.sum(fn([v]) ** 2)) for v in values]
-            choice = float(values[int(np.argmin(costs))])
-            changed = changed or choice != getattr(p, gname)
-            p = p.with_overrides(**{gname: choice})
-        if names:
-            fn = _residual_fn(obs, names, p, ctx)
-            x_now = np.clip([float(getattr(p, n)) for n in names], lo + 1e-6 * (hi - lo), hi - 1e-6 * (hi - lo))
-            starts = [x_now]
-            if rnd == 0:  # kinks (max, min over tiles, ceilings) make local minima: more starts
-                rng = np.random.default_rng(12345)
-                starts += [lo + f * (hi - lo) for f in rng.uniform(0.1, 0.9, size=(n_starts, len(names)))]
-            best = None
-            for x0 in starts:
-                res = least_squares(fn, x0, lo, hi)
-                if best is None or res.cost < best.cost:
-                    best = res
-            p = p.with_overrides(**{n: float(v) for n, v in zip(names, best.x)})
-        if rnd > 0 and not changed:
+
+    def continuous(p: CostParams, starts: list) -> tuple[CostParams, LSQResult | None]:
+        if not names:
+            return p, None
+        fn = _residual_fn(obs, names, p, ctx)
+        best = None
+        for x0 in [np.clip([float(getattr(p, n)) for n in names], lo + 1e-6 * (hi - lo), hi - 1e-6 * (hi - lo)),
+                   *starts]:
+            res = least_squares(fn, x0, lo, hi)
+            if best is None or res.cost < best.cost:
+                best = res
+        return p.with_overrides(**{n: float(v) for n, v in zip(names, best.x)}), best
+
+    def cost(p: CostParams) -> float:
+        return float(np.sum(_residual_fn(obs, [], p, ctx)([]) ** 2))
+
+    # kinks (max, min over tiles, ceilings) make local minima: round 0 tries several starts of
+    # the continuous fields under each of the best few grid choices and keeps the best
+    rng = np.random.default_rng(12345)
+    starts = [lo + f * (hi - lo) for f in rng.uniform(0.1, 0.9, size=(n_starts, len(names)))] if names else []
+    p, best = base, None
+    tried = []
+    for choice in _grid_choices(obs, grid, base, ctx, keep=4):
+        cand, res = continuous(base.with_overrides(**choice), starts)
+        tried.append((cost(cand), cand, res))
+    _, p, best = min(tried, key=lambda t: t[0])
+    for _ in range(3):  # then alternate until the grid choices settle
+        choice = _grid_choices(obs, grid, p, ctx, keep=1)[0]
+        if all(getattr(p, g) == v for g, v in choice.items()):
             break
+        p, res = continuous(p.with_overrides(**choice), [])
+        best = res if res is not None else best
     r = _residual_fn(obs, [], p, ctx)([])
     fitted = {n: float(getattr(p, n)) for n in bounds}
     stderr = {n: (_finite(s) if best is not None else None) for n, s in
@@ -443,6 +451,27 @@ def _fit_stage(obs: list[Observation], bounds: dict, base: CostParams, ctx: Cont
             "rms_log_error": float(np.sqrt(np.mean(r ** 2))) if r.size else 0.0,
             "observations": len(obs), "iterations": best.iterations if best is not None else 0}
     return p, info
+
+
+def _grid_choices(obs: list[Observation], grid: dict, p: CostParams, ctx: Context, keep: int) -> list[dict]:
+    """The ``keep`` best combinations of the searched fields' candidates under ``p`` (every
+    combination tried jointly: one field at a time can stall where two trade off, e.g. SMs per
+    channel against the NT factor), each with a different value of the first field, so that
+    the continuous fit gets to start from distinct choices; ``[{}]`` when nothing is searched."""
+    if not grid:
+        return [{}]
+    gnames = list(grid)
+    combos = list(itertools.product(*(grid[g] for g in gnames)))
+    fn = _residual_fn(obs, gnames, p, ctx)
+    costs = np.array([float(np.sum(fn(c) ** 2)) for c in combos])
+    out, seen = [], set()
+    for i in np.argsort(costs, kind="stable"):  # the best combination per value of the first field
+        if combos[i][0] not in seen:
+            seen.add(combos[i][0])
+            out.append({g: float(v) for g, v in zip(gnames, combos[i])})
+        if len(out) == keep:
+            break
+    return out
 
 
 def _fit_gemm(obs: list[Observation], bounds: dict, base: CostParams, ctx: Context,

@@ -53,7 +53,8 @@ def make_grid(quick: bool = False, *, memory_bytes: float | None = None) -> Grid
     if quick:
         return Grid(quick=True, reps=3, warmup=2, min_window_s=0.003, gemm_flop_budget=4e12,
                     gemm_mem_budget=min(mem_cap, 4e9), copy_buffer_bytes=256 * MiB,
-                    channels=(1, 4, 16, 64, 128), chunks=(16 * KiB, 256 * KiB, 2 * MiB), threads=512,
+                    channels=(1, 2, 4, 8, 16, 32, 64, 128),
+                    chunks=(16 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB), threads=512,
                     nt_sweep=(128, 512), nt_points=((16, 256 * KiB),))
     return Grid(quick=False, reps=7, warmup=3, min_window_s=0.005, gemm_flop_budget=2e13,
                 gemm_mem_budget=min(mem_cap, 16e9), copy_buffer_bytes=512 * MiB,

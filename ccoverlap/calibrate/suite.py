@@ -198,11 +198,13 @@ def contention_sections(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]
 
 def run_suite(dev, grid: grids.Grid, *, log: Callable[[str], None], kernel_prefer: str = "auto",
               sections: tuple[str, ...] = ("gemm", "split", "copy", "contention", "sustained"),
+              checkpoint: Callable[[list[dict], list[str], dict], None] | None = None,
               ) -> tuple[list[dict], list[str], dict]:
     """Run the measurement plan on ``dev``. Returns (records, notes, settings), settings
     saying which channel-copy backend ran (or why none could be built). ``sustained`` (the
     clock a long GEMM loop settles at, :mod:`ccoverlap.calibrate.sustained`) runs last, so
-    the heat it leaves does not reach the other sections."""
+    the heat it leaves does not reach the other sections. ``checkpoint(records, notes,
+    settings)`` is called after each section, so a run cut short keeps what it measured."""
 
     bench = mb.Bench(dev, grid, log=log)
     notes: list[str] = []
@@ -219,14 +221,13 @@ def run_suite(dev, grid: grids.Grid, *, log: Callable[[str], None], kernel_prefe
             settings["kernel_error"] = str(exc)
             log(msg)
     records: list[dict] = []
-    if "gemm" in sections:
-        records += gemm_section(bench, notes)
-    if "split" in sections:
-        records += split_section(bench, notes)
-    if "copy" in sections:
-        records += copy_section(bench, kernel, notes)
-    if "contention" in sections:
-        records += contention_sections(bench, kernel, notes)
-    if "sustained" in sections:
-        records += sustained_section(bench, notes)
+    runs = {"gemm": lambda: gemm_section(bench, notes), "split": lambda: split_section(bench, notes),
+            "copy": lambda: copy_section(bench, kernel, notes),
+            "contention": lambda: contention_sections(bench, kernel, notes),
+            "sustained": lambda: sustained_section(bench, notes)}
+    for name in runs:
+        if name in sections:
+            records += runs[name]()
+            if checkpoint is not None:
+                checkpoint(records, notes, settings)
     return records, notes, settings

@@ -20,7 +20,7 @@ import time
 from ccoverlap.calibrate import microbench as mb
 
 WINDOW_S = 0.25                     # seconds of back-to-back GEMMs per timed window
-SECONDS = {True: 6.0, False: 40.0}  # length of the loop: quick / full plan
+SECONDS = {True: 20.0, False: 40.0}  # length of the loop: quick / full plan
 SHAPE = (8192, 8192, 8192)          # M, N, K: compute-bound, ~1.1 TFLOP per call
 EARLY_WINDOWS = 3                   # windows that stand for the short-loop (cool) state
 MIN_WINDOWS = 3 * EARLY_WINDOWS     # fewer and the early and late parts overlap

@@ -63,7 +63,7 @@ def _resolve_gpu(name: str | None, device_name: str):
                       "pass --gpu NAME with the closest catalog entry")
 
 
-def _measure(args, log) -> tuple[list, list, dict, dict, object]:
+def _measure(args, log, checkpoint=None) -> tuple[list, list, dict, dict, object]:
     from ccoverlap.calibrate import grids, microbench
     from ccoverlap.calibrate.suite import run_suite
 
@@ -79,10 +79,15 @@ def _measure(args, log) -> tuple[list, list, dict, dict, object]:
     grid = grids.make_grid(args.quick, memory_bytes=free)
     log(f"calibrating {info['name']} (as {gpu.name}), driver {info['driver']}, torch {info['torch']}, "
         f"CUDA {info['cuda']}; {'quick' if args.quick else 'full'} plan")
-    records, run_notes, settings = run_suite(dev, grid, log=log, kernel_prefer=args.kernel)
-    settings.update({"quick": grid.quick, "reps": grid.reps, "warmup": grid.warmup,
-                     "min_window_s": grid.min_window_s, "statistic": "median of reps",
-                     "timing": "CUDA events around loops of back-to-back launches"})
+    plan = {"quick": grid.quick, "reps": grid.reps, "warmup": grid.warmup, "min_window_s": grid.min_window_s,
+            "statistic": "median of reps", "timing": "CUDA events around loops of back-to-back launches"}
+
+    def keep(records: list, run_notes: list, settings: dict) -> None:
+        if checkpoint is not None:
+            checkpoint(list(records), notes + run_notes, dict(settings, **plan, partial=True), info, gpu)
+
+    records, run_notes, settings = run_suite(dev, grid, log=log, kernel_prefer=args.kernel, checkpoint=keep)
+    settings.update(plan)
     return records, notes + run_notes, settings, info, gpu
 
 
@@ -132,12 +137,46 @@ def print_report(result, held, decomposition, base, path: Path, out=None) -> Non
     print_wrapped(con, f"use it: ccoverlap plan --calibration {path}  (compare with plain `ccoverlap plan`)")
 
 
+SPLIT = "held out: CRC-32 of the record's configuration divisible by 4"
+
+
+def _target(args, gpu) -> Path:
+    """The calibration file's path: ``--out`` itself when it ends in .json, else DIR/<gpu>.json."""
+    path = Path(args.out or "calibrations")
+    return path if path.suffix.lower() == ".json" else path / f"{slug(gpu.name)}.json"
+
+
+def _common(records, settings, device, gpu) -> dict:
+    from ccoverlap.version import __version__
+
+    created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dict(gpu=gpu.name, device=device, settings=settings, measurements=records, created=created,
+                tool=f"ccoverlap calibrate {__version__}")
+
+
+def _write_unfitted(args, records, notes, settings, device, gpu) -> None:
+    """Write the measurements with no fit yet (``--refit FILE`` fits them later); a record the
+    format rejects still leaves everything in ``<stem>.raw.json``."""
+    from ccoverlap.calibrate import fileformat
+
+    path = _target(args, gpu)
+    first = fileformat.build(params={}, fit_error=None, fit={}, heldout=[], train=[], decomposition=[],
+                             notes=list(notes) + ["fit not done yet"],
+                             **_common(records, dict(settings, split=SPLIT), device, gpu))
+    try:
+        fileformat.write(path, first)
+    except ConfigError as exc:
+        raw = path.with_name(path.stem + ".raw.json")
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        raw.write_text(json.dumps(first, indent=1, default=str) + "\n")
+        raise ConfigError(f"{exc} (raw measurements kept in {raw})") from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Measure (or, with ``--refit``, read the measurements of a file), fit, print the report,
     write the calibration file; 0 on success. User errors raise ConfigError (exit 2)."""
     from ccoverlap.calibrate import fileformat
     from ccoverlap.cost.params import default_params
-    from ccoverlap.version import __version__
 
     log = _log(args.quiet)
     if args.refit:
@@ -153,25 +192,16 @@ def run(args: argparse.Namespace) -> int:
         settings = dict(src.get("settings", {}), refit_of=str(args.refit))
         notes = list(settings.get("measurement_notes", []))
     else:
-        records, notes, settings, device, gpu = _measure(args, log)
+        def checkpoint(recs, run_notes, run_settings, info, run_gpu) -> None:
+            _write_unfitted(args, recs, run_notes + ["measurements so far: the run had not finished when this was written"],
+                            run_settings, info, run_gpu)
+
+        records, notes, settings, device, gpu = _measure(args, log, checkpoint)
         settings["measurement_notes"] = list(notes)
-    settings["split"] = "held out: CRC-32 of the record's configuration divisible by 4"
-    path = Path(args.out or "calibrations")
-    if path.suffix.lower() != ".json":
-        path = path / f"{slug(gpu.name)}.json"
-    created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    common = dict(gpu=gpu.name, device=device, settings=settings, measurements=records, created=created,
-                  tool=f"ccoverlap calibrate {__version__}")
+    settings["split"] = SPLIT
     if not args.refit:  # keep the measurements even if the fit fails: `--refit` can redo it
-        first = fileformat.build(params={}, fit_error=None, fit={}, heldout=[], train=[], decomposition=[],
-                                 notes=notes + ["fit not done yet"], **common)
-        try:
-            fileformat.write(path, first)
-        except ConfigError as exc:  # a measurement the format rejects: keep everything anyway
-            raw = path.with_name(path.stem + ".raw.json")
-            raw.parent.mkdir(parents=True, exist_ok=True)
-            raw.write_text(json.dumps(first, indent=1, default=str) + "\n")
-            raise ConfigError(f"{exc} (raw measurements kept in {raw})") from None
+        _write_unfitted(args, records, notes, settings, device, gpu)
+    path, common = _target(args, gpu), _common(records, settings, device, gpu)
     result, held, train, decomposition = _fit_and_report(records, gpu, log)
     from ccoverlap.calibrate.fit import overall_error
 

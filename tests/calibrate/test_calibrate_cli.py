@@ -99,3 +99,43 @@ def test_refit_report_reads_whole_in_a_narrow_terminal(tmp_path, measured_file, 
         assert any(r[:1] == [name] and f"{value:.4g}" in r for r in rows), name
     for row in data["source"]["heldout"]:
         assert any(r[:2] == [row["group"], str(row["n"])] for r in rows), row
+
+
+def test_a_run_cut_short_keeps_the_sections_it_measured_and_refits_them(tmp_path, gpu, truth, monkeypatch, capsys):
+    """Each finished section is written at once: a run stopped in a later section (a time limit)
+    leaves a file with the earlier measurements, which ``--refit`` fits without a GPU."""
+    from ccoverlap.calibrate import microbench, suite
+    from ccoverlap.commands import calibrate as cmd
+
+    gemms = [r for r in synth.records(gpu, truth, noise=0.02, seed=3, quick=True) if r["kind"] == "gemm"]
+    monkeypatch.setattr(microbench, "require_cuda", lambda device: "cuda:0")
+    monkeypatch.setattr(microbench, "device_info", lambda dev: {
+        "name": "NVIDIA H100 80GB HBM3", "catalog_gpu": gpu.name, "sms": gpu.sms, "driver": "test",
+        "torch": "test", "cuda": "test"})
+    monkeypatch.setattr(suite.mb, "Bench", lambda dev, grid, log: None)
+    monkeypatch.setattr(suite, "gemm_section", lambda bench, notes: list(gemms))
+
+    def cut(bench, notes):
+        raise KeyboardInterrupt  # what a time limit's signal does to the run
+
+    monkeypatch.setattr(suite, "split_section", cut)
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev: (80e9, 80e9))
+    out = tmp_path / "cut.json"
+    assert main(["calibrate", "--quick", "--out", str(out), "--quiet"]) == 130
+    kept = fileformat.read(out)
+    assert kept["source"]["measurements"] == gemms
+    assert kept["params"] == {} and kept["source"]["settings"]["partial"] is True
+    assert any("had not finished" in n for n in kept["notes"])
+    refit = tmp_path / "refit.json"
+    assert cmd.run(cmd_args(refit=str(out), out=str(refit))) == 0
+    assert fileformat.read(refit)["params"], "the GEMM measurements alone give fitted parameters"
+    capsys.readouterr()
+
+
+def cmd_args(**kw):
+    import argparse
+
+    base = dict(out=None, quick=False, device=None, gpu=None, kernel="auto", refit=None, json=False, quiet=True)
+    return argparse.Namespace(**{**base, **kw})
