@@ -5,6 +5,7 @@
 #   OUT=/some/folder bash benchmarks/gpu_session.sh part2   # pytest -m gpu, bench + analyze on CUDA
 #   OUT=/some/folder bash benchmarks/gpu_session.sh part3   # held-out GEMM sweep, FiCCO pieces
 #   OUT=/some/folder bash benchmarks/gpu_session.sh all     # the three in a row (no 10-minute limit)
+#   OUT=/some/folder bash benchmarks/gpu_session.sh session # the essentials in ONE call (CCOV_BUDGET_S, default 450)
 #   bash benchmarks/gpu_session.sh --plan                   # print the steps and budgets, run nothing
 #
 # Run from the repository root. Each part stays under CCOV_BUDGET_S seconds (default 540: the
@@ -18,7 +19,8 @@ set -u -o pipefail
 
 PART="${1:-all}"
 PY="${PYTHON:-python3}"
-BUDGET_S="${CCOV_BUDGET_S:-540}"
+DEFAULT_BUDGET=540; [ "$PART" = "session" ] && DEFAULT_BUDGET=450
+BUDGET_S="${CCOV_BUDGET_S:-$DEFAULT_BUDGET}"
 RESERVE_S=25   # kept for packing
 BENCH_SIZE="${CCOV_BENCH_SIZE:-8192}"        # M = N = K of the CUDA bench run
 PYTEST_TARGET="${CCOV_PYTEST_TARGET:-tests}"  # what pytest -m gpu collects
@@ -26,8 +28,8 @@ POLL_S="${CCOV_POLL_S:-10}"                   # how often a wait looks at the ba
 FLAT_MAX=6     # files copied flat into $OUT besides the tar.gz (8 files at most come back)
 
 case "$PART" in
-  part1|part2|part3|all|--plan) ;;
-  *) echo "gpu_session.sh: unknown part '$PART' (use part1, part2, part3, all or --plan)" >&2; exit 2 ;;
+  part1|part2|part3|all|session|--plan) ;;
+  *) echo "gpu_session.sh: unknown part '$PART' (use part1, part2, part3, all, session or --plan)" >&2; exit 2 ;;
 esac
 if [ "$PART" = "--plan" ]; then
   cat <<'EOF'
@@ -39,6 +41,11 @@ part2  env.txt; pytest -m gpu (<= 300 s); ccoverlap bench --nproc 1 (CUDA, NCCL,
 part3  env.txt; benchmarks/gpu_gemm_vs_model.py (<= 240 s; --calibration calibrations/*.json if one is
        committed for this GPU); benchmarks/gpu_ficco_pieces.py (what is left)
 each part: budget CCOV_BUDGET_S (default 540 s), 25 s kept for packing into $OUT (<= 8 files)
+session  one call (budget 450 s): env.txt; ccoverlap calibrate --quick --kernel triton detached,
+       waited for until its measurements are written (<= 240 s), its fit left running on the CPU;
+       benchmarks/gpu_layer_trace.py (<= 60 s); pytest -m gpu without the end-to-end quick
+       calibration that the first step is (<= 150 s); benchmarks/gpu_gemm_vs_model.py (<= 90 s);
+       benchmarks/gpu_ficco_pieces.py (what is left); then the fit is waited for
 EOF
   exit 0
 fi
@@ -254,6 +261,36 @@ PYEOF
   tail -n 12 "$W/logs/gemm-vs-model.log"
   step ficco-pieces 600 "$PY" benchmarks/gpu_ficco_pieces.py --out "$W" "${calarg[@]}"
   tail -n 8 "$W/logs/ficco-pieces.log"
+}
+
+# session: what one short device call can hold, most important first. The calibration's fit
+# (CPU only) runs on while the GPU does the rest; --refit redoes it anywhere if it is cut short.
+session() {
+  rm -rf "$CAL"; mkdir -p "$CAL"
+  log "run  calibrate --quick detached: $PY -m ccoverlap calibrate --quick --kernel triton"
+  date +%s >"$CAL/start"
+  setsid nohup bash -c "'$PY' -m ccoverlap calibrate --quick --kernel triton --out '$CAL/calibration.json' >'$CAL/calibrate.log' 2>&1; echo \$? >'$CAL/rc.tmp'; mv '$CAL/rc.tmp' '$CAL/rc'" \
+    </dev/null >/dev/null 2>&1 &
+  echo $! >"$CAL/pid"
+  local s; s=$(date +%s)
+  while cal_running && ! grep -q "fitting" "$CAL/calibrate.log" 2>/dev/null; do
+    [ $(( $(date +%s) - s )) -ge 240 ] && { log "calibrate still measuring after 240 s: going on beside it"; break; }
+    sleep 2
+  done
+  log "calibrate: $(tail -n 1 "$CAL/calibrate.log" 2>/dev/null | cut -c1-150)"
+  mkdir -p "$W/layer"
+  step layer-trace 60 "$PY" benchmarks/gpu_layer_trace.py --out "$W/layer"
+  step pytest-gpu 150 "$PY" -m pytest -p no:cacheprovider -m gpu -rs --timeout 120 \
+    -k "not quick_calibration_end_to_end" $PYTEST_TARGET
+  tail -n 15 "$W/logs/pytest-gpu.log"
+  step gemm-vs-model 90 "$PY" benchmarks/gpu_gemm_vs_model.py --out "$W"
+  tail -n 12 "$W/logs/gemm-vs-model.log"
+  local t; t=$(( $(left) - 30 ))
+  [ "$t" -ge 20 ] && step ficco-pieces "$t" "$PY" benchmarks/gpu_ficco_pieces.py --out "$W"
+  wait_calibration "$(left)" || log "calibrate's fit still running: the measurements are in the file (refit it)"
+  cp "$CAL/calibrate.log" "$W/logs/calibrate.log" 2>/dev/null
+  printf 'calibrate\t%s\t%s\n' "$(cat "$CAL/rc" 2>/dev/null || echo running)" $(( $(date +%s) - $(cat "$CAL/start") )) >>"$W/steps.tsv"
+  [ -f "$CAL/calibration.json" ] && cp "$CAL/calibration.json" "$W/calibration.json"
 }
 
 run_part() {

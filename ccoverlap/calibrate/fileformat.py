@@ -64,6 +64,8 @@ KINDS: dict[str, dict[str, Any]] = {
     "sustained": {"dtype": ("bf16", "fp16", "fp32"), "m": _INT, "n": _INT, "k": _INT, "seconds": _POS,
                   "iters_per_window": _INT, "window_time_s": _POS_LIST},
 }
+# kind -> {field: expected} of fields a record may have: a chunked copy-engine copy's chunk size
+OPTIONAL: dict[str, dict[str, Any]] = {"ce_contention": {"chunk_bytes": _INT}}
 
 
 def _err(where: str, field: str, problem: str) -> ConfigError:
@@ -110,6 +112,9 @@ def validate_measurement(rec: Any, where: str, field: str) -> None:
         if name not in rec:
             raise _err(where, f"{field}.{name}", f"missing (required for kind {kind!r})")
         _check_value(where, f"{field}.{name}", rec[name], expected)
+    for name, expected in OPTIONAL.get(kind, {}).items():
+        if name in rec:
+            _check_value(where, f"{field}.{name}", rec[name], expected)
 
 
 def validate(data: Any, where: str = "calibration") -> dict:

@@ -44,6 +44,7 @@ class Grid:
     threads: int               # NT of the main grid
     nt_sweep: tuple[int, ...]  # NT values tried at a few (NC, C) points
     nt_points: tuple[tuple[int, int], ...]  # those (NC, C) points
+    ce_chunks: tuple[int, ...] = ()  # C of the chunked copy-engine copies (d2d, one memcpy per chunk)
 
 
 def make_grid(quick: bool = False, *, memory_bytes: float | None = None) -> Grid:
@@ -55,13 +56,15 @@ def make_grid(quick: bool = False, *, memory_bytes: float | None = None) -> Grid
                     gemm_mem_budget=min(mem_cap, 4e9), copy_buffer_bytes=256 * MiB,
                     channels=(1, 2, 4, 8, 16, 32, 64, 128),
                     chunks=(16 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB), threads=512,
-                    nt_sweep=(128, 512), nt_points=((16, 256 * KiB),))
+                    nt_sweep=(128, 512), nt_points=((16, 256 * KiB),),
+                    ce_chunks=(64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB))
     return Grid(quick=False, reps=7, warmup=3, min_window_s=0.005, gemm_flop_budget=2e13,
                 gemm_mem_budget=min(mem_cap, 16e9), copy_buffer_bytes=512 * MiB,
                 channels=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128),
                 chunks=(16 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB), threads=512,
                 nt_sweep=(64, 128, 256, 512, 1024),
-                nt_points=((4, 1 * MiB), (16, 64 * KiB), (16, 1 * MiB), (64, 1 * MiB)))
+                nt_points=((4, 1 * MiB), (16, 64 * KiB), (16, 1 * MiB), (64, 1 * MiB)),
+                ce_chunks=(16 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB))
 
 
 def gemm_sweep(quick: bool = False) -> list[tuple[str, int, int, int]]:

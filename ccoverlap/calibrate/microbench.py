@@ -332,3 +332,30 @@ def make_ce_copy(bench: Bench, direction: str, nbytes: int) -> Callable[[], None
         raise ValueError(f"unknown copy direction {direction!r}")
     src.fill_(1) if src.is_cuda else src.zero_()
     return lambda: dst.copy_(src, non_blocking=True)
+
+
+def make_chunked_ce_copy(bench: Bench, nbytes: int, chunk_bytes: int) -> Callable[[], None]:
+    """``nbytes`` copied device to device as ``nbytes / chunk_bytes`` back-to-back
+    ``cudaMemcpyAsync`` calls of ``chunk_bytes`` each (a DMA transport's steps, ficco §IV-D),
+    captured in a CUDA graph so that the host's launch cost does not pace them; one call
+    replays the graph on the current stream."""
+    torch = bench.torch
+    n, per = nbytes // chunk_bytes, chunk_bytes // 4
+    if n < 1 or per < 1 or chunk_bytes % 4:
+        raise ValueError(f"chunked copy needs 4-byte-aligned chunks no larger than the copy, "
+                         f"got {chunk_bytes} of {nbytes}")
+    src = torch.ones(n * per, dtype=torch.int32, device=bench.dev)
+    dst = torch.empty_like(src)
+    side = torch.cuda.Stream(bench.dev)
+    side.wait_stream(torch.cuda.current_stream(bench.dev))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        for i in range(n):
+            dst[i * per:(i + 1) * per].copy_(src[i * per:(i + 1) * per], non_blocking=True)
+    torch.cuda.synchronize(bench.dev)
+
+    def replay() -> None:
+        graph.replay()
+
+    replay.buffers = (src, dst)  # the graph reads and writes these: alive as long as it is
+    return replay

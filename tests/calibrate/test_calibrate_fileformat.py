@@ -123,3 +123,13 @@ def test_write_refuses_invalid_data_and_leaves_nothing(tmp_path, calib):
 def test_costparams_load_accepts_every_top_level_key_we_write(calib):
     """CostParams.load rejects unknown top-level keys: everything we write must be in its list."""
     assert set(calib) == set(fileformat.TOP_LEVEL)
+
+
+def test_a_chunked_copy_engine_record_has_a_whole_positive_chunk_size():
+    rec = {"kind": "ce_contention", "victim": {"op": "memory", "bytes": 1e9}, "direction": "d2d", "bytes": 2.0 ** 26,
+           "victim_alone_s": 1e-3, "victim_s": 1.1e-3, "copy_alone_s": 5e-4, "copy_s": 6e-4}
+    fileformat.validate_measurement(rec, "c.json", "source.measurements[0]")  # whole copies: no chunk field
+    fileformat.validate_measurement(rec | {"chunk_bytes": 65536}, "c.json", "source.measurements[0]")
+    for bad in (0, 1.5, "64K"):
+        with pytest.raises(ConfigError, match=r"source\.measurements\[0\]\.chunk_bytes"):
+            fileformat.validate_measurement(rec | {"chunk_bytes": bad}, "c.json", "source.measurements[0]")

@@ -116,3 +116,17 @@ def test_quick_calibration_end_to_end(tmp_path):
     from ccoverlap.cost.params import CostParams
 
     CostParams.load(out)
+
+
+def test_chunked_copy_engine_copy_moves_every_chunk():
+    dev = torch.device("cuda")
+    bench = object.__new__(mb.Bench)
+    bench.torch, bench.dev = torch, dev
+    copy = mb.make_chunked_ce_copy(bench, 8 * MiB, 256 * 1024)
+    src, dst = copy.buffers
+    dst.zero_()
+    copy()
+    torch.cuda.synchronize()
+    assert src.numel() * 4 == 8 * MiB and torch.equal(dst, src)
+    with pytest.raises(ValueError, match="chunks"):
+        mb.make_chunked_ce_copy(bench, 1024, 4096)
