@@ -25,6 +25,7 @@ RESERVE_S=25   # kept for packing
 BENCH_SIZE="${CCOV_BENCH_SIZE:-8192}"        # M = N = K of the CUDA bench run
 PYTEST_TARGET="${CCOV_PYTEST_TARGET:-tests}"  # what pytest -m gpu collects
 POLL_S="${CCOV_POLL_S:-10}"                   # how often a wait looks at the background calibration
+CAL_MEASURE_S="${CCOV_CAL_MEASURE_S:-240}"    # session: the longest the calibration may measure
 FLAT_MAX=6     # files copied flat into $OUT besides the tar.gz (8 files at most come back)
 
 case "$PART" in
@@ -42,7 +43,7 @@ part3  env.txt; benchmarks/gpu_gemm_vs_model.py (<= 240 s; --calibration calibra
        committed for this GPU); benchmarks/gpu_ficco_pieces.py (what is left)
 each part: budget CCOV_BUDGET_S (default 540 s), 25 s kept for packing into $OUT (<= 8 files)
 session  one call (budget 450 s): env.txt; ccoverlap calibrate --quick --kernel triton detached,
-       waited for until its measurements are written (<= 240 s), its fit left running on the CPU;
+       waited for until its measurements are written (<= 240 s, then stopped), its fit left running;
        benchmarks/gpu_layer_trace.py (<= 60 s); pytest -m gpu without the end-to-end quick
        calibration that the first step is (<= 150 s); benchmarks/gpu_gemm_vs_model.py (<= 90 s);
        benchmarks/gpu_ficco_pieces.py (what is left); then the fit is waited for
@@ -274,7 +275,10 @@ session() {
   echo $! >"$CAL/pid"
   local s; s=$(date +%s)
   while cal_running && ! grep -q "fitting" "$CAL/calibrate.log" 2>/dev/null; do
-    [ $(( $(date +%s) - s )) -ge 240 ] && { log "calibrate still measuring after 240 s: going on beside it"; break; }
+    if [ $(( $(date +%s) - s )) -ge "$CAL_MEASURE_S" ]; then  # stop it: the other steps would disturb its timings
+      log "calibrate still measuring after $CAL_MEASURE_S s: stopped; its finished sections are in the file (refit it)"
+      kill -- -"$(cat "$CAL/pid")" 2>/dev/null; sleep 1; break
+    fi
     sleep 2
   done
   log "calibrate: $(tail -n 1 "$CAL/calibrate.log" 2>/dev/null | cut -c1-150)"
@@ -289,7 +293,8 @@ session() {
   [ "$t" -ge 20 ] && step ficco-pieces "$t" "$PY" benchmarks/gpu_ficco_pieces.py --out "$W"
   wait_calibration "$(left)" || log "calibrate's fit still running: the measurements are in the file (refit it)"
   cp "$CAL/calibrate.log" "$W/logs/calibrate.log" 2>/dev/null
-  printf 'calibrate\t%s\t%s\n' "$(cat "$CAL/rc" 2>/dev/null || echo running)" $(( $(date +%s) - $(cat "$CAL/start") )) >>"$W/steps.tsv"
+  local crc; crc=$(cat "$CAL/rc" 2>/dev/null) || { cal_running && crc=running || crc=stopped; }
+  printf 'calibrate\t%s\t%s\n' "$crc" $(( $(date +%s) - $(cat "$CAL/start") )) >>"$W/steps.tsv"
   [ -f "$CAL/calibration.json" ] && cp "$CAL/calibration.json" "$W/calibration.json"
 }
 

@@ -86,3 +86,51 @@ def test_calibration_outlasting_a_call_is_collected_by_the_next(tmp_path):
     assert "calibrate finished (exit 0)" in second.stdout
     assert (out / "h100-sxm.json").is_file()
     assert "| calibrate | 0 |" in (out / "part1-summary.md").read_text()
+
+
+FAKE_SESSION_PY = """#!/bin/bash
+if [ "$1" = "-m" ] && [ "$2" = "ccoverlap" ] && [ "$3" = "calibrate" ]; then
+  out=""; prev=""
+  for a in "$@"; do [ "$prev" = "--out" ] && out="$a"; prev="$a"; done
+  echo "measuring"; sleep MEASURE_S
+  echo '{"gpu": "H100-SXM", "params": {}}' > "$out"; echo "fitting 12 measurements ..."; sleep 3
+  echo "held-out median 3%"; exit 0
+fi
+exec "REAL_PYTHON" "$@"
+"""
+
+
+def _fake_session_python(tmp_path, measure_s):
+    fake = tmp_path / "fakepy"
+    fake.write_text(FAKE_SESSION_PY.replace("REAL_PYTHON", sys.executable).replace("MEASURE_S", str(measure_s)))
+    fake.chmod(0o755)
+    return fake
+
+
+def test_session_waits_for_the_measurements_runs_the_rest_beside_the_fit_and_collects_it(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = {"OUT": str(out), "CCOV_WORK": str(work), "PYTHON": str(_fake_session_python(tmp_path, 3)),
+           "CCOV_POLL_S": "1", "CCOV_BUDGET_S": "120",
+           "CCOV_PYTEST_TARGET": "tests/benchmarks/test_gpu_gemm_vs_model.py::test_measuring_without_cuda_says_so"}
+    r = _run("session", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = r.stdout
+    assert log.index("calibrate: fitting") < log.index("run  layer-trace")  # GPU steps only after the measuring
+    for step in ("layer-trace", "pytest-gpu", "gemm-vs-model", "ficco-pieces"):
+        assert f"run  {step} (timeout" in log, step
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 8 and {"session.tar.gz", "session-summary.md", "calibration.json"} <= set(files), files
+    summary = (out / "session-summary.md").read_text()
+    assert "| calibrate | 0 |" in summary and "| layer-trace | 2 |" in summary  # no CUDA here: exit 2, said so
+
+
+def test_session_stops_a_calibration_that_measures_too_long(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = {"OUT": str(out), "CCOV_WORK": str(work), "PYTHON": str(_fake_session_python(tmp_path, 60)),
+           "CCOV_POLL_S": "1", "CCOV_BUDGET_S": "60", "CCOV_CAL_MEASURE_S": "3",
+           "CCOV_PYTEST_TARGET": "tests/benchmarks/test_gpu_gemm_vs_model.py::test_measuring_without_cuda_says_so"}
+    r = _run("session", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "still measuring after 3 s: stopped" in r.stdout
+    summary = (out / "session-summary.md").read_text()
+    assert "| calibrate | stopped |" in summary
