@@ -90,8 +90,9 @@ class Columns:
     """Accumulates the columns of one trace file (see the module docstring); :meth:`finish`
     returns them as numpy arrays in file order."""
 
-    def __init__(self, keep_runtime: bool = False) -> None:
+    def __init__(self, keep_runtime: bool = False, keep_op_args: bool = False) -> None:
         self.keep_runtime = keep_runtime
+        self.keep_op_args = keep_op_args
         self.names: list[str] = []
         self.name_ids: dict[str, int] = {}
         self._name_comm = bytearray()      # per name id: 1 if a collective op name
@@ -103,7 +104,8 @@ class Columns:
         self.steps: list[tuple[int, float, float, bool, int]] = []
         self.k: dict[str, list] = {c: [] for c in ("seq", "nid", "ts", "dur", "stream", "device", "corr", "ext",
                                                     "info", "kind", "cat", "shape", "wstream", "wcorr")}
-        self.c: dict[str, list] = {c: [] for c in ("seq", "nid", "ts", "dur", "tid", "ext", "info", "annot")}
+        self.c: dict[str, list] = {c: [] for c in ("seq", "nid", "ts", "dur", "tid", "ext", "info", "annot",
+                                                    "args")}
         self.l: dict[str, list] = {c: [] for c in ("seq", "corr", "ts", "tid", "nid", "dur")}
         self.n_events = 0
         self.n_bad = 0
@@ -289,12 +291,14 @@ class Columns:
             ext[i] = _int_or(a.external_id) if a is not None else -1
             info[i] = len(self.infos)
             self.infos.append(args)
+        op_args = self._op_args(evs, ext) if self.keep_op_args else np.full(n, -1, dtype=np.int64)
         step = np.asarray(self._name_step, dtype=np.int64)[nid]
         for i in np.flatnonzero((step >= 0) & ~comm).tolist():
             self.steps.append((int(step[i]), float(ts[i]), float(dur[i]), False, seq[i]))
         tid = self.thread(list(map(_E_THREAD, evs)))
         if not keep.all():
             nid, ts, dur, tid, ext, info = nid[keep], ts[keep], dur[keep], tid[keep], ext[keep], info[keep]
+            op_args = op_args[keep]
             seq = [s for s, k in zip(seq, keep.tolist()) if k]
         c = self.c
         c["seq"].append(np.asarray(seq, dtype=np.int64))
@@ -305,6 +309,26 @@ class Columns:
         c["ext"].append(ext)
         c["info"].append(info)
         c["annot"].append(np.full(len(nid), cat == "user_annotation"))
+        c["args"].append(op_args)
+
+    def _op_args(self, evs: list, ext: np.ndarray) -> np.ndarray:
+        """With ``keep_op_args``: every op's External id (into ``ext``, in place) and the index into
+        :attr:`infos` of its decoded shape args (``Input Dims``, ``Input type``; -1: none)."""
+        out = np.full(len(evs), -1, dtype=np.int64)
+        for i, e in enumerate(evs):
+            a = e.args
+            if a is None:
+                continue
+            if ext[i] < 0:
+                ext[i] = _int_or(a.external_id)
+            try:
+                d = comm_args(a)
+            except ValueError:
+                continue
+            if d:
+                out[i] = len(self.infos)
+                self.infos.append(d)
+        return out
 
     def _launches(self, evs: list, seq: list, ts: np.ndarray, dur: np.ndarray) -> None:
         args = list(map(_E_ARGS, evs))

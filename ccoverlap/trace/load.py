@@ -111,6 +111,9 @@ class RawTrace:
     l_dur: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
     k_wait_stream: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     k_wait_corr: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    # only with ``load_trace(..., keep_op_args=True)``: per CPU op the index into ``infos`` of its
+    # ``Input Dims`` / ``Input type`` (-1: none); ``c_ext`` then holds every op's External id
+    c_args: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
     @property
     def has_device_events(self) -> bool:
@@ -210,7 +213,8 @@ def _sniff(path: Source) -> None:
 
 # ----------------------------------------------------------------------------- parsing
 
-def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: bool = False) -> RawTrace:
+def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: bool = False,
+               keep_op_args: bool = False) -> RawTrace:
     """Stream one trace file into a :class:`RawTrace`.
 
     Raises :class:`TraceError` naming the file for: unreadable, empty, not JSON, truncated,
@@ -225,11 +229,13 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: boo
     index and character offset.
     ``keep_runtime`` also keeps what ``ccoverlap replay`` needs: the name and duration of every
     launch (``l_nid``/``l_dur``) and the wait args of ``cuda_sync`` events.
+    ``keep_op_args`` also keeps every CPU op's External id (``c_ext``) and recorded shapes
+    (``c_args``: ``Input Dims`` / ``Input type`` in ``infos``), for per-op attribution of kernels.
     """
     path = as_source(path)
     try:
         _sniff(path)
-        raw = _parse_events(path, keep_cpu_ops, keep_runtime)
+        raw = _parse_events(path, keep_cpu_ops, keep_runtime, keep_op_args)
     except TraceError:
         raise
     except Truncated as exc:
@@ -249,8 +255,9 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: boo
     return raw
 
 
-def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = False) -> RawTrace:
-    cols = Columns(keep_runtime=keep_runtime)
+def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = False,
+                  keep_op_args: bool = False) -> RawTrace:
+    cols = Columns(keep_runtime=keep_runtime, keep_op_args=keep_op_args)
     collecting = gc.isenabled()
     gc.disable()        # millions of short-lived event objects, no cycles: no collector passes over them
     try:
@@ -289,7 +296,7 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
     if not keep_cpu_ops and len(c["k_ts"]) and len(c["c_nid"]):
         # a GPU trace: only the collective ops are joined to kernels; drop the other CPU ops' rows
         keep = np.flatnonzero(c["c_info"] >= 0)
-        for k in ("c_nid", "c_ts", "c_dur", "c_tid", "c_ext", "c_info", "c_annot"):
+        for k in ("c_nid", "c_ts", "c_dur", "c_tid", "c_ext", "c_info", "c_annot", "c_args"):
             c[k] = c[k][keep]
     raw = RawTrace(
         path=path, meta=header, names=cols.names, infos=cols.infos, threads=thread_labels,
@@ -300,6 +307,8 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
         l_tid=c["l_tid"], steps=sorted(steps, key=lambda s: s[1]), n_events=n_events, n_malformed=n_bad,
         float_ts=cols.float_ts, ts_min=ts_min,
     )
+    if keep_op_args:
+        raw.c_args = c["c_args"]
     if keep_runtime:
         raw.l_nid, raw.l_dur, raw.k_wait_stream, raw.k_wait_corr = c["l_nid"], c["l_dur"], c["k_wstream"], c["k_wcorr"]
     if n_bad:

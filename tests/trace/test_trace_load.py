@@ -300,3 +300,19 @@ def test_fuzz_whole_analysis_raises_only_trace_error(tmp_path, events):
         json.dumps(a.to_dict(), allow_nan=False)
     except TraceError:
         pass
+
+
+def test_keep_op_args_keeps_every_ops_external_id_and_shapes(tmp_path):
+    ops = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 100, "tid": 100, "ts": 10, "dur": 5,
+            "args": {"External id": 7, "Input Dims": [[4, 8], [8, 2]], "Input type": ["float", "float"]}},
+           {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 100, "tid": 100, "ts": 20, "dur": 5,
+            "args": {"External id": 9}}]
+    p = write(trace([kernel("k", 11, 3)], steps=[(1, 0, 50)], cpu_ops=ops), tmp_path / "r0.json")
+    plain = load.load_trace(p)
+    assert len(plain.c_args) == 0 and -1 in plain.c_ext[[plain.names[n] == "aten::mm" for n in plain.c_nid]]
+    raw = load.load_trace(p, keep_op_args=True)
+    by_name = {raw.names[n]: i for i, n in enumerate(raw.c_nid)}
+    mm, add = by_name["aten::mm"], by_name["aten::add"]
+    assert raw.c_ext[mm] == 7 and raw.c_ext[add] == 9
+    assert raw.infos[raw.c_args[mm]]["Input Dims"] == [[4, 8], [8, 2]]
+    assert raw.c_args[add] == -1
