@@ -307,35 +307,11 @@ def make_layout_gemm(bench, shape: Shape):
     return lambda: torch.matmul(a, b, out=c)
 
 
-def time_graph(bench, fn, *, max_calls: int = 2000) -> dict:
-    """Seconds per call of ``fn`` as the GPU runs it: ``n`` calls captured in one CUDA graph
-    (``n`` = the eager calls that fill ``min_window_s``, at most ``max_calls``), replays timed
-    with ``Bench.time_loop`` and divided by ``n``. Replaying a graph takes the host's launch
-    cost out, which a Python loop of tiny GEMMs would otherwise measure instead of the kernel."""
-    torch = bench.torch
-    side = torch.cuda.Stream(bench.dev)
-    side.wait_stream(torch.cuda.current_stream(bench.dev))
-    with torch.cuda.stream(side):  # warm-up off the capture stream (cuBLAS handles, workspaces)
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream(bench.dev).wait_stream(side)
-    torch.cuda.synchronize(bench.dev)
-    n = max(1, min(max_calls, bench.iters_for(fn)))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(n):
-            fn()
-    r = bench.time_loop(graph.replay, iters=1)
-    del graph
-    return {"time_s": r["time_s"] / n, "samples_s": [float(f"{x / n:.6g}") for x in r["samples_s"]],
-            "iters": n, "timing": "graph"}
-
-
 def measure(shapes: list[Shape], *, device: str | None, reps: int, warmup: int, window_s: float,
             timing: str = "graph", log=print, checkpoint=None) -> tuple[dict[str, dict], dict, dict]:
     """Time every shape on the CUDA device: ``warmup`` untimed and ``reps`` timed repetitions
     (median) of loops lasting at least ``window_s``, either replays of a CUDA graph of the
-    calls (``timing="graph"``, :func:`time_graph`; falls back to eager for a shape whose capture
+    calls (``timing="graph"``, ``Bench.time_kernels``; falls back to eager for a shape whose capture
     fails, and says so in its record) or an eager loop (``"eager"``, ``Bench.time_loop``, as
     ``ccoverlap calibrate`` times its GEMM sweep). Returns (measured per shape key, device
     info, settings)."""
@@ -354,15 +330,7 @@ def measure(shapes: list[Shape], *, device: str | None, reps: int, warmup: int, 
         try:
             fn = make_layout_gemm(bench, s)
             if timing == "graph":
-                try:
-                    out[s.key()] = time_graph(bench, fn)
-                except oom:
-                    raise
-                except Exception as exc:  # capture refused (or a bug here): time it eagerly, keep the reason
-                    bench.torch.cuda.synchronize(bench.dev)
-                    out[s.key()] = {**bench.time_loop(fn), "timing": "eager",
-                                    "note": f"graph timing failed: {type(exc).__name__}: "
-                                            f"{(str(exc).splitlines() or [''])[0][:160]}"}
+                out[s.key()] = bench.time_kernels(fn)
             else:
                 out[s.key()] = {**bench.time_loop(fn), "timing": "eager"}
         except oom:

@@ -152,7 +152,7 @@ def record_key(rec: dict) -> str:
     and the configuration fields, sorted. Used for the deterministic split."""
     skip = {"time_s", "samples_s", "iters", "victim_s", "victim_alone_s", "copy_s", "copy_alone_s",
             "covered_victim", "covered_copy", "victim_samples_s", "copy_samples_s", "whole_s",
-            "backend", "scale", "buffers", "note"}
+            "backend", "scale", "buffers", "note", "timing"}
     parts = []
     for key in sorted(rec):
         if key in skip:

@@ -143,12 +143,13 @@ class Bench:
         import torch
 
         self.torch = torch
-        self.dev = dev
+        dev = torch.device(dev)
+        self.dev = dev if dev.index is not None else torch.device(dev.type, torch.cuda.current_device())
         self.grid = grid
         self.log = log
-        torch.cuda.set_device(dev)
-        self.main = torch.cuda.Stream(dev)
-        self.side = torch.cuda.Stream(dev)
+        torch.cuda.set_device(self.dev)
+        self.main = torch.cuda.Stream(self.dev)
+        self.side = torch.cuda.Stream(self.dev)
         self._cycles_per_s = self._sleep_rate()
 
     def _sleep_rate(self) -> float:
@@ -187,6 +188,43 @@ class Bench:
             b.record()
         b.synchronize()
         return a.elapsed_time(b) / 1e3
+
+    def time_graph(self, fn: Callable[[], None], *, max_calls: int = 2000) -> dict:
+        """Seconds per call of ``fn`` as the GPU runs it: ``n`` calls captured in one CUDA graph
+        (``n`` = the eager calls that fill ``min_window_s``, at most ``max_calls``), replays
+        timed with :meth:`time_loop` and divided by ``n``. Replaying a graph takes the host's
+        launch cost out, which a Python loop of short kernels would measure instead of them.
+        Raises what the capture raises."""
+        torch = self.torch
+        warm = torch.cuda.Stream(self.dev)
+        warm.wait_stream(torch.cuda.current_stream(self.dev))
+        with torch.cuda.stream(warm):  # warm-up off the capture stream (cuBLAS handles, workspaces)
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream(self.dev).wait_stream(warm)
+        torch.cuda.synchronize(self.dev)
+        n = max(1, min(max_calls, self.iters_for(fn)))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(n):
+                fn()
+        r = self.time_loop(graph.replay, iters=1)
+        del graph
+        return {"time_s": r["time_s"] / n, "samples_s": [float(f"{x / n:.6g}") for x in r["samples_s"]],
+                "iters": n, "timing": "graph"}
+
+    def time_kernels(self, fn: Callable[[], None]) -> dict:
+        """:meth:`time_graph`, or where the capture is refused an eager :meth:`time_loop` whose
+        record says so (``timing``, ``note``). Out of memory is raised."""
+        oom = getattr(self.torch.cuda, "OutOfMemoryError", RuntimeError)
+        try:
+            return self.time_graph(fn)
+        except oom:
+            raise
+        except Exception as exc:  # capture refused: time it eagerly, keep the reason
+            self.torch.cuda.synchronize(self.dev)
+            return {**self.time_loop(fn), "timing": "eager",
+                    "note": f"graph timing failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"}
 
     def iters_for(self, fn: Callable[[], None], window_s: float | None = None) -> int:
         """Calls of ``fn`` that take at least ``window_s`` (default ``min_window_s``)."""

@@ -29,7 +29,7 @@ def gemm_section(bench: mb.Bench, notes: list[str]) -> list[dict]:
     for i, (dtype, m, n, k) in enumerate(shapes):
         bench.log(f"gemm {i + 1}/{len(shapes)}: {dtype} {m}x{n}x{k}")
         try:
-            r = bench.time_loop(mb.make_gemm(bench, dtype, m, n, k))
+            r = bench.time_kernels(mb.make_gemm(bench, dtype, m, n, k))
         except _oom(bench):
             notes.append(f"gemm {dtype} {m}x{n}x{k}: out of memory, skipped")
             continue
@@ -47,10 +47,10 @@ def split_section(bench: mb.Bench, notes: list[str]) -> list[dict]:
         bench.log(f"decomposition {i + 1}/{len(shapes)}: {name} scaled x{scale:.3f} -> {m}x{n}x{k}")
         try:
             t = mb.gemm_tensors(bench, "bf16", m, n, k)
-            whole = bench.time_loop(mb.make_gemm(bench, "bf16", m, n, k, tensors=t))
+            whole = bench.time_kernels(mb.make_gemm(bench, "bf16", m, n, k, tensors=t))
             for dim in ("m", "k"):
                 for ways in (8, 64):
-                    r = bench.time_loop(mb.make_split_gemm(bench, "bf16", m, n, k, dim, ways, tensors=t))
+                    r = bench.time_kernels(mb.make_split_gemm(bench, "bf16", m, n, k, dim, ways, tensors=t))
                     out.append({"kind": "gemm_split", "name": name, "dtype": "bf16", "m": m, "n": n, "k": k,
                                 "scale": scale, "dim": dim, "ways": ways, "whole_s": whole["time_s"], **r})
             del t
@@ -88,7 +88,7 @@ def copy_section(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]:
             src, dst = next(turn)
             torch.mul(src, 1.0, out=dst)
 
-        r = bench.time_loop(elementwise)
+        r = bench.time_kernels(elementwise)
         out.append({"kind": "copy", "engine": "sm", "method": "elementwise", "direction": "d2d", "bytes": nbytes,
                     "buffers": k, **r})
         if kernel is not None:
@@ -100,7 +100,7 @@ def copy_section(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]:
                 src, dst = next(turn)
                 kernel.launch(src, dst, nc=nc, nt=nt, chunk_bytes=c, total_bytes=nbytes, stats=stats)
 
-            r = bench.time_loop(channel)
+            r = bench.time_kernels(channel)
             out.append({"kind": "copy", "engine": "sm", "method": "channel_kernel", "direction": "d2d",
                         "nc": nc, "nt": nt, "chunk_bytes": c, "bytes": nbytes, "buffers": k, **r})
 
@@ -108,13 +108,13 @@ def copy_section(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]:
             src, dst = next(turn)
             dst.copy_(src, non_blocking=True)  # same device, dtype, contiguous: cudaMemcpyAsync
 
-        r = bench.time_loop(memcpy)
+        r = bench.time_kernels(memcpy)
         out.append({"kind": "copy", "engine": "ce", "method": "memcpy_async", "direction": "d2d", "bytes": nbytes,
                     "buffers": k, **r})
         del pairs, turn
         directions = (["h2d", "d2h"] if mib <= 256 else []) + (["p2p"] if torch.cuda.device_count() > 1 else [])
         for d in directions:
-            r = bench.time_loop(mb.make_ce_copy(bench, d, nbytes))
+            r = bench.time_kernels(mb.make_ce_copy(bench, d, nbytes))
             out.append({"kind": "copy", "engine": "ce", "method": "memcpy_async", "direction": d,
                         "bytes": nbytes, **r})
         torch.cuda.empty_cache()

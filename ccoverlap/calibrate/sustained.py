@@ -64,9 +64,12 @@ def _sm_clock_mhz(torch, dev) -> float | None:
 def sustained_fraction(records: list[dict]) -> tuple[dict | None, list[str]]:
     """``({"sustained_clock_fraction": f, ...evidence}, notes)`` from the ``sustained`` record
     of ``records`` (None when there is none or it is too short). ``f = min(1, early / late)``
-    with ``early`` the median per-call time of the first :data:`EARLY_WINDOWS` windows and
-    ``late`` that of the last third; the clock readings, where present, are reported beside
-    it (median MHz of the same windows), not used."""
+    with ``late`` the median per-call time of the last third of the windows and ``early`` the
+    state the sweep saw: the same GEMM's time in the sweep's short loops (a ``gemm`` record of
+    the same dtype and shape) where there is one, else the median of the first
+    :data:`EARLY_WINDOWS` windows (a GPU at its power limit can settle within the first
+    window, so those may already be slow). The clock readings, where present, are reported
+    beside it (median MHz of the first and last windows), not used."""
     recs = [r for r in records if r.get("kind") == "sustained"]
     if not recs:
         return None, []
@@ -76,16 +79,20 @@ def sustained_fraction(records: list[dict]) -> tuple[dict | None, list[str]]:
         return None, [f"sustained: {len(times)} timed window(s), fewer than {MIN_WINDOWS}; "
                       "sustained_clock_fraction kept at its default"]
     third = max(EARLY_WINDOWS, len(times) // 3)
-    early, late = statistics.median(times[:EARLY_WINDOWS]), statistics.median(times[-third:])
+    first, late = statistics.median(times[:EARLY_WINDOWS]), statistics.median(times[-third:])
+    swept = [float(r["time_s"]) for r in records if r.get("kind") == "gemm" and r.get("time_s")
+             and all(r.get(f) == rec.get(f) for f in ("dtype", "m", "n", "k"))]
+    early = statistics.median(swept) if swept else first
     clocks = [c for c in rec.get("sm_clock_mhz") or [] if c]
     info = {"sustained_clock_fraction": min(1.0, early / late), "early_s": early, "late_s": late,
+            "early_from": "the sweep's short loops" if swept else "the first windows", "first_windows_s": first,
             "windows": len(times), "seconds": rec.get("seconds"),
             "clock_early_mhz": statistics.median(clocks[:EARLY_WINDOWS]) if len(clocks) >= MIN_WINDOWS else None,
             "clock_late_mhz": statistics.median(clocks[-third:]) if len(clocks) >= MIN_WINDOWS else None}
     notes = []
     if early / late > 1.0:
-        notes.append(f"sustained: the last windows ran {early / late - 1:.1%} faster than the first; "
-                     "sustained_clock_fraction set to 1")
+        notes.append(f"sustained: the last windows ran {early / late - 1:.1%} faster than "
+                     f"{info['early_from']}; sustained_clock_fraction set to 1")
     return info, notes
 
 

@@ -68,3 +68,51 @@ def test_sustained_section_sees_the_clock_settle(monkeypatch):
     info, _ = S.sustained_fraction([rec])
     assert info["sustained_clock_fraction"] == pytest.approx(0.8, abs=0.01)
     assert (info["clock_early_mhz"], info["clock_late_mhz"]) == (1980, 1584)
+
+
+def test_time_kernels_falls_back_to_an_eager_loop_that_says_why_when_capture_is_refused():
+    gpu = VirtualGPU(2e-4)
+
+    class Refused:
+        def __init__(self):
+            raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    gpu.cuda.CUDAGraph = Refused
+    gpu.cuda.Stream = lambda dev: types.SimpleNamespace(wait_stream=lambda s: None)
+    gpu.cuda.current_stream = lambda dev: types.SimpleNamespace(wait_stream=lambda s: None)
+    gpu.cuda.synchronize = lambda dev=None: None
+    b = bench_on(gpu)
+    r = b.time_kernels(gpu.call)
+    assert r["timing"] == "eager" and r["time_s"] == pytest.approx(2e-4)
+    assert r["note"] == "graph timing failed: RuntimeError: operation not permitted when stream is capturing"
+
+
+def test_time_graph_divides_a_replay_by_the_calls_captured():
+    gpu = VirtualGPU(2e-4)
+
+    class Graph:  # replays what was "captured": the calls made inside torch.cuda.graph(g)
+        def __init__(self):
+            self.n = 0
+
+        def replay(self):
+            for _ in range(self.n):
+                gpu.call()
+
+    captured = {}
+
+    @contextlib.contextmanager
+    def graph(g):
+        before = gpu.t
+        yield
+        g.n = round((gpu.t - before) / 2e-4)
+        gpu.t = before  # capturing runs nothing
+        captured["n"] = g.n
+
+    gpu.cuda.CUDAGraph, gpu.cuda.graph = Graph, graph
+    gpu.cuda.Stream = lambda dev: types.SimpleNamespace(wait_stream=lambda s: None)
+    gpu.cuda.current_stream = lambda dev: types.SimpleNamespace(wait_stream=lambda s: None)
+    gpu.cuda.synchronize = lambda dev=None: None
+    b = bench_on(gpu)
+    r = b.time_kernels(gpu.call)
+    assert r["timing"] == "graph" and r["iters"] == captured["n"] >= 1
+    assert r["time_s"] == pytest.approx(2e-4)

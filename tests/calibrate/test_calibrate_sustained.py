@@ -1,5 +1,5 @@
 """The ``sustained`` section of ``ccoverlap calibrate``: the clock share from a long GEMM loop's
-windows (first windows over the last third), its place in the fit's parameters (not in the
+windows (the sweep's short loops, or the first windows, over the last third), its place in the fit's parameters (not in the
 model the other sections are checked with), its record format, and (with CUDA) the loop."""
 
 import pytest
@@ -27,6 +27,20 @@ def test_fraction_is_first_windows_over_last_third():
     assert info["sustained_clock_fraction"] == pytest.approx(0.8)
     assert (info["early_s"], info["late_s"], info["windows"]) == (1.00e-3, 1.25e-3, 15)
     assert (info["clock_early_mhz"], info["clock_late_mhz"]) == (1980.0, 1584.0)
+
+
+def test_a_gpu_that_settles_within_the_first_window_is_judged_against_the_sweeps_short_loops():
+    # the loop is flat (already at the power limit in its first 0.25 s window); the sweep's short
+    # loops of the same GEMM ran at 1.00 ms: the sustained share is 1.00 / 1.15, not 1
+    flat = [1.15e-3] * 12
+    sweep = {"kind": "gemm", "dtype": "bf16", "m": 8192, "n": 8192, "k": 8192, "time_s": 1.00e-3}
+    other = sweep | {"m": 4096, "time_s": 0.4e-3}
+    info, notes = sustained_fraction([other, sweep, record(flat)])
+    assert notes == [] and info["early_from"] == "the sweep's short loops"
+    assert info["sustained_clock_fraction"] == pytest.approx(1.00 / 1.15)
+    assert info["first_windows_s"] == pytest.approx(1.15e-3)
+    alone, _ = sustained_fraction([other, record(flat)])  # no sweep record of the shape: first windows
+    assert alone["sustained_clock_fraction"] == 1.0 and alone["early_from"] == "the first windows"
 
 
 def test_too_short_or_faster_later_or_absent():
