@@ -44,6 +44,7 @@ import numpy as np
 from ccoverlap.calibrate.microbench import catalog_gpu
 from ccoverlap.catalog.hardware import get_cluster, get_gpu
 from ccoverlap.catalog.models import get_model
+from ccoverlap.cost import CostModel
 from ccoverlap.errors import CCOverlapError
 from ccoverlap.parallel.layer import linear_kind
 from ccoverlap.predict.evaluate import cost_model_for_cluster, simulate_workload
@@ -359,10 +360,14 @@ def sim_class(name: str, phase: str) -> tuple[str, str]:
     return "other", phase
 
 
-def predict(w: Workload, calibration: str | None) -> dict:
+def predict(w: Workload, calibration: str | None, clock: float | None = None) -> dict:
     """Simulate the step as ``ccoverlap simulate`` does; the ops of one layer (layer 1) with
-    their simulated µs, class and spec, and the layer's simulated forward / backward spans."""
+    their simulated µs, class and spec, and the layer's simulated forward / backward spans.
+    ``clock`` overrides the parameters' ``sustained_clock_fraction`` (a few profiled steps run
+    at the clock of short loops, 1, not at the one a long run settles at)."""
     cost = cost_model_for_cluster(w.cluster, calibration)
+    if clock is not None:
+        cost = CostModel(w.cluster, cost.params.with_overrides(sustained_clock_fraction=clock))
     step, tl = simulate_workload(w, cost=cost)
     layer = 1 if w.model.layers > 1 else 0
     ops, spans = [], {}
@@ -505,7 +510,7 @@ def run(args: argparse.Namespace) -> dict:
     w = layer_workload(meta, gpu, args.framework)
     predictions = {"default": predict(w, None)}
     if args.calibration:
-        predictions["calibrated"] = predict(w, args.calibration)
+        predictions["calibrated"] = predict(w, args.calibration, args.sustained_clock)
     return {"layer": meta.get("layer", "decoder"), "device": meta.get("device", "?"), "gpu": gpu,
             "torch": meta.get("torch", "?"), "dtype": meta.get("dtype", "?"), "seq": meta["seq"],
             "batch": meta["batch"], "framework": args.framework, "calibration": args.calibration,
@@ -518,6 +523,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="layer_vs_sim.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", help="folder holding trace/rank-0.json and layer.json (gpu_layer_trace.py --out)")
     ap.add_argument("--calibration", help="a calibration file (ccoverlap calibrate) to predict with as well")
+    ap.add_argument("--sustained-clock", type=float, default=None, metavar="F",
+                    help="sustained_clock_fraction of the calibrated prediction (default: the file's; 1 for a "
+                         "trace of a few steps, which runs at the clock of short loops)")
     ap.add_argument("--gpu", help="catalog GPU to predict for (default: recognised from layer.json's device)")
     ap.add_argument("--framework", default="torchtitan",
                     help="framework profile of the prediction (default torchtitan: eager PyTorch, as profiled)")

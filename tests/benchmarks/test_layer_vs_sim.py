@@ -165,6 +165,24 @@ def test_calibration_changes_the_prediction_as_the_cost_model_does(tmp_path):
     assert "| calibrated µs |" in (tmp_path / "o" / "layer_vs_sim.md").read_text()
 
 
+def test_sustained_clock_overrides_the_calibrations_clock_share(tmp_path):
+    # Llama-3-8B's layer (compute-bound GEMMs): a calibration with a sustained share of 0.5 makes
+    # the GEMMs twice as long; judged at the clock of a short trace (clock=1) they are as by default
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({"params": {"sustained_clock_fraction": 0.5}}))
+    meta = {"hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "ffn": 14336, "seq": 4096, "batch": 1,
+            "dtype": "bfloat16"}
+    w = lvs.layer_workload(meta, "H200", "torchtitan")
+
+    def gate_up(pred):
+        return sum(o["us"] for o in pred["ops"] if o["op"] == "gate_up" and o["role"] == "fwd")
+
+    default, half, one = lvs.predict(w, None), lvs.predict(w, str(cal)), lvs.predict(w, str(cal), clock=1.0)
+    assert gate_up(one) == pytest.approx(gate_up(default))
+    assert gate_up(half) == pytest.approx(2 * gate_up(default), rel=0.05)
+    assert lvs.parse_args([str(tmp_path), "--sustained-clock", "1"]).sustained_clock == 1.0
+
+
 def _run(*args):
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
