@@ -124,8 +124,9 @@ def markdown(table: list[dict], summ: dict, device: str, victim: str) -> str:
 
 
 def plot(table: list[dict], device: str, path: Path) -> bool:
-    """Slowdown against NC, one line per C (measured solid, default model dashed). False when
-    matplotlib is missing."""
+    """Left: the victim's slowdown against NC, one colour per C (measured solid, default model
+    dashed, fitted model dotted; log scale). Right: the copy's bandwidth alone and beside the
+    victim. The device in the title. False when matplotlib is missing."""
     try:
         import matplotlib
 
@@ -134,20 +135,32 @@ def plot(table: list[dict], device: str, path: Path) -> bool:
     except ImportError:
         return False
     sm = [r for r in table if r["engine"] == "sm" and r["nt"] == 512]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.4))
     for c in sorted({r["chunk_bytes"] for r in sm}):
-        pts = sorted((r["nc"], r["slowdown"], r["predicted_default"]) for r in sm if r["chunk_bytes"] == c)
-        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"C = {c // KiB} KiB")
-        ax.plot([p[0] for p in pts], [p[2] for p in pts], ls="--", color=line.get_color(), alpha=0.7)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("NC (thread blocks of the channel copy, NT = 512)")
-    ax.set_ylabel("victim slowdown (x)")
-    ax.set_title(f"{table[0]['victim'] if table else ''} beside an SM copy, {device}\n"
-                 "measured (solid) and cost model with default parameters (dashed)", fontsize=9)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+        pts = sorted((r for r in sm if r["chunk_bytes"] == c), key=lambda r: r["nc"])
+        nc = [r["nc"] for r in pts]
+        line, = ax.plot(nc, [r["slowdown"] for r in pts], marker="o", label=f"C = {c // KiB} KiB")
+        ax.plot(nc, [r["predicted_default"] for r in pts], ls="--", color=line.get_color(), alpha=0.6)
+        if all("predicted_fitted" in r for r in pts):
+            ax.plot(nc, [r["predicted_fitted"] for r in pts], ls=":", color=line.get_color(), alpha=0.9)
+        bx.plot(nc, [r["copy_alone_bps"] / 1e9 for r in pts], marker="o", color=line.get_color(),
+                label=f"C = {c // KiB} KiB alone")
+        bx.plot(nc, [r["copy_beside_bps"] / 1e9 for r in pts], marker="x", ls="--", color=line.get_color())
+    for a in (ax, bx):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("NC (thread blocks of the channel copy, NT = 512)")
+        a.grid(alpha=0.3)
+    ax.set_yscale("log")
+    ax.set_ylabel("victim slowdown (x, log scale)")
+    ax.set_title(f"{table[0]['victim'] if table else ''} beside the copy\n"
+                 "measured (solid), model: default (dashed), fitted (dotted)", fontsize=9)
+    ax.legend(fontsize=7)
+    bx.set_yscale("log")
+    bx.set_ylabel("copy bandwidth (GB/s, log scale)")
+    bx.set_title("the copy alone (solid) and beside the victim (dashed)", fontsize=9)
+    fig.suptitle(f"SM channel copy vs compute on {device}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
 

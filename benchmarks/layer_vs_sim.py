@@ -111,6 +111,8 @@ def load_layer(dir_: Path) -> tuple[dict, object]:
     if not dir_.is_dir():
         raise InputError(f"{dir_}: no such directory")
     meta_path, trace_path = dir_ / "layer.json", dir_ / "trace" / "rank-0.json"
+    if not trace_path.is_file() and trace_path.with_suffix(".json.gz").is_file():
+        trace_path = trace_path.with_suffix(".json.gz")  # a committed trace, compressed
     for p in (meta_path, trace_path):
         if not p.is_file():
             raise InputError(f"{p}: missing (DIR must hold layer.json and trace/rank-0.json "
