@@ -5,7 +5,7 @@
 #   OUT=/some/folder bash benchmarks/gpu_session.sh part2   # pytest -m gpu, bench + analyze on CUDA
 #   OUT=/some/folder bash benchmarks/gpu_session.sh part3   # held-out GEMM sweep, FiCCO pieces
 #   OUT=/some/folder bash benchmarks/gpu_session.sh all     # the three in a row (no 10-minute limit)
-#   OUT=/some/folder bash benchmarks/gpu_session.sh session # the essentials in ONE call (CCOV_BUDGET_S, default 450)
+#   OUT=/some/folder bash benchmarks/gpu_session.sh short   # the essentials in ONE call (CCOV_BUDGET_S, default 450)
 #   bash benchmarks/gpu_session.sh --plan                   # print the steps and budgets, run nothing
 #
 # Run from the repository root. Each part stays under CCOV_BUDGET_S seconds (default 540: the
@@ -19,18 +19,18 @@ set -u -o pipefail
 
 PART="${1:-all}"
 PY="${PYTHON:-python3}"
-DEFAULT_BUDGET=540; [ "$PART" = "session" ] && DEFAULT_BUDGET=450
+DEFAULT_BUDGET=540; [ "$PART" = "short" ] && DEFAULT_BUDGET=450
 BUDGET_S="${CCOV_BUDGET_S:-$DEFAULT_BUDGET}"
 RESERVE_S=25   # kept for packing
 BENCH_SIZE="${CCOV_BENCH_SIZE:-8192}"        # M = N = K of the CUDA bench run
 PYTEST_TARGET="${CCOV_PYTEST_TARGET:-tests}"  # what pytest -m gpu collects
 POLL_S="${CCOV_POLL_S:-10}"                   # how often a wait looks at the background calibration
-CAL_MEASURE_S="${CCOV_CAL_MEASURE_S:-240}"    # session: the longest the calibration may measure
+CAL_MEASURE_S="${CCOV_CAL_MEASURE_S:-240}"    # short: the longest the calibration may measure
 FLAT_MAX=6     # files copied flat into $OUT besides the tar.gz (8 files at most come back)
 
 case "$PART" in
-  part1|part2|part3|all|session|--plan) ;;
-  *) echo "gpu_session.sh: unknown part '$PART' (use part1, part2, part3, all, session or --plan)" >&2; exit 2 ;;
+  part1|part2|part3|all|short|--plan) ;;
+  *) echo "gpu_session.sh: unknown part '$PART' (use part1, part2, part3, all, short or --plan)" >&2; exit 2 ;;
 esac
 if [ "$PART" = "--plan" ]; then
   cat <<'EOF'
@@ -42,7 +42,7 @@ part2  env.txt; pytest -m gpu (<= 300 s); ccoverlap bench --nproc 1 (CUDA, NCCL,
 part3  env.txt; benchmarks/gpu_gemm_vs_model.py (<= 240 s; --calibration calibrations/*.json if one is
        committed for this GPU); benchmarks/gpu_ficco_pieces.py (what is left)
 each part: budget CCOV_BUDGET_S (default 540 s), 25 s kept for packing into $OUT (<= 8 files)
-session  one call (budget 450 s): env.txt; ccoverlap calibrate --quick --kernel triton detached,
+short  one call (budget 450 s): env.txt; ccoverlap calibrate --quick --kernel triton detached,
        waited for until its measurements are written (<= 240 s, then stopped), its fit left running;
        benchmarks/gpu_layer_trace.py (<= 60 s); pytest -m gpu without the end-to-end quick
        calibration that the first step is (<= 150 s); benchmarks/gpu_gemm_vs_model.py (<= 90 s);
@@ -264,9 +264,9 @@ PYEOF
   tail -n 8 "$W/logs/ficco-pieces.log"
 }
 
-# session: what one short device call can hold, most important first. The calibration's fit
+# short: what one short device call can hold, most important first. The calibration's fit
 # (CPU only) runs on while the GPU does the rest; --refit redoes it anywhere if it is cut short.
-session() {
+short() {
   rm -rf "$CAL"; mkdir -p "$CAL"
   log "run  calibrate --quick detached: $PY -m ccoverlap calibrate --quick --kernel triton"
   date +%s >"$CAL/start"

@@ -107,30 +107,30 @@ def _fake_session_python(tmp_path, measure_s):
     return fake
 
 
-def test_session_waits_for_the_measurements_runs_the_rest_beside_the_fit_and_collects_it(tmp_path):
+def test_short_run_waits_for_the_measurements_runs_the_rest_beside_the_fit_and_collects_it(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     env = {"OUT": str(out), "CCOV_WORK": str(work), "PYTHON": str(_fake_session_python(tmp_path, 3)),
            "CCOV_POLL_S": "1", "CCOV_BUDGET_S": "120",
            "CCOV_PYTEST_TARGET": "tests/benchmarks/test_gpu_gemm_vs_model.py::test_measuring_without_cuda_says_so"}
-    r = _run("session", env=env)
+    r = _run("short", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     log = r.stdout
     assert log.index("calibrate: fitting") < log.index("run  layer-trace")  # GPU steps only after the measuring
     for step in ("layer-trace", "pytest-gpu", "gemm-vs-model", "ficco-pieces"):
         assert f"run  {step} (timeout" in log, step
     files = sorted(p.name for p in out.iterdir())
-    assert len(files) <= 8 and {"session.tar.gz", "session-summary.md", "calibration.json"} <= set(files), files
-    summary = (out / "session-summary.md").read_text()
+    assert len(files) <= 8 and {"short.tar.gz", "short-summary.md", "calibration.json"} <= set(files), files
+    summary = (out / "short-summary.md").read_text()
     assert "| calibrate | 0 |" in summary and "| layer-trace | 2 |" in summary  # no CUDA here: exit 2, said so
 
 
-def test_session_stops_a_calibration_that_measures_too_long(tmp_path):
+def test_short_run_stops_a_calibration_that_measures_too_long(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     env = {"OUT": str(out), "CCOV_WORK": str(work), "PYTHON": str(_fake_session_python(tmp_path, 60)),
            "CCOV_POLL_S": "1", "CCOV_BUDGET_S": "60", "CCOV_CAL_MEASURE_S": "3",
            "CCOV_PYTEST_TARGET": "tests/benchmarks/test_gpu_gemm_vs_model.py::test_measuring_without_cuda_says_so"}
-    r = _run("session", env=env)
+    r = _run("short", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "still measuring after 3 s: stopped" in r.stdout
-    summary = (out / "session-summary.md").read_text()
+    summary = (out / "short-summary.md").read_text()
     assert "| calibrate | stopped |" in summary
