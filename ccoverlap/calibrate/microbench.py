@@ -238,15 +238,16 @@ class Bench:
         return n
 
     def overlap(self, timed: Callable[[], None], timed_s: float, cover: Callable[[], None],
-                cover_s: float) -> dict:
+                cover_s: float, *, lead_s: float = 0.0) -> dict:
         """Median seconds per call of ``timed`` on the main stream while ``cover`` runs on the
         side stream throughout. ``timed_s`` / ``cover_s``: their per-call times alone (to size
-        the loops). Coverage is checked with events; if the cover ended first it is lengthened
-        (from the observed durations, at least doubled; up to 3 times). Returns ``summary``
-        fields plus ``covered``."""
+        the loops). ``lead_s``: the cover starts this long before the timed side (0: both are
+        released together), so that its kernels hold their SMs first. Coverage is checked with
+        events; if the cover ended first it is lengthened (from the observed durations, at
+        least doubled; up to 3 times). Returns ``summary`` fields plus ``covered``."""
         torch = self.torch
         n_t = max(1, math.ceil(self.grid.min_window_s / max(timed_s, 1e-7)))
-        n_c = max(1, math.ceil(2.5 * n_t * timed_s / max(cover_s, 1e-7)))
+        n_c = max(1, math.ceil((2.5 * n_t * timed_s + lead_s) / max(cover_s, 1e-7)))
         gate_s = 1e-3
         for _attempt in range(4):
             samples, ok, need = [], True, n_c
@@ -264,6 +265,8 @@ class Bench:
                         cover()
                     ev[3].record()
                 with torch.cuda.stream(self.main):
+                    if lead_s > 0:
+                        torch.cuda._sleep(int(lead_s * self._cycles_per_s))
                     ev[0].record()
                     for _ in range(n_t):
                         timed()

@@ -75,6 +75,8 @@ def test_time_loop_and_overlap(kernel):
     under = bench.overlap(gemm, alone["time_s"], copy, copy_alone)
     assert under["covered"]
     assert under["time_s"] > 0.9 * alone["time_s"]  # contention never speeds a GEMM up (noise aside)
+    first = bench.overlap(gemm, alone["time_s"], copy, copy_alone, lead_s=2e-4)  # the copy holds its SMs first
+    assert first["covered"] and first["time_s"] > 0.9 * alone["time_s"]
 
 
 def test_split_gemm_computes_the_same_product():
