@@ -174,6 +174,17 @@ pack() {
 # they touch the GPU.
 CAL="$ROOT_W/calibrate-bg"
 
+# start_calibration [OPTIONS]: `ccoverlap calibrate OPTIONS --out $CAL/calibration.json` detached
+# (setsid), its log, pid, start time and, when it ends, its exit code in $CAL
+start_calibration() {
+  rm -rf "$CAL"; mkdir -p "$CAL"
+  log "run  calibrate detached: $PY -m ccoverlap calibrate $* --out $CAL/calibration.json"
+  date +%s >"$CAL/start"
+  setsid nohup bash -c "'$PY' -m ccoverlap calibrate $* --out '$CAL/calibration.json' >'$CAL/calibrate.log' 2>&1; echo \$? >'$CAL/rc.tmp'; mv '$CAL/rc.tmp' '$CAL/rc'" \
+    </dev/null >/dev/null 2>&1 &
+  echo $! >"$CAL/pid"
+}
+
 cal_running() { [ -f "$CAL/pid" ] && [ ! -f "$CAL/rc" ] && kill -0 "$(cat "$CAL/pid")" 2>/dev/null; }
 
 wait_calibration() {  # wait_calibration MAX_S
@@ -192,12 +203,7 @@ part1() {
   elif [ -f "$CAL/rc" ]; then
     log "calibration finished in an earlier call (exit $(cat "$CAL/rc"))"
   else
-    rm -rf "$CAL"; mkdir -p "$CAL"
-    log "run  calibrate (full plan) detached: $PY -m ccoverlap calibrate --out $CAL/calibration.json"
-    date +%s >"$CAL/start"
-    setsid nohup bash -c "'$PY' -m ccoverlap calibrate --out '$CAL/calibration.json' >'$CAL/calibrate.log' 2>&1; echo \$? >'$CAL/rc.tmp'; mv '$CAL/rc.tmp' '$CAL/rc'" \
-      </dev/null >/dev/null 2>&1 &
-    echo $! >"$CAL/pid"
+    start_calibration
   fi
   if ! wait_calibration "$(left)"; then
     log "calibrate is STILL RUNNING (log: $CAL/calibrate.log); call part1 again now to wait on and collect it"
@@ -267,12 +273,7 @@ PYEOF
 # short: what one short device call can hold, most important first. The calibration's fit
 # (CPU only) runs on while the GPU does the rest; --refit redoes it anywhere if it is cut short.
 short() {
-  rm -rf "$CAL"; mkdir -p "$CAL"
-  log "run  calibrate --quick detached: $PY -m ccoverlap calibrate --quick --kernel triton"
-  date +%s >"$CAL/start"
-  setsid nohup bash -c "'$PY' -m ccoverlap calibrate --quick --kernel triton --out '$CAL/calibration.json' >'$CAL/calibrate.log' 2>&1; echo \$? >'$CAL/rc.tmp'; mv '$CAL/rc.tmp' '$CAL/rc'" \
-    </dev/null >/dev/null 2>&1 &
-  echo $! >"$CAL/pid"
+  start_calibration --quick --kernel triton
   local s; s=$(date +%s)
   while cal_running && ! grep -q "fitting" "$CAL/calibrate.log" 2>/dev/null; do
     if [ $(( $(date +%s) - s )) -ge "$CAL_MEASURE_S" ]; then  # stop it: the other steps would disturb its timings
