@@ -115,8 +115,10 @@ def plan(workload=None, *, strategies: Sequence[str] | None = None, exact: bool 
     row, ``applicable``, is ``strategy`` (default: the recommended one) re-simulated with only
     what ``target`` (``pytorch``, ``torchtitan``, ``megatron-lm``) and stock NCCL can set;
     ``emit(dir)`` / ``apply_hints()`` on the result give its settings (docs/emit.md)."""
+    from ccoverlap.config import check_value
     from ccoverlap.planning import strategies as planner
 
+    check_value("exact", exact, bool)
     w = _workload(workload, options)
     strategies = _names(strategies, "strategies")
     registry = planner.default_registry()

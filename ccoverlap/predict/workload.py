@@ -164,6 +164,17 @@ class Workload:
 
 
 _INIT_OPTIONS = ("nodes", *PARALLEL_OPTIONS, *BATCH_OPTIONS, "dtype")
+_DATACLASS_INIT = Workload.__init__
+
+
+def _checked_init(self, *args, **kwargs) -> None:
+    """Workload's constructor with its keywords checked first: an unknown one (``tpp=2``) is
+    the ConfigError every other entry gives, not Python's TypeError; ``source`` is internal."""
+    check_options({k: v for k, v in kwargs.items() if k != "source"})
+    _DATACLASS_INIT(self, *args, **kwargs)
+
+
+Workload.__init__ = _checked_init
 
 
 def _is_built(w: Workload) -> bool:
