@@ -121,6 +121,12 @@ class Workload:
     seq_len: InitVar[int | None] = None
     dtype: InitVar[str | None] = None
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Workload:
+        """Check the keywords before the generated ``__init__`` sees them: an unknown one
+        (``tpp=2``) is the ConfigError every other entry gives, not Python's TypeError."""
+        check_options({k: v for k, v in kwargs.items() if k != "source"})
+        return super().__new__(cls)
+
     def __post_init__(self, *values) -> None:
         options = {name: v for name, v in zip(_INIT_OPTIONS, values) if v is not None}
         if not options and _is_built(self):
@@ -164,17 +170,6 @@ class Workload:
 
 
 _INIT_OPTIONS = ("nodes", *PARALLEL_OPTIONS, *BATCH_OPTIONS, "dtype")
-_DATACLASS_INIT = Workload.__init__
-
-
-def _checked_init(self, *args, **kwargs) -> None:
-    """Workload's constructor with its keywords checked first: an unknown one (``tpp=2``) is
-    the ConfigError every other entry gives, not Python's TypeError; ``source`` is internal."""
-    check_options({k: v for k, v in kwargs.items() if k != "source"})
-    _DATACLASS_INIT(self, *args, **kwargs)
-
-
-Workload.__init__ = _checked_init
 
 
 def _is_built(w: Workload) -> bool:
