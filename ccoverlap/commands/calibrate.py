@@ -33,8 +33,53 @@ def register(sub) -> None:
     p.add_argument("--kernel", choices=("auto", "cuda", "triton"), default="auto",
                    help="channel-copy kernel backend: load_inline CUDA, Triton, or the first that builds")
     p.add_argument("--refit", metavar="FILE", help="fit again from the measurements in FILE (no GPU needed)")
+    p.add_argument("--sections", metavar="LIST", default=",".join(SECTIONS),
+                   help=f"measure only these, comma-separated (default all: {','.join(SECTIONS)}); "
+                        "a plan too long for one slot runs in parts joined with --add")
+    p.add_argument("--add", metavar="FILE", action="append", default=[],
+                   help="also fit the measurements of FILE, an earlier calibration file of the same GPU "
+                        "(repeatable; where both measured the same thing, this run's value is kept)")
     add_common(p)
     p.set_defaults(run=run)
+
+
+SECTIONS = ("gemm", "split", "copy", "contention", "sustained")
+
+
+def parse_sections(text: str) -> tuple[str, ...]:
+    """The ``--sections`` list as a tuple in measuring order; ConfigError naming an unknown one."""
+    from ccoverlap.config import suggest
+
+    names = [t.strip() for t in str(text).split(",") if t.strip()]
+    for name in names:
+        if name not in SECTIONS:
+            raise ConfigError(f"--sections: unknown section {name!r}{suggest(name, SECTIONS)}; "
+                              f"expected some of {', '.join(SECTIONS)}")
+    if not names:
+        raise ConfigError(f"--sections: name at least one of {', '.join(SECTIONS)}")
+    return tuple(s for s in SECTIONS if s in names)
+
+
+def add_measurements(records: list[dict], files: list[str], gpu_name: str) -> tuple[list[dict], list[str]]:
+    """``records`` with the measurements of each calibration file in ``files`` that measured
+    something ``records`` did not (same :func:`~ccoverlap.calibrate.grids.record_key`), and a note
+    per file. A file of another GPU, or one without measurements, is a ConfigError."""
+    from ccoverlap.calibrate import fileformat
+    from ccoverlap.calibrate.grids import record_key
+
+    out, notes = list(records), []
+    seen = {record_key(r) for r in out}
+    for f in files:
+        doc = fileformat.read(f)
+        if doc["gpu"] != gpu_name:
+            raise ConfigError(f"{f}: measured as GPU {doc['gpu']!r}, but these parameters are for {gpu_name!r}")
+        extra = [r for r in (doc.get("source") or {}).get("measurements") or [] if record_key(r) not in seen]
+        if not extra and not (doc.get("source") or {}).get("measurements"):
+            raise ConfigError(f"{f}: field 'source.measurements': no measurements to add")
+        seen.update(record_key(r) for r in extra)
+        out += extra
+        notes.append(f"{len(extra)} measurements added from {f}")
+    return out, notes
 
 
 def slug(name: str) -> str:
@@ -86,8 +131,9 @@ def _measure(args, log, checkpoint=None) -> tuple[list, list, dict, dict, object
         if checkpoint is not None:
             checkpoint(list(records), notes + run_notes, dict(settings, **plan, partial=True), info, gpu)
 
-    records, run_notes, settings = run_suite(dev, grid, log=log, kernel_prefer=args.kernel, checkpoint=keep)
-    settings.update(plan)
+    records, run_notes, settings = run_suite(dev, grid, log=log, kernel_prefer=args.kernel, checkpoint=keep,
+                                             sections=parse_sections(args.sections))
+    settings.update(plan, sections=list(parse_sections(args.sections)))
     return records, notes + run_notes, settings, info, gpu
 
 
@@ -179,6 +225,9 @@ def run(args: argparse.Namespace) -> int:
     from ccoverlap.cost.params import default_params
 
     log = _log(args.quiet)
+    parse_sections(args.sections)  # a misspelt section or an unreadable --add file fails before any measuring
+    for f in args.add:
+        fileformat.read(f)
     if args.refit:
         old = fileformat.read(args.refit)
         src = old.get("source") or {}
@@ -201,6 +250,9 @@ def run(args: argparse.Namespace) -> int:
     settings["split"] = SPLIT
     if not args.refit:  # keep the measurements even if the fit fails: `--refit` can redo it
         _write_unfitted(args, records, notes, settings, device, gpu)
+    if args.add:
+        records, added = add_measurements(records, args.add, gpu.name)
+        notes, settings["added_from"] = notes + added, [str(f) for f in args.add]
     path, common = _target(args, gpu), _common(records, settings, device, gpu)
     result, held, train, decomposition = _fit_and_report(records, gpu, log)
     from ccoverlap.calibrate.fit import overall_error

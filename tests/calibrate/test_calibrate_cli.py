@@ -13,6 +13,7 @@ from ccoverlap.calibrate import fileformat
 from ccoverlap.cli import main
 from ccoverlap.commands.calibrate import slug
 from ccoverlap.cost.params import CostParams, default_params
+from ccoverlap.errors import ConfigError
 
 
 def test_without_cuda_one_line_and_exit_2(tmp_path):
@@ -33,7 +34,7 @@ def test_help_lists_the_options(capsys):
         main(["calibrate", "--help"])
     assert exc.value.code == 0
     text = capsys.readouterr().out
-    for opt in ("--out", "--quick", "--device", "--gpu", "--kernel", "--refit"):
+    for opt in ("--out", "--quick", "--device", "--gpu", "--kernel", "--refit", "--sections", "--add"):
         assert opt in text
 
 
@@ -104,24 +105,15 @@ def test_refit_report_reads_whole_in_a_narrow_terminal(tmp_path, measured_file, 
 def test_a_run_cut_short_keeps_the_sections_it_measured_and_refits_them(tmp_path, gpu, truth, monkeypatch, capsys):
     """Each finished section is written at once: a run stopped in a later section (a time limit)
     leaves a file with the earlier measurements, which ``--refit`` fits without a GPU."""
-    from ccoverlap.calibrate import microbench, suite
+    from ccoverlap.calibrate import suite
     from ccoverlap.commands import calibrate as cmd
 
-    gemms = [r for r in synth.records(gpu, truth, noise=0.02, seed=3, quick=True) if r["kind"] == "gemm"]
-    monkeypatch.setattr(microbench, "require_cuda", lambda device: "cuda:0")
-    monkeypatch.setattr(microbench, "device_info", lambda dev: {
-        "name": "NVIDIA H100 80GB HBM3", "catalog_gpu": gpu.name, "sms": gpu.sms, "driver": "test",
-        "torch": "test", "cuda": "test"})
-    monkeypatch.setattr(suite.mb, "Bench", lambda dev, grid, log: None)
-    monkeypatch.setattr(suite, "gemm_section", lambda bench, notes: list(gemms))
+    gemms = _fake_gpu(monkeypatch, gpu, truth)
 
     def cut(bench, notes):
         raise KeyboardInterrupt  # what a time limit's signal does to the run
 
     monkeypatch.setattr(suite, "split_section", cut)
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev: (80e9, 80e9))
     out = tmp_path / "cut.json"
     assert main(["calibrate", "--quick", "--out", str(out), "--quiet"]) == 130
     kept = fileformat.read(out)
@@ -134,8 +126,89 @@ def test_a_run_cut_short_keeps_the_sections_it_measured_and_refits_them(tmp_path
     capsys.readouterr()
 
 
+def _fake_gpu(monkeypatch, gpu, truth) -> list[dict]:
+    """A stand-in CUDA device whose GEMM section returns synthetic records (returned too);
+    the other sections are the real ones unless a test replaces them."""
+    pytest.importorskip("torch")
+    import torch
+
+    from ccoverlap.calibrate import microbench, suite
+
+    gemms = [r for r in synth.records(gpu, truth, noise=0.02, seed=3, quick=True) if r["kind"] == "gemm"]
+    monkeypatch.setattr(microbench, "require_cuda", lambda device: "cuda:0")
+    monkeypatch.setattr(microbench, "device_info", lambda dev: {
+        "name": "NVIDIA H100 80GB HBM3", "catalog_gpu": gpu.name, "sms": gpu.sms, "driver": "test",
+        "torch": "test", "cuda": "test"})
+    monkeypatch.setattr(suite.mb, "Bench", lambda dev, grid, log: None)
+    monkeypatch.setattr(suite, "gemm_section", lambda bench, notes: list(gemms))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev: (80e9, 80e9))
+    return gemms
+
+
+def test_sections_measures_only_those(tmp_path, gpu, truth, monkeypatch, capsys):
+    from ccoverlap.calibrate import suite
+
+    gemms = _fake_gpu(monkeypatch, gpu, truth)
+
+    def never(*a):
+        raise AssertionError("a section that was not asked for ran")
+
+    for name in ("split_section", "copy_section", "contention_sections", "sustained_section"):
+        monkeypatch.setattr(suite, name, never)
+    out = tmp_path / "gemm.json"
+    assert main(["calibrate", "--sections", "gemm", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    doc = fileformat.read(out)
+    assert doc["source"]["measurements"] == gemms and doc["source"]["settings"]["sections"] == ["gemm"]
+
+
 def cmd_args(**kw):
     import argparse
 
-    base = dict(out=None, quick=False, device=None, gpu=None, kernel="auto", refit=None, json=False, quiet=True)
+    base = dict(out=None, quick=False, device=None, gpu=None, kernel="auto", refit=None, json=False, quiet=True,
+                sections="gemm,split,copy,contention,sustained", add=[])
     return argparse.Namespace(**{**base, **kw})
+
+
+def test_sections_are_checked_and_kept_in_measuring_order():
+    from ccoverlap.commands.calibrate import parse_sections
+
+    assert parse_sections("sustained, gemm") == ("gemm", "sustained")
+    with pytest.raises(ConfigError, match=r"unknown section 'contentions' \(did you mean 'contention'\?\)"):
+        parse_sections("gemm,contentions")
+    with pytest.raises(ConfigError, match="name at least one"):
+        parse_sections(" , ")
+
+
+def _file(tmp_path, name, gpu, records):
+    data = fileformat.build(gpu=gpu, params={}, fit_error=None, notes=["fit not done yet"], device={"name": "synthetic"},
+                            settings={}, fit={}, heldout=[], train=[], decomposition=[], measurements=records,
+                            created="2026-01-01T00:00:00Z", tool="test")
+    return fileformat.write(tmp_path / name, data)
+
+
+def test_a_plan_measured_in_parts_is_fitted_together_with_add(tmp_path, gpu, truth, capsys):
+    """Two files, each of some sections (as two short GPU slots would write them), fitted as one:
+    every measurement of both is in the result, the shared ones once, and the file says so."""
+    recs = synth.records(gpu, truth, noise=0.02, seed=7, quick=True)
+    gemm = [r for r in recs if r["kind"] in ("gemm", "copy")]
+    contention = [r for r in recs if r["kind"] in ("sm_contention", "ce_contention", "channel_copy")]
+    a = _file(tmp_path, "a.json", gpu.name, gemm)
+    b = _file(tmp_path, "b.json", gpu.name, contention + gemm[:3])  # 3 measured in both: a's are kept
+    out = tmp_path / "both.json"
+    assert main(["calibrate", "--refit", str(a), "--add", str(b), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    doc = fileformat.read(out)
+    assert len(doc["source"]["measurements"]) == len(gemm) + len(contention)
+    assert doc["source"]["settings"]["added_from"] == [str(b)]
+    assert f"{len(contention)} measurements added from {b}" in doc["notes"]
+    assert "comm_hbm_bytes_per_wire_byte" in doc["params"]  # a contention parameter: fitted from b's part
+
+
+def test_adding_another_gpus_file_is_one_line_and_exit_2(tmp_path, gpu, truth, capsys):
+    recs = [r for r in synth.records(gpu, truth, noise=0.02, seed=7, quick=True) if r["kind"] == "gemm"]
+    a = _file(tmp_path, "a.json", gpu.name, recs)
+    other = _file(tmp_path, "other.json", "A40", recs)
+    assert main(["calibrate", "--refit", str(a), "--add", str(other), "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "measured as GPU 'A40'" in err and not (tmp_path / "x.json").exists()
