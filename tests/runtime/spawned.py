@@ -16,11 +16,20 @@ import pytest
 
 from ccoverlap.runtime.launch import spawn
 
+WORLDS = (2, 4)          # the world sizes every spawned test module runs
+SPAWN_TIMEOUT_S = 240    # deadline of one world's spawn; a test's own timeout adds a minute
+
+
+def world_cases(names) -> list[tuple[int, str]]:
+    """``(world, case name)`` for every world size of :data:`WORLDS`; ``names(world)`` lists
+    the cases of one world size."""
+    return [(w, n) for w in WORLDS for n in names(w)]
+
 
 class SpawnedCases:
     """Results of ``run_all`` per world size, spawned on first use, shared by the tests."""
 
-    def __init__(self, run_all, timeout_s: float) -> None:
+    def __init__(self, run_all, timeout_s: float = SPAWN_TIMEOUT_S) -> None:
         self.run_all, self.timeout_s = run_all, timeout_s
         self._results: dict[int, object] = {}
         self._lock = threading.Lock()

@@ -18,14 +18,10 @@ if not dist.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
 import tp_cases  # noqa: E402  (tests/runtime is on sys.path under pytest's default import mode)
-from spawned import SpawnedCases  # noqa: E402
+from spawned import SPAWN_TIMEOUT_S, SpawnedCases, world_cases  # noqa: E402
 
-WORLDS = (2, 4)
-SPAWN_TIMEOUT_S = 240
-CASES_BY_WORLD = SpawnedCases(tp_cases.run_all, SPAWN_TIMEOUT_S)
-
-
-CASES = [(w, name) for w in WORLDS for name, _ in tp_cases.CASES]
+CASES_BY_WORLD = SpawnedCases(tp_cases.run_all)
+CASES = world_cases(lambda w: [n for n, _ in tp_cases.CASES])
 
 
 @pytest.mark.slow
