@@ -15,6 +15,9 @@ MiB = 1 << 20
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
+# the plan's sections in measuring order (``sustained`` last: the heat it leaves)
+SECTIONS = ("gemm", "split", "copy", "contention", "sustained")
+
 # ficco Table I: (name, M, N, K) of the GEMMs whose decomposition loss Fig. 7 reports.
 FICCO_GEMMS: tuple[tuple[str, int, int, int], ...] = (
     ("g1", 16384, 16384, 131072), ("g2", 131072, 16384, 16384),

@@ -180,11 +180,14 @@ def contention_sections(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]
     copies += [("d2d", min(256 * MiB, 1024 * c), c) for c in bench.grid.ce_chunks]
     for d, nbytes, chunk in copies:
         bench.log(f"copy-engine contention: {d}" + (f" in {chunk // 1024} KiB memcpys" if chunk else ""))
-        try:
-            copy = mb.make_chunked_ce_copy(bench, nbytes, chunk) if chunk else mb.make_ce_copy(bench, d, nbytes)
-        except RuntimeError as exc:  # a CUDA graph this driver cannot capture: say so, go on
-            notes.append(f"chunked copy-engine copy of {chunk} B not measured: {str(exc).splitlines()[0]}")
-            continue
+        if not chunk:
+            copy = mb.make_ce_copy(bench, d, nbytes)
+        else:
+            try:
+                copy = mb.make_chunked_ce_copy(bench, nbytes, chunk)
+            except RuntimeError as exc:  # a CUDA graph this driver cannot capture: say so, go on
+                notes.append(f"chunked copy-engine copy of {chunk} B not measured: {str(exc).splitlines()[0]}")
+                continue
         copy_alone = bench.time_loop(copy)["time_s"]
         for desc, fn in victims:
             v = bench.overlap(fn, alone[id(fn)], copy, copy_alone)
@@ -204,7 +207,7 @@ def contention_sections(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]
 
 
 def run_suite(dev, grid: grids.Grid, *, log: Callable[[str], None], kernel_prefer: str = "auto",
-              sections: tuple[str, ...] = ("gemm", "split", "copy", "contention", "sustained"),
+              sections: tuple[str, ...] = grids.SECTIONS,
               checkpoint: Callable[[list[dict], list[str], dict], None] | None = None,
               ) -> tuple[list[dict], list[str], dict]:
     """Run the measurement plan on ``dev``. Returns (records, notes, settings), settings
@@ -232,7 +235,7 @@ def run_suite(dev, grid: grids.Grid, *, log: Callable[[str], None], kernel_prefe
             "copy": lambda: copy_section(bench, kernel, notes),
             "contention": lambda: contention_sections(bench, kernel, notes),
             "sustained": lambda: sustained_section(bench, notes)}
-    for name in runs:
+    for name in grids.SECTIONS:
         if name in sections:
             records += runs[name]()
             if checkpoint is not None:

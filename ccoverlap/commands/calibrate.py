@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from ccoverlap.calibrate.grids import SECTIONS
 from ccoverlap.commands.options import add_common
 from ccoverlap.errors import ConfigError
 
@@ -43,9 +44,6 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
-SECTIONS = ("gemm", "split", "copy", "contention", "sustained")
-
-
 def parse_sections(text: str) -> tuple[str, ...]:
     """The ``--sections`` list as a tuple in measuring order; ConfigError naming an unknown one."""
     from ccoverlap.config import suggest
@@ -60,25 +58,32 @@ def parse_sections(text: str) -> tuple[str, ...]:
     return tuple(s for s in SECTIONS if s in names)
 
 
-def add_measurements(records: list[dict], files: list[str], gpu_name: str) -> tuple[list[dict], list[str]]:
-    """``records`` with the measurements of each calibration file in ``files`` that measured
-    something ``records`` did not (same :func:`~ccoverlap.calibrate.grids.record_key`), and a note
-    per file. A file of another GPU, or one without measurements, is a ConfigError."""
-    from ccoverlap.calibrate import fileformat
+def measurements_of(path, doc: dict, purpose: str) -> list[dict]:
+    """The raw measurements of the calibration file ``doc`` read from ``path``; ConfigError
+    when it has none (``purpose``: what they were wanted for, "fit" or "add")."""
+    records = (doc.get("source") or {}).get("measurements") or []
+    if not records:
+        raise ConfigError(f"{path}: field 'source.measurements': no measurements to {purpose}")
+    return records
+
+
+def add_measurements(records: list[dict], files: list[tuple[str, dict]], gpu_name: str
+                     ) -> tuple[list[dict], list[str]]:
+    """``records`` with the measurements of each calibration file ``(path, doc)`` in ``files``
+    that measured something ``records`` did not (same
+    :func:`~ccoverlap.calibrate.grids.record_key`), and a note per file. A file of another GPU,
+    or one without measurements, is a ConfigError."""
     from ccoverlap.calibrate.grids import record_key
 
     out, notes = list(records), []
     seen = {record_key(r) for r in out}
-    for f in files:
-        doc = fileformat.read(f)
+    for path, doc in files:
         if doc["gpu"] != gpu_name:
-            raise ConfigError(f"{f}: measured as GPU {doc['gpu']!r}, but these parameters are for {gpu_name!r}")
-        extra = [r for r in (doc.get("source") or {}).get("measurements") or [] if record_key(r) not in seen]
-        if not extra and not (doc.get("source") or {}).get("measurements"):
-            raise ConfigError(f"{f}: field 'source.measurements': no measurements to add")
+            raise ConfigError(f"{path}: measured as GPU {doc['gpu']!r}, but these parameters are for {gpu_name!r}")
+        extra = [r for r in measurements_of(path, doc, "add") if record_key(r) not in seen]
         seen.update(record_key(r) for r in extra)
         out += extra
-        notes.append(f"{len(extra)} measurements added from {f}")
+        notes.append(f"{len(extra)} measurements added from {path}")
     return out, notes
 
 
@@ -108,7 +113,7 @@ def _resolve_gpu(name: str | None, device_name: str):
                       "pass --gpu NAME with the closest catalog entry")
 
 
-def _measure(args, log, checkpoint=None) -> tuple[list, list, dict, dict, object]:
+def _measure(args, log, sections: tuple[str, ...], checkpoint=None) -> tuple[list, list, dict, dict, object]:
     from ccoverlap.calibrate import grids, microbench
     from ccoverlap.calibrate.suite import run_suite
 
@@ -132,8 +137,8 @@ def _measure(args, log, checkpoint=None) -> tuple[list, list, dict, dict, object
             checkpoint(list(records), notes + run_notes, dict(settings, **plan, partial=True), info, gpu)
 
     records, run_notes, settings = run_suite(dev, grid, log=log, kernel_prefer=args.kernel, checkpoint=keep,
-                                             sections=parse_sections(args.sections))
-    settings.update(plan, sections=list(parse_sections(args.sections)))
+                                             sections=sections)
+    settings.update(plan, sections=list(sections))
     return records, notes + run_notes, settings, info, gpu
 
 
@@ -225,15 +230,12 @@ def run(args: argparse.Namespace) -> int:
     from ccoverlap.cost.params import default_params
 
     log = _log(args.quiet)
-    parse_sections(args.sections)  # a misspelt section or an unreadable --add file fails before any measuring
-    for f in args.add:
-        fileformat.read(f)
+    sections = parse_sections(args.sections)  # a misspelt section or an unreadable --add file fails
+    added = [(f, fileformat.read(f)) for f in args.add]  # before any measuring
     if args.refit:
         old = fileformat.read(args.refit)
         src = old.get("source") or {}
-        records = src.get("measurements") or []
-        if not records:
-            raise ConfigError(f"{args.refit}: field 'source.measurements': no measurements to fit")
+        records = measurements_of(args.refit, old, "fit")
         from ccoverlap.catalog.hardware import get_gpu
 
         gpu = get_gpu(args.gpu or old["gpu"])
@@ -245,14 +247,14 @@ def run(args: argparse.Namespace) -> int:
             _write_unfitted(args, recs, run_notes + ["measurements so far: the run had not finished when this was written"],
                             run_settings, info, run_gpu)
 
-        records, notes, settings, device, gpu = _measure(args, log, checkpoint)
+        records, notes, settings, device, gpu = _measure(args, log, sections, checkpoint)
         settings["measurement_notes"] = list(notes)
     settings["split"] = SPLIT
     if not args.refit:  # keep the measurements even if the fit fails: `--refit` can redo it
         _write_unfitted(args, records, notes, settings, device, gpu)
-    if args.add:
-        records, added = add_measurements(records, args.add, gpu.name)
-        notes, settings["added_from"] = notes + added, [str(f) for f in args.add]
+    if added:
+        records, added_notes = add_measurements(records, added, gpu.name)
+        notes, settings["added_from"] = notes + added_notes, [str(f) for f in args.add]
     path, common = _target(args, gpu), _common(records, settings, device, gpu)
     result, held, train, decomposition = _fit_and_report(records, gpu, log)
     from ccoverlap.calibrate.fit import overall_error
