@@ -62,7 +62,7 @@ def measure(points: list[dict], *, device: str | None, lead_s: float, kernel: st
     for i, p in enumerate(points):
         if i % 8 == 0:
             log(f"point {i + 1}/{len(points)}: victim {p['victim']} NC={p['nc']} C={p['chunk_bytes'] // KiB} KiB")
-        nbytes = max(64 * MiB, 4 * p["nc"] * p["chunk_bytes"])
+        nbytes = grids.channel_copy_bytes(p["nc"], p["chunk_bytes"])
 
         def copy(p=p, nbytes=nbytes) -> None:
             copy_kernel.launch(src, dst, nc=p["nc"], nt=p["nt"], chunk_bytes=p["chunk_bytes"], total_bytes=nbytes,

@@ -347,7 +347,7 @@ def measure(plan: list[dict], *, device: str | None, reps: int, warmup: int, win
         src = torch.empty(512 * MiB // 4, dtype=torch.int32, device=dev).fill_(7)
         dst = torch.empty_like(src)
         stats = torch.zeros(4, dtype=torch.int64, device=dev)
-        nbytes = max(64 * MiB, 4 * nc * chunk)
+        nbytes = grids.channel_copy_bytes(nc, chunk)
         covers["sm"] = lambda: kernel.launch(src, dst, nc=nc, nt=nt, chunk_bytes=chunk, total_bytes=nbytes, stats=stats)
         traffic["sm"] = {"kind": "channel_copy", "backend": kernel.backend, "nc": nc, "nt": nt, "chunk_bytes": chunk,
                          "bytes_per_launch": nbytes}

@@ -150,6 +150,11 @@ def contention_points(grid: Grid) -> list[tuple[int, int, int]]:
     return [p for p in pts if not (p in seen or seen.add(p))]
 
 
+def channel_copy_bytes(nc: int, chunk: int) -> int:
+    """Bytes one channel-copy launch moves beside a victim: ≥ 64 MiB and ≥ 4 chunks per channel."""
+    return max(64 * MiB, 4 * nc * chunk)
+
+
 def record_key(rec: dict) -> str:
     """A canonical string naming what a measurement record measured (not its result): kind
     and the configuration fields, sorted. Used for the deterministic split."""

@@ -121,11 +121,6 @@ def copy_section(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]:
     return out
 
 
-def _copy_bytes(nc: int, chunk: int) -> int:
-    """Bytes one channel-copy launch moves: ≥ 64 MiB and ≥ 4 chunks per channel."""
-    return max(64 * MiB, 4 * nc * chunk)
-
-
 def _victims(bench: mb.Bench) -> list[tuple[dict, Callable[[], None]]]:
     """Victims of the contention runs: a large compute-bound GEMM, (full plan) a lower-intensity
     and a near-memory-bound GEMM, and a memory-bound elementwise op (``z = x + y``, 1.5 GiB)."""
@@ -156,7 +151,7 @@ def contention_sections(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]
         stats = torch.zeros(4, dtype=torch.int64, device=bench.dev)
         points = grids.contention_points(bench.grid)
         for i, (nc, nt, c) in enumerate(points):
-            nbytes = _copy_bytes(nc, c)
+            nbytes = grids.channel_copy_bytes(nc, c)
             bench.log(f"channel copy {i + 1}/{len(points)}: NC={nc} NT={nt} C={c // 1024} KiB")
 
             def copy(nc=nc, nt=nt, c=c, nbytes=nbytes) -> None:
