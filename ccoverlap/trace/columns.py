@@ -291,14 +291,14 @@ class Columns:
             ext[i] = _int_or(a.external_id) if a is not None else -1
             info[i] = len(self.infos)
             self.infos.append(args)
-        op_args = self._op_args(evs, ext) if self.keep_op_args else np.full(n, -1, dtype=np.int64)
+        op_args = self._op_args(evs, ext) if self.keep_op_args else None
         step = np.asarray(self._name_step, dtype=np.int64)[nid]
         for i in np.flatnonzero((step >= 0) & ~comm).tolist():
             self.steps.append((int(step[i]), float(ts[i]), float(dur[i]), False, seq[i]))
         tid = self.thread(list(map(_E_THREAD, evs)))
         if not keep.all():
             nid, ts, dur, tid, ext, info = nid[keep], ts[keep], dur[keep], tid[keep], ext[keep], info[keep]
-            op_args = op_args[keep]
+            op_args = op_args[keep] if op_args is not None else None
             seq = [s for s, k in zip(seq, keep.tolist()) if k]
         c = self.c
         c["seq"].append(np.asarray(seq, dtype=np.int64))
@@ -309,7 +309,8 @@ class Columns:
         c["ext"].append(ext)
         c["info"].append(info)
         c["annot"].append(np.full(len(nid), cat == "user_annotation"))
-        c["args"].append(op_args)
+        if op_args is not None:  # only with keep_op_args: the analyser's path builds no such column
+            c["args"].append(op_args)
 
     def _op_args(self, evs: list, ext: np.ndarray) -> np.ndarray:
         """With ``keep_op_args``: every op's External id (into ``ext``, in place) and the index into

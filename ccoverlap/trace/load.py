@@ -296,7 +296,7 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
     if not keep_cpu_ops and len(c["k_ts"]) and len(c["c_nid"]):
         # a GPU trace: only the collective ops are joined to kernels; drop the other CPU ops' rows
         keep = np.flatnonzero(c["c_info"] >= 0)
-        for k in ("c_nid", "c_ts", "c_dur", "c_tid", "c_ext", "c_info", "c_annot", "c_args"):
+        for k in ("c_nid", "c_ts", "c_dur", "c_tid", "c_ext", "c_info", "c_annot") + (("c_args",) if keep_op_args else ()):
             c[k] = c[k][keep]
     raw = RawTrace(
         path=path, meta=header, names=cols.names, infos=cols.infos, threads=thread_labels,
