@@ -6,7 +6,8 @@ communication; then mean |error|, mean signed error and the worst run. ``--fit P
 --fit-on SUBSET`` fits named physical cost parameters on the runs of that declared subset,
 reports the error on the others (held out) and writes the calibration file that
 ``plan`` / ``simulate --calibration`` read. The published set shipped with ccoverlap is
-``ccoverlap validate published``.
+``ccoverlap validate published``. ``ccoverlap validate kernels`` judges the compute cost model
+on the kernel measurement corpus instead (per GPU and kernel class; ``--split``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ def register(sub) -> None:
     p = sub.add_parser("validate", help="predicted vs measured step time of real training runs",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs_file", metavar="RUNS_FILE",
-                   help="runs file (YAML/JSON/TOML, see docs/validation.md), or 'published' for the shipped set")
+                   help="runs file (YAML/JSON/TOML, see docs/validation.md), 'published' for the shipped set, "
+                        "or 'kernels' for the kernel measurement corpus")
+    p.add_argument("--split", default="held-out", choices=("fit", "held-out", "all"),
+                   help="with 'kernels': which declared half of the corpus to judge (default held-out)")
     add_json(p)
     p.add_argument("--markdown", action="store_true", help="print Markdown tables")
     p.add_argument("--details", action="store_true", help="per run: source, conversion, assumptions, breakdown")
@@ -72,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     cannot be used at all)."""
     from ccoverlap.errors import CCOverlapError
 
+    if args.runs_file == "kernels":
+        return _run_kernels(args)
     try:
         return _run(args)
     except CCOverlapError as exc:
@@ -80,6 +86,20 @@ def run(args: argparse.Namespace) -> int:
                        "invalid_runs": []}, sys.stdout, indent=2)
             sys.stdout.write("\n")
         raise
+
+
+def _run_kernels(args: argparse.Namespace) -> int:
+    """``validate kernels``: per-GPU, per-class errors of the compute model on the kernel corpus."""
+    from ccoverlap.validate.kernels import report, text_lines
+
+    rep = report(args.split)
+    if args.json:
+        json.dump(rep, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for line in text_lines(rep):
+            print(line)
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:

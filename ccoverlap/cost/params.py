@@ -70,6 +70,12 @@ class CostParams:
     # Fixed cost of every kernel (launch gap + ramp/tail), seconds. ficco §IV-A "other losses".
     # assumption (~2-5 us on recent GPUs); fit: intercept of the GEMM / memcpy sweeps.
     kernel_launch_overhead_s: float = 3.0e-6
+    # The part of kernel_launch_overhead_s between one kernel's end and the next one's start on a
+    # busy stream: a profiler's kernel duration does not contain it (validate kernels compares a
+    # kernel duration with the model's time less this). source: the H200 layer trace
+    # (benchmarks/data/gpu-h200/layer), lower quartile of the gaps between consecutive kernels
+    # 1.1 us (median 2.0 us, host-bound eager gaps included).
+    kernel_gap_s: float = 1.0e-6
     # Host time eager PyTorch spends to dispatch one kernel (Python op, dispatcher, autograd
     # recording, cudaLaunchKernel). A kernel shorter than this leaves the GPU waiting for the host
     # (docs/model.md). assumption: ~5-20 us per op is the range PyTorch reports as CPU launch

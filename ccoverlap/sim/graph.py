@@ -73,8 +73,15 @@ class AttentionSpec:
     dtype_bytes: ElementBytes = 2
     host_kernels: Dim0 = 0  # kernels eager PyTorch dispatches from the host for this op (0: not host-bound)
     backward: bool = False  # the backward kernel (lower efficiency than forward)
-    kernel: Literal["native", "fa2"] = "native"  # FA3 / cuDNN on Hopper, FA2 on Ampere; or FA2-class on any GPU
+    # the backend: "native" = the GPU's own (cuDNN on Hopper, FA2 on Ampere), or one named:
+    # FlashAttention-2 / -3, cuDNN fused attention, PyTorch SDPA's memory-efficient or math backend
+    kernel: Literal["native", "fa2", "fa3", "cudnn", "efficient", "math"] = "native"
     causal_len: Dim0 = 0  # sequence length of a causal-masked kernel (0: no causal mask / unknown)
+    # shape, when known (0: unknown, roofline only): (batch x query heads), query sequence, head dim;
+    # sets how many query-block tiles the kernel has, for its wave / per-tile latency term
+    heads: Dim0 = 0
+    seq: Dim0 = 0
+    head_dim: Dim0 = 0
 
     def __post_init__(self) -> None:
         check_fields(self, "attention")
