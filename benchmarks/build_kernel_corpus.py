@@ -117,7 +117,9 @@ def vidur_rows(gitdir: str, commit: str, dev: str) -> tuple[list[dict], list[dic
                     continue
                 nbytes, kernels = _mem_bytes(op, r, model)
                 mem.append({"op": op, "model": model, "tp": tp, "tokens": int(r["num_tokens"]),
-                            "bytes": int(nbytes), "kernels": kernels, "dtype_bytes": 2, "timing": "kernel",
+                            "bytes": int(nbytes), "kernels": kernels, "dtype_bytes": 2,
+                            "pattern": "rowwise" if op in ("input_layernorm", "post_attention_layernorm", "attn_rope")
+                            else "stream", "timing": "kernel",
                             "time_s": float(v) * 1e-3})
     rows = []
     for (m, n, k), ms in sorted(gemm.items()):

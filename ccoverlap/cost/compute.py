@@ -50,29 +50,44 @@ def gemm_waves(tiles: int, sms_available: float, tiles_per_sm: int = 1) -> int:
 
 
 def _tile_candidates(params: CostParams) -> list[tuple[int, int, float]]:
+    """The CTA tiles a GEMM library picks from: the main tile, its transpose, and tiles halved
+    in one or both dimensions (down to 64 rows / columns), each halving costing
+    ``gemm_small_tile_efficiency`` of the per-SM rate (less reuse in shared memory)."""
     tm, tn, s = params.gemm_tile_m, params.gemm_tile_n, params.gemm_small_tile_efficiency
-    cands = [(tm, tn, 1.0)]
+    cands = {(tm, tn): 1.0, (tn, tm): 1.0}
     if s > 0:
-        if tn >= 32:
-            cands.append((tm, tn // 2, s))
-        if tm >= 32:
-            cands.append((tm // 2, tn, s))
-        if tm >= 32 and tn >= 32:
-            cands.append((tm // 2, tn // 2, s * s))
-    return cands
+        for a, b in ((tm, tn), (tn, tm)):
+            for i in range(3):
+                for j in range(3):
+                    x, y = a >> i, b >> j
+                    if (i or j) and x >= 64 and y >= 64:
+                        cands[(x, y)] = max(cands.get((x, y), 0.0), s ** (i + j))
+    return [(x, y, e) for (x, y), e in cands.items()]
+
+
+def _split_k_candidates(tiles: int, slots: float, ksteps: int, max_split: int) -> list[int]:
+    """K-splits worth trying: 1, and powers of two while the split tiles still fit in about
+    one wave and each piece keeps at least 4 K steps (cuBLAS / CUTLASS split-K and stream-K)."""
+    out = [1]
+    s = 2
+    while s <= max_split and tiles * s <= 2 * slots and ksteps // s >= 4:
+        out.append(s)
+        s *= 2
+    return out
 
 
 def _wave_bytes(active: float, tiles_m: int, tiles_n: int, tm: int, tn: int, k: int,
-                dt: int, accumulate: bool) -> tuple[float, float]:
+                dt: int, out_dt: float) -> tuple[float, float]:
     """HBM bytes one wave of ``active`` tiles moves: ``(shared, unshared)``. ``shared``: the
     A row-panels and B column-panels its tiles need, each read once into L2 and shared by
-    the wave's tiles, plus its output tiles. ``unshared``: every tile reading its own panels
-    from HBM (no reuse between thread blocks through L2), the most a wave can move when
-    communication buffers evict its panels from L2 (lagom §3.2, global resource competition)."""
+    the wave's tiles, plus its output tiles (``out_dt`` bytes an element: 2x the element when
+    accumulating into C, 4 for split-K's fp32 partials). ``unshared``: every tile reading its
+    own panels from HBM (no reuse between thread blocks through L2), the most a wave can move
+    when communication buffers evict its panels from L2 (lagom §3.2, global resource competition)."""
     per_mat = tiles_m * tiles_n
-    out = active * tm * tn * dt * (2.0 if accumulate else 1.0)
+    out = active * tm * tn * out_dt
     unshared = active * (tm + tn) * k * dt + out
-    if active >= per_mat:  # whole matrices (batched GEMMs): each operand read once
+    if active >= per_mat:  # whole matrices (batched GEMMs, split-K pieces): each operand read once
         return (active / per_mat) * (tiles_m * tm + tiles_n * tn) * k * dt + out, unshared
     # the wave covers a block of a x b tiles; rasterisation keeps it near the traffic optimum
     a = min(tiles_m, max(1, round(math.sqrt(active * tn / tm))))
@@ -83,26 +98,40 @@ def _wave_bytes(active: float, tiles_m: int, tiles_n: int, tm: int, tn: int, k: 
     return (a * tm + b * tn) * k * dt + out, unshared
 
 
+def is_misaligned(spec: GemmSpec) -> bool:
+    """True when ``n`` or ``k`` (the leading dimensions of a row-major ``x @ W^T``) is not a
+    multiple of 16 bytes of elements: cuBLAS cannot use its TMA / 16-byte-vector kernels and
+    falls back to a CUTLASS kernel with narrow loads (``gemm_misaligned_efficiency``)."""
+    align = max(16 // spec.dtype_bytes, 1)
+    return spec.n % align != 0 or spec.k % align != 0
+
+
 def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw: float,
-               accumulate: bool, l2_pollution: float, tm: int, tn: int, eff: float) -> tuple[float, float]:
+               accumulate: bool, l2_pollution: float, tm: int, tn: int, eff: float,
+               split: int = 1) -> tuple[float, float]:
+    """``(seconds without launch overhead, HBM bytes)`` of the GEMM run as ``tm x tn`` tiles with
+    per-SM efficiency ``eff``, its K cut into ``split`` pieces run side by side (split-K: fp32
+    partials written and reduced once more)."""
     tpsm = params.gemm_tiles_per_sm
     tk = params.gemm_tile_k
     tiles_m = math.ceil(spec.m / tm)
     tiles_n = math.ceil(spec.n / tn)
-    tiles = tiles_m * tiles_n * spec.batch
+    tiles = tiles_m * tiles_n * spec.batch * split
     slots = sms * tpsm
     waves = gemm_waves(tiles, sms, tpsm)
-    ksteps = math.ceil(spec.k / tk)
+    k_piece = math.ceil(spec.k / split)
+    ksteps = math.ceil(k_piece / tk)
     per_sm_flops = (gpu.flops_for(spec.dtype_bytes) * params.gemm_peak_fraction
                     * params.sustained_clock_fraction / gpu.sms)
     tile_s = 2.0 * tm * tn * tk * (ksteps + params.gemm_tile_overhead_ksteps) / (per_sm_flops * eff)
     dt = spec.dtype_bytes
+    out_dt = 4.0 if split > 1 else dt * (2.0 if accumulate else 1.0)
     ov = params.gemm_mem_overlap
 
     def wave_time(active: float) -> tuple[float, float]:
         resident = min(tpsm, math.ceil(active / sms - _EPS))  # CTAs sharing one SM in this wave
         theta = max(resident, 1) * tile_s
-        shared, unshared = _wave_bytes(active, tiles_m, tiles_n, tm, tn, spec.k, dt, accumulate)
+        shared, unshared = _wave_bytes(active, tiles_m, tiles_n, tm, tn, k_piece, dt, out_dt)
         # L2 pollution grows the traffic, never past every tile reading its own panels
         d = min(shared * (1.0 + l2_pollution), max(shared, unshared))
         mem = d / bw
@@ -110,11 +139,69 @@ def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw:
 
     full = min(float(tiles), slots)
     f_full, d_full = wave_time(full)
-    last = tiles - (waves - 1) * full
-    f_last, d_last = wave_time(last) if waves > 1 else (f_full, d_full)
     if waves == 1:
-        return f_full, d_full
-    return (waves - 1) * f_full + f_last, (waves - 1) * d_full + d_last
+        t, d = f_full, d_full
+    else:
+        last = tiles - (waves - 1) * full
+        f_last, d_last = wave_time(last)
+        t, d = (waves - 1) * f_full + f_last, (waves - 1) * d_full + d_last
+    if split > 1:  # reduce the fp32 partials: read them, write C (in the kernel or a second one)
+        red = spec.batch * spec.m * spec.n * (4.0 * split + dt * (2.0 if accumulate else 1.0))
+        t, d = t + red / bw, d + red
+    return t, d
+
+
+def _gemv_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw: float,
+               accumulate: bool) -> tuple[float, float]:
+    """Matrix-vector-like GEMMs (``min(m, n) <= gemm_gemv_max_dim``): the library's gemv /
+    small-batched kernels stream both operands once; ``max(bytes / bandwidth, FLOPs / the
+    CUDA-core peak)``."""
+    nbytes = spec.bytes + (spec.batch * spec.m * spec.n * spec.dtype_bytes if accumulate else 0.0)
+    rate = gpu.peak_flops["fp32"] * params.sustained_clock_fraction * sms / gpu.sms
+    return max(nbytes / bw, spec.flops / rate), nbytes
+
+
+_GEMM_CACHE: dict[tuple, tuple[GPUSpec, tuple[float, float]]] = {}
+_GEMM_CACHE_MAX = 65536
+
+
+def _gemm_best(spec: GemmSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: float, acc: bool,
+               l2: float, tile: tuple[int, int] | None) -> tuple[float, float]:
+    """:func:`_gemm_search`, cached: the planner asks for the same shapes many times (the GPU is
+    keyed by identity and kept alive with its entry; GPUSpec holds a dict, so is not hashable)."""
+    key = (spec, id(gpu), p, sms, bw, acc, l2, tile)
+    hit = _GEMM_CACHE.get(key)
+    if hit is not None and hit[0] is gpu:
+        return hit[1]
+    if len(_GEMM_CACHE) >= _GEMM_CACHE_MAX:
+        _GEMM_CACHE.clear()
+    out = _gemm_search(spec, gpu, p, sms, bw, acc, l2, tile)
+    _GEMM_CACHE[key] = (gpu, out)
+    return out
+
+
+def _gemm_search(spec: GemmSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: float, acc: bool,
+               l2: float, tile: tuple[int, int] | None) -> tuple[float, float]:
+    """The fastest of the library's kernels for the GEMM (tiles x split-K, gemv, the misaligned
+    fallback's derating); cached: the planner asks for the same shapes many times."""
+    eff0 = p.gemm_misaligned_efficiency if is_misaligned(spec) else 1.0
+    cands = [(tile[0], tile[1], 1.0)] if tile is not None else _tile_candidates(p)
+    best: tuple[float, float] | None = None
+    slots = sms * p.gemm_tiles_per_sm
+    ksteps = math.ceil(spec.k / p.gemm_tile_k)
+    for tm, tn, eff in cands:
+        tiles = math.ceil(spec.m / tm) * math.ceil(spec.n / tn) * spec.batch
+        splits = [1] if tile is not None else _split_k_candidates(tiles, slots, ksteps, p.gemm_max_split_k)
+        for split in splits:
+            t, d = _gemm_eval(spec, gpu, p, sms, bw, acc, l2, tm, tn, eff * eff0, split)
+            if best is None or t < best[0]:
+                best = (t, d)
+    assert best is not None
+    if tile is None and min(spec.m, spec.n) <= p.gemm_gemv_max_dim:
+        g = _gemv_eval(spec, gpu, p, sms, bw, acc)
+        if g[0] < best[0]:
+            best = g
+    return best
 
 
 def gemm_profile(spec: GemmSpec, gpu: GPUSpec, params: CostParams | None = None, *,
@@ -128,14 +215,8 @@ def gemm_profile(spec: GemmSpec, gpu: GPUSpec, params: CostParams | None = None,
     bw = gpu.hbm_bytes_per_s * p.mem_bw_fraction if hbm_bytes_per_s_available is None \
         else max(float(hbm_bytes_per_s_available), 1.0)
     acc = bool(getattr(spec, "accumulate", False)) if accumulate is None else bool(accumulate)
-    cands = [(tile[0], tile[1], 1.0)] if tile is not None else _tile_candidates(p)
-    best: tuple[float, float] | None = None
-    for tm, tn, eff in cands:
-        t, d = _gemm_eval(spec, gpu, p, sms, bw, acc, max(l2_pollution, 0.0), tm, tn, eff)
-        if best is None or t < best[0]:
-            best = (t, d)
-    assert best is not None
-    return max(best[0] + p.kernel_launch_overhead_s, _host_floor(spec, p)), best[1]
+    t, d = _gemm_best(spec, gpu, p, sms, bw, acc, max(l2_pollution, 0.0), tuple(tile) if tile is not None else None)
+    return max(t + p.kernel_launch_overhead_s, _host_floor(spec, p)), d
 
 
 def gemm_time_s(spec: GemmSpec, gpu: GPUSpec, params: CostParams | None = None, *,
@@ -240,13 +321,17 @@ def memory_time_s(spec: MemorySpec, gpu: GPUSpec, params: CostParams | None = No
                   hbm_bytes_per_s_available: float | None = None) -> float:
     """Seconds of a memory-bound kernel (or of a chain of ``spec.kernels`` unfused ones):
     ``max(bytes / achievable bandwidth, FLOPs / fp32 CUDA-core peak)`` plus one launch
-    overhead per kernel; bandwidth falls when it has fewer SMs than
+    overhead per kernel (its latency floor), at ``mem_elementwise_efficiency`` of the
+    achievable bandwidth; the ``rowwise_bytes`` of row-wise kernels (fused norms,
+    rotary) move at ``mem_rowwise_efficiency`` of that bandwidth; bandwidth falls when it has fewer SMs than
     ``mem_sm_saturation_fraction`` of them. Never less than the host's dispatch time of its
     eager kernels (``host_kernels × eager_host_overhead_s``)."""
     p = checked_inputs("memory_time_s", spec, MemorySpec, gpu, params, sms_available=sms_available,
                        hbm_bytes_per_s_available=hbm_bytes_per_s_available)
     sms = float(gpu.sms if sms_available is None else min(max(sms_available, 1.0), gpu.sms))
-    t_m = spec.bytes / _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
+    bw = _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available) * p.mem_elementwise_efficiency
+    rowwise = min(float(getattr(spec, "rowwise_bytes", 0.0)), spec.bytes)
+    t_m = (spec.bytes - rowwise) / bw + rowwise / (bw * p.mem_rowwise_efficiency)
     t_c = (spec.flops / (gpu.peak_flops["fp32"] * p.sustained_clock_fraction * sms / gpu.sms)
            if spec.flops else 0.0)
     return max(max(t_m, t_c) + p.kernel_launch_overhead_s * spec.kernels, _host_floor(spec, p))

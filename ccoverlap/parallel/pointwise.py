@@ -44,11 +44,12 @@ from ccoverlap.sim.graph import MemorySpec
 MASK_BYTES = 1  # bool dropout mask per element
 
 
-def kernel_spec(ctx, nbytes: float, kernels: int = 1) -> MemorySpec:
+def kernel_spec(ctx, nbytes: float, kernels: int = 1, rowwise_bytes: float = 0.0) -> MemorySpec:
     """A memory-bound op of ``nbytes`` standing for ``kernels`` kernels (host-dispatched ones when
-    the profile is eager)."""
+    the profile is eager), ``rowwise_bytes`` of them moved by a row-wise (fused norm) kernel."""
     k = max(1, int(kernels))
-    return MemorySpec(bytes=float(nbytes), kernels=k, host_kernels=k if ctx.fw.eager else 0)
+    return MemorySpec(bytes=float(nbytes), kernels=k, host_kernels=k if ctx.fw.eager else 0,
+                      rowwise_bytes=float(rowwise_bytes))
 
 
 def _norm(ctx, direction: str) -> tuple[float, int]:
@@ -92,7 +93,7 @@ def norm_fwd(ctx) -> MemorySpec:
     step.)"""
     nb, nk = _norm(ctx, "fwd")
     eb, ek = _epilogue(ctx)
-    return kernel_spec(ctx, nb + eb, nk + ek)
+    return kernel_spec(ctx, nb + eb, nk + ek, nb if ctx.fw.norm_fused else 0.0)
 
 
 def norm_bwd(ctx) -> MemorySpec:
@@ -101,7 +102,8 @@ def norm_bwd(ctx) -> MemorySpec:
     order): adjacent kernels, one op (see :func:`norm_fwd`)."""
     nb, nk = _norm(ctx, "bwd")
     eb, ek = _epilogue_bwd(ctx)
-    return kernel_spec(ctx, nb + 3 * ctx.local_tokens * ctx.h * ctx.d + eb, nk + 1 + ek)
+    return kernel_spec(ctx, nb + 3 * ctx.local_tokens * ctx.h * ctx.d + eb, nk + 1 + ek,
+                       nb if ctx.fw.norm_fused else 0.0)
 
 
 def final_norm_bwd(ctx) -> MemorySpec:

@@ -94,10 +94,15 @@ class MemorySpec:
     bytes: NonNegative
     flops: NonNegative = 0.0
     kernels: Dim = 1  # kernels this op stands for (an unfused element-wise chain: each pays a launch)
+    # of ``bytes``, those moved by row-wise kernels (a fused norm, rotary embedding: one thread
+    # block per token row, a reduction across it), which reach less bandwidth than streaming ones
+    rowwise_bytes: NonNegative = 0.0
     host_kernels: Dim0 = 0  # of them dispatched by eager PyTorch from the host (0: not host-bound)
 
     def __post_init__(self) -> None:
         check_fields(self, "memory-bound op")
+        if self.rowwise_bytes > self.bytes:
+            raise ConfigError(f"memory-bound op: rowwise_bytes ({self.rowwise_bytes}) exceeds bytes ({self.bytes})")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -96,7 +96,8 @@ def predict_row(kind: str, row: dict[str, Any], gpu: GPUSpec, p: CostParams) -> 
                         dtype_bytes=int(row.get("dtype_bytes", 2)))
         t, kernels, label = gemm_time_s(spec, gpu, p), 1, f"{spec.batch}x{spec.m}x{spec.n}x{spec.k}"
     elif kind == "memory":
-        mspec = MemorySpec(bytes=float(row["bytes"]), kernels=int(row.get("kernels", 1)))
+        rowwise = float(row["bytes"]) if str(row.get("pattern", "stream")) == "rowwise" else 0.0
+        mspec = MemorySpec(bytes=float(row["bytes"]), kernels=int(row.get("kernels", 1)), rowwise_bytes=rowwise)
         t, kernels, label = memory_time_s(mspec, gpu, p), mspec.kernels, f"{row.get('op', '')} {row['bytes']:.0f} B"
     elif kind == "attention":
         aspec = attention_spec(row)
@@ -182,3 +183,33 @@ def text_lines(rep: dict[str, Any]) -> list[str]:
         out.append(f"  {name}: {s['n']} rows, median {s['median_abs_error']:.1%}, mean {s['mean_abs_error']:.1%}, "
                    f"signed {s['mean_signed_error']:+.1%}")
     return out
+
+
+def fit_params(gpu_name: str, kind: str, names: list[str], split: str = "fit", root=None) -> dict[str, float]:
+    """Fit the cost parameters ``names`` of ``gpu_name`` on the ``split`` half of the corpus
+    tables of ``kind`` on that GPU: Nelder-Mead on the mean |log(predicted / measured)|, from the
+    GPU's defaults. Returns ``{name: value}`` (fractions kept in [0.01, 1])."""
+    import numpy as np
+    from scipy.optimize import minimize
+
+    gpu = get_gpu(gpu_name)
+    base = default_params(gpu)
+    tables = [t for t in load_kind(kind, root=root) if get_gpu(t.gpu).name == gpu.name]
+    rows = [(t, r) for t in tables for r in t.half(split)]
+    if not rows:
+        raise ConfigError(f"no {kind} rows on {gpu.name} in split {split!r} to fit on")
+    x0 = np.array([float(getattr(base, n)) * (0.8 if n.endswith("efficiency") else 1.0) for n in names])
+    fractions = {n for n in names if n.endswith(("fraction", "efficiency", "overlap"))}
+
+    def params_of(x) -> CostParams:
+        vals = {n: (min(max(v, 0.01), 1.0) if n in fractions else max(v, 0.0)) for n, v in zip(names, x)}
+        return base.with_overrides(**vals)
+
+    def loss(x) -> float:
+        p = params_of(x)
+        return float(np.mean([abs(math.log(max(predict_row(kind, r, gpu, p)[0], 1e-9) / float(r["time_s"])))
+                              for _, r in rows]))
+
+    res = minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5, "maxiter": 400})
+    p = params_of(res.x)
+    return {n: float(getattr(p, n)) for n in names}

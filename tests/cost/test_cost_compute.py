@@ -113,7 +113,7 @@ def test_launch_overhead_is_paid_per_kernel():
 
 def test_memory_bound_op_is_bytes_over_achievable_bandwidth():
     spec = MemorySpec(bytes=3.0e9)
-    expect = 3.0e9 / (H100.hbm_bytes_per_s * P.mem_bw_fraction) + P.kernel_launch_overhead_s
+    expect = 3.0e9 / (H100.hbm_bytes_per_s * P.mem_bw_fraction * P.mem_elementwise_efficiency) + P.kernel_launch_overhead_s
     assert memory_time_s(spec, H100, P) == pytest.approx(expect)
     # fewer SMs than needed to saturate HBM, or less bandwidth: slower
     assert memory_time_s(spec, H100, P, sms_available=20) > 1.5 * expect
@@ -135,7 +135,8 @@ def test_k_split_pays_for_accumulating_into_c():
         pieces = split_gemm(FFN, ways, "k")
         without = sum(gemm_time_s(piece, H100, P, accumulate=False) for piece in pieces)
         extra_read = (ways - 1) * FFN.m * FFN.n * FFN.dtype_bytes / (H100.hbm_bytes_per_s * P.mem_bw_fraction)
-        assert split_gemm_time_s(FFN, ways, "k", H100, P) - without > 0.15 * extra_read
+        # the fitted overlap hides most of the extra read under the tile loop; some remains
+        assert split_gemm_time_s(FFN, ways, "k", H100, P) - without > 0.05 * extra_read
 
 
 def test_sustained_clock_scales_tensor_work_not_hbm_bandwidth():

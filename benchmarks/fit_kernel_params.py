@@ -1,0 +1,33 @@
+"""Fit the compute cost parameters per GPU on the kernel corpus's ``fit`` half (repeatable).
+
+Prints, per GPU with data, the values that :mod:`ccoverlap.cost.params` ships as that GPU's
+defaults (``_GPU_OVERRIDES``); the other half judges them (``ccoverlap validate kernels``).
+
+    python benchmarks/fit_kernel_params.py [--gpu H100-SXM] [--kind gemm]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ccoverlap.validate.kernels import fit_params
+
+GEMM = ["gemm_peak_fraction", "gemm_small_tile_efficiency", "gemm_tile_overhead_ksteps", "gemm_mem_overlap"]
+MEMORY = ["mem_elementwise_efficiency", "mem_rowwise_efficiency"]
+GPUS = {"gemm": ["H100-SXM", "H200", "A100-80GB-SXM", "A40"], "memory": ["H100-SXM", "A100-80GB-SXM", "A40"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gpu", action="append")
+    ap.add_argument("--kind", action="append", choices=("gemm", "memory"))
+    args = ap.parse_args()
+    for kind in args.kind or ["gemm", "memory"]:
+        names = GEMM if kind == "gemm" else MEMORY
+        for gpu in args.gpu or GPUS[kind]:
+            vals = fit_params(gpu, kind, names)
+            print(f"{kind} {gpu}: " + ", ".join(f"{k}={v:.4g}" for k, v in vals.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
