@@ -215,7 +215,8 @@ def gemm_profile(spec: GemmSpec, gpu: GPUSpec, params: CostParams | None = None,
     bw = gpu.hbm_bytes_per_s * p.mem_bw_fraction if hbm_bytes_per_s_available is None \
         else max(float(hbm_bytes_per_s_available), 1.0)
     acc = bool(getattr(spec, "accumulate", False)) if accumulate is None else bool(accumulate)
-    t, d = _gemm_best(spec, gpu, p, sms, bw, acc, max(l2_pollution, 0.0), tuple(tile) if tile is not None else None)
+    t, d = _gemm_best(spec, gpu, p, sms, bw, acc, max(l2_pollution, 0.0),
+                      (int(tile[0]), int(tile[1])) if tile is not None else None)
     return max(t + p.kernel_launch_overhead_s, _host_floor(spec, p)), d
 
 
