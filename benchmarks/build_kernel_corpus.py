@@ -11,7 +11,9 @@ Every table is a CSV of measured kernel times beside a YAML naming its source; s
   ``[n, k]`` weight shard of a TP rank; no bias for these models except Phi-2's); the
   element-wise ops are one kernel each: vLLM's fused ``RMSNorm``, ``rotary_embedding`` (in place
   on Q and K), ``SiluAndMul`` (GELU for Phi-2) and the residual ``add`` (two adds for Phi-2,
-  whose block has no second norm: ``attn + ffn + residual``). The attention kernels
+  whose block has no second norm: ``attn + ffn + residual``). vLLM's norm, rotary and activation
+  kernels launch one thread block per token (``pattern: rowwise``); the add is PyTorch's
+  vectorised element-wise kernel (``pattern: stream``). The attention kernels
   (``attention.csv``) are not in the snapshot read (stored as large-file pointers), so vidur
   gives GEMM and memory-bound rows only. Pass the path of a git directory of vidur with
   ``--vidur``; rows are read at commit ``--vidur-commit``.
@@ -48,6 +50,9 @@ VIDUR_GPUS = {"a100": "A100-80GB-SXM", "a40": "A40", "h100": "H100-SXM"}
 VIDUR_HW = {"a100": "A100 80GB (vidur: the same compute profile serves its DGX A100 and 4 x A100 PCIe nodes)",
             "a40": "A40 48GB (vidur: 8 x A40 pairwise-NVLink node)",
             "h100": "H100 80GB SXM (vidur: H100 DGX)"}
+#: vidur's times come from profiler traces at 1 us resolution: rows under this many seconds are
+#: a third or more rounding and are left out (of both halves)
+MIN_TIME_S = 3e-6
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 MEM_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
 
@@ -107,19 +112,18 @@ def vidur_rows(gitdir: str, commit: str, dev: str) -> tuple[list[dict], list[dic
             tp = int(r["num_tensor_parallel_workers"])
             for op in GEMM_OPS:
                 v = r.get(f"time_stats.{op}.median", "")
-                if not v:
+                if not v or float(v) * 1e-3 < MIN_TIME_S:
                     continue
                 m, n, k = _gemm_shape(op, r)
                 gemm.setdefault((m, n, k), []).append((float(v) * 1e-3, model, tp, op))
             for op in MEM_OPS:
                 v = r.get(f"time_stats.{op}.median", "")
-                if not v:
+                if not v or float(v) * 1e-3 < MIN_TIME_S:
                     continue
                 nbytes, kernels = _mem_bytes(op, r, model)
                 mem.append({"op": op, "model": model, "tp": tp, "tokens": int(r["num_tokens"]),
                             "bytes": int(nbytes), "kernels": kernels, "dtype_bytes": 2,
-                            "pattern": "rowwise" if op in ("input_layernorm", "post_attention_layernorm", "attn_rope")
-                            else "stream", "timing": "kernel",
+                            "pattern": "stream" if op == "add" else "rowwise", "timing": "kernel",
                             "time_s": float(v) * 1e-3})
     rows = []
     for (m, n, k), ms in sorted(gemm.items()):
@@ -174,6 +178,44 @@ def fa3_rows() -> list[dict]:
     return out
 
 
+# pytorch/pytorch#142132 (2024-12-05, torch 2.6.0.dev20241204+cu124, H100): tritonbench
+# flash_attention (batch 1, 24 heads, seq 4608, head dim 128), TFLOP/s per backend.
+PT142132 = {"fa2": 329.483, "cudnn": 631.338, "fa3": 631.827}
+# pytorch/pytorch#126122 ("A100 Numbers", 2024-05): SDPA flash vs cuDNN, microseconds, by
+# (batch, seq, heads, head dim).
+PT126122 = {(1, 4096, 32, 64): (799.391, 836.327), (1, 4096, 16, 128): (750.131, 806.964),
+            (1, 8192, 32, 64): (3211.84, 3234.41)}
+
+
+# pytorch/FBGEMM#2546 (2024-04-29), H100 500W: bf16 and FP8 (row-wise scaled, GEMM only) times, ms.
+FBGEMM2546 = {(8192, 8192, 8192): (1.879, 0.977), (65536, 8192, 7168): (13.383, 7.108),
+              (65536, 3584, 8192): (7.044, 3.372)}
+
+
+def fbgemm_rows() -> list[dict]:
+    out = []
+    for (m, n, k), (bf16_ms, fp8_ms) in FBGEMM2546.items():
+        for dt, ms in ((2, bf16_ms), (1, fp8_ms)):
+            out.append({"op": "bf16" if dt == 2 else "fp8 rowwise", "model": "", "tp": 1, "m": m, "n": n, "k": k,
+                        "batch": 1, "dtype_bytes": dt, "timing": "kernel", "time_s": ms * 1e-3})
+    return out
+
+
+def issue_attention_rows() -> tuple[list[dict], list[dict]]:
+    """(H100 rows of pytorch#142132, A100 rows of pytorch#126122); forward, non-causal (see the notes)."""
+    h100 = []
+    for backend, tflops in PT142132.items():
+        flops = 4.0 * 1 * 4608 * 4608 * 24 * 128
+        h100.append({"backend": backend, "direction": "fwd", "causal": 0, "batch": 1, "heads": 24, "kv_heads": 24,
+                     "seq": 4608, "head_dim": 128, "timing": "kernel", "time_s": flops / (tflops * 1e12)})
+    a100 = []
+    for (b, seq, h, d), times in PT126122.items():
+        for backend, us in zip(("fa2", "cudnn"), times):
+            a100.append({"backend": backend, "direction": "fwd", "causal": 0, "batch": b, "heads": h, "kv_heads": h,
+                         "seq": seq, "head_dim": d, "timing": "kernel", "time_s": us * 1e-6})
+    return h100, a100
+
+
 def h200_attention_rows() -> list[dict]:
     """The cuDNN attention kernels of the H200 layer trace (median of its steps, summed per pass)."""
     meta = json.loads((ROOT / "benchmarks/data/gpu-h200/layer/layer.json").read_text())
@@ -211,6 +253,7 @@ def _vidur_meta(dev: str, what: str, commit: str, split_key: str) -> str:
             f"notes: >-\n  {what} Per-op median of 20 steps of vidur's record_function profiling "
             f"(sum of the op's kernel durations, fp16), read at the token counts "
             f"{', '.join(map(str, TOKENS))} and TP 1, 2, 4, 8 of every model in the directory; "
+            f"rows under {MIN_TIME_S * 1e6:.0f} us are left out (the traces' 1 us resolution); "
             f"built by benchmarks/build_kernel_corpus.py.\n")
 
 
@@ -230,7 +273,9 @@ def main() -> None:
                  "up/gate, down projections), one cuBLAS kernel each.", commit, "[m, n, k]"))
         _write(out, "memory", f"vidur-{dev}", mem, _vidur_meta(
             dev, "Element-wise ops (RMSNorm, rotary embedding, SiluAndMul / GELU, residual add), bytes "
-                 "= HBM bytes read + written at 2 bytes an element, one row per (op, bytes).",
+                 "= HBM bytes read + written at 2 bytes an element, one row per (op, bytes); pattern: "
+                 "rowwise for vLLM's one-block-per-token kernels (norm, rotary, activation), stream for "
+                 "PyTorch's element-wise add.",
             commit, "[op, bytes]"))
     _write(out, "gemm", "h200-sweep", h200_gemm_rows(),
            "source:\n  repository: ccoverlap\n  path: benchmarks/data/gpu-h200/gemm_vs_model.json\n"
@@ -252,6 +297,32 @@ def main() -> None:
            "hardware: NVIDIA H100 80GB SXM5\ngpu: H100-SXM\nunits: {time_s: s}\nsplit_key: [backend, seq]\n"
            "notes: >-\n  Forward, causal, head dim 128, hidden 2048 (16 heads), batch x seqlen = 16k; times "
            "from the figure's TFLOP/s (read from the plot, +-2%) with the paper's causal FLOP count.\n")
+    _write(out, "gemm", "fbgemm-2546-h100-500w", fbgemm_rows(),
+           "source:\n  repository: pytorch/FBGEMM\n  path: pull request 2546 (description)\n"
+           "  commit: 2024-04-29 (the pull request's description)\n  licence: facts quoted from a public pull request\n"
+           "  url: https://github.com/pytorch/FBGEMM/pull/2546\n"
+           "hardware: NVIDIA H100 at 500 W\ngpu: H100-96GB-HBM2e-500W\nunits: {time_s: s}\n"
+           "split_key: [m, n, k, dtype_bytes]\n"
+           "notes: >-\n  bf16 GEMMs and FP8 row-wise scaled GEMMs (the 'fp8 row gemm only' lines: the GEMM "
+           "without the input quantisation) of three large shapes; the catalog's 500 W H100 (Meta's Grand "
+           "Teton part) is assumed.\n")
+    h100_issue, a100_issue = issue_attention_rows()
+    _write(out, "attention", "pytorch-142132-h100", h100_issue,
+           "source:\n  repository: pytorch/pytorch\n  path: issue 142132\n"
+           "  commit: torch 2.6.0.dev20241204+cu124 (the issue's build)\n  licence: facts quoted from a public issue\n"
+           "  url: https://github.com/pytorch/pytorch/issues/142132\n"
+           "hardware: NVIDIA H100 (tritonbench)\ngpu: H100-SXM\nunits: {time_s: s}\nsplit_key: [backend, seq]\n"
+           "notes: >-\n  tritonbench flash_attention, batch 1, 24 heads, seq 4608, head dim 128: SDPA's default "
+           "(the FlashAttention-2 backend) 329.5, cuDNN 631.3, FlashAttention-3 631.8 TFLOP/s; forward and "
+           "non-causal (tritonbench's defaults; assumption), times from 4 b s^2 h d / TFLOP/s.\n")
+    _write(out, "attention", "pytorch-126122-a100", a100_issue,
+           "source:\n  repository: pytorch/pytorch\n  path: pull request 126122 ('A100 Numbers')\n"
+           "  commit: 2024-05 (the pull request's description)\n  licence: facts quoted from a public pull request\n"
+           "  url: https://github.com/pytorch/pytorch/pull/126122\n"
+           "hardware: NVIDIA A100\ngpu: A100-80GB-SXM\nunits: {time_s: s}\nsplit_key: [backend, seq, head_dim]\n"
+           "notes: >-\n  SDPA flash (FlashAttention-2) and cuDNN backends, times in microseconds as printed; the "
+           "direction and mask are not stated: forward and non-causal assumed (170-180 TFLOP/s, an A100 "
+           "FlashAttention-2 forward's rate; forward + backward would exceed the peak).\n")
     _write(out, "attention", "h200-layer", h200_attention_rows(),
            "source:\n  repository: ccoverlap\n  path: benchmarks/data/gpu-h200/layer/trace\n"
            "  commit: see benchmarks/data/gpu-h200/layer/layer.json\n  licence: Apache-2.0\n"

@@ -12,18 +12,21 @@ import argparse
 
 from ccoverlap.validate.kernels import fit_params
 
-GEMM = ["gemm_peak_fraction", "gemm_small_tile_efficiency", "gemm_tile_overhead_ksteps", "gemm_mem_overlap"]
-MEMORY = ["mem_elementwise_efficiency", "mem_rowwise_efficiency"]
-GPUS = {"gemm": ["H100-SXM", "H200", "A100-80GB-SXM", "A40"], "memory": ["H100-SXM", "A100-80GB-SXM", "A40"]}
+GEMM = ["gemm_peak_fraction", "gemm_small_tile_efficiency", "gemm_tile_overhead_ksteps", "gemm_mem_overlap",
+        "gemm_gemv_efficiency"]
+MEMORY = ["mem_rowwise_efficiency", "mem_rowwise_latency_s", "mem_rowwise_blocks_per_sm"]
+ATTENTION = ["attention_tile_overhead_iters", "attention_causal_efficiency"]
+GPUS = {"gemm": ["H100-SXM", "H200", "A100-80GB-SXM", "A40"], "memory": ["H100-SXM", "A100-80GB-SXM", "A40"],
+        "attention": ["H100-SXM"]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gpu", action="append")
-    ap.add_argument("--kind", action="append", choices=("gemm", "memory"))
+    ap.add_argument("--kind", action="append", choices=("gemm", "memory", "attention"))
     args = ap.parse_args()
-    for kind in args.kind or ["gemm", "memory"]:
-        names = GEMM if kind == "gemm" else MEMORY
+    for kind in args.kind or ["gemm", "memory", "attention"]:
+        names = {"gemm": GEMM, "memory": MEMORY, "attention": ATTENTION}[kind]
         for gpu in args.gpu or GPUS[kind]:
             vals = fit_params(gpu, kind, names)
             print(f"{kind} {gpu}: " + ", ".join(f"{k}={v:.4g}" for k, v in vals.items()), flush=True)

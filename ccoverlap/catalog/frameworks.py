@@ -20,9 +20,11 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
 * ``attention``: ``flash`` (one fused kernel per direction) or ``unfused`` (batched QKᵀ GEMM,
   scale + causal mask + softmax over the s×s scores, dropout, PV GEMM: Megatron-LM's
   ``CoreAttention`` before FlashAttention); ``softmax_fused``: scale+mask+softmax in one kernel
-  (Megatron's ``FusedScaleMaskSoftmax``) or three. ``flash_kernel``: ``native`` (the GPU's own
-  flash kernel: cuDNN / FlashAttention-3 on Hopper, FlashAttention-2 on Ampere) or ``fa2`` (an
-  FlashAttention-2-class kernel on any GPU, e.g. PyTorch SDPA's flash backend on H100).
+  (Megatron's ``FusedScaleMaskSoftmax``) or three. ``flash_kernel``: the attention backend the
+  framework runs: ``native`` (the GPU's own: cuDNN on Hopper, FlashAttention-2 on Ampere),
+  ``fa2`` (FlashAttention-2, e.g. PyTorch SDPA's flash backend, on any GPU), ``fa3``
+  (FlashAttention-3, Hopper), ``cudnn`` (cuDNN fused attention, SDPA's cuDNN backend),
+  ``efficient`` (SDPA's memory-efficient backend) or ``math`` (SDPA's unfused math backend).
 * ``selective_recompute`` (what ``recompute="selective"`` means in this framework):
   ``attention`` (Megatron-LM, Korthikanti et al. 2022: the core attention is recomputed) or
   ``op`` (torchtitan's per-op selective AC: matmul and attention outputs are saved except every
@@ -123,7 +125,7 @@ from ccoverlap.errors import ConfigError
 DEFAULT_FRAMEWORK = "megatron-core"
 _DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "frameworks"
 ATTENTION_IMPLS = ("flash", "unfused")
-FLASH_KERNELS = ("native", "fa2")
+FLASH_KERNELS = ("native", "fa2", "fa3", "cudnn", "efficient", "math")
 SELECTIVE_RECOMPUTE = ("attention", "op")
 LINEARS = ("qkv", "proj", "fc1", "fc2")
 REDUCE_DTYPES = ("fp32", "bf16")

@@ -154,11 +154,11 @@ def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw:
 def _gemv_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw: float,
                accumulate: bool) -> tuple[float, float]:
     """Matrix-vector-like GEMMs (``min(m, n) <= gemm_gemv_max_dim``): the library's gemv /
-    small-batched kernels stream both operands once; ``max(bytes / bandwidth, FLOPs / the
-    CUDA-core peak)``."""
+    small-batched kernels stream both operands once at ``gemm_gemv_efficiency`` of the
+    bandwidth; ``max(bytes / that bandwidth, FLOPs / the CUDA-core peak)``."""
     nbytes = spec.bytes + (spec.batch * spec.m * spec.n * spec.dtype_bytes if accumulate else 0.0)
     rate = gpu.peak_flops["fp32"] * params.sustained_clock_fraction * sms / gpu.sms
-    return max(nbytes / bw, spec.flops / rate), nbytes
+    return max(nbytes / (bw * params.gemm_gemv_efficiency), spec.flops / rate), nbytes
 
 
 _GEMM_CACHE: dict[tuple, tuple[GPUSpec, tuple[float, float]]] = {}
@@ -282,22 +282,71 @@ def _stream_bandwidth(gpu: GPUSpec, p: CostParams, sms: float, bw: float | None)
 def attention_time_s(spec: AttentionSpec, gpu: GPUSpec, params: CostParams | None = None, *,
                      sms_available: float | None = None,
                      hbm_bytes_per_s_available: float | None = None, l2_pollution: float = 0.0) -> float:
-    """Seconds of a fused (flash) attention kernel: roofline ``max(FLOPs / (peak ×
-    fraction × sustained_clock_fraction × SM share), bytes / bandwidth)`` plus launch
-    overhead, where the fraction is
-    :func:`attention_fraction` of the kernel (forward / backward, native / FA2-class), derated
-    on Hopper for a causal mask by :func:`ccoverlap.cost.params.causal_attention_factor`
-    (FlashAttention-3 paper Fig. 5). No wave quantisation (flash kernels tile over heads × query blocks, usually many waves)."""
+    """Seconds of one attention kernel (or, for the ``math`` backend, of its unfused kernels).
+
+    Flash backends (FA2, FA3, cuDNN, memory-efficient) with a known shape (``heads``, ``seq``,
+    ``head_dim``): the kernel is ``heads × ceil(seq / 128)`` query-block tiles, one CTA per SM;
+    a tile iterates over 128-key blocks (all of them, or those up to the diagonal when causal)
+    and pays ``attention_tile_overhead_iters`` more for its prologue / epilogue. Compute time
+    is ``max(total tile time / SMs, the longest tile)`` (causal: tiles are uneven) or whole
+    waves of equal tiles (non-causal), each block at :func:`attention_fraction` of the per-SM
+    peak (causal: × ``attention_causal_efficiency``, the masking of diagonal blocks); the
+    HBM term as a roofline beside it. Short sequences and few heads leave SMs idle and pay the
+    per-tile overhead: the FlashAttention-3 paper's Fig. 5 causal curves. Without a shape: the
+    roofline ``max(FLOPs / rate, bytes / bandwidth)`` derated on Hopper for a causal mask by
+    :func:`ccoverlap.cost.params.causal_attention_factor`. Plus launch overhead."""
     p = checked_inputs("attention_time_s", spec, AttentionSpec, gpu, params, sms_available=sms_available,
                        hbm_bytes_per_s_available=hbm_bytes_per_s_available, l2_pollution=l2_pollution)
     sms = float(gpu.sms if sms_available is None else min(max(sms_available, 1.0), gpu.sms))
-    frac = attention_fraction(spec, p)
-    if getattr(spec, "causal_len", 0) and _is_hopper(gpu):
-        frac *= causal_attention_factor(spec.kernel, spec.causal_len)
-    flops_rate = gpu.flops_for(spec.dtype_bytes) * frac * p.sustained_clock_fraction * sms / gpu.sms
-    t_c = spec.flops / flops_rate
-    t_m = spec.bytes * (1.0 + max(l2_pollution, 0.0)) / _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
+    bw = _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
+    t_m = spec.bytes * (1.0 + max(l2_pollution, 0.0)) / bw
+    backend = attention_backend(spec, gpu)
+    if backend == "math":
+        t = _math_attention_s(spec, gpu, p, sms, bw)
+        return max(t + 4 * p.kernel_launch_overhead_s, _host_floor(spec, p))
+    frac = attention_fraction(spec, p, gpu)
+    peak = gpu.flops_for(spec.dtype_bytes) * frac * p.sustained_clock_fraction
+    if spec.heads and spec.seq and spec.head_dim:
+        t_c = _flash_tiles_s(spec, p, peak / gpu.sms, sms)
+    else:
+        if spec.causal_len and _is_hopper(gpu):
+            peak *= causal_attention_factor("fa2" if backend == "fa2" else "native", spec.causal_len)
+        t_c = spec.flops / (peak * sms / gpu.sms)
     return max(max(t_c, t_m) + p.kernel_launch_overhead_s, _host_floor(spec, p))
+
+
+_ATTN_BLOCK = 128  # query and key block of the flash kernels (FA2 / FA3 / cuDNN, head dim <= 128)
+
+
+def _flash_tiles_s(spec: AttentionSpec, p: CostParams, per_sm_flops: float, sms: float) -> float:
+    """Compute seconds of a flash kernel over its query-block tiles (see :func:`attention_time_s`)."""
+    qb = math.ceil(spec.seq / _ATTN_BLOCK)
+    kvb = qb
+    iter_flops = 4.0 * _ATTN_BLOCK * _ATTN_BLOCK * spec.head_dim * (2.5 if spec.backward else 1.0)
+    o = p.attention_tile_overhead_iters
+    if spec.causal_len:
+        rate = per_sm_flops * p.attention_causal_efficiency
+        iters = qb * (qb + 1) / 2.0  # tile i runs i + 1 key blocks
+        total = spec.heads * (iters + qb * o) * iter_flops / rate
+        longest = (kvb + o) * iter_flops / rate
+        return max(total / sms, longest)
+    tiles = spec.heads * qb
+    waves = math.ceil(tiles / sms - _EPS)
+    return waves * (kvb + o) * iter_flops / per_sm_flops
+
+
+def _math_attention_s(spec: AttentionSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: float) -> float:
+    """PyTorch SDPA's math backend: QKᵀ and PV as batched GEMMs over the full score matrix (a
+    causal mask saves nothing), the scores written and read by scale / mask / softmax (fwd 6,
+    bwd 10 passes of 2 bytes an element)."""
+    full = spec.flops * (2.0 if spec.causal_len else 1.0)
+    t_c = full / (gpu.flops_for(spec.dtype_bytes) * p.gemm_peak_fraction * p.sustained_clock_fraction
+                  * sms / gpu.sms)
+    if spec.heads and spec.seq:
+        scores = float(spec.heads) * spec.seq * spec.seq * 2.0 * (10 if spec.backward else 6)
+    else:
+        scores = 0.0
+    return t_c + (spec.bytes + scores) / bw
 
 
 def _is_hopper(gpu: GPUSpec) -> bool:
@@ -306,14 +355,29 @@ def _is_hopper(gpu: GPUSpec) -> bool:
     return gpu.vendor.lower() == "nvidia" and "fp8" in gpu.peak_flops
 
 
-def attention_fraction(spec: AttentionSpec, p: CostParams) -> float:
-    """Fraction of the dense peak a flash kernel reaches: ``attention_peak_fraction`` /
-    ``attention_bwd_peak_fraction`` for the GPU's native kernel (FlashAttention-3 / cuDNN on
-    Hopper, FlashAttention-2 on Ampere), ``attention_fa2_*`` for an FA2-class kernel on a
-    newer GPU (PyTorch SDPA's flash backend on H100); sources in :mod:`ccoverlap.cost.params`."""
+def attention_backend(spec: AttentionSpec, gpu: GPUSpec) -> str:
+    """The backend ``spec.kernel`` runs as on ``gpu``: ``native`` is cuDNN on Hopper (the
+    TransformerEngine default there) and FlashAttention-2 elsewhere; FlashAttention-3 needs Hopper
+    (elsewhere the GPU's native kernel runs)."""
+    k = getattr(spec, "kernel", "native")
+    if k == "native":
+        return "cudnn" if _is_hopper(gpu) else "fa2"
+    if k == "fa3" and not _is_hopper(gpu):
+        return "fa2"
+    return k
+
+
+def attention_fraction(spec: AttentionSpec, p: CostParams, gpu: GPUSpec | None = None) -> float:
+    """Fraction of the dense peak a flash kernel's main loop reaches: ``attention_peak_fraction``
+    / ``attention_bwd_peak_fraction`` for cuDNN / FlashAttention-3 on Hopper and the native kernel
+    elsewhere, ``attention_fa2_*`` for FlashAttention-2, the FA2 value ×
+    ``attention_efficient_relative`` for SDPA's memory-efficient (xFormers CUTLASS) kernel; sources
+    in :mod:`ccoverlap.cost.params`."""
     bwd = getattr(spec, "backward", False)
-    if getattr(spec, "kernel", "native") == "fa2":
-        return p.attention_fa2_bwd_peak_fraction if bwd else p.attention_fa2_peak_fraction
+    k = attention_backend(spec, gpu) if gpu is not None else getattr(spec, "kernel", "native")
+    if k in ("fa2", "efficient"):
+        f = p.attention_fa2_bwd_peak_fraction if bwd else p.attention_fa2_peak_fraction
+        return f * (p.attention_efficient_relative if k == "efficient" else 1.0)
     return p.attention_bwd_peak_fraction if bwd else p.attention_peak_fraction
 
 
@@ -322,17 +386,23 @@ def memory_time_s(spec: MemorySpec, gpu: GPUSpec, params: CostParams | None = No
                   hbm_bytes_per_s_available: float | None = None) -> float:
     """Seconds of a memory-bound kernel (or of a chain of ``spec.kernels`` unfused ones):
     ``max(bytes / achievable bandwidth, FLOPs / fp32 CUDA-core peak)`` plus one launch
-    overhead per kernel (its latency floor), at ``mem_elementwise_efficiency`` of the
-    achievable bandwidth; the ``rowwise_bytes`` of row-wise kernels (fused norms,
-    rotary) move at ``mem_rowwise_efficiency`` of that bandwidth; bandwidth falls when it has fewer SMs than
+    overhead per kernel (its latency floor); the ``rowwise_bytes`` of row-wise kernels (fused norms,
+    rotary) move at ``mem_rowwise_efficiency`` of that bandwidth (less when fewer than
+    ``mem_rowwise_blocks_per_sm`` rows per SM keep the SMs busy), never faster than
+    ``mem_rowwise_latency_s`` (one block's pass over its row); bandwidth falls when it has fewer SMs than
     ``mem_sm_saturation_fraction`` of them. Never less than the host's dispatch time of its
     eager kernels (``host_kernels × eager_host_overhead_s``)."""
     p = checked_inputs("memory_time_s", spec, MemorySpec, gpu, params, sms_available=sms_available,
                        hbm_bytes_per_s_available=hbm_bytes_per_s_available)
     sms = float(gpu.sms if sms_available is None else min(max(sms_available, 1.0), gpu.sms))
-    bw = _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available) * p.mem_elementwise_efficiency
+    bw = _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
     rowwise = min(float(getattr(spec, "rowwise_bytes", 0.0)), spec.bytes)
-    t_m = (spec.bytes - rowwise) / bw + rowwise / (bw * p.mem_rowwise_efficiency)
+    t_row = 0.0
+    if rowwise > 0:
+        rows = int(getattr(spec, "rows", 0))
+        fill = min(1.0, rows / (sms * p.mem_rowwise_blocks_per_sm)) if rows else 1.0  # SMs the rows keep busy
+        t_row = max(rowwise / (bw * p.mem_rowwise_efficiency * fill), p.mem_rowwise_latency_s)
+    t_m = (spec.bytes - rowwise) / bw + t_row
     t_c = (spec.flops / (gpu.peak_flops["fp32"] * p.sustained_clock_fraction * sms / gpu.sms)
            if spec.flops else 0.0)
     return max(max(t_m, t_c) + p.kernel_launch_overhead_s * spec.kernels, _host_floor(spec, p))

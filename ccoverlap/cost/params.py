@@ -48,9 +48,9 @@ class CostParams:
     # Fraction of the datasheet dense peak one SM sustains inside a large, well-shaped GEMM tile
     # loop. Public cuBLAS bf16 numbers on H100 SXM are ~700-800 TFLOP/s of 989 (~0.75-0.8 end to
     # end, this factor excludes wave/tile losses modelled separately). fit: GEMM sweep.
-    # FITTED (H100 SXM): 0.880 on the fit half of the GEMM corpus (vidur H100 + OpenXLA H100 tables;
+    # FITTED (H100 SXM): 0.874 on the fit half of the GEMM corpus (vidur H100 + OpenXLA H100 tables;
     # benchmarks/fit_kernel_params.py), with the three GEMM fields below.
-    gemm_peak_fraction: float = 0.880
+    gemm_peak_fraction: float = 0.874
     # Output tile (CTA) shape of the main GEMM kernel, and the K step of its main loop.
     # Hopper cuBLAS/CUTLASS warp-specialised kernels: 128x256x64, one CTA per SM. fit: GEMM sweep
     # (wave steps appear at multiples of sms*tiles_per_sm tiles).
@@ -61,21 +61,24 @@ class CostParams:
     # Libraries also ship half-size tiles (tile_m x tile_n/2, tile_m/2 x tile_n, ...) and pick one
     # per shape; each halving costs this much per-SM efficiency (lower reuse in shared memory).
     # 0 disables the smaller tiles. assumption; fit: GEMM sweep of skinny shapes.
-    gemm_small_tile_efficiency: float = 0.608  # FITTED (H100 SXM), see gemm_peak_fraction
+    gemm_small_tile_efficiency: float = 0.606  # FITTED (H100 SXM), see gemm_peak_fraction
     # Per-tile prologue/epilogue (pipeline fill, output store), in units of main-loop K steps:
     # a tile with K/tile_k steps costs (K/tile_k + this) steps. Makes small-K (K-split) GEMMs
     # inefficient (ficco §IV-C1). assumption; fit: GEMM sweep over K.
-    gemm_tile_overhead_ksteps: float = 4.51  # FITTED (H100 SXM), see gemm_peak_fraction
+    gemm_tile_overhead_ksteps: float = 4.60  # FITTED (H100 SXM), see gemm_peak_fraction
     # Fraction of the shorter of (compute, memory) time per wave hidden under the longer.
     # 0 is lagom eq. 6 literally (f = theta + D/B); 1 is a pure roofline per wave. assumption.
-    gemm_mem_overlap: float = 0.922  # FITTED (H100 SXM), see gemm_peak_fraction
+    gemm_mem_overlap: float = 0.939  # FITTED (H100 SXM), see gemm_peak_fraction
     # Split-K: with fewer output tiles than SM slots, libraries cut K into up to this many pieces
     # run side by side and reduce their fp32 partials (cuBLAS split-K / CUTLASS stream-K). The
     # model tries powers of two up to it. assumption (cuBLASLt's split-K heuristics go to 16-32).
     gemm_max_split_k: int = 16
-    # Matrix-vector-like GEMMs (min(m, n) <= this) run as gemv / small batched kernels that stream
-    # the operands once (no tile padding of the short side). assumption; fit: GEMM sweep of m = 1-16.
+    # Matrix-vector-like GEMMs (min(m, n) <= this) may run as gemv / small batched kernels that
+    # stream the operands once (no tile padding of the short side); the faster path is taken.
+    # 0: no gemv path. assumption; fit: GEMM sweep of m = 1-16.
     gemm_gemv_max_dim: int = 8
+    # Fraction of the achievable bandwidth those gemv kernels reach. fit: GEMM corpus rows of m <= 8.
+    gemm_gemv_efficiency: float = 0.547  # FITTED (H100 SXM), see gemm_peak_fraction
     # A GEMM whose n or k is not a multiple of 16 bytes of elements cannot use the TMA / 16-byte
     # vector kernels: cuBLAS falls back to a CUTLASS sm75/sm80-class kernel. Fraction of the
     # per-SM rate it keeps. source: H100 SXM bf16 GEMMs with a dimension not a multiple of 8 ran
@@ -108,6 +111,17 @@ class CostParams:
     attention_bwd_peak_fraction: float = 0.51
     attention_fa2_peak_fraction: float = 0.37
     attention_fa2_bwd_peak_fraction: float = 0.32
+    # Flash kernels with a known shape run heads x ceil(seq/128) query-block tiles; each tile
+    # pays this many 128-key-block iterations of prologue / epilogue (Q load, output rescale and
+    # store), and a causal kernel's blocks run at attention_causal_efficiency of the plateau
+    # (masking on the diagonal, uneven tiles). FITTED (H100) on the fit half of the attention
+    # corpus (FA3 paper Fig. 5, FA2 and cuDNN causal curves; benchmarks/fit_kernel_params.py).
+    attention_tile_overhead_iters: float = 1.06
+    attention_causal_efficiency: float = 0.945
+    # PyTorch SDPA's memory-efficient backend (xFormers' CUTLASS kernel) relative to
+    # FlashAttention-2. assumption: FlashAttention-2's paper (Dao 2023, arXiv:2307.08691, Figs.
+    # 4-5, A100) shows it 1.3-2x faster than xFormers' kernel -> ~0.65.
+    attention_efficient_relative: float = 0.65
     # Fraction of the clock behind the datasheet dense peak that the SMs sustain through a long
     # training step, with every GPU of the node busy at its power limit. The fractions above
     # come from microbenchmarks that ran at whatever clock the chip held for a short loop;
@@ -124,15 +138,20 @@ class CostParams:
     # Achievable fraction of datasheet HBM bandwidth for streaming kernels (~3.0 of 3.35 TB/s
     # on H100 in STREAM-like copies). fit: memcpy bandwidth.
     mem_bw_fraction: float = 0.90
-    # Fraction of that bandwidth the framework's element-wise kernels (norms, activations, adds,
-    # casts, optimizer passes) reach as they run in a step: mid-sized tensors (1-100 MB) spend a
-    # larger share in ramp-up and tail than a long copy loop. fit: memory corpus.
-    # FITTED (H100 SXM) 0.706 / 0.720 on the memory corpus's fit half (vidur H100), with the next one.
-    mem_elementwise_efficiency: float = 0.706
     # Fraction of that bandwidth a row-wise kernel keeps (fused RMSNorm / LayerNorm, rotary
-    # embedding: one thread block per token row with a reduction across it, vs a grid-stride
-    # element-wise kernel). fit: memory corpus (vidur's RMSNorm / rotary vs add / SiluAndMul rows).
-    mem_rowwise_efficiency: float = 0.720
+    # embedding, vLLM's activations: one thread block per token row, often a reduction across
+    # it, vs a vectorised grid-stride element-wise kernel, which reaches the achievable bandwidth).
+    # FITTED (H100 SXM) on the memory corpus's fit half (vidur H100: its RMSNorm, rotary and
+    # SiluAndMul rows; benchmarks/fit_kernel_params.py).
+    mem_rowwise_efficiency: float = 0.629
+    # A row-wise kernel takes at least this long beyond its launch overhead: each block reads its
+    # row, reduces across it and writes it back, latency-bound chains of HBM accesses when few
+    # rows leave most SMs idle. FITTED (H100 SXM) with mem_rowwise_efficiency.
+    mem_rowwise_latency_s: float = 2.0e-6
+    # Rows (thread blocks) per SM a row-wise kernel needs to reach that bandwidth; with fewer rows
+    # (few tokens: small micro-batches, decode) its bandwidth falls in proportion. FITTED (H100
+    # SXM) with mem_rowwise_efficiency.
+    mem_rowwise_blocks_per_sm: float = 1.17
     # Fraction of the SMs a streaming kernel needs to saturate HBM; with fewer SMs (taken by
     # communication) its bandwidth falls proportionally. assumption; fit: memcpy with NC blocks beside.
     mem_sm_saturation_fraction: float = 0.5
@@ -278,7 +297,7 @@ class CostParams:
         for name in ("gemm_tile_m", "gemm_tile_n", "gemm_tile_k", "gemm_tiles_per_sm", "gemm_max_split_k",
                      "gemm_gemv_max_dim"):
             v = getattr(self, name)
-            if int(v) != v or v < 1:
+            if int(v) != v or v < (0 if name == "gemm_gemv_max_dim" else 1):
                 raise ConfigError(f"cost parameter {name} must be a positive integer, got {v}")
             object.__setattr__(self, name, int(v))
         for name in ("gemm_peak_fraction", "attention_peak_fraction", "attention_bwd_peak_fraction",
@@ -287,14 +306,16 @@ class CostParams:
                      "proto_ll128_bw_factor", "mem_sm_saturation_fraction", "min_bandwidth_share",
                      "channel_bytes_per_s", "host_link_bytes_per_s", "dma_engine_bytes_per_s",
                      "channel_saturation_sharpness", "l2_gemm_working_set", "mem_rowwise_efficiency",
-                     "mem_elementwise_efficiency") + tuple(
+                     "mem_rowwise_blocks_per_sm",
+                     "gemm_gemv_efficiency") + tuple(
                          f.name for f in fields(self) if f.name.startswith("link_efficiency_")):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"cost parameter {name} must be positive, got {getattr(self, name)}")
         for name in ("gemm_peak_fraction", "attention_peak_fraction", "attention_bwd_peak_fraction",
                      "attention_fa2_peak_fraction", "attention_fa2_bwd_peak_fraction", "mem_bw_fraction",
                      "sustained_clock_fraction", "gemm_mem_overlap", "gemm_small_tile_efficiency", "dma_link_efficiency",
-                     "gemm_misaligned_efficiency", "mem_rowwise_efficiency", "mem_elementwise_efficiency",
+                     "gemm_misaligned_efficiency", "mem_rowwise_efficiency", "gemm_gemv_efficiency",
+                     "attention_causal_efficiency", "attention_efficient_relative",
                      "tree_bw_efficiency", "proto_ll_bw_factor", "proto_ll128_bw_factor",
                      "mem_sm_saturation_fraction", "min_bandwidth_share",
                      "dma_l2_pollution_fraction", "l2_gemm_working_set") + tuple(
@@ -369,6 +390,7 @@ class CostParams:
 #          vidur-a40, h200-sweep; memory/vidur-a100, vidur-a40) by benchmarks/fit_kernel_params.py
 #          (Nelder-Mead on mean |log(pred/measured)|), judged on the held-out half by
 #          `ccoverlap validate kernels`. H200 has no memory table: the H100 values (assumption).
+#          H100-96GB-HBM2e-500W: sustained_clock_fraction on gemm/fbgemm-2546-h100-500w's fit half.
 #  [A100]  cuBLAS bf16 large GEMMs ~260-280 of 312 TFLOP/s and NCCL ring busbw ~230 of 300 GB/s on
 #          DGX A100 are the commonly reported figures (assumption until calibrated); Ampere
 #          kernels use a 32-deep K step.
@@ -409,18 +431,22 @@ class CostParams:
 #          64 B-8 KB (ROCm/rccl#929, #930).
 _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
     "H100-SXM": {},
+    # [KFIT] FBGEMM's H100 500 W GEMM loops (fit half: the FP8 rows) run 0.78 of the clock behind
+    # the power-scaled peak the catalog assumes for this part
+    "H100-96GB-HBM2e-500W": {"sustained_clock_fraction": 0.781},
     "H200": {"mem_bw_fraction": 0.88,  # [KFIT]
-             "gemm_peak_fraction": 0.738, "gemm_small_tile_efficiency": 1.0, "gemm_tile_overhead_ksteps": 0.93,
-             "gemm_mem_overlap": 0.898},
-    "A100-80GB-SXM": {"gemm_peak_fraction": 0.852, "gemm_small_tile_efficiency": 0.987,  # [KFIT]
-                      "gemm_tile_overhead_ksteps": 2.36, "gemm_mem_overlap": 0.624,
-                      "mem_elementwise_efficiency": 0.556, "mem_rowwise_efficiency": 0.783,
+             "gemm_peak_fraction": 0.727, "gemm_small_tile_efficiency": 0.984, "gemm_tile_overhead_ksteps": 1.09,
+             "gemm_mem_overlap": 1.0},
+    "A100-80GB-SXM": {"gemm_peak_fraction": 0.847, "gemm_small_tile_efficiency": 1.0,  # [KFIT]
+                      "gemm_tile_overhead_ksteps": 5.46, "gemm_mem_overlap": 0.645, "gemm_gemv_efficiency": 0.597,
+                      "mem_rowwise_efficiency": 0.503, "mem_rowwise_latency_s": 1.0e-6,
+                      "mem_rowwise_blocks_per_sm": 1.04,
                       "gemm_misaligned_efficiency": 0.5, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
                       "link_efficiency_nvlink": 0.78, "host_link_bytes_per_s": 25e9,
                       "attention_peak_fraction": 0.65, "attention_bwd_peak_fraction": 0.55,
                       "attention_fa2_peak_fraction": 0.65, "attention_fa2_bwd_peak_fraction": 0.55},
-    "A40": {"gemm_peak_fraction": 0.916, "gemm_small_tile_efficiency": 1.0, "gemm_tile_overhead_ksteps": 0.43,  # [KFIT]
-            "gemm_mem_overlap": 0.664, "mem_elementwise_efficiency": 0.929, "mem_rowwise_efficiency": 0.805,
+    "A40": {"gemm_peak_fraction": 0.916, "gemm_small_tile_efficiency": 1.0, "gemm_tile_overhead_ksteps": 0.375,  # [KFIT]
+            "gemm_mem_overlap": 0.664, "gemm_gemv_efficiency": 0.925, "mem_rowwise_efficiency": 0.905, "mem_rowwise_blocks_per_sm": 0.52,
             "gemm_misaligned_efficiency": 0.5, "gemm_tile_m": 128, "gemm_tile_n": 128, "gemm_tile_k": 32,
             "mem_bw_fraction": 0.85, "host_link_bytes_per_s": 25e9,
             "channel_bytes_per_s": 20e9, "l2_pollution_penalty": 1.14, "l2_gemm_working_set": 0.5,  # [A40c]

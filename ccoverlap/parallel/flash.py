@@ -15,6 +15,14 @@ def rope_bytes(ctx) -> float:
     return 2.0 * ctx.tokens * (ctx.nq + ctx.nkv) * ctx.hd * ctx.d
 
 
+def _shape(ctx, whole: bool) -> dict:
+    """The kernel's tile shape (batch x local query heads, sequence, head dim) when it runs over
+    whole sequences of this rank; empty (roofline only) for a context-parallel block."""
+    if not whole or ctx.tokens < ctx.s:
+        return {}
+    return {"heads": (ctx.tokens // ctx.s) * ctx.nq, "seq": ctx.s, "head_dim": ctx.hd}
+
+
 def flash_fwd_spec(ctx, kv_tokens: int | None = None, share: float = 1.0,
                    causal_len: int | None = None) -> AttentionSpec:
     """Causal flash attention forward on this rank's heads and query tokens; ``share`` of the
@@ -25,9 +33,10 @@ def flash_fwd_spec(ctx, kv_tokens: int | None = None, share: float = 1.0,
     kv = T if kv_tokens is None else kv_tokens
     flops = 2.0 * T * ctx.s * ctx.nq * hd * share
     nbytes = d * hd * (2 * T * ctx.nq + 2 * kv * ctx.nkv) + 4.0 * T * ctx.nq
+    whole = kv_tokens is None and share == 1.0 and causal_len is None
     return AttentionSpec(flops=flops, bytes=nbytes + rope_bytes(ctx) * share, dtype_bytes=d,
                          host_kernels=1 if ctx.fw.eager else 0, kernel=ctx.fw.flash_kernel,
-                         causal_len=ctx.s if causal_len is None else causal_len)
+                         causal_len=ctx.s if causal_len is None else causal_len, **_shape(ctx, whole))
 
 
 def flash_bwd_spec(ctx, kv_tokens: int | None = None, share: float = 1.0,
@@ -37,6 +46,7 @@ def flash_bwd_spec(ctx, kv_tokens: int | None = None, share: float = 1.0,
     kv = T if kv_tokens is None else kv_tokens
     flops = 2.5 * 2.0 * T * ctx.s * ctx.nq * hd * share
     nbytes = d * hd * (4 * T * ctx.nq + 4 * kv * ctx.nkv) + 4.0 * T * ctx.nq
+    whole = kv_tokens is None and share == 1.0 and causal_len is None
     return AttentionSpec(flops=flops, bytes=nbytes + rope_bytes(ctx) * share, dtype_bytes=d,
                          host_kernels=1 if ctx.fw.eager else 0, kernel=ctx.fw.flash_kernel, backward=True,
-                         causal_len=ctx.s if causal_len is None else causal_len)
+                         causal_len=ctx.s if causal_len is None else causal_len, **_shape(ctx, whole))

@@ -46,10 +46,11 @@ MASK_BYTES = 1  # bool dropout mask per element
 
 def kernel_spec(ctx, nbytes: float, kernels: int = 1, rowwise_bytes: float = 0.0) -> MemorySpec:
     """A memory-bound op of ``nbytes`` standing for ``kernels`` kernels (host-dispatched ones when
-    the profile is eager), ``rowwise_bytes`` of them moved by a row-wise (fused norm) kernel."""
+    the profile is eager), ``rowwise_bytes`` of them moved by a row-wise (fused norm) kernel over
+    this rank's ``local_tokens`` rows."""
     k = max(1, int(kernels))
     return MemorySpec(bytes=float(nbytes), kernels=k, host_kernels=k if ctx.fw.eager else 0,
-                      rowwise_bytes=float(rowwise_bytes))
+                      rowwise_bytes=float(rowwise_bytes), rows=int(ctx.local_tokens) if rowwise_bytes else 0)
 
 
 def _norm(ctx, direction: str) -> tuple[float, int]:

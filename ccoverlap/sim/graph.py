@@ -97,6 +97,7 @@ class MemorySpec:
     # of ``bytes``, those moved by row-wise kernels (a fused norm, rotary embedding: one thread
     # block per token row, a reduction across it), which reach less bandwidth than streaming ones
     rowwise_bytes: NonNegative = 0.0
+    rows: Dim0 = 0  # rows (tokens) the row-wise kernels run over, one thread block each (0: many)
     host_kernels: Dim0 = 0  # of them dispatched by eager PyTorch from the host (0: not host-bound)
 
     def __post_init__(self) -> None:

@@ -97,7 +97,8 @@ def predict_row(kind: str, row: dict[str, Any], gpu: GPUSpec, p: CostParams) -> 
         t, kernels, label = gemm_time_s(spec, gpu, p), 1, f"{spec.batch}x{spec.m}x{spec.n}x{spec.k}"
     elif kind == "memory":
         rowwise = float(row["bytes"]) if str(row.get("pattern", "stream")) == "rowwise" else 0.0
-        mspec = MemorySpec(bytes=float(row["bytes"]), kernels=int(row.get("kernels", 1)), rowwise_bytes=rowwise)
+        mspec = MemorySpec(bytes=float(row["bytes"]), kernels=int(row.get("kernels", 1)), rowwise_bytes=rowwise,
+                           rows=int(row.get("tokens", 0)) if rowwise else 0)
         t, kernels, label = memory_time_s(mspec, gpu, p), mspec.kernels, f"{row.get('op', '')} {row['bytes']:.0f} B"
     elif kind == "attention":
         aspec = attention_spec(row)
@@ -172,11 +173,11 @@ def report(split: str, params_for: Callable[[GPUSpec], CostParams] = default_par
 
 def text_lines(rep: dict[str, Any]) -> list[str]:
     """The ``validate kernels`` text report: one line per (GPU, class), then per source table."""
-    head = f"{'gpu':<15} {'class':<10} {'rows':>5} {'median':>7} {'mean':>7} {'signed':>7} {'worst':>7}"
+    head = f"{'gpu':<20} {'class':<10} {'rows':>5} {'median':>7} {'mean':>7} {'signed':>7} {'worst':>7}"
     out = [f"kernel corpus, {rep['split']} rows, {rep['parameters']}",
            "error = predicted / measured - 1 (|error| median and mean, mean signed, worst)", "", head]
     for c in rep["classes"]:
-        out.append(f"{c['gpu']:<15} {c['class']:<10} {c['n']:>5} {c['median_abs_error']:>7.1%} "
+        out.append(f"{c['gpu']:<20} {c['class']:<10} {c['n']:>5} {c['median_abs_error']:>7.1%} "
                    f"{c['mean_abs_error']:>7.1%} {c['mean_signed_error']:>+7.1%} {c['worst_error']:>+7.1%}")
     out += ["", "by table:"]
     for name, s in rep["tables"].items():
@@ -187,8 +188,9 @@ def text_lines(rep: dict[str, Any]) -> list[str]:
 
 def fit_params(gpu_name: str, kind: str, names: list[str], split: str = "fit", root=None) -> dict[str, float]:
     """Fit the cost parameters ``names`` of ``gpu_name`` on the ``split`` half of the corpus
-    tables of ``kind`` on that GPU: Nelder-Mead on the mean |log(predicted / measured)|, from the
-    GPU's defaults. Returns ``{name: value}`` (fractions kept in [0.01, 1])."""
+    tables of ``kind`` on that GPU: Nelder-Mead on the mean |log(predicted / measured)| (the mean
+    of each table's mean, so a large table does not drown a small one), from the
+    GPU's defaults, in log space. Returns ``{name: value}`` (fractions kept in [0.01, 1])."""
     import numpy as np
     from scipy.optimize import minimize
 
@@ -198,18 +200,23 @@ def fit_params(gpu_name: str, kind: str, names: list[str], split: str = "fit", r
     rows = [(t, r) for t in tables for r in t.half(split)]
     if not rows:
         raise ConfigError(f"no {kind} rows on {gpu.name} in split {split!r} to fit on")
-    x0 = np.array([float(getattr(base, n)) * (0.8 if n.endswith("efficiency") else 1.0) for n in names])
+    # search in log space around the defaults: every parameter moves by factors, whatever its unit
+    x0 = np.array([max(float(getattr(base, n)), 1e-9) for n in names])
     fractions = {n for n in names if n.endswith(("fraction", "efficiency", "overlap"))}
 
-    def params_of(x) -> CostParams:
-        vals = {n: (min(max(v, 0.01), 1.0) if n in fractions else max(v, 0.0)) for n, v in zip(names, x)}
+    def params_of(u) -> CostParams:
+        vals = {n: (min(max(v, 0.01), 1.0) if n in fractions else max(v, 0.0))
+                for n, v in zip(names, x0 * np.exp(u))}
         return base.with_overrides(**vals)
 
-    def loss(x) -> float:
-        p = params_of(x)
-        return float(np.mean([abs(math.log(max(predict_row(kind, r, gpu, p)[0], 1e-9) / float(r["time_s"])))
-                              for _, r in rows]))
+    def loss(u) -> float:  # each table weighs the same, whatever its number of rows
+        p = params_of(u)
+        per_table = [np.mean([abs(math.log(max(predict_row(kind, r, gpu, p)[0], 1e-9) / float(r["time_s"])))
+                              for r in t.half(split)]) for t in tables if t.half(split)]
+        return float(np.mean(per_table))
 
-    res = minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5, "maxiter": 400})
+    simplex = np.vstack([np.zeros(len(names))] + [np.eye(len(names))[i] * -0.3 for i in range(len(names))])
+    res = minimize(loss, np.zeros(len(names)), method="Nelder-Mead",
+                   options={"initial_simplex": simplex, "xatol": 1e-3, "fatol": 1e-6, "maxiter": 600})
     p = params_of(res.x)
     return {n: float(getattr(p, n)) for n in names}

@@ -18,17 +18,24 @@ H100 = get_gpu("H100-SXM")
 P = CostParams()
 
 
+GEMV = P.with_overrides(gemm_gemv_efficiency=1.0)
+
+
 def test_gemv_path_streams_the_operands_once():
-    # m = 1: the weight is read once; bytes / achievable bandwidth + launch, no tile padding
+    # m = 1: the weight is read once at the gemv kernels' share of the bandwidth, plus launch
     spec = GemmSpec(m=1, n=8192, k=8192)
     bw = H100.hbm_bytes_per_s * P.mem_bw_fraction
-    assert gemm_time_s(spec, H100, P) == pytest.approx(spec.bytes / bw + P.kernel_launch_overhead_s, rel=1e-9)
+    assert gemm_time_s(spec, H100, GEMV) == pytest.approx(spec.bytes / bw + P.kernel_launch_overhead_s, rel=1e-9)
+    # the library takes whichever is faster: never slower than the tile kernels
+    assert gemm_time_s(spec, H100, P) <= gemm_time_s(spec, H100, P.with_overrides(gemm_gemv_max_dim=0))
 
 
 def test_batched_tiny_matrices_are_not_padded_to_tiles():
     spec = GemmSpec(m=8, n=8, k=8, batch=100_000)
     bw = H100.hbm_bytes_per_s * P.mem_bw_fraction
-    assert gemm_time_s(spec, H100, P) == pytest.approx(spec.bytes / bw + P.kernel_launch_overhead_s, rel=1e-9)
+    assert gemm_time_s(spec, H100, GEMV) == pytest.approx(spec.bytes / bw + P.kernel_launch_overhead_s, rel=1e-9)
+    # as 64 x 64 tiles, 64x the work: over 10x slower
+    assert gemm_time_s(spec, H100, GEMV.with_overrides(gemm_gemv_max_dim=0)) > 10 * gemm_time_s(spec, H100, GEMV)
 
 
 def test_split_k_speeds_up_a_skinny_long_k_gemm():
@@ -47,7 +54,7 @@ def test_misaligned_shape_falls_back_to_a_slower_kernel():
 
 
 def test_rowwise_bytes_move_at_their_share_of_the_bandwidth():
-    bw = H100.hbm_bytes_per_s * P.mem_bw_fraction * P.mem_elementwise_efficiency
+    bw = H100.hbm_bytes_per_s * P.mem_bw_fraction
     spec = MemorySpec(bytes=2e9, rowwise_bytes=1e9)
     expect = 1e9 / bw + 1e9 / (bw * P.mem_rowwise_efficiency) + P.kernel_launch_overhead_s
     assert memory_time_s(spec, H100, P) == pytest.approx(expect, rel=1e-9)
@@ -87,3 +94,58 @@ def test_cli_validate_kernels_json():
     bad = subprocess.run([sys.executable, "-m", "ccoverlap", "validate", "kernels", "--split", "x"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def _attn(**kw):
+    from ccoverlap.sim.graph import AttentionSpec
+
+    base = {"flops": 4.0 * 1 * 1024 * 1024 * 8 * 128, "bytes": 0.0, "kernel": "fa2", "heads": 8, "seq": 1024,
+            "head_dim": 128}
+    return AttentionSpec(**{**base, **kw})
+
+
+def test_flash_tiles_non_causal_is_whole_waves_of_equal_tiles():
+    # 8 heads x 8 query blocks = 64 tiles on 132 SMs: one wave of (8 key blocks + overhead) iterations
+    from ccoverlap.cost.compute import attention_time_s
+
+    spec = _attn()
+    per_sm = H100.flops_for(2) * P.attention_fa2_peak_fraction * P.sustained_clock_fraction / H100.sms
+    iter_s = 4.0 * 128 * 128 * 128 / per_sm
+    expect = (8 + P.attention_tile_overhead_iters) * iter_s + P.kernel_launch_overhead_s
+    assert attention_time_s(spec, H100, P) == pytest.approx(expect, rel=1e-9)
+    # 3x the heads: 192 tiles, two waves
+    assert attention_time_s(_attn(heads=24, flops=3 * spec.flops), H100, P) == pytest.approx(
+        2 * (8 + P.attention_tile_overhead_iters) * iter_s + P.kernel_launch_overhead_s, rel=1e-9)
+
+
+def test_flash_tiles_causal_runs_the_lower_triangle_at_the_causal_efficiency():
+    from ccoverlap.cost.compute import attention_time_s
+
+    heads = 1024  # many waves: the total tile time over the SMs
+    spec = _attn(heads=heads, causal_len=1024, flops=4.0 * 1024 * 1024 * heads * 128 / 2)
+    per_sm = H100.flops_for(2) * P.attention_fa2_peak_fraction * P.attention_causal_efficiency / H100.sms
+    iter_s = 4.0 * 128 * 128 * 128 / per_sm
+    total = heads * (8 * 9 / 2 + 8 * P.attention_tile_overhead_iters) * iter_s
+    assert attention_time_s(spec, H100, P) == pytest.approx(total / H100.sms + P.kernel_launch_overhead_s, rel=1e-9)
+
+
+def test_backends_order_on_hopper_and_native_resolves_per_gpu():
+    from ccoverlap.cost.compute import attention_backend, attention_time_s
+
+    a100 = get_gpu("A100-80GB-SXM")
+    assert attention_backend(_attn(kernel="native"), H100) == "cudnn"
+    assert attention_backend(_attn(kernel="native"), a100) == "fa2"
+    assert attention_backend(_attn(kernel="fa3"), a100) == "fa2"
+    t = {k: attention_time_s(_attn(kernel=k, heads=256, flops=256 * 4.0 * 1024 * 1024 * 128), H100, P)
+         for k in ("fa2", "fa3", "cudnn", "efficient", "math")}
+    assert t["cudnn"] == t["fa3"] < t["fa2"] < t["efficient"]
+    # math: the full score matrix through GEMMs and memory passes, slower than any flash kernel here
+    assert t["math"] > t["fa2"]
+
+
+def test_framework_profile_picks_the_attention_backend():
+    from ccoverlap.catalog.frameworks import get_framework
+
+    assert get_framework("torchtitan").flash_kernel == "fa2"
+    assert get_framework("torchtitan-cudnn").flash_kernel == "cudnn"
+    assert get_framework("megatron-core").flash_kernel == "native"
