@@ -50,27 +50,26 @@ def gemm_waves(tiles: int, sms_available: float, tiles_per_sm: int = 1) -> int:
 
 
 def _tile_candidates(params: CostParams) -> list[tuple[int, int, float]]:
-    """The CTA tiles a GEMM library picks from: the main tile, its transpose, and tiles halved
-    in one or both dimensions (down to 64 rows / columns), each halving costing
+    """The CTA tiles a GEMM library picks from: the main tile and tiles halved in one or both
+    dimensions, each halving costing
     ``gemm_small_tile_efficiency`` of the per-SM rate (less reuse in shared memory)."""
     tm, tn, s = params.gemm_tile_m, params.gemm_tile_n, params.gemm_small_tile_efficiency
-    cands = {(tm, tn): 1.0, (tn, tm): 1.0}
+    cands = {(tm, tn): 1.0}
     if s > 0:
-        for a, b in ((tm, tn), (tn, tm)):
-            for i in range(3):
-                for j in range(3):
-                    x, y = a >> i, b >> j
-                    if (i or j) and x >= 64 and y >= 64:
-                        cands[(x, y)] = max(cands.get((x, y), 0.0), s ** (i + j))
+        for i in range(2):
+            for j in range(2):
+                x, y = tm >> i, tn >> j
+                if (i or j) and x >= 16 and y >= 16:
+                    cands[(x, y)] = s ** (i + j)
     return [(x, y, e) for (x, y), e in cands.items()]
 
 
 def _split_k_candidates(tiles: int, slots: float, ksteps: int, max_split: int) -> list[int]:
     """K-splits worth trying: 1, and powers of two while the split tiles still fit in about
-    one wave and each piece keeps at least 4 K steps (cuBLAS / CUTLASS split-K and stream-K)."""
+    one wave and each piece keeps at least 8 K steps (cuBLAS / CUTLASS split-K and stream-K)."""
     out = [1]
     s = 2
-    while s <= max_split and tiles * s <= 2 * slots and ksteps // s >= 4:
+    while s <= max_split and tiles * s <= slots and ksteps // s >= 8:
         out.append(s)
         s *= 2
     return out
@@ -187,7 +186,9 @@ def _gemm_search(spec: GemmSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: fl
     eff0 = p.gemm_misaligned_efficiency if is_misaligned(spec) else 1.0
     cands = [(tile[0], tile[1], 1.0)] if tile is not None else _tile_candidates(p)
     best: tuple[float, float] | None = None
-    slots = sms * p.gemm_tiles_per_sm
+    # the library picks its split from the shape and the whole GPU: it does not know that
+    # communication holds some SMs while the kernel runs
+    slots = gpu.sms * p.gemm_tiles_per_sm
     ksteps = math.ceil(spec.k / p.gemm_tile_k)
     for tm, tn, eff in cands:
         tiles = math.ceil(spec.m / tm) * math.ceil(spec.n / tn) * spec.batch

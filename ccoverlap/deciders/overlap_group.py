@@ -404,19 +404,22 @@ def equivalent_spec(duration_s: float, cost, *, bound: str = "compute", dtype_by
             else:
                 hi = mid
         return MemorySpec(bytes=hi)
+    # K in whole 16-byte vectors: an unaligned K runs the library's slow fallback kernel, so the
+    # time is monotone in K only along aligned values
+    step = max(16 // dtype_bytes, 1)
     m = 8192
-    while m > 16 and dur(GemmSpec(m=m, n=m, k=1, dtype_bytes=dtype_bytes)) > duration_s:
+    while m > 16 and dur(GemmSpec(m=m, n=m, k=step, dtype_bytes=dtype_bytes)) > duration_s:
         m //= 2
     lo, hi = 1, 1
-    while dur(GemmSpec(m=m, n=m, k=hi, dtype_bytes=dtype_bytes)) < duration_s and hi < 2**40:
+    while dur(GemmSpec(m=m, n=m, k=hi * step, dtype_bytes=dtype_bytes)) < duration_s and hi < 2**40:
         hi *= 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if dur(GemmSpec(m=m, n=m, k=mid, dtype_bytes=dtype_bytes)) < duration_s:
+        if dur(GemmSpec(m=m, n=m, k=mid * step, dtype_bytes=dtype_bytes)) < duration_s:
             lo = mid
         else:
             hi = mid
-    return GemmSpec(m=m, n=m, k=hi, dtype_bytes=dtype_bytes)
+    return GemmSpec(m=m, n=m, k=hi * step, dtype_bytes=dtype_bytes)
 
 
 # ----------------------------------------------------------------------------- from a training step

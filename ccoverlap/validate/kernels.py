@@ -112,8 +112,14 @@ def predict_row(kind: str, row: dict[str, Any], gpu: GPUSpec, p: CostParams) -> 
     return t, label
 
 
+def kernel_params(gpu: GPUSpec) -> CostParams:
+    """The GPU's default parameters at the microbenchmarks' clock (the corpus rows are short
+    timed loops): :func:`ccoverlap.cost.params.default_params` with ``sustained=False``."""
+    return default_params(gpu, sustained=False)
+
+
 def judge_table(table: Table, split: str,
-                params_for: Callable[[GPUSpec], CostParams] = default_params) -> list[KernelRow]:
+                params_for: Callable[[GPUSpec], CostParams] = kernel_params) -> list[KernelRow]:
     """Every row of ``table``'s ``split`` half (``fit``, ``held-out`` or ``all``) predicted."""
     try:
         gpu = get_gpu(table.gpu)
@@ -132,7 +138,7 @@ def judge_table(table: Table, split: str,
 
 
 def judge_corpus(split: str = "held-out", kinds: Iterable[str] = CLASSES,
-                 params_for: Callable[[GPUSpec], CostParams] = default_params, root=None) -> list[KernelRow]:
+                 params_for: Callable[[GPUSpec], CostParams] = kernel_params, root=None) -> list[KernelRow]:
     """Rows of every table of ``kinds`` in the corpus (default the shipped one), predicted."""
     rows: list[KernelRow] = []
     for kind in kinds:
@@ -158,7 +164,7 @@ def summarize_tables(rows: list[KernelRow]) -> dict[str, ClassSummary]:
     return {k: _summary(v) for k, v in sorted(groups.items())}
 
 
-def report(split: str, params_for: Callable[[GPUSpec], CostParams] = default_params,
+def report(split: str, params_for: Callable[[GPUSpec], CostParams] = kernel_params,
            root=None) -> dict[str, Any]:
     """The ``validate kernels`` result as one JSON-ready object: per (GPU, class) and per table."""
     if split not in ("fit", "held-out", "all"):
@@ -166,7 +172,7 @@ def report(split: str, params_for: Callable[[GPUSpec], CostParams] = default_par
     rows = judge_corpus(split, params_for=params_for, root=root)
     if not rows:
         raise ConfigError(f"the kernel corpus has no rows in split {split!r}")
-    return {"split": split, "parameters": "defaults per GPU (nothing fitted to these rows)",
+    return {"split": split, "parameters": "defaults per GPU at the microbenchmarks' clock (nothing fitted to these rows)",
             "classes": [{"gpu": g, "class": k, **s.to_dict()} for (g, k), s in summarize(rows).items()],
             "tables": {name: s.to_dict() for name, s in summarize_tables(rows).items()}}
 
@@ -195,7 +201,7 @@ def fit_params(gpu_name: str, kind: str, names: list[str], split: str = "fit", r
     from scipy.optimize import minimize
 
     gpu = get_gpu(gpu_name)
-    base = default_params(gpu)
+    base = kernel_params(gpu)
     tables = [t for t in load_kind(kind, root=root) if get_gpu(t.gpu).name == gpu.name]
     rows = [(t, r) for t in tables for r in t.half(split)]
     if not rows:

@@ -81,7 +81,7 @@ def test_deepspeeds_own_runtime_hides_more_at_batch_8(rows):
     """DeepSpeed's hooks run ahead on the host: at batch 8 its gathers wait for no computation,
     so its step is shorter than with hooks in step with the GPU, and Centauri gains less."""
     ahead, hooks = rows["fsdp16-large-bs8-deepspeed"].outcome, rows["fsdp16-large-bs8"].outcome
-    assert ahead.extra["settings"][0]["baseline_ms"] < 0.95 * hooks.extra["settings"][0]["baseline_ms"]
+    assert ahead.extra["settings"][0]["baseline_ms"] < 0.97 * hooks.extra["settings"][0]["baseline_ms"]
     assert 1.0 <= ahead.ours_speedup < hooks.ours_speedup
     assert "zero3_host_ahead" in cen.BASELINES["zero3-deepspeed"].knobs
 
