@@ -315,7 +315,7 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
             lap(strat.name)
             if res is not None:
                 strategies.append(res)
-    bundle, applied = None, {}
+    bundle, applied = None, dict[str, float]()
     if applicable:
         t, c = time.perf_counter(), time.process_time()  # the strategies may have run in worker processes
         bundle, applied = _applicable(planner, PlanResult(w, strategies, 0, 0.0, best_w), applicable_of, target,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ccoverlap.trace.analyze import analyze
 from ccoverlap.replay.run import replay
+from ccoverlap.trace.analyze import analyze
 
 from .conftest import FIXTURES, SHARED
 from .synth import Rank, allreduce_args, two_rank_job

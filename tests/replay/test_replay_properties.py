@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ccoverlap.errors import TraceError
-from ccoverlap.replay import whatif as W
 from ccoverlap.replay import run as replay_run
+from ccoverlap.replay import whatif as W
 from ccoverlap.replay.core import load_job
 from ccoverlap.replay.run import recommendation, replay
 
@@ -92,9 +92,9 @@ def _never_above_measured(res, names) -> list:
             continue
         if s.step_time_s > m.step_time_s + tol:
             bad.append((s.name, "mean", s.step_time_s, m.step_time_s))
-        for st, end in s.step_end_s.items():
-            if end > m.step_end_s[st] + tol:
-                bad.append((s.name, st, end, m.step_end_s[st]))
+        for step, end in s.step_end_s.items():
+            if end > m.step_end_s[step] + tol:
+                bad.append((s.name, step, end, m.step_end_s[step]))
     return bad
 
 
