@@ -76,7 +76,7 @@ def print_report(res: ReplayResult, file: IO | None = None) -> None:
 def rebuilt_line(res: ReplayResult) -> str:
     """The rebuilt step against the measured one, and how the what-ifs are put in measured time."""
     return (f"rebuilt step: {_ms(res.replay.step_time_s)} ms, measured {_ms(res.measured.step_time_s)} ms, "
-            f"error {res.rebuilt_error_pct:+.2f}%; each what-if is replayed on the rebuilt step and shown as the "
+            f"error {round(res.rebuilt_error_pct, 2) + 0.0:+.2f}%; each what-if is replayed on the rebuilt step and shown as the "
             f"measured step x (what-if / rebuilt)")
 
 
