@@ -381,7 +381,7 @@ def recommendation(result: PlanResult) -> str:
     if not given.fits_memory:
         return (f"change parallelism, recomputation or micro-batch: as given needs "
                 f"{given.peak_memory_bytes / 2**30:.1f} GiB per GPU, more than there is")
-    return "keep the configuration as given: no strategy the planner tried is faster"
+    return "keep the configuration as given: no strategy gains 0.5% or more"
 
 
 def recommendation_details(result: PlanResult) -> list[str]:
