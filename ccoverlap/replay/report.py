@@ -54,6 +54,7 @@ def print_report(res: ReplayResult, file: IO | None = None) -> None:
                       Col("gain %"), Col("what changed", "left", note=True)], rows,
                 title="What-ifs (ranked by gain; step time = window start to the end of the last step, per step, "
                       "slowest rank)")
+    print_wrapped(con, rebuilt_line(res), indent=2)
     con.print("Dependencies:")
     for g in job.graph.ranks:
         inf = g.inferred
@@ -72,6 +73,13 @@ def print_report(res: ReplayResult, file: IO | None = None) -> None:
     con.print(f"[bold]Recommendation:[/bold] {recommendation(res)}")
 
 
+def rebuilt_line(res: ReplayResult) -> str:
+    """The rebuilt step against the measured one, and how the what-ifs are put in measured time."""
+    return (f"rebuilt step: {_ms(res.replay.step_time_s)} ms, measured {_ms(res.measured.step_time_s)} ms, "
+            f"error {round(res.rebuilt_error_pct, 2) + 0.0:+.2f}%; each what-if is replayed on the rebuilt step and shown as the "
+            f"measured step x (what-if / rebuilt)")
+
+
 def to_dict(res: ReplayResult, extra: dict | None = None) -> dict:
     """One JSON-ready object (seconds)."""
     job = res.job
@@ -83,6 +91,8 @@ def to_dict(res: ReplayResult, extra: dict | None = None) -> dict:
         "fidelity": res.fidelity,
         "measured": res.measured.to_dict(),
         "replay": res.replay.to_dict(),
+        "rebuilt": {"step_time_s": res.replay.step_time_s, "measured_step_time_s": res.measured.step_time_s,
+                    "error_pct": res.rebuilt_error_pct},
         "whatifs": [s.to_dict() for s in res.ranked()],
         "dependencies": {str(g.rank): g.inferred for g in job.graph.ranks},
         "collectives_matched": len(job.graph.collectives),

@@ -105,7 +105,8 @@ def combine(summaries: list[RankSummary], ctx: JobContext, files: list[str], pro
     for s in kept:
         pooled.add(s.rank, s.contention)
     cont = pooled.result(min_samples=ctx.min_samples)
-    verdict = decide(metrics, colls, cont, mode="cpu" if all(s.mode == "cpu" for s in kept) else "gpu")
+    verdict = decide(metrics, colls, cont, mode="cpu" if all(s.mode == "cpu" for s in kept) else "gpu",
+                     comm_bounds=[s.comm_bound_s for s in kept])
     return Analysis(files=list(files), problems=problems, steps_spec=ctx.steps, time_resolution=ctx.time_resolution,
                     ranks=kept, metrics=metrics, step_metrics=step_metrics, collectives=colls, cross=cross,
                     contention=cont, verdict=verdict, available_steps=avail, dimensions=dims)

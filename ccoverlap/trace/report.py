@@ -89,7 +89,7 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
     _print_contention(con, a.contention)
     v = a.verdict
     colour = {"fine": "green", "overlap-limited": "yellow", "contention-limited": "yellow",
-              "communication-bound": "red"}.get(v.label, "white")
+              "communication-bound": "red", "host-bound": "yellow"}.get(v.label, "white")
     con.print(f"[bold {colour}]Verdict: {v.label}[/bold {colour}] - {v.why}.")
     con.print(f"[bold]Most worth trying:[/bold] {v.try_next}.")
 

@@ -38,6 +38,7 @@ from ccoverlap.sim.timeline import RankMetrics, Timeline, merge_intervals, rank_
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
 from ccoverlap.trace.contention import covered_length, rank_samples
+from ccoverlap.trace.critical import comm_bound_s
 from ccoverlap.trace.dimensions import apply_cpu_groups, cpu_thread_calls, rank_dimension_parts
 from ccoverlap.trace.sources import as_source
 from ccoverlap.trace.steps import assign_steps, selection_mask, step_rows, step_windows
@@ -100,6 +101,7 @@ class RankSummary:
     comm_group_size: np.ndarray | None = None
     comm_size_source: np.ndarray | None = None
     comm_exposed_s: np.ndarray | None = None
+    comm_bound_s: float | None = None     # what removing all communication could save (GPU traces, :mod:`.critical`)
     analysed_names: list[str] = field(default_factory=list)
     contention: dict = field(default_factory=dict)
     dimension_parts: list = field(default_factory=list)
@@ -191,6 +193,12 @@ def _measure(rt: RankTrace, ctx: JobContext, out: RankSummary) -> None:
     out.comm_group_size = rt.group_size[cm]
     out.comm_size_source = rt.size_source[cm] if rt.size_source is not None else np.full(int(cm.sum()), "", object)
     out.comm_exposed_s = out.comm.duration_s - covered_length(cs, ce, out.comm.start_s, out.comm.end_s)
+    if rt.mode == "gpu":
+        later = np.flatnonzero(~mask & (tl.start_s >= out.first_start_s)) if out.rows else np.empty(0, dtype=int)
+        nxt = int(later[np.argmin(tl.start_s[later])]) if len(later) else -1
+        out.comm_bound_s = comm_bound_s(tl.start_s[mask], tl.end_s[mask], cm[mask], rt.launch_s[mask],
+                                        float(tl.start_s[nxt]) if nxt >= 0 else np.inf,
+                                        float(rt.launch_s[nxt]) if nxt >= 0 else np.nan)
     out.contention = rank_samples(rt, mask, min_samples=ctx.min_samples)
     out.dimension_parts = rank_dimension_parts(rt, mask, ctx.groups, (cs, ce))
     if ctx.lanes:
