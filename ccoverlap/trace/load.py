@@ -50,6 +50,7 @@ from ccoverlap.trace.columns import (  # noqa: F401
     SKIP_CATS,
     Columns,
 )
+from ccoverlap.trace.consistency import check_times
 from ccoverlap.trace.jsonstream import COMM_ARG_FIELDS as COMM_ARG_KEYS  # noqa: F401
 from ccoverlap.trace.jsonstream import EventStream, StreamError, Truncated
 from ccoverlap.trace.rank_assign import assign_ranks, rank_from_meta  # assign_ranks: re-exported
@@ -99,6 +100,7 @@ class RawTrace:
     steps: list[tuple[int, float, float, bool]]
     n_events: int = 0
     n_malformed: int = 0
+    n_dropped: int = 0          # events dropped for inconsistent timestamps (ccoverlap.trace.consistency)
     float_ts: bool = False
     rank: int | None = None
     world_size: int | None = None
@@ -226,7 +228,9 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: boo
     per rank; ``ts_min`` still covers every event.
     A single bad event (invalid JSON inside it, NaN / Infinity / out-of-range numbers, wrong
     types, negative durations) is skipped and counted; the warning names the first ones by
-    index and character offset.
+    index and character offset. An event whose timestamps contradict the rest of the file (far
+    outside its span, a GPU event before its launch, out of order on its stream) is dropped and
+    counted in ``n_dropped`` (:mod:`ccoverlap.trace.consistency`), with a warning.
     ``keep_runtime`` also keeps what ``ccoverlap replay`` needs: the name and duration of every
     launch (``l_nid``/``l_dur``) and the wait args of ``cuda_sync`` events.
     ``keep_op_args`` also keeps every CPU op's External id (``c_ext``) and recorded shapes
@@ -271,6 +275,9 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
     header = es.header
     n_bad, bad_at = cols.n_bad, cols.bad_at
     c = cols.finish()
+    dropped = check_times(c, cols.steps)
+    for k in ("k_seq", "c_seq", "l_seq"):
+        del c[k]
     steps = [st[:4] for st in cols.steps]
     if not es.has_events:
         keys = ", ".join(repr(k)[:40] for k in list(header)[:6]) or "none"
@@ -305,7 +312,7 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
         k_shape=c["k_shape"], c_nid=c["c_nid"], c_ts=c["c_ts"], c_dur=c["c_dur"], c_tid=c["c_tid"],
         c_ext=c["c_ext"], c_info=c["c_info"], c_annot=c["c_annot"], l_corr=c["l_corr"], l_ts=c["l_ts"],
         l_tid=c["l_tid"], steps=sorted(steps, key=lambda s: s[1]), n_events=n_events, n_malformed=n_bad,
-        float_ts=cols.float_ts, ts_min=ts_min,
+        float_ts=cols.float_ts, ts_min=ts_min, n_dropped=dropped.count,
     )
     if keep_op_args:
         raw.c_args = c["c_args"]
@@ -320,6 +327,9 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
         raw.warnings.append(f"{path}: skipped {n_bad} malformed event(s) (invalid JSON inside the event, "
                             f"NaN/Infinity/out-of-range numbers, wrong types, missing ts, negative duration), "
                             f"first: {'; '.join(where)}")
+    if dropped.count:
+        raw.warnings.append(f"{path}: {dropped.describe()}")
+    raw.warnings.extend(f"{path}: {note}" for note in dropped.notes)
     rank_from_meta(raw)
     return raw
 

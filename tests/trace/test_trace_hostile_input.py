@@ -1,0 +1,101 @@
+"""Hostile input, part three: one impossible timestamp, one bad header value, one over-deep or
+over-long event, a decompression bomb, thousands of bad files, a huge --steps number or path -
+each costs one event or one file (counted and said in one short line), never the other ranks,
+never a traceback."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+import pytest
+from trace_synth import kernel, nccl, trace, write
+
+from ccoverlap.cli import main
+from ccoverlap.errors import TraceError
+from ccoverlap.replay.run import replay
+from ccoverlap.trace import consistency, load
+from ccoverlap.trace.analyze import analyze
+
+REAL_RANK = ("ns_resolution_trace", "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+
+
+def _real_with(shared_traces, tmp_path, edit) -> tuple:
+    """A real rank copied to ``tmp_path/clean`` and, with ``edit(events)`` applied, to ``tmp_path/bad``."""
+    src = shared_traces.joinpath(*REAL_RANK)
+    clean = tmp_path / "clean" / "rank-0.json.gz"
+    clean.parent.mkdir()
+    shutil.copy(src, clean)
+    with gzip.open(src, "rt") as fh:
+        doc = json.load(fh)
+    edit(doc["traceEvents"])
+    return clean, write(doc, tmp_path / "bad" / "rank-0.json.gz")
+
+
+def _set_memset_ts(ts):
+    def edit(events):
+        memsets = [e for e in events if e.get("cat") == "gpu_memset"]
+        memsets[len(memsets) // 2]["ts"] = ts
+    return edit
+
+
+def test_one_memset_at_ts_minus_one_is_dropped_and_counted(shared_traces, tmp_path, capsys):
+    clean, bad = _real_with(shared_traces, tmp_path, _set_memset_ts(-1))
+    ref, got = analyze([clean], steps="all"), analyze([bad], steps="all")
+    assert got.ranks[0].n_dropped == 1 and ref.ranks[0].n_dropped == 0
+    # the step and idle time stay what they were (53 years before the check); one memset less
+    assert got.metrics[0].step_time_s == pytest.approx(ref.metrics[0].step_time_s, rel=1e-6)
+    assert got.metrics[0].idle_s == pytest.approx(ref.metrics[0].idle_s, abs=1e-4)
+    assert any("dropped 1 event(s) with inconsistent timestamps" in p and "far outside" in p for p in got.problems)
+    assert main(["analyze", str(bad), "--json", "--no-png", "--steps", "all"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["ranks"][0]["dropped_events"] == 1
+    assert "dropped 1 event(s) with inconsistent timestamps" in err
+    # replay no longer finds a dependency cycle through the rank
+    r = replay([str(bad)], whatifs=["no-comm"])
+    assert r.replay.step_time_s > 0 and r.fidelity
+
+
+def _tiny(**over) -> dict:
+    """Two streams, launches 5 µs before each kernel, in order; ``over``: kernel name -> changes."""
+    ks = [kernel(f"k{i}", 100 + 20 * i, 10) for i in range(10)] + [nccl("all_reduce", 150, 40)]
+    for k in ks:
+        k.update(over.get(k["name"], {}))
+    return trace(ks, world=1)
+
+
+def test_a_gpu_event_before_its_launch_is_dropped(tmp_path):
+    raw = load.load_trace(write(_tiny(k4={"ts": 150, "launch": 170}), tmp_path / "r.json"))
+    assert raw.n_dropped == 1 and len(raw.k_ts) == 10
+    assert any("1 starting before their CPU launch" in w for w in raw.warnings), raw.warnings
+
+
+def test_a_kernel_out_of_order_on_its_stream_is_dropped(tmp_path):
+    # k3 launched at 155 but starting at 290, after k4..k8 started: the one out of order is dropped
+    raw = load.load_trace(write(_tiny(k3={"ts": 290}), tmp_path / "r.json"))
+    assert raw.n_dropped == 1 and 290 not in raw.k_ts.tolist()
+    assert any("1 out of order on their CUDA stream" in w for w in raw.warnings), raw.warnings
+
+
+def test_a_launch_far_outside_the_span_is_dropped(tmp_path):
+    raw = load.load_trace(write(_tiny(k2={"launch": 1e15}), tmp_path / "r.json"))
+    assert raw.n_dropped == 1 and raw.l_ts.max() < 1e6
+
+
+def test_skewed_clocks_drop_nothing_and_say_so(tmp_path):
+    ks = [kernel(f"k{i}", 100 + 20 * i, 10, launch=130 + 20 * i) for i in range(10)]
+    raw = load.load_trace(write(trace(ks, world=1), tmp_path / "r.json"))
+    assert raw.n_dropped == 0 and len(raw.k_ts) == 10
+    assert any("clocks of this trace disagree" in w for w in raw.warnings)
+
+
+def test_clean_traces_drop_nothing(tmp_path):
+    raw = load.load_trace(write(_tiny(), tmp_path / "r.json"))
+    assert raw.n_dropped == 0 and not raw.warnings
+
+
+def test_longest_non_decreasing_keeps_all_but_the_outliers():
+    assert consistency._longest_non_decreasing([1, 2, 99, 3, 4, 5]) == [0, 1, 3, 4, 5]
+    assert consistency._longest_non_decreasing([1, 2, -1, 3, 3, 4]) == [0, 1, 3, 4, 5]
+    assert consistency._longest_non_decreasing([]) == []
