@@ -40,6 +40,8 @@ CHUNK_BYTES = 1 << 18
 MAX_VALUE_CHARS = 32 << 20          # one event / header value: 32 Mi characters at most
 _WS = re.compile(r"[ \t\n\r]*")
 _SURROGATE = re.compile("[\udc80-\udcff]")
+_NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_UNREADABLE = object()      # a header value that is valid JSON but cannot be built
 _SEP = re.compile(r"[ \t\n\r]*([,\]}:])")
 # strings (with escapes) or single structural characters: used to find the end of a bad event
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]"]', re.DOTALL)
@@ -276,6 +278,8 @@ class EventStream:
         self._max = max_value_chars or MAX_VALUE_CHARS
         self.header: dict = {}
         self.bad: list[BadEvent] = []
+        self.bad_header: list[str] = []     # the first header keys whose value could not be built (skipped)
+        self.n_bad_header = 0
         self.n_bad = 0
         self.is_array = False
         self.has_events = False
@@ -402,10 +406,32 @@ class EventStream:
                 self.events_not_list = True
             if not c:
                 raise Truncated("truncated JSON: the text ends inside the top-level object")
-            value, i = self._value(i, f"the value of top-level key {key[:40]!r}")
-            if key != "traceEvents":
+            value, i = self._header_value(i, key)
+            if key != "traceEvents" and value is not _UNREADABLE:
                 self.header[key] = value
             i = self._b.compact(i)
+
+    def _header_value(self, i: int, key: str):
+        """The value of top-level key ``key`` at ``i`` and its end; a value that is valid JSON text but
+        cannot be built (an integer of more than 4300 digits) is skipped: :data:`_UNREADABLE` is
+        returned and the key named in :attr:`bad_header`."""
+        try:
+            return self._value(i, f"the value of top-level key {key[:40]!r}")
+        except (json.JSONDecodeError, StreamError):
+            raise
+        except ValueError as exc:
+            c = self._b.buf[i]
+            if c in "{[":
+                end = self._end_of_bad_value(i)
+            else:
+                m = _NUMBER.match(self._b.buf, i)
+                if m is None:
+                    raise
+                end = m.end()
+            self.n_bad_header += 1
+            if len(self.bad_header) < 3:
+                self.bad_header.append(f"{key[:40]!r} at offset {self._b.base + i} ({str(exc).split(';')[0][:80]})")
+            return _UNREADABLE, end
 
     def _events_list(self, i: int) -> Iterator:
         """Yield the events of the list whose ``[`` ends before ``i``; sets ``self._pos`` after its ``]``.

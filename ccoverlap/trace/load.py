@@ -256,6 +256,8 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: boo
         raise TraceError(f"{path}: JSON nested too deeply") from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (ValueError, OverflowError) as exc:      # a value no check above foresaw: this file only
+        raise TraceError(f"{path}: cannot be read ({type(exc).__name__}: {str(exc)[:120]})") from None
     return raw
 
 
@@ -327,6 +329,9 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
         raw.warnings.append(f"{path}: skipped {n_bad} malformed event(s) (invalid JSON inside the event, "
                             f"NaN/Infinity/out-of-range numbers, wrong types, missing ts, negative duration), "
                             f"first: {'; '.join(where)}")
+    if es.n_bad_header:
+        raw.warnings.append(f"{path}: skipped {es.n_bad_header} header value(s) that cannot be read, first: "
+                            f"{'; '.join(es.bad_header)}")
     if dropped.count:
         raw.warnings.append(f"{path}: {dropped.describe()}")
     raw.warnings.extend(f"{path}: {note}" for note in dropped.notes)

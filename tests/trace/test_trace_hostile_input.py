@@ -99,3 +99,68 @@ def test_longest_non_decreasing_keeps_all_but_the_outliers():
     assert consistency._longest_non_decreasing([1, 2, 99, 3, 4, 5]) == [0, 1, 3, 4, 5]
     assert consistency._longest_non_decreasing([1, 2, -1, 3, 3, 4]) == [0, 1, 3, 4, 5]
     assert consistency._longest_non_decreasing([]) == []
+
+
+def _job(tmp_path, bad_doc=None, bad_name="rank-1.json", bad_text=None):
+    """A 2-rank job: a good rank 0 and a rank whose header (or file name) is hostile."""
+    write(trace([kernel("gemm", 0, 100), nccl("all_reduce", 50, 100)], rank=0, world=2), tmp_path / "rank-0.json")
+    bad = tmp_path / bad_name
+    if bad_text is not None:
+        bad.write_text(bad_text)
+    else:
+        write(bad_doc, bad)
+    return tmp_path
+
+
+def _rank1(rank=1, world=2) -> dict:
+    doc = trace([kernel("gemm", 0, 100), nccl("all_reduce", 50, 100)], rank=1, world=2)
+    doc["distributedInfo"].update(rank=rank, world_size=world)
+    return doc
+
+
+@pytest.mark.parametrize("value", ["²", "٣", "9" * 5000, 2**64, -3, 1e300, True, [1]])
+def test_a_rank_that_is_not_a_number_falls_back_to_the_file_name(tmp_path, capsys, value):
+    job = _job(tmp_path, _rank1(rank=value))
+    a = analyze([job])
+    assert [r.rank for r in a.ranks] == [0, 1]             # rank-1.json: the file name decides
+    if value is not True and value != [1] and value != -3:
+        assert any("rank-1.json: distributedInfo.rank" in p and "ignored" in p and len(p) < 300 for p in a.problems)
+    assert main(["analyze", str(job), "--no-png"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["٣", "9" * 5000, 2**64])
+def test_a_world_size_that_is_not_a_number_is_ignored(tmp_path, value):
+    a = analyze([_job(tmp_path, _rank1(world=value))])
+    assert [r.rank for r in a.ranks] == [0, 1] and a.ranks[1].world_size == 2
+    assert any("distributedInfo.world_size" in p for p in a.problems)
+
+
+def test_a_rank_of_5000_digits_as_a_json_number(tmp_path):
+    text = json.dumps(_rank1()).replace('"rank": 1', '"rank": ' + "7" * 5000)
+    a = analyze([_job(tmp_path, bad_text=text)])
+    assert [r.rank for r in a.ranks] == [0, 1]
+    assert any("header value(s) that cannot be read" in p and "distributedInfo" in p and len(p) < 400
+               for p in a.problems)
+
+
+def test_a_rank_of_30_digits_in_the_file_name(tmp_path):
+    doc = _rank1()
+    del doc["distributedInfo"]
+    a = analyze([_job(tmp_path, doc, bad_name="rank-" + "1" * 30 + ".json")])
+    assert [r.rank for r in a.ranks] == [0, 1]
+    assert any("rank in the file name" in p and "larger than" in p for p in a.problems)
+    assert any("assumed rank 1 (file order)" in p for p in a.problems)
+
+
+def test_the_api_gives_a_result_or_a_trace_error(tmp_path):
+    import ccoverlap as cc
+    doc = _rank1(rank="²")
+    write(doc, tmp_path / "one" / "trace.json")                 # no rank in the name: file order
+    assert [row["rank"] for row in cc.analyze(tmp_path / "one").rows] == [0]
+    r = cc.analyze(_job(tmp_path / "job", _rank1(rank=2**64)))
+    assert [row["rank"] for row in r.rows] == [0, 1] and r.rows[1]["dropped_events"] == 0
+    (tmp_path / "none").mkdir()
+    (tmp_path / "none" / "rank-0.json").write_text('{"distributedInfo": {"rank": "²"}}')
+    with pytest.raises(TraceError, match="rank-0.json"):
+        cc.analyze(tmp_path / "none")
