@@ -11,11 +11,11 @@ and the events list itself and hands each event to the C-accelerated :class:`jso
   range checks reject them), an over-long integer (more than Python's 4300 digits) or any
   other lexical error inside an event is reported as :class:`BadEvent` (its index and
   character offset) and reading goes on after the event's closing brace;
-* nesting is bounded by Python's recursion limit (~1000 levels): deeper input raises
-  :class:`StreamError` at once, without building the structure (bounded time and memory);
-* a single value (an event, a string, a header entry) longer than :data:`MAX_VALUE_CHARS`
-  characters raises :class:`StreamError` as soon as that many characters were read without
-  the value ending.
+* nesting is bounded by Python's recursion limit (~1000 levels) and a single value by
+  :data:`MAX_VALUE_CHARS` characters: an event nested deeper, or longer, is skipped and counted
+  like any bad event (reading goes on after it, scanning without keeping it, so memory stays
+  about one cap); a header value that is either raises :class:`StreamError` (:class:`TooBig`) at
+  once, without building the structure (bounded time and memory).
 
 Offsets are character offsets into the (decompressed) JSON text; for ASCII files, as Kineto
 writes them, they are byte offsets.
@@ -42,6 +42,8 @@ _WS = re.compile(r"[ \t\n\r]*")
 _SURROGATE = re.compile("[\udc80-\udcff]")
 _NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 _UNREADABLE = object()      # a header value that is valid JSON but cannot be built
+_STR_STOP = re.compile(r'["\\]')          # what ends or escapes inside a string
+_STRUCT = re.compile(r'["{}\[\]]')          # what opens or closes a value outside strings
 _SEP = re.compile(r"[ \t\n\r]*([,\]}:])")
 # strings (with escapes) or single structural characters: used to find the end of a bad event
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]"]', re.DOTALL)
@@ -189,9 +191,15 @@ class Truncated(StreamError):
     """The text ended inside the document."""
 
 
+class TooBig(StreamError):
+    """A value nested deeper than the recursion limit or longer than the value cap (an event that
+    is one is skipped; a header value that is one ends the document)."""
+
+
 @dataclass
 class BadEvent:
-    """An event skipped because it is not valid JSON (index in the events list, char offset)."""
+    """An event skipped because it is not valid JSON, or nested too deeply / too long to build
+    (index in the events list, char offset, why)."""
 
     index: int
     offset: int
@@ -317,7 +325,7 @@ class EventStream:
             except json.JSONDecodeError as exc:
                 if _decode_error_at_end(exc, b) and not b.eof:
                     if len(b.buf) - i >= self._max:
-                        raise StreamError(f"{what} at offset {b.base + i} is longer than {self._max >> 20} Mi "
+                        raise TooBig(f"{what} at offset {b.base + i} is longer than {self._max >> 20} Mi "
                                           f"characters (an over-long string or value) - not a profiler trace") from None
                     want = min(max(want * 2, len(b.buf) - i + CHUNK_BYTES), self._max + CHUNK_BYTES)
                     continue
@@ -325,7 +333,7 @@ class EventStream:
                     raise Truncated(f"truncated JSON: the text ends inside {what} at offset {b.base + i}") from None
                 raise
             except RecursionError:
-                raise StreamError(f"{what} at offset {b.base + i} is nested deeper than "
+                raise TooBig(f"{what} at offset {b.base + i} is nested deeper than "
                                   f"~{_depth_limit()} levels - not a profiler trace") from None
 
     def _end_of_bad_value(self, i: int) -> int:
@@ -353,6 +361,50 @@ class EventStream:
                                   f"characters - not a profiler trace")
             if not b.more(max(CHUNK_BYTES, len(b.buf) - i)):     # doubling: linear in the value's length
                 raise Truncated(f"truncated JSON: the text ends inside the value at offset {b.base + i}")
+
+    def _skip_value(self, i: int) -> int:
+        """Position just after the JSON value starting at ``i`` (an object, array or string of any
+        depth and length), found by scanning on without keeping it: the text read past is dropped
+        chunk by chunk, so memory stays one window whatever the value's size."""
+        b = self._b
+        depth, pos, in_str = 0, i, False
+        while True:
+            buf, n = b.buf, len(b.buf)
+            while pos < n:
+                if in_str:
+                    m = _STR_STOP.search(buf, pos)
+                    if m is None:
+                        pos = n
+                        break
+                    if m.group() == "\\":
+                        if m.end() >= n:        # the escaped character is in the next chunk
+                            pos = m.start()
+                            break
+                        pos = m.end() + 1
+                        continue
+                    in_str, pos = False, m.end()
+                    if depth == 0:
+                        return pos
+                    continue
+                m = _STRUCT.search(buf, pos)
+                if m is None:
+                    pos = n
+                    break
+                c, pos = m.group(), m.end()
+                if c == '"':
+                    in_str = True
+                elif c in "{[":
+                    depth += 1
+                else:
+                    depth -= 1
+                    if depth <= 0:
+                        return pos
+            keep = buf[pos:]                    # at most one backslash
+            b.base += pos
+            b.buf = keep
+            pos = 0
+            if not b.more():
+                raise Truncated(f"truncated JSON: the text ends inside the value at offset {b.base}")
 
     # ------------------------------------------------------------------ document
     def batches(self) -> Iterator[list]:
@@ -515,6 +567,9 @@ class EventStream:
             return SKIPPED, j
         except json.JSONDecodeError as exc:
             self._skip_bad(index, i, exc.msg)
+        except TooBig as exc:
+            self._skip_bad(index, i, str(exc).split(" - ")[0].split(" is ", 1)[-1], lexical=False)
+            return SKIPPED, self._skip_value(i)
         except Truncated:
             raise
         except StreamError:
@@ -523,10 +578,10 @@ class EventStream:
             self._skip_bad(index, i, str(exc).split(";")[0][:80])
         return SKIPPED, self._end_of_bad_value(i)
 
-    def _skip_bad(self, index: int, i: int, reason: str) -> None:
+    def _skip_bad(self, index: int, i: int, reason: str, lexical: bool = True) -> None:
         self.n_bad += 1
         if len(self.bad) < 5:
-            self.bad.append(BadEvent(index, self._b.base + i, reason))
+            self.bad.append(BadEvent(index, self._b.base + i, f"invalid JSON: {reason}" if lexical else reason))
 
 
 SKIPPED = None      # yielded in place of an event that is not valid JSON (already counted in ``bad``)

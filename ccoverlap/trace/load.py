@@ -221,8 +221,9 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: boo
 
     Raises :class:`TraceError` naming the file for: unreadable, empty, not JSON, truncated,
     named ``.gz`` but not gzip, a broken gzip stream, valid JSON that is not a trace (no
-    ``traceEvents`` list, no event objects), nesting deeper than the recursion limit or a
-    single value longer than :data:`~ccoverlap.trace.jsonstream.MAX_VALUE_CHARS` characters.
+    ``traceEvents`` list, no event objects), a header value nested deeper than the recursion
+    limit or longer than :data:`~ccoverlap.trace.jsonstream.MAX_VALUE_CHARS` characters (an
+    event that is either is skipped and counted).
     ``keep_cpu_ops=False``: in a file with device events keep only the CPU ops the analyser
     joins to kernels (collective ops; ``ProfilerStep`` annotations are in ``steps``) - less memory
     per rank; ``ts_min`` still covers every event.
@@ -291,7 +292,9 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
         raise TraceError(f"{path}: 'traceEvents' is empty - nothing was recorded")
     if n_bad >= es.count and not (len(c["k_ts"]) or len(c["c_ts"]) or len(c["l_ts"]) or steps):
         raise TraceError(f"{path}: valid JSON but not a Chrome/Kineto trace: none of its {es.count} "
-                         f"'traceEvents' entries is a usable event (an object with ph, name, ts, dur)")
+                         f"'traceEvents' entries is a usable event (an object with ph, name, ts, dur)"
+                         + (f"; event #{es.bad[0].index} at offset {es.bad[0].offset}: {es.bad[0].reason}"
+                            if es.bad else ""))
     n_events = es.count
     threads = cols.threads
     many = _many_pids(threads)
@@ -325,9 +328,10 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
         where = []
         for i in sorted(set(bad_at) | set(lexical))[:3]:
             b = lexical.get(i)
-            where.append(f"event #{i} at offset {b.offset} (invalid JSON: {b.reason})" if b else f"event #{i}")
+            where.append(f"event #{i} at offset {b.offset} ({b.reason})" if b else f"event #{i}")
         raw.warnings.append(f"{path}: skipped {n_bad} malformed event(s) (invalid JSON inside the event, "
-                            f"NaN/Infinity/out-of-range numbers, wrong types, missing ts, negative duration), "
+                            f"nested too deeply or too long, NaN/Infinity/out-of-range numbers, wrong types, "
+                            f"missing ts, negative duration), "
                             f"first: {'; '.join(where)}")
     if es.n_bad_header:
         raw.warnings.append(f"{path}: skipped {es.n_bad_header} header value(s) that cannot be read, first: "

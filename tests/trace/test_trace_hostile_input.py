@@ -164,3 +164,45 @@ def test_the_api_gives_a_result_or_a_trace_error(tmp_path):
     (tmp_path / "none" / "rank-0.json").write_text('{"distributedInfo": {"rank": "²"}}')
     with pytest.raises(TraceError, match="rank-0.json"):
         cc.analyze(tmp_path / "none")
+
+
+def _with_first_event(path, raw_event: str):
+    """A 1-rank trace with ``raw_event`` (JSON text) as its first event."""
+    text = json.dumps(_tiny())
+    i = text.index('"traceEvents": [') + len('"traceEvents": [')
+    path.write_text(text[:i] + raw_event + ", " + text[i:])
+    return path
+
+
+@pytest.mark.parametrize("depth", [1500, 200_000])
+def test_one_event_nested_too_deeply_costs_that_event(tmp_path, depth):
+    deep = "[" * depth + "]" * depth
+    p = _with_first_event(tmp_path / "r.json", '{"ph": "X", "cat": "kernel", "name": "deep", "ts": 120, "dur": 1, '
+                                               '"args": {"stream": 7, "x": ' + deep + ', "s": "]]"}}')
+    raw = load.load_trace(p)
+    assert raw.n_malformed == 1 and len(raw.k_ts) == 11 and "deep" not in raw.names
+    assert any("event #0 at offset" in w and "nested deeper than" in w for w in raw.warnings), raw.warnings
+    assert analyze([p]).metrics[0].comm_s > 0
+
+
+def test_one_over_long_string_costs_that_event_in_bounded_memory(tmp_path, monkeypatch):
+    import tracemalloc
+
+    from ccoverlap.trace import jsonstream
+    monkeypatch.setattr(jsonstream, "MAX_VALUE_CHARS", 1 << 20)
+    huge = 'x\\"' * (3 << 20)                               # 9 MiB of text, escaped quotes inside, cap 1 MiB
+    p = _with_first_event(tmp_path / "r.json", '{"ph": "X", "cat": "kernel", "name": "long", "ts": 120, '
+                                               '"dur": 1, "args": {"x": "' + huge + '"}}')
+    tracemalloc.start()
+    raw = load.load_trace(p)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert raw.n_malformed == 1 and len(raw.k_ts) == 11
+    assert any("longer than 1 Mi characters" in w for w in raw.warnings), raw.warnings
+    assert peak < 16e6, peak                                # never the whole 9 MiB value (plus copies)
+
+
+def test_a_header_value_nested_too_deeply_still_ends_the_file(tmp_path):
+    (tmp_path / "r.json").write_text('{"meta": ' + "[" * 5000 + "]" * 5000 + ', "traceEvents": []}')
+    with pytest.raises(TraceError, match="r.json.*nested deeper than"):
+        load.load_trace(tmp_path / "r.json")
