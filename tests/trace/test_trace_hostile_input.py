@@ -206,3 +206,34 @@ def test_a_header_value_nested_too_deeply_still_ends_the_file(tmp_path):
     (tmp_path / "r.json").write_text('{"meta": ' + "[" * 5000 + "]" * 5000 + ', "traceEvents": []}')
     with pytest.raises(TraceError, match="r.json.*nested deeper than"):
         load.load_trace(tmp_path / "r.json")
+
+
+def _gzip_of_blanks(path, mib: int):
+    """A gzip trace whose events list holds ``mib`` MiB of blanks (compresses ~1000x)."""
+    c = gzip.zlib.compressobj(6, gzip.zlib.DEFLATED, 31)
+    parts = [c.compress(b'{"traceEvents": [')]
+    parts += [c.compress(b" " * (1 << 20)) for _ in range(mib)]
+    parts += [c.compress(b"]}"), c.flush()]
+    path.write_bytes(b"".join(parts))
+    return path
+
+
+def test_a_gzip_bomb_is_refused_by_ratio(tmp_path, monkeypatch):
+    from ccoverlap.trace import sources
+    monkeypatch.setattr(sources, "RATIO_FREE_BYTES", 1 << 20)
+    bomb = _gzip_of_blanks(tmp_path / "rank-1.json.gz", 8)
+    with pytest.raises(TraceError, match=r"rank-1.json.gz: gzip expands more than 200x .*MAX_GZIP_RATIO"):
+        load.load_trace(bomb)
+    # the other rank of the job is still analysed
+    write(_tiny(), tmp_path / "rank-0.json.gz")
+    a = analyze([tmp_path])
+    assert [r.rank for r in a.ranks] == [0] and any("decompression bomb" in p for p in a.problems)
+
+
+def test_a_gzip_past_the_size_cap_is_refused(tmp_path, monkeypatch):
+    from ccoverlap.trace import sources
+    monkeypatch.setattr(sources, "MAX_GZIP_BYTES", 1 << 20)
+    monkeypatch.setattr(sources, "RATIO_FREE_BYTES", 1 << 30)
+    with pytest.raises(TraceError, match=r"big.json.gz: gzip expands to more than .*MAX_GZIP_BYTES"):
+        load.load_trace(_gzip_of_blanks(tmp_path / "big.json.gz", 3))
+    assert load.load_trace(write(_tiny(), tmp_path / "small.json.gz")).n_events > 0
