@@ -42,7 +42,8 @@ _WS = re.compile(r"[ \t\n\r]*")
 _SURROGATE = re.compile("[\udc80-\udcff]")
 _NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 _UNREADABLE = object()      # a header value that is valid JSON but cannot be built
-_STR_STOP = re.compile(r'["\\]')          # what ends or escapes inside a string
+_STR_WINDOW = 1 << 16
+_STR_BODY = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)   # a string's text up to its closing quote
 _STRUCT = re.compile(r'["{}\[\]]')          # what opens or closes a value outside strings
 _SEP = re.compile(r"[ \t\n\r]*([,\]}:])")
 # strings (with escapes) or single structural characters: used to find the end of a bad event
@@ -371,20 +372,17 @@ class EventStream:
         while True:
             buf, n = b.buf, len(b.buf)
             while pos < n:
-                if in_str:
-                    m = _STR_STOP.search(buf, pos)
-                    if m is None:
-                        pos = n
-                        break
-                    if m.group() == "\\":
-                        if m.end() >= n:        # the escaped character is in the next chunk
-                            pos = m.start()
-                            break
-                        pos = m.end() + 1
+                if in_str:                  # a window at a time: the regex's memory grows with its match
+                    stop = min(n, pos + _STR_WINDOW)
+                    e = _STR_BODY.match(buf, pos, stop).end()
+                    if e < stop and buf[e] == '"':
+                        in_str, pos = False, e + 1
+                        if depth == 0:
+                            return pos
                         continue
-                    in_str, pos = False, m.end()
-                    if depth == 0:
-                        return pos
+                    pos = e                 # the window's end, or a backslash just before it
+                    if stop == n:
+                        break               # the text (or the escape) goes on in the next chunk
                     continue
                 m = _STRUCT.search(buf, pos)
                 if m is None:
@@ -399,7 +397,7 @@ class EventStream:
                     depth -= 1
                     if depth <= 0:
                         return pos
-            keep = buf[pos:]                    # at most one backslash
+            keep = buf[pos:]                    # empty, or one backslash
             b.base += pos
             b.buf = keep
             pos = 0

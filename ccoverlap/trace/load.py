@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ccoverlap.config import PATH_CHARS, clip_middle
 from ccoverlap.errors import TraceError
 from ccoverlap.trace.columns import (  # noqa: F401
     COMM_OP_PREFIXES,
@@ -143,15 +144,18 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Source], list[str]]:
             problems.extend(why)
             continue
         path = Path(p)
-        if path.is_dir():
-            found = sorted(f for f in path.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
-            if not found:
-                problems.append(f"{path}: no *.json or *.json.gz trace files in this directory")
-            files.extend(found)
-        elif path.is_file():
-            files.append(path)
-        else:
-            problems.append(f"{path}: {_why_not_there(path)}")
+        try:
+            if path.is_dir():
+                found = sorted(f for f in path.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+                if not found:
+                    problems.append(f"{clip_middle(str(path))}: no *.json or *.json.gz trace files in this directory")
+                files.extend(found)
+            elif path.is_file():
+                files.append(path)
+            else:
+                problems.append(f"{clip_middle(str(path))}: {_why_not_there(path)}")
+        except OSError as exc:      # a name longer than the system allows, a directory that cannot be listed
+            problems.append(f"{clip_middle(str(path))}: cannot read ({exc.strerror or type(exc).__name__})")
     seen: set = set()
     unique = []
     for f in files:
@@ -241,7 +245,10 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: boo
     try:
         _sniff(path)
         raw = _parse_events(path, keep_cpu_ops, keep_runtime, keep_op_args)
-    except TraceError:
+    except TraceError as exc:
+        name = str(path)
+        if len(name) > PATH_CHARS:      # every message starts with the file's name: keep it short
+            raise TraceError(str(exc).replace(name, clip_middle(name), 1)) from None
         raise
     except Truncated as exc:
         raise TraceError(f"{path}: truncated or invalid JSON ({exc})") from None

@@ -18,12 +18,13 @@ from ccoverlap.replay.run import replay
 from ccoverlap.trace import consistency, load
 from ccoverlap.trace.analyze import analyze
 
-REAL_RANK = ("ns_resolution_trace", "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+SMALL_RANK = ("trace_filter", "sampled_rank-0.json.gz")
+REPLAYED_RANK = ("ns_resolution_trace", "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
 
 
-def _real_with(shared_traces, tmp_path, edit) -> tuple:
+def _real_with(shared_traces, tmp_path, which, edit) -> tuple:
     """A real rank copied to ``tmp_path/clean`` and, with ``edit(events)`` applied, to ``tmp_path/bad``."""
-    src = shared_traces.joinpath(*REAL_RANK)
+    src = shared_traces.joinpath(*which)
     clean = tmp_path / "clean" / "rank-0.json.gz"
     clean.parent.mkdir()
     shutil.copy(src, clean)
@@ -41,10 +42,10 @@ def _set_memset_ts(ts):
 
 
 def test_one_memset_at_ts_minus_one_is_dropped_and_counted(shared_traces, tmp_path, capsys):
-    clean, bad = _real_with(shared_traces, tmp_path, _set_memset_ts(-1))
+    clean, bad = _real_with(shared_traces, tmp_path, SMALL_RANK, _set_memset_ts(-1))
     ref, got = analyze([clean], steps="all"), analyze([bad], steps="all")
     assert got.ranks[0].n_dropped == 1 and ref.ranks[0].n_dropped == 0
-    # the step and idle time stay what they were (53 years before the check); one memset less
+    # the step and idle time stay what they were (1.68e9 s, 53 years, before the check); one memset less
     assert got.metrics[0].step_time_s == pytest.approx(ref.metrics[0].step_time_s, rel=1e-6)
     assert got.metrics[0].idle_s == pytest.approx(ref.metrics[0].idle_s, abs=1e-4)
     assert any("dropped 1 event(s) with inconsistent timestamps" in p and "far outside" in p for p in got.problems)
@@ -52,9 +53,14 @@ def test_one_memset_at_ts_minus_one_is_dropped_and_counted(shared_traces, tmp_pa
     out, err = capsys.readouterr()
     assert json.loads(out)["ranks"][0]["dropped_events"] == 1
     assert "dropped 1 event(s) with inconsistent timestamps" in err
-    # replay no longer finds a dependency cycle through the rank
+
+
+def test_replay_of_a_rank_with_one_memset_at_ts_minus_one(shared_traces, tmp_path):
+    # before the check: "the dependency graph has a cycle through 11466 node(s)"
+    _, bad = _real_with(shared_traces, tmp_path, REPLAYED_RANK, _set_memset_ts(-1))
     r = replay([str(bad)], whatifs=["no-comm"])
     assert r.replay.step_time_s > 0 and r.fidelity
+    assert any("dropped 1 event(s) with inconsistent timestamps" in p for p in r.job.problems)
 
 
 def _tiny(**over) -> dict:
@@ -237,3 +243,35 @@ def test_a_gzip_past_the_size_cap_is_refused(tmp_path, monkeypatch):
     with pytest.raises(TraceError, match=r"big.json.gz: gzip expands to more than .*MAX_GZIP_BYTES"):
         load.load_trace(_gzip_of_blanks(tmp_path / "big.json.gz", 3))
     assert load.load_trace(write(_tiny(), tmp_path / "small.json.gz")).n_events > 0
+
+
+def test_thousands_of_unreadable_files_give_one_short_line(tmp_path, capsys):
+    for i in range(1000):
+        (tmp_path / f"r{i}.json").write_bytes(b"")
+    with pytest.raises(TraceError) as err:
+        analyze([tmp_path])
+    msg = str(err.value)
+    assert len(msg) < 600 and msg.endswith("and 997 more") and "file is empty" in msg
+    assert len(err.value.problems) == 1000                   # --json still lists every one
+    assert main(["analyze", str(tmp_path), "--no-png"]) == 2
+    out, errtext = capsys.readouterr()
+    assert errtext.count("\n") == 1 and len(errtext) < 600 and "Traceback" not in errtext
+
+
+def test_a_path_longer_than_the_system_allows_is_named_short(tmp_path, capsys):
+    for long in (tmp_path / ("a" * 100_000 + ".json"), tmp_path.joinpath(*["b" * 200] * 30, "r.json")):
+        with pytest.raises(TraceError) as err:
+            analyze([long])
+        assert "cannot read" in str(err.value) and "characters]" in str(err.value) and len(str(err.value)) < 600
+        for cmd in ("analyze", "replay"):
+            assert main([cmd, str(long)]) == 2
+            errtext = capsys.readouterr().err
+            assert "Traceback" not in errtext and len(errtext) < 600, errtext[:300]
+
+
+def test_few_names_the_first_items_and_counts_the_rest():
+    from ccoverlap.config import clip_middle, few
+    assert few(["a", "b"]) == "a; b"
+    assert few([f"f{i}" for i in range(10)], n=2) == "f0; f1; and 8 more"
+    cut = clip_middle("x" * 1000 + "/rank-3.json", 100)
+    assert len(cut) < 140 and cut.endswith("/rank-3.json") and "[912 characters]" in cut
