@@ -275,3 +275,17 @@ def test_few_names_the_first_items_and_counts_the_rest():
     assert few([f"f{i}" for i in range(10)], n=2) == "f0; f1; and 8 more"
     cut = clip_middle("x" * 1000 + "/rank-3.json", 100)
     assert len(cut) < 140 and cut.endswith("/rank-3.json") and "[912 characters]" in cut
+
+
+@pytest.mark.parametrize("spec", ["1-99999999999999999999999", "99999999999999999999999", "3,1000000000000000",
+                                  "1-" + "9" * 5000])
+def test_a_steps_number_too_large_is_one_config_error(tmp_path, capsys, spec):
+    from ccoverlap.errors import ConfigError
+    from ccoverlap.trace.steps import parse_steps
+    with pytest.raises(ConfigError, match="--steps"):
+        parse_steps(spec)
+    p = write(_tiny(), tmp_path / "r.json")
+    for cmd in ("analyze", "replay"):
+        assert main([cmd, str(p), "--steps", spec]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--steps" in err and len(err) < 300 and "Traceback" not in err
