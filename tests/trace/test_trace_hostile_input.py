@@ -10,6 +10,8 @@ import json
 import shutil
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from trace_synth import kernel, nccl, trace, write
 
 from ccoverlap.cli import main
@@ -289,3 +291,30 @@ def test_a_steps_number_too_large_is_one_config_error(tmp_path, capsys, spec):
         assert main([cmd, str(p), "--steps", spec]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--steps" in err and len(err) < 300 and "Traceback" not in err
+
+
+EPOCH_US = 1_712_195_495_000_000.0        # a Kineto trace's timestamps: µs since the epoch
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.integers(0, 10), where=st.sampled_from(["ts", "launch", "dur"]),
+       value=st.one_of(st.floats(-1e17, 1e17, allow_nan=False), st.integers(-10**17, 10**17),
+                       st.sampled_from([-1, 0, EPOCH_US - 1, EPOCH_US * 2])))
+def test_one_corrupted_time_never_stretches_the_rank(tmp_path, which, where, value):
+    """Fuzz: any one kernel's ts, launch ts or duration set to anything in range: the rank is
+    analysed, its step stays within the span rule's bounds (not 53 years), nothing raises."""
+    ks = [kernel(f"k{i}", EPOCH_US + 100 + 20 * i, 10) for i in range(10)] + [nccl("all_reduce", EPOCH_US + 150, 40)]
+    if where == "dur":
+        ks[which]["dur"] = abs(value)
+    else:
+        ks[which][where] = value
+    p = write(trace(ks, world=1), tmp_path / "r.json")
+    try:
+        a = analyze([p], steps="all")
+    except TraceError as exc:            # only when nothing is left to measure
+        assert "nothing could be analysed" in str(exc)
+        return
+    bound = 2 * consistency.SPAN_FLOOR_US * 1e-6 + 1
+    assert a.metrics[0].step_time_s < bound and a.metrics[0].idle_s < bound
+    r = a.ranks[0]
+    assert r.n_dropped + r.n_malformed <= 2          # the kernel, and at most its launch
