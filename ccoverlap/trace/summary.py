@@ -33,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ccoverlap.errors import TraceError
+from ccoverlap.config import clip_middle
+from ccoverlap.errors import ConfigError, TraceError
 from ccoverlap.sim.timeline import RankMetrics, Timeline, merge_intervals, rank_metrics
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
@@ -149,12 +150,18 @@ def summarize_rank(source: str | Path, ctx: JobContext | None = None) -> RankSum
     if own_world is None and ctx.world_size is not None:
         raw.world_size = ctx.world_size
     out.assumed["world_size"] = raw.world_size
-    rt = build_rank(raw, origin, hta_rounding=(ctx.time_resolution == "hta"))
-    del raw
-    if rt is None:
-        out.empty = True
-        return out
-    _measure(rt, ctx, out)
+    try:
+        rt = build_rank(raw, origin, hta_rounding=(ctx.time_resolution == "hta"))
+        del raw
+        if rt is None:
+            out.empty = True
+            return out
+        _measure(rt, ctx, out)
+    except ConfigError:
+        raise
+    except (ValueError, OverflowError) as exc:      # a value no check foresaw: this rank only
+        return RankSummary(path=str(path), error=f"{clip_middle(str(path))}: cannot be analysed "
+                                                 f"({type(exc).__name__}: {str(exc)[:120]})")
     return out
 
 

@@ -318,3 +318,29 @@ def test_one_corrupted_time_never_stretches_the_rank(tmp_path, which, where, val
     assert a.metrics[0].step_time_s < bound and a.metrics[0].idle_s < bound
     r = a.ranks[0]
     assert r.n_dropped + r.n_malformed <= 2          # the kernel, and at most its launch
+
+
+@pytest.mark.parametrize("size", [2**64, 1e300, float("inf"), "x", -4])
+def test_a_group_size_out_of_range_counts_as_not_stated(tmp_path, size):
+    doc = _rank1()
+    doc["distributedInfo"]["pg_config"] = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": size}]
+    for e in doc["traceEvents"]:
+        if "Group size" in e.get("args", {}):
+            e["args"]["Group size"] = size
+    a = analyze([_job(tmp_path, doc)], steps="all")
+    assert [r.rank for r in a.ranks] == [0, 1] and a.collectives
+    assert all(0 < c.group_size < 2**31 for c in a.collectives)
+
+
+def test_an_unforeseen_value_error_costs_that_rank_only(tmp_path, monkeypatch):
+    from ccoverlap.trace import summary
+    build = summary.build_rank
+
+    def fragile(raw, *a, **k):
+        if raw.rank == 1:
+            raise OverflowError("Python int too large to convert to C long")
+        return build(raw, *a, **k)
+    monkeypatch.setattr(summary, "build_rank", fragile)
+    a = analyze([_job(tmp_path, _rank1())], jobs=1)
+    assert [r.rank for r in a.ranks] == [0]
+    assert any("rank-1.json: cannot be analysed (OverflowError" in p for p in a.problems)
