@@ -48,6 +48,8 @@ MAX_CONFIG_BYTES = 16 * 2**20
 QUOTE_CHARS = 40
 #: Most characters of one error message built here.
 MESSAGE_CHARS = 400
+#: Most characters of a path an error message names (cut in the middle, :func:`clip_middle`).
+PATH_CHARS = 160
 
 
 
@@ -97,6 +99,23 @@ def short(value: Any) -> str:
     except Exception:  # e.g. an integer past the 4300 digits str() writes
         text = f"<{type(value).__name__}>"
     return text if len(text) <= QUOTE_CHARS + 10 else text[:QUOTE_CHARS] + "..."
+
+
+def clip_middle(text: str, n: int = PATH_CHARS) -> str:
+    """``text`` cut in the middle to about ``n`` characters, saying how many were left out (a long
+    path keeps its start and its file name)."""
+    if len(text) <= n + 30:
+        return text
+    k = n // 2
+    return f"{text[:k]}...[{len(text) - 2 * k} characters]...{text[-k:]}"
+
+
+def few(items: Iterable[str], n: int = 3, sep: str = "; ") -> str:
+    """The first ``n`` of ``items``, each cut to :data:`MESSAGE_CHARS` (:func:`clip_middle`), joined
+    by ``sep``, and how many more there are: one message however many problems or files."""
+    items = list(items)
+    text = sep.join(clip_middle(str(x), MESSAGE_CHARS) for x in items[:n])
+    return text + (f"{sep}and {len(items) - n} more" if len(items) > n else "")
 
 
 def _clip(message: str) -> str:

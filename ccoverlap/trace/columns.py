@@ -529,12 +529,15 @@ class Columns:
 
     # ------------------------------------------------------------------ result
     def finish(self) -> dict:
-        """Every column as one numpy array, rows in file order (keys ``k_*``, ``c_*``, ``l_*``). Each
+        """Every column as one numpy array, rows in file order (keys ``k_*``, ``c_*``, ``l_*``; ``*_seq``:
+        each row's index in the events list). Each
         column's batches are dropped as soon as it is joined, so the peak is the columns plus one
         column's copy, not twice the columns. Called once."""
         out = {}
         for prefix, cols in (("k", self.k), ("c", self.c), ("l", self.l)):
-            order = np.argsort(np.concatenate(cols["seq"]), kind="stable") if cols["seq"] else None
+            seq = np.concatenate(cols["seq"]) if cols["seq"] else np.empty(0, dtype=np.int64)
+            order = np.argsort(seq, kind="stable") if cols["seq"] else None
+            out[f"{prefix}_seq"] = seq[order] if order is not None else seq     # file index of each row
             cols["seq"].clear()
             for key, parts in cols.items():
                 if key == "seq":

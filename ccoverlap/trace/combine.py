@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ccoverlap.config import few
 from ccoverlap.errors import ConfigError, TraceError
 from ccoverlap.trace.collectives import pooled_collective_stats
 from ccoverlap.trace.contention import PooledContention
@@ -68,7 +69,7 @@ def combine(summaries: list[RankSummary], ctx: JobContext, files: list[str], pro
         else:
             kept.append(s)
     if not kept:
-        detail = "; ".join(problems) if problems else "no trace files given"
+        detail = few(problems) if problems else "no trace files given"
         exc = TraceError(f"nothing could be analysed: {detail}")
         exc.problems = list(problems) or ["no trace files given"]   # for --json's one object
         exc.files = list(files)

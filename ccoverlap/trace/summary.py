@@ -33,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ccoverlap.errors import TraceError
+from ccoverlap.config import clip_middle
+from ccoverlap.errors import ConfigError, TraceError
 from ccoverlap.sim.timeline import RankMetrics, Timeline, merge_intervals, rank_metrics
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
@@ -73,7 +74,8 @@ class RankSummary:
     Times are seconds from ``origin_us`` (this file's earliest timestamp, µs). ``comm`` holds the
     analysed communication rows (a Timeline; ``comm_group_size``, ``comm_size_source`` and
     ``comm_exposed_s`` are its extra columns). ``error`` is set (and nothing else measured) when
-    the file could not be read; ``empty`` when it has nothing to measure.
+    the file could not be read; ``empty`` when it has nothing to measure. ``n_malformed``: events
+    skipped as unreadable; ``n_dropped``: events dropped for inconsistent timestamps.
     """
 
     path: str
@@ -85,6 +87,7 @@ class RankSummary:
     rank_source: str = ""
     n_events: int = 0
     n_malformed: int = 0
+    n_dropped: int = 0
     n_device: int = 0
     origin_us: float = 0.0
     empty: bool = False
@@ -142,19 +145,25 @@ def summarize_rank(source: str | Path, ctx: JobContext | None = None) -> RankSum
         return RankSummary(path=str(path), error=str(exc))
     out = RankSummary(path=str(path), warnings=list(raw.warnings), header=_header(raw.meta), rank=raw.rank,
                       world_size=raw.world_size, rank_source=raw.rank_source, n_events=raw.n_events,
-                      n_malformed=raw.n_malformed, n_device=len(raw.k_ts))
+                      n_malformed=raw.n_malformed, n_dropped=raw.n_dropped, n_device=len(raw.k_ts))
     origin = origin_us([raw])
     out.origin_us = origin
     own_world = raw.world_size
     if own_world is None and ctx.world_size is not None:
         raw.world_size = ctx.world_size
     out.assumed["world_size"] = raw.world_size
-    rt = build_rank(raw, origin, hta_rounding=(ctx.time_resolution == "hta"))
-    del raw
-    if rt is None:
-        out.empty = True
-        return out
-    _measure(rt, ctx, out)
+    try:
+        rt = build_rank(raw, origin, hta_rounding=(ctx.time_resolution == "hta"))
+        del raw
+        if rt is None:
+            out.empty = True
+            return out
+        _measure(rt, ctx, out)
+    except ConfigError:
+        raise
+    except (ValueError, OverflowError) as exc:      # a value no check foresaw: this rank only
+        return RankSummary(path=str(path), error=f"{clip_middle(str(path))}: cannot be analysed "
+                                                 f"({type(exc).__name__}: {str(exc)[:120]})")
     return out
 
 
