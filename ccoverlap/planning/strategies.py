@@ -282,27 +282,34 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
             if res is not None:
                 strategies.append(res)
     bundle = None
+    applicable_error = None
     if applicable:
         t, c = time.perf_counter(), time.process_time()  # the strategies may have run in worker processes
-        bundle = _applicable(planner, PlanResult(w, strategies, 0, 0.0, best_w), applicable_of, target, progress)
-        strategies.append(bundle.applicable)
+        bundle, applicable_error = _applicable(planner, PlanResult(w, strategies, 0, 0.0, best_w), applicable_of,
+                                               target, progress)
+        if bundle is not None:
+            strategies.append(bundle.applicable)
         lap(APPLICABLE)
     sims = planner.simulations + planner.graph_simulations
     stats = {**planner.stats(), "seconds": seconds, "cpu_seconds": cpu_seconds,
              "screen_microbatches": planner.screened(w).batch.microbatches(w.parallel.dp) if planner.screening(w) else None,
-             "extrapolated_from": planner.steady_state(w)}
+             "extrapolated_from": planner.steady_state(w), "applicable_error": applicable_error}
     return PlanResult(workload=w, strategies=strategies, simulations=sims, seconds=time.perf_counter() - t0,
                       best_workload=best_w, stats=stats, emit_bundle=bundle)
 
 
 def _applicable(planner: Planner, result: PlanResult, of: str | None, target: str,
-                progress: ProgressFn | None) -> EmitBundle:
+                progress: ProgressFn | None) -> tuple[EmitBundle | None, str | None]:
     """The settings of row ``of`` (default: the recommended one) for ``target``, with the
-    ``applicable`` row simulated (:func:`~ccoverlap.planning.emit.build_emit`)."""
+    ``applicable`` row simulated (:func:`~ccoverlap.planning.emit.build_emit`); or (None, the
+    reason) when the settings cannot be built, so the plan's other rows still stand."""
     row = result.strategy(of) if of else result.best()
     if progress:
         progress(0, 1, f"applicable {row.name}")
-    return build_emit(row, result.workload, planner, target=target)
+    try:
+        return build_emit(row, result.workload, planner, target=target), None
+    except ConfigError as exc:
+        return None, str(exc)
 
 
 def _run_group(planner: Planner, group: list, as_given: Workload, best: Workload) -> list[tuple]:
