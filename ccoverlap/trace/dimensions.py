@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ccoverlap.config import short
+from ccoverlap.config import short, suggest
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.classify import RankTrace
@@ -330,3 +330,26 @@ def _match(ends, durs, colls, ends2, durs2, colls2, tolerance: float) -> tuple[f
             hits += 1
             gap += best
     return (hits / len(ends), -gap / hits if hits else 0.0)
+
+
+def check_group_keys(mapping: dict[str, str], ranks: list, seen: set[str], where: str = "--groups") -> None:
+    """ConfigError naming the first key of ``mapping`` (a ``--groups`` file) that matches no
+    process group of the job: not a group name among ``seen`` (the groups of the analysed
+    communication) or the ranks' ``pg_config``, nor one of their descriptions, nor their
+    ``ranks:a,b`` key; with the closest known key and the known ones. A key that matches
+    nothing would otherwise be ignored without a word."""
+    known: set[str] = {str(g) for g in seen}
+    for r in ranks:
+        for name, entry in ((getattr(r, "meta", None) or {}).get("pg_config") or {}).items():
+            known.add(str(name))
+            if isinstance(entry, dict):
+                if entry.get("desc"):
+                    known.add(str(entry["desc"]))
+                if isinstance(entry.get("ranks"), list):
+                    known.add("ranks:" + ",".join(str(x) for x in entry["ranks"]))
+    unknown = [k for k in mapping if k not in known]
+    if unknown:
+        listed = sorted(known)
+        shown = ", ".join(short(k) for k in listed[:12]) + (f", ... ({len(listed)} in all)" if len(listed) > 12 else "")
+        raise ConfigError(f"{where}: {short(unknown[0])} matches no process group of these traces"
+                          f"{suggest(unknown[0], listed)}; known: {shown or 'none (no group recorded)'}")
