@@ -60,46 +60,60 @@ def _check_path(path: str | os.PathLike, flag: str) -> Path:
     return Path(text)
 
 
+def _probe(d: Path, p: Path, flag: str) -> None:
+    """ConfigError unless a file can be made (and is removed again) in existing directory
+    ``d``: the one test that also holds for root, read-only mounts and pseudo file systems."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".ccoverlap-probe.", dir=d)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{flag} {path_name(p)}: cannot write there ({path_name(d)}: {_reason(exc)})") from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
+
+
 def _writable_parent(p: Path, flag: str) -> None:
-    """ConfigError unless the nearest existing directory above ``p`` (or ``p``'s own parent)
-    is a writable directory."""
+    """ConfigError unless the nearest existing directory above ``p`` is a directory in which
+    ``p``'s missing directories can be made."""
     parent = next((q for q in p.absolute().parents if q.exists()), Path("."))
     if not parent.is_dir():
         raise ConfigError(f"{flag} {path_name(p)}: cannot create it ({path_name(parent)} is not a directory)")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {path_name(p)}: cannot write there ({path_name(parent)} is not writable)")
+    try:
+        made = tempfile.mkdtemp(prefix=".ccoverlap-probe.", dir=parent)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{flag} {path_name(p)}: cannot create it ({path_name(parent)}: {_reason(exc)})") from None
+    with contextlib.suppress(OSError):
+        os.rmdir(made)
 
 
 def check_out_dir(path: str | os.PathLike | None, flag: str) -> None:
     """ConfigError, before any work, when directory ``path`` (given with ``flag``) exists and
-    is not a writable directory, or cannot be created; None passes."""
+    is not a writable directory, or cannot be created; None passes. Writability is tried (a
+    file made and removed), not guessed from permission bits."""
     if path is None:
         return
     p = _check_path(path, flag)
     if p.exists():
         if not p.is_dir():
             raise ConfigError(f"{flag} {path_name(p)}: exists and is not a directory")
-        if not os.access(p, os.W_OK | os.X_OK):
-            raise ConfigError(f"{flag} {path_name(p)}: the directory is not writable")
+        _probe(p, p, flag)
         return
     _writable_parent(p, flag)
 
 
 def check_out_file(path: str | os.PathLike | None, flag: str) -> None:
     """ConfigError, before any work, when file ``path`` (given with ``flag``) is a directory,
-    exists and is not writable, or its directory cannot be created or written; None passes."""
+    or its directory cannot be created or written (tried, as :func:`check_out_dir`); None
+    passes. (The file is replaced by a rename, so its own permission bits do not matter.)"""
     if path is None:
         return
     p = _check_path(path, flag)
     if p.is_dir():
         raise ConfigError(f"{flag} {path_name(p)}: is a directory, expected a file name")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise ConfigError(f"{flag} {path_name(p)}: the file is not writable")
     if p.parent.exists() and not p.parent.is_dir():
         raise ConfigError(f"{flag} {path_name(p)}: {path_name(p.parent)} is not a directory")
     if p.parent.is_dir():
-        if not os.access(p.parent, os.W_OK | os.X_OK):
-            raise ConfigError(f"{flag} {path_name(p)}: cannot write there ({path_name(p.parent)} is not writable)")
+        _probe(p.parent, p, flag)
         return
     _writable_parent(p.parent, flag)
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ccoverlap.commands.options import add_common, add_dtype
+from ccoverlap.config import short
 from ccoverlap.errors import ConfigError
 
 OPS = ("all_gather_matmul", "matmul_reduce_scatter", "all_to_all_matmul")
@@ -166,7 +167,7 @@ def _plan_configs(args: argparse.Namespace, world: int) -> list:
 
     names = list(SHAPES) if args.shape == "all" else [s.strip() for s in args.shape.split(",") if s.strip()]
     if args.schedule not in ALL_SCHEDULES:
-        raise ConfigError(f"--schedule must be one of {', '.join(ALL_SCHEDULES)}; got {args.schedule!r}")
+        raise ConfigError(f"--schedule must be one of {', '.join(ALL_SCHEDULES)}; got {short(args.schedule)}")
     dtype = args.dtype or "float32"
     cfgs = [PlanBenchConfig(shape=n, workload=args.plan, reps=args.reps, warmup=args.warmup, layers=args.layers,
                             vocab=args.vocab, dtype=dtype, schedule=args.schedule, seed=args.seed,

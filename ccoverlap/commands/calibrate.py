@@ -228,7 +228,6 @@ def run(args: argparse.Namespace) -> int:
     write the calibration file; 0 on success. User errors raise ConfigError (exit 2)."""
     from ccoverlap.calibrate import fileformat
     from ccoverlap.cost.params import default_params
-
     from ccoverlap.outputs import check_out_dir, check_out_file
 
     out = args.out or "calibrations"  # checked before the minutes of measuring

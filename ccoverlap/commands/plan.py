@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ccoverlap.commands.options import add_common, check_out_dir, check_outputs, png_path
+from ccoverlap.config import short, suggest
 from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
 from ccoverlap.trace.engine import ENGINES, make_engine
 
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if args.target not in TARGETS:
         from ccoverlap.errors import ConfigError
 
-        raise ConfigError(f"--target must be one of {', '.join(TARGETS)}, got {args.target!r}")
+        raise ConfigError(f"--target must be one of {', '.join(TARGETS)}, got {short(args.target)}")
     check_outputs(args, "plan")
     check_out_dir(args.emit, "--emit")
     w = workload_from_args(args)
@@ -125,10 +126,9 @@ def run(args: argparse.Namespace) -> int:
     if args.strategy:  # known before the minutes of planning
         rows = ["as-given", "no-overlap", "best-knobs", *(s.name for s in registry.select(extra))]
         if args.strategy not in rows:
-            from ccoverlap.config import suggest
             from ccoverlap.errors import ConfigError
 
-            raise ConfigError(f"--strategy {args.strategy!r} is not a row of this plan{suggest(args.strategy, rows)}; "
+            raise ConfigError(f"--strategy {short(args.strategy)} is not a row of this plan{suggest(args.strategy, rows)}; "
                               f"rows: {', '.join(rows)}")
     with Progress("planning", enabled=not args.quiet) as progress:
         result = planner.plan(w, progress=progress, extra=extra, registry=registry, exact=args.exact,

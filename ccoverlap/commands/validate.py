@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 from ccoverlap.commands.options import add_json, add_quiet
-from ccoverlap.console import make_console, print_wrapped
 from ccoverlap.config import short, suggest
+from ccoverlap.console import make_console, print_wrapped
 from ccoverlap.errors import ConfigError
 from ccoverlap.outputs import check_out_file
 from ccoverlap.validate.reader import PUBLISHED, runs_path  # noqa: F401  (PUBLISHED: re-exported for scripts)
@@ -124,9 +124,9 @@ def _check_options(args: argparse.Namespace):
         names = parse_fit_params(args.fit)
         check_out_file(args.write_calibration, "--write-calibration")  # before the fit's minutes
         if args.fit_on not in SUBSETS:
-            raise ConfigError(f"--fit-on must be one of the declared subsets {SUBSETS}, got {args.fit_on!r}")
+            raise ConfigError(f"--fit-on must be one of the declared subsets {SUBSETS}, got {short(args.fit_on)}")
     if args.subset is not None and args.subset not in SUBSETS:
-        raise ConfigError(f"--subset must be one of {SUBSETS}, got {args.subset!r}")
+        raise ConfigError(f"--subset must be one of {SUBSETS}, got {short(args.subset)}")
     return names
 
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from ccoverlap.config import short, suggest
 from ccoverlap.errors import ConfigError
+from ccoverlap.outputs import path_name
 from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.classify import RankTrace
 from ccoverlap.trace.contention import covered_length
@@ -52,13 +53,14 @@ KNOWN_DIMENSIONS = ("TP", "DP", "FSDP", "PP", "EP", "CP")
 def load_groups(path: str | Path) -> dict[str, str]:
     """Read a ``--groups`` file: a JSON object ``{group name | description | "ranks:0,1": dimension}``."""
     p = Path(path)
+    name = path_name(p)
     try:
         doc = json.loads(p.read_text())
     except OSError as exc:
-        raise ConfigError(f"--groups {p}: cannot read ({exc.strerror or exc})") from None
+        raise ConfigError(f"--groups {name}: cannot read ({exc.strerror or exc})") from None
     except ValueError as exc:
-        raise ConfigError(f"--groups {p}: not valid JSON ({exc})") from None
-    return check_groups(doc, f"--groups {p}", kind="JSON object")
+        raise ConfigError(f"--groups {name}: not valid JSON ({exc})") from None
+    return check_groups(doc, f"--groups {name}", kind="JSON object")
 
 
 def check_groups(groups: Any, where: str = "groups", kind: str = "non-empty mapping") -> dict[str, str]:

@@ -92,9 +92,9 @@ def parse_steps(spec: str | None) -> str | list[int] | StepRanges:
             else:
                 ranges.append((int(part), int(part)))
         except ValueError:
-            raise ConfigError(f"--steps: {spec!r} is not 'hta', 'all', or step numbers like '3,4' or '3-5'") from None
+            raise ConfigError(f"--steps: {short(spec)} is not 'hta', 'all', or step numbers like '3,4' or '3-5'") from None
     if not ranges:
-        raise ConfigError(f"--steps: {spec!r} names no step")
+        raise ConfigError(f"--steps: {short(spec)} names no step")
     sel = StepRanges(ranges)
     if len(sel) > MAX_LISTED_STEPS:
         return sel

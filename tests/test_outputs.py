@@ -1,0 +1,110 @@
+"""Writing the user's files (ccoverlap.outputs): one file or a set atomically, the user's files
+as they were after any failure, and output paths checked before the work."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from ccoverlap.errors import ConfigError
+from ccoverlap.outputs import (
+    atomic_dir,
+    atomic_file,
+    check_out_dir,
+    check_out_file,
+    path_name,
+    write_files,
+    write_text,
+)
+
+
+def _listing(d: Path) -> dict[str, str]:
+    return {str(p.relative_to(d)): p.read_text() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_write_text_replaces_the_file_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "nccl.env"
+    target.write_text("OLD=1\n")
+    write_text(target, "NEW=1\n")
+    assert target.read_text() == "NEW=1\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["nccl.env"]
+    mode = stat.S_IMODE(target.stat().st_mode)
+    assert mode & 0o044 == 0o044 or mode == 0o666 & ~_umask()  # readable like any new file, not 0600
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def test_a_failure_while_writing_leaves_the_old_file(tmp_path):
+    target = tmp_path / "calibration.json"
+    target.write_text("{}\n")
+    with pytest.raises(RuntimeError):
+        with atomic_file(target) as tmp:
+            tmp.write_text("half a fi")
+            raise RuntimeError("the writer failed")
+    assert target.read_text() == "{}\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["calibration.json"]
+
+
+def test_a_set_is_written_all_or_none(tmp_path):
+    out = tmp_path / "emit"
+    out.mkdir()
+    (out / "nccl.env").write_text("MINE=1\n")
+    (out / "notes.txt").write_text("the user's own file\n")
+    before = _listing(out)
+    with pytest.raises(ConfigError):
+        with atomic_dir(out) as tmp:
+            (tmp / "nccl.env").write_text("NCCL_ALGO=Ring\n")
+            (tmp / "a.csv").write_text("x\n")
+            raise ConfigError("building the third file failed")
+    assert _listing(out) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["emit"]  # no temporary directory left
+    paths = write_files(out, {"nccl.env": "NCCL_ALGO=Ring\n", "sub/rank-0.json": b"{}"})
+    assert [p.name for p in paths] == ["nccl.env", "rank-0.json"]
+    assert _listing(out) == {"nccl.env": "NCCL_ALGO=Ring\n", "notes.txt": "the user's own file\n",
+                             "sub/rank-0.json": "{}"}
+
+
+def test_a_set_that_cannot_be_moved_into_place_changes_nothing(tmp_path):
+    out = tmp_path / "emit"
+    (out / "README.md").mkdir(parents=True)  # a directory where a file of the set goes
+    (out / "nccl.env").write_text("MINE=1\n")
+    with pytest.raises(ConfigError, match="README.md: is a directory"):
+        write_files(out, {"nccl.env": "NEW=1\n", "README.md": "new\n"})
+    assert (out / "nccl.env").read_text() == "MINE=1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emit"]
+
+
+def test_checks_name_what_cannot_be_written(tmp_path, unwritable_dir):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(ConfigError, match="exists and is not a directory"):
+        check_out_dir(afile, "--out")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        check_out_file(afile / "x.png", "--png")
+    with pytest.raises(ConfigError, match="is a directory, expected a file name"):
+        check_out_file(tmp_path, "--png")
+    with pytest.raises(ConfigError, match="^--out .*: cannot create it"):
+        check_out_dir(unwritable_dir / "new", "--out")
+    with pytest.raises(ConfigError, match="^--png .*: cannot write there"):
+        check_out_file(unwritable_dir / "x.png", "--png")
+    check_out_dir(tmp_path / "a" / "b", "--out")  # creatable: passes, and makes nothing
+    check_out_file(tmp_path / "c" / "x.png", "--png")
+    check_out_dir(None, "--out")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "read-only") == ["afile"]
+
+
+def test_long_and_odd_paths_are_one_short_error():
+    long = "/tmp/" + "a/" * 2100 + "x"
+    with pytest.raises(ConfigError) as e:
+        check_out_dir(long, "--out")
+    assert "path too long" in str(e.value) and len(str(e.value)) < 200
+    with pytest.raises(ConfigError, match="NUL"):
+        check_out_file("a\x00b.png", "--png")
+    assert "..." in path_name("x" * 5000) and len(path_name("x" * 5000)) < 60
