@@ -118,6 +118,16 @@ def test_emit_that_cannot_be_moved_into_place_reports_it_in_json(tmp_path, capsy
     assert sorted(p.name for p in emit.iterdir()) == ["README.md", "nccl.env"]
 
 
+def test_tune_emit_failure_keeps_the_tables_and_the_users_files(tmp_path, capsys):
+    emit = _user_emit_dir(tmp_path)
+    (emit / "README.md").mkdir()
+    assert main(["tune", "--emit", str(emit), "-q"]) == 2
+    out, err = capsys.readouterr()
+    assert "lagom" in out and "settings not written" in _one_error_line(err, "tune")
+    assert (emit / "nccl.env").read_text() == "NCCL_MINE=1\n"
+    assert sorted(p.name for p in emit.iterdir()) == ["README.md", "nccl.env"]
+
+
 def test_applicable_row_that_cannot_be_built_leaves_the_plan(monkeypatch):
     import ccoverlap.planning.strategies as strategies
 
