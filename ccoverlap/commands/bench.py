@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ccoverlap.commands.options import add_common, add_dtype
+from ccoverlap.commands.options import add_common, add_dtype, check_out_dir
 from ccoverlap.config import short
 from ccoverlap.errors import ConfigError
 
@@ -94,6 +94,7 @@ def register(sub) -> None:
 
 
 def _config(args: argparse.Namespace, world: int) -> dict:
+    check_out_dir(args.profile_dir, "--out")  # before the GPUs are started
     for name in ("m", "n", "k", "iters", "experts", "profile_iters"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -565,6 +566,14 @@ def _summary(rows: list[dict]) -> dict:
     return out
 
 
+def _export_trace(prof, path: str) -> None:
+    """The profiler's Chrome trace written to ``path`` atomically (a temporary file renamed)."""
+    from ccoverlap.outputs import atomic_file
+
+    with atomic_file(path) as tmp:
+        prof.export_chrome_trace(str(tmp))
+
+
 def _profile(cfg: dict, rank: int, call, sync, device) -> None:
     from torch.profiler import ProfilerActivity, profile, record_function
     from torch.profiler import schedule as prof_schedule
@@ -577,7 +586,7 @@ def _profile(cfg: dict, rank: int, call, sync, device) -> None:
     with profile(
         activities=acts,
         schedule=prof_schedule(wait=0, warmup=1, active=steps, repeat=1),
-        on_trace_ready=lambda p: p.export_chrome_trace(path),
+        on_trace_ready=lambda p: _export_trace(p, path),
     ) as prof:
         call(cfg["schedules"][0])  # the profiler's warm-up step, not recorded
         sync()
