@@ -8,7 +8,10 @@ import stat
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from ccoverlap.config import clip_line
 from ccoverlap.errors import ConfigError
 from ccoverlap.outputs import (
     atomic_dir,
@@ -108,3 +111,40 @@ def test_long_and_odd_paths_are_one_short_error():
     with pytest.raises(ConfigError, match="NUL"):
         check_out_file("a\x00b.png", "--png")
     assert "..." in path_name("x" * 5000) and len(path_name("x" * 5000)) < 60
+
+
+# ----------------------------------------------------------------------------- fuzz
+
+NAMES = st.text(alphabet="abcdefghij_-.", min_size=1, max_size=12).filter(lambda n: n not in (".", ".."))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=st.dictionaries(NAMES, st.binary(max_size=64), min_size=1, max_size=6),
+       fail_at=st.integers(min_value=0, max_value=6))
+def test_a_set_is_all_or_none_whatever_fails(tmp_path_factory, files, fail_at):
+    out = tmp_path_factory.mktemp("set") / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("mine\n")
+    for name in list(files)[:2]:
+        (out / name).write_bytes(b"old")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    try:
+        with atomic_dir(out) as tmp:
+            for i, (name, data) in enumerate(files.items()):
+                if i == fail_at:
+                    raise ConfigError("failed half-way")
+                (tmp / name).write_bytes(data)
+    except ConfigError:
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    else:
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == {**before, **files}
+    assert [p.name for p in out.parent.iterdir()] == ["out"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(max_size=3000), limit=st.integers(min_value=20, max_value=600))
+def test_clip_line_is_one_line_within_the_limit(text, limit):
+    line = clip_line(text, limit)
+    assert "\n" not in line and len(line) <= limit
+    if len(text) <= limit and "\n" not in text:
+        assert line == text
