@@ -23,6 +23,7 @@ import contextlib
 import functools
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,8 +147,8 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
         raise ConfigError(f"{path_name(p)}: cannot write ({_reason(exc)})") from None
     os.close(fd)
     tmp = Path(name)
-    with contextlib.suppress(OSError):  # mkstemp makes it private; give it the mode a new file gets
-        tmp.chmod(0o666 & ~_umask())
+    with contextlib.suppress(OSError):  # mkstemp makes it private: the old file's mode, or a new file's
+        tmp.chmod(stat.S_IMODE(p.stat().st_mode) if p.is_file() else 0o666 & ~_umask())
     try:
         yield tmp
         os.replace(tmp, p)
@@ -176,7 +177,11 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     ends without an error, each file in it (subdirectories kept) is moved onto the same name
     under ``path`` (created), else the temporary directory is removed and ``path`` is left as
     it was. Files of ``path`` the set does not name are kept. An OSError becomes one
-    ConfigError naming ``path``."""
+    ConfigError naming ``path``.
+
+    Everything that can be checked (a directory where a file of the set goes, a file where a
+    directory goes) is checked before the first file is moved; the moves are renames within
+    one file system, so only an I/O error during them could leave part of the set moved."""
     p = Path(path)
     _mkdir(p.parent if p.parent != p else p)
     try:

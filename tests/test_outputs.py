@@ -148,3 +148,11 @@ def test_clip_line_is_one_line_within_the_limit(text, limit):
     assert "\n" not in line and len(line) <= limit
     if len(text) <= limit and "\n" not in text:
         assert line == text
+
+
+def test_a_replaced_file_keeps_its_mode(tmp_path):
+    target = tmp_path / "nccl.env"
+    target.write_text("OLD=1\n")
+    target.chmod(0o600)
+    write_text(target, "NEW=1\n")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
