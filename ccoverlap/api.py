@@ -77,9 +77,14 @@ def analyze(traces: Paths, *, steps: str = "hta", time_resolution: str = "hta", 
     (HolisticTraceAnalysis' definitions), per-collective bandwidths, stragglers, contention
     and a verdict. ``steps``: ``"hta"`` (HTA's window), ``"all"`` or ``"3-5"``."""
     from ccoverlap.trace.analyze import analyze as _analyze
+    from ccoverlap.trace.dimensions import check_group_keys, check_groups
 
-    return AnalysisResult.of(_analyze(_paths(traces), steps=steps, time_resolution=time_resolution, jobs=jobs,
-                                      groups=groups))
+    if groups is not None:
+        groups = check_groups(groups, "groups")
+    a = _analyze(_paths(traces), steps=steps, time_resolution=time_resolution, jobs=jobs, groups=groups)
+    if groups:  # a key that matches no process group is an error, not ignored
+        check_group_keys(groups, a.ranks, {g for d in a.dimensions for g in d.groups}, where="groups")
+    return AnalysisResult.of(a)
 
 
 def replay(traces: Paths, *, steps: str = "hta", whatifs: Sequence[str] | None = None,

@@ -35,6 +35,8 @@ COMMANDS = {
     "reproduce": "ccoverlap.commands.reproduce",
     "list": "ccoverlap.commands.listing",
 }
+#: Most characters of the error line main prints (a longer message keeps its start and end).
+MESSAGE_CHARS = 500
 #: Commands that print their own JSON object when they fail (with more than the message).
 OWN_JSON_ERRORS = ("analyze", "validate")
 
@@ -42,6 +44,20 @@ OWN_JSON_ERRORS = ("analyze", "validate")
 def _closest(word: str, choices) -> str | None:
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return close[0] if close else None
+
+
+def _cut(word: str, limit: int = 60) -> str:
+    """``word``, its first ``limit`` characters and ``...`` when longer."""
+    return word if len(word) <= limit else word[:limit] + "..."
+
+
+def _shorten_quotes(message: str) -> str:
+    """A usage error with every quoted value longer than 60 characters cut (``'xxxx...'``) and
+    the whole line capped at :data:`MESSAGE_CHARS`: a 5000-digit flag value is not echoed whole."""
+    from ccoverlap.config import clip_line
+
+    message = re.sub(r"'([^'\n]{60})[^'\n]+'", r"'\1...'", message)
+    return clip_line(message, MESSAGE_CHARS)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,6 +69,7 @@ class _Parser(argparse.ArgumentParser):
             near = _closest(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
             if near:
                 message += f"; did you mean {near!r}?"
+        message = _shorten_quotes(message)
         self.print_usage(sys.stderr)
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
@@ -94,8 +111,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
     if extra:
         sub = _subparser(parser, getattr(args, "command", None))
         known = sub.option_strings() if isinstance(sub, _Parser) else []
-        hints = [f"{x} (did you mean {near}?)" if (near := _closest(x.split("=")[0], known)) else x
-                 for x in extra]
+        hints = [f"{_cut(x)} (did you mean {near}?)" if (near := _closest(x.split("=")[0][:100], known)) else _cut(x)
+                 for x in extra[:5]] + ([f"... ({len(extra)} in all)"] if len(extra) > 5 else [])
         sub.error("unrecognized arguments: " + " ".join(hints))
     return args
 
@@ -138,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         raise
     except CCOverlapError as exc:
-        message = " ".join(str(exc).split("\n"))  # one line, whatever a message holds
+        from ccoverlap.config import clip_line
+
+        message = clip_line(str(exc), MESSAGE_CHARS)  # one line of a readable length, whatever a message holds
         if getattr(args, "json", False) and args.command not in OWN_JSON_ERRORS:
             sys.stdout.write(json.dumps({"tool": f"ccoverlap {args.command}", "error": message}) + "\n")
         sys.stderr.write(f"ccoverlap {args.command}: error: {message}\n")

@@ -17,8 +17,10 @@ import sys
 from pathlib import Path
 
 from ccoverlap.commands.options import add_json, add_quiet
+from ccoverlap.config import short, suggest
 from ccoverlap.console import make_console, print_wrapped
 from ccoverlap.errors import ConfigError
+from ccoverlap.outputs import check_out_file
 from ccoverlap.validate.reader import PUBLISHED, runs_path  # noqa: F401  (PUBLISHED: re-exported for scripts)
 
 
@@ -120,10 +122,11 @@ def _check_options(args: argparse.Namespace):
         from ccoverlap.validate.fit import parse_fit_params
 
         names = parse_fit_params(args.fit)
+        check_out_file(args.write_calibration, "--write-calibration")  # before the fit's minutes
         if args.fit_on not in SUBSETS:
-            raise ConfigError(f"--fit-on must be one of the declared subsets {SUBSETS}, got {args.fit_on!r}")
+            raise ConfigError(f"--fit-on must be one of the declared subsets {SUBSETS}, got {short(args.fit_on)}")
     if args.subset is not None and args.subset not in SUBSETS:
-        raise ConfigError(f"--subset must be one of {SUBSETS}, got {args.subset!r}")
+        raise ConfigError(f"--subset must be one of {SUBSETS}, got {short(args.subset)}")
     return names
 
 
@@ -136,7 +139,9 @@ def _select_runs(args: argparse.Namespace, path, rf) -> list:
         known = {r.name for r in runs}
         missing = [n for n in args.only if n not in known]
         if missing:
-            raise ConfigError(f"{path}: no run named {missing[0]!r}")
+            names = sorted(known)
+            shown = ", ".join(names[:8]) + (f", ... ({len(names)} runs)" if len(names) > 8 else "")
+            raise ConfigError(f"{path}: no run named {short(missing[0])}{suggest(missing[0], known)}; runs: {shown}")
         runs = [r for r in runs if r.name in args.only]
     if args.subset:
         runs = [r for r in runs if r.subset == args.subset]
@@ -294,7 +299,6 @@ def _fit(args, names, fit_runs, params_for) -> dict:
         group = [r.run for r in usable if r.run.gpu_name == gpu]
         params = params_for(group[0], res.values[gpu])
         out = paths[gpu]
-        out.parent.mkdir(parents=True, exist_ok=True)
         rms = res.loss_after[gpu] ** 0.5
         params.save(out, gpu=gpu, fit_error=rms,
                     source=f"ccoverlap validate --fit {','.join(names)} --fit-on {args.fit_on} "

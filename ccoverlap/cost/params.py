@@ -309,8 +309,11 @@ class CostParams:
         return cls.from_dict(data, base=base, where=str(p))
 
     def save(self, path: str | os.PathLike, **meta: Any) -> None:
-        """Write a calibration file ``{"params": ..., **meta}`` (meta: ``gpu``, ``fit_error``)."""
-        Path(path).write_text(json.dumps({"params": self.to_dict(), **meta}, indent=2, sort_keys=True) + "\n")
+        """Write a calibration file ``{"params": ..., **meta}`` (meta: ``gpu``, ``fit_error``),
+        atomically (:func:`ccoverlap.outputs.write_text`; ConfigError when it cannot be written)."""
+        from ccoverlap.outputs import write_text
+
+        write_text(path, json.dumps({"params": self.to_dict(), **meta}, indent=2, sort_keys=True) + "\n")
 
     def with_overrides(self, **kw: Any) -> CostParams:
         """A copy with some fields replaced; unknown names raise :class:`ConfigError`."""

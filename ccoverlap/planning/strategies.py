@@ -315,43 +315,48 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
             lap(strat.name)
             if res is not None:
                 strategies.append(res)
-    bundle, applied = None, dict[str, float]()
+    bundle, applied, applicable_error = None, dict[str, float](), None
     if applicable:
         t, c = time.perf_counter(), time.process_time()  # the strategies may have run in worker processes
-        bundle, applied = _applicable(planner, PlanResult(w, strategies, 0, 0.0, best_w), applicable_of, target,
-                                      progress)
-        strategies.append(bundle.applicable)
+        bundle, applied, applicable_error = _applicable(planner, PlanResult(w, strategies, 0, 0.0, best_w),
+                                                        applicable_of, target, progress)
+        if bundle is not None:
+            strategies.append(bundle.applicable)
         lap(APPLICABLE)
     sims = planner.simulations + planner.graph_simulations
     stats = {**planner.stats(), "seconds": seconds, "cpu_seconds": cpu_seconds,
              "screen_microbatches": planner.screened(w).batch.microbatches(w.parallel.dp) if planner.screening(w) else None,
-             "extrapolated_from": planner.steady_state(w)}
+             "extrapolated_from": planner.steady_state(w), "applicable_error": applicable_error}
     return PlanResult(workload=w, strategies=strategies, simulations=sims, seconds=time.perf_counter() - t0,
                       best_workload=best_w, stats=stats, emit_bundle=bundle, applied_s=applied)
 
 
 def _applicable(planner: Planner, result: PlanResult, of: str | None, target: str,
-                progress: ProgressFn | None) -> tuple[EmitBundle, dict[str, float]]:
+                progress: ProgressFn | None) -> tuple[EmitBundle | None, dict[str, float], str | None]:
     """The settings of row ``of`` for ``target``, with the ``applicable`` row simulated
     (:func:`~ccoverlap.planning.emit.build_emit`), and ``{row: applicable step time}`` of the
     rows checked. Default ``of``: the recommended row - the candidates are checked fastest
     first (each at most one simulation) until the fastest applicable step is a checked row's,
     so a strategy that cannot be set in full is recommended only if what can be set of it
-    still beats the others."""
+    still beats the others. When a row's settings cannot be built: (None, the rows checked,
+    the reason), so the plan's other rows still stand."""
     bundles: dict[str, EmitBundle] = {}
     applied: dict[str, float] = {}
     while True:
         row = result.strategy(of) if of else min(result.candidates(),
                                                  key=lambda s: applied.get(s.name, s.step_time_s))
         if row.name in bundles:
-            return bundles[row.name], applied
+            return bundles[row.name], applied, None
         if progress:
             progress(0, 1, f"applicable {row.name}")
-        b = build_emit(row, result.workload, planner, target=target)
+        try:
+            b = build_emit(row, result.workload, planner, target=target)
+        except ConfigError as exc:
+            return None, applied, str(exc)
         bundles[row.name] = b
         applied[row.name] = b.applicable.step_time_s
         if of:
-            return b, applied
+            return b, applied, None
 
 
 def _run_group(planner: Planner, group: list, as_given: Workload, best: Workload) -> list[tuple]:

@@ -19,6 +19,7 @@ from typing import IO
 import numpy as np
 
 from ccoverlap.console import Col, make_console, print_table, print_wrapped
+from ccoverlap.outputs import save_figure, write_files
 from ccoverlap.replay.core import gpu_times, replayed_annotations, replayed_calls
 from ccoverlap.replay.run import ReplayResult, Scenario, recommendation
 
@@ -143,9 +144,7 @@ def write_chrome(res: ReplayResult, scenario: Scenario, out_dir: str | Path) -> 
     if scenario.times is None or any(g.calls is None for g in jg.ranks):
         raise ValueError(f"scenario {scenario.name}: node times not kept (replay(..., keep_times=True))")
     starts, ends = gpu_times(job, scenario.times, scenario.dur)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    files: dict[str, bytes | str] = {}
     world = max((rt.meta.get("world_size") or 0 for rt in job.rts), default=0) or len(job.rts)
     for gi, g in enumerate(jg.ranks):
         rt = g.rt
@@ -165,11 +164,8 @@ def write_chrome(res: ReplayResult, scenario: Scenario, out_dir: str | Path) -> 
                "distributedInfo": {"backend": "nccl", "rank": rt.rank, "world_size": world},
                "deviceProperties": [{"id": 0, "name": job.device_names.get(rt.rank, "")}],
                "displayTimeUnit": "ms", "traceEvents": ev}
-        path = out / f"rank-{rt.rank}.json.gz"
-        with gzip.open(path, "wt", compresslevel=1) as fh:
-            json.dump(doc, fh)
-        paths.append(path)
-    return paths
+        files[f"rank-{rt.rank}.json.gz"] = gzip.compress(json.dumps(doc).encode(), compresslevel=1)
+    return write_files(out_dir, files)  # the set, all or none
 
 
 def write_png(res: ReplayResult, path: str | Path) -> Path:
@@ -191,8 +187,7 @@ def write_png(res: ReplayResult, path: str | Path) -> Path:
     ax.set_title("ccoverlap replay: step time per scenario")
     ax.legend()
     fig.tight_layout()
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=100)
-    plt.close(fig)
-    return p
+    try:
+        return save_figure(fig, path, dpi=100)
+    finally:
+        plt.close(fig)

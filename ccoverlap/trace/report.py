@@ -17,6 +17,7 @@ import numpy as np
 from rich.console import Console
 
 from ccoverlap.console import Col, make_console, print_table, print_wrapped
+from ccoverlap.outputs import save_figure
 from ccoverlap.trace.ranks import MAX_CLOCK_SPREAD_S
 from ccoverlap.trace.result import COMM_KERNEL_KEYS, Analysis, comm_kernel_columns
 
@@ -268,7 +269,6 @@ def write_png(a: Analysis, path: str | Path, *, step: int | None = None) -> Path
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if step is None and a.analysed_steps:
         step = a.analysed_steps[0]
     shown = a.ranks[:MAX_LANE_RANKS]
@@ -326,9 +326,10 @@ def write_png(a: Analysis, path: str | Path, *, step: int | None = None) -> Path
     bx.legend(fontsize=8, ncol=4, loc="upper right")
     bx.set_title(f"verdict: {a.verdict.label}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
 
 
 def _subtract(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
