@@ -195,8 +195,9 @@ class CostParams:
     # intensive contention"). A channel's FIFO holds l2_inflight_chunks chunks of C bytes: the
     # collective keeps NC x C x this bytes hot in L2. source: NCCL's Simple protocol buffer is
     # NCCL_STEPS (8) steps and a chunk ALL{REDUCE,GATHER}_CHUNKSTEPS (NCCL_STEPS/2) steps
-    # (src/include/collectives.h), so NCCL_BUFFSIZE 4 MiB = 2 chunks of 2 MiB.
-    l2_inflight_chunks: float = 2.0
+    # (src/include/collectives.h), so NCCL_BUFFSIZE 4 MiB = 2 chunks of 2 MiB (A100, A40,
+    # MI300X). Hopper: 0.27, FITTED with l2_pollution_penalty on our H200 sweep ([HOPc]).
+    l2_inflight_chunks: float = 0.27
     # The GEMM keeps its hot operands in l2_gemm_working_set of L2: buffers up to the rest fit
     # beside them for free; beyond, they evict a growing share of the working set, all of it
     # once they fill L2 (contention.l2_share_taken). 1.0 = any footprint counts (no measurement
@@ -208,9 +209,10 @@ class CostParams:
     # GPT step on A100-SXM4-80GB took 2.08 ms beside an NCCL all-gather at NCCL's defaults vs
     # 1.18 ms alone, attention 0.33 vs 0.18 ms (NVIDIA/nccl#1428): 5.5 gives 1.7-2.0x for
     # ~1 ms GEMMs beside a 256 MiB all-gather on a DGX A100 (check in
-    # tests/cost/test_cost_contention.py). H100, H200, MI300X: no public measurement found, the
-    # A100 value (assumption). A40: 1.95 (below). fit: GEMM beside copy kernel over C.
-    l2_pollution_penalty: float = 5.5
+    # tests/cost/test_cost_contention.py). MI300X: no public measurement found, the A100 value
+    # (assumption). A40: 1.95 (below). H100, H200 (the class default): 1.63, FITTED on our H200
+    # sweep ([HOPc]). fit: GEMM beside copy kernel over C.
+    l2_pollution_penalty: float = 1.63
     # Copy engines pollute L2 less than SM copies (ficco §IV-A: DMA removes "a portion of cache
     # interference"). assumption; fit: GEMM beside copy-engine copies.
     dma_l2_pollution_fraction: float = 0.25
@@ -219,6 +221,16 @@ class CostParams:
     # fit: collective time beside GEMMs of growing memory traffic.
     comm_compute_interference: float = 0.3
     dma_compute_interference: float = 0.3
+    # SM clock a GEMM holds with every SM busy, as a fraction of the clock it reaches with few
+    # SMs busy (the boost clock): the chip is power-capped, its draw grows with busy SMs x
+    # clock, so a wave that leaves SMs idle runs faster (contention.clock_fraction). It sets
+    # how much a one-wave GEMM loses when communication takes k SMs and pushes k tiles into a
+    # second wave (the forum's "tail effect"). 1.0 = no power cap seen (A100, A40, MI300X: not
+    # measured, _GPU_OVERRIDES). H100-SXM, H200: 0.76 = 1485-1530 MHz held through a back-to-back 8192^3 bf16 GEMM
+    # at the 700 W limit against the 1980 MHz boost clock (our H200 run, nvidia-smi;
+    # docs/gpu-h200.md "Sustained clock"; the H100 SXM shares the die and the 700 W limit:
+    # assumption). fit: nvidia-smi clocks during a long GEMM loop.
+    full_load_clock_fraction: float = 0.76
     # Floor on the HBM share any op keeps, fraction of achievable bandwidth (keeps eq. 6's
     # B - V positive). assumption.
     min_bandwidth_share: float = 0.1
@@ -254,7 +266,7 @@ class CostParams:
                      "sustained_clock_fraction", "dma_link_efficiency", "tree_bw_efficiency", "proto_ll_bw_factor",
                      "proto_ll128_bw_factor", "mem_sm_saturation_fraction", "min_bandwidth_share",
                      "channel_bytes_per_s", "host_link_bytes_per_s", "dma_engine_bytes_per_s",
-                     "channel_saturation_sharpness", "l2_gemm_working_set") + tuple(
+                     "channel_saturation_sharpness", "l2_gemm_working_set", "full_load_clock_fraction") + tuple(
                          f.name for f in fields(self) if f.name.startswith("link_efficiency_")):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"cost parameter {name} must be positive, got {getattr(self, name)}")
@@ -368,19 +380,29 @@ class CostParams:
 #          all-reduce, busbw 0.04 GB/s at 1 KB) takes ~45 us; on MI250X, rccl-tests took
 #          25-31 us for a 16-GCD all-reduce of 8 B-1 KB and 34-35 us for an all-gather of
 #          64 B-8 KB (ROCm/rccl#929, #930).
+#  [HOPc]  contention on Hopper (H100 SXM, H200: the same GH100 die, 50 / 60 MB L2, 700 W):
+#          full_load_clock_fraction 0.76 (see the field); l2_inflight_chunks 0.27 and
+#          l2_pollution_penalty 1.63: FITTED on the fit half of our H200 sweep of an 8192^3 GEMM
+#          beside a channel-copy kernel over NC 1-128 and C 16 KiB-4 MiB (calibrations/h200.json,
+#          median error 1.2% on the held-out half, docs/gpu-h200.md); the A100 value 5.5 put
+#          every Hopper GEMM beside a 24-channel all-gather past memory-bound. The H100 SXM takes
+#          the H200 values (same die: assumption). Judged on the public figures of
+#          `ccoverlap reproduce --paper contention` (the forum's one-wave GEMM).
 _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
-    "H100-SXM": {},
-    "H200": {"mem_bw_fraction": 0.88},
-    "A100-80GB-SXM": {"gemm_peak_fraction": 0.88, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
+    "H100-SXM": {},  # the class defaults, [HOPc] for contention
+    "H200": {"mem_bw_fraction": 0.88},  # [HOPc] for contention
+    "A100-80GB-SXM": {"l2_pollution_penalty": 5.5, "l2_inflight_chunks": 2.0, "full_load_clock_fraction": 1.0,
+                      "gemm_peak_fraction": 0.88, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
                       "link_efficiency_nvlink": 0.78, "host_link_bytes_per_s": 25e9,
                       "attention_peak_fraction": 0.65, "attention_bwd_peak_fraction": 0.55,
                       "attention_fa2_peak_fraction": 0.65, "attention_fa2_bwd_peak_fraction": 0.55},
-    "A40": {"gemm_peak_fraction": 0.72, "gemm_tile_m": 128, "gemm_tile_n": 128, "gemm_tile_k": 32,
+    "A40": {"l2_inflight_chunks": 2.0, "full_load_clock_fraction": 1.0, "gemm_peak_fraction": 0.72, "gemm_tile_m": 128, "gemm_tile_n": 128, "gemm_tile_k": 32,
             "mem_bw_fraction": 0.85, "host_link_bytes_per_s": 25e9,
             "channel_bytes_per_s": 20e9, "l2_pollution_penalty": 1.95, "l2_gemm_working_set": 0.5,  # [A40c]
             "attention_peak_fraction": 0.5, "attention_bwd_peak_fraction": 0.42,
             "attention_fa2_peak_fraction": 0.5, "attention_fa2_bwd_peak_fraction": 0.42},
-    "MI300X": {"gemm_peak_fraction": 0.55, "gemm_tile_m": 256, "gemm_tile_n": 256,
+    "MI300X": {"l2_pollution_penalty": 5.5, "l2_inflight_chunks": 2.0, "full_load_clock_fraction": 1.0,  # A100 values: not measured
+               "gemm_peak_fraction": 0.55, "gemm_tile_m": 256, "gemm_tile_n": 256,
                "mem_bw_fraction": 0.80, "channel_bytes_per_s": 20e9, "attention_peak_fraction": 0.4,
                "attention_bwd_peak_fraction": 0.33, "attention_fa2_peak_fraction": 0.4,
                "attention_fa2_bwd_peak_fraction": 0.33,
