@@ -1,0 +1,78 @@
+"""The public contention figures (corpus kind ``contention``) against the cost model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ccoverlap.corpus.tables import load_kind
+from ccoverlap.reproduce.contention import TOLERANCE, figure_rows, summary
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return {(r.table, r.id): r for r in figure_rows()}
+
+
+def test_every_table_names_its_source():
+    tables = load_kind("contention")
+    assert {t.name for t in tables} >= {"nccl-1428", "nvforum-tail-effect", "nccl-1433", "arxiv-2507.03114",
+                                        "lagom-fig3", "mori-fsdp-sdma", "concll-2412.14335", "rccl-1210",
+                                        "h200-channel-copy"}
+    for t in tables:
+        assert t.source.repository and t.source.path and t.source.commit and t.source.licence, t.name
+        assert all(r["role"] in ("judge", "fit", "info") for r in t.rows), t.name
+
+
+def test_forum_one_wave_gemm_within_30_percent(rows):
+    """132 blocks on 132 - 24 SMs: two waves, the second at the boost clock (1.70x measured)."""
+    r = rows[("nvforum-tail-effect", "gemm-132-blocks-beside-24-channel-allgather")]
+    assert r.measured == pytest.approx(80 / 47, rel=1e-3)
+    assert abs(r.error) <= TOLERANCE and r.verdict == "match"
+    # without the power-capped clock the model says 2x: the clock term is what brings it to 1.7x
+    assert r.modelled < 1.9
+
+
+def test_lagom_fig3_nc32_over_nc16_within_30_percent(rows):
+    r = rows[("lagom-fig3", "ffn-beside-allreduce-nc32-vs-nc16")]
+    assert r.measured == 1.302 and abs(r.error) <= TOLERANCE
+
+
+def test_copy_side_is_not_yet_modelled(rows):
+    """RCCL's all-gather 2.96x slower beside a CU-saturating GEMM (ROCm/mori) and the H200
+    stand-in copy 3-6x slower beside an 8192^3 GEMM at NC 16: the model's communication-side
+    term (1 + kappa u, bandwidth shortfall) gives ~1.03-1.06x. Recorded as misses, not hidden."""
+    assert rows[("mori-fsdp-sdma", "rccl-allgather-33.6mb-beside-gemm")].verdict == "miss"
+    copy16 = [r for (t, i), r in rows.items() if t == "h200-channel-copy" and i.startswith("gemm8192-nc16-")
+              and i.endswith("copy-side")]
+    assert copy16 and all(r.measured > 3 and r.verdict == "miss" for r in copy16)
+
+
+def test_h200_gemm_side_at_nccl_channel_counts(rows):
+    """The 8192^3 GEMM beside the stand-in at NC <= 16: measured <= 1.07, modelled within 30%."""
+    gemm = [r for (t, i), r in rows.items() if t == "h200-channel-copy" and i.startswith("gemm8192-")
+            and i.endswith("gemm-side") and int(i.split("-nc")[1].split("-")[0]) <= 16]
+    assert len(gemm) == 15
+    assert all(r.measured < 1.07 and r.verdict == "match" for r in gemm)
+
+
+def test_info_rows_are_never_modelled_and_fit_rows_never_counted(rows):
+    s = summary(list(rows.values()))
+    assert all(r.modelled is None for r in rows.values() if r.role == "info")
+    assert s["judged"] == sum(1 for r in rows.values() if r.role == "judge")
+    assert "nccl-1428" not in s["tables"]  # its GEMM row is the A100 fit row
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ccoverlap", "reproduce", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_prints_the_figures_and_rejects_case():
+    out = _cli("--paper", "contention")
+    assert out.returncode == 0, out.stderr
+    assert "nvforum-tail-effect" in out.stdout and "judged figures within 30%" in out.stdout
+    bad = _cli("--paper", "contention", "--case", "x")
+    assert bad.returncode == 2 and "contention" in bad.stderr and "Traceback" not in bad.stderr
