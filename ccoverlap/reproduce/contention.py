@@ -3,8 +3,9 @@
 Each row of the corpus kind ``contention`` (``ccoverlap/data/corpus/contention/``, one table
 per source) is one measured slowdown: a kernel's time beside another / its time alone (or
 beside a reference configuration, ``channels_ref``). ``side`` says whose time: ``compute``
-(the GEMM / attention slowed by communication) or ``comm`` (the communication slowed by the
-GEMM). ``role``: ``judge`` rows are compared with the model (match: the modelled time ratio
+(the GEMM / attention slowed by communication), ``comm`` (the communication slowed by the
+GEMM) or ``share`` (the share of a copy-engine copy's time spent outside the transfer; the
+model's ``dma_copy_latency_s`` over its copy time). ``role``: ``judge`` rows are compared with the model (match: the modelled time ratio
 within 30% of the measured one), ``fit`` rows are shown but not counted (a parameter was
 fitted on them), ``info`` rows whose setting the source does not state are listed with the
 reason, never modelled.
@@ -26,7 +27,7 @@ from ccoverlap.corpus.tables import Table, load_kind
 from ccoverlap.cost import contention as ct
 from ccoverlap.cost.model import CostModel
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec
+from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec, P2PSpec
 
 TOLERANCE = 0.30
 KIND = "contention"
@@ -91,6 +92,9 @@ def _standin_ratio(row: dict[str, Any], model: CostModel) -> float:
 def modelled_ratio(row: dict[str, Any]) -> float:
     """The model's time ratio for one judged or fit row (see the module docstring)."""
     model = _model(row)
+    if row["side"] == "share":  # a copy-engine peer copy: share of its time outside the transfer
+        copy = P2PSpec(bytes=int(row["comm_bytes"]), inter_node=False, transport="dma")
+        return model.params.dma_copy_latency_s / model.alone_s(copy)
     if row["transport"] == "standin":
         return _standin_ratio(row, model)
     if row["victim"] != "gemm":
