@@ -14,7 +14,10 @@ The model is :class:`~ccoverlap.cost.model.CostModel` with the GPU's default par
 set per GPU type. Communication is an NCCL / RCCL collective (``transport`` sm), a copy-engine
 one (dma), or the project's channel-copy stand-in (standin), whose thread blocks co-reside
 with the GEMM's instead of holding SMs: it is modelled with its measured stand-alone time,
-no SMs taken, its HBM traffic (read + write of each byte) and its chunks in L2.
+no SMs taken, its HBM traffic (read + write of each byte) and its chunks in L2. On the
+communication side, an SM-driven kernel launched with a GEMM first waits for the GEMM's
+last wave (:func:`~ccoverlap.cost.contention.dispatch_delay_s`), then runs slowed by the
+GEMM's memory traffic.
 """
 
 from __future__ import annotations
@@ -86,7 +89,8 @@ def _standin_ratio(row: dict[str, Any], model: CostModel) -> float:
                                          l2_fraction=footprint / gpu.l2_bytes, sharers=1)
         return beside / alone
     gemm_hbm = model.profile(gemm).hbm_bytes_per_s
-    return ct.comm_time_under_s(copy_s, copy_hbm, gemm_hbm, 1, gpu, p, dma=False) / copy_s
+    beside = ct.comm_time_under_s(copy_s, copy_hbm, gemm_hbm, 1, gpu, p, dma=False)
+    return (ct.dispatch_delay_s(gemm, gpu, p) + beside) / copy_s
 
 
 def modelled_ratio(row: dict[str, Any]) -> float:
@@ -105,7 +109,8 @@ def modelled_ratio(row: dict[str, Any]) -> float:
         ref = int(row["channels_ref"])
         base = model.alone_s(gemm) if ref < 0 else model.duration_s(gemm, [_collective(row, ref)])
         return model.duration_s(gemm, [coll]) / base
-    return model.duration_s(coll, [gemm]) / model.alone_s(coll)
+    delay = ct.dispatch_delay_s(gemm, model.gpu, model.params) if coll.transport == "sm" else 0.0
+    return (delay + model.duration_s(coll, [gemm])) / model.alone_s(coll)
 
 
 def figure_rows(tables: list[Table] | None = None) -> list[FigureRow]:
