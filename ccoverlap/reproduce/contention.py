@@ -66,7 +66,8 @@ class FigureRow:
 
 def _collective(row: dict[str, Any], channels: int) -> CollectiveSpec:
     group = GroupSpec(name="dp", size=int(row["group_size"]), local_size=int(row["local_size"]))
-    cfg = CommConfig(channels=channels or None, chunk_bytes=int(row["chunk_bytes"]) or None)
+    cfg = CommConfig(channels=channels or None, chunk_bytes=int(row["chunk_bytes"]) or None,
+                     threads=int(row.get("threads", 0)) or None)
     return CollectiveSpec(collective=str(row["comm"]), bytes=int(row["comm_bytes"]), group=group, config=cfg,
                           transport="dma" if row["transport"] == "dma" else "sm")
 
