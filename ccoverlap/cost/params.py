@@ -409,7 +409,7 @@ _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
                "dma_engine_bytes_per_s": 50e9, "dma_link_efficiency": 0.8,
                "dma_allgather_latency_factor": 4.5, "dma_alltoall_latency_factor": 2.5,
                "comm_base_latency_s": 12.0e-6,  # [RCCLLAT]
-               "copy_engine_gemm_slowdown": 0.049, "copy_engine_gemm_interference": 0.254},  # fitted: see the fields
+               "copy_engine_gemm_slowdown": 0.048, "copy_engine_gemm_interference": 0.252},  # fitted: see the fields
 }
 # Causal-mask derating of flash attention on Hopper, by the kernel's sequence length. Source:
 # FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608) Fig. 5, H100 80GB SXM5, head dim
