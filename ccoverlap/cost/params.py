@@ -195,9 +195,9 @@ class CostParams:
     # intensive contention"). A channel's FIFO holds l2_inflight_chunks chunks of C bytes: the
     # collective keeps NC x C x this bytes hot in L2. source: NCCL's Simple protocol buffer is
     # NCCL_STEPS (8) steps and a chunk ALL{REDUCE,GATHER}_CHUNKSTEPS (NCCL_STEPS/2) steps
-    # (src/include/collectives.h), so NCCL_BUFFSIZE 4 MiB = 2 chunks of 2 MiB (A100, A40,
-    # MI300X). Hopper: 0.27, FITTED with l2_pollution_penalty on our H200 sweep ([HOPc]).
-    l2_inflight_chunks: float = 0.27
+    # (src/include/collectives.h), so NCCL_BUFFSIZE 4 MiB = 2 chunks of 2 MiB. (Our H200 sweep's
+    # fit gives 0.27 for the channel-copy stand-in, which keeps no FIFO: not NCCL's value.)
+    l2_inflight_chunks: float = 2.0
     # The GEMM keeps its hot operands in l2_gemm_working_set of L2: buffers up to the rest fit
     # beside them for free; beyond, they evict a growing share of the working set, all of it
     # once they fill L2 (contention.l2_share_taken). 1.0 = any footprint counts (no measurement
@@ -209,10 +209,11 @@ class CostParams:
     # GPT step on A100-SXM4-80GB took 2.08 ms beside an NCCL all-gather at NCCL's defaults vs
     # 1.18 ms alone, attention 0.33 vs 0.18 ms (NVIDIA/nccl#1428): 5.5 gives 1.7-2.0x for
     # ~1 ms GEMMs beside a 256 MiB all-gather on a DGX A100 (check in
-    # tests/cost/test_cost_contention.py). MI300X: no public measurement found, the A100 value
-    # (assumption). A40: 1.95 (below). H100, H200 (the class default): 1.63, FITTED on our H200
-    # sweep ([HOPc]). fit: GEMM beside copy kernel over C.
-    l2_pollution_penalty: float = 1.63
+    # tests/cost/test_cost_contention.py). H100, H200, MI300X: no public measurement of NCCL
+    # beside a GEMM found, the A100 value (assumption; the forum's one-wave H100 GEMM beside a
+    # 24-channel all-gather, 1.70x measured, is 1.97x with it, 1.77x with our H200 sweep's 1.63).
+    # A40: 1.95 (below). fit: GEMM beside copy kernel over C.
+    l2_pollution_penalty: float = 5.5
     # Copy engines pollute L2 less than SM copies (ficco §IV-A: DMA removes "a portion of cache
     # interference"). assumption; fit: GEMM beside copy-engine copies.
     dma_l2_pollution_fraction: float = 0.25
@@ -380,29 +381,19 @@ class CostParams:
 #          all-reduce, busbw 0.04 GB/s at 1 KB) takes ~45 us; on MI250X, rccl-tests took
 #          25-31 us for a 16-GCD all-reduce of 8 B-1 KB and 34-35 us for an all-gather of
 #          64 B-8 KB (ROCm/rccl#929, #930).
-#  [HOPc]  contention on Hopper (H100 SXM, H200: the same GH100 die, 50 / 60 MB L2, 700 W):
-#          full_load_clock_fraction 0.76 (see the field); l2_inflight_chunks 0.27 and
-#          l2_pollution_penalty 1.63: FITTED on the fit half of our H200 sweep of an 8192^3 GEMM
-#          beside a channel-copy kernel over NC 1-128 and C 16 KiB-4 MiB (calibrations/h200.json,
-#          median error 1.2% on the held-out half, docs/gpu-h200.md); the A100 value 5.5 put
-#          every Hopper GEMM beside a 24-channel all-gather past memory-bound. The H100 SXM takes
-#          the H200 values (same die: assumption). Judged on the public figures of
-#          `ccoverlap reproduce --paper contention` (the forum's one-wave GEMM).
 _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
-    "H100-SXM": {},  # the class defaults, [HOPc] for contention
-    "H200": {"mem_bw_fraction": 0.88},  # [HOPc] for contention
-    "A100-80GB-SXM": {"l2_pollution_penalty": 5.5, "l2_inflight_chunks": 2.0, "full_load_clock_fraction": 1.0,
-                      "gemm_peak_fraction": 0.88, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
+    "H100-SXM": {},
+    "H200": {"mem_bw_fraction": 0.88},
+    "A100-80GB-SXM": {"full_load_clock_fraction": 1.0, "gemm_peak_fraction": 0.88, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
                       "link_efficiency_nvlink": 0.78, "host_link_bytes_per_s": 25e9,
                       "attention_peak_fraction": 0.65, "attention_bwd_peak_fraction": 0.55,
                       "attention_fa2_peak_fraction": 0.65, "attention_fa2_bwd_peak_fraction": 0.55},
-    "A40": {"l2_inflight_chunks": 2.0, "full_load_clock_fraction": 1.0, "gemm_peak_fraction": 0.72, "gemm_tile_m": 128, "gemm_tile_n": 128, "gemm_tile_k": 32,
+    "A40": {"full_load_clock_fraction": 1.0, "gemm_peak_fraction": 0.72, "gemm_tile_m": 128, "gemm_tile_n": 128, "gemm_tile_k": 32,
             "mem_bw_fraction": 0.85, "host_link_bytes_per_s": 25e9,
             "channel_bytes_per_s": 20e9, "l2_pollution_penalty": 1.95, "l2_gemm_working_set": 0.5,  # [A40c]
             "attention_peak_fraction": 0.5, "attention_bwd_peak_fraction": 0.42,
             "attention_fa2_peak_fraction": 0.5, "attention_fa2_bwd_peak_fraction": 0.42},
-    "MI300X": {"l2_pollution_penalty": 5.5, "l2_inflight_chunks": 2.0, "full_load_clock_fraction": 1.0,  # A100 values: not measured
-               "gemm_peak_fraction": 0.55, "gemm_tile_m": 256, "gemm_tile_n": 256,
+    "MI300X": {"full_load_clock_fraction": 1.0, "gemm_peak_fraction": 0.55, "gemm_tile_m": 256, "gemm_tile_n": 256,
                "mem_bw_fraction": 0.80, "channel_bytes_per_s": 20e9, "attention_peak_fraction": 0.4,
                "attention_bwd_peak_fraction": 0.33, "attention_fa2_peak_fraction": 0.4,
                "attention_fa2_bwd_peak_fraction": 0.33,

@@ -84,11 +84,13 @@ def _standin_ratio(row: dict[str, Any], model: CostModel) -> float:
     copy_s = float(row["comm_alone_s"])
     copy_hbm = 2.0 * float(row["comm_bytes"]) / copy_s
     footprint = int(row["channels"]) * min(float(row["chunk_bytes"]), float(row["comm_bytes"])) * p.l2_inflight_chunks
-    if row["side"] == "compute":
+    if row["side"] == "compute":  # the copy gets SMs at the GEMM's last wave: it sees that wave only
         alone = model.alone_s(gemm)
         beside = ct.compute_time_under_s(gemm, gpu, p, sms_taken=0.0, hbm_taken=copy_hbm,
                                          l2_fraction=footprint / gpu.l2_bytes, sharers=1)
-        return beside / alone
+        delay = ct.dispatch_delay_s(gemm, gpu, p)
+        last = (alone - delay) * beside / alone
+        return (delay + last) / alone
     gemm_hbm = model.profile(gemm).hbm_bytes_per_s
     beside = ct.comm_time_under_s(copy_s, copy_hbm, gemm_hbm, 1, gpu, p, dma=False)
     return (ct.dispatch_delay_s(gemm, gpu, p) + beside) / copy_s

@@ -31,8 +31,18 @@ def test_forum_one_wave_gemm_within_30_percent(rows):
     r = rows[("nvforum-tail-effect", "gemm-132-blocks-beside-24-channel-allgather")]
     assert r.measured == pytest.approx(80 / 47, rel=1e-3)
     assert abs(r.error) <= TOLERANCE and r.verdict == "match"
-    # without the power-capped clock the model says 2x: the clock term is what brings it to 1.7x
-    assert r.modelled < 1.9
+    # without the power-capped clock the second wave costs a full one: 2.24x, a miss
+    from ccoverlap.catalog.hardware import get_cluster
+    from ccoverlap.cost.model import CostModel
+    from ccoverlap.cost.params import default_params
+    from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec
+
+    cluster = get_cluster("dgx-h100")
+    flat = CostModel(cluster, default_params(cluster.gpu).with_overrides(full_load_clock_fraction=1.0))
+    gemm = GemmSpec(m=1536, n=2816, k=16384)
+    ag = CollectiveSpec(collective="all_gather", bytes=256 << 20, group=GroupSpec(name="dp", size=8, local_size=8),
+                        config=CommConfig(channels=24))
+    assert flat.duration_s(gemm, [ag]) / flat.alone_s(gemm) > (1 + TOLERANCE) * r.measured > r.modelled
 
 
 def test_lagom_fig3_nc32_over_nc16_within_30_percent(rows):
@@ -72,7 +82,8 @@ def test_dispatch_delay_hand_checked():
 
 
 def test_h200_gemm_side_at_nccl_channel_counts(rows):
-    """The 8192^3 GEMM beside the stand-in at NC <= 16: measured <= 1.07, modelled within 30%."""
+    """The 8192^3 GEMM beside the stand-in at NC <= 16: measured <= 1.07, modelled within 30%
+    (the copy runs beside the GEMM's last wave only)."""
     gemm = [r for (t, i), r in rows.items() if t == "h200-channel-copy" and i.startswith("gemm8192-")
             and i.endswith("gemm-side") and int(i.split("-nc")[1].split("-")[0]) <= 16]
     assert len(gemm) == 15
