@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     if args.paper and CONTENTION in args.paper:
         if args.case:
             raise ConfigError("--case selects paper cases; the contention figures are shown whole")
+        if papers and (args.json or args.markdown):
+            raise ConfigError("--paper contention prints its own table: ask for it alone with --json or --markdown")
         _contention(args)
         if not papers:
             return 0

@@ -108,3 +108,5 @@ def test_cli_prints_the_figures_and_rejects_case():
     assert "nvforum-tail-effect" in out.stdout and "judged figures within 30%" in out.stdout
     bad = _cli("--paper", "contention", "--case", "x")
     assert bad.returncode == 2 and "contention" in bad.stderr and "Traceback" not in bad.stderr
+    both = _cli("--paper", "contention", "--paper", "lagom", "--json")
+    assert both.returncode == 2 and "alone" in both.stderr and both.stdout == ""
