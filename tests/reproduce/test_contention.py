@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -109,4 +110,5 @@ def test_cli_prints_the_figures_and_rejects_case():
     bad = _cli("--paper", "contention", "--case", "x")
     assert bad.returncode == 2 and "contention" in bad.stderr and "Traceback" not in bad.stderr
     both = _cli("--paper", "contention", "--paper", "lagom", "--json")
-    assert both.returncode == 2 and "alone" in both.stderr and both.stdout == ""
+    assert both.returncode == 2 and "alone" in both.stderr
+    assert "alone" in json.loads(both.stdout)["error"]  # --json: the error as one JSON object
