@@ -195,7 +195,8 @@ class CostParams:
     # intensive contention"). A channel's FIFO holds l2_inflight_chunks chunks of C bytes: the
     # collective keeps NC x C x this bytes hot in L2. source: NCCL's Simple protocol buffer is
     # NCCL_STEPS (8) steps and a chunk ALL{REDUCE,GATHER}_CHUNKSTEPS (NCCL_STEPS/2) steps
-    # (src/include/collectives.h), so NCCL_BUFFSIZE 4 MiB = 2 chunks of 2 MiB.
+    # (src/include/collectives.h), so NCCL_BUFFSIZE 4 MiB = 2 chunks of 2 MiB. (Our H200 sweep's
+    # fit gives 0.27 for the channel-copy stand-in, which keeps no FIFO: not NCCL's value.)
     l2_inflight_chunks: float = 2.0
     # The GEMM keeps its hot operands in l2_gemm_working_set of L2: buffers up to the rest fit
     # beside them for free; beyond, they evict a growing share of the working set, all of it
@@ -208,8 +209,10 @@ class CostParams:
     # GPT step on A100-SXM4-80GB took 2.08 ms beside an NCCL all-gather at NCCL's defaults vs
     # 1.18 ms alone, attention 0.33 vs 0.18 ms (NVIDIA/nccl#1428): 5.5 gives 1.7-2.0x for
     # ~1 ms GEMMs beside a 256 MiB all-gather on a DGX A100 (check in
-    # tests/cost/test_cost_contention.py). H100, H200, MI300X: no public measurement found, the
-    # A100 value (assumption). A40: 1.95 (below). fit: GEMM beside copy kernel over C.
+    # tests/cost/test_cost_contention.py). H100, H200, MI300X: no public measurement of NCCL
+    # beside a GEMM found, the A100 value (assumption; the forum's one-wave H100 GEMM beside a
+    # 24-channel all-gather, 1.70x measured, is 1.97x with it, 1.77x with our H200 sweep's 1.63).
+    # A40: 1.95 (below). fit: GEMM beside copy kernel over C.
     l2_pollution_penalty: float = 5.5
     # Copy engines pollute L2 less than SM copies (ficco §IV-A: DMA removes "a portion of cache
     # interference"). assumption; fit: GEMM beside copy-engine copies.
@@ -219,6 +222,16 @@ class CostParams:
     # fit: collective time beside GEMMs of growing memory traffic.
     comm_compute_interference: float = 0.3
     dma_compute_interference: float = 0.3
+    # SM clock a GEMM holds with every SM busy, as a fraction of the clock it reaches with few
+    # SMs busy (the boost clock): the chip is power-capped, its draw grows with busy SMs x
+    # clock, so a wave that leaves SMs idle runs faster (contention.clock_fraction). It sets
+    # how much a one-wave GEMM loses when communication takes k SMs and pushes k tiles into a
+    # second wave (the forum's "tail effect"). 1.0 = no power cap seen (A100, A40, MI300X: not
+    # measured, _GPU_OVERRIDES). H100-SXM, H200: 0.76 = 1485-1530 MHz held through a back-to-back 8192^3 bf16 GEMM
+    # at the 700 W limit against the 1980 MHz boost clock (our H200 run, nvidia-smi;
+    # docs/gpu-h200.md "Sustained clock"; the H100 SXM shares the die and the 700 W limit:
+    # assumption). fit: nvidia-smi clocks during a long GEMM loop.
+    full_load_clock_fraction: float = 0.76
     # Floor on the HBM share any op keeps, fraction of achievable bandwidth (keeps eq. 6's
     # B - V positive). assumption.
     min_bandwidth_share: float = 0.1
@@ -254,7 +267,7 @@ class CostParams:
                      "sustained_clock_fraction", "dma_link_efficiency", "tree_bw_efficiency", "proto_ll_bw_factor",
                      "proto_ll128_bw_factor", "mem_sm_saturation_fraction", "min_bandwidth_share",
                      "channel_bytes_per_s", "host_link_bytes_per_s", "dma_engine_bytes_per_s",
-                     "channel_saturation_sharpness", "l2_gemm_working_set") + tuple(
+                     "channel_saturation_sharpness", "l2_gemm_working_set", "full_load_clock_fraction") + tuple(
                          f.name for f in fields(self) if f.name.startswith("link_efficiency_")):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"cost parameter {name} must be positive, got {getattr(self, name)}")
@@ -374,23 +387,23 @@ class CostParams:
 _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
     "H100-SXM": {},
     "H200": {"mem_bw_fraction": 0.88},
-    "A100-80GB-SXM": {"gemm_peak_fraction": 0.88, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
+    "A100-80GB-SXM": {"full_load_clock_fraction": 1.0, "gemm_peak_fraction": 0.88, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
                       "link_efficiency_nvlink": 0.78, "host_link_bytes_per_s": 25e9,
                       "attention_peak_fraction": 0.65, "attention_bwd_peak_fraction": 0.55,
                       "attention_fa2_peak_fraction": 0.65, "attention_fa2_bwd_peak_fraction": 0.55},
-    "A40": {"gemm_peak_fraction": 0.72, "gemm_tile_m": 128, "gemm_tile_n": 128, "gemm_tile_k": 32,
+    "A40": {"full_load_clock_fraction": 1.0, "gemm_peak_fraction": 0.72, "gemm_tile_m": 128, "gemm_tile_n": 128, "gemm_tile_k": 32,
             "mem_bw_fraction": 0.85, "host_link_bytes_per_s": 25e9,
             "channel_bytes_per_s": 20e9, "l2_pollution_penalty": 1.95, "l2_gemm_working_set": 0.5,  # [A40c]
             "attention_peak_fraction": 0.5, "attention_bwd_peak_fraction": 0.42,
             "attention_fa2_peak_fraction": 0.5, "attention_fa2_bwd_peak_fraction": 0.42},
-    "MI300X": {"gemm_peak_fraction": 0.55, "gemm_tile_m": 256, "gemm_tile_n": 256,
+    "MI300X": {"full_load_clock_fraction": 1.0, "gemm_peak_fraction": 0.55, "gemm_tile_m": 256, "gemm_tile_n": 256,
                "mem_bw_fraction": 0.80, "channel_bytes_per_s": 20e9, "attention_peak_fraction": 0.4,
                "attention_bwd_peak_fraction": 0.33, "attention_fa2_peak_fraction": 0.4,
                "attention_fa2_bwd_peak_fraction": 0.33,
                "dma_engine_bytes_per_s": 50e9, "dma_link_efficiency": 0.8,
                "dma_allgather_latency_factor": 4.5, "dma_alltoall_latency_factor": 2.5,
                "comm_base_latency_s": 12.0e-6,  # [RCCLLAT]
-               "copy_engine_gemm_slowdown": 0.049, "copy_engine_gemm_interference": 0.254},  # fitted: see the fields
+               "copy_engine_gemm_slowdown": 0.048, "copy_engine_gemm_interference": 0.252},  # fitted: see the fields
 }
 # Causal-mask derating of flash attention on Hopper, by the kernel's sequence length. Source:
 # FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608) Fig. 5, H100 80GB SXM5, head dim

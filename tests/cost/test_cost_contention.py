@@ -251,6 +251,9 @@ def test_contention_parameters_per_gpu_type():
         p = got[name]
         assert (p.l2_pollution_penalty, p.l2_gemm_working_set, p.l2_inflight_chunks,
                 p.comm_sm_fraction_per_channel) == (5.5, 1.0, 2.0, 1.0), name
+    # the power-capped clock: measured on our H200 (H100 SXM: same die and power limit)
+    assert [got[n].full_load_clock_fraction for n in ("H100-SXM", "H200", "A100-80GB-SXM", "A40", "MI300X")] == [
+        0.76, 0.76, 1.0, 1.0, 1.0]
 
 
 def test_flash_attention_loses_its_l2_reuse_too():
@@ -265,3 +268,41 @@ def test_flash_attention_loses_its_l2_reuse_too():
     with_l2 = CostModel(A40).duration_s(a, (ag,))
     without = CostModel(A40, default_params(A40.gpu).with_overrides(l2_pollution_penalty=0.0)).duration_s(a, (ag,))
     assert with_l2 > 1.02 * without
+
+
+def test_power_capped_clock_hand_checked():
+    """clock = min(1, f x SMs / busy): with f = 0.76 on 132 SMs, all busy -> 0.76; 48 busy ->
+    0.76 x 132 / 48 = 2.09, capped at 1; 120 busy -> 0.836."""
+    from ccoverlap.catalog.hardware import get_gpu
+    from ccoverlap.cost.contention import clock_fraction
+    from ccoverlap.cost.params import default_params
+
+    gpu = get_gpu("H100-SXM")
+    p = default_params(gpu)
+    assert clock_fraction(132, gpu, p) == pytest.approx(0.76)
+    assert clock_fraction(48, gpu, p) == 1.0
+    assert clock_fraction(120, gpu, p) == pytest.approx(0.76 * 132 / 120)
+    assert clock_fraction(132, gpu, p.with_overrides(full_load_clock_fraction=1.0)) == 1.0
+
+
+def test_one_wave_gemm_beside_24_channels_becomes_two_waves():
+    """The forum's tail effect by hand: 132 tiles of 128 x 256 fill an H100's 132 SMs in one
+    wave; with 24 SMs held the GEMM runs 108 tiles, then 24. The first wave runs at the
+    full-load clock, the second (24 + 24 SMs busy) at the boost clock: (1 + 0.76) / 1 = 1.76x
+    the one-wave time when compute-bound (the L2 and bandwidth terms add ~0 here)."""
+    from ccoverlap.catalog.hardware import get_gpu
+    from ccoverlap.cost.contention import compute_time_under_s, launch_tile
+    from ccoverlap.cost.params import default_params
+
+    gpu = get_gpu("H100-SXM")
+    p = default_params(gpu)
+    gemm = GemmSpec(m=12 * 128, n=11 * 256, k=16384)
+    assert launch_tile(gemm, gpu, p) == (128, 256)
+    alone = compute_time_under_s(gemm, gpu, p, sms_taken=0, hbm_taken=0, l2_fraction=0, sharers=1)
+    beside = compute_time_under_s(gemm, gpu, p, sms_taken=24, hbm_taken=0, l2_fraction=0, sharers=1)
+    assert beside / alone == pytest.approx(1.76, rel=0.02)
+    # without the power cap the second wave costs a full one: 2x
+    flat = p.with_overrides(full_load_clock_fraction=1.0)
+    beside_flat = compute_time_under_s(gemm, gpu, flat, sms_taken=24, hbm_taken=0, l2_fraction=0, sharers=1)
+    alone_flat = compute_time_under_s(gemm, gpu, flat, sms_taken=0, hbm_taken=0, l2_fraction=0, sharers=1)
+    assert beside_flat / alone_flat == pytest.approx(2.0, rel=0.02)

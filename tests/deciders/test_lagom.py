@@ -462,3 +462,16 @@ def test_tune_command_table_and_errors(capsys, tmp_path):
     assert main(["tune", "--group", str(bad)]) == 2
     assert "non-empty list" in capsys.readouterr().err
     assert main(["tune", "--group", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_objective_sees_communication_slowed_by_computation():
+    """Lagom's objective uses both sides: the profiled x_j of a collective beside the layer's
+    GEMMs is longer than the same collective alone (contention.comm_time_under_s: the GEMMs'
+    HBM traffic), as the computations beside it are longer than alone."""
+    g = compute_bound_group(1)
+    cost = CostModel(H100)
+    cfg = [TuningSpace().clamp(c) for c in nccl_default_configs(g)]
+    r = SimulatedProfiler(g, cost).profile(cfg)
+    coll = replace(g.collectives[0].spec, config=cfg[0])
+    assert r.comm_times_s[0] > cost.duration_s(coll, ()) * 1.01
+    assert r.compute_time_s > sum(cost.duration_s(c.spec, ()) for c in g.computations) * 1.01
