@@ -5,7 +5,7 @@ Usage::
 
     python benchmarks/fit_collectives.py [--gpu A40] [--json]
 
-Which parameters are fitted per GPU is :data:`FIT` (only those the GPU's tables measure:
+Which parameters are fitted per GPU is ``ccoverlap.validate.collectives.FIT`` (only those the GPU's tables measure:
 PCIe efficiency only where a ring crosses PCIe, the network only where rows span nodes,
 NVLS latency only on GPUs with NVLS; H100's NVLink and the network's efficiencies are cited
 large-message measurements, NVIDIA/nccl-tests#212 and #290, and are not refitted). The start point is the GPU's current defaults, so a
@@ -23,16 +23,7 @@ import statistics
 from ccoverlap.catalog.hardware import get_gpu
 from ccoverlap.corpus.tables import load_kind
 from ccoverlap.cost.params import default_params
-from ccoverlap.validate.collectives import KIND, errors, fit_params, table_cases
-
-#: GPU -> the parameters its tables decide
-FIT = {
-    "H100-SXM": ["comm_base_latency_s", "comm_step_latency_s", "p2p_base_latency_s", "link_efficiency_pcie", "net_channel_bytes_per_s",
-                 "nvls_latency_s"],
-    "A100-80GB-SXM": ["comm_base_latency_s", "comm_step_latency_s", "p2p_base_latency_s", "link_efficiency_nvlink", "link_efficiency_pcie"],
-    "A40": ["comm_base_latency_s", "comm_step_latency_s", "link_efficiency_nvlink", "link_efficiency_pcie",
-            "pcie_socket_crossing_fraction"],
-}
+from ccoverlap.validate.collectives import FIT, KIND, errors, fit_params, table_cases
 
 
 def main() -> None:

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ccoverlap.catalog.hardware import ClusterSpec, get_cluster
 from ccoverlap.config import short
@@ -193,6 +194,17 @@ FIT_BOUNDS = {"comm_base_latency_s": (0.0, 100e-6), "comm_step_latency_s": (0.0,
               "net_channel_bytes_per_s": (2e9, 100e9)}
 
 
+#: GPU -> the parameters its tables decide (benchmarks/fit_collectives.py fits these; H100's
+#: NVLink and the network's efficiencies are cited large-message measurements, not refitted)
+FIT = {
+    "H100-SXM": ["comm_base_latency_s", "comm_step_latency_s", "p2p_base_latency_s", "link_efficiency_pcie", "net_channel_bytes_per_s",
+                 "nvls_latency_s"],
+    "A100-80GB-SXM": ["comm_base_latency_s", "comm_step_latency_s", "p2p_base_latency_s", "link_efficiency_nvlink", "link_efficiency_pcie"],
+    "A40": ["comm_base_latency_s", "comm_step_latency_s", "link_efficiency_nvlink", "link_efficiency_pcie",
+            "pcie_socket_crossing_fraction"],
+}
+
+
 def fit_params(cases: list[Case], names: list[str], base: CostParams) -> dict[str, float]:
     """Values of ``names`` (keys of :data:`FIT_BOUNDS`) minimising the squared log time ratio
     over ``cases`` (all of one GPU: one value per GPU type), starting from ``base``. The loss is
@@ -216,3 +228,30 @@ def fit_params(cases: list[Case], names: list[str], base: CostParams) -> dict[st
 
     res = least_squares(resid, x0, bounds=(lo, hi), diff_step=1e-3, xtol=1e-6, ftol=1e-6, loss="soft_l1", f_scale=0.1)
     return {n: float(v) * s for n, v, s in zip(names, res.x, scale)}
+
+
+# ----------------------------------------------------------------------------- report
+
+def report(groups: list[Group], split: str) -> dict[str, Any]:
+    """The JSON object ``ccoverlap validate collectives --json`` prints: the split, the
+    targets, one entry per group and the count of groups meeting their target."""
+    return {"split": split, "targets": {k: {"statistic": s, "limit": v} for k, (s, v) in TARGETS.items()},
+            "groups": [g.to_dict() for g in groups], "met": sum(g.ok for g in groups), "total": len(groups)}
+
+
+def report_lines(groups: list[Group], split: str) -> list[str]:
+    """Plain-text report, narrow enough for a terminal: a heading per table (its cluster and
+    GPU), a line per (collective, size class)."""
+    which = "all rows" if split == "all" else f"{split} half"
+    lines = [f"collective corpus, {which}: error = predicted / measured - 1",
+             "targets: median |error| <= 15% below 16 MiB, <= 10% at >= 16 MiB; "
+             "multi-node mean signed error within +-10%", ""]
+    table = None
+    for g in groups:
+        if g.table != table:
+            table = g.table
+            lines.append(f"{g.table}  ({g.cluster}, {g.gpu})")
+        lines.append(f"  {g.collective:<10} {g.size_class:<10} {g.n:>3} rows  median |err| {g.median_abs:6.1%}  "
+                     f"mean {g.mean_signed:+7.1%}  {'ok' if g.ok else 'MISS'}")
+    lines += ["", f"{sum(g.ok for g in groups)} of {len(groups)} groups meet their target"]
+    return lines
