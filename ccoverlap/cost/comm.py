@@ -372,7 +372,7 @@ def _level(link: LinkSpec, share: float, nbytes_wire: float, cfg: CommConfig,
     bw = effective_link_bandwidth(link.bandwidth_bytes_per_s * share, link.fabric, channels, threads, protocol, params,
                                   p2p=p2p)
     eta = chunk_efficiency(nbytes_wire / channels, chunk, bw / channels, protocol, params)
-    return bw * eta, link.latency_s * proto_latency_factor(protocol, params) + params.comm_step_latency_s
+    return bw * eta, link.latency_s * proto_latency_factor(protocol, params)
 
 
 def _flat_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg: CommConfig,
@@ -384,8 +384,7 @@ def _flat_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg:
     intra = ring_intra_link(cluster, local, params)
     if alg == "nvls":
         bw = cluster.intra.bandwidth_bytes_per_s * params.nvls_link_efficiency
-        # two phases (switch reduce, multicast), each waiting on every peer
-        t = nvls_all_reduce_time_s(m, n, bw, params.nvls_latency_s + 2 * params.comm_step_latency_s)
+        t = nvls_all_reduce_time_s(m, n, bw, params.nvls_latency_s)
         return t, (1.0 + 1.0 / n) * m, frozenset({"intra"})
     if nodes == 1:
         bw, lat = _level(intra, mesh, wire, cfg, params)
@@ -566,8 +565,18 @@ def collective_time_s(spec: CollectiveSpec, cluster: ClusterSpec, params: CostPa
     return collective_profile(spec, cluster, params).time_s
 
 
+def back_to_back_time_s(seconds: float, params: CostParams) -> float:
+    """Seconds per call of a loop of identical collectives that alone take ``seconds`` on the
+    GPU, as benchmarks time them (nccl-tests' per-iteration time, the NCCL kernel durations of
+    a torch.distributed loop): a collective waits for every rank's call, so the loop runs no
+    faster than the hosts issue them, ``max(seconds, comm_host_issue_s)``. (A sender of a
+    send/recv runs ahead of its receiver up to NCCL's buffer and is not held to it.) Inside a
+    training step the host's issue time is the simulator's, not part of the op's GPU time."""
+    return max(seconds, params.comm_host_issue_s)
+
+
 def p2p_profile(spec: P2PSpec, cluster: ClusterSpec, params: CostParams | None = None) -> CommProfile:
-    """A send/recv of ``spec.bytes`` alone: ``M/B + α`` (plus ``p2p_base_latency_s``) on the intra-node link
+    """A send/recv of ``spec.bytes`` alone: ``M/B + α`` (plus launch) on the intra-node link
     or the GPU's NIC share, ``B`` limited by channels/chunks as for collectives."""
     p = checked_inputs("p2p_time_s", spec, P2PSpec, cluster, params)
     link = cluster.inter if spec.inter_node else cluster.intra
@@ -588,9 +597,9 @@ def p2p_profile(spec: P2PSpec, cluster: ClusterSpec, params: CostParams | None =
                  cluster.gpu.copy_engines * p.dma_engine_bytes_per_s)
         return CommProfile(p2p_transfer_time_s(m, bw, p.dma_copy_latency_s), m, level, cfg, "direct")
     if m == 0:
-        return CommProfile(p.p2p_base_latency_s, 0.0, level, cfg, "direct")
+        return CommProfile(p.comm_base_latency_s, 0.0, level, cfg, "direct")
     bw, lat = _level(link, 1.0 if spec.inter_node else _intra_share(cluster, 1), m, cfg, p, p2p=True)
-    return CommProfile(p.p2p_base_latency_s + p2p_transfer_time_s(m, bw, lat), m, level, cfg, "direct")
+    return CommProfile(p.comm_base_latency_s + p2p_transfer_time_s(m, bw, lat), m, level, cfg, "direct")
 
 
 def p2p_time_s(spec: P2PSpec, cluster: ClusterSpec, params: CostParams | None = None) -> float:
