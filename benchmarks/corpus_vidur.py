@@ -24,8 +24,8 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
-HEAD = "7d47513"  # vidur main, 2024
-A40_COMMIT = "0633efa"  # the A40 all-reduce table of January 2024 (see the table's notes)
+HEAD = "7d47513"  # microsoft/vidur main, 2024
+A40_COMMIT = "0633efa"  # microsoft/vidur: the A40 all-reduce table of January 2024 (the table's notes)
 
 #: name -> (commit, path, collective, cluster, gpu, keep multi-node rows)
 TABLES = {

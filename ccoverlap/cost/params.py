@@ -371,10 +371,10 @@ class CostParams:
 #  [COMM]  communication fitted on the collective corpus' declared fit half, one value per GPU
 #          (`python benchmarks/fit_collectives.py`; docs/model.md "Communication"):
 #          A100: vidur a100_dgx all_reduce / send_recv and a100_pairwise_nvlink (4 x A100 PCIe,
-#          bridged pairs) tables: host issue 54 us, PCIe 0.42 (4 GPUs over two bridged pairs,
+#          bridged pairs) tables: host issue time 54 us, PCIe 0.42 (4 GPUs over two bridged pairs,
 #          24 GB/s busbw: the path between the pairs crosses the host); NVLink stays at the
 #          large-message 0.78 above (the tables stop at 64 MiB, inside NCCL's ramp). A40: vidur a40 all_reduce (8 x A40,
-#          bridged pairs, two sockets): host issue 7 us, NVLink 1.0 (2 GPUs of a pair reach
+#          bridged pairs, two sockets): host issue time 7 us, NVLink 1.0 (2 GPUs of a pair reach
 #          45-46 GB/s of the 50 GB/s line the catalog takes from lagom; the bridge is 56.25),
 #          PCIe 0.88 (4 GPUs of one socket: 58 GB/s busbw of 2 x 31.5), socket crossing 0.48
 #          (8 GPUs: 26 GB/s).

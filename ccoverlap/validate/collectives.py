@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -226,7 +226,7 @@ def fit_params(cases: list[Case], names: list[str], base: CostParams) -> dict[st
     x0 = [min(max(getattr(base, n) / s, lo_ + 1e-6), hi_ - 1e-6) for n, s, lo_, hi_ in zip(names, scale, lo, hi)]
 
     def resid(x: Any) -> list[float]:
-        p = replace(base, **{n: float(v) * s for n, v, s in zip(names, x, scale)})
+        p = base.with_overrides(**{n: float(v) * s for n, v, s in zip(names, x, scale)})
         return [math.log(predict_s(c, p) / c.measured_s) for c in cases]
 
     # the model has flat stretches (max, algorithm choice): start also from the middle of the
