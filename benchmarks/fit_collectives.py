@@ -23,7 +23,7 @@ import statistics
 from ccoverlap.catalog.hardware import get_gpu
 from ccoverlap.corpus.tables import load_kind
 from ccoverlap.cost.params import default_params
-from ccoverlap.validate.collectives import FIT, KIND, errors, fit_params, table_cases
+from ccoverlap.validate.collectives import FIT, KIND, NOT_FITTED, errors, fit_params, table_cases
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
     out = {}
     for gpu_name in args.gpu or list(FIT):
         gpu = get_gpu(gpu_name)
-        mine = [t for t in tables if t.gpu == gpu.name]
+        mine = [t for t in tables if t.gpu == gpu.name and t.name not in NOT_FITTED]
         fit_cases = [c for t in mine for c in table_cases(t, "fit")]
         held = [c for t in mine for c in table_cases(t, "held-out")]
         base = default_params(gpu)

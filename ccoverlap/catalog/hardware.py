@@ -278,6 +278,12 @@ NVLINK_PAIRS_H100_NVL = LinkSpec(fabric="nvlink_pair", bandwidth_bytes_per_s=300
 IB_2X400G_PER_NODE_8GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=2 * 50 * GB / 8, latency_s=5.0e-6,
                                    source="lagom §4.1 cluster A (2 x 400 Gb/s IB per node)[NDR][LAT]")
 
+#  [A3M]   Google Cloud A3 Mega (a3-megagpu-8g): 8 x H100 SXM on NVSwitch, 8 NICs x 200 Gb/s a
+#           node (1,600 Gb/s), GPU-to-NIC traffic over GPUDirect-TCPXO (Ethernet): 25 GB/s per
+#           direction per GPU. The nccl-tests table of the collective corpus
+#           (nccl_tests_a3mega_h100_2x8_all_reduce) ran on two such nodes.
+TCPXO_200G_PER_GPU = LinkSpec(fabric="ethernet", bandwidth_bytes_per_s=25 * GB, latency_s=5.0e-6, source="[A3M][LAT]")
+
 CLUSTERS: dict[str, ClusterSpec] = {
     "dgx-h100": ClusterSpec(name="dgx-h100", gpu=GPUS["H100-SXM"], nodes=1, gpus_per_node=8,
                             intra=NVSWITCH_H100, inter=IB_NDR_PER_GPU),
@@ -293,6 +299,8 @@ CLUSTERS: dict[str, ClusterSpec] = {
                                           gpus_per_node=4, intra=NVLINK_PAIRS_A100_PCIE, inter=IB_HDR_PER_GPU),
     "h100-nvl-nvlink-pairs": ClusterSpec(name="h100-nvl-nvlink-pairs", gpu=GPUS["H100-SXM"], nodes=1,
                                          gpus_per_node=4, intra=NVLINK_PAIRS_H100_NVL, inter=IB_NDR_PER_GPU),
+    "a3-mega": ClusterSpec(name="a3-mega", gpu=GPUS["H100-SXM"], nodes=2, gpus_per_node=8,
+                           intra=NVSWITCH_H100, inter=TCPXO_200G_PER_GPU),
     "mi300x": ClusterSpec(name="mi300x", gpu=GPUS["MI300X"], nodes=1, gpus_per_node=8,
                           intra=IF_MESH, inter=IB_NDR_PER_GPU),
 }

@@ -208,6 +208,14 @@ FIT = {
 }
 
 
+#: tables judged but not fitted on, and why: none of the parameters fitted per GPU is what
+#: they measure, and their rows would pull those of their GPU's other tables
+NOT_FITTED = {
+    "nccl_tests_a3mega_h100_2x8_all_reduce": "GPUDirect-TCPXO between the nodes: its efficiency, hop latency "
+                                             "and NCCL's tree share there are not fitted (assumptions)",
+}
+
+
 def fit_params(cases: list[Case], names: list[str], base: CostParams) -> dict[str, float]:
     """Values of ``names`` (keys of :data:`FIT_BOUNDS`) minimising the squared log time ratio
     over ``cases`` (all of one GPU: one value per GPU type), starting from ``base``. The loss is
