@@ -152,3 +152,16 @@ def test_shipped_defaults_are_the_fit_of_the_fit_half():
     for name, value in got.items():
         assert value == pytest.approx(getattr(base, name), abs=0.02 if name.startswith(("link", "pcie")) else 1e-6)
     assert statistics.median(abs(predict_s(c) / c.measured_s - 1) for c in table_cases(t, "fit")) < 0.15
+
+
+def test_cli_bad_table_is_one_line_and_json_says_so(tmp_path, monkeypatch, capsys):
+    import ccoverlap.corpus.tables as tables
+
+    _write(tmp_path, ["dgx-h100,all_reduce,8,1,1024,0\n"])
+    monkeypatch.setattr(tables, "CORPUS_DIR", tmp_path)
+    assert main(["validate", "collectives"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "collective table t, row 2: time_s must be a positive number" in err[0]
+    assert main(["validate", "collectives", "--json", "--split", "all"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["split"] == "all" and out["groups"] == [] and "time_s must be a positive" in out["error"]
