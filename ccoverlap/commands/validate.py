@@ -6,7 +6,8 @@ communication; then mean |error|, mean signed error and the worst run. ``--fit P
 --fit-on SUBSET`` fits named physical cost parameters on the runs of that declared subset,
 reports the error on the others (held out) and writes the calibration file that
 ``plan`` / ``simulate --calibration`` read. The published set shipped with ccoverlap is
-``ccoverlap validate published``.
+``ccoverlap validate published``. ``ccoverlap validate collectives`` judges the communication
+model on the shipped collective measurement tables instead (``--split fit|held-out|all``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def register(sub) -> None:
     p = sub.add_parser("validate", help="predicted vs measured step time of real training runs",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs_file", metavar="RUNS_FILE",
-                   help="runs file (YAML/JSON/TOML, see docs/validation.md), or 'published' for the shipped set")
+                   help="runs file (YAML/JSON/TOML, see docs/validation.md), 'published' for the shipped set, "
+                        "or 'collectives' for the communication model against the collective corpus")
     add_json(p)
     p.add_argument("--markdown", action="store_true", help="print Markdown tables")
     p.add_argument("--details", action="store_true", help="per run: source, conversion, assumptions, breakdown")
@@ -43,6 +45,8 @@ def register(sub) -> None:
                    help="where --fit writes its calibration (one file per GPU: PATH with the GPU name "
                         "inserted when several)")
     p.add_argument("--jobs", type=int, default=1, help="simulate runs in this many processes")
+    p.add_argument("--split", choices=("held-out", "fit", "all"), default=None,
+                   help="collectives only: the tables' half to judge on (default held-out)")
     add_quiet(p)
     p.set_defaults(run=run)
 
@@ -74,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
     cannot be used at all)."""
     from ccoverlap.errors import CCOverlapError
 
+    if args.runs_file == "collectives":
+        return _run_collectives(args)
+    if args.split is not None:
+        raise ConfigError("--split is for 'ccoverlap validate collectives'")
     try:
         return _run(args)
     except CCOverlapError as exc:
@@ -82,6 +90,31 @@ def run(args: argparse.Namespace) -> int:
                        "invalid_runs": []}, sys.stdout, indent=2)
             sys.stdout.write("\n")
         raise
+
+
+def _run_collectives(args: argparse.Namespace) -> int:
+    """``validate collectives``: the model's errors on every collective table's split."""
+    from ccoverlap.validate.collectives import report, report_lines, validate_corpus
+
+    used = [o for o, v in (("--fit", args.fit), ("--fit-on", args.fit_on), ("--run", args.only),
+                           ("--subset", args.subset), ("--calibration", args.calibration),
+                           ("--details", args.details), ("--markdown", args.markdown)) if v]
+    if used:
+        raise ConfigError(f"{used[0]} does not apply to 'ccoverlap validate collectives'")
+    split = args.split or "held-out"
+    try:
+        groups = validate_corpus(split)
+    except ConfigError as exc:
+        if args.json:  # one object in every case
+            json.dump({"split": split, "error": str(exc), "groups": []}, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        raise
+    if args.json:
+        json.dump(report(groups, split), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write("\n".join(report_lines(groups, split)) + "\n")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:

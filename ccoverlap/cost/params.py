@@ -114,15 +114,32 @@ class CostParams:
     # enough channels. NVLink: NCCL reaches ~370 of 450 GB/s on H100 ("protocol overhead ~20%",
     # NVIDIA/nccl-tests#212). Network: 46-48 GB/s per NDR 400G NIC (NVIDIA/nccl-tests#290).
     # PCIe / xGMI / Ethernet: assumption. fit: nccl-tests busbw at large sizes.
+    # Corpus fits (`python benchmarks/fit_collectives.py`, each on its tables' fit half):
+    # PCIe 0.44 on H100: microsoft/vidur h100_pairwise_nvlink all-reduce, 4 x H100 NVL whose
+    # ring joins two NVLink-bridged pairs over PCIe 5.0 (49 GB/s busbw at 64 MiB of 2 x 63
+    # line: the path between the pairs crosses the host, which the source does not describe);
+    # Network: the NIC's large-message peak (above); what fewer channels reach is
+    # net_channel_bytes_per_s (below).
     link_efficiency_nvlink: float = 0.83
-    link_efficiency_pcie: float = 0.80
+    link_efficiency_pcie: float = 0.44
     link_efficiency_xgmi: float = 0.80
     link_efficiency_network: float = 0.93
     link_efficiency_ethernet: float = 0.70
+    # Where a ring joins NVLink-bridged pairs across two CPU sockets (catalog LinkSpec
+    # pairs_per_socket), the fraction of the in-socket PCIe rate it keeps: the traffic between
+    # the sockets goes through the CPUs' own link (NVIDIA/nccl-tests#74: on a dual-socket EPYC
+    # 8 x A40 node, P2P across the sockets is slower than host memory). 1.0 = no loss (no
+    # measurement for this GPU's servers). A40: fitted (below).
+    pcie_socket_crossing_fraction: float = 1.0
     # One channel (one thread block on one SM) moves at most this many bytes/s; NC channels
     # approach the link rate with diminishing returns (lagom §3.2, Fig. 3b). assumption
     # (NCCL reaches ~370 GB/s with 16 channels on H100, so >= ~25 GB/s each); fit: NC sweep.
     channel_bytes_per_s: float = 45e9
+    # A send/recv between nodes runs on NCCL_NCHANNELS_PER_NET_PEER = 2 channels, each moving
+    # at most this many bytes/s (its proxy thread posts the RDMA writes of its chunks).
+    # Collectives over the network run on more channels and reach the NIC's peak (above). fit: vidur h100_dgx send_recv between 2 nodes, fit half (36 GB/s at
+    # 64 MiB, below the NDR NIC's 46-48 GB/s peak).
+    net_channel_bytes_per_s: float = 20.0e9
     # Sharpness p of the soft minimum min(NC*channel_bw, link_bw) = x / (1 + x^p)^(1/p).
     # Larger -> sharper knee. assumption; fit: NC sweep.
     channel_saturation_sharpness: float = 4.0
@@ -141,6 +158,14 @@ class CostParams:
     # base latencies are ~5-10 us: LL 6.6-6.8, Simple 8.4). MI300X: RCCL's own, 12 us (below).
     # fit: nccl-tests / rccl-tests time at 8 bytes.
     comm_base_latency_s: float = 6.0e-6
+    # Host seconds to issue one collective or send/recv from PyTorch (c10d dispatch, NCCL's
+    # enqueue and launch). A loop of calls -- a benchmark -- runs no faster than this a call,
+    # so the small-message "latency" such loops measure is this floor: microsoft/vidur's
+    # eager torch.distributed loops give NCCL kernels of 4-8 GPUs 20-42 us (H100) and ~60 us
+    # (A100) up to ~1 MiB, where NCCL's own latency model gives ~10 us. Used where the corpus
+    # is judged (comm.back_to_back_time_s); a training step's host time is the simulator's.
+    # fit: the collective corpus' fit half (`python benchmarks/fit_collectives.py`).
+    comm_host_issue_s: float = 33.5e-6  # H100 fit (A100, A40 below)
     # Every chunk step of a channel pays this handshake (flag write / poll), seconds: small
     # chunks C pay it more often (lagom §3.2, Fig. 3c). assumption; fit: C sweep.
     chunk_step_overhead_s: float = 1.0e-6
@@ -151,6 +176,17 @@ class CostParams:
     # NCCL's tuner rates tree lower than ring in bandwidth; fraction of ring's achieved
     # bandwidth a (double binary) tree reaches. assumption; fit: nccl-tests with NCCL_ALGO=Tree.
     tree_bw_efficiency: float = 0.8
+    # NVLink SHARP (NVLS) all-reduce on an NVSwitch node (NCCL >= 2.17 on Hopper): the switch
+    # reduces and multicasts, so each GPU moves M(1 + 1/n) bytes each way instead of ring's
+    # 2M(n-1)/n. Fraction of the NVLink line rate that traffic reaches. source: 8 x H100,
+    # "peak busBw of ~480GB/s (algbw ~275GB/s)" at large sizes (S. Jeaugey, NVIDIA/nccl-tests#212),
+    # 476 GB/s (NVIDIA/nccl-tests#290, 8 x H100), 475 GB/s (NVIDIA/nccl-tests#272, 8 x H200):
+    # 275 GB/s x 9/8 / 450 GB/s = 0.69. 0 = the GPU has no NVLS (Ampere, A40, MI300X).
+    nvls_link_efficiency: float = 0.69
+    # Fixed seconds an NVLS all-reduce pays on top of comm_base_latency_s (multicast object set
+    # up, switch round trips; NCCL's tuner uses NVLS only for large messages). fit: vidur
+    # h100_dgx all-reduce, fit half (`python benchmarks/fit_collectives.py`).
+    nvls_latency_s: float = 62.0e-6
     # Copy-engine (DMA) transport: fraction of link rate a cudaMemcpyPeerAsync / hipMemcpy
     # reaches, bandwidth of one copy engine, and per-copy issue+completion latency
     # (ficco §IV-D, DMA-latte: DMA is latency-bound for small copies). assumption; fit:
@@ -266,7 +302,7 @@ class CostParams:
                      "attention_fa2_peak_fraction", "attention_fa2_bwd_peak_fraction", "mem_bw_fraction",
                      "sustained_clock_fraction", "dma_link_efficiency", "tree_bw_efficiency", "proto_ll_bw_factor",
                      "proto_ll128_bw_factor", "mem_sm_saturation_fraction", "min_bandwidth_share",
-                     "channel_bytes_per_s", "host_link_bytes_per_s", "dma_engine_bytes_per_s",
+                     "channel_bytes_per_s", "net_channel_bytes_per_s", "host_link_bytes_per_s", "dma_engine_bytes_per_s",
                      "channel_saturation_sharpness", "l2_gemm_working_set", "full_load_clock_fraction") + tuple(
                          f.name for f in fields(self) if f.name.startswith("link_efficiency_")):
             if getattr(self, name) <= 0:
@@ -276,7 +312,8 @@ class CostParams:
                      "sustained_clock_fraction", "gemm_mem_overlap", "gemm_small_tile_efficiency", "dma_link_efficiency",
                      "tree_bw_efficiency", "proto_ll_bw_factor", "proto_ll128_bw_factor",
                      "mem_sm_saturation_fraction", "min_bandwidth_share",
-                     "dma_l2_pollution_fraction", "l2_gemm_working_set") + tuple(
+                     "dma_l2_pollution_fraction", "l2_gemm_working_set", "nvls_link_efficiency",
+                     "pcie_socket_crossing_fraction") + tuple(
                          f.name for f in fields(self) if f.name.startswith("link_efficiency_")):
             if getattr(self, name) > 1:
                 raise ConfigError(f"cost parameter {name} is a fraction, must be <= 1, got {getattr(self, name)}")
@@ -347,6 +384,16 @@ class CostParams:
 
 # ----------------------------------------------------------------------------- defaults per GPU
 # Per-GPU overrides of the class defaults (which are the H100 values). Sources:
+#  [COMM]  communication fitted on the collective corpus' declared fit half, one value per GPU
+#          (`python benchmarks/fit_collectives.py`; docs/model.md "Communication"):
+#          A100: vidur a100_dgx all_reduce / send_recv and a100_pairwise_nvlink (4 x A100 PCIe,
+#          bridged pairs) tables: host issue time 54 us, PCIe 0.42 (4 GPUs over two bridged pairs,
+#          24 GB/s busbw: the path between the pairs crosses the host); NVLink stays at the
+#          large-message 0.78 above (the tables stop at 64 MiB, inside NCCL's ramp). A40: vidur a40 all_reduce (8 x A40,
+#          bridged pairs, two sockets): host issue time 7 us, NVLink 1.0 (2 GPUs of a pair reach
+#          45-46 GB/s of the 50 GB/s line the catalog takes from lagom; the bridge is 56.25),
+#          PCIe 0.88 (4 GPUs of one socket: 58 GB/s busbw of 2 x 31.5), socket crossing 0.48
+#          (8 GPUs: 26 GB/s).
 #  [A100]  cuBLAS bf16 large GEMMs ~260-280 of 312 TFLOP/s and NCCL ring busbw ~230 of 300 GB/s on
 #          DGX A100 are the commonly reported figures (assumption until calibrated); Ampere
 #          kernels use a 32-deep K step.
@@ -387,16 +434,20 @@ class CostParams:
 _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
     "H100-SXM": {},
     "H200": {"mem_bw_fraction": 0.88},
-    "A100-80GB-SXM": {"full_load_clock_fraction": 1.0, "gemm_peak_fraction": 0.88, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
-                      "link_efficiency_nvlink": 0.78, "host_link_bytes_per_s": 25e9,
+    "A100-80GB-SXM": {"full_load_clock_fraction": 1.0, "nvls_link_efficiency": 0.0, "gemm_peak_fraction": 0.88, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
+                      "link_efficiency_nvlink": 0.78, "link_efficiency_pcie": 0.42,  # [COMM]
+                      "comm_host_issue_s": 54.0e-6,  # [COMM]
+                      "host_link_bytes_per_s": 25e9,
                       "attention_peak_fraction": 0.65, "attention_bwd_peak_fraction": 0.55,
                       "attention_fa2_peak_fraction": 0.65, "attention_fa2_bwd_peak_fraction": 0.55},
-    "A40": {"full_load_clock_fraction": 1.0, "gemm_peak_fraction": 0.72, "gemm_tile_m": 128, "gemm_tile_n": 128, "gemm_tile_k": 32,
+    "A40": {"full_load_clock_fraction": 1.0, "nvls_link_efficiency": 0.0, "link_efficiency_nvlink": 1.0, "link_efficiency_pcie": 0.88,  # [COMM]
+            "pcie_socket_crossing_fraction": 0.48, "comm_host_issue_s": 7.0e-6,  # [COMM]
+            "gemm_peak_fraction": 0.72, "gemm_tile_m": 128, "gemm_tile_n": 128, "gemm_tile_k": 32,
             "mem_bw_fraction": 0.85, "host_link_bytes_per_s": 25e9,
             "channel_bytes_per_s": 20e9, "l2_pollution_penalty": 1.95, "l2_gemm_working_set": 0.5,  # [A40c]
             "attention_peak_fraction": 0.5, "attention_bwd_peak_fraction": 0.42,
             "attention_fa2_peak_fraction": 0.5, "attention_fa2_bwd_peak_fraction": 0.42},
-    "MI300X": {"full_load_clock_fraction": 1.0, "gemm_peak_fraction": 0.55, "gemm_tile_m": 256, "gemm_tile_n": 256,
+    "MI300X": {"full_load_clock_fraction": 1.0, "nvls_link_efficiency": 0.0, "gemm_peak_fraction": 0.55, "gemm_tile_m": 256, "gemm_tile_n": 256,
                "mem_bw_fraction": 0.80, "channel_bytes_per_s": 20e9, "attention_peak_fraction": 0.4,
                "attention_bwd_peak_fraction": 0.33, "attention_fa2_peak_fraction": 0.4,
                "attention_fa2_bwd_peak_fraction": 0.33,
@@ -479,4 +530,8 @@ def checked_inputs(function: str, spec: Any, kind: type, hardware: Any, params: 
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not math.isfinite(value)):
             raise ConfigError(f"{function}: {arg} must be a finite number, got {short(value)}")
-    return params if params is not None else CostParams()
+    if params is not None:
+        return params
+    # communication defaults follow the cluster's GPU (its fitted link efficiencies and
+    # latencies); compute keeps the class defaults, as before
+    return default_params(hardware.gpu) if isinstance(hardware, ClusterSpec) else CostParams()
