@@ -77,6 +77,16 @@ def _with_record(args: list) -> list[int]:
     return [i for i, a in enumerate(args) if has_collective_record(a)]
 
 
+def _int64_or_none(vals: list) -> np.ndarray | None:
+    """``vals`` (ints) as an int64 array when every one is inside the kept range (``|v| < 2**62``),
+    else None."""
+    try:
+        arr = np.array(vals, dtype=np.int64)
+    except OverflowError:
+        return None
+    return arr if ((arr > -_I64) & (arr < _I64)).all() else None
+
+
 def _shape_hash(grid, block) -> int:
     """Hash of a kernel's launch shape (``grid``, ``block`` as decoded; 0 when there is no grid)."""
     return zlib.crc32(f"{grid}{block}".encode()) if grid is not None else 0
@@ -333,8 +343,13 @@ class Columns:
 
     def _launches(self, evs: list, seq: list, ts: np.ndarray, dur: np.ndarray) -> None:
         args = list(map(_E_ARGS, evs))
-        corr = [a.correlation for a in args] if None not in args else [
+        corr = list(map(_A_CORR, args)) if None not in args else [
             a.correlation if a is not None else None for a in args]
+        if _all_int(corr):              # the common case: checked column-wise, no loop per event
+            arr = _int64_or_none(corr)
+            if arr is not None:
+                self._add_launches(evs, seq, ts, dur, arr)
+                return
         if not all(c.__class__ is int and -_I64 < c < _I64 for c in corr):
             corr = [_int_or(c, None) for c in corr]
         ok = [c is not None for c in corr]
