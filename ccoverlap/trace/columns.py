@@ -81,10 +81,18 @@ def _int64_or_none(vals: list) -> np.ndarray | None:
     """``vals`` (ints) as an int64 array when every one is inside the kept range (``|v| < 2**62``),
     else None."""
     try:
-        arr = np.array(vals, dtype=np.int64)
+        arr = np.fromiter(vals, dtype=np.int64, count=len(vals))
     except OverflowError:
         return None
     return arr if ((arr > -_I64) & (arr < _I64)).all() else None
+
+
+def _floats(vals: list) -> np.ndarray:
+    """``vals`` (numbers, or None for a missing one: NaN) as a float64 array."""
+    try:
+        return np.fromiter(vals, dtype=np.float64, count=len(vals))    # numbers only: no type discovery
+    except TypeError:
+        return np.array(vals, dtype=np.float64)
 
 
 def _shape_hash(grid, block) -> int:
@@ -201,8 +209,7 @@ class Columns:
             if cat in SKIP_CATS:
                 continue
             idx = np.flatnonzero(x & (cc == k)) if len(present) > 1 else np.flatnonzero(x)
-            il = idx.tolist()
-            out[cat] = ([batch[i] for i in il], (idx + base).tolist())
+            out[cat] = (list(map(batch.__getitem__, idx.tolist())), idx + base)   # event list, their indices
         return out
 
     def _partition_tolerant(self, batch: list, base: int) -> dict:
@@ -256,11 +263,11 @@ class Columns:
         """ts / dur columns (µs) of ``evs``; out-of-range ones (and nameless where a name is read)
         are counted and dropped."""
         ts_l = list(map(_E_TS, evs))
-        ts = np.array(ts_l, dtype=np.float64)          # a missing ts reads NaN: rejected below
+        ts = _floats(ts_l)                              # a missing ts reads NaN: rejected below
         dur_l = list(map(_E_DUR, evs))
         if None in dur_l:
             dur_l = [0 if d is None else d for d in dur_l]
-        dur = np.array(dur_l, dtype=np.float64)
+        dur = _floats(dur_l)
         ok = (dur >= 0) & (dur < 1e15) & (ts > -1e18) & (ts < 1e18)
         if not ok.all():
             for s in np.asarray(seq)[~ok].tolist():
@@ -433,7 +440,7 @@ class Columns:
             dev = [v if v.__class__ is int else -1 for v in dev]
         ints["device"] = dev
         try:
-            cols = {k: np.array(v, dtype=np.int64) for k, v in ints.items()}
+            cols = {k: np.fromiter(v, dtype=np.int64, count=len(v)) for k, v in ints.items()}
         except OverflowError:
             return False
         if any(((c <= -_I64) | (c >= _I64)).any() for c in cols.values()):
