@@ -194,3 +194,16 @@ def test_local_engine_keeps_item_order_and_raises_a_worker_error():
 def test_a_worker_that_dies_is_an_error_not_a_hang():
     with pytest.raises(RuntimeError, match="worker process ended with exit code 3"):
         list(LocalEngine(2).map(_die_in_a_worker, [(os.getpid(), x) for x in range(40)]))
+
+
+def test_local_engine_uses_the_cores_it_is_given(monkeypatch):
+    from ccoverlap.trace import engine as eng
+
+    big = eng.PARALLEL_MIN_BYTES
+    monkeypatch.setattr(eng.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    e = eng.local_engine(8, big)
+    assert isinstance(e, LocalEngine) and e.jobs == 2          # one process per core, this one included
+    assert isinstance(eng.local_engine(1, big), SerialEngine)   # one rank: in this process
+    assert isinstance(eng.local_engine(8, big - 1), SerialEngine)   # too little data to pay for a worker
+    monkeypatch.setattr(eng.os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert isinstance(eng.local_engine(8, big), SerialEngine)   # one core
