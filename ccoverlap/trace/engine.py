@@ -90,10 +90,7 @@ def _claimed_map(fn: Callable, items: list, workers: int) -> Iterator:
                 try:
                     i, ok, payload = results.get(timeout=0.2)
                 except queue.Empty:
-                    dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-                    if dead:
-                        raise RuntimeError(f"a worker process ended with exit code {dead[0]} before "
-                                           f"returning its results") from None
+                    _check_workers(procs, results)
                     continue
                 value = pickle.loads(payload)
                 if not ok:
@@ -109,6 +106,16 @@ def _claimed_map(fn: Callable, items: list, workers: int) -> Iterator:
                 p.terminate()
             p.join()
         results.close()
+
+
+def _check_workers(procs: list, results) -> None:
+    """Raise when a result can no longer come: a worker ended with an error code, or every worker
+    has ended and nothing is left to read."""
+    dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+    if dead:
+        raise RuntimeError(f"a worker process ended with exit code {dead[0]} before returning its results")
+    if all(p.exitcode is not None for p in procs) and results.empty():
+        raise RuntimeError("the worker processes ended without returning every result")
 
 
 def _claim(counter, n: int) -> int | None:

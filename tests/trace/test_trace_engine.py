@@ -176,10 +176,10 @@ def _square_or_fail(x: int) -> int:
     return x * x
 
 
-def _die_in_a_worker(item: tuple[int, int]) -> int:
-    parent, x = item
+def _die_in_a_worker(item: tuple[int, int, int]) -> int:
+    parent, code, x = item
     if os.getpid() != parent:
-        os._exit(3)          # as if the kernel had killed the worker
+        os._exit(code)       # as if the kernel had killed the worker (3), or it left without a word (0)
     time.sleep(0.05)         # the parent is slow enough that the workers claim items too
     return x
 
@@ -193,7 +193,9 @@ def test_local_engine_keeps_item_order_and_raises_a_worker_error():
 
 def test_a_worker_that_dies_is_an_error_not_a_hang():
     with pytest.raises(RuntimeError, match="worker process ended with exit code 3"):
-        list(LocalEngine(2).map(_die_in_a_worker, [(os.getpid(), x) for x in range(40)]))
+        list(LocalEngine(2).map(_die_in_a_worker, [(os.getpid(), 3, x) for x in range(20)]))
+    with pytest.raises(RuntimeError, match="ended without returning every result"):
+        list(LocalEngine(2).map(_die_in_a_worker, [(os.getpid(), 0, x) for x in range(20)]))
 
 
 def test_local_engine_uses_the_cores_it_is_given(monkeypatch):
