@@ -79,14 +79,18 @@ class _Parser(argparse.ArgumentParser):
         return [s for a in self._actions for s in a.option_strings if s != argparse.SUPPRESS]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``ccoverlap`` parser with every command's subparser."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``ccoverlap`` parser with every command's subparser, or with only command ``only``'s
+    (each command module imports what its flags need: ``analyze`` need not import the catalog,
+    the planner or rich to start)."""
     from ccoverlap.version import __version__
 
     parser = _Parser(prog="ccoverlap", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"ccoverlap {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -138,8 +142,10 @@ def _stdout_is_devnull() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns its exit code (0 ok, 2 error, 130 interrupted)."""
-    parser = build_parser()
+    """Run one command; returns its exit code (0 ok, 2 error, 130 interrupted). When the first
+    argument names a command, only that command's module is imported."""
+    first = (sys.argv[1:] if argv is None else argv)[:1]
+    parser = build_parser(first[0] if first and first[0] in COMMANDS else None)
     try:
         args = parse(parser, argv)
         if not getattr(args, "command", None):

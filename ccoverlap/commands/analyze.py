@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from ccoverlap.errors import CCOverlapError, ConfigError
     from ccoverlap.trace.analyze import analyze, compare
     from ccoverlap.trace.dimensions import load_groups
-    from ccoverlap.trace.report import print_comparison, print_problems, print_report, write_json, write_png
+    from ccoverlap.trace.report_json import print_problems, write_json  # rich only for the tables and picture
 
     if args.png is not None and not args.json:
         check_outputs(args, "analyze", out_used=False)
@@ -108,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
     if args.png is not None and args.json and not args.quiet:
         print_problems(["--png is not drawn with --json (one JSON object on stdout)"], sys.stderr)
     if picture:
+        from ccoverlap.trace.report import write_png
+
         try:
             png = write_png(a, png_path(args, "analyze"), step=args.png_step)
         except OSError as exc:
@@ -118,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(a, sys.stdout, extra)
         return 0
+    from ccoverlap.trace.report import print_comparison, print_report
+
     print_report(a)
     if b is not None:
         print_comparison(extra["vs"]["comparison"], " ".join(args.traces), " ".join(args.vs))

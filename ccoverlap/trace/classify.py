@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import numpy.ma  # noqa: F401 - np.unique imports it at its first call; imported here, forked workers share it
 
 from ccoverlap.sim.timeline import Timeline
 from ccoverlap.trace.load import DEVICE_CAT_LIST, KIND_CODES, RawTrace

@@ -234,7 +234,7 @@ class _Buffer:
                 break
             got += len(data)
             parts.append(self.dec.decode(data))
-        self.buf += "".join(parts)
+        self.buf = "".join([self.buf, *parts])       # one copy of the window, not two
         self.work += len(self.buf)
         return True
 
@@ -537,7 +537,7 @@ class EventStream:
     def _decode_batch(self, buf: str, i: int, k: int):
         """Events of ``buf[i:k]`` (complete events separated by commas) or None when that text holds
         a bad event (or the cut fell inside a string): the caller then goes event by event."""
-        text = "[" + buf[i:k] + "]"
+        text = "".join(("[", buf[i:k], "]"))        # two copies of the text, not three
         if _BATCH is not None:
             try:
                 return _BATCH.decode(text)
