@@ -1,0 +1,42 @@
+"""Hostile values found by an independent sweep of every input surface (the CLI and the Python
+API): each ends in a result, or in one short CCOverlapError (CLI: one line, exit 2), never in
+an IndexError/TypeError traceback, a silently ignored option or a user's file lost."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ccoverlap.cli import main
+from ccoverlap.deciders import ficco
+from ccoverlap.errors import ConfigError
+
+
+def _last_error(err: str, command: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert "Traceback" not in err and lines, err[-500:]
+    assert lines[-1].startswith(f"ccoverlap {command}: error: ") and len(lines[-1]) <= 500, lines[-1][:600]
+    return lines[-1]
+
+
+# ----------------------------------------------------------------------------- FiCCO: M below world
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 40), n=st.integers(1, 40), k=st.integers(1, 40), world=st.integers(2, 8),
+       pattern=st.sampled_from(ficco.PATTERNS), engine=st.sampled_from(ficco.ENGINES))
+def test_any_small_ficco_case_is_estimated_or_one_config_error(m, n, k, world, pattern, engine):
+    cluster = ficco.machine("H100", world=8)
+    try:
+        case = ficco.FiccoCase(m=m, n=n, k=k, world=world, cluster=cluster, pattern=pattern, engine=engine)
+    except ConfigError as exc:
+        assert m < world and "at least world" in str(exc)
+        return
+    for schedule in ficco.SCHEDULES:
+        assert len(ficco.schedule_graph(case, schedule)) > 0
+
+
+def test_ficco_cli_with_fewer_rows_than_ranks_is_one_line(capsys):
+    code = main(["ficco", "-q", "--m", "1", "--n", "4096", "--k", "4096", "--world", "8", "--cluster", "dgx-h100"])
+    assert code == 2
+    assert "at least world" in _last_error(capsys.readouterr().err, "ficco")
