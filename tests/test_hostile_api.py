@@ -40,3 +40,33 @@ def test_ficco_cli_with_fewer_rows_than_ranks_is_one_line(capsys):
     code = main(["ficco", "-q", "--m", "1", "--n", "4096", "--k", "4096", "--world", "8", "--cluster", "dgx-h100"])
     assert code == 2
     assert "at least world" in _last_error(capsys.readouterr().err, "ficco")
+
+
+# ----------------------------------------------------------------------------- plan: target and emit
+
+_W = dict(model="llama-3-8b", cluster="a40-pcie", nodes=1, dp=8, global_batch=8, micro_batch=1)
+
+
+@pytest.mark.parametrize("target", ["jax", 3, None, ["pytorch"]])
+def test_plan_refuses_an_unknown_target_before_the_work(target, monkeypatch):
+    """An unknown target used to be swallowed: the applicable check failed silently and the plan
+    recommended a strategy the user cannot set (centauri instead of lagom on this workload)."""
+    import ccoverlap as cc
+    from ccoverlap.predict import planner
+
+    monkeypatch.setattr(planner.Planner, "__init__", _no_planner)
+    with pytest.raises(ConfigError, match="target must be one of"):
+        cc.plan(**_W, target=target)
+
+
+def _no_planner(*args, **kwargs):
+    raise AssertionError("the target is checked before any simulation")
+
+
+@pytest.mark.parametrize("out", [5, None, 2.5, ""])
+def test_plan_emit_to_a_non_path_is_a_config_error(out):
+    """``PlanResult.emit(5)`` ended in os.fspath's TypeError."""
+    from ccoverlap.planning.emit import write_emit
+
+    with pytest.raises(ConfigError, match="expected the path of a directory"):
+        write_emit(None, out)
