@@ -70,3 +70,13 @@ def test_plan_emit_to_a_non_path_is_a_config_error(out):
 
     with pytest.raises(ConfigError, match="expected the path of a directory"):
         write_emit(None, out)
+
+
+# ----------------------------------------------------------------------------- validate --write-calibration
+
+def test_write_calibration_without_fit_is_an_error_not_ignored(tmp_path, capsys):
+    """It used to print the comparison, exit 0 and write nothing."""
+    out = tmp_path / "c.json"
+    code = main(["validate", "published", "-q", "--subset", "fit", "--write-calibration", str(out)])
+    assert code == 2 and not out.exists()
+    assert "give --fit and --fit-on" in _last_error(capsys.readouterr().err, "validate")
