@@ -171,7 +171,9 @@ def _read_text(p: Path, what: str) -> str:
         why = (exc.strerror if isinstance(exc, OSError) else None) or type(exc).__name__
         raise ConfigError(f"{_path_name(p)}: cannot read the {what}: {why}") from None
     if size is None:
-        raise ConfigError(f"{_path_name(p)}: no such {what}")
+        kind = ("a directory" if p.is_dir() else "not a regular file (a device, socket or pipe?)"
+                if p.exists() else None)
+        raise ConfigError(f"{_path_name(p)}: " + (f"{kind}, expected a {what}" if kind else f"no such {what}"))
     if size > MAX_CONFIG_BYTES:
         raise ConfigError(f"{_path_name(p)}: {size / 2**20:.0f} MiB is larger than a {what} may be "
                           f"({MAX_CONFIG_BYTES // 2**20} MiB)")

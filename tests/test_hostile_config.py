@@ -301,3 +301,21 @@ def test_any_layout_is_a_memory_estimate_or_one_config_error(model, tp, pp, dp, 
         assert "\n" not in str(exc) and len(str(exc)) <= 2000
         return
     assert math.isfinite(est.total_bytes) and est.total_bytes > 0
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device"])
+def test_a_config_path_that_is_not_a_regular_file_says_so(tmp_path, kind):
+    """A directory, a FIFO or /dev/zero named as the config file was reported as 'no such file'."""
+    from ccoverlap.config import read_config_file
+
+    p = tmp_path / "c.yaml"
+    if kind == "directory":
+        p.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(p)
+    else:
+        p.symlink_to("/dev/zero")
+    with pytest.raises(ConfigError, match="a directory" if kind == "directory" else "not a regular file"):
+        read_config_file(p)
+    with pytest.raises(ConfigError, match="no such file"):
+        read_config_file(tmp_path / "missing.yaml")
