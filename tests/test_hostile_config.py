@@ -319,3 +319,28 @@ def test_a_config_path_that_is_not_a_regular_file_says_so(tmp_path, kind):
         read_config_file(p)
     with pytest.raises(ConfigError, match="no such file"):
         read_config_file(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("fname,text", [
+    ("c.yaml", "model: llama-3-8b\ncluster: a40-pcie\nnodes: 1\nnodes: 2\n"),
+    ("c.yaml", "model: llama-3-8b\nparallel:\n  dp: 8\n  dp: 16\n"),
+    ("c.json", '{"model": "llama-3-8b", "cluster": "a40-pcie", "model": "phi-2"}'),
+    ("c.json", '{"model": "llama-3-8b", "knobs": {"fsdp_prefetch": 1, "fsdp_prefetch": 2}}'),
+])
+def test_a_key_given_twice_is_refused_not_silently_the_last(tmp_path, fname, text):
+    """YAML and JSON parsers keep the last of two equal keys: the job the user meant may not be
+    the one predicted. TOML already refuses them."""
+    from ccoverlap.config import read_config_file
+
+    p = tmp_path / fname
+    p.write_text(text)
+    with pytest.raises(ConfigError, match="given twice"):
+        read_config_file(p)
+
+
+def test_a_yaml_merge_may_still_be_overridden(tmp_path):
+    from ccoverlap.config import read_config_file
+
+    p = tmp_path / "c.yaml"
+    p.write_text("base: &b {dp: 8, tp: 1}\nparallel:\n  <<: *b\n  dp: 16\n")
+    assert read_config_file(p)["parallel"] == {"dp": 16, "tp": 1}
