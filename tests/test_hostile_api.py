@@ -80,3 +80,11 @@ def test_write_calibration_without_fit_is_an_error_not_ignored(tmp_path, capsys)
     code = main(["validate", "published", "-q", "--subset", "fit", "--write-calibration", str(out)])
     assert code == 2 and not out.exists()
     assert "give --fit and --fit-on" in _last_error(capsys.readouterr().err, "validate")
+
+
+def test_no_command_is_one_line_on_stderr_after_the_help(capsys):
+    """Exit 2 used to come with the help on stdout and nothing on stderr: a script saw a failure
+    with no reason."""
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert "COMMAND" in out and err.strip() == "ccoverlap: error: no command given (the commands are listed above)"
