@@ -87,4 +87,4 @@ def test_no_command_is_one_line_on_stderr_after_the_help(capsys):
     with no reason."""
     assert main([]) == 2
     out, err = capsys.readouterr()
-    assert "COMMAND" in out and err.strip() == "ccoverlap: error: no command given (the commands are listed above)"
+    assert "COMMAND" in out and err.strip() == "ccoverlap: error: no command given; `ccoverlap --help` lists them"
