@@ -15,9 +15,11 @@ import copy
 import json
 import math
 import os
+import re
 import resource
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -344,3 +346,37 @@ def test_a_yaml_merge_may_still_be_overridden(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("base: &b {dp: 8, tp: 1}\nparallel:\n  <<: *b\n  dp: 16\n")
     assert read_config_file(p)["parallel"] == {"dp": 16, "tp": 1}
+
+
+_H200_CAL = json.loads((Path(__file__).resolve().parents[1] / "calibrations" / "h200.json").read_text())
+
+
+@pytest.mark.parametrize("change,cluster,words", [
+    ({}, "a40-pcie", "a calibration of 'H200', not of the cluster's A40 GPUs"),
+    ({"gpu": "A40"}, "hgx-h200", "a calibration of 'A40'"),
+    ({"gpu": 5}, "hgx-h200", "field 'gpu': expected a GPU name"),
+    ({"version": 99}, "hgx-h200", "newer than this ccoverlap reads"),
+    ({"version": "x"}, "hgx-h200", "field 'version'"),
+    ({"params": {**_H200_CAL["params"], "gemm_tile_m": 10**30}}, "hgx-h200", "gemm_tile_m must be at most"),
+])
+def test_a_calibration_file_for_another_gpu_or_format_is_refused(tmp_path, change, cluster, words):
+    """Each of these was applied silently: an H200 calibration predicted an A40 cluster, a
+    version-99 file was read as version 1, a 10**30-element GEMM tile made a 5e25 s step."""
+    from ccoverlap.catalog.hardware import get_cluster
+    from ccoverlap.predict.evaluate import cost_model_for_cluster
+
+    p = tmp_path / "cal.json"
+    p.write_text(json.dumps({**_H200_CAL, **change}))
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        cost_model_for_cluster(get_cluster(cluster), str(p))
+
+
+def test_a_calibration_of_the_clusters_gpu_or_of_no_named_gpu_applies(tmp_path):
+    from ccoverlap.catalog.hardware import get_cluster
+    from ccoverlap.predict.evaluate import cost_model_for_cluster
+
+    p = tmp_path / "cal.json"
+    p.write_text(json.dumps({k: v for k, v in _H200_CAL.items() if k != "gpu"}))
+    assert cost_model_for_cluster(get_cluster("a40-pcie"), str(p)).params.gemm_tile_m == _H200_CAL["params"]["gemm_tile_m"]
+    h200 = cost_model_for_cluster(get_cluster("hgx-h200"), str(Path(__file__).resolve().parents[1] / "calibrations" / "h200.json"))
+    assert h200.params.mem_bw_fraction == _H200_CAL["params"]["mem_bw_fraction"]
