@@ -4,6 +4,8 @@ an IndexError/TypeError traceback, a silently ignored option or a user's file lo
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -88,3 +90,14 @@ def test_no_command_is_one_line_on_stderr_after_the_help(capsys):
     assert main([]) == 2
     out, err = capsys.readouterr()
     assert "COMMAND" in out and err.strip() == "ccoverlap: error: no command given; `ccoverlap --help` lists them"
+
+
+@pytest.mark.parametrize("name,words", [("publshed", "no such runs file (did you mean 'published'?)"),
+                                        ("nope", "no such runs file")])
+def test_a_runs_file_name_without_suffix_that_is_not_there(name, words, tmp_path, monkeypatch):
+    """A mistyped 'published' was 'unknown config format ''', which names the wrong problem."""
+    import ccoverlap as cc
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        cc.validate(name)
