@@ -380,3 +380,17 @@ def test_a_calibration_of_the_clusters_gpu_or_of_no_named_gpu_applies(tmp_path):
     assert cost_model_for_cluster(get_cluster("a40-pcie"), str(p)).params.gemm_tile_m == _H200_CAL["params"]["gemm_tile_m"]
     h200 = cost_model_for_cluster(get_cluster("hgx-h200"), str(Path(__file__).resolve().parents[1] / "calibrations" / "h200.json"))
     assert h200.params.mem_bw_fraction == _H200_CAL["params"]["mem_bw_fraction"]
+
+
+def test_a_flags_value_is_not_blamed_on_the_config_file(tmp_path, capsys):
+    """``--config c.yaml --nodes 0`` said 'c.yaml: nodes must be ... got 0' of a file that says 2."""
+    from ccoverlap.cli import main
+
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump({"model": "llama-3-8b", "cluster": "a40-pcie", "nodes": 2,
+                                 "parallel": {"dp": 16}, "batch": {"global_batch": 32, "micro_batch": 1}}))
+    assert main(["simulate", "-q", "--config", str(p), "--nodes", "0"]) == 2
+    assert f"{p} + options nodes: nodes must be an integer >= 1, got 0" in capsys.readouterr().err
+    p.write_text(p.read_text().replace("nodes: 2", "nodes: 0"))
+    assert main(["simulate", "-q", "--config", str(p)]) == 2
+    assert f"{p}: nodes must be an integer >= 1, got 0" in capsys.readouterr().err
