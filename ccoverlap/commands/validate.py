@@ -23,7 +23,6 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.outputs import check_out_file
 from ccoverlap.validate.reader import PUBLISHED, runs_path  # noqa: F401  (PUBLISHED: re-exported for scripts)
 
-
 #: where ``--fit`` writes its calibration unless ``--write-calibration`` says
 DEFAULT_CALIBRATION = "ccoverlap-out/validate/calibration.json"
 

@@ -22,10 +22,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ccoverlap.config import short
 from ccoverlap.deciders.centauri import CENTAURI
 from ccoverlap.deciders.ficco_plan import FICCO
 from ccoverlap.deciders.lagom_step import AUTOCCL, LAGOM, LAGOM_WITH_KNOBS
-from ccoverlap.config import short
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
 from ccoverlap.predict.planner import (  # noqa: F401
