@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parse(parser, argv)
         if not getattr(args, "command", None):
             parser.print_help()
+            sys.stderr.write("ccoverlap: error: no command given; `ccoverlap --help` lists them\n")
             return 2
         code = int(args.run(args) or 0)
         sys.stdout.flush()

@@ -171,7 +171,9 @@ def _read_text(p: Path, what: str) -> str:
         why = (exc.strerror if isinstance(exc, OSError) else None) or type(exc).__name__
         raise ConfigError(f"{_path_name(p)}: cannot read the {what}: {why}") from None
     if size is None:
-        raise ConfigError(f"{_path_name(p)}: no such {what}")
+        kind = ("a directory" if p.is_dir() else "not a regular file (a device, socket or pipe?)"
+                if p.exists() else None)
+        raise ConfigError(f"{_path_name(p)}: " + (f"{kind}, expected a {what}" if kind else f"no such {what}"))
     if size > MAX_CONFIG_BYTES:
         raise ConfigError(f"{_path_name(p)}: {size / 2**20:.0f} MiB is larger than a {what} may be "
                           f"({MAX_CONFIG_BYTES // 2**20} MiB)")
@@ -179,6 +181,48 @@ def _read_text(p: Path, what: str) -> str:
         return p.read_text(errors="replace")
     except OSError as exc:
         raise ConfigError(f"{_path_name(p)}: cannot read the {what}: {exc.strerror or type(exc).__name__}") from None
+
+
+class DuplicateKey(ValueError):
+    """A mapping of a config file gives the same key twice (the parsers would keep the last
+    silently)."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    """``json.loads``' ``object_pairs_hook``: the object as a dict; DuplicateKey on a key given twice."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(f"key {short(key)} given twice in one object")
+        out[key] = value
+    return out
+
+
+def _yaml_unique_loads(text: str) -> Any:
+    """``yaml.safe_load`` (the C loader when there is one) that raises DuplicateKey on a key given
+    twice in one mapping; keys a merge (``<<: *anchor``) brings in may still be overridden."""
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    twice = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the base loader names it
+                    continue
+                if twice:
+                    raise DuplicateKey(f"key {short(key)} given twice in one mapping "
+                                       f"(line {key_node.start_mark.line + 1})")
+            return super().construct_mapping(node, deep=deep)
+
+    return yaml.load(text, Loader=UniqueKeyLoader)
 
 
 def read_config_file(path: str | os.PathLike) -> dict:
@@ -192,13 +236,11 @@ def read_config_file(path: str | os.PathLike) -> dict:
     text = _read_text(p, "file")
     try:
         if suffix == ".json":
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_pairs)
         elif suffix == ".toml":
-            data = toml_module().loads(text)
+            data = toml_module().loads(text)  # TOML itself forbids a key given twice
         else:
-            import yaml
-
-            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            data = _yaml_unique_loads(text)
     except ConfigError:
         raise
     except RecursionError:
@@ -218,9 +260,11 @@ def read_json_object(path: str | os.PathLike, what: str = "file") -> dict:
     p = _path(path, what)
     text = _read_text(p, what)
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_pairs)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{_path_name(p)}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except DuplicateKey as exc:
+        raise ConfigError(f"{_path_name(p)}: not valid JSON: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{_path_name(p)}: not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):

@@ -239,6 +239,7 @@ LONG_PATH = "/tmp/" + "a/" * 2100 + "w.yaml"
     ["replay", "--whatif", WORD, str(TPDP)], ["validate", "published", "--fit", WORD, "--fit-on", "fit"],
     ["validate", "published", "--fit", "sustained_clock_fraction", "--fit-on", WORD], ["tune", "--model", WORD],
     ["plan", "--strategies", WORD], ["analyze", str(TPDP), "--groups", WORD],
+    ["reproduce", "--paper", "ficco", "--case", HUGE],
 ], ids=lambda a: " ".join(x[:12] for x in a))
 def test_huge_values_are_echoed_short(argv, capsys):
     try:

@@ -39,12 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from ccoverlap.config import read_json_object
-from ccoverlap.cost.params import CostParams
+from ccoverlap.cost.params import CALIBRATION_VERSION, CostParams
 from ccoverlap.errors import ConfigError
 from ccoverlap.outputs import write_files, write_text
 
 FORMAT = "ccoverlap-calibration"
-VERSION = 1
+VERSION = CALIBRATION_VERSION  # the format CostParams.load reads
 TOP_LEVEL = ("version", "gpu", "params", "fit_error", "notes", "source")
 
 _POS = "positive number"

@@ -24,6 +24,9 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.outputs import check_out_file
 from ccoverlap.validate.reader import PUBLISHED, runs_path  # noqa: F401  (PUBLISHED: re-exported for scripts)
 
+#: where ``--fit`` writes its calibration unless ``--write-calibration`` says
+DEFAULT_CALIBRATION = "ccoverlap-out/validate/calibration.json"
+
 
 def register(sub) -> None:
     p = sub.add_parser("validate", help="predicted vs measured step time of real training runs",
@@ -41,9 +44,9 @@ def register(sub) -> None:
     p.add_argument("--fit", metavar="PARAMS", help="comma-separated physical cost parameters to fit "
                    "(recommended: sustained_clock_fraction, one number per GPU; docs/validation.md)")
     p.add_argument("--fit-on", metavar="SUBSET", help="declared subset to fit on (the runs' 'subset:' value)")
-    p.add_argument("--write-calibration", metavar="PATH", default="ccoverlap-out/validate/calibration.json",
-                   help="where --fit writes its calibration (one file per GPU: PATH with the GPU name "
-                        "inserted when several)")
+    p.add_argument("--write-calibration", metavar="PATH", default=None,
+                   help="where --fit writes its calibration (default " + DEFAULT_CALIBRATION + "; one file "
+                        "per GPU: PATH with the GPU name inserted when several)")
     p.add_argument("--jobs", type=int, default=1, help="simulate runs in this many processes")
     p.add_argument("--split", choices=("held-out", "fit", "all"), default=None,
                    help="collectives only: the tables' half to judge on (default held-out)")
@@ -150,6 +153,9 @@ def _check_options(args: argparse.Namespace):
 
     if bool(args.fit) != bool(args.fit_on):
         raise ConfigError("--fit and --fit-on go together: name the parameters and the subset to fit them on")
+    if args.write_calibration is not None and not args.fit:  # nothing would be written
+        raise ConfigError("--write-calibration writes fitted parameters: give --fit and --fit-on too")
+    args.write_calibration = args.write_calibration or DEFAULT_CALIBRATION
     names = None
     if args.fit:
         from ccoverlap.validate.fit import parse_fit_params

@@ -297,6 +297,8 @@ class CostParams:
             v = getattr(self, name)
             if int(v) != v or v < 1:
                 raise ConfigError(f"cost parameter {name} must be a positive integer, got {v}")
+            if v > MAX_TILE:  # GEMM kernels tile at most 256 per side (CUTLASS, cuBLAS); past this the model pads nonsense
+                raise ConfigError(f"cost parameter {name} must be at most {MAX_TILE}, got {short(v)}")
             object.__setattr__(self, name, int(v))
         for name in ("gemm_peak_fraction", "attention_peak_fraction", "attention_bwd_peak_fraction",
                      "attention_fa2_peak_fraction", "attention_fa2_bwd_peak_fraction", "mem_bw_fraction",
@@ -344,10 +346,13 @@ class CostParams:
             raise ConfigError(f"{where}: {exc}") from None
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, base: CostParams | None = None) -> CostParams:
+    def load(cls, path: str | os.PathLike, *, base: CostParams | None = None,
+             for_gpu: str | None = None) -> CostParams:
         """Parameters from a JSON file: a calibration file ``{"params": {...}, "gpu": ...,
         "fit_error": ...}`` or a bare ``{name: value}`` mapping. Fields it lacks come from
-        ``base`` (e.g. :func:`default_params` of the GPU)."""
+        ``base`` (e.g. :func:`default_params` of the GPU). ``for_gpu``: the GPU the parameters
+        will model; a calibration file of another GPU is a ConfigError (parameters are one GPU
+        type's), as is a file format newer than this version reads."""
 
         p = Path(path)
         data = read_json_object(p, "calibration file")
@@ -355,6 +360,7 @@ class CostParams:
             extra = sorted(set(data) - {"params", "gpu", "fit_error", "source", "notes", "version"})
             if extra:
                 raise ConfigError(f"{p}: unknown calibration key(s) {extra}")
+            _check_meta(p, data, for_gpu)
             data = data["params"]
         return cls.from_dict(data, base=base, where=str(p))
 
@@ -494,6 +500,39 @@ def causal_attention_factor(kernel: str, seq_len: int) -> float:
 
 
 _VENDOR_OVERRIDES: dict[str, dict[str, Any]] = {"nvidia": {}, "amd": _GPU_OVERRIDES["MI300X"]}
+
+
+#: the largest GEMM tile side (and tiles per SM) a parameter may give
+MAX_TILE = 4096
+#: the calibration file format this version reads (ccoverlap.calibrate.fileformat writes it)
+CALIBRATION_VERSION = 1
+
+
+def _gpu_key(name: str) -> str:
+    """A GPU name as the catalog spells it (aliases resolved), else lower-cased."""
+    from ccoverlap.catalog.hardware import get_gpu
+
+    try:
+        return get_gpu(name).name
+    except ConfigError:
+        return name.strip().lower()
+
+
+def _check_meta(p: Path, data: dict, for_gpu: str | None) -> None:
+    """ConfigError when calibration file ``p``'s ``version`` is not one this version reads or its
+    ``gpu`` is not text or not ``for_gpu``."""
+    v = data.get("version", CALIBRATION_VERSION)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(f"{p}: field 'version': expected a positive integer, got {short(v)}")
+    if v > CALIBRATION_VERSION:
+        raise ConfigError(f"{p}: file format version {short(v)} is newer than this ccoverlap reads "
+                          f"({CALIBRATION_VERSION}); upgrade ccoverlap")
+    gpu = data.get("gpu")
+    if gpu is not None and (not isinstance(gpu, str) or not gpu.strip()):
+        raise ConfigError(f"{p}: field 'gpu': expected a GPU name, got {short(gpu)}")
+    if gpu and for_gpu and _gpu_key(gpu) != _gpu_key(for_gpu):
+        raise ConfigError(f"{p}: a calibration of {short(gpu)}, not of the cluster's {for_gpu} GPUs "
+                          f"(its parameters are one GPU type's: calibrate that GPU, or leave the file out)")
 
 
 def default_params(gpu: GPUSpec | None = None) -> CostParams:

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ccoverlap.config import short
 from ccoverlap.deciders.centauri import CENTAURI
 from ccoverlap.deciders.ficco_plan import FICCO
 from ccoverlap.deciders.lagom_step import AUTOCCL, LAGOM, LAGOM_WITH_KNOBS
@@ -39,7 +40,7 @@ from ccoverlap.predict.planner import (  # noqa: F401
 from ccoverlap.predict.workload import Workload
 from ccoverlap.types import ProgressFn
 
-from .emit import APPLICABLE, EmitBundle, build_emit, hints, write_emit
+from .emit import APPLICABLE, TARGETS, EmitBundle, build_emit, hints, write_emit
 
 
 def knob_space(w: Workload) -> dict[str, list[Any]]:
@@ -272,6 +273,10 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
     recommended one) re-simulated with only what ``target`` (``pytorch``, ``torchtitan``,
     ``megatron-lm``) and stock NCCL can set (:mod:`ccoverlap.planning.emit`; one more
     simulation, none when everything applies)."""
+    if applicable and (not isinstance(target, str) or target not in TARGETS):
+        # a target the settings cannot be built for would leave the plan without its applicable
+        # check: a strategy the user cannot set could be recommended
+        raise ConfigError(f"target must be one of {', '.join(TARGETS)}, got {short(target)}")
     t0 = time.perf_counter()
     planner = planner or Planner(w, progress=progress, exact=exact)
     registry = registry if registry is not None else default_registry()

@@ -346,7 +346,14 @@ def workload_from_options(data: dict | None, options: dict, *, source: str) -> W
     if options.get("knobs"):
         data["knobs"] = {**(data.get("knobs") or {}), **options["knobs"]}
     _fill_world_size(data)
-    return workload_from_mapping(data, source=source)
+    try:
+        return workload_from_mapping(data, source=source)
+    except ConfigError as exc:
+        given = sorted(k for k, v in options.items() if v is not None)
+        if not from_file or not given or not str(exc).startswith(f"{source}: "):
+            raise
+        # a flag's value must not be blamed on the file: "c.yaml: nodes ... got 0" for --nodes 0
+        raise ConfigError(f"{source} + options {', '.join(given)}: {str(exc)[len(source) + 2:]}") from None
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:

@@ -20,12 +20,13 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 
 import yaml
 
-from ccoverlap.config import read_config_file
+from ccoverlap.config import read_config_file, short
 from ccoverlap.deciders.nccl_apply import nccl_env_text, parse_nccl_env, parse_tuner_csv, tuner_csv_text
 from ccoverlap.errors import ConfigError
 from ccoverlap.outputs import atomic_dir
@@ -118,6 +119,8 @@ def write_emit(b, out_dir, *, as_given=None, source: str = "", command: str = "c
     Every file is built first, then the set is written at once
     (:func:`ccoverlap.outputs.atomic_dir`): when anything fails, ``out_dir`` is left as it was.
     Returns ``{file name: path}``."""
+    if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir):
+        raise ConfigError(f"emit: expected the path of a directory, got {short(out_dir)}")
     out = Path(out_dir)
     texts = emit_texts(b, out, as_given=as_given, source=source, command=command)
     with atomic_dir(out) as tmp:
