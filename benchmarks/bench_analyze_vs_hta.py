@@ -9,6 +9,10 @@ process, ours and HTA's alternating (``--pairs`` pairs):
 * HTA: ``TraceAnalysis(trace_dir=DIR).get_comm_comp_overlap()`` in its own interpreter
   (``--hta-python``, a separate venv: ``python -m venv .venv-hta && .venv-hta/bin/pip install traceinsight``).
 
+With ``--baseline CMD`` (another ``ccoverlap`` executable, e.g. an older checkout's) each round
+also runs ``CMD analyze DIR --json``, and HTA / baseline and baseline / ours are printed as well:
+a before/after comparison from the same rounds.
+
 Per run: wall seconds, CPU seconds of the process and its children (``wait4`` rusage), and the
 peak memory of the whole process tree, sampled every 20 ms from ``/proc/PID/smaps_rollup`` (both
 tools use worker processes forked from a parent that shares its pages with them): the sum of the
@@ -181,6 +185,7 @@ def main(argv=None) -> int:
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--hta-python", default=str(ROOT / ".venv-hta" / "bin" / "python"))
     p.add_argument("--ours", default=str(ROOT / ".venv" / "bin" / "ccoverlap"))
+    p.add_argument("--baseline", help="another ccoverlap executable run in every round too (before/after)")
     p.add_argument("--breakdown", action="store_true",
                    help="instead: where ccoverlap's per-rank CPU time goes, stage by stage, in this process")
     args = p.parse_args(argv)
@@ -197,6 +202,11 @@ def main(argv=None) -> int:
             breakdown(files)
             return 0
         cmds = {"ours": [args.ours, "analyze", str(d), "--json"], "hta": [args.hta_python, "-c", HTA, str(d)]}
+        if args.baseline:
+            cmds["base"] = [args.baseline, "analyze", str(d), "--json"]
+            outs = [subprocess.run(c, capture_output=True, check=True).stdout for k, c in cmds.items() if k != "hta"]
+            if outs[0] != outs[1]:
+                raise SystemExit("--baseline prints a different --json document than --ours on this job")
         runs = {k: [] for k in cmds}
         load0 = os.getloadavg()
         for _ in range(args.pairs):
@@ -212,8 +222,11 @@ def main(argv=None) -> int:
     for k, m in med.items():
         print(f"{k:5} {m['wall_s']:7.2f} {m['cpu_s']:7.2f} {m['pss_mib']:13.0f} {m['rss_mib']:13.0f} "
               f"{m['uss_mib']:13.0f} {m['maxrss_mib']:12.0f} {m['processes']:9.0f}")
-    ratios = {m: statistics.median(h[m] / o[m] for h, o in zip(runs["hta"], runs["ours"])) for m in keys}
-    print("HTA / ours (median of paired ratios): " + ", ".join(f"{m} {v:.1f}x" for m, v in ratios.items()))
+    pairs = [("hta", "ours")] + ([("hta", "base"), ("base", "ours")] if "base" in runs else [])
+    for a, b in pairs:
+        ratios = {m: statistics.median(x[m] / y[m] for x, y in zip(runs[a], runs[b])) for m in keys}
+        print(f"{a.upper() if a == 'hta' else a} / {b} (median of paired ratios): "
+              + ", ".join(f"{m} {v:.2f}x" for m, v in ratios.items()))
     print("each run: " + "; ".join(f"{k} " + " ".join(f"{r['wall_s']:.1f}s/{r['pss_mib']:.0f}MiB" for r in rs)
                                      for k, rs in runs.items()))
     return 0

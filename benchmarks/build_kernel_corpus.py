@@ -308,8 +308,8 @@ def main() -> None:
            "Teton part) is assumed.\n")
     h100_issue, a100_issue = issue_attention_rows()
     _write(out, "attention", "pytorch-142132-h100", h100_issue,
-           "source:\n  repository: pytorch/pytorch\n  path: issue 142132\n"
-           "  commit: torch 2.6.0.dev20241204+cu124 (the issue's build)\n  licence: facts quoted from a public issue\n"
+           "source:\n  repository: pytorch/pytorch\n  path: pytorch/pytorch#142132 (an issue thread's timings)\n"
+           "  commit: torch 2.6.0.dev20241204+cu124 (the build the thread reports)\n  licence: facts quoted from a public thread\n"
            "  url: https://github.com/pytorch/pytorch/issues/142132\n"
            "hardware: NVIDIA H100 (tritonbench)\ngpu: H100-SXM\nunits: {time_s: s}\nsplit_key: [backend, seq]\n"
            "notes: >-\n  tritonbench flash_attention, batch 1, 24 heads, seq 4608, head dim 128: SDPA's default "

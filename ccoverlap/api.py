@@ -77,9 +77,14 @@ def analyze(traces: Paths, *, steps: str = "hta", time_resolution: str = "hta", 
     (HolisticTraceAnalysis' definitions), per-collective bandwidths, stragglers, contention
     and a verdict. ``steps``: ``"hta"`` (HTA's window), ``"all"`` or ``"3-5"``."""
     from ccoverlap.trace.analyze import analyze as _analyze
+    from ccoverlap.trace.dimensions import check_group_keys, check_groups
 
-    return AnalysisResult.of(_analyze(_paths(traces), steps=steps, time_resolution=time_resolution, jobs=jobs,
-                                      groups=groups))
+    if groups is not None:
+        groups = check_groups(groups, "groups")
+    a = _analyze(_paths(traces), steps=steps, time_resolution=time_resolution, jobs=jobs, groups=groups)
+    if groups:  # a key that matches no process group is an error, not ignored
+        check_group_keys(groups, a.ranks, {g for d in a.dimensions for g in d.groups}, where="groups")
+    return AnalysisResult.of(a)
 
 
 def replay(traces: Paths, *, steps: str = "hta", whatifs: Sequence[str] | None = None,
@@ -127,12 +132,15 @@ def plan(workload=None, *, strategies: Sequence[str] | None = None, exact: bool 
     result = planner.plan(w, extra=strategies, registry=registry, exact=exact, applicable_of=strategy,
                           target=target)
     base = result.as_given.step_time_s
-    rows = [dict(s.to_dict(), speedup=base / s.step_time_s if s.step_time_s else None) for s in result.strategies]
+    rows = [dict(d, speedup=base / d["step_time_s"] if d["step_time_s"] else None) for d in result.rows()]
     best = result.best()
+    row = result.best_row()
     data = {"workload": w.describe(), "world_size": w.cluster.world_size, "best": best.name,
-            "recommendation": planner.recommendation(result), "strategies": rows,
+            "best_row": row.name, "best_step_time_s": row.step_time_s,
+            "recommendation": planner.recommendation(result),
+            "recommendation_details": planner.recommendation_details(result), "strategies": rows,
             "simulations": result.simulations, "seconds": result.seconds}
-    summary = f"{w.describe()}: best {best.name}, {_ms(best.step_time_s)} per step ({base / best.step_time_s:.2f}x)"
+    summary = f"{w.describe()}: best {best.name}, {_ms(row.step_time_s)} per step ({base / row.step_time_s:.2f}x)"
     return PlanReport(data, rows, summary, result)
 
 

@@ -35,6 +35,8 @@ COMMANDS = {
     "reproduce": "ccoverlap.commands.reproduce",
     "list": "ccoverlap.commands.listing",
 }
+#: Most characters of the error line main prints (a longer message keeps its start and end).
+MESSAGE_CHARS = 500
 #: Commands that print their own JSON object when they fail (with more than the message).
 OWN_JSON_ERRORS = ("analyze", "validate")
 
@@ -42,6 +44,20 @@ OWN_JSON_ERRORS = ("analyze", "validate")
 def _closest(word: str, choices) -> str | None:
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return close[0] if close else None
+
+
+def _cut(word: str, limit: int = 60) -> str:
+    """``word``, its first ``limit`` characters and ``...`` when longer."""
+    return word if len(word) <= limit else word[:limit] + "..."
+
+
+def _shorten_quotes(message: str) -> str:
+    """A usage error with every quoted value longer than 60 characters cut (``'xxxx...'``) and
+    the whole line capped at :data:`MESSAGE_CHARS`: a 5000-digit flag value is not echoed whole."""
+    from ccoverlap.config import clip_line
+
+    message = re.sub(r"'([^'\n]{60})[^'\n]+'", r"'\1...'", message)
+    return clip_line(message, MESSAGE_CHARS)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,6 +69,7 @@ class _Parser(argparse.ArgumentParser):
             near = _closest(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
             if near:
                 message += f"; did you mean {near!r}?"
+        message = _shorten_quotes(message)
         self.print_usage(sys.stderr)
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
@@ -62,14 +79,18 @@ class _Parser(argparse.ArgumentParser):
         return [s for a in self._actions for s in a.option_strings if s != argparse.SUPPRESS]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``ccoverlap`` parser with every command's subparser."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``ccoverlap`` parser with every command's subparser, or with only command ``only``'s
+    (each command module imports what its flags need: ``analyze`` need not import the catalog,
+    the planner or rich to start)."""
     from ccoverlap.version import __version__
 
     parser = _Parser(prog="ccoverlap", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"ccoverlap {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -94,8 +115,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
     if extra:
         sub = _subparser(parser, getattr(args, "command", None))
         known = sub.option_strings() if isinstance(sub, _Parser) else []
-        hints = [f"{x} (did you mean {near}?)" if (near := _closest(x.split("=")[0], known)) else x
-                 for x in extra]
+        hints = [f"{_cut(x)} (did you mean {near}?)" if (near := _closest(x.split("=")[0][:100], known)) else _cut(x)
+                 for x in extra[:5]] + ([f"... ({len(extra)} in all)"] if len(extra) > 5 else [])
         sub.error("unrecognized arguments: " + " ".join(hints))
     return args
 
@@ -121,12 +142,15 @@ def _stdout_is_devnull() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns its exit code (0 ok, 2 error, 130 interrupted)."""
-    parser = build_parser()
+    """Run one command; returns its exit code (0 ok, 2 error, 130 interrupted). When the first
+    argument names a command, only that command's module is imported."""
+    first = (sys.argv[1:] if argv is None else argv)[:1]
+    parser = build_parser(first[0] if first and first[0] in COMMANDS else None)
     try:
         args = parse(parser, argv)
         if not getattr(args, "command", None):
             parser.print_help()
+            sys.stderr.write("ccoverlap: error: no command given; `ccoverlap --help` lists them\n")
             return 2
         code = int(args.run(args) or 0)
         sys.stdout.flush()
@@ -138,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         raise
     except CCOverlapError as exc:
-        message = " ".join(str(exc).split("\n"))  # one line, whatever a message holds
+        from ccoverlap.config import clip_line
+
+        message = clip_line(str(exc), MESSAGE_CHARS)  # one line of a readable length, whatever a message holds
         if getattr(args, "json", False) and args.command not in OWN_JSON_ERRORS:
             sys.stdout.write(json.dumps({"tool": f"ccoverlap {args.command}", "error": message}) + "\n")
         sys.stderr.write(f"ccoverlap {args.command}: error: {message}\n")

@@ -48,6 +48,8 @@ MAX_CONFIG_BYTES = 16 * 2**20
 QUOTE_CHARS = 40
 #: Most characters of one error message built here.
 MESSAGE_CHARS = 400
+#: Most characters of a path an error message names (cut in the middle, :func:`clip_middle`).
+PATH_CHARS = 160
 
 
 
@@ -99,6 +101,34 @@ def short(value: Any) -> str:
     return text if len(text) <= QUOTE_CHARS + 10 else text[:QUOTE_CHARS] + "..."
 
 
+def clip_middle(text: str, n: int = PATH_CHARS) -> str:
+    """``text`` cut in the middle to about ``n`` characters, saying how many were left out (a long
+    path keeps its start and its file name)."""
+    if len(text) <= n + 30:
+        return text
+    k = n // 2
+    return f"{text[:k]}...[{len(text) - 2 * k} characters]...{text[-k:]}"
+
+
+def few(items: Iterable[str], n: int = 3, sep: str = "; ") -> str:
+    """The first ``n`` of ``items``, each cut to :data:`MESSAGE_CHARS` (:func:`clip_middle`), joined
+    by ``sep``, and how many more there are: one message however many problems or files."""
+    items = list(items)
+    text = sep.join(clip_middle(str(x), MESSAGE_CHARS) for x in items[:n])
+    return text + (f"{sep}and {len(items) - n} more" if len(items) > n else "")
+
+
+def clip_line(text: str, limit: int = 500) -> str:
+    """``text`` as one line (line breaks become spaces) of at most ``limit`` characters: a
+    longer one keeps its start and end with ``" ... "`` between (an error line stays readable
+    whatever value it quotes)."""
+    text = " ".join(str(text).split("\n"))
+    if len(text) <= limit:
+        return text
+    head = (limit - 5) * 2 // 3
+    return text[:head] + " ... " + text[len(text) - (limit - 5 - head):]
+
+
 def _clip(message: str) -> str:
     """``message`` with every quoted run longer than :data:`QUOTE_CHARS` cut, and the whole
     cut to :data:`MESSAGE_CHARS`."""
@@ -122,8 +152,8 @@ def toml_module():
 
 
 def _path_name(p: Path) -> str:
-    """``p`` as given, or a short quote of it when it is too long to be a file name."""
-    return str(p) if len(str(p)) <= 4096 else short(str(p))
+    """``p`` as given, or a short quote of it when it is longer than 200 characters."""
+    return str(p) if len(str(p)) <= 200 else short(str(p))
 
 
 def _path(path: Any, what: str) -> Path:
@@ -138,16 +168,61 @@ def _read_text(p: Path, what: str) -> str:
     try:
         size = p.stat().st_size if p.is_file() else None
     except (OSError, ValueError) as exc:  # a name too long, a NUL byte, no permission
-        raise ConfigError(f"{_path_name(p)}: cannot read the {what}: {type(exc).__name__}") from None
+        why = (exc.strerror if isinstance(exc, OSError) else None) or type(exc).__name__
+        raise ConfigError(f"{_path_name(p)}: cannot read the {what}: {why}") from None
     if size is None:
-        raise ConfigError(f"{_path_name(p)}: no such {what}")
+        kind = ("a directory" if p.is_dir() else "not a regular file (a device, socket or pipe?)"
+                if p.exists() else None)
+        raise ConfigError(f"{_path_name(p)}: " + (f"{kind}, expected a {what}" if kind else f"no such {what}"))
     if size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{p}: {size / 2**20:.0f} MiB is larger than a {what} may be "
+        raise ConfigError(f"{_path_name(p)}: {size / 2**20:.0f} MiB is larger than a {what} may be "
                           f"({MAX_CONFIG_BYTES // 2**20} MiB)")
     try:
         return p.read_text(errors="replace")
     except OSError as exc:
-        raise ConfigError(f"{p}: cannot read the {what}: {exc.strerror or type(exc).__name__}") from None
+        raise ConfigError(f"{_path_name(p)}: cannot read the {what}: {exc.strerror or type(exc).__name__}") from None
+
+
+class DuplicateKey(ValueError):
+    """A mapping of a config file gives the same key twice (the parsers would keep the last
+    silently)."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    """``json.loads``' ``object_pairs_hook``: the object as a dict; DuplicateKey on a key given twice."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(f"key {short(key)} given twice in one object")
+        out[key] = value
+    return out
+
+
+def _yaml_unique_loads(text: str) -> Any:
+    """``yaml.safe_load`` (the C loader when there is one) that raises DuplicateKey on a key given
+    twice in one mapping; keys a merge (``<<: *anchor``) brings in may still be overridden."""
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    twice = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the base loader names it
+                    continue
+                if twice:
+                    raise DuplicateKey(f"key {short(key)} given twice in one mapping "
+                                       f"(line {key_node.start_mark.line + 1})")
+            return super().construct_mapping(node, deep=deep)
+
+    return yaml.load(text, Loader=UniqueKeyLoader)
 
 
 def read_config_file(path: str | os.PathLike) -> dict:
@@ -157,25 +232,23 @@ def read_config_file(path: str | os.PathLike) -> dict:
     p = _path(path, "config file")
     suffix = p.suffix.lower()
     if suffix not in (".json", ".toml", ".yaml", ".yml"):
-        raise ConfigError(f"{p}: unknown config format {short(suffix)} (use .json, .toml, .yaml)")
+        raise ConfigError(f"{_path_name(p)}: unknown config format {short(suffix)} (use .json, .toml, .yaml)")
     text = _read_text(p, "file")
     try:
         if suffix == ".json":
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_pairs)
         elif suffix == ".toml":
-            data = toml_module().loads(text)
+            data = toml_module().loads(text)  # TOML itself forbids a key given twice
         else:
-            import yaml
-
-            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            data = _yaml_unique_loads(text)
     except ConfigError:
         raise
     except RecursionError:
-        raise ConfigError(f"{p}: not valid {suffix[1:].upper()}: nested too deeply") from None
+        raise ConfigError(f"{_path_name(p)}: not valid {suffix[1:].upper()}: nested too deeply") from None
     except Exception as exc:  # the parsers' own errors: name file and position, no traceback
-        raise ConfigError(f"{p}: not valid {suffix[1:].upper()}: {_clip(str(exc)) or type(exc).__name__}") from None
+        raise ConfigError(f"{_path_name(p)}: not valid {suffix[1:].upper()}: {_clip(str(exc)) or type(exc).__name__}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
+        raise ConfigError(f"{_path_name(p)}: expected a mapping at the top level, got {type(data).__name__}")
     return data
 
 
@@ -187,13 +260,15 @@ def read_json_object(path: str | os.PathLike, what: str = "file") -> dict:
     p = _path(path, what)
     text = _read_text(p, what)
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_pairs)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{p}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        raise ConfigError(f"{_path_name(p)}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except DuplicateKey as exc:
+        raise ConfigError(f"{_path_name(p)}: not valid JSON: {exc}") from None
     except RecursionError:
-        raise ConfigError(f"{p}: not valid JSON: nested too deeply") from None
+        raise ConfigError(f"{_path_name(p)}: not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a JSON object at the top level, got {type(data).__name__}")
+        raise ConfigError(f"{_path_name(p)}: expected a JSON object at the top level, got {type(data).__name__}")
     return data
 
 
@@ -353,21 +428,34 @@ def _python_scalar(value: Any) -> Any:
     return value
 
 
+def plain_numbers(value: Any) -> Any:
+    """``value`` with every NumPy scalar in it (``numpy.int64(2)``, ``numpy.float32(0.5)``,
+    ``numpy.bool_(True)``), also inside mappings, lists and tuples, replaced by the Python
+    number or bool it holds, so the API takes NumPy numbers wherever it takes numbers (a NumPy
+    bool is still refused where a count goes: it becomes a Python bool)."""
+    if isinstance(value, Mapping):
+        return {k: plain_numbers(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain_numbers(v) for v in value) if type(value) in (list, tuple) else value
+    return _python_scalar(value)
+
+
 @functools.cache
 def _value_checker(name: str, kind: Any) -> Any:
     return msgspec.defstruct("Value", [(name, kind)])
 
 
 def check_value(name: str, value: Any, kind: Any) -> Any:
-    """``value`` when it is a ``kind`` (a type, ``bounded`` type or ``Literal``, as a config
-    file's field is checked by :func:`typed`); else ConfigError with the file's message for a
+    """``value`` (a NumPy scalar as the Python number it holds) when it is a ``kind`` (a type,
+    ``bounded`` type or ``Literal``, as a config file's field is checked by :func:`typed`); else ConfigError with the file's message for a
     field ``name``: ``jobs must be an integer >= 1, got 0``. For the keyword arguments of the
     Python API (process counts, limits), checked where they enter."""
     if msgspec is None:
         return value
     checker = _value_checker(name, kind)
+    value = _python_scalar(value)
     try:
-        msgspec.convert({name: _python_scalar(value)}, checker, strict=True)
+        msgspec.convert({name: value}, checker, strict=True)
     except msgspec.ValidationError as exc:
         raise ConfigError(validation_message(exc, checker, {name: value})) from None
     return value

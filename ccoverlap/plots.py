@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ccoverlap.outputs import save_figure
 from ccoverlap.sim.timeline import Timeline, merge_intervals
 
 KIND_COLORS = {"compute": "#4C72B0", "comm": "#DD8452", "memcpy": "#55A868", "other": "#8C8C8C"}
@@ -134,7 +135,9 @@ def save_plan_figure(path: str | os.PathLike, timelines: Sequence[tuple[str, Tim
         "step (ms)": [s["step_time_s"] * 1e3 for s in strategies],
     }, ylabel="ms per step", title="strategies")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     return str(path)
 

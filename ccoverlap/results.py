@@ -141,13 +141,19 @@ class PlanReport(Result):
 
     @property
     def best(self) -> str:
-        """The name of the fastest strategy that fits in memory."""
+        """The name of the recommended strategy: the one whose step a user can run (with what
+        the target and stock NCCL can set of it) is fastest among those that fit in memory."""
         return self._data["best"]
 
     @property
     def recommendation(self) -> str:
-        """One paragraph: what to use and why."""
+        """One short line: what to use and the step it predicts."""
         return self._data["recommendation"]
+
+    @property
+    def recommendation_details(self) -> list[str]:
+        """The sentences behind :attr:`recommendation`, one each."""
+        return list(self._data.get("recommendation_details", []))
 
     def emit(self, out_dir, strategy: str | None = None, target: str = "pytorch") -> dict:
         """Write ``strategy``'s settings (default: the one the ``applicable`` row is for) into

@@ -78,6 +78,8 @@ def test_plan_result_matches_the_cli(capsys, tmp_path):
                  "--out", str(tmp_path)]) == 0
     cli = json.loads(capsys.readouterr().out)
     assert cli["best"] == p.best
+    assert cli["recommendation"] == p.recommendation and cli["recommendation_details"] == p.recommendation_details
+    assert p.to_dict()["best_step_time_s"] == pytest.approx(cli["best_step_time_s"], rel=1e-9)
     ours = {s["name"]: s["step_time_s"] for s in p.to_dict()["strategies"]}
     assert ours == pytest.approx({s["name"]: s["step_time_s"] for s in cli["strategies"]}, rel=1e-9)
     df = p.to_dataframe()

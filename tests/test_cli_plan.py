@@ -143,3 +143,30 @@ def test_the_progress_bar_runs_no_thread_the_planner_could_fork():
         assert threading.active_count() == before
     finally:
         progress.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", [None, "examples/phi2-fsdp-a40-nvlink.yaml", "examples/centauri-zero3-cluster-a.yaml",
+                                    "examples/llama3-8b-fsdp-a40.yaml"])
+def test_plan_best_is_the_fastest_step_a_user_can_apply(capsys, tmp_path, config):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    argv = ["plan", "--json", "--no-png", "--out", str(tmp_path)] + (["--config", str(root / config)] if config else [])
+    code, out, _ = _run(capsys, *argv)
+    assert code == 0
+    doc = json.loads(out)
+    rows = {s["name"]: s for s in doc["strategies"]}
+    app = rows["applicable"]
+    # what a user gets from each row: its applicable step where that was checked, else its own
+    fitting = [s for s in doc["strategies"] if s["name"] != "applicable" and s["fits_memory"]]
+    gets = {s["name"]: s.get("applicable_step_time_s", s["step_time_s"]) for s in fitting}
+    assert doc["best_step_time_s"] == pytest.approx(min(gets.values()), rel=1e-12)
+    assert doc["best"] == min(gets, key=gets.__getitem__)
+    assert app["decision"]["of"] == doc["best"]
+    assert doc["best_step_time_s"] == pytest.approx(rows[doc["best_row"]]["step_time_s"], rel=1e-12)
+    # the recommended strategy's settable part is never slower than what is recommended
+    assert app["step_time_s"] >= doc["best_step_time_s"] * (1 - 1e-12)
+    # one short line, the details under it
+    assert "\n" not in doc["recommendation"] and len(doc["recommendation"]) <= 80
+    assert all("\n" not in line for line in doc["recommendation_details"])

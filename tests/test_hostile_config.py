@@ -15,9 +15,11 @@ import copy
 import json
 import math
 import os
+import re
 import resource
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -301,3 +303,94 @@ def test_any_layout_is_a_memory_estimate_or_one_config_error(model, tp, pp, dp, 
         assert "\n" not in str(exc) and len(str(exc)) <= 2000
         return
     assert math.isfinite(est.total_bytes) and est.total_bytes > 0
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device"])
+def test_a_config_path_that_is_not_a_regular_file_says_so(tmp_path, kind):
+    """A directory, a FIFO or /dev/zero named as the config file was reported as 'no such file'."""
+    from ccoverlap.config import read_config_file
+
+    p = tmp_path / "c.yaml"
+    if kind == "directory":
+        p.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(p)
+    else:
+        p.symlink_to("/dev/zero")
+    with pytest.raises(ConfigError, match="a directory" if kind == "directory" else "not a regular file"):
+        read_config_file(p)
+    with pytest.raises(ConfigError, match="no such file"):
+        read_config_file(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("fname,text", [
+    ("c.yaml", "model: llama-3-8b\ncluster: a40-pcie\nnodes: 1\nnodes: 2\n"),
+    ("c.yaml", "model: llama-3-8b\nparallel:\n  dp: 8\n  dp: 16\n"),
+    ("c.json", '{"model": "llama-3-8b", "cluster": "a40-pcie", "model": "phi-2"}'),
+    ("c.json", '{"model": "llama-3-8b", "knobs": {"fsdp_prefetch": 1, "fsdp_prefetch": 2}}'),
+])
+def test_a_key_given_twice_is_refused_not_silently_the_last(tmp_path, fname, text):
+    """YAML and JSON parsers keep the last of two equal keys: the job the user meant may not be
+    the one predicted. TOML already refuses them."""
+    from ccoverlap.config import read_config_file
+
+    p = tmp_path / fname
+    p.write_text(text)
+    with pytest.raises(ConfigError, match="given twice"):
+        read_config_file(p)
+
+
+def test_a_yaml_merge_may_still_be_overridden(tmp_path):
+    from ccoverlap.config import read_config_file
+
+    p = tmp_path / "c.yaml"
+    p.write_text("base: &b {dp: 8, tp: 1}\nparallel:\n  <<: *b\n  dp: 16\n")
+    assert read_config_file(p)["parallel"] == {"dp": 16, "tp": 1}
+
+
+_H200_CAL = json.loads((Path(__file__).resolve().parents[1] / "calibrations" / "h200.json").read_text())
+
+
+@pytest.mark.parametrize("change,cluster,words", [
+    ({}, "a40-pcie", "a calibration of 'H200', not of the cluster's A40 GPUs"),
+    ({"gpu": "A40"}, "hgx-h200", "a calibration of 'A40'"),
+    ({"gpu": 5}, "hgx-h200", "field 'gpu': expected a GPU name"),
+    ({"version": 99}, "hgx-h200", "newer than this ccoverlap reads"),
+    ({"version": "x"}, "hgx-h200", "field 'version'"),
+    ({"params": {**_H200_CAL["params"], "gemm_tile_m": 10**30}}, "hgx-h200", "gemm_tile_m must be at most"),
+])
+def test_a_calibration_file_for_another_gpu_or_format_is_refused(tmp_path, change, cluster, words):
+    """Each of these was applied silently: an H200 calibration predicted an A40 cluster, a
+    version-99 file was read as version 1, a 10**30-element GEMM tile made a 5e25 s step."""
+    from ccoverlap.catalog.hardware import get_cluster
+    from ccoverlap.predict.evaluate import cost_model_for_cluster
+
+    p = tmp_path / "cal.json"
+    p.write_text(json.dumps({**_H200_CAL, **change}))
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        cost_model_for_cluster(get_cluster(cluster), str(p))
+
+
+def test_a_calibration_of_the_clusters_gpu_or_of_no_named_gpu_applies(tmp_path):
+    from ccoverlap.catalog.hardware import get_cluster
+    from ccoverlap.predict.evaluate import cost_model_for_cluster
+
+    p = tmp_path / "cal.json"
+    p.write_text(json.dumps({k: v for k, v in _H200_CAL.items() if k != "gpu"}))
+    assert cost_model_for_cluster(get_cluster("a40-pcie"), str(p)).params.gemm_tile_m == _H200_CAL["params"]["gemm_tile_m"]
+    h200 = cost_model_for_cluster(get_cluster("hgx-h200"), str(Path(__file__).resolve().parents[1] / "calibrations" / "h200.json"))
+    assert h200.params.mem_bw_fraction == _H200_CAL["params"]["mem_bw_fraction"]
+
+
+def test_a_flags_value_is_not_blamed_on_the_config_file(tmp_path, capsys):
+    """``--config c.yaml --nodes 0`` said 'c.yaml: nodes must be ... got 0' of a file that says 2."""
+    from ccoverlap.cli import main
+
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump({"model": "llama-3-8b", "cluster": "a40-pcie", "nodes": 2,
+                                 "parallel": {"dp": 16}, "batch": {"global_batch": 32, "micro_batch": 1}}))
+    assert main(["simulate", "-q", "--config", str(p), "--nodes", "0"]) == 2
+    assert f"{p} + options nodes: nodes must be an integer >= 1, got 0" in capsys.readouterr().err
+    p.write_text(p.read_text().replace("nodes: 2", "nodes: 0"))
+    assert main(["simulate", "-q", "--config", str(p)]) == 2
+    assert f"{p}: nodes must be an integer >= 1, got 0" in capsys.readouterr().err

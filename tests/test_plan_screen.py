@@ -54,6 +54,7 @@ def test_screened_plan_picks_what_the_exact_plan_picks(w):
     assert [s.name for s in fast.strategies] == [s.name for s in exact.strategies]
     assert fast.best_workload.knobs == exact.best_workload.knobs
     assert fast.best_workload.batch == w.batch
+    moved: set[str] = set()  # strategies whose screened choice differs (below)
     for e, f in zip(exact.strategies, fast.strategies):
         assert f.knobs == e.knobs, f.name
         if w is PIPE and f.name == "lagom" and _configs(f.note) != _configs(e.note):
@@ -62,6 +63,21 @@ def test_screened_plan_picks_what_the_exact_plan_picks(w):
             # over it on the 6 micro-batch step, under it on the 10: one plan row more, as fast
             assert int(_configs(f.note).split()[0]) == int(_configs(e.note).split()[0]) + 1
             assert f.step_time_s == pytest.approx(e.step_time_s, rel=1e-4)
+            continue
+        if w is PIPE and f.name == "knobs+lagom" and f.decision != e.decision:
+            # Lagom's heuristic on the 6 micro-batch step can settle the TP all-gather at another
+            # channel count than on the 10 (docs/planner.md): the other rows are the same and the
+            # step within 1% of the exact plan's
+            rows_f, rows_e = (d["comm_plan"]["rules"] for d in (f.decision, e.decision))
+            assert len(rows_f) == len(rows_e)
+            differ = [a for a, b in zip(rows_f, rows_e) if a != b]
+            assert [(r["group"], r["collective"]) for r in differ] == [("tp", "all_gather")]
+            assert f.step_time_s == pytest.approx(e.step_time_s, rel=1e-2)
+            moved.add(f.name)
+            continue
+        if f.name == "applicable" and f.decision["of"] in moved:  # what the user can set of that row
+            assert f.decision["of"] == e.decision["of"]
+            assert f.step_time_s == pytest.approx(e.step_time_s, rel=1e-2)
             continue
         if f.name in ("lagom", "autoccl", "knobs+lagom"):
             assert _configs(f.note) == _configs(e.note), f.name

@@ -39,11 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from ccoverlap.config import read_json_object
-from ccoverlap.cost.params import CostParams
+from ccoverlap.cost.params import CALIBRATION_VERSION, CostParams
 from ccoverlap.errors import ConfigError
+from ccoverlap.outputs import write_files, write_text
 
 FORMAT = "ccoverlap-calibration"
-VERSION = 1
+VERSION = CALIBRATION_VERSION  # the format CostParams.load reads
 TOP_LEVEL = ("version", "gpu", "params", "fit_error", "notes", "source")
 
 _POS = "positive number"
@@ -187,11 +188,7 @@ def write(path: str | os.PathLike, data: dict) -> Path:
     creates the parent directory. Returns the path."""
     p = Path(path)
     validate(data, str(p))
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=False, allow_nan=False) + "\n")
-    os.replace(tmp, p)
-    return p
+    return write_text(p, json.dumps(data, indent=1, sort_keys=False, allow_nan=False) + "\n")
 
 
 def build(*, gpu: str, params: dict, fit_error: float | None, notes: list[str], device: dict,
@@ -215,12 +212,7 @@ def build(*, gpu: str, params: dict, fit_error: float | None, notes: list[str], 
 def write_result_files(doc: dict, out_dir: str, stem: str, markdown_text: str) -> list[Path]:
     """Write a measuring script's ``<stem>.json`` (``doc``) and ``<stem>.md`` (``markdown_text``)
     into ``out_dir`` (created); one-line :class:`ConfigError` when it cannot be written."""
-    d = Path(out_dir)
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        pj, pm = d / f"{stem}.json", d / f"{stem}.md"
-        pj.write_text(json.dumps(doc, indent=1) + "\n")
-        pm.write_text(markdown_text)
-    except OSError as exc:
-        raise ConfigError(f"--out: cannot write into {out_dir}: {exc}") from None
-    return [pj, pm]
+        return write_files(out_dir, {f"{stem}.json": json.dumps(doc, indent=1) + "\n", f"{stem}.md": markdown_text})
+    except ConfigError as exc:
+        raise ConfigError(f"--out: {exc}") from None

@@ -73,11 +73,19 @@ class GPUSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class LinkSpec:
-    """A fabric as one GPU sees it: per-direction bandwidth per GPU and one-hop latency."""
+    """A fabric as one GPU sees it: per-direction bandwidth per GPU and one-hop latency.
+
+    ``nvlink_pair`` only: ``pair_bridge_bytes_per_s`` is the per-direction line rate of the
+    PCIe link of each GPU, the path joining the NVLink-bridged pairs that a ring over more
+    than 2 GPUs of the node crosses (0 when not stated: the ring is then taken to run at the
+    NVLink rate); ``pairs_per_socket`` how many pairs share one CPU socket's PCIe root (a
+    ring over more pairs crosses the inter-socket link; 0 when not stated)."""
 
     fabric: Fabric
     bandwidth_bytes_per_s: Positive
     latency_s: NonNegative
+    pair_bridge_bytes_per_s: NonNegative = 0.0
+    pairs_per_socket: Count0 = 0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -244,12 +252,37 @@ IB_100G_PER_NODE_8GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=12.5
 #           x 4; src/graph/search.cc) finds 4 rings of 12 GB/s, two each way round, and
 #           src/graph/connect.cc doubles them to the 8 channels lagom §4.3 reports: 48 GB/s per
 #           GPU, the paper's 400 Gbps (50 GB/s) within 4%.
+#  [SOCK]   8-GPU A40 servers with NVLink bridges are dual-socket, 4 GPUs (2 pairs) under each
+#           CPU: NVIDIA/nccl-tests#74 (8 x A40, 4 bridges, two AMD EPYC 7302: "P2P via PCIe"
+#           across the sockets slower than through host memory); microsoft/vidur's 8 x A40
+#           all-reduce reaches ~58 GB/s busbw on 4 GPUs but ~26 on 8 (corpus table
+#           vidur_a40_all_reduce), the 8-GPU ring crossing the sockets.
 #           The line rate here is the paper's; what the PCIe hops between pairs reach through the
 #           CPUs is not published for the paper's servers (docs/seeds.md).
 NVLINK_PAIRS_A40 = LinkSpec(fabric="nvlink_pair", bandwidth_bytes_per_s=50 * GB, latency_s=2.0e-6,
-                            source="lagom §4.1 cluster A (400 Gb/s)[A40NVL][LAT]")
+                            pair_bridge_bytes_per_s=31.5 * GB, pairs_per_socket=2,
+                            source="lagom §4.1 cluster A (400 Gb/s)[A40NVL][PCIe4][SOCK][LAT]")
+#  [PAIRS]  4 GPUs a node, NVLink bridges joining GPUs 0-1 and 2-3, PCIe between the pairs:
+#           the nodes behind microsoft/vidur's pairwise-NVLink collective tables (vidur
+#           docs/profiling.md: Azure Standard_NC96ads_A100_v4, 4 x A100 80GB PCIe; "Azure internal
+#           VM with 4 80GB H100 NVL GPUs"). A100 PCIe datasheet: NVLink bridge 600 GB/s
+#           bidirectional (300 per direction), PCIe 4.0 x16 host link; H100 NVL datasheet: NVLink
+#           bridge 600 GB/s bidirectional, PCIe 5.0 x16 (63 GB/s per direction). The catalog has
+#           no PCIe A100 / H100 NVL GPU entry: the SXM parts stand in (same GA100 / GH100 chip,
+#           compute capability 8.0 / 9.0, so NCCL picks the same protocols); use these clusters
+#           for communication, not for compute.
+NVLINK_PAIRS_A100_PCIE = LinkSpec(fabric="nvlink_pair", bandwidth_bytes_per_s=300 * GB, latency_s=2.0e-6,
+                                  pair_bridge_bytes_per_s=31.5 * GB, source="[PAIRS][PCIe4][LAT]")
+NVLINK_PAIRS_H100_NVL = LinkSpec(fabric="nvlink_pair", bandwidth_bytes_per_s=300 * GB, latency_s=2.0e-6,
+                                 pair_bridge_bytes_per_s=63 * GB, source="[PAIRS][LAT]")
 IB_2X400G_PER_NODE_8GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=2 * 50 * GB / 8, latency_s=5.0e-6,
                                    source="lagom §4.1 cluster A (2 x 400 Gb/s IB per node)[NDR][LAT]")
+
+#  [A3M]   Google Cloud A3 Mega (a3-megagpu-8g): 8 x H100 SXM on NVSwitch, 8 NICs x 200 Gb/s a
+#           node (1,600 Gb/s), GPU-to-NIC traffic over GPUDirect-TCPXO (Ethernet): 25 GB/s per
+#           direction per GPU. The nccl-tests table of the collective corpus
+#           (nccl_tests_a3mega_h100_2x8_all_reduce) ran on two such nodes.
+TCPXO_200G_PER_GPU = LinkSpec(fabric="ethernet", bandwidth_bytes_per_s=25 * GB, latency_s=5.0e-6, source="[A3M][LAT]")
 
 CLUSTERS: dict[str, ClusterSpec] = {
     "dgx-h100": ClusterSpec(name="dgx-h100", gpu=GPUS["H100-SXM"], nodes=1, gpus_per_node=8,
@@ -262,6 +295,12 @@ CLUSTERS: dict[str, ClusterSpec] = {
                             intra=PCIE4, inter=IB_100G_PER_NODE_8GPU),
     "a40-nvlink": ClusterSpec(name="a40-nvlink", gpu=GPUS["A40"], nodes=2, gpus_per_node=8,
                               intra=NVLINK_PAIRS_A40, inter=IB_2X400G_PER_NODE_8GPU),
+    "a100-pcie-nvlink-pairs": ClusterSpec(name="a100-pcie-nvlink-pairs", gpu=GPUS["A100-80GB-SXM"], nodes=1,
+                                          gpus_per_node=4, intra=NVLINK_PAIRS_A100_PCIE, inter=IB_HDR_PER_GPU),
+    "h100-nvl-nvlink-pairs": ClusterSpec(name="h100-nvl-nvlink-pairs", gpu=GPUS["H100-SXM"], nodes=1,
+                                         gpus_per_node=4, intra=NVLINK_PAIRS_H100_NVL, inter=IB_NDR_PER_GPU),
+    "a3-mega": ClusterSpec(name="a3-mega", gpu=GPUS["H100-SXM"], nodes=2, gpus_per_node=8,
+                           intra=NVSWITCH_H100, inter=TCPXO_200G_PER_GPU),
     "mi300x": ClusterSpec(name="mi300x", gpu=GPUS["MI300X"], nodes=1, gpus_per_node=8,
                           intra=IF_MESH, inter=IB_NDR_PER_GPU),
 }

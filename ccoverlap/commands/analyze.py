@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ccoverlap.commands.options import add_common, png_path
+from ccoverlap.commands.options import add_common, check_outputs, png_path
 from ccoverlap.trace.engine import ENGINES
 
 DEFAULT_OUT = "ccoverlap-out/analyze"
@@ -52,13 +52,34 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
+def _check_after(args: argparse.Namespace, a, b, groups: dict | None, picture: bool) -> None:
+    """ConfigError for what only the traces tell: a ``--groups`` key that matches no process
+    group, a ``--png-step`` that is not an analysed step."""
+    from ccoverlap.errors import ConfigError
+    from ccoverlap.outputs import path_name
+    from ccoverlap.trace.dimensions import check_group_keys
+
+    if groups:
+        jobs = [a] + ([b] if b is not None else [])
+        seen = {g for x in jobs for d in x.dimensions for g in d.groups}
+        check_group_keys(groups, [r for x in jobs for r in x.ranks], seen, where=f"--groups {path_name(args.groups)}")
+    if picture and args.png_step is not None and args.png_step not in a.analysed_steps:
+        steps = a.analysed_steps
+        have = (f"{steps[0]}-{steps[-1]}" if steps == list(range(steps[0], steps[-1] + 1)) else
+                ", ".join(map(str, steps))) if steps else "none"
+        raise ConfigError(f"--png-step {args.png_step}: not an analysed step; the analysed steps are {have}"
+                          + ("" if args.steps == "all" else " (--steps all analyses every step)"))
+
+
 def run(args: argparse.Namespace) -> int:
     """Analyse, print (table or JSON), draw; 0 on success (TraceError/ConfigError -> exit 2 in the CLI)."""
     from ccoverlap.errors import CCOverlapError, ConfigError
     from ccoverlap.trace.analyze import analyze, compare
     from ccoverlap.trace.dimensions import load_groups
-    from ccoverlap.trace.report import print_comparison, print_problems, print_report, write_json, write_png
+    from ccoverlap.trace.report_json import print_problems, write_json  # rich only for the tables and picture
 
+    if args.png is not None and not args.json:
+        check_outputs(args, "analyze", out_used=False)
     try:
         groups = load_groups(args.groups) if getattr(args, "groups", None) else None
         picture = args.png is not None and not args.json
@@ -69,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         if args.vs:
             b = analyze(args.vs, steps=args.steps if args.steps in ("hta", "all") else "hta",
                         time_resolution=args.time_resolution, groups=groups, **where)
+        _check_after(args, a, b, groups, picture)
     except CCOverlapError as exc:
         if args.json:   # --json always prints one object, also when nothing could be analysed
             import json
@@ -86,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
     if args.png is not None and args.json and not args.quiet:
         print_problems(["--png is not drawn with --json (one JSON object on stdout)"], sys.stderr)
     if picture:
+        from ccoverlap.trace.report import write_png
+
         try:
             png = write_png(a, png_path(args, "analyze"), step=args.png_step)
         except OSError as exc:
@@ -96,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(a, sys.stdout, extra)
         return 0
+    from ccoverlap.trace.report import print_comparison, print_report
+
     print_report(a)
     if b is not None:
         print_comparison(extra["vs"]["comparison"], " ".join(args.traces), " ".join(args.vs))

@@ -35,7 +35,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ccoverlap.commands.options import add_common, add_dtype
+from ccoverlap.commands.options import add_common, add_dtype, check_out_dir
+from ccoverlap.config import short
 from ccoverlap.errors import ConfigError
 
 OPS = ("all_gather_matmul", "matmul_reduce_scatter", "all_to_all_matmul")
@@ -93,6 +94,7 @@ def register(sub) -> None:
 
 
 def _config(args: argparse.Namespace, world: int) -> dict:
+    check_out_dir(args.profile_dir, "--out")  # before the GPUs are started
     for name in ("m", "n", "k", "iters", "experts", "profile_iters"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -166,7 +168,7 @@ def _plan_configs(args: argparse.Namespace, world: int) -> list:
 
     names = list(SHAPES) if args.shape == "all" else [s.strip() for s in args.shape.split(",") if s.strip()]
     if args.schedule not in ALL_SCHEDULES:
-        raise ConfigError(f"--schedule must be one of {', '.join(ALL_SCHEDULES)}; got {args.schedule!r}")
+        raise ConfigError(f"--schedule must be one of {', '.join(ALL_SCHEDULES)}; got {short(args.schedule)}")
     dtype = args.dtype or "float32"
     cfgs = [PlanBenchConfig(shape=n, workload=args.plan, reps=args.reps, warmup=args.warmup, layers=args.layers,
                             vocab=args.vocab, dtype=dtype, schedule=args.schedule, seed=args.seed,
@@ -564,6 +566,14 @@ def _summary(rows: list[dict]) -> dict:
     return out
 
 
+def _export_trace(prof, path: str) -> None:
+    """The profiler's Chrome trace written to ``path`` atomically (a temporary file renamed)."""
+    from ccoverlap.outputs import atomic_file
+
+    with atomic_file(path) as tmp:
+        prof.export_chrome_trace(str(tmp))
+
+
 def _profile(cfg: dict, rank: int, call, sync, device) -> None:
     from torch.profiler import ProfilerActivity, profile, record_function
     from torch.profiler import schedule as prof_schedule
@@ -576,7 +586,7 @@ def _profile(cfg: dict, rank: int, call, sync, device) -> None:
     with profile(
         activities=acts,
         schedule=prof_schedule(wait=0, warmup=1, active=steps, repeat=1),
-        on_trace_ready=lambda p: p.export_chrome_trace(path),
+        on_trace_ready=lambda p: _export_trace(p, path),
     ) as prof:
         call(cfg["schedules"][0])  # the profiler's warm-up step, not recorded
         sync()

@@ -209,6 +209,7 @@ def _write_unfitted(args, records, notes, settings, device, gpu) -> None:
     """Write the measurements with no fit yet (``--refit FILE`` fits them later); a record the
     format rejects still leaves everything in ``<stem>.raw.json``."""
     from ccoverlap.calibrate import fileformat
+    from ccoverlap.outputs import write_text
 
     path = _target(args, gpu)
     first = fileformat.build(params={}, fit_error=None, fit={}, heldout=[], train=[], decomposition=[],
@@ -218,8 +219,7 @@ def _write_unfitted(args, records, notes, settings, device, gpu) -> None:
         fileformat.write(path, first)
     except ConfigError as exc:
         raw = path.with_name(path.stem + ".raw.json")
-        raw.parent.mkdir(parents=True, exist_ok=True)
-        raw.write_text(json.dumps(first, indent=1, default=str) + "\n")
+        write_text(raw, json.dumps(first, indent=1, default=str) + "\n")
         raise ConfigError(f"{exc} (raw measurements kept in {raw})") from None
 
 
@@ -228,7 +228,10 @@ def run(args: argparse.Namespace) -> int:
     write the calibration file; 0 on success. User errors raise ConfigError (exit 2)."""
     from ccoverlap.calibrate import fileformat
     from ccoverlap.cost.params import default_params
+    from ccoverlap.outputs import check_out_dir, check_out_file
 
+    out = args.out or "calibrations"  # checked before the minutes of measuring
+    (check_out_file if out.lower().endswith(".json") else check_out_dir)(out, "--out")
     log = _log(args.quiet)
     sections = parse_sections(args.sections)  # a misspelt section or an unreadable --add file fails
     added = [(f, fileformat.read(f)) for f in args.add]  # before any measuring

@@ -13,8 +13,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
+
+from ccoverlap.outputs import check_out_dir, check_out_file  # noqa: F401 (re-exported: every command's checks)
 
 DTYPES = ("bfloat16", "float16", "float32", "fp8")
 #: Element bytes of each ``--dtype``.
@@ -72,16 +73,12 @@ def add_common(p: argparse.ArgumentParser, *, out: str | None | bool = False, pn
         add_png(p)
 
 
-def check_out_dir(path: str | None, flag: str) -> None:
-    """ConfigError, before any work, when ``path`` (given with ``flag``) exists and is not a
-    directory or cannot be created; None passes."""
-    if path is None:
-        return
-    from ccoverlap.errors import ConfigError
-
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise ConfigError(f"{flag} {path}: exists and is not a directory")
-    parent = next((q for q in [p, *p.parents] if q.exists()), Path("."))
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise ConfigError(f"{flag} {path}: cannot create it ({parent} is not a writable directory)")
+def check_outputs(args: argparse.Namespace, command: str, *, out: str | None = None, out_used: bool = True) -> None:
+    """ConfigError, before any work, when what the command will write cannot be: ``--out``
+    (when ``out_used``: the command writes into it) and the ``--png`` picture
+    (:func:`png_path`; ``out``: the directory a bare ``--png`` draws into)."""
+    if out_used:
+        check_out_dir(getattr(args, "out", None), "--out")
+    png = png_path(args, command, out=out)
+    if png is not None:
+        check_out_file(png, "--png")

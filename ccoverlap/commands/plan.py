@@ -8,7 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from ccoverlap.commands.options import add_common, check_out_dir, png_path
+from ccoverlap.commands.options import add_common, check_out_dir, check_outputs, png_path
+from ccoverlap.config import short, suggest
 from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
 from ccoverlap.trace.engine import ENGINES, make_engine
 
@@ -69,6 +70,7 @@ def run_search(args: argparse.Namespace) -> int:
     if refused:
         raise ConfigError(f"--search chooses {', '.join(refused)} itself (sequence parallelism with TP, 2 virtual "
                           f"stages when interleaved); drop {' and '.join(refused)}, or plan without --search")
+    check_outputs(args, "search", out_used=False)
     constraints = {k: getattr(args, k) for k in SEARCH_CONSTRAINTS if getattr(args, k) is not None}
     enum_kw = {"micro_batches": (args.micro_batch,)} if args.micro_batch is not None else {}
     # the search chooses the layout: start from a plain data-parallel one that fills the cluster
@@ -84,7 +86,6 @@ def run_search(args: argparse.Namespace) -> int:
     files = {}
     png = png_path(args, "search")
     if png is not None:
-        png.parent.mkdir(parents=True, exist_ok=True)
         files["png"] = save_frontier(png, result)
     payload = result.to_dict()
     payload["files"] = files
@@ -114,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     if args.target not in TARGETS:
         from ccoverlap.errors import ConfigError
 
-        raise ConfigError(f"--target must be one of {', '.join(TARGETS)}, got {args.target!r}")
+        raise ConfigError(f"--target must be one of {', '.join(TARGETS)}, got {short(args.target)}")
+    check_outputs(args, "plan")
     check_out_dir(args.emit, "--emit")
     w = workload_from_args(args)
     registry = planner.default_registry()
@@ -124,16 +126,14 @@ def run(args: argparse.Namespace) -> int:
     if args.strategy:  # known before the minutes of planning
         rows = ["as-given", "no-overlap", "best-knobs", *(s.name for s in registry.select(extra))]
         if args.strategy not in rows:
-            from ccoverlap.config import suggest
             from ccoverlap.errors import ConfigError
 
-            raise ConfigError(f"--strategy {args.strategy!r} is not a row of this plan{suggest(args.strategy, rows)}; "
+            raise ConfigError(f"--strategy {short(args.strategy)} is not a row of this plan{suggest(args.strategy, rows)}; "
                               f"rows: {', '.join(rows)}")
     with Progress("planning", enabled=not args.quiet) as progress:
         result = planner.plan(w, progress=progress, extra=extra, registry=registry, exact=args.exact,
                               applicable_of=args.strategy, target=args.target)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
     given_tl = result.as_given.timeline
     best_res = result.best()
@@ -147,12 +147,10 @@ def run(args: argparse.Namespace) -> int:
     if png is not None:
         from ccoverlap.plots import save_plan_figure
 
-        png.parent.mkdir(parents=True, exist_ok=True)
         tls = [("as-given", given_tl)] + ([("best-knobs", best_tl)] if best_tl is not None else [])
         files["png"] = save_plan_figure(png, tls, [s.to_dict() for s in result.strategies])
-    emitted = {}
-    if args.emit:
-        emitted = result.emit(args.emit, strategy=args.strategy, target=args.target)
+    emitted, emit_error = _emit(result, args)
+    if emitted:
         files["emit"] = str(Path(args.emit) / "README.md")
     payload = {
         "workload": w.describe(),
@@ -160,18 +158,44 @@ def run(args: argparse.Namespace) -> int:
         "world_size": w.cluster.world_size,
         "compute_comm_ratio": result.as_given.compute_comm_ratio,
         "recommendation": planner.recommendation(result),
+        "recommendation_details": planner.recommendation_details(result),
         "best": best_res.name,
-        "strategies": [s.to_dict() for s in result.strategies],
+        "best_row": result.best_row().name,
+        "best_step_time_s": result.best_row().step_time_s,
+        "strategies": result.rows(),
         "simulations": result.simulations,
         "screen_microbatches": result.stats.get("screen_microbatches"),
         "extrapolated_from": result.stats.get("extrapolated_from"),
         "search_seconds": result.seconds,
         "files": files,
         "emitted": emitted,
+        "applicable_error": result.stats.get("applicable_error"),
+        "emit_error": emit_error,
     }
     if args.json:
         json.dump(payload, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
         plan_table(payload)
+    if payload["applicable_error"] and not args.quiet and not emit_error:
+        sys.stderr.write(f"ccoverlap plan: warning: no 'applicable' row: {payload['applicable_error']}\n")
+    if emit_error:  # the plan above stands; what --emit asked for was not written
+        sys.stderr.write(f"ccoverlap plan: error: {emit_error}\n")
+        return 2
     return 0
+
+
+def _emit(result, args: argparse.Namespace) -> tuple[dict, str | None]:
+    """``--emit``: the files written, or ({}, one line saying why not); the plan is printed
+    either way, and a failed ``--emit`` leaves its directory as it was."""
+    from ccoverlap.config import clip_line
+    from ccoverlap.errors import CCOverlapError
+    from ccoverlap.outputs import path_name
+
+    if not args.emit:
+        return {}, None
+    try:
+        return result.emit(args.emit, strategy=args.strategy, target=args.target), None
+    except CCOverlapError as exc:
+        return {}, (f"--emit {path_name(args.emit)}: settings not written ({clip_line(str(exc), 300)}); "
+                    f"the plan above is complete and {path_name(args.emit)} was left as it was")

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from ccoverlap.commands.options import add_common, png_path
+from ccoverlap.commands.options import add_common, check_outputs, png_path
 from ccoverlap.console import make_console, print_wrapped
 
 DEFAULT_OUT = "ccoverlap-out/replay"
@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from ccoverlap.replay.run import replay
 
     names = whatif_names(args.whatif, args.traces)
+    check_outputs(args, "replay", out=args.out or DEFAULT_OUT)
     res = replay(args.traces, steps=args.steps, whatifs=names, cluster=args.cluster, keep_times=bool(args.out))
     if not args.quiet:
         for p in res.job.problems:

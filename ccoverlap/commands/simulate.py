@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from ccoverlap.commands.options import add_common, png_path
+from ccoverlap.commands.options import add_common, check_outputs, png_path
 from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
 
 
@@ -25,21 +25,24 @@ def run(args: argparse.Namespace) -> int:
     from ccoverlap.sim.chrome_trace import write_chrome_traces
     from ccoverlap.sim.timeline import all_rank_metrics, step_time_s
 
+    check_outputs(args, "simulate")
     w = workload_from_args(args)
     step, tl = simulate_workload(w)
     paths = write_chrome_traces(tl, Path(args.out), world_size=w.cluster.world_size,
                                 gpu_name=w.cluster.gpu.name, gzip_output=args.gzip)
     png = png_path(args, "simulate")
     if png is not None:
+        from ccoverlap.outputs import save_figure
         from ccoverlap.plots import _pyplot, draw_timeline
 
         plt = _pyplot()
         fig, ax = plt.subplots(figsize=(12, 1.0 + 0.35 * len(set(zip(tl.rank.tolist(), tl.stream.tolist())))))
         draw_timeline(ax, tl, title=w.describe())
         fig.tight_layout()
-        png.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(png, dpi=110)
-        plt.close(fig)
+        try:
+            save_figure(fig, png, dpi=110)
+        finally:
+            plt.close(fig)
     metrics = [m.to_dict() for m in all_rank_metrics(tl)]
     payload = {"workload": w.describe(), "step_time_s": step_time_s(tl), "ops": len(step.graph),
                "ranks": metrics, "traces": [str(p) for p in paths],

@@ -18,8 +18,10 @@ import sys
 import time
 
 from ccoverlap.commands.options import add_common, check_out_dir
+from ccoverlap.config import clip_line
 from ccoverlap.console import Progress
-from ccoverlap.errors import ConfigError
+from ccoverlap.errors import CCOverlapError, ConfigError
+from ccoverlap.outputs import path_name
 from ccoverlap.predict.workload import add_workload_arguments
 
 
@@ -191,11 +193,20 @@ def run(args: argparse.Namespace) -> int:
         payload_groups.append(d)
     payload = {"source": source, "profiler": "simulated", "groups": payload_groups,
                "seconds": time.perf_counter() - t0}
-    if args.emit:
-        payload["emitted"] = _emit(args.emit, tunings, cost, source, workload)
+    emit_error = None
+    if args.emit:  # a failure is reported after the tables, and leaves DIR as it was
+        try:
+            payload["emitted"] = _emit(args.emit, tunings, cost, source, workload)
+        except CCOverlapError as exc:
+            emit_error = (f"--emit {path_name(args.emit)}: settings not written ({clip_line(str(exc), 300)}); "
+                          f"{path_name(args.emit)} was left as it was")
+            payload["emit_error"] = emit_error
     if args.json:
         json.dump(payload, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
         _print(payload, tunings, args.steps)
+    if emit_error:
+        sys.stderr.write(f"ccoverlap tune: error: {emit_error}\n")
+        return 2
     return 0

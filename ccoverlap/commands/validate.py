@@ -6,8 +6,10 @@ communication; then mean |error|, mean signed error and the worst run. ``--fit P
 --fit-on SUBSET`` fits named physical cost parameters on the runs of that declared subset,
 reports the error on the others (held out) and writes the calibration file that
 ``plan`` / ``simulate --calibration`` read. The published set shipped with ccoverlap is
-``ccoverlap validate published``. ``ccoverlap validate kernels`` judges the compute cost model
-on the kernel measurement corpus instead (per GPU and kernel class; ``--split``).
+``ccoverlap validate published``. ``ccoverlap validate collectives`` judges the communication
+model on the shipped collective measurement tables instead, ``ccoverlap validate kernels`` the
+compute model on the kernel measurement corpus (per GPU and kernel class); both take
+``--split fit|held-out|all``.
 """
 
 from __future__ import annotations
@@ -18,9 +20,16 @@ import sys
 from pathlib import Path
 
 from ccoverlap.commands.options import add_json, add_quiet
+from ccoverlap.config import short, suggest
 from ccoverlap.console import make_console, print_wrapped
 from ccoverlap.errors import ConfigError
+from ccoverlap.outputs import check_out_file
 from ccoverlap.validate.reader import PUBLISHED, runs_path  # noqa: F401  (PUBLISHED: re-exported for scripts)
+
+#: where ``--fit`` writes its calibration unless ``--write-calibration`` says
+DEFAULT_CALIBRATION = "ccoverlap-out/validate/calibration.json"
+#: the measurement corpora ``validate`` judges a model on instead of a runs file
+CORPORA = ("collectives", "kernels")
 
 
 def register(sub) -> None:
@@ -28,9 +37,8 @@ def register(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs_file", metavar="RUNS_FILE",
                    help="runs file (YAML/JSON/TOML, see docs/validation.md), 'published' for the shipped set, "
-                        "or 'kernels' for the kernel measurement corpus")
-    p.add_argument("--split", default="held-out", choices=("fit", "held-out", "all"),
-                   help="with 'kernels': which declared half of the corpus to judge (default held-out)")
+                        "'collectives' for the communication model against the collective corpus, "
+                        "or 'kernels' for the compute model against the kernel corpus")
     add_json(p)
     p.add_argument("--markdown", action="store_true", help="print Markdown tables")
     p.add_argument("--details", action="store_true", help="per run: source, conversion, assumptions, breakdown")
@@ -41,10 +49,12 @@ def register(sub) -> None:
     p.add_argument("--fit", metavar="PARAMS", help="comma-separated physical cost parameters to fit "
                    "(recommended: sustained_clock_fraction, one number per GPU; docs/validation.md)")
     p.add_argument("--fit-on", metavar="SUBSET", help="declared subset to fit on (the runs' 'subset:' value)")
-    p.add_argument("--write-calibration", metavar="PATH", default="ccoverlap-out/validate/calibration.json",
-                   help="where --fit writes its calibration (one file per GPU: PATH with the GPU name "
-                        "inserted when several)")
+    p.add_argument("--write-calibration", metavar="PATH", default=None,
+                   help="where --fit writes its calibration (default " + DEFAULT_CALIBRATION + "; one file "
+                        "per GPU: PATH with the GPU name inserted when several)")
     p.add_argument("--jobs", type=int, default=1, help="simulate runs in this many processes")
+    p.add_argument("--split", choices=("held-out", "fit", "all"), default=None,
+                   help="collectives and kernels only: the tables' half to judge on (default held-out)")
     add_quiet(p)
     p.set_defaults(run=run)
 
@@ -76,8 +86,11 @@ def run(args: argparse.Namespace) -> int:
     cannot be used at all)."""
     from ccoverlap.errors import CCOverlapError
 
-    if args.runs_file == "kernels":
-        return _run_kernels(args)
+    if args.runs_file in CORPORA:
+        _check_corpus_options(args)
+        return _run_collectives(args) if args.runs_file == "collectives" else _run_kernels(args)
+    if args.split is not None:
+        raise ConfigError("--split is for 'ccoverlap validate collectives' and 'ccoverlap validate kernels'")
     try:
         return _run(args)
     except CCOverlapError as exc:
@@ -88,17 +101,46 @@ def run(args: argparse.Namespace) -> int:
         raise
 
 
+def _check_corpus_options(args: argparse.Namespace) -> None:
+    """The options of a runs file that a measurement corpus does not take are an error."""
+    used = [o for o, v in (("--fit", args.fit), ("--fit-on", args.fit_on), ("--run", args.only),
+                           ("--subset", args.subset), ("--calibration", args.calibration),
+                           ("--write-calibration", args.write_calibration),
+                           ("--details", args.details), ("--markdown", args.markdown)) if v]
+    if used:
+        raise ConfigError(f"{used[0]} does not apply to 'ccoverlap validate {args.runs_file}'")
+
+
 def _run_kernels(args: argparse.Namespace) -> int:
     """``validate kernels``: per-GPU, per-class errors of the compute model on the kernel corpus."""
     from ccoverlap.validate.kernels import report, text_lines
 
-    rep = report(args.split)
+    rep = report(args.split or "held-out")
     if args.json:
         json.dump(rep, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        for line in text_lines(rep):
-            print(line)
+        sys.stdout.write("\n".join(text_lines(rep)) + "\n")
+    return 0
+
+
+def _run_collectives(args: argparse.Namespace) -> int:
+    """``validate collectives``: the model's errors on every collective table's split."""
+    from ccoverlap.validate.collectives import report, report_lines, validate_corpus
+
+    split = args.split or "held-out"
+    try:
+        groups = validate_corpus(split)
+    except ConfigError as exc:
+        if args.json:  # one object in every case
+            json.dump({"split": split, "error": str(exc), "groups": []}, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        raise
+    if args.json:
+        json.dump(report(groups, split), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write("\n".join(report_lines(groups, split)) + "\n")
     return 0
 
 
@@ -135,15 +177,19 @@ def _check_options(args: argparse.Namespace):
 
     if bool(args.fit) != bool(args.fit_on):
         raise ConfigError("--fit and --fit-on go together: name the parameters and the subset to fit them on")
+    if args.write_calibration is not None and not args.fit:  # nothing would be written
+        raise ConfigError("--write-calibration writes fitted parameters: give --fit and --fit-on too")
+    args.write_calibration = args.write_calibration or DEFAULT_CALIBRATION
     names = None
     if args.fit:
         from ccoverlap.validate.fit import parse_fit_params
 
         names = parse_fit_params(args.fit)
+        check_out_file(args.write_calibration, "--write-calibration")  # before the fit's minutes
         if args.fit_on not in SUBSETS:
-            raise ConfigError(f"--fit-on must be one of the declared subsets {SUBSETS}, got {args.fit_on!r}")
+            raise ConfigError(f"--fit-on must be one of the declared subsets {SUBSETS}, got {short(args.fit_on)}")
     if args.subset is not None and args.subset not in SUBSETS:
-        raise ConfigError(f"--subset must be one of {SUBSETS}, got {args.subset!r}")
+        raise ConfigError(f"--subset must be one of {SUBSETS}, got {short(args.subset)}")
     return names
 
 
@@ -156,7 +202,9 @@ def _select_runs(args: argparse.Namespace, path, rf) -> list:
         known = {r.name for r in runs}
         missing = [n for n in args.only if n not in known]
         if missing:
-            raise ConfigError(f"{path}: no run named {missing[0]!r}")
+            names = sorted(known)
+            shown = ", ".join(names[:8]) + (f", ... ({len(names)} runs)" if len(names) > 8 else "")
+            raise ConfigError(f"{path}: no run named {short(missing[0])}{suggest(missing[0], known)}; runs: {shown}")
         runs = [r for r in runs if r.name in args.only]
     if args.subset:
         runs = [r for r in runs if r.subset == args.subset]
@@ -314,7 +362,6 @@ def _fit(args, names, fit_runs, params_for) -> dict:
         group = [r.run for r in usable if r.run.gpu_name == gpu]
         params = params_for(group[0], res.values[gpu])
         out = paths[gpu]
-        out.parent.mkdir(parents=True, exist_ok=True)
         rms = res.loss_after[gpu] ** 0.5
         params.save(out, gpu=gpu, fit_error=rms,
                     source=f"ccoverlap validate --fit {','.join(names)} --fit-on {args.fit_on} "

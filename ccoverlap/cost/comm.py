@@ -9,6 +9,7 @@ per GPU, ``α`` seconds per step) — the textbook costs of Thakur et al. / NCCL
 * pairwise all-to-all        (n−1)/n · M/B + (n−1)·α
 * pipelined chain bcast/red  M/B + (n−1)·α
 * point-to-point             M/B + α
+* NVLS all-reduce (NVSwitch) (1 + 1/n)·M/B_nvls + α_nvls    (the switch reduces and multicasts)
 
 Bus bandwidth (nccl-tests doc/PERFORMANCE.md): ``busbw = algbw × factor`` with ``algbw =
 M / t`` and factor 2(n−1)/n (all-reduce), (n−1)/n (all-gather, reduce-scatter, all-to-all),
@@ -28,7 +29,9 @@ link's traffic through the node's NICs — ``local_size`` per-GPU shares of ``cl
 Hierarchical algorithms run an intra-node phase on ``cluster.intra`` and an inter-node phase
 in which every GPU uses its own NIC share. On a full mesh (MI300X) each peer is one link,
 so groups smaller than the node, and point-to-point transfers, reach only the links to their
-peers (ficco §III-C). The DMA path (``transport="dma"``) copies pieces
+peers (ficco §III-C). Where NVLink bridges join pairs of GPUs (``nvlink_pair``), a ring over
+more than the pair also crosses the PCIe path between pairs (:func:`ring_intra_link`), which
+then bounds it at the PCIe efficiency. The DMA path (``transport="dma"``) copies pieces
 peer to peer with copy engines: no SMs, no reductions, intra-node only (ficco §IV-B, §IV-D).
 """
 
@@ -54,7 +57,7 @@ from ccoverlap.sim.graph import (
 KiB = 1 << 10
 MiB = 1 << 20
 
-ALGORITHMS = ("auto", "ring", "tree", "pairwise", "hierarchical", "hierarchical_intra_first",
+ALGORITHMS = ("auto", "ring", "tree", "nvls", "pairwise", "hierarchical", "hierarchical_intra_first",
               "hierarchical_inter_first", "direct")
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 
@@ -82,7 +85,12 @@ DEFAULT_CHANNELS = {"nvswitch": 16, "nvlink_pair": 8, "pcie": 2, "full_mesh": 32
 DEFAULT_P2P_INTER_CHANNELS = 2
 DEFAULT_THREADS = 512
 DEFAULT_CHUNK = {"simple": 2 * MiB, "ll": 32 * KiB, "ll128": 512 * KiB}
-LL128_FABRICS = ("nvswitch", "nvlink_pair", "full_mesh")  # NCCL/RCCL enable LL128 by default only there
+#  p2p chunk NCCL's send/recv pipeline their own chunk, not the collectives' (NCCL >= 2.12
+#            src/enqueue.cc / src/init.cc: NCCL_P2P_NVL_CHUNKSIZE 512 KiB over NVLink,
+#            NCCL_P2P_PCI_CHUNKSIZE and NCCL_P2P_NET_CHUNKSIZE 128 KiB over PCIe and the network).
+DEFAULT_P2P_CHUNK = {"nvlink": 512 * KiB, "other": 128 * KiB}
+LL128_FABRICS = ("nvswitch", "nvlink_pair", "full_mesh")
+NETWORK_FABRICS = ("infiniband", "roce", "ethernet")  # NCCL/RCCL enable LL128 by default only there
 
 
 # ----------------------------------------------------------------------------- closed forms
@@ -186,12 +194,17 @@ def channel_bandwidth(params: CostParams, threads: int, protocol: str = "simple"
 
 
 def effective_link_bandwidth(line_bytes_per_s: float, fabric: str, channels: int, threads: int,
-                             protocol: str, params: CostParams) -> float:
+                             protocol: str, params: CostParams, *, p2p: bool = False) -> float:
     """Bytes/s ``channels`` channels reach on a link of ``line_bytes_per_s`` per direction:
     the soft minimum of ``NC × channel bandwidth`` and ``line × link_efficiency × protocol``
-    (diminishing returns, saturating at the link: lagom §3.2, Fig. 3b)."""
+    (diminishing returns, saturating at the link: lagom §3.2, Fig. 3b). A send/recv over a
+    network (``p2p``) runs on NCCL_NCHANNELS_PER_NET_PEER channels, each also bounded by what
+    its proxy moves (``net_channel_bytes_per_s``)."""
     link = line_bytes_per_s * params.link_efficiency(fabric) * proto_bw_factor(protocol, params)
-    x = channels * channel_bandwidth(params, threads, protocol) / link
+    per_channel = channel_bandwidth(params, threads, protocol)
+    if p2p and fabric in NETWORK_FABRICS:
+        per_channel = min(per_channel, params.net_channel_bytes_per_s * proto_bw_factor(protocol, params))
+    x = channels * per_channel / link
     p = params.channel_saturation_sharpness
     return link * x / (1.0 + x ** p) ** (1.0 / p)
 
@@ -243,10 +256,30 @@ def allowed_protocols(group: GroupSpec, cluster: ClusterSpec) -> tuple[CommProto
     return ("simple", "ll128", "ll") if ll128_enabled(group, cluster) else ("simple", "ll")
 
 
-def _allowed_algorithms(collective: str, group: GroupSpec) -> tuple[str, ...]:
+def nvls_enabled(group: GroupSpec, cluster: ClusterSpec, params: CostParams) -> bool:
+    """Whether NCCL can run an all-reduce of ``group`` with NVLink SHARP: one NVSwitch node of
+    a GPU with NVLS (``params.nvls_link_efficiency`` > 0: Hopper), more than 2 ranks (NCCL
+    v2.18+ ``src/graph/tuning.cc`` and ``nvls.cc``: NVLS needs the multicast fabric; 2 ranks
+    gain nothing). Multi-node NVLS-Tree is not modelled."""
+    return (params.nvls_link_efficiency > 0 and cluster.intra.fabric == "nvswitch" and group.nodes == 1
+            and group.size > 2)
+
+
+def nvls_all_reduce_time_s(nbytes: float, n: int, bw: float, latency: float) -> float:
+    """NVLS all-reduce: each GPU reads its reduced shard from the switch and multicasts it
+    back, ``(1 + 1/n) · M/B + α`` seconds (``B`` the GPU's NVLink rate the traffic reaches)."""
+    if n <= 1:
+        return 0.0
+    return (1.0 + 1.0 / n) * nbytes / bw + latency
+
+
+def _allowed_algorithms(collective: str, group: GroupSpec, cluster: ClusterSpec | None = None,
+                        params: CostParams | None = None) -> tuple[str, ...]:
     algs: tuple[str, ...]
     if collective == "all_reduce":
         algs = ("ring", "tree")
+        if cluster is not None and params is not None and nvls_enabled(group, cluster, params):
+            algs += ("nvls",)
     elif collective == "all_to_all":
         algs = ("pairwise",)
     else:
@@ -278,9 +311,11 @@ def default_comm_config(collective: Collective, group: GroupSpec, cluster: Clust
 
 def default_p2p_config(inter_node: bool, cluster: ClusterSpec) -> CommConfig:
     """NCCL's default knobs for a send/recv pair: p2p channels per peer (NVSwitch 16, inter-node
-    NCCL_NCHANNELS_PER_NET_PEER = 2), 512 threads, Simple, 2 MiB chunks."""
+    NCCL_NCHANNELS_PER_NET_PEER = 2), 512 threads, Simple, p2p chunks (:data:`DEFAULT_P2P_CHUNK`:
+    512 KiB over NVLink, 128 KiB over PCIe and the network)."""
     ch = DEFAULT_P2P_INTER_CHANNELS if inter_node else DEFAULT_CHANNELS.get(cluster.intra.fabric, 2)
-    return CommConfig(channels=ch, threads=DEFAULT_THREADS, chunk_bytes=DEFAULT_CHUNK["simple"],
+    nvlink = not inter_node and cluster.intra.fabric in ("nvswitch", "nvlink_pair", "full_mesh")
+    return CommConfig(channels=ch, threads=DEFAULT_THREADS, chunk_bytes=DEFAULT_P2P_CHUNK["nvlink" if nvlink else "other"],
                       protocol="simple", algorithm="direct")
 
 
@@ -309,14 +344,33 @@ def _intra_share(cluster: ClusterSpec, peers: int) -> float:
     return min(1.0, max(peers, 1) / (g - 1))
 
 
+def ring_intra_link(cluster: ClusterSpec, local: int, params: CostParams) -> LinkSpec:
+    """The intra-node link a ring over ``local`` GPUs of a node is bounded by: the node's
+    fabric, except where NVLink bridges join pairs and the ring spans more than one pair.
+    Then each ring crosses PCIe between the pairs; NCCL runs rings both ways round, each
+    GPU sending over its NVLink to one neighbour and over PCIe to the other, so the rings
+    together reach twice the slower of the PCIe and NVLink per-direction rates (at that
+    link's efficiency: each direction of each link carries one ring), and ``pcie_socket_crossing_fraction`` of it when the ring spans more pairs
+    than share one CPU socket (``pairs_per_socket``)."""
+    link = cluster.intra
+    bridge = link.pair_bridge_bytes_per_s
+    if link.fabric != "nvlink_pair" or local <= 2 or bridge <= 0:
+        return link
+    fraction = params.pcie_socket_crossing_fraction if 0 < link.pairs_per_socket < math.ceil(local / 2) else 1.0
+    if bridge >= link.bandwidth_bytes_per_s:  # each NVLink direction carries one ring
+        return replace(link, bandwidth_bytes_per_s=2.0 * link.bandwidth_bytes_per_s * fraction)
+    return replace(link, fabric="pcie", bandwidth_bytes_per_s=2.0 * bridge * fraction)
+
+
 def _level(link: LinkSpec, share: float, nbytes_wire: float, cfg: CommConfig,
-           params: CostParams) -> tuple[float, float]:
+           params: CostParams, *, p2p: bool = False) -> tuple[float, float]:
     """(effective bytes/s after channel + chunk limits, per-step latency) of one link level
     (``cfg`` resolved: every setting given)."""
     channels, threads, chunk, protocol = cfg.channels, cfg.threads, cfg.chunk_bytes, cfg.protocol
     if channels is None or threads is None or chunk is None or protocol is None:
         raise ValueError(f"the cost model needs a resolved NCCL configuration, got {cfg}")
-    bw = effective_link_bandwidth(link.bandwidth_bytes_per_s * share, link.fabric, channels, threads, protocol, params)
+    bw = effective_link_bandwidth(link.bandwidth_bytes_per_s * share, link.fabric, channels, threads, protocol, params,
+                                  p2p=p2p)
     eta = chunk_efficiency(nbytes_wire / channels, chunk, bw / channels, protocol, params)
     return bw * eta, link.latency_s * proto_latency_factor(protocol, params)
 
@@ -327,8 +381,13 @@ def _flat_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg:
     n, local, nodes = group.size, group.local_size, group.nodes
     wire = bus_bandwidth_factor(coll, n) * m
     mesh = _intra_share(cluster, local - 1)
+    intra = ring_intra_link(cluster, local, params)
+    if alg == "nvls":
+        bw = cluster.intra.bandwidth_bytes_per_s * params.nvls_link_efficiency
+        t = nvls_all_reduce_time_s(m, n, bw, params.nvls_latency_s)
+        return t, (1.0 + 1.0 / n) * m, frozenset({"intra"})
     if nodes == 1:
-        bw, lat = _level(cluster.intra, mesh, wire, cfg, params)
+        bw, lat = _level(intra, mesh, wire, cfg, params)
         if alg == "tree":
             return tree_all_reduce_time_s(m, n, bw * params.tree_bw_efficiency, lat), wire, frozenset({"intra"})
         return _RING_FORMS[coll](m, n, bw, lat), wire, frozenset({"intra"})
@@ -355,7 +414,7 @@ def _flat_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg:
     bo, lo = _level(cluster.inter, float(local), wire, cfg, params)
     bw, lat = bo, lo
     if local > 1:
-        bi, li = _level(cluster.intra, mesh, wire, cfg, params)
+        bi, li = _level(intra, mesh, wire, cfg, params)
         bw, lat = min(bi, bo), max(li, lo)
     return _RING_FORMS[coll](m, n, bw, lat), wire, levels
 
@@ -389,7 +448,7 @@ def _hier_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg:
     for level, pc, pm, ranks in phases:
         if ranks <= 1:
             continue
-        link = cluster.intra if level == "intra" else cluster.inter
+        link = ring_intra_link(cluster, ranks, params) if level == "intra" else cluster.inter
         pw = bus_bandwidth_factor(pc, ranks) * pm
         share = _intra_share(cluster, ranks - 1) if level == "intra" else 1.0
         bw, lat = _level(link, share, pw, cfg, params)
@@ -450,8 +509,8 @@ def _one(spec: CollectiveSpec, cluster: ClusterSpec, params: CostParams, cfg: Co
 def _check_alg(coll: str, alg: str) -> None:
     if alg not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm {alg!r}; expected one of {ALGORITHMS}")
-    if alg == "tree" and coll != "all_reduce":
-        raise ConfigError(f"algorithm 'tree' is for all_reduce only (NCCL), not {coll}")
+    if alg in ("tree", "nvls") and coll != "all_reduce":
+        raise ConfigError(f"algorithm {alg!r} is for all_reduce only (NCCL), not {coll}")
     if alg == "pairwise" and coll != "all_to_all":
         raise ConfigError(f"algorithm 'pairwise' is for all_to_all only, not {coll}")
     if alg == "ring" and coll == "all_to_all":
@@ -481,12 +540,18 @@ def collective_profile(spec: CollectiveSpec, cluster: ClusterSpec,
     threads = c.threads if c.threads is not None else DEFAULT_THREADS
     _check_alg(spec.collective, c.algorithm)
     protos = (c.protocol,) if c.protocol is not None else allowed_protocols(group, cluster)
-    algs = (c.algorithm,) if c.algorithm != "auto" else _allowed_algorithms(spec.collective, group)
+    if c.algorithm == "nvls" and not nvls_enabled(group, cluster, p):
+        raise ConfigError(f"algorithm 'nvls' needs one NVSwitch node of a GPU with NVLink SHARP and more than "
+                          f"2 ranks; {cluster.name} ({cluster.gpu.name}, {cluster.intra.fabric}) with "
+                          f"{group.size} ranks on {group.nodes} node(s) has none")
+    algs = (c.algorithm,) if c.algorithm != "auto" else _allowed_algorithms(spec.collective, group, cluster, p)
     best: CommProfile | None = None
     for proto in protos:
         chunk = c.chunk_bytes if c.chunk_bytes is not None else DEFAULT_CHUNK[proto]
         cfg = CommConfig(channels=channels, threads=threads, chunk_bytes=chunk, protocol=proto, algorithm="auto")
         for alg in algs:
+            if alg == "nvls" and proto != "simple" and c.algorithm == "auto":
+                continue  # NCCL runs NVLS with the Simple protocol only
             prof = _one(spec, cluster, p, replace(cfg, algorithm=alg), alg)
             if best is None or prof.time_s < best.time_s:
                 best = prof
@@ -500,6 +565,16 @@ def collective_time_s(spec: CollectiveSpec, cluster: ClusterSpec, params: CostPa
     return collective_profile(spec, cluster, params).time_s
 
 
+def back_to_back_time_s(seconds: float, params: CostParams) -> float:
+    """Seconds per call of a loop of identical collectives that alone take ``seconds`` on the
+    GPU, as benchmarks time them (nccl-tests' per-iteration time, the NCCL kernel durations of
+    a torch.distributed loop): a collective waits for every rank's call, so the loop runs no
+    faster than the hosts issue them, ``max(seconds, comm_host_issue_s)``. (A sender of a
+    send/recv runs ahead of its receiver up to NCCL's buffer and is not held to it.) Inside a
+    training step the host's issue time is the simulator's, not part of the op's GPU time."""
+    return max(seconds, params.comm_host_issue_s)
+
+
 def p2p_profile(spec: P2PSpec, cluster: ClusterSpec, params: CostParams | None = None) -> CommProfile:
     """A send/recv of ``spec.bytes`` alone: ``M/B + α`` (plus launch) on the intra-node link
     or the GPU's NIC share, ``B`` limited by channels/chunks as for collectives."""
@@ -511,7 +586,8 @@ def p2p_profile(spec: P2PSpec, cluster: ClusterSpec, params: CostParams | None =
     c = spec.config
     cfg = CommConfig(channels=c.channels or d.channels, threads=c.threads or d.threads,
                      protocol=c.protocol or "simple", algorithm="direct",
-                     chunk_bytes=c.chunk_bytes or DEFAULT_CHUNK[c.protocol or "simple"])
+                     chunk_bytes=c.chunk_bytes or (DEFAULT_CHUNK[c.protocol] if c.protocol not in (None, "simple")
+                                                   else d.chunk_bytes))
     if spec.transport == "dma":
         if spec.inter_node:
             raise ConfigError("transport='dma' needs an intra-node peer (copy engines do not drive the NIC)")
@@ -522,7 +598,7 @@ def p2p_profile(spec: P2PSpec, cluster: ClusterSpec, params: CostParams | None =
         return CommProfile(p2p_transfer_time_s(m, bw, p.dma_copy_latency_s), m, level, cfg, "direct")
     if m == 0:
         return CommProfile(p.comm_base_latency_s, 0.0, level, cfg, "direct")
-    bw, lat = _level(link, 1.0 if spec.inter_node else _intra_share(cluster, 1), m, cfg, p)
+    bw, lat = _level(link, 1.0 if spec.inter_node else _intra_share(cluster, 1), m, cfg, p, p2p=True)
     return CommProfile(p.comm_base_latency_s + p2p_transfer_time_s(m, bw, lat), m, level, cfg, "direct")
 
 

@@ -164,15 +164,32 @@ class CostParams:
     # enough channels. NVLink: NCCL reaches ~370 of 450 GB/s on H100 ("protocol overhead ~20%",
     # NVIDIA/nccl-tests#212). Network: 46-48 GB/s per NDR 400G NIC (NVIDIA/nccl-tests#290).
     # PCIe / xGMI / Ethernet: assumption. fit: nccl-tests busbw at large sizes.
+    # Corpus fits (`python benchmarks/fit_collectives.py`, each on its tables' fit half):
+    # PCIe 0.44 on H100: microsoft/vidur h100_pairwise_nvlink all-reduce, 4 x H100 NVL whose
+    # ring joins two NVLink-bridged pairs over PCIe 5.0 (49 GB/s busbw at 64 MiB of 2 x 63
+    # line: the path between the pairs crosses the host, which the source does not describe);
+    # Network: the NIC's large-message peak (above); what fewer channels reach is
+    # net_channel_bytes_per_s (below).
     link_efficiency_nvlink: float = 0.83
-    link_efficiency_pcie: float = 0.80
+    link_efficiency_pcie: float = 0.44
     link_efficiency_xgmi: float = 0.80
     link_efficiency_network: float = 0.93
     link_efficiency_ethernet: float = 0.70
+    # Where a ring joins NVLink-bridged pairs across two CPU sockets (catalog LinkSpec
+    # pairs_per_socket), the fraction of the in-socket PCIe rate it keeps: the traffic between
+    # the sockets goes through the CPUs' own link (NVIDIA/nccl-tests#74: on a dual-socket EPYC
+    # 8 x A40 node, P2P across the sockets is slower than host memory). 1.0 = no loss (no
+    # measurement for this GPU's servers). A40: fitted (below).
+    pcie_socket_crossing_fraction: float = 1.0
     # One channel (one thread block on one SM) moves at most this many bytes/s; NC channels
     # approach the link rate with diminishing returns (lagom §3.2, Fig. 3b). assumption
     # (NCCL reaches ~370 GB/s with 16 channels on H100, so >= ~25 GB/s each); fit: NC sweep.
     channel_bytes_per_s: float = 45e9
+    # A send/recv between nodes runs on NCCL_NCHANNELS_PER_NET_PEER = 2 channels, each moving
+    # at most this many bytes/s (its proxy thread posts the RDMA writes of its chunks).
+    # Collectives over the network run on more channels and reach the NIC's peak (above). fit: vidur h100_dgx send_recv between 2 nodes, fit half (36 GB/s at
+    # 64 MiB, below the NDR NIC's 46-48 GB/s peak).
+    net_channel_bytes_per_s: float = 20.0e9
     # Sharpness p of the soft minimum min(NC*channel_bw, link_bw) = x / (1 + x^p)^(1/p).
     # Larger -> sharper knee. assumption; fit: NC sweep.
     channel_saturation_sharpness: float = 4.0
@@ -191,6 +208,14 @@ class CostParams:
     # base latencies are ~5-10 us: LL 6.6-6.8, Simple 8.4). MI300X: RCCL's own, 12 us (below).
     # fit: nccl-tests / rccl-tests time at 8 bytes.
     comm_base_latency_s: float = 6.0e-6
+    # Host seconds to issue one collective or send/recv from PyTorch (c10d dispatch, NCCL's
+    # enqueue and launch). A loop of calls -- a benchmark -- runs no faster than this a call,
+    # so the small-message "latency" such loops measure is this floor: microsoft/vidur's
+    # eager torch.distributed loops give NCCL kernels of 4-8 GPUs 20-42 us (H100) and ~60 us
+    # (A100) up to ~1 MiB, where NCCL's own latency model gives ~10 us. Used where the corpus
+    # is judged (comm.back_to_back_time_s); a training step's host time is the simulator's.
+    # fit: the collective corpus' fit half (`python benchmarks/fit_collectives.py`).
+    comm_host_issue_s: float = 33.5e-6  # H100 fit (A100, A40 below)
     # Every chunk step of a channel pays this handshake (flag write / poll), seconds: small
     # chunks C pay it more often (lagom §3.2, Fig. 3c). assumption; fit: C sweep.
     chunk_step_overhead_s: float = 1.0e-6
@@ -201,6 +226,17 @@ class CostParams:
     # NCCL's tuner rates tree lower than ring in bandwidth; fraction of ring's achieved
     # bandwidth a (double binary) tree reaches. assumption; fit: nccl-tests with NCCL_ALGO=Tree.
     tree_bw_efficiency: float = 0.8
+    # NVLink SHARP (NVLS) all-reduce on an NVSwitch node (NCCL >= 2.17 on Hopper): the switch
+    # reduces and multicasts, so each GPU moves M(1 + 1/n) bytes each way instead of ring's
+    # 2M(n-1)/n. Fraction of the NVLink line rate that traffic reaches. source: 8 x H100,
+    # "peak busBw of ~480GB/s (algbw ~275GB/s)" at large sizes (S. Jeaugey, NVIDIA/nccl-tests#212),
+    # 476 GB/s (NVIDIA/nccl-tests#290, 8 x H100), 475 GB/s (NVIDIA/nccl-tests#272, 8 x H200):
+    # 275 GB/s x 9/8 / 450 GB/s = 0.69. 0 = the GPU has no NVLS (Ampere, A40, MI300X).
+    nvls_link_efficiency: float = 0.69
+    # Fixed seconds an NVLS all-reduce pays on top of comm_base_latency_s (multicast object set
+    # up, switch round trips; NCCL's tuner uses NVLS only for large messages). fit: vidur
+    # h100_dgx all-reduce, fit half (`python benchmarks/fit_collectives.py`).
+    nvls_latency_s: float = 62.0e-6
     # Copy-engine (DMA) transport: fraction of link rate a cudaMemcpyPeerAsync / hipMemcpy
     # reaches, bandwidth of one copy engine, and per-copy issue+completion latency
     # (ficco §IV-D, DMA-latte: DMA is latency-bound for small copies). assumption; fit:
@@ -245,7 +281,8 @@ class CostParams:
     # intensive contention"). A channel's FIFO holds l2_inflight_chunks chunks of C bytes: the
     # collective keeps NC x C x this bytes hot in L2. source: NCCL's Simple protocol buffer is
     # NCCL_STEPS (8) steps and a chunk ALL{REDUCE,GATHER}_CHUNKSTEPS (NCCL_STEPS/2) steps
-    # (src/include/collectives.h), so NCCL_BUFFSIZE 4 MiB = 2 chunks of 2 MiB.
+    # (src/include/collectives.h), so NCCL_BUFFSIZE 4 MiB = 2 chunks of 2 MiB. (Our H200 sweep's
+    # fit gives 0.27 for the channel-copy stand-in, which keeps no FIFO: not NCCL's value.)
     l2_inflight_chunks: float = 2.0
     # The GEMM keeps its hot operands in l2_gemm_working_set of L2: buffers up to the rest fit
     # beside them for free; beyond, they evict a growing share of the working set, all of it
@@ -254,13 +291,15 @@ class CostParams:
     l2_gemm_working_set: float = 1.0
     # Growth of a GEMM's HBM traffic when communication buffers evict all of its working set
     # (reuse of operand panels between thread blocks lost); compute.py caps the traffic at
-    # every tile reading its own panels (~9-11x for these tiles). source (A100): a GEMM of a
-    # GPT step on A100-SXM4-80GB took 2.08 ms beside an NCCL all-gather at NCCL's defaults vs
-    # 1.18 ms alone, attention 0.33 vs 0.18 ms (NVIDIA/nccl#1428): 5.5 gives 1.7-2.0x for
-    # ~1 ms GEMMs beside a 256 MiB all-gather on a DGX A100 (check in
-    # tests/cost/test_cost_contention.py). H100, H200, MI300X: no public measurement found, the
-    # A100 value (assumption). A40: 1.95 (below). fit: GEMM beside copy kernel over C.
-    l2_pollution_penalty: float = 5.5
+    # every tile reading its own panels (~9-11x for these tiles). FITTED (A100) on the fit row of
+    # contention/nccl-1428 (a GEMM of a GPT step on A100-SXM4-80GB took 2.08 ms beside an NCCL
+    # all-gather at NCCL's defaults vs 1.18 ms alone, NVIDIA/nccl#1428; the corpus row's GEMM
+    # 8192x8192x4096 beside a 256 MiB all-gather): 4.56 gives its 1.76x with the A100's
+    # corpus-fitted GEMM parameters (check in tests/cost/test_cost_contention.py). H100, H200,
+    # MI300X: no public measurement of NCCL beside a GEMM found, the A100 value (assumption; the
+    # forum's one-wave H100 GEMM beside a 24-channel all-gather, 1.70x measured, is 1.80x with
+    # it, 1.76x with our H200 sweep's 1.63). A40: 1.14 (below). fit: GEMM beside copy kernel over C.
+    l2_pollution_penalty: float = 4.56
     # Copy engines pollute L2 less than SM copies (ficco §IV-A: DMA removes "a portion of cache
     # interference"). assumption; fit: GEMM beside copy-engine copies.
     dma_l2_pollution_fraction: float = 0.25
@@ -269,6 +308,16 @@ class CostParams:
     # fit: collective time beside GEMMs of growing memory traffic.
     comm_compute_interference: float = 0.3
     dma_compute_interference: float = 0.3
+    # SM clock a GEMM holds with every SM busy, as a fraction of the clock it reaches with few
+    # SMs busy (the boost clock): the chip is power-capped, its draw grows with busy SMs x
+    # clock, so a wave that leaves SMs idle runs faster (contention.clock_fraction). It sets
+    # how much a one-wave GEMM loses when communication takes k SMs and pushes k tiles into a
+    # second wave (the forum's "tail effect"). 1.0 = no power cap seen (A100, A40, MI300X: not
+    # measured, _GPU_OVERRIDES). H100-SXM, H200: 0.76 = 1485-1530 MHz held through a back-to-back 8192^3 bf16 GEMM
+    # at the 700 W limit against the 1980 MHz boost clock (our H200 run, nvidia-smi;
+    # docs/gpu-h200.md "Sustained clock"; the H100 SXM shares the die and the 700 W limit:
+    # assumption). fit: nvidia-smi clocks during a long GEMM loop.
+    full_load_clock_fraction: float = 0.76
     # Floor on the HBM share any op keeps, fraction of achievable bandwidth (keeps eq. 6's
     # B - V positive). assumption.
     min_bandwidth_share: float = 0.1
@@ -299,15 +348,16 @@ class CostParams:
             v = getattr(self, name)
             if int(v) != v or v < (0 if name == "gemm_gemv_max_dim" else 1):
                 raise ConfigError(f"cost parameter {name} must be a positive integer, got {v}")
+            if v > MAX_TILE:  # GEMM kernels tile at most 256 per side (CUTLASS, cuBLAS); past this the model pads nonsense
+                raise ConfigError(f"cost parameter {name} must be at most {MAX_TILE}, got {short(v)}")
             object.__setattr__(self, name, int(v))
         for name in ("gemm_peak_fraction", "attention_peak_fraction", "attention_bwd_peak_fraction",
                      "attention_fa2_peak_fraction", "attention_fa2_bwd_peak_fraction", "mem_bw_fraction",
                      "sustained_clock_fraction", "dma_link_efficiency", "tree_bw_efficiency", "proto_ll_bw_factor",
                      "proto_ll128_bw_factor", "mem_sm_saturation_fraction", "min_bandwidth_share",
-                     "channel_bytes_per_s", "host_link_bytes_per_s", "dma_engine_bytes_per_s",
-                     "channel_saturation_sharpness", "l2_gemm_working_set", "mem_rowwise_efficiency",
-                     "mem_rowwise_blocks_per_sm",
-                     "gemm_gemv_efficiency") + tuple(
+                     "channel_bytes_per_s", "net_channel_bytes_per_s", "host_link_bytes_per_s", "dma_engine_bytes_per_s",
+                     "channel_saturation_sharpness", "l2_gemm_working_set", "full_load_clock_fraction",
+                     "mem_rowwise_efficiency", "mem_rowwise_blocks_per_sm", "gemm_gemv_efficiency") + tuple(
                          f.name for f in fields(self) if f.name.startswith("link_efficiency_")):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"cost parameter {name} must be positive, got {getattr(self, name)}")
@@ -318,7 +368,8 @@ class CostParams:
                      "attention_causal_efficiency", "attention_efficient_relative",
                      "tree_bw_efficiency", "proto_ll_bw_factor", "proto_ll128_bw_factor",
                      "mem_sm_saturation_fraction", "min_bandwidth_share",
-                     "dma_l2_pollution_fraction", "l2_gemm_working_set") + tuple(
+                     "dma_l2_pollution_fraction", "l2_gemm_working_set", "nvls_link_efficiency",
+                     "pcie_socket_crossing_fraction") + tuple(
                          f.name for f in fields(self) if f.name.startswith("link_efficiency_")):
             if getattr(self, name) > 1:
                 raise ConfigError(f"cost parameter {name} is a fraction, must be <= 1, got {getattr(self, name)}")
@@ -349,10 +400,13 @@ class CostParams:
             raise ConfigError(f"{where}: {exc}") from None
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, base: CostParams | None = None) -> CostParams:
+    def load(cls, path: str | os.PathLike, *, base: CostParams | None = None,
+             for_gpu: str | None = None) -> CostParams:
         """Parameters from a JSON file: a calibration file ``{"params": {...}, "gpu": ...,
         "fit_error": ...}`` or a bare ``{name: value}`` mapping. Fields it lacks come from
-        ``base`` (e.g. :func:`default_params` of the GPU)."""
+        ``base`` (e.g. :func:`default_params` of the GPU). ``for_gpu``: the GPU the parameters
+        will model; a calibration file of another GPU is a ConfigError (parameters are one GPU
+        type's), as is a file format newer than this version reads."""
 
         p = Path(path)
         data = read_json_object(p, "calibration file")
@@ -360,12 +414,16 @@ class CostParams:
             extra = sorted(set(data) - {"params", "gpu", "fit_error", "source", "notes", "version"})
             if extra:
                 raise ConfigError(f"{p}: unknown calibration key(s) {extra}")
+            _check_meta(p, data, for_gpu)
             data = data["params"]
         return cls.from_dict(data, base=base, where=str(p))
 
     def save(self, path: str | os.PathLike, **meta: Any) -> None:
-        """Write a calibration file ``{"params": ..., **meta}`` (meta: ``gpu``, ``fit_error``)."""
-        Path(path).write_text(json.dumps({"params": self.to_dict(), **meta}, indent=2, sort_keys=True) + "\n")
+        """Write a calibration file ``{"params": ..., **meta}`` (meta: ``gpu``, ``fit_error``),
+        atomically (:func:`ccoverlap.outputs.write_text`; ConfigError when it cannot be written)."""
+        from ccoverlap.outputs import write_text
+
+        write_text(path, json.dumps({"params": self.to_dict(), **meta}, indent=2, sort_keys=True) + "\n")
 
     def with_overrides(self, **kw: Any) -> CostParams:
         """A copy with some fields replaced; unknown names raise :class:`ConfigError`."""
@@ -391,6 +449,16 @@ class CostParams:
 #          (Nelder-Mead on mean |log(pred/measured)|), judged on the held-out half by
 #          `ccoverlap validate kernels`. H200 has no memory table: the H100 values (assumption).
 #          H100-96GB-HBM2e-500W: sustained_clock_fraction on gemm/fbgemm-2546-h100-500w's fit half.
+#  [COMM]  communication fitted on the collective corpus' declared fit half, one value per GPU
+#          (`python benchmarks/fit_collectives.py`; docs/model.md "Communication"):
+#          A100: vidur a100_dgx all_reduce / send_recv and a100_pairwise_nvlink (4 x A100 PCIe,
+#          bridged pairs) tables: host issue time 54 us, PCIe 0.42 (4 GPUs over two bridged pairs,
+#          24 GB/s busbw: the path between the pairs crosses the host); NVLink stays at the
+#          large-message 0.78 above (the tables stop at 64 MiB, inside NCCL's ramp). A40: vidur a40 all_reduce (8 x A40,
+#          bridged pairs, two sockets): host issue time 7 us, NVLink 1.0 (2 GPUs of a pair reach
+#          45-46 GB/s of the 50 GB/s line the catalog takes from lagom; the bridge is 56.25),
+#          PCIe 0.88 (4 GPUs of one socket: 58 GB/s busbw of 2 x 31.5), socket crossing 0.48
+#          (8 GPUs: 26 GB/s).
 #  [A100]  cuBLAS bf16 large GEMMs ~260-280 of 312 TFLOP/s and NCCL ring busbw ~230 of 300 GB/s on
 #          DGX A100 are the commonly reported figures (assumption until calibrated); Ampere
 #          kernels use a 32-deep K step.
@@ -437,31 +505,36 @@ _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
     "H200": {"mem_bw_fraction": 0.88,  # [KFIT]
              "gemm_peak_fraction": 0.727, "gemm_small_tile_efficiency": 0.984, "gemm_tile_overhead_ksteps": 1.09,
              "gemm_mem_overlap": 1.0},
-    "A100-80GB-SXM": {"gemm_peak_fraction": 0.847, "gemm_small_tile_efficiency": 1.0,  # [KFIT]
+    "A100-80GB-SXM": {"full_load_clock_fraction": 1.0, "nvls_link_efficiency": 0.0,
+                      "gemm_peak_fraction": 0.847, "gemm_small_tile_efficiency": 1.0,  # [KFIT]
                       "gemm_tile_overhead_ksteps": 5.46, "gemm_mem_overlap": 0.645, "gemm_gemv_efficiency": 0.597,
                       "mem_rowwise_efficiency": 0.503, "mem_rowwise_latency_s": 1.0e-6,
                       "mem_rowwise_blocks_per_sm": 1.04,
                       "gemm_misaligned_efficiency": 0.5, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
-                      "link_efficiency_nvlink": 0.78, "host_link_bytes_per_s": 25e9,
+                      "link_efficiency_nvlink": 0.78, "link_efficiency_pcie": 0.42,  # [COMM]
+                      "comm_host_issue_s": 54.0e-6,  # [COMM]
+                      "host_link_bytes_per_s": 25e9,
                       # forward: [KFIT] on attention/pytorch-126122-a100's fit half (FA2 0.61, cuDNN
                       # 0.58; the FA2 paper's figures read ~0.65); backward: [FA2]
                       "attention_peak_fraction": 0.575, "attention_bwd_peak_fraction": 0.55,
                       "attention_fa2_peak_fraction": 0.611, "attention_fa2_bwd_peak_fraction": 0.55},
-    "A40": {"gemm_peak_fraction": 0.916, "gemm_small_tile_efficiency": 1.0, "gemm_tile_overhead_ksteps": 0.375,  # [KFIT]
+    "A40": {"full_load_clock_fraction": 1.0, "nvls_link_efficiency": 0.0, "link_efficiency_nvlink": 1.0, "link_efficiency_pcie": 0.88,  # [COMM]
+            "pcie_socket_crossing_fraction": 0.48, "comm_host_issue_s": 7.0e-6,  # [COMM]
+            "gemm_peak_fraction": 0.916, "gemm_small_tile_efficiency": 1.0, "gemm_tile_overhead_ksteps": 0.375,  # [KFIT]
             "gemm_mem_overlap": 0.664, "gemm_gemv_efficiency": 0.925, "mem_rowwise_efficiency": 0.905, "mem_rowwise_blocks_per_sm": 0.52,
             "gemm_misaligned_efficiency": 0.5, "gemm_tile_m": 128, "gemm_tile_n": 128, "gemm_tile_k": 32,
             "mem_bw_fraction": 0.85, "host_link_bytes_per_s": 25e9,
             "channel_bytes_per_s": 20e9, "l2_pollution_penalty": 1.14, "l2_gemm_working_set": 0.5,  # [A40c]
             "attention_peak_fraction": 0.5, "attention_bwd_peak_fraction": 0.42,
             "attention_fa2_peak_fraction": 0.5, "attention_fa2_bwd_peak_fraction": 0.42},
-    "MI300X": {"gemm_peak_fraction": 0.55, "gemm_tile_m": 256, "gemm_tile_n": 256,
+    "MI300X": {"full_load_clock_fraction": 1.0, "nvls_link_efficiency": 0.0, "gemm_peak_fraction": 0.55, "gemm_tile_m": 256, "gemm_tile_n": 256,
                "mem_bw_fraction": 0.80, "channel_bytes_per_s": 20e9, "attention_peak_fraction": 0.4,
                "attention_bwd_peak_fraction": 0.33, "attention_fa2_peak_fraction": 0.4,
                "attention_fa2_bwd_peak_fraction": 0.33,
                "dma_engine_bytes_per_s": 50e9, "dma_link_efficiency": 0.8,
                "dma_allgather_latency_factor": 4.5, "dma_alltoall_latency_factor": 2.5,
                "comm_base_latency_s": 12.0e-6,  # [RCCLLAT]
-               "copy_engine_gemm_slowdown": 0.051, "copy_engine_gemm_interference": 0.258},  # fitted: see the fields
+               "copy_engine_gemm_slowdown": 0.054, "copy_engine_gemm_interference": 0.266},  # fitted: see the fields
 }
 # Causal-mask derating of flash attention on Hopper, by the kernel's sequence length. Source:
 # FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608) Fig. 5, H100 80GB SXM5, head dim
@@ -510,6 +583,38 @@ _VENDOR_OVERRIDES: dict[str, dict[str, Any]] = {"nvidia": {}, "amd": _GPU_OVERRI
 # on a 20-s graph-replayed sweep that already ran at that clock.
 _SUSTAINED_CLOCK: dict[str, float] = {"H100-SXM": 0.865}
 
+#: the largest GEMM tile side (and tiles per SM) a parameter may give
+MAX_TILE = 4096
+#: the calibration file format this version reads (ccoverlap.calibrate.fileformat writes it)
+CALIBRATION_VERSION = 1
+
+
+def _gpu_key(name: str) -> str:
+    """A GPU name as the catalog spells it (aliases resolved), else lower-cased."""
+    from ccoverlap.catalog.hardware import get_gpu
+
+    try:
+        return get_gpu(name).name
+    except ConfigError:
+        return name.strip().lower()
+
+
+def _check_meta(p: Path, data: dict, for_gpu: str | None) -> None:
+    """ConfigError when calibration file ``p``'s ``version`` is not one this version reads or its
+    ``gpu`` is not text or not ``for_gpu``."""
+    v = data.get("version", CALIBRATION_VERSION)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(f"{p}: field 'version': expected a positive integer, got {short(v)}")
+    if v > CALIBRATION_VERSION:
+        raise ConfigError(f"{p}: file format version {short(v)} is newer than this ccoverlap reads "
+                          f"({CALIBRATION_VERSION}); upgrade ccoverlap")
+    gpu = data.get("gpu")
+    if gpu is not None and (not isinstance(gpu, str) or not gpu.strip()):
+        raise ConfigError(f"{p}: field 'gpu': expected a GPU name, got {short(gpu)}")
+    if gpu and for_gpu and _gpu_key(gpu) != _gpu_key(for_gpu):
+        raise ConfigError(f"{p}: a calibration of {short(gpu)}, not of the cluster's {for_gpu} GPUs "
+                          f"(its parameters are one GPU type's: calibrate that GPU, or leave the file out)")
+
 
 def default_params(gpu: GPUSpec | None = None, *, sustained: bool = True) -> CostParams:
     """The default :class:`CostParams` for ``gpu`` (catalog name match first, then vendor),
@@ -548,4 +653,8 @@ def checked_inputs(function: str, spec: Any, kind: type, hardware: Any, params: 
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not math.isfinite(value)):
             raise ConfigError(f"{function}: {arg} must be a finite number, got {short(value)}")
-    return params if params is not None else CostParams()
+    if params is not None:
+        return params
+    # communication defaults follow the cluster's GPU (its fitted link efficiencies and
+    # latencies); compute keeps the class defaults, as before
+    return default_params(hardware.gpu) if isinstance(hardware, ClusterSpec) else CostParams()

@@ -120,6 +120,9 @@ class FiccoCase:
             raise ConfigError(f"FiCCO case: pattern must be one of {PATTERNS}, got {self.pattern!r}")
         if self.engine not in ENGINES:
             raise ConfigError(f"FiCCO case: engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.m < self.world:  # every schedule cuts M into one shard per rank (§III-A)
+            raise ConfigError(f"FiCCO case: m ({self.m} rows) must be at least world ({self.world}): "
+                              f"each rank holds a shard of M rows")
         if self.world > self.cluster.gpus_per_node:
             raise ConfigError(f"FiCCO case: world {self.world} exceeds the {self.cluster.gpus_per_node} GPUs "
                               f"of one {self.cluster.name} node (FiCCO studies one node, §IV-B1)")

@@ -129,6 +129,7 @@ class TunerRow:
             raise ConfigError(f"{where}: algorithm must be one of {spec['algorithms']}, got {self.algorithm!r}")
         if self.protocol not in spec["protocols"]:
             raise ConfigError(f"{where}: protocol must be one of {spec['protocols']}, got {self.protocol!r}")
+        # the plugin reads both bounds as size_t (strtoull): SIZE_MAX, not 2**32 - 1 (options.yaml)
         if not 0 <= self.min_bytes <= self.max_bytes <= spec["max_bytes"]:
             raise ConfigError(f"{where}: need 0 <= min_bytes <= max_bytes <= {spec['max_bytes']}")
         if self.channels != -1 and not 1 <= self.channels <= pinned_options()["nccl"]["communicator"]["max_ctas"]:

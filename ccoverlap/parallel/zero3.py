@@ -59,13 +59,20 @@ from ccoverlap.parallel.units import tensor_of, unit_tensors
 from ccoverlap.sim.graph import COMPUTE, OpGraph
 from ccoverlap.sim.rewrite import GraphRewrite
 
-#: ``stage3_prefetch_bucket_size`` default (elements), DeepSpeed v0.9.0 zero/config.py
+# The ZeRO-3 defaults, as DeepSpeed's config declares them: microsoft/DeepSpeed
+# deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig, read at commit 38327e07f6cd, 2025-02-21,
+# Apache-2.0; the same values as in v0.9.0): stage3_prefetch_bucket_size 5e7,
+# stage3_param_persistence_threshold 1e5, stage3_max_live_parameters 1e9,
+# stage3_max_reuse_distance 1e9 (not modelled, see the module docstring), reduce_bucket_size 5e8.
+#: ``stage3_prefetch_bucket_size`` default (elements)
 PREFETCH_BUCKET_NUMEL = 50_000_000
-#: ``stage3_param_persistence_threshold`` default (elements), DeepSpeed v0.9.0 zero/config.py
+#: ``stage3_param_persistence_threshold`` default (elements)
 PERSISTENCE_THRESHOLD_NUMEL = 100_000
-#: ``stage3_max_live_parameters`` default (elements), DeepSpeed v0.9.0 zero/config.py
+#: ``stage3_max_live_parameters`` default (elements)
 MAX_LIVE_NUMEL = 1_000_000_000
-#: ``reduce_bucket_size`` default (elements), DeepSpeed v0.9.0 zero/config.py (stage3.py fills it
+#: ``stage3_max_reuse_distance`` default (elements); not modelled (module docstring)
+MAX_REUSE_DISTANCE_NUMEL = 1_000_000_000
+#: ``reduce_bucket_size`` default (elements) (stage3.py fills it
 #: with whole gradients as they are produced and reduce-scatters it when the next would overflow it)
 REDUCE_BUCKET_NUMEL = 500_000_000
 

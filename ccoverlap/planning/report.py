@@ -22,7 +22,7 @@ def plan_table(payload: dict, console: Console | None = None) -> None:
     for s in payload["strategies"]:
         speedup = base / s["step_time_s"] if s["step_time_s"] > 0 else float("nan")
         mem = _gib(s["peak_memory_bytes"]) + ("" if s["fits_memory"] else " (does not fit)")
-        styles.append("bold green" if s["name"] == payload["best"] else None)
+        styles.append("bold green" if s["name"] == payload.get("best_row", payload["best"]) else None)
         rows.append([s["name"], f"{s['step_time_s'] * 1e3:.1f}", f"{s['tokens_per_s']:,.0f}", f"{s['mfu']:.1%}",
                      f"{s['exposed_comm_s'] * 1e3:.1f}", f"{s['overlap_ratio']:.0%}", mem, f"{speedup:.2f}x"])
     print_table(console, [Col("strategy", "left"), Col("step (ms)"), Col("tokens/s", drop=1), Col("MFU"),
@@ -34,7 +34,9 @@ def plan_table(payload: dict, console: Console | None = None) -> None:
     r = payload["compute_comm_ratio"]
     console.print(f"compute-to-communication ratio R = {r:.2f} "
                   f"({'communication-bound' if r < 1 else 'compute can hide communication'})")
-    console.print(f"[bold]Recommendation:[/bold] {payload['recommendation']}")
+    print_wrapped(console, Text.assemble(("Recommendation: ", "bold"), payload["recommendation"]))
+    for line in payload.get("recommendation_details", []):
+        print_wrapped(console, line, indent=2)
     screened = payload.get("screen_microbatches")
     ex = payload.get("extrapolated_from")
     full = ("as-given and best-knobs simulated in full, the other rows extrapolated from steps of "

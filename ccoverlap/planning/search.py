@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from ccoverlap.config import Count, Count0, check_keys, check_value, field_names
 from ccoverlap.errors import ConfigError
+from ccoverlap.outputs import save_figure
 from ccoverlap.parallel import ep as epm
 from ccoverlap.parallel import layer as lay
 from ccoverlap.parallel.config import OverlapKnobs, ParallelConfig, config_problems
@@ -415,6 +416,8 @@ def save_frontier(path, result: SearchResult) -> str:
     ax.set_title(result.to_dict()["workload"], fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     return str(path)

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ccoverlap.config import short
 from ccoverlap.deciders.centauri import CENTAURI
 from ccoverlap.deciders.ficco_plan import FICCO
 from ccoverlap.deciders.lagom_step import AUTOCCL, LAGOM, LAGOM_WITH_KNOBS
@@ -39,7 +40,7 @@ from ccoverlap.predict.planner import (  # noqa: F401
 from ccoverlap.predict.workload import Workload
 from ccoverlap.types import ProgressFn
 
-from .emit import APPLICABLE, EmitBundle, build_emit, hints, write_emit
+from .emit import APPLICABLE, TARGETS, EmitBundle, build_emit, hints, write_emit
 
 
 def knob_space(w: Workload) -> dict[str, list[Any]]:
@@ -158,8 +159,13 @@ class PlanResult:
     """What :func:`plan` returns: one :class:`StrategyResult` per row (``as-given`` first; the
     last row is ``applicable`` when it was computed: the recommended strategy, or the one
     asked for, re-simulated with only what can be applied), the simulations run, seconds,
-    the best knobs' workload, and ``emit_bundle``: the settings behind the ``applicable`` row
-    (:class:`~ccoverlap.planning.emit.EmitBundle`)."""
+    the best knobs' workload, ``emit_bundle``: the settings behind the ``applicable`` row
+    (:class:`~ccoverlap.planning.emit.EmitBundle`), and ``applied_s``: for each row checked, the
+    step time (s) with only what the target and stock NCCL can set of it.
+
+    The recommendation (:meth:`best`) is the row whose *applicable* step is fastest: a strategy
+    that cannot be set in full is judged by the step its settable part runs, since that is what
+    a user gets (``plan`` checks rows fastest first until the fastest one is checked)."""
 
     workload: Workload
     strategies: list[StrategyResult]
@@ -168,6 +174,7 @@ class PlanResult:
     best_workload: Workload
     stats: dict = field(default_factory=dict)
     emit_bundle: EmitBundle | None = None
+    applied_s: dict[str, float] = field(default_factory=dict)   # row -> step with what the target can set
 
     @property
     def as_given(self) -> StrategyResult:
@@ -178,12 +185,40 @@ class PlanResult:
         """The ``applicable`` row, or None."""
         return next((s for s in self.strategies if s.name == APPLICABLE), None)
 
-    def best(self) -> StrategyResult:
-        """The fastest strategy that fits in memory (any, if none fits); the ``applicable``
-        row is derived from one of them and is not a candidate."""
+    def candidates(self) -> list[StrategyResult]:
+        """The rows a recommendation is chosen from: those that fit in memory (all, if none
+        does); the ``applicable`` row is derived from one of them and is not one itself."""
         rows = [s for s in self.strategies if s.name != APPLICABLE]
-        fitting = [s for s in rows if s.fits_memory] or rows
-        return min(fitting, key=lambda s: s.step_time_s)
+        return [s for s in rows if s.fits_memory] or rows
+
+    def applied_step_s(self, row: StrategyResult) -> float:
+        """The step time (s) a user gets from ``row``: with only what can be set of it when
+        that was checked, else its own."""
+        return self.applied_s.get(row.name, row.step_time_s)
+
+    def best(self) -> StrategyResult:
+        """The strategy to recommend: the candidate (:meth:`candidates`) whose applicable step
+        (:meth:`applied_step_s`) is fastest."""
+        return min(self.candidates(), key=self.applied_step_s)
+
+    def rows(self) -> list[dict]:
+        """Every row as :meth:`StrategyResult.to_dict`, with ``applicable_step_time_s`` (s) on the
+        rows checked for what the target can set."""
+        out = []
+        for s in self.strategies:
+            d = s.to_dict()
+            if s.name in self.applied_s:
+                d["applicable_step_time_s"] = self.applied_s[s.name]
+            out.append(d)
+        return out
+
+    def best_row(self) -> StrategyResult:
+        """The row a user applies for :meth:`best`: the ``applicable`` row when it was made for
+        it and something could not be set, else the strategy's own row."""
+        best, app = self.best(), self.applicable
+        if app is not None and app.decision.get("of") == best.name and app.decision.get("not_applied"):
+            return app
+        return best
 
     def strategy(self, name: str) -> StrategyResult:
         """The row named ``name``; ConfigError naming the rows there are."""
@@ -238,6 +273,10 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
     recommended one) re-simulated with only what ``target`` (``pytorch``, ``torchtitan``,
     ``megatron-lm``) and stock NCCL can set (:mod:`ccoverlap.planning.emit`; one more
     simulation, none when everything applies)."""
+    if applicable and (not isinstance(target, str) or target not in TARGETS):
+        # a target the settings cannot be built for would leave the plan without its applicable
+        # check: a strategy the user cannot set could be recommended
+        raise ConfigError(f"target must be one of {', '.join(TARGETS)}, got {short(target)}")
     t0 = time.perf_counter()
     planner = planner or Planner(w, progress=progress, exact=exact)
     registry = registry if registry is not None else default_registry()
@@ -281,28 +320,48 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
             lap(strat.name)
             if res is not None:
                 strategies.append(res)
-    bundle = None
+    bundle, applied, applicable_error = None, dict[str, float](), None
     if applicable:
         t, c = time.perf_counter(), time.process_time()  # the strategies may have run in worker processes
-        bundle = _applicable(planner, PlanResult(w, strategies, 0, 0.0, best_w), applicable_of, target, progress)
-        strategies.append(bundle.applicable)
+        bundle, applied, applicable_error = _applicable(planner, PlanResult(w, strategies, 0, 0.0, best_w),
+                                                        applicable_of, target, progress)
+        if bundle is not None:
+            strategies.append(bundle.applicable)
         lap(APPLICABLE)
     sims = planner.simulations + planner.graph_simulations
     stats = {**planner.stats(), "seconds": seconds, "cpu_seconds": cpu_seconds,
              "screen_microbatches": planner.screened(w).batch.microbatches(w.parallel.dp) if planner.screening(w) else None,
-             "extrapolated_from": planner.steady_state(w)}
+             "extrapolated_from": planner.steady_state(w), "applicable_error": applicable_error}
     return PlanResult(workload=w, strategies=strategies, simulations=sims, seconds=time.perf_counter() - t0,
-                      best_workload=best_w, stats=stats, emit_bundle=bundle)
+                      best_workload=best_w, stats=stats, emit_bundle=bundle, applied_s=applied)
 
 
 def _applicable(planner: Planner, result: PlanResult, of: str | None, target: str,
-                progress: ProgressFn | None) -> EmitBundle:
-    """The settings of row ``of`` (default: the recommended one) for ``target``, with the
-    ``applicable`` row simulated (:func:`~ccoverlap.planning.emit.build_emit`)."""
-    row = result.strategy(of) if of else result.best()
-    if progress:
-        progress(0, 1, f"applicable {row.name}")
-    return build_emit(row, result.workload, planner, target=target)
+                progress: ProgressFn | None) -> tuple[EmitBundle | None, dict[str, float], str | None]:
+    """The settings of row ``of`` for ``target``, with the ``applicable`` row simulated
+    (:func:`~ccoverlap.planning.emit.build_emit`), and ``{row: applicable step time}`` of the
+    rows checked. Default ``of``: the recommended row - the candidates are checked fastest
+    first (each at most one simulation) until the fastest applicable step is a checked row's,
+    so a strategy that cannot be set in full is recommended only if what can be set of it
+    still beats the others. When a row's settings cannot be built: (None, the rows checked,
+    the reason), so the plan's other rows still stand."""
+    bundles: dict[str, EmitBundle] = {}
+    applied: dict[str, float] = {}
+    while True:
+        row = result.strategy(of) if of else min(result.candidates(),
+                                                 key=lambda s: applied.get(s.name, s.step_time_s))
+        if row.name in bundles:
+            return bundles[row.name], applied, None
+        if progress:
+            progress(0, 1, f"applicable {row.name}")
+        try:
+            b = build_emit(row, result.workload, planner, target=target)
+        except ConfigError as exc:
+            return None, applied, str(exc)
+        bundles[row.name] = b
+        applied[row.name] = b.applicable.step_time_s
+        if of:
+            return b, applied, None
 
 
 def _run_group(planner: Planner, group: list, as_given: Workload, best: Workload) -> list[tuple]:
@@ -323,34 +382,51 @@ def _run_group(planner: Planner, group: list, as_given: Workload, best: Workload
 
 
 def recommendation(result: PlanResult) -> str:
-    """A recommendation in plain words, from the compute-to-communication ratio R and the gains."""
-    given = result.as_given
-    best = result.best()
+    """The recommendation in one short line: what to use and the step it predicts."""
+    given, best, row = result.as_given, result.best(), result.best_row()
+    gain = given.step_time_s / row.step_time_s if row.step_time_s > 0 else 1.0
+    if best.name != "as-given" and gain > 1.005:
+        return (f"use {best.name}: {gain:.2f}x faster ({given.step_time_s * 1e3:.1f} -> "
+                f"{row.step_time_s * 1e3:.1f} ms per step)")
+    if not given.fits_memory:
+        return (f"change parallelism, recomputation or micro-batch: as given needs "
+                f"{given.peak_memory_bytes / 2**30:.1f} GiB per GPU, more than there is")
+    return "keep the configuration as given: no strategy gains 0.5% or more"
+
+
+def recommendation_details(result: PlanResult) -> list[str]:
+    """What stands behind :func:`recommendation`, one sentence each: what can be applied of
+    the recommended strategy, memory, the compute-to-communication ratio R."""
+    given, best, row = result.as_given, result.best(), result.best_row()
     r = given.compute_comm_ratio
     lines = []
-    if not given.fits_memory:
-        lines.append(f"The configuration as given does not fit in GPU memory "
-                     f"({given.peak_memory_bytes / 2**30:.1f} GiB needed): change parallelism, "
-                     f"recomputation or micro-batch first.")
+    gain = given.step_time_s / row.step_time_s if row.step_time_s > 0 else 1.0
+    if best.name != "as-given" and gain > 1.005:
+        if row is not best:
+            lines.append(f"'{best.name}' cannot be set in full with {row.decision.get('target', 'the framework')} "
+                         f"and stock NCCL ({len(row.decision['not_applied'])} change(s) not applied): the "
+                         f"'applicable' row is what runs ({row.step_time_s * 1e3:.1f} ms; its ideal "
+                         f"{best.step_time_s * 1e3:.1f} ms); --emit DIR writes the settings and lists the rest")
+        else:
+            lines.append(f"'{best.name}' predicts MFU {given.mfu:.1%} -> {best.mfu:.1%}; --emit DIR writes its "
+                         f"settings")
+    target = row.decision.get("target") if row.decision else None
+    for s in result.candidates():
+        app = result.applied_s.get(s.name)
+        if s is not best and app is not None and s.step_time_s < row.step_time_s:
+            lines.append(f"'{s.name}' is faster in full ({s.step_time_s * 1e3:.1f} ms), but what "
+                         f"{target or 'the framework'} and stock NCCL can set of it runs {app * 1e3:.1f} ms")
+    if best.name != "as-given" and gain <= 1.005:
+        lines.append(f"the fastest strategy, '{best.name}', gains under 0.5% ({row.step_time_s * 1e3:.1f} ms)")
+    if not given.fits_memory and best.name != "as-given" and gain > 1.005:
+        lines.append(f"the configuration as given does not fit in GPU memory "
+                     f"({given.peak_memory_bytes / 2**30:.1f} GiB needed)")
     if r < 1:
-        lines.append(f"Communication-bound (R = {r:.2f} < 1): even perfect overlap leaves "
+        lines.append(f"communication-bound (R = {r:.2f} < 1): even perfect overlap leaves "
                      f"{(given.comm_s - given.compute_s) * 1e3:.1f} ms of communication exposed per step; "
                      f"reduce communication volume (larger micro-batch, less sharding across nodes, "
-                     f"hierarchical/HSDP groups) before tuning overlap.")
-    gain = given.step_time_s / best.step_time_s if best.step_time_s > 0 else 1.0
-    if best.name != "as-given" and gain > 1.005:
-        lines.append(f"Use '{best.name}' ({best.note}): predicted {gain:.2f}x faster "
-                     f"({given.step_time_s * 1e3:.1f} -> {best.step_time_s * 1e3:.1f} ms per step, "
-                     f"MFU {given.mfu:.1%} -> {best.mfu:.1%}).")
-    else:
-        lines.append("The configuration as given is already the best the planner found.")
-    app = result.applicable
-    if app is not None and app.decision.get("not_applied"):
-        of = app.decision.get("of", best.name)
-        lines.append(f"Not all of '{of}' can be set with {app.decision.get('target', 'the framework')} and stock "
-                     f"NCCL: with what can, {given.step_time_s * 1e3:.1f} -> {app.step_time_s * 1e3:.1f} ms "
-                     f"('applicable' row; --emit DIR writes the settings and lists the rest).")
-    if given.exposed_comm_s > 0.05 * given.step_time_s and r >= 1:
+                     f"hierarchical/HSDP groups) before tuning overlap")
+    elif given.exposed_comm_s > 0.05 * given.step_time_s:
         lines.append(f"{given.exposed_comm_s * 1e3:.1f} ms of communication per step is exposed while "
-                     f"compute could hide it (R = {r:.2f}): overlap is the lever here.")
-    return " ".join(lines)
+                     f"compute could hide it (R = {r:.2f}): overlap is the lever here")
+    return lines

@@ -76,7 +76,7 @@ def cost_model_for_cluster(cluster, calibration: str | None = None):
 
     params = default_params(cluster.gpu)
     if calibration:
-        params = CostParams.load(calibration, base=params)
+        params = CostParams.load(calibration, base=params, for_gpu=cluster.gpu.name)
     return CostModel(cluster, params)
 
 

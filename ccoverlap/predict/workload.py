@@ -32,6 +32,7 @@ from ccoverlap.config import (
     check_keys,
     dataclass_from_mapping,
     field_names,
+    plain_numbers,
     read_config_file,
     short,
     suggest,
@@ -128,11 +129,11 @@ class Workload:
         return super().__new__(cls)
 
     def __post_init__(self, *values) -> None:
-        options = {name: v for name, v in zip(_INIT_OPTIONS, values) if v is not None}
+        options = {name: plain_numbers(v) for name, v in zip(_INIT_OPTIONS, values) if v is not None}
         if not options and _is_built(self):
             return  # already validated (dataclasses.replace of a built workload)
         sections = {f: getattr(self, f) for f in ("model", "cluster", "parallel", "batch", "knobs", "calibration")}
-        options.update({k: _plain(v) for k, v in sections.items() if v is not None})
+        options.update({k: plain_numbers(_plain(v)) for k, v in sections.items() if v is not None})
         if self.framework != "megatron-core":
             options["framework"] = self.framework
         built = workload_from_options(None, options, source="python")
@@ -144,7 +145,7 @@ class Workload:
         """The workload of a config file (JSON / TOML / YAML, the schema above), with keyword
         ``options`` overriding it as flags do."""
         data = read_config_file(path)
-        return workload_from_options(data, _split_options(options), source=str(path))
+        return workload_from_options(data, plain_numbers(_split_options(options)), source=str(path))
 
     def describe(self) -> str:
         """One line: model, cluster, layout, batch."""
@@ -345,7 +346,14 @@ def workload_from_options(data: dict | None, options: dict, *, source: str) -> W
     if options.get("knobs"):
         data["knobs"] = {**(data.get("knobs") or {}), **options["knobs"]}
     _fill_world_size(data)
-    return workload_from_mapping(data, source=source)
+    try:
+        return workload_from_mapping(data, source=source)
+    except ConfigError as exc:
+        given = sorted(k for k, v in options.items() if v is not None)
+        if not from_file or not given or not str(exc).startswith(f"{source}: "):
+            raise
+        # a flag's value must not be blamed on the file: "c.yaml: nodes ... got 0" for --nodes 0
+        raise ConfigError(f"{source} + options {', '.join(given)}: {str(exc)[len(source) + 2:]}") from None
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:

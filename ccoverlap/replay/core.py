@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ccoverlap.config import few
 from ccoverlap.errors import ConfigError, TraceError
 from ccoverlap.replay.engine import JobGraph, join
 from ccoverlap.replay.graph import RankGraph, build_rank_graph
@@ -166,7 +167,7 @@ def load_job(paths: Sequence[str], *, steps: str | None = "hta", keep_calls: boo
     spec = parse_steps(steps)
     files, graphs, annotations, problems, origin = _load_ranks(paths, keep_calls)
     if not graphs:
-        detail = "; ".join(problems) if problems else "no trace files given"
+        detail = few(problems) if problems else "no trace files given"
         raise TraceError(f"nothing could be replayed: {detail}")
     rts = [g.rt for g in graphs]
     _check_steps(spec, rts, problems)

@@ -19,6 +19,7 @@ from typing import IO
 import numpy as np
 
 from ccoverlap.console import Col, make_console, print_table, print_wrapped
+from ccoverlap.outputs import save_figure, write_files
 from ccoverlap.replay.core import gpu_times, replayed_annotations, replayed_calls
 from ccoverlap.replay.run import ReplayResult, Scenario, recommendation
 
@@ -54,6 +55,7 @@ def print_report(res: ReplayResult, file: IO | None = None) -> None:
                       Col("gain %"), Col("what changed", "left", note=True)], rows,
                 title="What-ifs (ranked by gain; step time = window start to the end of the last step, per step, "
                       "slowest rank)")
+    print_wrapped(con, rebuilt_line(res), indent=2)
     con.print("Dependencies:")
     for g in job.graph.ranks:
         inf = g.inferred
@@ -72,6 +74,13 @@ def print_report(res: ReplayResult, file: IO | None = None) -> None:
     con.print(f"[bold]Recommendation:[/bold] {recommendation(res)}")
 
 
+def rebuilt_line(res: ReplayResult) -> str:
+    """The rebuilt step against the measured one, and how the what-ifs are put in measured time."""
+    return (f"rebuilt step: {_ms(res.replay.step_time_s)} ms, measured {_ms(res.measured.step_time_s)} ms, "
+            f"error {round(res.rebuilt_error_pct, 2) + 0.0:+.2f}%; each what-if is replayed on the rebuilt step and shown as the "
+            f"measured step x (what-if / rebuilt)")
+
+
 def to_dict(res: ReplayResult, extra: dict | None = None) -> dict:
     """One JSON-ready object (seconds)."""
     job = res.job
@@ -83,6 +92,8 @@ def to_dict(res: ReplayResult, extra: dict | None = None) -> dict:
         "fidelity": res.fidelity,
         "measured": res.measured.to_dict(),
         "replay": res.replay.to_dict(),
+        "rebuilt": {"step_time_s": res.replay.step_time_s, "measured_step_time_s": res.measured.step_time_s,
+                    "error_pct": res.rebuilt_error_pct},
         "whatifs": [s.to_dict() for s in res.ranked()],
         "dependencies": {str(g.rank): g.inferred for g in job.graph.ranks},
         "collectives_matched": len(job.graph.collectives),
@@ -133,9 +144,7 @@ def write_chrome(res: ReplayResult, scenario: Scenario, out_dir: str | Path) -> 
     if scenario.times is None or any(g.calls is None for g in jg.ranks):
         raise ValueError(f"scenario {scenario.name}: node times not kept (replay(..., keep_times=True))")
     starts, ends = gpu_times(job, scenario.times, scenario.dur)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    files: dict[str, bytes | str] = {}
     world = max((rt.meta.get("world_size") or 0 for rt in job.rts), default=0) or len(job.rts)
     for gi, g in enumerate(jg.ranks):
         rt = g.rt
@@ -155,11 +164,8 @@ def write_chrome(res: ReplayResult, scenario: Scenario, out_dir: str | Path) -> 
                "distributedInfo": {"backend": "nccl", "rank": rt.rank, "world_size": world},
                "deviceProperties": [{"id": 0, "name": job.device_names.get(rt.rank, "")}],
                "displayTimeUnit": "ms", "traceEvents": ev}
-        path = out / f"rank-{rt.rank}.json.gz"
-        with gzip.open(path, "wt", compresslevel=1) as fh:
-            json.dump(doc, fh)
-        paths.append(path)
-    return paths
+        files[f"rank-{rt.rank}.json.gz"] = gzip.compress(json.dumps(doc).encode(), compresslevel=1)
+    return write_files(out_dir, files)  # the set, all or none
 
 
 def write_png(res: ReplayResult, path: str | Path) -> Path:
@@ -181,8 +187,7 @@ def write_png(res: ReplayResult, path: str | Path) -> Path:
     ax.set_title("ccoverlap replay: step time per scenario")
     ax.legend()
     fig.tight_layout()
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=100)
-    plt.close(fig)
-    return p
+    try:
+        return save_figure(fig, path, dpi=100)
+    finally:
+        plt.close(fig)

@@ -3,9 +3,13 @@
 A scenario's **step time** is, per rank, the time from the start of the analysed window (where
 the measured one started, the same in every scenario) to the end of the last analysed step,
 divided by the number of steps; the job's is the slowest rank's (:mod:`.core`). Exposed
-communication and overlap are the per-rank means over the analyser's per-step windows. Gains
-are against the replay of the unedited graph (which equals the measurement, see
-:func:`~ccoverlap.replay.core.fidelity_rows`).
+communication and overlap are the per-rank means over the analyser's per-step windows.
+
+A what-if is replayed on the *rebuilt* step (the unedited graph replayed), and reported in the
+measured step's time: each of its times is the measured one x (what-if / rebuilt)
+(:func:`in_measured_time`), so a what-if that only removes or shortens work - never longer than
+the rebuilt step (max-plus) - can never exceed the measured step, whatever the rebuilt step's own
+error (:attr:`ReplayResult.rebuilt_error_pct`, printed). Gains are against the measured step.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class Scenario:
     step_end_s: dict = field(default_factory=dict)     # step -> latest end over ranks, from the window start
     gain_s: float = 0.0
     gain_pct: float = 0.0
+    rebuilt_step_time_s: float | None = None   # a what-if's own replayed step time, before in_measured_time
     times: object = None        # node start times of the replay (JobGraph.run), when kept
     dur: object = None          # node durations used, when kept
 
@@ -48,6 +53,7 @@ class Scenario:
         return {"name": self.name, "note": self.note, "step_time_s": self.step_time_s,
                 "exposed_comm_s": self.exposed_comm_s, "overlap_ratio": self.overlap_ratio,
                 "comm_s": self.comm_s, "gain_s": self.gain_s, "gain_pct": self.gain_pct,
+                "rebuilt_step_time_s": self.rebuilt_step_time_s,
                 "per_step": {str(k): v for k, v in self.per_step.items()},
                 "step_end_s": {str(k): v for k, v in self.step_end_s.items()},
                 "per_rank": {str(r): _rank_dict(m, r) for r in m.overall}}
@@ -78,6 +84,12 @@ class ReplayResult:
     fidelity: list[dict]
     cluster: str = ""
     explanation: str = ""
+
+    @property
+    def rebuilt_error_pct(self) -> float:
+        """The rebuilt step's error against the measured step (%, + = rebuilt longer)."""
+        m = self.measured.step_time_s
+        return 100 * (self.replay.step_time_s - m) / m if m > 0 else 0.0
 
     def ranked(self) -> list[Scenario]:
         """What-ifs, largest gain first."""
@@ -208,20 +220,49 @@ def replay(paths: Sequence[str], *, steps: str | None = "hta", whatifs: Sequence
     job.anchors = {r: b.start_s for r, b in base_m.bounds.items()}
     nom_m = measure(job, *gpu_times(job, jg.run(w=jg.w_nom)), anchors=job.anchors)
     measured = summarize("measured", "the traces as recorded", meas)
-    base = summarize("replay", "measured durations, rebuilt dependencies", base_m)
+    base = summarize("replay", "the rebuilt step: measured durations, rebuilt dependencies", base_m)
     base.times, base.dur = t0, jg.dur
     run = _Runner(job, base.step_time_s, keep_times)
     cl = cluster_for(job, cluster) if set(names) - {"no-comm", "comm-hidden", "no-contention", "centauri"} else (None, "")
     out = [run.scenario(_edit(run, name, t0, cl, bool(cluster))) for name in names]
     res = ReplayResult(job=job, measured=measured, replay=base, whatifs=out,
                        fidelity=fidelity_rows(meas, base_m, nom_m), cluster=cl[0].name if cl[0] is not None else "")
-    res.explanation = explain(res)
+    res.explanation = explain(res)     # on the rebuilt step, where the critical path is
+    for sc in out:
+        in_measured_time(sc, measured, base)
     return res
+
+
+def _scale(x: float, measured: float, rebuilt: float) -> float:
+    """``x`` (a time of the replay of an edited graph) x ``measured / rebuilt``; exactly
+    ``measured`` when ``x`` is the rebuilt time itself, ``x`` when ``rebuilt`` is 0."""
+    if x == rebuilt:
+        return measured
+    return x * measured / rebuilt if rebuilt > 0 else x
+
+
+def in_measured_time(sc: Scenario, measured: Scenario, rebuilt: Scenario) -> None:
+    """Put what-if ``sc`` (replayed on the rebuilt step) in the measured step's time, in place:
+    step time, exposed and total communication x (measured / rebuilt step time), each step's end
+    and time x (measured / rebuilt) of that step; gains against the measured step. A what-if no
+    longer than the rebuilt step is then no longer than the measured one, step by step."""
+    m, r = measured.step_time_s, rebuilt.step_time_s
+    sc.rebuilt_step_time_s = sc.step_time_s
+    sc.step_time_s = _scale(sc.step_time_s, m, r)
+    k = m / r if r > 0 else 1.0
+    sc.exposed_comm_s *= k
+    sc.comm_s *= k
+    sc.step_end_s = {st: _scale(e, measured.step_end_s.get(st, e), rebuilt.step_end_s.get(st, 0.0))
+                     for st, e in sc.step_end_s.items()}
+    sc.per_step = {st: _scale(x, measured.per_step.get(st, x), rebuilt.per_step.get(st, 0.0))
+                   for st, x in sc.per_step.items()}
+    sc.gain_s = m - sc.step_time_s
+    sc.gain_pct = 100 * sc.gain_s / m if m > 0 else 0.0
 
 
 def recommendation(res: ReplayResult) -> str:
     """One plain-words recommendation from the ranked what-ifs."""
-    base = res.replay.step_time_s
+    base = res.measured.step_time_s
     bound = next((s for s in res.whatifs if s.name == "no-comm"), None)
     actionable = [s for s in res.ranked() if s.name not in ("no-comm", "comm-hidden") and
                   not s.name.startswith("network")]

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ccoverlap.config import short
 from ccoverlap.cost.comm import collective_profile
 from ccoverlap.errors import ConfigError
 from ccoverlap.replay.engine import JobGraph
@@ -72,7 +73,7 @@ def check_names(names: list[str]) -> list[str]:
             out.extend(DEFAULT_WHATIFS)
             continue
         if n not in DEFAULT_WHATIFS and not NET.match(n) and n != "none":
-            raise ConfigError(f"--whatif: unknown what-if {n!r}; choose from {', '.join(DEFAULT_WHATIFS)}, "
+            raise ConfigError(f"--whatif: unknown what-if {short(n)}; choose from {', '.join(DEFAULT_WHATIFS)}, "
                               f"network-<F>x, all, none")
         m = NET.match(n)
         if m and float(m.group(1)) <= 0:

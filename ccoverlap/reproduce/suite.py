@@ -26,7 +26,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from ccoverlap.config import Count, check_value
+from ccoverlap.config import Count, check_value, few, short, suggest
 from ccoverlap.errors import ConfigError
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "reproduce"
@@ -222,7 +222,10 @@ def run_suite(papers: Iterable[str] | None = None, *, ids: Iterable[str] | None 
         wanted = set(ids)
         missing = wanted - {c.id for c in cases}
         if missing:
-            raise ConfigError(f"unknown case id(s): {', '.join(sorted(missing))}")
+            one = sorted(missing)[0]
+            known = sorted(c.id for c in cases)
+            raise ConfigError(f"unknown case id(s): {few([short(m) for m in sorted(missing)], sep=', ')}{suggest(one, known)}; "
+                              f"known: {few(known, n=5, sep=', ')}")
         cases = [c for c in cases if c.id in wanted]
     rows: list[Row] = []
     if jobs > 1 and evaluators is None and len(cases) > 1 and "fork" in mp.get_all_start_methods():

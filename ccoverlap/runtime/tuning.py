@@ -539,10 +539,9 @@ def _to_file(key: tuple, device: torch.device, decision: Decision, group) -> Non
         "rounds": decision.rounds,
         "elapsed_s": round(decision.elapsed_s, 3),
     }
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    from ccoverlap.outputs import write_text
+
+    write_text(path, json.dumps(data, indent=1, sort_keys=True))  # atomically: concurrent readers see a whole file
 
 
 #: How ``auto`` times its candidate against ``serial``: forward + backward through the public op,

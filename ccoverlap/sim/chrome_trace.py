@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ccoverlap.outputs import write_files
 from ccoverlap.sim.timeline import Timeline
 
 _NCCL_NAMES = {
@@ -130,19 +131,11 @@ def _encode(doc: dict) -> bytes:
 def write_chrome_traces(tl: Timeline, out_dir: str | os.PathLike, *, world_size: int | None = None,
                         gpu_name: str = "", gzip_output: bool = False) -> list[Path]:
     """Write one ``rank-<r>.json`` (or ``.json.gz``) per rank of ``tl`` into ``out_dir``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     ranks = tl.ranks()
     world = world_size if world_size is not None else len(ranks)
-    paths = []
+    files: dict[str, bytes | str] = {}
     for r in ranks:
         doc = timeline_to_chrome(tl, r, world_size=world, gpu_name=gpu_name)
-        path = out / (f"rank-{r}.json.gz" if gzip_output else f"rank-{r}.json")
         data = _encode(doc)
-        if gzip_output:
-            with gzip.open(path, "wb") as fh:
-                fh.write(data)
-        else:
-            path.write_bytes(data)
-        paths.append(path)
-    return paths
+        files[f"rank-{r}.json.gz" if gzip_output else f"rank-{r}.json"] = gzip.compress(data) if gzip_output else data
+    return write_files(out_dir, files)  # the set, all or none

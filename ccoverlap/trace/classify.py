@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import numpy.ma  # noqa: F401 - np.unique imports it at its first call; imported here, forked workers share it
 
 from ccoverlap.sim.timeline import Timeline
 from ccoverlap.trace.load import DEVICE_CAT_LIST, KIND_CODES, RawTrace
@@ -152,8 +153,8 @@ def collective_info(infos: list[dict], op_names: list[str], kernel_name: str, pg
         if g is not None and g != "" and not out.group:
             out.group = str(g)
         gs = d.get("Group size")
-        if isinstance(gs, (int, float)) and not isinstance(gs, bool) and gs > 0 and not out.group_size:
-            out.group_size = int(gs)
+        if isinstance(gs, (int, float)) and not isinstance(gs, bool) and not out.group_size:
+            out.group_size = _group_size(gs)
     if not out.group:
         out.group = "0" if len(pg_config) <= 1 else "?"
         if len(pg_config) == 1:
@@ -165,7 +166,7 @@ def collective_info(infos: list[dict], op_names: list[str], kernel_name: str, pg
     # a gather/scatter), else the nccl:/gloo: op's input x the group size (all_gather)
     out.bytes = _record_bytes(infos, out) or _c10d_tensor_bytes(infos, op_names, out)
     if not out.group_size:
-        out.group_size = int(world_size or 0)
+        out.group_size = _group_size(world_size or 0)
     if not out.bytes:
         out.bytes = _op_input_bytes(infos, out)
     return out
@@ -207,7 +208,7 @@ def _record_bytes(infos: list[dict], out: CollInfo) -> float:
         if esize and _is_num(n_in) and _is_num(n_out) and max(n_in, n_out) > 0:
             out.size_source = "collective record (In/Out msg nelems)"
             if not out.group_size and out.collective in _GATHER_SCATTER and min(n_in, n_out) > 0:
-                out.group_size = int(round(max(n_in, n_out) / min(n_in, n_out)))
+                out.group_size = _group_size(round(max(n_in, n_out) / min(n_in, n_out)))
             return max(float(n_in), float(n_out)) * esize
         if esize and _is_num(n_in) and n_in > 0:
             out.size_source = "collective record (In msg nelems)"
@@ -226,7 +227,7 @@ def _c10d_tensor_bytes(infos: list[dict], op_names: list[str], out: CollInfo) ->
             out.size_source = f"{name} tensors"
             if (not out.group_size and out.collective in _GATHER_SCATTER and len(per_arg) >= 2
                     and min(per_arg) > 0 and max(per_arg) % min(per_arg) == 0):
-                out.group_size = max(per_arg) // min(per_arg)
+                out.group_size = _group_size(max(per_arg) // min(per_arg))
             return float(max(per_arg))
     return 0.0
 
@@ -289,7 +290,21 @@ def _nelems_any(d, depth: int = 0) -> int:
 
 def _pg_size(pg_config: dict, group: str) -> int:
     entry = pg_config.get(group)
-    return int(entry["size"]) if entry and entry.get("size") else 0
+    return _group_size(entry["size"]) if entry and entry.get("size") else 0
+
+
+#: Largest group size read from a trace (a larger stated one counts as not stated).
+MAX_GROUP_SIZE = 2**31 - 1
+
+
+def _group_size(v) -> int:
+    """``v`` as a group size 1 .. :data:`MAX_GROUP_SIZE`, else 0 (not stated): a trace's ``Group size``
+    of 2**64 or 1e300 must not overflow the int64 columns."""
+    try:
+        n = int(v)
+    except (OverflowError, ValueError):
+        return 0
+    return n if 0 < n <= MAX_GROUP_SIZE else 0
 
 
 def pg_config_of(meta: dict) -> dict:

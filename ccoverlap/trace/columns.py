@@ -77,6 +77,24 @@ def _with_record(args: list) -> list[int]:
     return [i for i, a in enumerate(args) if has_collective_record(a)]
 
 
+def _int64_or_none(vals: list) -> np.ndarray | None:
+    """``vals`` (ints) as an int64 array when every one is inside the kept range (``|v| < 2**62``),
+    else None."""
+    try:
+        arr = np.fromiter(vals, dtype=np.int64, count=len(vals))
+    except OverflowError:
+        return None
+    return arr if ((arr > -_I64) & (arr < _I64)).all() else None
+
+
+def _floats(vals: list) -> np.ndarray:
+    """``vals`` (numbers, or None for a missing one: NaN) as a float64 array."""
+    try:
+        return np.fromiter(vals, dtype=np.float64, count=len(vals))    # numbers only: no type discovery
+    except TypeError:
+        return np.array(vals, dtype=np.float64)
+
+
 def _shape_hash(grid, block) -> int:
     """Hash of a kernel's launch shape (``grid``, ``block`` as decoded; 0 when there is no grid)."""
     return zlib.crc32(f"{grid}{block}".encode()) if grid is not None else 0
@@ -191,8 +209,7 @@ class Columns:
             if cat in SKIP_CATS:
                 continue
             idx = np.flatnonzero(x & (cc == k)) if len(present) > 1 else np.flatnonzero(x)
-            il = idx.tolist()
-            out[cat] = ([batch[i] for i in il], (idx + base).tolist())
+            out[cat] = (list(map(batch.__getitem__, idx.tolist())), idx + base)   # event list, their indices
         return out
 
     def _partition_tolerant(self, batch: list, base: int) -> dict:
@@ -246,11 +263,11 @@ class Columns:
         """ts / dur columns (µs) of ``evs``; out-of-range ones (and nameless where a name is read)
         are counted and dropped."""
         ts_l = list(map(_E_TS, evs))
-        ts = np.array(ts_l, dtype=np.float64)          # a missing ts reads NaN: rejected below
+        ts = _floats(ts_l)                              # a missing ts reads NaN: rejected below
         dur_l = list(map(_E_DUR, evs))
         if None in dur_l:
             dur_l = [0 if d is None else d for d in dur_l]
-        dur = np.array(dur_l, dtype=np.float64)
+        dur = _floats(dur_l)
         ok = (dur >= 0) & (dur < 1e15) & (ts > -1e18) & (ts < 1e18)
         if not ok.all():
             for s in np.asarray(seq)[~ok].tolist():
@@ -333,8 +350,13 @@ class Columns:
 
     def _launches(self, evs: list, seq: list, ts: np.ndarray, dur: np.ndarray) -> None:
         args = list(map(_E_ARGS, evs))
-        corr = [a.correlation for a in args] if None not in args else [
+        corr = list(map(_A_CORR, args)) if None not in args else [
             a.correlation if a is not None else None for a in args]
+        if _all_int(corr):              # the common case: checked column-wise, no loop per event
+            arr = _int64_or_none(corr)
+            if arr is not None:
+                self._add_launches(evs, seq, ts, dur, arr)
+                return
         if not all(c.__class__ is int and -_I64 < c < _I64 for c in corr):
             corr = [_int_or(c, None) for c in corr]
         ok = [c is not None for c in corr]
@@ -418,7 +440,7 @@ class Columns:
             dev = [v if v.__class__ is int else -1 for v in dev]
         ints["device"] = dev
         try:
-            cols = {k: np.array(v, dtype=np.int64) for k, v in ints.items()}
+            cols = {k: np.fromiter(v, dtype=np.int64, count=len(v)) for k, v in ints.items()}
         except OverflowError:
             return False
         if any(((c <= -_I64) | (c >= _I64)).any() for c in cols.values()):
@@ -529,12 +551,15 @@ class Columns:
 
     # ------------------------------------------------------------------ result
     def finish(self) -> dict:
-        """Every column as one numpy array, rows in file order (keys ``k_*``, ``c_*``, ``l_*``). Each
+        """Every column as one numpy array, rows in file order (keys ``k_*``, ``c_*``, ``l_*``; ``*_seq``:
+        each row's index in the events list). Each
         column's batches are dropped as soon as it is joined, so the peak is the columns plus one
         column's copy, not twice the columns. Called once."""
         out = {}
         for prefix, cols in (("k", self.k), ("c", self.c), ("l", self.l)):
-            order = np.argsort(np.concatenate(cols["seq"]), kind="stable") if cols["seq"] else None
+            seq = np.concatenate(cols["seq"]) if cols["seq"] else np.empty(0, dtype=np.int64)
+            order = np.argsort(seq, kind="stable") if cols["seq"] else None
+            out[f"{prefix}_seq"] = seq[order] if order is not None else seq     # file index of each row
             cols["seq"].clear()
             for key, parts in cols.items():
                 if key == "seq":

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ccoverlap.config import few
 from ccoverlap.errors import ConfigError, TraceError
 from ccoverlap.trace.collectives import pooled_collective_stats
 from ccoverlap.trace.contention import PooledContention
@@ -68,7 +69,7 @@ def combine(summaries: list[RankSummary], ctx: JobContext, files: list[str], pro
         else:
             kept.append(s)
     if not kept:
-        detail = "; ".join(problems) if problems else "no trace files given"
+        detail = few(problems) if problems else "no trace files given"
         exc = TraceError(f"nothing could be analysed: {detail}")
         exc.problems = list(problems) or ["no trace files given"]   # for --json's one object
         exc.files = list(files)
@@ -105,7 +106,8 @@ def combine(summaries: list[RankSummary], ctx: JobContext, files: list[str], pro
     for s in kept:
         pooled.add(s.rank, s.contention)
     cont = pooled.result(min_samples=ctx.min_samples)
-    verdict = decide(metrics, colls, cont, mode="cpu" if all(s.mode == "cpu" for s in kept) else "gpu")
+    verdict = decide(metrics, colls, cont, mode="cpu" if all(s.mode == "cpu" for s in kept) else "gpu",
+                     comm_bounds=[s.comm_bound_s for s in kept])
     return Analysis(files=list(files), problems=problems, steps_spec=ctx.steps, time_resolution=ctx.time_resolution,
                     ranks=kept, metrics=metrics, step_metrics=step_metrics, collectives=colls, cross=cross,
                     contention=cont, verdict=verdict, available_steps=avail, dimensions=dims)

@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from ccoverlap.config import short
+from ccoverlap.config import short, suggest
 from ccoverlap.errors import ConfigError
+from ccoverlap.outputs import path_name
 from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.classify import RankTrace
 from ccoverlap.trace.contention import covered_length
@@ -52,13 +53,14 @@ KNOWN_DIMENSIONS = ("TP", "DP", "FSDP", "PP", "EP", "CP")
 def load_groups(path: str | Path) -> dict[str, str]:
     """Read a ``--groups`` file: a JSON object ``{group name | description | "ranks:0,1": dimension}``."""
     p = Path(path)
+    name = path_name(p)
     try:
         doc = json.loads(p.read_text())
     except OSError as exc:
-        raise ConfigError(f"--groups {p}: cannot read ({exc.strerror or exc})") from None
+        raise ConfigError(f"--groups {name}: cannot read ({exc.strerror or exc})") from None
     except ValueError as exc:
-        raise ConfigError(f"--groups {p}: not valid JSON ({exc})") from None
-    return check_groups(doc, f"--groups {p}", kind="JSON object")
+        raise ConfigError(f"--groups {name}: not valid JSON ({exc})") from None
+    return check_groups(doc, f"--groups {name}", kind="JSON object")
 
 
 def check_groups(groups: Any, where: str = "groups", kind: str = "non-empty mapping") -> dict[str, str]:
@@ -330,3 +332,26 @@ def _match(ends, durs, colls, ends2, durs2, colls2, tolerance: float) -> tuple[f
             hits += 1
             gap += best
     return (hits / len(ends), -gap / hits if hits else 0.0)
+
+
+def check_group_keys(mapping: dict[str, str], ranks: list, seen: set[str], where: str = "--groups") -> None:
+    """ConfigError naming the first key of ``mapping`` (a ``--groups`` file) that matches no
+    process group of the job: not a group name among ``seen`` (the groups of the analysed
+    communication) or the ranks' ``pg_config``, nor one of their descriptions, nor their
+    ``ranks:a,b`` key; with the closest known key and the known ones. A key that matches
+    nothing would otherwise be ignored without a word."""
+    known: set[str] = {str(g) for g in seen}
+    for r in ranks:
+        for name, entry in ((getattr(r, "meta", None) or {}).get("pg_config") or {}).items():
+            known.add(str(name))
+            if isinstance(entry, dict):
+                if entry.get("desc"):
+                    known.add(str(entry["desc"]))
+                if isinstance(entry.get("ranks"), list):
+                    known.add("ranks:" + ",".join(str(x) for x in entry["ranks"]))
+    unknown = [k for k in mapping if k not in known]
+    if unknown:
+        listed = sorted(known)
+        shown = ", ".join(short(k) for k in listed[:12]) + (f", ... ({len(listed)} in all)" if len(listed) > 12 else "")
+        raise ConfigError(f"{where}: {short(unknown[0])} matches no process group of these traces"
+                          f"{suggest(unknown[0], listed)}; known: {shown or 'none (no group recorded)'}")

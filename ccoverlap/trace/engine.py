@@ -23,8 +23,6 @@ from ccoverlap.errors import ConfigError
 
 # the per-rank work pays for a worker process from about this much trace data (on disk)
 PARALLEL_MIN_BYTES = 2 << 20
-#: items queued per forked worker of :class:`LocalEngine` (one running, one waiting)
-AHEAD_PER_WORKER = 2
 
 
 class Engine(Protocol):
@@ -53,37 +51,99 @@ class LocalEngine:
         self.jobs = jobs
 
     def map(self, fn: Callable, items: Iterable) -> Iterator:
-        """``fn(item)`` for each item, results in item order. The workers are kept
-        :data:`AHEAD_PER_WORKER` items ahead; this process takes the next item itself whenever
-        they are, so no process waits idle while there is work and none is started for
-        nothing."""
-        import multiprocessing as mp
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait  # only when used: start-up
-
+        """``fn(item)`` for each item, results in item order. Every process - this one and each
+        worker - claims the next unclaimed item from one shared counter whenever it is free, so no
+        process waits while another holds work it has not started, and at the end each waits for
+        at most the one item another is still running. A worker sends each result back (pickled)
+        as soon as it has it and goes on with the next item. An exception of ``fn`` in a worker is
+        raised here; a worker that dies is an error too, never a hang."""
         items = list(items)
         workers = min(self.jobs, len(items)) - 1
         if workers < 1:
             yield from map(fn, items)
             return
-        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        done: dict[int, object] = {}
-        pending: dict = {}
-        nxt = out = 0
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            while out < len(items):
-                while nxt < len(items) and len(pending) < AHEAD_PER_WORKER * workers:
-                    pending[pool.submit(fn, items[nxt])] = nxt
-                    nxt += 1
-                if nxt < len(items):
-                    done[nxt] = fn(items[nxt])
-                    nxt += 1
-                elif pending:
-                    wait(pending, return_when=FIRST_COMPLETED)
-                for f in [f for f in pending if f.done()]:
-                    done[pending.pop(f)] = f.result()
-                while out in done:
-                    yield done.pop(out)
-                    out += 1
+        yield from _claimed_map(fn, items, workers)
+
+
+def _claimed_map(fn: Callable, items: list, workers: int) -> Iterator:
+    """:meth:`LocalEngine.map` with ``workers`` worker processes besides this one."""
+    import multiprocessing as mp
+    import pickle
+    import queue
+
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+    counter = ctx.Value("q", 0)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_work, args=(fn, items, counter, results), daemon=True) for _ in range(workers)]
+    done: dict[int, object] = {}
+    out = 0
+    try:
+        for p in procs:
+            p.start()
+        while (i := _claim(counter, len(items))) is not None:
+            done[i] = fn(items[i])
+            while out in done:
+                yield done.pop(out)
+                out += 1
+        while out < len(items):
+            while out not in done:
+                try:
+                    i, ok, payload = results.get(timeout=0.2)
+                except queue.Empty:
+                    _check_workers(procs, results)
+                    continue
+                value = pickle.loads(payload)
+                if not ok:
+                    raise value
+                done[i] = value
+            yield done.pop(out)
+            out += 1
+    finally:
+        with counter.get_lock():
+            counter.value = len(items)          # nothing more to claim (an error here, or all done)
+        for p in procs:
+            if p.exitcode is None and out < len(items):
+                p.terminate()
+            p.join()
+        results.close()
+
+
+def _check_workers(procs: list, results) -> None:
+    """Raise when a result can no longer come: a worker ended with an error code, or every worker
+    has ended and nothing is left to read."""
+    dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+    if dead:
+        raise RuntimeError(f"a worker process ended with exit code {dead[0]} before returning its results")
+    if all(p.exitcode is not None for p in procs) and results.empty():
+        raise RuntimeError("the worker processes ended without returning every result")
+
+
+def _claim(counter, n: int) -> int | None:
+    """The next unclaimed item's index (None when all are claimed)."""
+    with counter.get_lock():
+        i = counter.value
+        if i >= n:
+            return None
+        counter.value = i + 1
+    return i
+
+
+def _work(fn: Callable, items: list, counter, results) -> None:
+    """A worker: claim, compute and send back items until none is left."""
+    import pickle
+
+    while (i := _claim(counter, len(items))) is not None:
+        try:
+            payload, ok = pickle.dumps(fn(items[i]), pickle.HIGHEST_PROTOCOL), True
+        except BaseException as exc:      # noqa: BLE001 - sent to the caller, who raises it
+            try:
+                payload = pickle.dumps(exc, pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                payload = pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
+            ok = False
+        results.put((i, ok, payload))
+        if not ok:
+            break
 
 
 def cpu_count() -> int:

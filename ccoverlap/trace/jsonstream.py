@@ -11,11 +11,11 @@ and the events list itself and hands each event to the C-accelerated :class:`jso
   range checks reject them), an over-long integer (more than Python's 4300 digits) or any
   other lexical error inside an event is reported as :class:`BadEvent` (its index and
   character offset) and reading goes on after the event's closing brace;
-* nesting is bounded by Python's recursion limit (~1000 levels): deeper input raises
-  :class:`StreamError` at once, without building the structure (bounded time and memory);
-* a single value (an event, a string, a header entry) longer than :data:`MAX_VALUE_CHARS`
-  characters raises :class:`StreamError` as soon as that many characters were read without
-  the value ending.
+* nesting is bounded by Python's recursion limit (~1000 levels) and a single value by
+  :data:`MAX_VALUE_CHARS` characters: an event nested deeper, or longer, is skipped and counted
+  like any bad event (reading goes on after it, scanning without keeping it, so memory stays
+  about one cap); a header value that is either raises :class:`StreamError` (:class:`TooBig`) at
+  once, without building the structure (bounded time and memory).
 
 Offsets are character offsets into the (decompressed) JSON text; for ASCII files, as Kineto
 writes them, they are byte offsets.
@@ -40,6 +40,11 @@ CHUNK_BYTES = 1 << 18
 MAX_VALUE_CHARS = 32 << 20          # one event / header value: 32 Mi characters at most
 _WS = re.compile(r"[ \t\n\r]*")
 _SURROGATE = re.compile("[\udc80-\udcff]")
+_NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_UNREADABLE = object()      # a header value that is valid JSON but cannot be built
+_STR_WINDOW = 1 << 16
+_STR_BODY = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)   # a string's text up to its closing quote
+_STRUCT = re.compile(r'["{}\[\]]')          # what opens or closes a value outside strings
 _SEP = re.compile(r"[ \t\n\r]*([,\]}:])")
 # strings (with escapes) or single structural characters: used to find the end of a bad event
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]"]', re.DOTALL)
@@ -187,9 +192,15 @@ class Truncated(StreamError):
     """The text ended inside the document."""
 
 
+class TooBig(StreamError):
+    """A value nested deeper than the recursion limit or longer than the value cap (an event that
+    is one is skipped; a header value that is one ends the document)."""
+
+
 @dataclass
 class BadEvent:
-    """An event skipped because it is not valid JSON (index in the events list, char offset)."""
+    """An event skipped because it is not valid JSON, or nested too deeply / too long to build
+    (index in the events list, char offset, why)."""
 
     index: int
     offset: int
@@ -223,7 +234,7 @@ class _Buffer:
                 break
             got += len(data)
             parts.append(self.dec.decode(data))
-        self.buf += "".join(parts)
+        self.buf = "".join([self.buf, *parts])       # one copy of the window, not two
         self.work += len(self.buf)
         return True
 
@@ -276,6 +287,8 @@ class EventStream:
         self._max = max_value_chars or MAX_VALUE_CHARS
         self.header: dict = {}
         self.bad: list[BadEvent] = []
+        self.bad_header: list[str] = []     # the first header keys whose value could not be built (skipped)
+        self.n_bad_header = 0
         self.n_bad = 0
         self.is_array = False
         self.has_events = False
@@ -313,7 +326,7 @@ class EventStream:
             except json.JSONDecodeError as exc:
                 if _decode_error_at_end(exc, b) and not b.eof:
                     if len(b.buf) - i >= self._max:
-                        raise StreamError(f"{what} at offset {b.base + i} is longer than {self._max >> 20} Mi "
+                        raise TooBig(f"{what} at offset {b.base + i} is longer than {self._max >> 20} Mi "
                                           f"characters (an over-long string or value) - not a profiler trace") from None
                     want = min(max(want * 2, len(b.buf) - i + CHUNK_BYTES), self._max + CHUNK_BYTES)
                     continue
@@ -321,7 +334,7 @@ class EventStream:
                     raise Truncated(f"truncated JSON: the text ends inside {what} at offset {b.base + i}") from None
                 raise
             except RecursionError:
-                raise StreamError(f"{what} at offset {b.base + i} is nested deeper than "
+                raise TooBig(f"{what} at offset {b.base + i} is nested deeper than "
                                   f"~{_depth_limit()} levels - not a profiler trace") from None
 
     def _end_of_bad_value(self, i: int) -> int:
@@ -349,6 +362,47 @@ class EventStream:
                                   f"characters - not a profiler trace")
             if not b.more(max(CHUNK_BYTES, len(b.buf) - i)):     # doubling: linear in the value's length
                 raise Truncated(f"truncated JSON: the text ends inside the value at offset {b.base + i}")
+
+    def _skip_value(self, i: int) -> int:
+        """Position just after the JSON value starting at ``i`` (an object, array or string of any
+        depth and length), found by scanning on without keeping it: the text read past is dropped
+        chunk by chunk, so memory stays one window whatever the value's size."""
+        b = self._b
+        depth, pos, in_str = 0, i, False
+        while True:
+            buf, n = b.buf, len(b.buf)
+            while pos < n:
+                if in_str:                  # a window at a time: the regex's memory grows with its match
+                    stop = min(n, pos + _STR_WINDOW)
+                    e = _STR_BODY.match(buf, pos, stop).end()
+                    if e < stop and buf[e] == '"':
+                        in_str, pos = False, e + 1
+                        if depth == 0:
+                            return pos
+                        continue
+                    pos = e                 # the window's end, or a backslash just before it
+                    if stop == n:
+                        break               # the text (or the escape) goes on in the next chunk
+                    continue
+                m = _STRUCT.search(buf, pos)
+                if m is None:
+                    pos = n
+                    break
+                c, pos = m.group(), m.end()
+                if c == '"':
+                    in_str = True
+                elif c in "{[":
+                    depth += 1
+                else:
+                    depth -= 1
+                    if depth <= 0:
+                        return pos
+            keep = buf[pos:]                    # empty, or one backslash
+            b.base += pos
+            b.buf = keep
+            pos = 0
+            if not b.more():
+                raise Truncated(f"truncated JSON: the text ends inside the value at offset {b.base}")
 
     # ------------------------------------------------------------------ document
     def batches(self) -> Iterator[list]:
@@ -402,10 +456,32 @@ class EventStream:
                 self.events_not_list = True
             if not c:
                 raise Truncated("truncated JSON: the text ends inside the top-level object")
-            value, i = self._value(i, f"the value of top-level key {key[:40]!r}")
-            if key != "traceEvents":
+            value, i = self._header_value(i, key)
+            if key != "traceEvents" and value is not _UNREADABLE:
                 self.header[key] = value
             i = self._b.compact(i)
+
+    def _header_value(self, i: int, key: str):
+        """The value of top-level key ``key`` at ``i`` and its end; a value that is valid JSON text but
+        cannot be built (an integer of more than 4300 digits) is skipped: :data:`_UNREADABLE` is
+        returned and the key named in :attr:`bad_header`."""
+        try:
+            return self._value(i, f"the value of top-level key {key[:40]!r}")
+        except (json.JSONDecodeError, StreamError):
+            raise
+        except ValueError as exc:
+            c = self._b.buf[i]
+            if c in "{[":
+                end = self._end_of_bad_value(i)
+            else:
+                m = _NUMBER.match(self._b.buf, i)
+                if m is None:
+                    raise
+                end = m.end()
+            self.n_bad_header += 1
+            if len(self.bad_header) < 3:
+                self.bad_header.append(f"{key[:40]!r} at offset {self._b.base + i} ({str(exc).split(';')[0][:80]})")
+            return _UNREADABLE, end
 
     def _events_list(self, i: int) -> Iterator:
         """Yield the events of the list whose ``[`` ends before ``i``; sets ``self._pos`` after its ``]``.
@@ -461,7 +537,7 @@ class EventStream:
     def _decode_batch(self, buf: str, i: int, k: int):
         """Events of ``buf[i:k]`` (complete events separated by commas) or None when that text holds
         a bad event (or the cut fell inside a string): the caller then goes event by event."""
-        text = "[" + buf[i:k] + "]"
+        text = "".join(("[", buf[i:k], "]"))        # two copies of the text, not three
         if _BATCH is not None:
             try:
                 return _BATCH.decode(text)
@@ -489,6 +565,9 @@ class EventStream:
             return SKIPPED, j
         except json.JSONDecodeError as exc:
             self._skip_bad(index, i, exc.msg)
+        except TooBig as exc:
+            self._skip_bad(index, i, str(exc).split(" - ")[0].split(" is ", 1)[-1], lexical=False)
+            return SKIPPED, self._skip_value(i)
         except Truncated:
             raise
         except StreamError:
@@ -497,10 +576,10 @@ class EventStream:
             self._skip_bad(index, i, str(exc).split(";")[0][:80])
         return SKIPPED, self._end_of_bad_value(i)
 
-    def _skip_bad(self, index: int, i: int, reason: str) -> None:
+    def _skip_bad(self, index: int, i: int, reason: str, lexical: bool = True) -> None:
         self.n_bad += 1
         if len(self.bad) < 5:
-            self.bad.append(BadEvent(index, self._b.base + i, reason))
+            self.bad.append(BadEvent(index, self._b.base + i, f"invalid JSON: {reason}" if lexical else reason))
 
 
 SKIPPED = None      # yielded in place of an event that is not valid JSON (already counted in ``bad``)

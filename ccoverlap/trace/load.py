@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ccoverlap.config import PATH_CHARS, clip_middle
 from ccoverlap.errors import TraceError
 from ccoverlap.trace.columns import (  # noqa: F401
     COMM_OP_PREFIXES,
@@ -50,6 +51,7 @@ from ccoverlap.trace.columns import (  # noqa: F401
     SKIP_CATS,
     Columns,
 )
+from ccoverlap.trace.consistency import check_times
 from ccoverlap.trace.jsonstream import COMM_ARG_FIELDS as COMM_ARG_KEYS  # noqa: F401
 from ccoverlap.trace.jsonstream import EventStream, StreamError, Truncated
 from ccoverlap.trace.rank_assign import assign_ranks, rank_from_meta  # assign_ranks: re-exported
@@ -99,6 +101,7 @@ class RawTrace:
     steps: list[tuple[int, float, float, bool]]
     n_events: int = 0
     n_malformed: int = 0
+    n_dropped: int = 0          # events dropped for inconsistent timestamps (ccoverlap.trace.consistency)
     float_ts: bool = False
     rank: int | None = None
     world_size: int | None = None
@@ -141,15 +144,18 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Source], list[str]]:
             problems.extend(why)
             continue
         path = Path(p)
-        if path.is_dir():
-            found = sorted(f for f in path.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
-            if not found:
-                problems.append(f"{path}: no *.json or *.json.gz trace files in this directory")
-            files.extend(found)
-        elif path.is_file():
-            files.append(path)
-        else:
-            problems.append(f"{path}: {_why_not_there(path)}")
+        try:
+            if path.is_dir():
+                found = sorted(f for f in path.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+                if not found:
+                    problems.append(f"{clip_middle(str(path))}: no *.json or *.json.gz trace files in this directory")
+                files.extend(found)
+            elif path.is_file():
+                files.append(path)
+            else:
+                problems.append(f"{clip_middle(str(path))}: {_why_not_there(path)}")
+        except OSError as exc:      # a name longer than the system allows, a directory that cannot be listed
+            problems.append(f"{clip_middle(str(path))}: cannot read ({exc.strerror or type(exc).__name__})")
     seen: set = set()
     unique = []
     for f in files:
@@ -219,14 +225,17 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: boo
 
     Raises :class:`TraceError` naming the file for: unreadable, empty, not JSON, truncated,
     named ``.gz`` but not gzip, a broken gzip stream, valid JSON that is not a trace (no
-    ``traceEvents`` list, no event objects), nesting deeper than the recursion limit or a
-    single value longer than :data:`~ccoverlap.trace.jsonstream.MAX_VALUE_CHARS` characters.
+    ``traceEvents`` list, no event objects), a header value nested deeper than the recursion
+    limit or longer than :data:`~ccoverlap.trace.jsonstream.MAX_VALUE_CHARS` characters (an
+    event that is either is skipped and counted).
     ``keep_cpu_ops=False``: in a file with device events keep only the CPU ops the analyser
     joins to kernels (collective ops; ``ProfilerStep`` annotations are in ``steps``) - less memory
     per rank; ``ts_min`` still covers every event.
     A single bad event (invalid JSON inside it, NaN / Infinity / out-of-range numbers, wrong
     types, negative durations) is skipped and counted; the warning names the first ones by
-    index and character offset.
+    index and character offset. An event whose timestamps contradict the rest of the file (far
+    outside its span, a GPU event before its launch, out of order on its stream) is dropped and
+    counted in ``n_dropped`` (:mod:`ccoverlap.trace.consistency`), with a warning.
     ``keep_runtime`` also keeps what ``ccoverlap replay`` needs: the name and duration of every
     launch (``l_nid``/``l_dur``) and the wait args of ``cuda_sync`` events.
     ``keep_op_args`` also keeps every CPU op's External id (``c_ext``) and recorded shapes
@@ -236,7 +245,10 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: boo
     try:
         _sniff(path)
         raw = _parse_events(path, keep_cpu_ops, keep_runtime, keep_op_args)
-    except TraceError:
+    except TraceError as exc:
+        name = str(path)
+        if len(name) > PATH_CHARS:      # every message starts with the file's name: keep it short
+            raise TraceError(str(exc).replace(name, clip_middle(name), 1)) from None
         raise
     except Truncated as exc:
         raise TraceError(f"{path}: truncated or invalid JSON ({exc})") from None
@@ -252,6 +264,8 @@ def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: boo
         raise TraceError(f"{path}: JSON nested too deeply") from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (ValueError, OverflowError) as exc:      # a value no check above foresaw: this file only
+        raise TraceError(f"{path}: cannot be read ({type(exc).__name__}: {str(exc)[:120]})") from None
     return raw
 
 
@@ -271,6 +285,9 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
     header = es.header
     n_bad, bad_at = cols.n_bad, cols.bad_at
     c = cols.finish()
+    dropped = check_times(c, cols.steps)
+    for k in ("k_seq", "c_seq", "l_seq"):
+        del c[k]
     steps = [st[:4] for st in cols.steps]
     if not es.has_events:
         keys = ", ".join(repr(k)[:40] for k in list(header)[:6]) or "none"
@@ -282,7 +299,9 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
         raise TraceError(f"{path}: 'traceEvents' is empty - nothing was recorded")
     if n_bad >= es.count and not (len(c["k_ts"]) or len(c["c_ts"]) or len(c["l_ts"]) or steps):
         raise TraceError(f"{path}: valid JSON but not a Chrome/Kineto trace: none of its {es.count} "
-                         f"'traceEvents' entries is a usable event (an object with ph, name, ts, dur)")
+                         f"'traceEvents' entries is a usable event (an object with ph, name, ts, dur)"
+                         + (f"; event #{es.bad[0].index} at offset {es.bad[0].offset}: {es.bad[0].reason}"
+                            if es.bad else ""))
     n_events = es.count
     threads = cols.threads
     many = _many_pids(threads)
@@ -305,7 +324,7 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
         k_shape=c["k_shape"], c_nid=c["c_nid"], c_ts=c["c_ts"], c_dur=c["c_dur"], c_tid=c["c_tid"],
         c_ext=c["c_ext"], c_info=c["c_info"], c_annot=c["c_annot"], l_corr=c["l_corr"], l_ts=c["l_ts"],
         l_tid=c["l_tid"], steps=sorted(steps, key=lambda s: s[1]), n_events=n_events, n_malformed=n_bad,
-        float_ts=cols.float_ts, ts_min=ts_min,
+        float_ts=cols.float_ts, ts_min=ts_min, n_dropped=dropped.count,
     )
     if keep_op_args:
         raw.c_args = c["c_args"]
@@ -316,10 +335,17 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
         where = []
         for i in sorted(set(bad_at) | set(lexical))[:3]:
             b = lexical.get(i)
-            where.append(f"event #{i} at offset {b.offset} (invalid JSON: {b.reason})" if b else f"event #{i}")
+            where.append(f"event #{i} at offset {b.offset} ({b.reason})" if b else f"event #{i}")
         raw.warnings.append(f"{path}: skipped {n_bad} malformed event(s) (invalid JSON inside the event, "
-                            f"NaN/Infinity/out-of-range numbers, wrong types, missing ts, negative duration), "
+                            f"nested too deeply or too long, NaN/Infinity/out-of-range numbers, wrong types, "
+                            f"missing ts, negative duration), "
                             f"first: {'; '.join(where)}")
+    if es.n_bad_header:
+        raw.warnings.append(f"{path}: skipped {es.n_bad_header} header value(s) that cannot be read, first: "
+                            f"{'; '.join(es.bad_header)}")
+    if dropped.count:
+        raw.warnings.append(f"{path}: {dropped.describe()}")
+    raw.warnings.extend(f"{path}: {note}" for note in dropped.notes)
     rank_from_meta(raw)
     return raw
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from ccoverlap.config import short
 from ccoverlap.trace.sources import file_name
 
 if TYPE_CHECKING:
@@ -21,33 +22,62 @@ __all__ = ["rank_from_meta", "assign_ranks"]
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
 
 
+#: Largest rank or world size a trace may state (a larger one is ignored, with a warning).
+MAX_RANK = 2**31 - 1
+
+
 def _as_int(v) -> int | None:
-    """A non-negative integer written as int, integral float or digits; else None."""
-    if v.__class__ is int and v >= 0:
-        return v
-    if isinstance(v, float) and v.is_integer() and v >= 0:
-        return int(v)
-    if isinstance(v, str) and v.isdigit():
-        return int(v)
-    return None
+    """A rank or world size 0 .. :data:`MAX_RANK` written as int, integral float or ASCII digits; else None."""
+    if v.__class__ is int:
+        n = v
+    elif isinstance(v, float) and v.is_integer():
+        n = int(v)
+    elif isinstance(v, str) and v.isascii() and v.isdigit() and len(v) <= len(str(MAX_RANK)):
+        n = int(v)
+    else:
+        return None
+    return n if 0 <= n <= MAX_RANK else None
+
+
+def _header_number(raw: RawTrace, info: dict, key: str) -> int | None:
+    """``distributedInfo[key]`` as a rank number; a value that is there but is not one is ignored
+    with a warning naming the file and the field."""
+    v = info.get(key)
+    n = _as_int(v)
+    if n is None and v is not None:
+        raw.warnings.append(f"{raw.path}: distributedInfo.{key} {short(v)} is not a whole number 0..{MAX_RANK} "
+                            f"- ignored")
+    return n
 
 
 def rank_from_meta(raw: RawTrace) -> None:
     """Set ``raw.rank`` / ``raw.world_size`` / ``raw.rank_source`` of one trace from its
-    ``distributedInfo``, else the rank from the file name (``rank3``, ``rank-3``, ``_rank_3``)."""
+    ``distributedInfo``, else the rank from the file name (``rank3``, ``rank-3``, ``_rank_3``).
+    A value that is not a rank (not a whole number 0 .. :data:`MAX_RANK`: ``"²"``, a 5000-digit
+    string, 2**64) is ignored with a warning and the next evidence decides, as for a missing one."""
     info = raw.meta.get("distributedInfo")
     if isinstance(info, dict):
-        raw.rank = _as_int(info.get("rank"))
-        raw.world_size = _as_int(info.get("world_size"))
+        raw.rank = _header_number(raw, info, "rank")
+        raw.world_size = _header_number(raw, info, "world_size")
         if raw.rank is not None:
             raw.rank_source = "distributedInfo"
             return
+    digits = _name_digits(raw)
+    if digits is not None:
+        raw.rank = _as_int(digits)
+        if raw.rank is None:
+            raw.warnings.append(f"{raw.path}: the rank in the file name ({short(digits)}) is larger than "
+                                f"{MAX_RANK} - ignored")
+        else:
+            raw.rank_source = "file name"
+
+
+def _name_digits(r) -> str | None:
+    """The digits of the last ``rank<N>`` in the file name of ``r`` (None: none)."""
     m = None
-    for m in _RANK_IN_NAME.finditer(file_name(raw.path)):
+    for m in _RANK_IN_NAME.finditer(file_name(r.path)):
         pass
-    if m is not None:
-        raw.rank = int(m.group(1))
-        raw.rank_source = "file name"
+    return m.group(1) if m is not None else None
 
 
 def _evidence(r, world: int | None) -> tuple:
@@ -70,10 +100,8 @@ def _why(r, world: int | None) -> str:
 
 
 def _name_rank(r) -> int | None:
-    m = None
-    for m in _RANK_IN_NAME.finditer(file_name(r.path)):
-        pass
-    return int(m.group(1)) if m is not None else None
+    digits = _name_digits(r)
+    return _as_int(digits) if digits is not None else None
 
 
 def assign_ranks(raws: list[RawTrace]) -> tuple[list[RawTrace], list[str]]:

@@ -7,7 +7,6 @@ window: compute alone, compute overlapped with communication, exposed communicat
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -17,8 +16,10 @@ import numpy as np
 from rich.console import Console
 
 from ccoverlap.console import Col, make_console, print_table, print_wrapped
+from ccoverlap.outputs import save_figure
 from ccoverlap.trace.ranks import MAX_CLOCK_SPREAD_S
-from ccoverlap.trace.result import COMM_KERNEL_KEYS, Analysis, comm_kernel_columns
+from ccoverlap.trace.report_json import print_problems, write_json  # noqa: F401 - re-exported
+from ccoverlap.trace.result import Analysis
 
 MAX_LANE_RANKS = 16
 
@@ -89,7 +90,7 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
     _print_contention(con, a.contention)
     v = a.verdict
     colour = {"fine": "green", "overlap-limited": "yellow", "contention-limited": "yellow",
-              "communication-bound": "red"}.get(v.label, "white")
+              "communication-bound": "red", "host-bound": "yellow"}.get(v.label, "white")
     con.print(f"[bold {colour}]Verdict: {v.label}[/bold {colour}] - {v.why}.")
     con.print(f"[bold]Most worth trying:[/bold] {v.try_next}.")
 
@@ -181,12 +182,6 @@ def _console(file: IO | None, width: int | None = None):
     return make_console(file, highlight=False)
 
 
-def print_problems(problems: list[str], file: IO) -> None:
-    """One ``warning:`` line per problem (file name first)."""
-    for p in problems:
-        file.write(f"ccoverlap analyze: warning: {p}\n")
-
-
 def _short(name: str, n: int = 80) -> str:
     return name if len(name) <= n else name[: n - 3] + "..."
 
@@ -195,50 +190,6 @@ def _ranges(ranks: list[int]) -> str:
     if len(ranks) <= 4:
         return ",".join(map(str, ranks))
     return f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
-
-
-#: stands for the ``comm_kernels`` list while the rest of the object is encoded
-_ROWS = "\0comm_kernels\0"
-#: one row as ``json.dumps(..., indent=2)`` writes a flat object two levels deep, from the C encoder
-_ROW_SEP = ",\n      "
-#: what separates two rows in that layout
-_ROW_BREAK = "\n    },\n    {\n      "
-#: one row's fields in that layout, each value's JSON text in place of its %s
-_ROW = _ROW_SEP.join(f"{json.dumps(k)}: %s" for k in COMM_KERNEL_KEYS)
-
-
-def _json_texts(values: list) -> list[str]:
-    """The JSON text of each value (``json.dumps`` of it): a column of one type at a time (ints,
-    floats or None, strings repeating), so a repeated value is encoded once."""
-    kinds = set(map(type, values))
-    if kinds <= {int}:
-        return list(map(int.__repr__, values))
-    if kinds <= {float, type(None)}:     # finite floats (json_ready made the others None)
-        return ["null" if v is None else repr(v) for v in values]
-    if kinds <= {str, type(None)}:
-        memo: dict = {}
-        return [memo[v] if v in memo else memo.setdefault(v, json.dumps(v)) for v in values]
-    return [json.dumps(v, allow_nan=False) for v in values]
-
-
-def write_json(a: Analysis, file: IO, extra: dict | None = None) -> None:
-    """The analysis as one JSON object (strict JSON: no NaN / Infinity), as ``json.dump(a.to_dict(),
-    indent=2)`` writes it. The ``comm_kernels`` rows - one per communication kernel of the job,
-    the bulk of a large job's output - are encoded and written a few thousand at a time (lists of
-    flat objects, by the standard library's C encoder), never held as one list."""
-    doc = a.to_dict(comm_kernels=_ROWS)
-    if extra:
-        doc.update(extra)
-    key = '"comm_kernels": '
-    head, _, tail = json.dumps(doc, indent=2, allow_nan=False).partition(key + json.dumps(_ROWS))
-    file.write(head + key)
-    sep = "[\n    "
-    for cols in comm_kernel_columns(a):
-        file.write(sep + "{\n      " + _ROW_BREAK.join(map(_ROW.__mod__, zip(*map(_json_texts, cols)))) + "\n    }")
-        sep = ",\n    "
-    file.write("[]" if sep.startswith("[") else "\n  ]")
-    file.write(tail)
-    file.write("\n")
 
 
 def print_comparison(cmp: dict, name_a: str, name_b: str, file: IO | None = None) -> None:
@@ -268,7 +219,6 @@ def write_png(a: Analysis, path: str | Path, *, step: int | None = None) -> Path
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if step is None and a.analysed_steps:
         step = a.analysed_steps[0]
     shown = a.ranks[:MAX_LANE_RANKS]
@@ -326,9 +276,10 @@ def write_png(a: Analysis, path: str | Path, *, step: int | None = None) -> Path
     bx.legend(fontsize=8, ncol=4, loc="upper right")
     bx.set_title(f"verdict: {a.verdict.label}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
 
 
 def _subtract(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -95,7 +95,7 @@ class Analysis:
             d.update({k: getattr(m, k) for k in METRIC_KEYS})
             d.update({"bubble_s": m.bubble_s, "comm_bytes": m.comm_bytes, "file": str(rt.path), "mode": rt.mode,
                       "rank_source": rt.meta.get("rank_source"), "device": rt.meta.get("device"),
-                      "rows": rt.rows})
+                      "rows": rt.rows, "malformed_events": rt.n_malformed, "dropped_events": rt.n_dropped})
             d["steps"] = [dict({"step": s}, **{k: getattr(self.step_metrics[s][m.rank], k) for k in METRIC_KEYS})
                           for s in self.analysed_steps if m.rank in self.step_metrics[s]]
             ranks.append(d)

@@ -13,6 +13,7 @@ worker reads its rank straight from the store and the driver never holds the byt
 from __future__ import annotations
 
 import gzip
+import io
 import re
 from pathlib import Path
 from typing import BinaryIO, Union
@@ -58,14 +59,74 @@ def _filesystem(url: str):
         raise TraceError(f"{url}: {exc}") from None
 
 
+#: Most bytes a gzip trace may expand to per compressed byte read so far; real Kineto traces
+#: compress 10-25x, a decompression bomb (a run of one byte) ~1000x.
+MAX_GZIP_RATIO = 200
+#: Decompressed bytes below which the ratio is not checked (a small file's header may compress well).
+RATIO_FREE_BYTES = 16 * 2**20
+#: Most bytes one gzip trace may expand to in all (several times the largest real traces).
+MAX_GZIP_BYTES = 32 * 2**30
+
+
+class _Gunzip(io.RawIOBase):
+    """A gzip stream over a compressed file object that stops with :class:`TraceError` once the
+    output passes :data:`MAX_GZIP_RATIO` times the compressed bytes read (beyond
+    :data:`RATIO_FREE_BYTES`) or :data:`MAX_GZIP_BYTES` in all, checked at every read (256 KiB
+    a read in the trace reader), so a bomb costs at most one read past the limit."""
+
+    def __init__(self, source: Source, raw: BinaryIO) -> None:
+        self.source, self.raw = source, raw
+        self.gz = gzip.GzipFile(fileobj=raw, mode="rb")
+        self.out = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.gz.read(n if n is not None and n >= 0 else 1 << 20)
+        self.out += len(data)
+        if self.out > RATIO_FREE_BYTES:
+            packed = max(self.raw.tell(), 1)
+            if self.out > MAX_GZIP_RATIO * packed:
+                raise TraceError(f"{self.source}: gzip expands more than {MAX_GZIP_RATIO}x "
+                                 f"({self.out >> 20} MiB from {packed >> 10} KiB read so far) - a decompression "
+                                 f"bomb, not a profiler trace (limit MAX_GZIP_RATIO = {MAX_GZIP_RATIO})")
+        if self.out > MAX_GZIP_BYTES:
+            raise TraceError(f"{self.source}: gzip expands to more than {_size(MAX_GZIP_BYTES)} "
+                             f"(limit MAX_GZIP_BYTES)")
+        return data
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        try:
+            self.gz.close()
+        finally:
+            self.raw.close()
+            super().close()
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:g} GiB" if n >= 2**30 else f"{n / 2**20:g} MiB"
+
+
 def open_binary(source: Source, gzipped: bool = False) -> BinaryIO:
-    """A binary file object of ``source``, gunzipped with ``gzipped`` (OSError when it cannot be
-    read); closing it closes everything it opened."""
+    """A binary file object of ``source``, gunzipped with ``gzipped`` within the limits above
+    (OSError when it cannot be read, TraceError past a limit); closing it closes everything it
+    opened."""
+    raw = _open_raw(source)
+    return _Gunzip(source, raw) if gzipped else raw   # type: ignore[return-value]
+
+
+def _open_raw(source: Source) -> BinaryIO:
     if not is_url(source):
-        return gzip.open(source, "rb") if gzipped else open(source, "rb")
+        return open(source, "rb")
     fs, path = _filesystem(source)
     try:
-        return fs.open(path, "rb", compression="gzip" if gzipped else None)
+        return fs.open(path, "rb")
     except OSError:
         raise
     except Exception as exc:   # a store's own error types (credentials, permissions, network)

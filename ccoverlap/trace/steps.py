@@ -27,6 +27,8 @@ from ccoverlap.trace.classify import RankTrace
 
 # a --steps list longer than this is kept as ranges (never expanded into memory)
 MAX_LISTED_STEPS = 10_000
+#: Largest step number ``--steps`` may name: a trace's ``ProfilerStep#N`` is read up to 15 digits.
+MAX_STEP = 10**15 - 1
 
 
 class StepRanges:
@@ -92,9 +94,12 @@ def parse_steps(spec: str | None) -> str | list[int] | StepRanges:
             else:
                 ranges.append((int(part), int(part)))
         except ValueError:
-            raise ConfigError(f"--steps: {spec!r} is not 'hta', 'all', or step numbers like '3,4' or '3-5'") from None
+            raise ConfigError(f"--steps: {short(spec)} is not 'hta', 'all', or step numbers like '3,4' or '3-5'") from None
+        if ranges[-1][1] > MAX_STEP:
+            raise ConfigError(f"--steps: step {short(ranges[-1][1])} is larger than {MAX_STEP} (the largest "
+                              f"ProfilerStep number a trace can hold)")
     if not ranges:
-        raise ConfigError(f"--steps: {spec!r} names no step")
+        raise ConfigError(f"--steps: {short(spec)} names no step")
     sel = StepRanges(ranges)
     if len(sel) > MAX_LISTED_STEPS:
         return sel

@@ -33,11 +33,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ccoverlap.errors import TraceError
+from ccoverlap.config import clip_middle
+from ccoverlap.errors import ConfigError, TraceError
 from ccoverlap.sim.timeline import RankMetrics, Timeline, merge_intervals, rank_metrics
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
 from ccoverlap.trace.contention import covered_length, rank_samples
+from ccoverlap.trace.critical import comm_bound_s
 from ccoverlap.trace.dimensions import apply_cpu_groups, cpu_thread_calls, rank_dimension_parts
 from ccoverlap.trace.sources import as_source
 from ccoverlap.trace.steps import assign_steps, selection_mask, step_rows, step_windows
@@ -72,7 +74,8 @@ class RankSummary:
     Times are seconds from ``origin_us`` (this file's earliest timestamp, µs). ``comm`` holds the
     analysed communication rows (a Timeline; ``comm_group_size``, ``comm_size_source`` and
     ``comm_exposed_s`` are its extra columns). ``error`` is set (and nothing else measured) when
-    the file could not be read; ``empty`` when it has nothing to measure.
+    the file could not be read; ``empty`` when it has nothing to measure. ``n_malformed``: events
+    skipped as unreadable; ``n_dropped``: events dropped for inconsistent timestamps.
     """
 
     path: str
@@ -84,6 +87,7 @@ class RankSummary:
     rank_source: str = ""
     n_events: int = 0
     n_malformed: int = 0
+    n_dropped: int = 0
     n_device: int = 0
     origin_us: float = 0.0
     empty: bool = False
@@ -100,6 +104,7 @@ class RankSummary:
     comm_group_size: np.ndarray | None = None
     comm_size_source: np.ndarray | None = None
     comm_exposed_s: np.ndarray | None = None
+    comm_bound_s: float | None = None     # what removing all communication could save (GPU traces, :mod:`.critical`)
     analysed_names: list[str] = field(default_factory=list)
     contention: dict = field(default_factory=dict)
     dimension_parts: list = field(default_factory=list)
@@ -140,19 +145,25 @@ def summarize_rank(source: str | Path, ctx: JobContext | None = None) -> RankSum
         return RankSummary(path=str(path), error=str(exc))
     out = RankSummary(path=str(path), warnings=list(raw.warnings), header=_header(raw.meta), rank=raw.rank,
                       world_size=raw.world_size, rank_source=raw.rank_source, n_events=raw.n_events,
-                      n_malformed=raw.n_malformed, n_device=len(raw.k_ts))
+                      n_malformed=raw.n_malformed, n_dropped=raw.n_dropped, n_device=len(raw.k_ts))
     origin = origin_us([raw])
     out.origin_us = origin
     own_world = raw.world_size
     if own_world is None and ctx.world_size is not None:
         raw.world_size = ctx.world_size
     out.assumed["world_size"] = raw.world_size
-    rt = build_rank(raw, origin, hta_rounding=(ctx.time_resolution == "hta"))
-    del raw
-    if rt is None:
-        out.empty = True
-        return out
-    _measure(rt, ctx, out)
+    try:
+        rt = build_rank(raw, origin, hta_rounding=(ctx.time_resolution == "hta"))
+        del raw
+        if rt is None:
+            out.empty = True
+            return out
+        _measure(rt, ctx, out)
+    except ConfigError:
+        raise
+    except (ValueError, OverflowError) as exc:      # a value no check foresaw: this rank only
+        return RankSummary(path=str(path), error=f"{clip_middle(str(path))}: cannot be analysed "
+                                                 f"({type(exc).__name__}: {str(exc)[:120]})")
     return out
 
 
@@ -191,6 +202,12 @@ def _measure(rt: RankTrace, ctx: JobContext, out: RankSummary) -> None:
     out.comm_group_size = rt.group_size[cm]
     out.comm_size_source = rt.size_source[cm] if rt.size_source is not None else np.full(int(cm.sum()), "", object)
     out.comm_exposed_s = out.comm.duration_s - covered_length(cs, ce, out.comm.start_s, out.comm.end_s)
+    if rt.mode == "gpu":
+        later = np.flatnonzero(~mask & (tl.start_s >= out.first_start_s)) if out.rows else np.empty(0, dtype=int)
+        nxt = int(later[np.argmin(tl.start_s[later])]) if len(later) else -1
+        out.comm_bound_s = comm_bound_s(tl.start_s[mask], tl.end_s[mask], cm[mask], rt.launch_s[mask],
+                                        float(tl.start_s[nxt]) if nxt >= 0 else np.inf,
+                                        float(rt.launch_s[nxt]) if nxt >= 0 else np.nan)
     out.contention = rank_samples(rt, mask, min_samples=ctx.min_samples)
     out.dimension_parts = rank_dimension_parts(rt, mask, ctx.groups, (cs, ce))
     if ctx.lanes:

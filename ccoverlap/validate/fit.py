@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields
 
 from scipy.optimize import minimize_scalar
 
+from ccoverlap.config import short
 from ccoverlap.cost.params import CostParams
 from ccoverlap.errors import ConfigError
 from ccoverlap.validate.predict import cost_params_for
@@ -47,9 +48,9 @@ def parse_fit_params(text: str) -> list[str]:
     ok = set(fittable_params())
     for n in names:
         if n not in known:
-            raise ConfigError(f"--fit: unknown cost parameter {n!r}; fittable: {', '.join(sorted(ok))}")
+            raise ConfigError(f"--fit: unknown cost parameter {short(n)}; fittable: {', '.join(sorted(ok))}")
         if n not in ok:
-            raise ConfigError(f"--fit: {n!r} is not a physical efficiency or overhead and may not be fitted "
+            raise ConfigError(f"--fit: {short(n)} is not a physical efficiency or overhead and may not be fitted "
                               f"(only names ending in {', '.join(FITTABLE_SUFFIXES)} or link_efficiency_*); "
                               f"fittable: {', '.join(sorted(ok))}")
     if len(set(names)) != len(names):

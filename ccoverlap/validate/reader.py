@@ -32,7 +32,7 @@ from ccoverlap.catalog.hardware import (
     load_cluster_file,
     read_config_file,
 )
-from ccoverlap.config import short, typed
+from ccoverlap.config import short, suggest, typed
 from ccoverlap.errors import ConfigError
 from ccoverlap.validate.measure import FLOP_RULES, MEASURE_KINDS, Measurement, implied_step_time_s, model_tflops_per_gpu
 
@@ -432,7 +432,13 @@ def runs_path(arg: str | Path) -> Path:
     (:data:`PUBLISHED`), anything else a path."""
     if not isinstance(arg, (str, os.PathLike)):
         raise ConfigError(f"expected the path of a runs file or 'published', got {short(arg)}")
-    return PUBLISHED if str(arg) == "published" else Path(arg)
+    if str(arg) == "published":
+        return PUBLISHED
+    p = Path(arg)
+    if not p.suffix and not p.exists():  # 'publshed', a typo: not "unknown config format ''"
+        raise ConfigError(f"{short(str(arg))}: no such runs file{suggest(str(arg), ['published'])} "
+                          f"(a .yaml, .json or .toml file, or 'published' for the shipped set)")
+    return p
 
 
 def load_runs(path: str | Path, *, keep_going: bool = False) -> RunsFile:

@@ -22,6 +22,8 @@ SCRIPT = BENCH / "layer_vs_sim.py"
 META = {"layer": "tiny", "hidden": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "ffn": 128, "seq": 64,
         "batch": 1, "dtype": "bfloat16", "device": "NVIDIA H200", "torch": "2.11.0+cu130", "steps": 2}
 T, H, QKV = 64, 64, (4 + 2 * 2) * 16
+# each kernel starts this long after its launch call: kernels on the stream run in launch order
+QUEUE_US = 400.0
 
 
 class Trace:
@@ -36,16 +38,16 @@ class Trace:
         self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
                             "args": {"External id": len(self.events), **args}})
 
-    def launch(self, ts, kernel_ts, dur, tid=1, name="kern", cat="kernel"):
+    def launch(self, ts, dur, tid=1, name="kern", cat="kernel"):
         self.corr += 1
         self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": tid,
                             "ts": ts, "dur": 1, "args": {"correlation": self.corr, "External id": 0}})
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": kernel_ts, "dur": dur,
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts + QUEUE_US, "dur": dur,
                             "args": {"correlation": self.corr, "External id": 0, "stream": 7, "device": 0}})
 
     def mm(self, ts, dims, kdur, tid=1):
         self.op("aten::mm", ts, 10, tid, **{"Input Dims": dims, "Input type": ["c10::BFloat16"] * 2})
-        self.launch(ts + 5, ts + 500, kdur, tid, name="nvjet_gemm")
+        self.launch(ts + 5, kdur, tid, name="nvjet_gemm")
 
 
 def step(tr: Trace, s: float, qkv_us: float) -> None:
@@ -53,41 +55,41 @@ def step(tr: Trace, s: float, qkv_us: float) -> None:
     tr.op(f"ProfilerStep#{int(s // 1000) + 1}", s, 900, cat="user_annotation")
     tr.op("layer.attn_norm", s + 10, 20, cat="user_annotation")
     tr.op("aten::pow", s + 12, 10)
-    tr.launch(s + 15, s + 400, 2.0)                                     # other fwd
+    tr.launch(s + 15, 2.0)                                     # other fwd
     tr.op("layer.qkv", s + 40, 30, cat="user_annotation")
     tr.mm(s + 45, [[T, H], [H, QKV]], qkv_us)                            # qkv fwd
     tr.op("aten::zero_", s + 56, 3)
-    tr.launch(s + 57, s + 450, 0.5, cat="gpu_memset", name="Memset")   # other fwd (a memset)
+    tr.launch(s + 57, 0.5, cat="gpu_memset", name="Memset")   # other fwd (a memset)
     tr.op("layer.attention", s + 80, 30, cat="user_annotation")
     tr.op("aten::scaled_dot_product_attention", s + 82, 20)
     tr.op("aten::_flash_attention_forward", s + 84, 10)
-    tr.launch(s + 86, s + 520, 10.0, name="flash_fwd")                  # attention fwd
+    tr.launch(s + 86, 10.0, name="flash_fwd")                  # attention fwd
     tr.op("layer.out_proj", s + 120, 40, cat="user_annotation")
     tr.mm(s + 122, [[T, H], [H, H]], 4.0)                               # out_proj fwd
     tr.op("aten::add", s + 140, 10)
-    tr.launch(s + 142, s + 530, 1.0)                                    # other fwd (residual add)
+    tr.launch(s + 142, 1.0)                                    # other fwd (residual add)
     tr.op("aten::fill_", s + 170, 10)
-    tr.launch(s + 172, s + 540, 0.25)                                   # outside the labels
+    tr.launch(s + 172, 0.25)                                   # outside the labels
     b = s + 300
     tr.op("autograd::engine::evaluate_function: MmBackward0", b, 40, tid=2)
     tr.mm(b + 2, [[H, T], [T, H]], 8.0, tid=2)                          # out_proj: wgrad (first)
     tr.mm(b + 20, [[T, H], [H, H]], 9.0, tid=2)                         # out_proj: dgrad
     tr.op("autograd::engine::evaluate_function: ScaledDotProductFlashAttentionBackward0", b + 50, 30, tid=2)
     tr.op("aten::_flash_attention_backward", b + 52, 20, tid=2)
-    tr.launch(b + 55, s + 600, 20.0, tid=2, name="flash_bwd")          # attention bwd
+    tr.launch(b + 55, 20.0, tid=2, name="flash_bwd")          # attention bwd
     tr.op("autograd::engine::evaluate_function: MmBackward0", b + 90, 40, tid=2)
     tr.mm(b + 92, [[QKV, T], [T, H]], 11.0, tid=2)                      # qkv wgrad (contracts over T)
     tr.mm(b + 110, [[T, QKV], [QKV, H]], 12.0, tid=2)                   # qkv dgrad (over QKV)
     tr.op("autograd::engine::evaluate_function: PowBackward0", b + 140, 20, tid=2)
     tr.op("aten::mul", b + 142, 10, tid=2)
-    tr.launch(b + 145, s + 700, 3.0, tid=2)                             # other bwd
+    tr.launch(b + 145, 3.0, tid=2)                             # other bwd
 
 
 def layer_dir(tmp_path, *, kernels=True, meta=META):
     tr = Trace()
     step(tr, 0.0, 5.0)
     step(tr, 1000.0, 7.0)
-    tr.launch(5000, 5500, 99.0)                                         # after the profiled steps
+    tr.launch(5000, 99.0)                                         # after the profiled steps
     events = tr.events if kernels else [e for e in tr.events if e.get("cat") not in ("kernel", "gpu_memset")]
     d = tmp_path / "layer"
     (d / "trace").mkdir(parents=True)

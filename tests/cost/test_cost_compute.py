@@ -17,7 +17,7 @@ from ccoverlap.cost import (
 from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
 
 H100 = GPUS["H100-SXM"]
-P = default_params(H100)
+P = default_params(H100, sustained=False)  # the clock the kernel parameters were fitted at
 TILE = (P.gemm_tile_m, P.gemm_tile_n)
 
 
@@ -41,7 +41,7 @@ def test_gemm_time_steps_at_wave_boundaries():
     assert t[132] / t[131] < 1.02
     assert t[133] / t[132] > 1.6
     assert t[264] / t[133] < 1.15
-    assert t[265] / t[264] > 1.4
+    assert t[265] / t[264] > 1.3  # a one-tile third wave runs at the boost clock: ~1 + 0.76 / 2
     # the library-style choice among tile sizes softens, but does not remove, the step
     assert gemm_time_s(_gemm_with_tiles(133), H100, P) / gemm_time_s(_gemm_with_tiles(132), H100, P) > 1.3
 

@@ -216,12 +216,13 @@ def test_fsdp_partition_beats_no_partition(decisions, name):
 
 def test_brief_fsdp_example_is_communication_bound(decisions):
     """Llama-3-8B, FSDP over 2 x 8 A40, micro-batch 1: the step already runs at the speed of its
-    communication (alpha ~0.7 and within 7% of the communication time), so no partition can
-    speed it up; Centauri must not make it slower."""
+    communication (alpha ~0.7 and within 10% of the communication time: 9.4% with the A40's
+    measured PCIe efficiency, 0.88, which shortens the intra-node part of that time), so no
+    partition can speed it up; Centauri must not make it slower."""
     d = decisions["fsdp-a40"]
     alpha, comm, _ = cen.comm_ratio(d.graph, cost_model_for(FSDP_A40))
     assert alpha > 0.65
-    assert d.baseline_s < 1.07 * comm
+    assert d.baseline_s < 1.10 * comm
     assert d.step_s <= d.baseline_s
 
 

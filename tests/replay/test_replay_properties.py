@@ -1,9 +1,11 @@
 """What-ifs that cannot point the wrong way.
 
 * On every trace we have (the shared real traces, the repository's fixtures) and every
-  what-if: removing or hiding work never lengthens the step nor moves any step's end later, a
-  slower network never shortens it, ``lagom`` and ``centauri`` never report a slowdown, and no
-  report prints a negative communication bound.
+  what-if: removing or hiding work never lengthens the replayed step nor moves any step's end
+  later, a slower network never shortens it, ``lagom`` and ``centauri`` never report a slowdown,
+  and no report prints a negative communication bound; and, as reported (in the measured step's
+  time), no removal what-if exceeds the measured step, nor any step's measured end - also when
+  the rebuilt step itself is off (an error injected by hand).
 * On random jobs (hypothesis): any edit that only shortens durations or drops edges moves no
   node later; the two replay engines give the same times.
 * The cause of the wrong sign once seen on a real trace, rebuilt by hand: the CPU no longer
@@ -13,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -23,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ccoverlap.errors import TraceError
+from ccoverlap.replay import run as replay_run
 from ccoverlap.replay import whatif as W
 from ccoverlap.replay.core import load_job
 from ccoverlap.replay.run import recommendation, replay
@@ -44,28 +48,84 @@ def _trace_dirs() -> list[Path]:
     return dirs
 
 
-@pytest.mark.parametrize("trace", _trace_dirs(), ids=lambda p: p.name)
-def test_no_whatif_points_the_wrong_way(trace):
+@functools.cache
+def _replayed(trace: Path):
+    """Every what-if of the tests below replayed once per trace (None: nothing replayable)."""
     try:
-        res = replay([str(trace)], whatifs=list(REMOVING + SLOWING + DECIDED))
+        return replay([str(trace)], whatifs=list(REMOVING + SLOWING + DECIDED))
     except TraceError as exc:          # CPU-only / GPU-less traces: one clear line, nothing replayed
         assert "nothing could be replayed" in str(exc) and "\n" not in str(exc)
+        return None
+
+
+@pytest.mark.parametrize("trace", _trace_dirs(), ids=lambda p: p.name)
+def test_no_whatif_points_the_wrong_way(trace):
+    res = _replayed(trace)
+    if res is None:
         return
     base = res.replay
     tol = 1e-9 * max(base.step_time_s, 1e-6)
     for s in res.whatifs:
+        raw = s.rebuilt_step_time_s
         if s.name in REMOVING:
-            assert s.step_time_s <= base.step_time_s + tol, (trace.name, s.name, s.gain_s)
+            assert raw <= base.step_time_s + tol, (trace.name, s.name, s.gain_s)
             for r, b in s.measured.bounds.items():
                 for step, end in b.ends.items():
                     assert end <= base.measured.bounds[r].ends[step] + tol, (trace.name, s.name, r, step)
         elif s.name in SLOWING:
-            assert s.step_time_s >= base.step_time_s - tol, (trace.name, s.name, s.gain_s)
+            assert raw >= base.step_time_s - tol, (trace.name, s.name, s.gain_s)
         else:
             assert s.gain_s >= -tol, (trace.name, s.name, s.gain_s)
-            if s.gain_s == 0:
-                assert s.step_time_s == base.step_time_s
+            if raw == base.step_time_s:
+                assert s.step_time_s == res.measured.step_time_s and s.gain_s == 0
     assert "at most -" not in recommendation(res)
+
+
+def _never_above_measured(res, names) -> list:
+    """(what-if, step, reported, measured) wherever a what-if in ``names`` exceeds the measured
+    step time or a step's measured end (s, from the window start)."""
+    m = res.measured
+    tol = 1e-9 * max(m.step_time_s, 1e-6)
+    bad = []
+    for s in res.whatifs:
+        if s.name not in names:
+            continue
+        if s.step_time_s > m.step_time_s + tol:
+            bad.append((s.name, "mean", s.step_time_s, m.step_time_s))
+        for step, end in s.step_end_s.items():
+            if end > m.step_end_s[step] + tol:
+                bad.append((s.name, step, end, m.step_end_s[step]))
+    return bad
+
+
+NEVER_ABOVE = ("no-comm", "comm-hidden", "no-contention", "copy-engine", "network-2x", "network-4x") + DECIDED
+
+
+@pytest.mark.parametrize("trace", _trace_dirs(), ids=lambda p: p.name)
+def test_removal_whatifs_never_exceed_the_measured_step(trace):
+    res = _replayed(trace)
+    if res is not None:
+        assert not _never_above_measured(res, NEVER_ABOVE), trace.name
+
+
+def test_a_rebuilt_step_longer_than_measured_does_not_lengthen_the_what_ifs(tmp_path, monkeypatch):
+    # every duration and gap of the graph 7 % longer: the rebuilt step is ~7 % off, as a graph that misses
+    # a dependency may be; removing communication still cannot make the step longer than measured
+    from .test_replay import _cpu_bound_job
+
+    def off_by_7_percent(*a, **k):
+        job = load_job(*a, **k)
+        job.graph.dur, job.graph.w = job.graph.dur * 1.07, job.graph.w * 1.07
+        return job
+
+    monkeypatch.setattr(replay_run, "load_job", off_by_7_percent)
+    res = replay([str(_cpu_bound_job(tmp_path))], whatifs=list(NEVER_ABOVE))
+    assert res.replay.step_time_s > 1.05 * res.measured.step_time_s
+    assert res.rebuilt_error_pct > 5
+    assert not _never_above_measured(res, NEVER_ABOVE)
+    nc = next(s for s in res.whatifs if s.name == "no-comm")
+    assert nc.rebuilt_step_time_s > res.measured.step_time_s       # what it would have printed before
+    assert nc.step_time_s == res.measured.step_time_s and nc.gain_s == 0
 
 
 @pytest.mark.parametrize("trace", _trace_dirs(), ids=lambda p: p.name)

@@ -4,9 +4,12 @@ Ray nor fsspec, and asking for Ray where it is not installed is one line."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,3 +151,61 @@ def test_batched_branch_and_bound_gives_the_serial_result(width):
     capped = _run(estimates, [9.0] * 8, width, 4)
     assert capped[:3] == _run(estimates, [9.0] * 8, 1, 4)[:3]
     assert capped[0] == (4, 0, 0) and "stopped after 4 simulations; 4 fitting layouts" in capped[2][0]
+
+
+# ----------------------------------------------------------------------------- the local engine
+
+def _json(analysis) -> str:
+    from ccoverlap.trace.report_json import write_json
+
+    out = io.StringIO()
+    write_json(analysis, out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("job", [FIXTURES / "synthetic" / "two_steps", FIXTURES / "gloo_tpdp_4rank"],
+                         ids=lambda p: p.name)
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_ranks_in_worker_processes_give_the_serial_output_byte_for_byte(job, jobs):
+    assert _json(analyze([job], engine=LocalEngine(jobs))) == _json(analyze([job], engine=SerialEngine()))
+
+
+def _square_or_fail(x: int) -> int:
+    if x == 7:
+        raise ValueError("item 7 is bad")
+    return x * x
+
+
+def _die_in_a_worker(item: tuple[int, int, int]) -> int:
+    parent, code, x = item
+    if os.getpid() != parent:
+        os._exit(code)       # as if the kernel had killed the worker (3), or it left without a word (0)
+    time.sleep(0.05)         # the parent is slow enough that the workers claim items too
+    return x
+
+
+def test_local_engine_keeps_item_order_and_raises_a_worker_error():
+    assert list(LocalEngine(3).map(_square_or_fail, range(7))) == [x * x for x in range(7)]
+    assert list(LocalEngine(2).map(_square_or_fail, [])) == []
+    with pytest.raises(ValueError, match="item 7 is bad"):
+        list(LocalEngine(3).map(_square_or_fail, range(20)))
+
+
+def test_a_worker_that_dies_is_an_error_not_a_hang():
+    with pytest.raises(RuntimeError, match="worker process ended with exit code 3"):
+        list(LocalEngine(2).map(_die_in_a_worker, [(os.getpid(), 3, x) for x in range(20)]))
+    with pytest.raises(RuntimeError, match="ended without returning every result"):
+        list(LocalEngine(2).map(_die_in_a_worker, [(os.getpid(), 0, x) for x in range(20)]))
+
+
+def test_local_engine_uses_the_cores_it_is_given(monkeypatch):
+    from ccoverlap.trace import engine as eng
+
+    big = eng.PARALLEL_MIN_BYTES
+    monkeypatch.setattr(eng.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    e = eng.local_engine(8, big)
+    assert isinstance(e, LocalEngine) and e.jobs == 2          # one process per core, this one included
+    assert isinstance(eng.local_engine(1, big), SerialEngine)   # one rank: in this process
+    assert isinstance(eng.local_engine(8, big - 1), SerialEngine)   # too little data to pay for a worker
+    monkeypatch.setattr(eng.os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert isinstance(eng.local_engine(8, big), SerialEngine)   # one core

@@ -20,14 +20,16 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 
 import yaml
 
-from ccoverlap.config import read_config_file
+from ccoverlap.config import read_config_file, short
 from ccoverlap.deciders.nccl_apply import nccl_env_text, parse_nccl_env, parse_tuner_csv, tuner_csv_text
 from ccoverlap.errors import ConfigError
+from ccoverlap.outputs import atomic_dir
 
 from .frameworks import TARGETS
 from .readme import readme_text
@@ -114,50 +116,54 @@ def write_emit(b, out_dir, *, as_given=None, source: str = "", command: str = "c
     """Write the files of the module docstring for bundle ``b`` into ``out_dir`` (created);
     ``as_given``: the as-given StrategyResult (for the README's numbers); ``command``: what
     wrote them (README). A bundle of NCCL configurations alone gets no framework files.
+    Every file is built first, then the set is written at once
+    (:func:`ccoverlap.outputs.atomic_dir`): when anything fails, ``out_dir`` is left as it was.
     Returns ``{file name: path}``."""
+    if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir):
+        raise ConfigError(f"emit: expected the path of a directory, got {short(out_dir)}")
     out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"{out}: cannot make the directory ({exc.strerror or exc})") from None
+    texts = emit_texts(b, out, as_given=as_given, source=source, command=command)
+    with atomic_dir(out) as tmp:
+        for name, text in texts.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+    return {name: str(out / name) for name in texts}
+
+
+def emit_texts(b, out: Path, *, as_given=None, source: str = "", command: str = "ccoverlap plan --emit"
+               ) -> dict[str, str]:
+    """``{file name: text}`` of every file :func:`write_emit` writes into ``out`` (nothing is
+    written here); ConfigError when one cannot be built."""
     h = hints(b)
-    written: dict[str, str] = {}
-
-    def put(name: str, text: str) -> None:
-        try:
-            (out / name).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{out / name}: cannot write ({exc.strerror or exc})") from None
-        written[name] = str(out / name)
-
+    texts: dict[str, str] = {}
     env = dict(b.nccl.env)
     why = dict(b.nccl.env_why)
     if b.nccl.tuner_rows:
         env["NCCL_TUNER_CONFIG_FILE"] = str((out / "nccl_tuner.csv").resolve())
         why["NCCL_TUNER_CONFIG_FILE"] = ("the example tuner plugin's CSV (set NCCL_TUNER_PLUGIN to the plugin "
                                          "you built: README.md)")
-        put("nccl_tuner.csv", tuner_csv_text(b.nccl.tuner_rows, header=(
+        texts["nccl_tuner.csv"] = tuner_csv_text(b.nccl.tuner_rows, header=(
             f"ccoverlap: '{b.strategy}' for {b.description}\n"
             "for NCCL's example tuner plugin (plugins/tuner/example); bytes inclusive; every call of the step "
-            "has a row")))
-    put("nccl.env", nccl_env_text(env, why, header=(
+            "has a row"))
+    texts["nccl.env"] = nccl_env_text(env, why, header=(
         f"ccoverlap: process-wide NCCL settings for '{b.strategy}'"
-        + ("" if env else "\nnothing to set: the decision keeps NCCL's process-wide defaults"))))
+        + ("" if env else "\nnothing to set: the decision keeps NCCL's process-wide defaults")))
     if b.nccl.groups:
-        put("process_groups.json", json.dumps(h["process_groups"], indent=2) + "\n")
-        put("megatron_nccl.yaml", _megatron_yaml(b.nccl.groups))
+        texts["process_groups.json"] = json.dumps(h["process_groups"], indent=2) + "\n"
+        texts["megatron_nccl.yaml"] = _megatron_yaml(b.nccl.groups)
     if b.framework is not None:
         fw = {"target": b.target, "pytorch": {k: h[k] for k in ("fully_shard", "fsdp2_prefetch", "ddp") if h[k]},
               "tp_plan": h["tp_plan"], "torchtitan": h["torchtitan"], "megatron_lm": {"args": h["megatron_args"]}}
-        put("framework.json", json.dumps(fw, indent=2) + "\n")
+        texts["framework.json"] = json.dumps(fw, indent=2) + "\n"
     tt = h["torchtitan"]["toml"]
     if tt:
-        put("torchtitan.toml", _toml(tt))
+        texts["torchtitan.toml"] = _toml(tt)
     margs = list(h["megatron_args"])
     if b.nccl.groups:
         margs += ["--nccl-communicator-config-path", str((out / "megatron_nccl.yaml").resolve())]
     if margs:
-        put("megatron_args.txt", " ".join(margs) + "\n")
+        texts["megatron_args.txt"] = " ".join(margs) + "\n"
+    written = {name: str(out / name) for name in texts}
     changes = [] if b.framework is None else [
         {"what": c.what, "given": c.given, "wanted": c.wanted, "applied": b.framework.outcomes[b.target][c.what].applied,
          "why_not": b.framework.outcomes[b.target][c.what].why} for c in b.framework.changes]
@@ -168,9 +174,9 @@ def write_emit(b, out_dir, *, as_given=None, source: str = "", command: str = "c
                 "nccl": {"env": b.nccl.env, "tuner_rows": h["tuner_rows"], "process_groups": h["process_groups"]},
                 "frameworks": h["frameworks"], "not_applied": h["not_applied"],
                 "everything_applies": h["everything_applies"], "files": sorted([*written, "decision.json", "README.md"])}
-    put("decision.json", json.dumps(decision, indent=2, default=str) + "\n")
-    put("README.md", readme_text(b, written, as_given=as_given, command=command))
-    return written
+    texts["decision.json"] = json.dumps(decision, indent=2, default=str) + "\n"
+    texts["README.md"] = readme_text(b, written, as_given=as_given, command=command)
+    return texts
 
 
 def _megatron_yaml(groups) -> str:
