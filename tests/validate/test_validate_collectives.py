@@ -123,7 +123,7 @@ def test_split_must_be_a_half(tmp_path):
 
 def test_split_flag_belongs_to_collectives(tmp_path, capsys):
     assert main(["validate", str(tmp_path / "runs.yaml"), "--split", "fit"]) == 2
-    assert "--split is for 'ccoverlap validate collectives'" in capsys.readouterr().err
+    assert "--split is for 'ccoverlap validate collectives' and 'ccoverlap validate kernels'" in capsys.readouterr().err
 
 
 def test_fit_recovers_a_parameter_from_rows_it_generated():

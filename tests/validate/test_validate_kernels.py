@@ -149,3 +149,15 @@ def test_framework_profile_picks_the_attention_backend():
     assert get_framework("torchtitan").flash_kernel == "fa2"
     assert get_framework("torchtitan-cudnn").flash_kernel == "cudnn"
     assert get_framework("megatron-core").flash_kernel == "native"
+
+
+@pytest.mark.parametrize("flags, named", [(["--fit", "sustained_clock_fraction"], "--fit"),
+                                          (["--write-calibration", "c.json"], "--write-calibration"),
+                                          (["--run", "x"], "--run"), (["--markdown"], "--markdown")])
+def test_runs_file_options_are_refused_for_the_kernel_corpus(capsys, flags, named):
+    """Options of a runs file are one error line naming the option, before any row is judged."""
+    from ccoverlap.cli import main
+
+    assert main(["validate", "kernels", *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"ccoverlap validate: error: {named} does not apply to 'ccoverlap validate kernels'"]
