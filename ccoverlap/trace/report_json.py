@@ -9,11 +9,19 @@ from typing import IO
 
 from ccoverlap.trace.result import COMM_KERNEL_KEYS, Analysis, comm_kernel_columns
 
+#: warning lines printed before the rest are counted in one line (a job of 10,000 unreadable
+#: ranks would otherwise bury the report under 10,000 lines)
+MAX_PROBLEM_LINES = 20
+
 
 def print_problems(problems: list[str], file: IO) -> None:
-    """One ``warning:`` line per problem (file name first)."""
-    for p in problems:
+    """One ``warning:`` line per problem (file name first), the first :data:`MAX_PROBLEM_LINES`
+    of them, then one line counting the others (``--json`` lists every one under ``problems``)."""
+    for p in problems[:MAX_PROBLEM_LINES]:
         file.write(f"ccoverlap analyze: warning: {p}\n")
+    if len(problems) > MAX_PROBLEM_LINES:
+        file.write(f"ccoverlap analyze: warning: ... and {len(problems) - MAX_PROBLEM_LINES} more problem(s) "
+                   f"(--json lists every one under 'problems')\n")
 
 
 #: stands for the ``comm_kernels`` list while the rest of the object is encoded

@@ -90,3 +90,21 @@ def test_a_huge_steps_range_is_never_expanded(tmp_path, capsys):
     assert out["steps"]["spec"] == "2-1000000000000" and out["steps"]["analysed"] == [2, 3]
     assert main(["analyze", str(p), "--steps", "10-1000000000000"]) == 2
     assert "no such profiler step" in capsys.readouterr().err
+
+
+def test_many_unreadable_ranks_are_counted_not_listed_on_stderr(tmp_path, capsys):
+    """30 truncated rank files beside one good one: the report stands, stderr holds the first
+    MAX_PROBLEM_LINES warnings and one line counting the rest; --json keeps every one."""
+    from ccoverlap.trace.report_json import MAX_PROBLEM_LINES
+
+    write(trace([kernel("a", 100, 10), nccl("all_reduce", 200, 10)], rank=0, world=31,
+                steps=[(1, 0, 1000)]), tmp_path / "rank-0.json")
+    for r in range(1, 31):
+        (tmp_path / f"rank-{r}.json").write_text("{")
+    assert main(["analyze", str(tmp_path)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == MAX_PROBLEM_LINES + 1 < 30
+    assert err[-1].startswith("ccoverlap analyze: warning: ... and ") and "more problem(s)" in err[-1]
+    assert main(["analyze", str(tmp_path), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert sum("truncated" in p for p in json.loads(captured.out)["problems"]) == 30
