@@ -57,13 +57,13 @@ def run(args: argparse.Namespace) -> int:
     from ccoverlap.errors import ConfigError
     from ccoverlap.replay.report import print_report, to_dict, write_chrome, write_png
     from ccoverlap.replay.run import replay
+    from ccoverlap.trace.report_json import print_problems
 
     names = whatif_names(args.whatif, args.traces)
     check_outputs(args, "replay", out=args.out or DEFAULT_OUT)
     res = replay(args.traces, steps=args.steps, whatifs=names, cluster=args.cluster, keep_times=bool(args.out))
     if not args.quiet:
-        for p in res.job.problems:
-            sys.stderr.write(f"ccoverlap replay: warning: {p}\n")
+        print_problems(res.job.problems, sys.stderr, "replay")
     extra: dict = {}
     try:
         png = png_path(args, "replay", out=args.out or DEFAULT_OUT)

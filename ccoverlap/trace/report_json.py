@@ -14,13 +14,13 @@ from ccoverlap.trace.result import COMM_KERNEL_KEYS, Analysis, comm_kernel_colum
 MAX_PROBLEM_LINES = 20
 
 
-def print_problems(problems: list[str], file: IO) -> None:
+def print_problems(problems: list[str], file: IO, command: str = "analyze") -> None:
     """One ``warning:`` line per problem (file name first), the first :data:`MAX_PROBLEM_LINES`
     of them, then one line counting the others (``--json`` lists every one under ``problems``)."""
     for p in problems[:MAX_PROBLEM_LINES]:
-        file.write(f"ccoverlap analyze: warning: {p}\n")
+        file.write(f"ccoverlap {command}: warning: {p}\n")
     if len(problems) > MAX_PROBLEM_LINES:
-        file.write(f"ccoverlap analyze: warning: ... and {len(problems) - MAX_PROBLEM_LINES} more problem(s) "
+        file.write(f"ccoverlap {command}: warning: ... and {len(problems) - MAX_PROBLEM_LINES} more problem(s) "
                    f"(--json lists every one under 'problems')\n")
 
 

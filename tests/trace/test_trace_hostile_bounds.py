@@ -108,3 +108,16 @@ def test_many_unreadable_ranks_are_counted_not_listed_on_stderr(tmp_path, capsys
     assert main(["analyze", str(tmp_path), "--json"]) == 0
     captured = capsys.readouterr()
     assert sum("truncated" in p for p in json.loads(captured.out)["problems"]) == 30
+
+
+def test_replay_counts_the_problems_past_the_first_ones_too(tmp_path, capsys):
+    from ccoverlap.trace.report_json import MAX_PROBLEM_LINES
+
+    for r in range(2):
+        write(trace([kernel("a", 100, 10), nccl("all_reduce", 200, 10)], rank=r, world=2,
+                    steps=[(1, 0, 1000)]), tmp_path / f"rank-{r}.json")
+    for r in range(2, 30):
+        (tmp_path / f"rank-{r}.json").write_text("{")
+    assert main(["replay", str(tmp_path), "--whatif", "no-comm"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ccoverlap replay: warning:")]
+    assert len(err) == MAX_PROBLEM_LINES + 1 and "more problem(s)" in err[-1]
