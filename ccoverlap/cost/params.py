@@ -262,7 +262,7 @@ class CostParams:
     # SMs one channel removes from a GEMM beside it (lagom eq. 5 uses 1). source: an NCCL
     # channel is one thread block that holds its SM alone: "NCCL CTAs won't share an SM with
     # compute kernels" (S. Jeaugey, NVIDIA/nccl#689). Check: Lagom Fig. 3(b), FFN beside a
-    # 32 MB all-reduce on 8 A40 at NC=32 vs 16 (C = 16 KB): +30.2% measured, +28% modelled
+    # 32 MB all-reduce on 8 A40 at NC=32 vs 16 (C = 16 KB): +30.2% measured, +27% modelled
     # (ccoverlap reproduce --paper lagom --case fig3-nc16-vs-nc32). fit: GEMM beside a copy
     # kernel of NC blocks, over NC.
     comm_sm_fraction_per_channel: float = 1.0
