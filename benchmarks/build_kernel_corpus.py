@@ -12,8 +12,9 @@ Every table is a CSV of measured kernel times beside a YAML naming its source; s
   element-wise ops are one kernel each: vLLM's fused ``RMSNorm``, ``rotary_embedding`` (in place
   on Q and K), ``SiluAndMul`` (GELU for Phi-2) and the residual ``add`` (two adds for Phi-2,
   whose block has no second norm: ``attn + ffn + residual``). vLLM's norm, rotary and activation
-  kernels launch one thread block per token (``pattern: rowwise``); the add is PyTorch's
-  vectorised element-wise kernel (``pattern: stream``). The attention kernels
+  kernels launch one thread block per token (``pattern: rowwise``; the norm reads its row twice,
+  once for the sum of squares and again to normalise it: ``rowwise-twopass``); the add is
+  PyTorch's vectorised element-wise kernel (``pattern: stream``). The attention kernels
   (``attention.csv``) are not in the snapshot read (stored as large-file pointers), so vidur
   gives GEMM and memory-bound rows only. Pass the path of a git directory of vidur with
   ``--vidur``; rows are read at commit ``--vidur-commit``.
@@ -99,6 +100,13 @@ def _mem_bytes(op: str, r: dict, model: str) -> tuple[float, int]:
     return 2.0 * 3 * t * h, 1
 
 
+def _mem_pattern(op: str) -> str:
+    """The corpus ``pattern`` of a vidur element-wise op (vLLM's kernels, PyTorch's add)."""
+    if op == "add":
+        return "stream"
+    return "rowwise-twopass" if op.endswith("layernorm") else "rowwise"
+
+
 def vidur_rows(gitdir: str, commit: str, dev: str) -> tuple[list[dict], list[dict]]:
     """GEMM and memory-bound rows of one vidur device directory."""
     gemm: dict[tuple, list] = {}
@@ -123,7 +131,7 @@ def vidur_rows(gitdir: str, commit: str, dev: str) -> tuple[list[dict], list[dic
                 nbytes, kernels = _mem_bytes(op, r, model)
                 mem.append({"op": op, "model": model, "tp": tp, "tokens": int(r["num_tokens"]),
                             "bytes": int(nbytes), "kernels": kernels, "dtype_bytes": 2,
-                            "pattern": "stream" if op == "add" else "rowwise", "timing": "kernel",
+                            "pattern": _mem_pattern(op), "timing": "kernel",
                             "time_s": float(v) * 1e-3})
     rows = []
     for (m, n, k), ms in sorted(gemm.items()):
@@ -274,8 +282,9 @@ def main() -> None:
         _write(out, "memory", f"vidur-{dev}", mem, _vidur_meta(
             dev, "Element-wise ops (RMSNorm, rotary embedding, SiluAndMul / GELU, residual add), bytes "
                  "= HBM bytes read + written at 2 bytes an element, one row per (op, bytes); pattern: "
-                 "rowwise for vLLM's one-block-per-token kernels (norm, rotary, activation), stream for "
-                 "PyTorch's element-wise add.",
+                 "rowwise for vLLM's one-block-per-token kernels (rotary, activation), rowwise-twopass for its "
+                 "RMSNorm (one block per token that reads its row twice: the sum of squares, then the "
+                 "normalisation), stream for PyTorch's element-wise add.",
             commit, "[op, bytes]"))
     _write(out, "gemm", "h200-sweep", h200_gemm_rows(),
            "source:\n  repository: ccoverlap\n  path: benchmarks/data/gpu-h200/gemm_vs_model.json\n"

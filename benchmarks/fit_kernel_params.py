@@ -14,7 +14,8 @@ from ccoverlap.validate.kernels import fit_params
 
 GEMM = ["gemm_peak_fraction", "gemm_small_tile_efficiency", "gemm_tile_overhead_ksteps", "gemm_mem_overlap",
         "gemm_gemv_efficiency"]
-MEMORY = ["mem_rowwise_efficiency", "mem_rowwise_latency_s", "mem_rowwise_blocks_per_sm"]
+MEMORY = ["mem_rowwise_efficiency", "mem_rowwise_latency_s", "mem_rowwise_blocks_per_sm", "mem_l2_capacity_fraction",
+          "mem_l2_bandwidth_ratio"]
 ATTENTION = ["attention_tile_overhead_iters", "attention_causal_efficiency"]
 GPUS = {"gemm": ["H100-SXM", "H200", "A100-80GB-SXM", "A40"], "memory": ["H100-SXM", "A100-80GB-SXM", "A40"],
         "attention": ["H100-SXM"]}

@@ -166,9 +166,10 @@ def predict_split(rec: dict, p: CostParams, ctx: Context) -> float:
 
 def predict_copy(rec: dict, p: CostParams, ctx: Context) -> float:
     """Seconds of one copy alone: SM-driven as a memory-bound kernel moving 2× the bytes
-    (read + write), copy-engine via ``cost.comm.copy_time_s``."""
+    (read + write) from HBM (the suite cycles through buffers of 4x the L2, so nothing is left
+    in it), copy-engine via ``cost.comm.copy_time_s``."""
     if rec["engine"] == "sm":
-        return memory_time_s(MemorySpec(bytes=2.0 * float(rec["bytes"])), ctx.gpu, p)
+        return memory_time_s(MemorySpec(bytes=2.0 * float(rec["bytes"])), ctx.gpu, p, warm_l2=False)
     return cm.copy_time_s(CopySpec(bytes=float(rec["bytes"]), direction=rec["direction"]), ctx.cluster, p)
 
 

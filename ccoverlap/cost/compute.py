@@ -110,7 +110,8 @@ def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw:
                split: int = 1) -> tuple[float, float]:
     """``(seconds without launch overhead, HBM bytes)`` of the GEMM run as ``tm x tn`` tiles with
     per-SM efficiency ``eff``, its K cut into ``split`` pieces run side by side (split-K: fp32
-    partials written and reduced once more)."""
+    partials written and reduced once more, from L2 as far as they fit in it:
+    :func:`l2_bandwidth_gain`)."""
     tpsm = params.gemm_tiles_per_sm
     tk = params.gemm_tile_k
     tiles_m = math.ceil(spec.m / tm)
@@ -146,7 +147,7 @@ def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw:
         t, d = (waves - 1) * f_full + f_last, (waves - 1) * d_full + d_last
     if split > 1:  # reduce the fp32 partials: read them, write C (in the kernel or a second one)
         red = spec.batch * spec.m * spec.n * (4.0 * split + dt * (2.0 if accumulate else 1.0))
-        t, d = t + red / bw, d + red
+        t, d = t + red / (bw * l2_bandwidth_gain(red, gpu, params)), d + red
     return t, d
 
 
@@ -382,27 +383,45 @@ def attention_fraction(spec: AttentionSpec, p: CostParams, gpu: GPUSpec | None =
     return p.attention_bwd_peak_fraction if bwd else p.attention_peak_fraction
 
 
+def l2_bandwidth_gain(kernel_bytes: float, gpu: GPUSpec, p: CostParams) -> float:
+    """Factor (>= 1) on the HBM bandwidth of a memory-bound kernel moving ``kernel_bytes`` bytes
+    whose inputs the kernel before it left in L2: ``mem_l2_capacity_fraction`` x the GPU's L2
+    of its bytes move at ``mem_l2_bandwidth_ratio`` x that bandwidth, the rest from HBM
+    (harmonic blend of the two rates; 1 when the ratio is 1 or the kernel moves nothing)."""
+    ratio = p.mem_l2_bandwidth_ratio
+    if ratio == 1.0 or kernel_bytes <= 0:
+        return 1.0
+    hit = min(1.0, p.mem_l2_capacity_fraction * gpu.l2_bytes / kernel_bytes)
+    return 1.0 / (hit / ratio + (1.0 - hit))
+
+
 def memory_time_s(spec: MemorySpec, gpu: GPUSpec, params: CostParams | None = None, *,
                   sms_available: float | None = None,
-                  hbm_bytes_per_s_available: float | None = None) -> float:
+                  hbm_bytes_per_s_available: float | None = None, warm_l2: bool = True) -> float:
     """Seconds of a memory-bound kernel (or of a chain of ``spec.kernels`` unfused ones):
     ``max(bytes / achievable bandwidth, FLOPs / fp32 CUDA-core peak)`` plus one launch
     overhead per kernel (its latency floor); the ``rowwise_bytes`` of row-wise kernels (fused norms,
     rotary) move at ``mem_rowwise_efficiency`` of that bandwidth (less when fewer than
     ``mem_rowwise_blocks_per_sm`` rows per SM keep the SMs busy), never faster than
-    ``mem_rowwise_latency_s`` (one block's pass over its row); bandwidth falls when it has fewer SMs than
+    ``mem_rowwise_latency_s`` (one block's pass over its row), their ``reread_bytes`` (a two-pass
+    norm's second read of its row) moved at the same rate; bytes that fit in L2 move faster
+    (:func:`l2_bandwidth_gain`, per kernel of the chain; ``warm_l2=False``: none do, as in a
+    benchmark cycling through buffers larger than L2); bandwidth falls when it has fewer SMs than
     ``mem_sm_saturation_fraction`` of them. Never less than the host's dispatch time of its
     eager kernels (``host_kernels × eager_host_overhead_s``)."""
     p = checked_inputs("memory_time_s", spec, MemorySpec, gpu, params, sms_available=sms_available,
                        hbm_bytes_per_s_available=hbm_bytes_per_s_available)
     sms = float(gpu.sms if sms_available is None else min(max(sms_available, 1.0), gpu.sms))
     bw = _stream_bandwidth(gpu, p, sms, hbm_bytes_per_s_available)
+    if warm_l2:
+        bw *= l2_bandwidth_gain(spec.bytes / max(spec.kernels, 1), gpu, p)
     rowwise = min(float(getattr(spec, "rowwise_bytes", 0.0)), spec.bytes)
     t_row = 0.0
     if rowwise > 0:
         rows = int(getattr(spec, "rows", 0))
         fill = min(1.0, rows / (sms * p.mem_rowwise_blocks_per_sm)) if rows else 1.0  # SMs the rows keep busy
-        t_row = max(rowwise / (bw * p.mem_rowwise_efficiency * fill), p.mem_rowwise_latency_s)
+        moved = rowwise + min(float(getattr(spec, "reread_bytes", 0.0)), rowwise)  # a two-pass norm's second read
+        t_row = max(moved / (bw * p.mem_rowwise_efficiency * fill), p.mem_rowwise_latency_s)
     t_m = (spec.bytes - rowwise) / bw + t_row
     t_c = (spec.flops / (gpu.peak_flops["fp32"] * p.sustained_clock_fraction * sms / gpu.sms)
            if spec.flops else 0.0)

@@ -143,15 +143,25 @@ class CostParams:
     # it, vs a vectorised grid-stride element-wise kernel, which reaches the achievable bandwidth).
     # FITTED (H100 SXM) on the memory corpus's fit half (vidur H100: its RMSNorm, rotary and
     # SiluAndMul rows; benchmarks/fit_kernel_params.py).
-    mem_rowwise_efficiency: float = 0.629
+    mem_rowwise_efficiency: float = 0.518
     # A row-wise kernel takes at least this long beyond its launch overhead: each block reads its
     # row, reduces across it and writes it back, latency-bound chains of HBM accesses when few
     # rows leave most SMs idle. FITTED (H100 SXM) with mem_rowwise_efficiency.
-    mem_rowwise_latency_s: float = 2.0e-6
+    mem_rowwise_latency_s: float = 1.1e-6
     # Rows (thread blocks) per SM a row-wise kernel needs to reach that bandwidth; with fewer rows
     # (few tokens: small micro-batches, decode) its bandwidth falls in proportion. FITTED (H100
     # SXM) with mem_rowwise_efficiency.
-    mem_rowwise_blocks_per_sm: float = 1.17
+    mem_rowwise_blocks_per_sm: float = 1.46
+    # A memory-bound kernel whose bytes fit in L2 reads its inputs where the kernel before it
+    # (the GEMM or element-wise op that produced them) left them, and its writes stay in the
+    # write-back L2 until evicted: up to mem_l2_capacity_fraction x the GPU's L2 of its bytes
+    # move at mem_l2_bandwidth_ratio x the HBM bandwidth it would reach (a larger kernel keeps
+    # that many of its bytes in L2, the rest streams from HBM). 1.0 = no L2 effect. FITTED
+    # (H100 SXM) with mem_rowwise_efficiency (vidur's residual add of 19-38 MB ran at 3.4-3.9
+    # TB/s, kernel durations, past the 3.35 TB/s of the H100's HBM). H200 and GPUs without a
+    # memory table: the H100 values (assumption).
+    mem_l2_capacity_fraction: float = 0.582
+    mem_l2_bandwidth_ratio: float = 1.51
     # Fraction of the SMs a streaming kernel needs to saturate HBM; with fewer SMs (taken by
     # communication) its bandwidth falls proportionally. assumption; fit: memcpy with NC blocks beside.
     mem_sm_saturation_fraction: float = 0.5
@@ -357,7 +367,8 @@ class CostParams:
                      "proto_ll128_bw_factor", "mem_sm_saturation_fraction", "min_bandwidth_share",
                      "channel_bytes_per_s", "net_channel_bytes_per_s", "host_link_bytes_per_s", "dma_engine_bytes_per_s",
                      "channel_saturation_sharpness", "l2_gemm_working_set", "full_load_clock_fraction",
-                     "mem_rowwise_efficiency", "mem_rowwise_blocks_per_sm", "gemm_gemv_efficiency") + tuple(
+                     "mem_rowwise_efficiency", "mem_rowwise_blocks_per_sm", "gemm_gemv_efficiency",
+                     "mem_l2_bandwidth_ratio") + tuple(
                          f.name for f in fields(self) if f.name.startswith("link_efficiency_")):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"cost parameter {name} must be positive, got {getattr(self, name)}")
@@ -368,7 +379,7 @@ class CostParams:
                      "attention_causal_efficiency", "attention_efficient_relative",
                      "tree_bw_efficiency", "proto_ll_bw_factor", "proto_ll128_bw_factor",
                      "mem_sm_saturation_fraction", "min_bandwidth_share",
-                     "dma_l2_pollution_fraction", "l2_gemm_working_set", "nvls_link_efficiency",
+                     "dma_l2_pollution_fraction", "l2_gemm_working_set", "nvls_link_efficiency", "mem_l2_capacity_fraction",
                      "pcie_socket_crossing_fraction") + tuple(
                          f.name for f in fields(self) if f.name.startswith("link_efficiency_")):
             if getattr(self, name) > 1:
@@ -508,8 +519,8 @@ _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
     "A100-80GB-SXM": {"full_load_clock_fraction": 1.0, "nvls_link_efficiency": 0.0,
                       "gemm_peak_fraction": 0.847, "gemm_small_tile_efficiency": 1.0,  # [KFIT]
                       "gemm_tile_overhead_ksteps": 5.46, "gemm_mem_overlap": 0.645, "gemm_gemv_efficiency": 0.597,
-                      "mem_rowwise_efficiency": 0.503, "mem_rowwise_latency_s": 1.0e-6,
-                      "mem_rowwise_blocks_per_sm": 1.04,
+                      "mem_rowwise_efficiency": 0.488, "mem_rowwise_latency_s": 1.0e-6,
+                      "mem_rowwise_blocks_per_sm": 1.12, "mem_l2_capacity_fraction": 0.459, "mem_l2_bandwidth_ratio": 1.24,
                       "gemm_misaligned_efficiency": 0.5, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
                       "link_efficiency_nvlink": 0.78, "link_efficiency_pcie": 0.42,  # [COMM]
                       "comm_host_issue_s": 54.0e-6,  # [COMM]
@@ -521,7 +532,8 @@ _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
     "A40": {"full_load_clock_fraction": 1.0, "nvls_link_efficiency": 0.0, "link_efficiency_nvlink": 1.0, "link_efficiency_pcie": 0.88,  # [COMM]
             "pcie_socket_crossing_fraction": 0.48, "comm_host_issue_s": 7.0e-6,  # [COMM]
             "gemm_peak_fraction": 0.916, "gemm_small_tile_efficiency": 1.0, "gemm_tile_overhead_ksteps": 0.375,  # [KFIT]
-            "gemm_mem_overlap": 0.664, "gemm_gemv_efficiency": 0.925, "mem_rowwise_efficiency": 0.905, "mem_rowwise_blocks_per_sm": 0.52,
+            "gemm_mem_overlap": 0.664, "gemm_gemv_efficiency": 0.925, "mem_rowwise_efficiency": 0.892, "mem_rowwise_blocks_per_sm": 0.728,
+            "mem_rowwise_latency_s": 1.0e-6, "mem_l2_capacity_fraction": 0.629, "mem_l2_bandwidth_ratio": 1.53,
             "gemm_misaligned_efficiency": 0.5, "gemm_tile_m": 128, "gemm_tile_n": 128, "gemm_tile_k": 32,
             "mem_bw_fraction": 0.85, "host_link_bytes_per_s": 25e9,
             "channel_bytes_per_s": 20e9, "l2_pollution_penalty": 1.14, "l2_gemm_working_set": 0.5,  # [A40c]

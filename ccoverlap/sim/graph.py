@@ -98,12 +98,18 @@ class MemorySpec:
     # block per token row, a reduction across it), which reach less bandwidth than streaming ones
     rowwise_bytes: NonNegative = 0.0
     rows: Dim0 = 0  # rows (tokens) the row-wise kernels run over, one thread block each (0: many)
+    # bytes the row-wise kernels read a second time, beyond ``bytes``: a two-pass norm reads its
+    # row once for the reduction (sum of squares), then again to normalise and write it
+    reread_bytes: NonNegative = 0.0
     host_kernels: Dim0 = 0  # of them dispatched by eager PyTorch from the host (0: not host-bound)
 
     def __post_init__(self) -> None:
         check_fields(self, "memory-bound op")
         if self.rowwise_bytes > self.bytes:
             raise ConfigError(f"memory-bound op: rowwise_bytes ({self.rowwise_bytes}) exceeds bytes ({self.bytes})")
+        if self.reread_bytes > self.rowwise_bytes:
+            raise ConfigError(f"memory-bound op: reread_bytes ({self.reread_bytes}) exceeds rowwise_bytes "
+                              f"({self.rowwise_bytes}): only a row-wise kernel reads its row again")
 
 
 @dataclass(frozen=True, kw_only=True)

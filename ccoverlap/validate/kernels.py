@@ -31,6 +31,10 @@ from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
 
 #: The kernel classes judged, in print order (the corpus kinds of the same names).
 CLASSES = ("gemm", "attention", "memory")
+#: Memory rows' ``pattern``: ``stream`` (a vectorised grid-stride element-wise kernel),
+#: ``rowwise`` (one thread block per token row, one pass over it: rotary, activation),
+#: ``rowwise-twopass`` (a norm that reads its row for the reduction, then again to normalise).
+MEMORY_PATTERNS = ("stream", "rowwise", "rowwise-twopass")
 
 
 @dataclass(frozen=True)
@@ -96,9 +100,14 @@ def predict_row(kind: str, row: dict[str, Any], gpu: GPUSpec, p: CostParams) -> 
                         dtype_bytes=int(row.get("dtype_bytes", 2)))
         t, kernels, label = gemm_time_s(spec, gpu, p), 1, f"{spec.batch}x{spec.m}x{spec.n}x{spec.k}"
     elif kind == "memory":
-        rowwise = float(row["bytes"]) if str(row.get("pattern", "stream")) == "rowwise" else 0.0
+        pattern = str(row.get("pattern", "stream"))
+        if pattern not in MEMORY_PATTERNS:
+            raise ConfigError(f"memory row pattern must be one of {MEMORY_PATTERNS}, got {pattern!r}")
+        rowwise = float(row["bytes"]) if pattern != "stream" else 0.0
+        # a two-pass norm reads its input (half of the read + written bytes) a second time
         mspec = MemorySpec(bytes=float(row["bytes"]), kernels=int(row.get("kernels", 1)), rowwise_bytes=rowwise,
-                           rows=int(row.get("tokens", 0)) if rowwise else 0)
+                           rows=int(row.get("tokens", 0)) if rowwise else 0,
+                           reread_bytes=rowwise / 2.0 if pattern == "rowwise-twopass" else 0.0)
         t, kernels, label = memory_time_s(mspec, gpu, p), mspec.kernels, f"{row.get('op', '')} {row['bytes']:.0f} B"
     elif kind == "attention":
         aspec = attention_spec(row)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ccoverlap.catalog.hardware import get_gpu
-from ccoverlap.cost.compute import gemm_time_s, is_misaligned, memory_time_s
+from ccoverlap.cost.compute import gemm_time_s, is_misaligned, l2_bandwidth_gain, memory_time_s
 from ccoverlap.cost.params import CostParams
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import GemmSpec, MemorySpec
@@ -54,12 +54,29 @@ def test_misaligned_shape_falls_back_to_a_slower_kernel():
 
 
 def test_rowwise_bytes_move_at_their_share_of_the_bandwidth():
-    bw = H100.hbm_bytes_per_s * P.mem_bw_fraction
+    bw = H100.hbm_bytes_per_s * P.mem_bw_fraction * l2_bandwidth_gain(2e9, H100, P)
     spec = MemorySpec(bytes=2e9, rowwise_bytes=1e9)
     expect = 1e9 / bw + 1e9 / (bw * P.mem_rowwise_efficiency) + P.kernel_launch_overhead_s
     assert memory_time_s(spec, H100, P) == pytest.approx(expect, rel=1e-9)
     with pytest.raises(ConfigError, match="rowwise_bytes"):
         MemorySpec(bytes=1.0, rowwise_bytes=2.0)
+
+
+def test_memory_row_pattern_says_how_the_kernel_moves_its_bytes():
+    """``rowwise-twopass`` (vLLM's RMSNorm: reads its row for the sum of squares, then again to
+    normalise) moves its input -- half of the read + written bytes -- once more than
+    ``rowwise``; an unknown pattern is one clear error."""
+    from ccoverlap.validate.kernels import predict_row
+
+    gpu = get_gpu("H100-SXM")
+    p = P.with_overrides(kernel_launch_overhead_s=0.0, kernel_gap_s=0.0, mem_rowwise_latency_s=0.0)
+    row = {"op": "norm", "bytes": 4e8, "tokens": 8192, "timing": "kernel"}
+    one = predict_row("memory", {**row, "pattern": "rowwise"}, gpu, p)[0]
+    two = predict_row("memory", {**row, "pattern": "rowwise-twopass"}, gpu, p)[0]
+    stream = predict_row("memory", {**row, "pattern": "stream"}, gpu, p)[0]
+    assert two == pytest.approx(1.5 * one) and stream < one
+    with pytest.raises(ConfigError, match="pattern"):
+        predict_row("memory", {**row, "pattern": "rowise"}, gpu, p)
 
 
 def test_attention_row_flops_are_counted_as_flash_counts_them():
