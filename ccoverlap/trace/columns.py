@@ -71,7 +71,7 @@ def _all_int(vals: list) -> bool:
 _INT_ONLY = {int}
 _NONE_ONLY = {type(None)}
 _E_CAT, _E_NAME, _E_TS, _E_DUR, _E_ARGS = (attrgetter(k) for k in ("cat", "name", "ts", "dur", "args"))
-_E_THREAD = attrgetter("pid", "tid")
+_E_PID, _E_TID = attrgetter("pid"), attrgetter("tid")
 _A_STREAM, _A_CORR, _A_EXT, _A_DEV, _A_KIND, _A_GRID, _A_BLOCK, _A_COLL, _A_NELEMS = (
     attrgetter(k) for k in ("stream", "correlation", "external_id", "device", "ccoverlap_kind", "grid", "block",
                             "collective_name", "in_msg_nelems"))
@@ -166,6 +166,24 @@ class Columns:
                 self.threads.append(k)
         return np.fromiter(map(ids.__getitem__, keys), dtype=np.int64, count=len(keys))
 
+    def _thread_ids(self, evs: list) -> np.ndarray:
+        """Thread ids of the events' ``(pid, tid)``, as :meth:`thread`; a typed batch of one process
+        (the common case) is looked up by ``tid`` alone, without a key tuple per event."""
+        tids = list(map(_E_TID, evs))
+        if evs and evs[0].__class__ is TraceEvent:
+            pids = set(map(_E_PID, evs))
+            if len(pids) == 1:      # typed: one value of one type (an int and a str are never equal)
+                pid = evs[0].pid
+                ids, local = self.thread_ids, {}
+                for t in dict.fromkeys(tids):
+                    key = (pid, t)
+                    if key not in ids:
+                        ids[key] = len(self.threads)
+                        self.threads.append(key)
+                    local[t] = ids[key]
+                return np.fromiter(map(local.__getitem__, tids), dtype=np.int64, count=len(tids))
+        return self.thread(list(zip(map(_E_PID, evs), tids)))
+
     def _bad(self, index: int) -> None:
         self.n_bad += 1
         if len(self.bad_at) < 5:
@@ -185,7 +203,7 @@ class Columns:
         for cat, (evs, _) in groups.items():
             if cat in CPU_OP_CATS and not self.keep_op_args:
                 evs = list(compress(evs, self._comm_flags(list(map(_E_NAME, evs)))))
-            if evs and not resolve_args(evs):
+            if evs and not resolve_args(evs, launch=cat in RUNTIME_CATS):
                 return False
         self._prepared = (batch, groups, meta)
         return True
@@ -367,7 +385,7 @@ class Columns:
         step = np.asarray(self._name_step, dtype=np.int64)[nid]
         for i in np.flatnonzero((step >= 0) & ~comm).tolist():
             self.steps.append((int(step[i]), float(ts[i]), float(dur[i]), False, seq[i]))
-        tid = self.thread(list(map(_E_THREAD, evs)))
+        tid = self._thread_ids(evs)
         if not keep.all():
             nid, ts, dur, tid, ext, info = nid[keep], ts[keep], dur[keep], tid[keep], ext[keep], info[keep]
             op_args = op_args[keep] if op_args is not None else None
@@ -428,7 +446,7 @@ class Columns:
         lc["seq"].append(np.asarray(seq, dtype=np.int64))
         lc["corr"].append(np.asarray(corr, dtype=np.int64))
         lc["ts"].append(ts)
-        lc["tid"].append(self.thread(list(map(_E_THREAD, evs))))
+        lc["tid"].append(self._thread_ids(evs))
         if self.keep_runtime:
             lc["nid"].append(self.intern([e.name if e.name.__class__ is str else "?" for e in evs]))
             lc["dur"].append(dur)

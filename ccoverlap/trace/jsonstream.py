@@ -39,6 +39,7 @@ except ImportError:  # pragma: no cover - msgspec is a dependency; the stdlib pa
 
 CHUNK_BYTES = 1 << 18
 MAX_VALUE_CHARS = 32 << 20          # one event / header value: 32 Mi characters at most
+BATCH_CHARS = 2 * CHUNK_BYTES      # text decoded per batch: fewer, larger batches (a fixed cost per batch)
 _WS = re.compile(r"[ \t\n\r]*")
 _SURROGATE = re.compile("[\udc80-\udcff]")
 _NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
@@ -106,11 +107,18 @@ if msgspec is not None:
     _OTHER = tuple(msgspec.defstruct(f"Phase{ord(p)}", [], tag_field="ph", tag=p, gc=False) for p in OTHER_PHASES)
     _BATCH = msgspec.json.Decoder(list[Union[(TraceEvent, MetaEvent, *_OTHER)]])  # type: ignore[misc]
     _ARGS_LIST = msgspec.json.Decoder(list[Union[TraceArgs, None]])
+
+    class LaunchArgs(msgspec.Struct, gc=False):
+        """The args of a CPU-side launch (``cudaLaunchKernel`` ...): only its correlation is read."""
+
+        correlation: object = None
+
+    _LAUNCH_ARGS_LIST = msgspec.json.Decoder(list[Union[LaunchArgs, None]])
     _ANY = msgspec.json.Decoder()
     _NULL = msgspec.Raw(b"null")
 else:  # pragma: no cover
-    TraceEvent = MetaEvent = TraceArgs = None
-    _BATCH = _ANY = _ARGS_LIST = None
+    TraceEvent = MetaEvent = TraceArgs = LaunchArgs = None
+    _BATCH = _ANY = _ARGS_LIST = _LAUNCH_ARGS_LIST = None
 
 
 class _Args:
@@ -197,16 +205,17 @@ def has_collective_record(args) -> bool:
     return _present(args.collective_name) or _present(args.in_msg_nelems)
 
 
-def resolve_args(events: list) -> bool:
+def resolve_args(events: list, launch: bool = False) -> bool:
     """Decode, in place, the raw ``args`` text of typed :class:`TraceEvent` objects into
-    :data:`TraceArgs` (None when absent or null), all of them in one decoder call. False, with
+    :data:`TraceArgs` (None when absent or null), all of them in one decoder call; ``launch``:
+    into :data:`LaunchArgs` instead (a CPU-side launch: only its ``correlation`` is read). False, with
     nothing changed, when one cannot be decoded so (args that are not an object, a value the typed
     decoder refuses): the caller then reads the whole batch with the tolerant reader."""
     raws = list(map(_EV_ARGS, events))
     if not all(raws):
         raws = [r or _NULL for r in raws]
     try:
-        vals = _ARGS_LIST.decode(b"".join((b"[", b",".join(raws), b"]")))
+        vals = (_LAUNCH_ARGS_LIST if launch else _ARGS_LIST).decode(b"".join((b"[", b",".join(raws), b"]")))
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError):
         return False
     for e, v in zip(events, vals):
@@ -543,7 +552,7 @@ class EventStream:
             return
         while True:
             i = b.compact(i)
-            b.ensure(i, 2 * CHUNK_BYTES)
+            b.ensure(i, BATCH_CHARS)
             buf = b.buf
             k = _last_boundary(buf, i, len(buf) - 1)
             if k > i:
