@@ -29,7 +29,8 @@ from operator import attrgetter
 import numpy as np
 
 from ccoverlap.trace.jsonstream import (
-    MetaEvent,
+    META_CAT,
+    OTHER_PHASE_CAT,
     TraceArgs,
     TraceEvent,
     _Ev,
@@ -55,7 +56,6 @@ KIND_CODES = ("compute", "comm", "memcpy", "other")
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 _I64 = 1 << 62          # ids beyond this are malformed (they would not fit the int64 columns)
 _KIND = {k: i for i, k in enumerate(KIND_CODES)}
-_PHASE = {TraceEvent: 0, MetaEvent: 1}   # typed events' phase by type (3: any other phase, skipped)
 _DEV_CAT = {c: i for i, c in enumerate(DEVICE_CAT_LIST)}
 
 
@@ -255,34 +255,30 @@ class Columns:
 
     def _partition(self, batch: list) -> tuple[dict, list[int]]:
         """A typed batch's complete events by category with their indices in the batch (events of
-        the skipped categories left out), and the indices of its metadata events. The other phases
-        (flow events ...) are dropped by their type alone; a few C-level maps and numpy, no
-        per-event conditionals."""
-        phc = np.fromiter(map(_PHASE.get, map(type, batch), repeat(3)), dtype=np.int8, count=len(batch))
-        meta = np.flatnonzero(phc == 1).tolist()
-        xi = np.flatnonzero(phc == 0)
-        xs = batch if len(xi) == len(batch) else list(map(batch.__getitem__, xi.tolist()))
-        cats = list(map(_E_CAT, xs))
+        the skipped categories left out), and the indices of its metadata events. One look at each
+        event's ``cat`` sorts them all (a metadata event's reads :data:`META_CAT`, an event of any
+        other phase's :data:`OTHER_PHASE_CAT`); C-level maps and numpy, no per-event conditionals."""
+        cats = list(map(_E_CAT, batch))
         cid = self._cat_ids
-        if not cid.keys() >= set(cats):
+        cc = np.fromiter(map(cid.get, cats, repeat(-1)), dtype=np.int64, count=len(cats))
+        if len(cc) and cc.min() < 0:                    # a category not seen before: ids in first-seen order
             for c in dict.fromkeys(cats):
                 if c not in cid:
                     cid[c] = len(cid)
                     self._cat_list.append(c)
+            cc = np.fromiter(map(cid.__getitem__, cats), dtype=np.int64, count=len(cats))
         out: dict = {}
-        if not xs:
-            return out, meta
-        cc = np.fromiter(map(cid.__getitem__, cats), dtype=np.int64, count=len(cats))
-        present = np.flatnonzero(np.bincount(cc, minlength=len(cid))).tolist()
+        meta: list[int] = []
+        present = np.flatnonzero(np.bincount(cc, minlength=len(cid))).tolist() if len(cc) else []
         for k in present:
             cat = self._cat_list[k]
-            if cat in SKIP_CATS:
+            if cat is OTHER_PHASE_CAT or cat in SKIP_CATS:
                 continue
-            if len(present) > 1:
-                sel = np.flatnonzero(cc == k)
-                out[cat] = (list(map(xs.__getitem__, sel.tolist())), xi[sel])   # event list, their indices
-            else:
-                out[cat] = (xs, xi)
+            idx = np.flatnonzero(cc == k) if len(present) > 1 else np.arange(len(batch))
+            if cat is META_CAT:
+                meta = idx.tolist()
+                continue
+            out[cat] = (batch if len(idx) == len(batch) else list(map(batch.__getitem__, idx.tolist())), idx)
         return out, meta
 
     def _partition_tolerant(self, batch: list, base: int) -> dict:

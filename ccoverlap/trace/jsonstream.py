@@ -30,7 +30,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Union
+from typing import ClassVar, Union
 
 try:
     import msgspec
@@ -64,6 +64,22 @@ _ATTR = {k: k.lower().replace(" ", "_") for k in ARG_FIELDS + COMM_ARG_FIELDS}
 ABSENT = None       # what an args attribute reads when the key is not there (a JSON null reads None too)
 
 
+class _NotComplete:
+    """What ``cat`` reads on a typed event that is not a complete event (never a JSON value), so
+    that one look at ``cat`` sorts a whole batch."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __repr__(self) -> str:
+        return f"<{self.what}>"
+
+
+META_CAT = _NotComplete("metadata event")
+OTHER_PHASE_CAT = _NotComplete("event of another phase")
+
 if msgspec is not None:
     _RAW0 = msgspec.Raw(b"")
 
@@ -93,8 +109,10 @@ if msgspec is not None:
         args: msgspec.Raw = _RAW0         # a TraceArgs or None once resolve_args has run
 
     class MetaEvent(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
-        """A metadata event (``"ph": "M"``: thread and process names), ``args`` decoded."""
+        """A metadata event (``"ph": "M"``: thread and process names), ``args`` decoded; its
+        ``cat`` reads :data:`META_CAT`."""
 
+        cat: ClassVar[object] = META_CAT
         name: Union[str, None] = None
         pid: Union[int, str, None] = None
         tid: Union[int, str, None] = None
@@ -104,7 +122,8 @@ if msgspec is not None:
     # the analyser skips them, so none of their fields is built; a phase outside this list, or an
     # event without one, makes the batch go through the tolerant reader, which decides
     OTHER_PHASES = tuple("BEiICbnestfPONDVvRc()")
-    _OTHER = tuple(msgspec.defstruct(f"Phase{ord(p)}", [], tag_field="ph", tag=p, gc=False) for p in OTHER_PHASES)
+    _OTHER = tuple(msgspec.defstruct(f"Phase{ord(p)}", [], tag_field="ph", tag=p, gc=False,
+                                     namespace={"cat": OTHER_PHASE_CAT}) for p in OTHER_PHASES)
     _BATCH = msgspec.json.Decoder(list[Union[(TraceEvent, MetaEvent, *_OTHER)]])  # type: ignore[misc]
     _ARGS_LIST = msgspec.json.Decoder(list[Union[TraceArgs, None]])
 
