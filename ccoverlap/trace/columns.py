@@ -148,6 +148,9 @@ class Columns:
     def intern(self, names: list) -> np.ndarray:
         """Name ids of ``names`` (strings), new names added in first-seen order."""
         ids = self.name_ids
+        out = np.fromiter(map(ids.get, names, repeat(-1)), dtype=np.int64, count=len(names))
+        if not len(out) or out.min() >= 0:      # the common case: every name seen before
+            return out
         for n in dict.fromkeys(names):
             if n not in ids:
                 ids[n] = len(self.names)
