@@ -161,8 +161,8 @@ def breakdown(files: list[Path], repeats: int = 3) -> None:
         finally:
             gc.enable()
 
-    stages = (("gunzip", gunzip), ("+ text and msgspec decoding", decode),
-              ("+ the columns (load_trace)", lambda p: load_trace(p, keep_cpu_ops=False)),
+    stages = (("gunzip", gunzip), ("+ text and msgspec decoding (args raw)", decode),
+              ("+ the args read, the columns (load_trace)", lambda p: load_trace(p, keep_cpu_ops=False)),
               ("+ timeline and reductions (summarize_rank)", summarize_rank))
     print(f"per-rank CPU, best of {repeats} passes over {len(files)} files (load average {os.getloadavg()[0]:.2f})")
     for name, fn in stages:

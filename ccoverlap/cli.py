@@ -39,6 +39,10 @@ COMMANDS = {
 MESSAGE_CHARS = 500
 #: Commands that print their own JSON object when they fail (with more than the message).
 OWN_JSON_ERRORS = ("analyze", "validate")
+#: Commands that do no matrix products: numpy's OpenBLAS is told to start no threads for them
+#: (unless the environment says otherwise). On import it starts one per CPU, which spin for a
+#: while: about 40 ms of CPU before the first trace is read, on two cores.
+NO_BLAS_THREADS = ("analyze",)
 
 
 def _closest(word: str, choices) -> str | None:
@@ -145,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit code (0 ok, 2 error, 130 interrupted). When the first
     argument names a command, only that command's module is imported."""
     first = (sys.argv[1:] if argv is None else argv)[:1]
+    if first and first[0] in NO_BLAS_THREADS:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")     # before anything imports numpy
     parser = build_parser(first[0] if first and first[0] in COMMANDS else None)
     try:
         args = parse(parser, argv)

@@ -23,12 +23,22 @@ from __future__ import annotations
 
 import re
 import zlib
-from itertools import repeat
+from itertools import compress, repeat
 from operator import attrgetter
 
 import numpy as np
 
-from ccoverlap.trace.jsonstream import TraceArgs, _Ev, arg_value, comm_args, has_collective_record
+from ccoverlap.trace.jsonstream import (
+    META_CAT,
+    OTHER_PHASE_CAT,
+    TraceArgs,
+    TraceEvent,
+    _Ev,
+    arg_value,
+    comm_args,
+    has_collective_record,
+    resolve_args,
+)
 
 try:
     from msgspec import Raw
@@ -46,7 +56,6 @@ KIND_CODES = ("compute", "comm", "memcpy", "other")
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 _I64 = 1 << 62          # ids beyond this are malformed (they would not fit the int64 columns)
 _KIND = {k: i for i, k in enumerate(KIND_CODES)}
-_PH = {"X": 0, "M": 1, None: 2}
 _DEV_CAT = {c: i for i, c in enumerate(DEVICE_CAT_LIST)}
 
 
@@ -61,8 +70,8 @@ def _all_int(vals: list) -> bool:
 
 _INT_ONLY = {int}
 _NONE_ONLY = {type(None)}
-_E_PH, _E_CAT, _E_NAME, _E_TS, _E_DUR, _E_ARGS = (attrgetter(k) for k in ("ph", "cat", "name", "ts", "dur", "args"))
-_E_THREAD = attrgetter("pid", "tid")
+_E_CAT, _E_NAME, _E_TS, _E_DUR, _E_ARGS = (attrgetter(k) for k in ("cat", "name", "ts", "dur", "args"))
+_E_PID, _E_TID = attrgetter("pid"), attrgetter("tid")
 _A_STREAM, _A_CORR, _A_EXT, _A_DEV, _A_KIND, _A_GRID, _A_BLOCK, _A_COLL, _A_NELEMS = (
     attrgetter(k) for k in ("stream", "correlation", "external_id", "device", "ccoverlap_kind", "grid", "block",
                             "collective_name", "in_msg_nelems"))
@@ -132,11 +141,16 @@ class Columns:
         self._cat_ids: dict = {}
         self._cat_list: list = []
         self._shapes: dict = {}
+        self._comm_cache: dict = {}
+        self._prepared: tuple | None = None
 
     # ------------------------------------------------------------------ interning
     def intern(self, names: list) -> np.ndarray:
         """Name ids of ``names`` (strings), new names added in first-seen order."""
         ids = self.name_ids
+        out = np.fromiter(map(ids.get, names, repeat(-1)), dtype=np.int64, count=len(names))
+        if not len(out) or out.min() >= 0:      # the common case: every name seen before
+            return out
         for n in dict.fromkeys(names):
             if n not in ids:
                 ids[n] = len(self.names)
@@ -155,20 +169,76 @@ class Columns:
                 self.threads.append(k)
         return np.fromiter(map(ids.__getitem__, keys), dtype=np.int64, count=len(keys))
 
+    def _thread_ids(self, evs: list) -> np.ndarray:
+        """Thread ids of the events' ``(pid, tid)``, as :meth:`thread`; a typed batch of one process
+        (the common case) is looked up by ``tid`` alone, without a key tuple per event."""
+        tids = list(map(_E_TID, evs))
+        if evs and evs[0].__class__ is TraceEvent:
+            pids = set(map(_E_PID, evs))
+            if len(pids) == 1:      # typed: one value of one type (an int and a str are never equal)
+                pid = evs[0].pid
+                ids, local = self.thread_ids, {}
+                for t in dict.fromkeys(tids):
+                    key = (pid, t)
+                    if key not in ids:
+                        ids[key] = len(self.threads)
+                        self.threads.append(key)
+                    local[t] = ids[key]
+                return np.fromiter(map(local.__getitem__, tids), dtype=np.int64, count=len(tids))
+        return self.thread(list(zip(map(_E_PID, evs), tids)))
+
     def _bad(self, index: int) -> None:
         self.n_bad += 1
         if len(self.bad_at) < 5:
             self.bad_at.append(index)
 
     # ------------------------------------------------------------------ batches
+    def prepare(self, batch: list) -> bool:
+        """Given a typed batch by :class:`~ccoverlap.trace.jsonstream.EventStream` before it is
+        yielded: sort its complete events by category and decode the args the analysis reads (every
+        event of the kept categories but the CPU ops; of the CPU ops only the collective ones, or all
+        with ``keep_op_args``), in one decoder call per category. False, with nothing kept, when some
+        args cannot be decoded so: the stream then reads the batch with the tolerant reader. Nothing
+        of this object changes here but the grouping kept for :meth:`add_batch` (and the cache of
+        which names are collective)."""
+        self._prepared = None
+        groups, meta = self._partition(batch)
+        for cat, (evs, _) in groups.items():
+            if cat in CPU_OP_CATS and not self.keep_op_args:
+                evs = list(compress(evs, self._comm_flags(list(map(_E_NAME, evs)))))
+            if evs and not resolve_args(evs, launch=cat in RUNTIME_CATS):
+                return False
+        self._prepared = (batch, groups, meta)
+        return True
+
+    def _comm_flags(self, names: list):
+        """Whether each name is a collective CPU op's (:data:`COMM_OP_PREFIXES`; cached per name)."""
+        cache = self._comm_cache
+        for n in set(names).difference(cache):
+            cache[n] = n.__class__ is str and n.startswith(COMM_OP_PREFIXES)
+        return map(cache.__getitem__, names)
+
     def add_batch(self, batch: list) -> None:
-        """Take one batch of events (typed structs, tolerant stand-ins, or None for a skipped one)."""
+        """Take one batch of events (typed structs, tolerant stand-ins, or None for a skipped one).
+        A typed batch is the one just given to :meth:`prepare` (else it is prepared here, and a
+        batch whose args cannot be decoded raises ValueError)."""
         base = self.n_events
-        self.n_events += len(batch)
         if not batch:
             return
         tolerant = batch[0].__class__ is _Ev or None in batch
-        groups = self._partition_tolerant(batch, base) if tolerant else self._partition(batch, base)
+        if tolerant:
+            groups = self._partition_tolerant(batch, base)
+        else:
+            prepared, self._prepared = self._prepared, None
+            if prepared is None or prepared[0] is not batch:
+                if not self.prepare(batch):
+                    raise ValueError("event args that the typed decoder cannot read")
+                prepared, self._prepared = self._prepared, None
+            _, groups, meta = prepared
+            for i in meta:
+                self._meta(batch[i])
+            groups = {cat: (evs, idx + base) for cat, (evs, idx) in groups.items()}
+        self.n_events += len(batch)
         for cat, (evs, seq) in groups.items():
             if cat in SKIP_CATS:
                 continue
@@ -186,31 +256,33 @@ class Columns:
             else:
                 self._others(cat, evs, seq, ts, dur)
 
-    def _partition(self, batch: list, base: int) -> dict:
-        """Complete events by category, with their indices (typed batch: ph / cat are str or None).
-        Four list comprehensions and numpy, no per-event conditionals."""
-        phc = np.fromiter(map(_PH.get, map(_E_PH, batch), repeat(3)), dtype=np.int8, count=len(batch))
+    def _partition(self, batch: list) -> tuple[dict, list[int]]:
+        """A typed batch's complete events by category with their indices in the batch (events of
+        the skipped categories left out), and the indices of its metadata events. One look at each
+        event's ``cat`` sorts them all (a metadata event's reads :data:`META_CAT`, an event of any
+        other phase's :data:`OTHER_PHASE_CAT`); C-level maps and numpy, no per-event conditionals."""
         cats = list(map(_E_CAT, batch))
         cid = self._cat_ids
-        for c in dict.fromkeys(cats):
-            if c not in cid:
-                cid[c] = len(cid)
-                self._cat_list.append(c)
-        cc = np.fromiter(map(cid.__getitem__, cats), dtype=np.int64, count=len(cats))
-        for i in np.flatnonzero(phc == 1).tolist():
-            self._meta(batch[i])
-        for i in np.flatnonzero(phc == 2).tolist():
-            self._bad(base + i)
-        x = phc == 0
-        out = {}
-        present = np.flatnonzero(np.bincount(cc[x], minlength=len(cid))).tolist() if x.any() else []
+        cc = np.fromiter(map(cid.get, cats, repeat(-1)), dtype=np.int64, count=len(cats))
+        if len(cc) and cc.min() < 0:                    # a category not seen before: ids in first-seen order
+            for c in dict.fromkeys(cats):
+                if c not in cid:
+                    cid[c] = len(cid)
+                    self._cat_list.append(c)
+            cc = np.fromiter(map(cid.__getitem__, cats), dtype=np.int64, count=len(cats))
+        out: dict = {}
+        meta: list[int] = []
+        present = np.flatnonzero(np.bincount(cc, minlength=len(cid))).tolist() if len(cc) else []
         for k in present:
             cat = self._cat_list[k]
-            if cat in SKIP_CATS:
+            if cat is OTHER_PHASE_CAT or cat in SKIP_CATS:
                 continue
-            idx = np.flatnonzero(x & (cc == k)) if len(present) > 1 else np.flatnonzero(x)
-            out[cat] = (list(map(batch.__getitem__, idx.tolist())), idx + base)   # event list, their indices
-        return out
+            idx = np.flatnonzero(cc == k) if len(present) > 1 else np.arange(len(batch))
+            if cat is META_CAT:
+                meta = idx.tolist()
+                continue
+            out[cat] = (batch if len(idx) == len(batch) else list(map(batch.__getitem__, idx.tolist())), idx)
+        return out, meta
 
     def _partition_tolerant(self, batch: list, base: int) -> dict:
         """The same for a batch from the tolerant path (any value may have any type)."""
@@ -312,7 +384,7 @@ class Columns:
         step = np.asarray(self._name_step, dtype=np.int64)[nid]
         for i in np.flatnonzero((step >= 0) & ~comm).tolist():
             self.steps.append((int(step[i]), float(ts[i]), float(dur[i]), False, seq[i]))
-        tid = self.thread(list(map(_E_THREAD, evs)))
+        tid = self._thread_ids(evs)
         if not keep.all():
             nid, ts, dur, tid, ext, info = nid[keep], ts[keep], dur[keep], tid[keep], ext[keep], info[keep]
             op_args = op_args[keep] if op_args is not None else None
@@ -373,7 +445,7 @@ class Columns:
         lc["seq"].append(np.asarray(seq, dtype=np.int64))
         lc["corr"].append(np.asarray(corr, dtype=np.int64))
         lc["ts"].append(ts)
-        lc["tid"].append(self.thread(list(map(_E_THREAD, evs))))
+        lc["tid"].append(self._thread_ids(evs))
         if self.keep_runtime:
             lc["nid"].append(self.intern([e.name if e.name.__class__ is str else "?" for e in evs]))
             lc["dur"].append(dur)

@@ -29,7 +29,8 @@ import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Union
+from operator import attrgetter
+from typing import ClassVar, Union
 
 try:
     import msgspec
@@ -38,6 +39,7 @@ except ImportError:  # pragma: no cover - msgspec is a dependency; the stdlib pa
 
 CHUNK_BYTES = 1 << 18
 MAX_VALUE_CHARS = 32 << 20          # one event / header value: 32 Mi characters at most
+BATCH_CHARS = 2 * CHUNK_BYTES      # text decoded per batch: fewer, larger batches (a fixed cost per batch)
 _WS = re.compile(r"[ \t\n\r]*")
 _SURROGATE = re.compile("[\udc80-\udcff]")
 _NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
@@ -62,6 +64,22 @@ _ATTR = {k: k.lower().replace(" ", "_") for k in ARG_FIELDS + COMM_ARG_FIELDS}
 ABSENT = None       # what an args attribute reads when the key is not there (a JSON null reads None too)
 
 
+class _NotComplete:
+    """What ``cat`` reads on a typed event that is not a complete event (never a JSON value), so
+    that one look at ``cat`` sorts a whole batch."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __repr__(self) -> str:
+        return f"<{self.what}>"
+
+
+META_CAT = _NotComplete("metadata event")
+OTHER_PHASE_CAT = _NotComplete("event of another phase")
+
 if msgspec is not None:
     _RAW0 = msgspec.Raw(b"")
 
@@ -75,25 +93,51 @@ if msgspec is not None:
 
     TraceArgs = _args_struct()
 
-    class TraceEvent(msgspec.Struct, gc=False):
-        """The fields of a Chrome-trace event the analyser reads, decoded straight into typed fields
-        (``args`` into :data:`TraceArgs`); unknown fields are skipped without being built. Types are
-        loose on purpose: the caller validates."""
+    class TraceEvent(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+        """A complete event (``"ph": "X"``): the fields the analyser reads, decoded straight into
+        typed fields; unknown fields are skipped without being built. ``args`` stays raw JSON text
+        (empty when absent) until :func:`resolve_args` decodes it into :data:`TraceArgs` (or None),
+        so the args of the events nobody reads (most CPU ops) are never built. Types are loose on
+        purpose: the caller validates."""
 
-        ph: Union[str, None] = None
         cat: Union[str, None] = None
         name: Union[str, None] = None
         pid: Union[int, str, None] = None
         tid: Union[int, str, None] = None
         ts: Union[int, float, None] = None
         dur: Union[int, float, None] = None
+        args: msgspec.Raw = _RAW0         # a TraceArgs or None once resolve_args has run
+
+    class MetaEvent(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
+        """A metadata event (``"ph": "M"``: thread and process names), ``args`` decoded; its
+        ``cat`` reads :data:`META_CAT`."""
+
+        cat: ClassVar[object] = META_CAT
+        name: Union[str, None] = None
+        pid: Union[int, str, None] = None
+        tid: Union[int, str, None] = None
         args: Union[TraceArgs, None] = None
 
-    _BATCH = msgspec.json.Decoder(list[TraceEvent])
+    # every other phase of the Chrome trace format (flow events "s"/"f", instants, counters ...):
+    # the analyser skips them, so none of their fields is built; a phase outside this list, or an
+    # event without one, makes the batch go through the tolerant reader, which decides
+    OTHER_PHASES = tuple("BEiICbnestfPONDVvRc()")
+    _OTHER = tuple(msgspec.defstruct(f"Phase{ord(p)}", [], tag_field="ph", tag=p, gc=False,
+                                     namespace={"cat": OTHER_PHASE_CAT}) for p in OTHER_PHASES)
+    _BATCH = msgspec.json.Decoder(list[Union[(TraceEvent, MetaEvent, *_OTHER)]])  # type: ignore[misc]
+    _ARGS_LIST = msgspec.json.Decoder(list[Union[TraceArgs, None]])
+
+    class LaunchArgs(msgspec.Struct, gc=False):
+        """The args of a CPU-side launch (``cudaLaunchKernel`` ...): only its correlation is read."""
+
+        correlation: object = None
+
+    _LAUNCH_ARGS_LIST = msgspec.json.Decoder(list[Union[LaunchArgs, None]])
     _ANY = msgspec.json.Decoder()
+    _NULL = msgspec.Raw(b"null")
 else:  # pragma: no cover
-    TraceEvent = TraceArgs = None
-    _BATCH = _ANY = None
+    TraceEvent = MetaEvent = TraceArgs = LaunchArgs = None
+    _BATCH = _ANY = _ARGS_LIST = _LAUNCH_ARGS_LIST = None
 
 
 class _Args:
@@ -178,6 +222,27 @@ def _present(v) -> bool:
 def has_collective_record(args) -> bool:
     """Whether ``args`` holds a collective record (a ``Collective name`` or ``In msg nelems`` key)."""
     return _present(args.collective_name) or _present(args.in_msg_nelems)
+
+
+def resolve_args(events: list, launch: bool = False) -> bool:
+    """Decode, in place, the raw ``args`` text of typed :class:`TraceEvent` objects into
+    :data:`TraceArgs` (None when absent or null), all of them in one decoder call; ``launch``:
+    into :data:`LaunchArgs` instead (a CPU-side launch: only its ``correlation`` is read). False, with
+    nothing changed, when one cannot be decoded so (args that are not an object, a value the typed
+    decoder refuses): the caller then reads the whole batch with the tolerant reader."""
+    raws = list(map(_EV_ARGS, events))
+    if not all(raws):
+        raws = [r or _NULL for r in raws]
+    try:
+        vals = (_LAUNCH_ARGS_LIST if launch else _ARGS_LIST).decode(b"".join((b"[", b",".join(raws), b"]")))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError):
+        return False
+    for e, v in zip(events, vals):
+        e.args = v
+    return True
+
+
+_EV_ARGS = attrgetter("args")
 
 
 def _convert(items: list) -> list:
@@ -274,6 +339,11 @@ class EventStream:
     after the events list too), :attr:`bad` the skipped events, :attr:`is_array` whether the
     document is a bare events list and :attr:`has_events` whether a ``traceEvents`` list was
     found at all.
+
+    ``prepare``, when given, is called with each batch the typed decoder produced (before it is
+    yielded); when it returns False the same text is read again with the tolerant reader (the
+    analyser's :meth:`~ccoverlap.trace.columns.Columns.prepare` decodes the args it needs there
+    and refuses the batch when one cannot be decoded).
     """
 
     @property
@@ -281,8 +351,9 @@ class EventStream:
         """Characters copied into the reading window so far (linear in the input's length)."""
         return self._b.work
 
-    def __init__(self, fh, *, max_value_chars: int | None = None) -> None:
+    def __init__(self, fh, *, max_value_chars: int | None = None, prepare=None) -> None:
         self._b = _Buffer(fh)
+        self._prepare = prepare
         self._dec = json.JSONDecoder()
         self._max = max_value_chars or MAX_VALUE_CHARS
         self.header: dict = {}
@@ -406,8 +477,9 @@ class EventStream:
 
     # ------------------------------------------------------------------ document
     def batches(self) -> Iterator[list]:
-        """Yield the events in lists (one per window of text): each item a :class:`TraceEvent`, an
-        equivalent object (stdlib path), or ``None`` for an item that is not a JSON object or not
+        """Yield the events in lists (one per window of text): each item a :class:`TraceEvent` (args
+        still raw unless ``prepare`` resolved them), a :class:`MetaEvent`, an empty struct for an
+        event of another phase, an equivalent object (stdlib path), or ``None`` for an item that is not a JSON object or not
         valid JSON (counted in :attr:`bad` when lexically invalid)."""
         c, i = self._char(0)
         if c == "[":
@@ -499,7 +571,7 @@ class EventStream:
             return
         while True:
             i = b.compact(i)
-            b.ensure(i, 2 * CHUNK_BYTES)
+            b.ensure(i, BATCH_CHARS)
             buf = b.buf
             k = _last_boundary(buf, i, len(buf) - 1)
             if k > i:
@@ -540,7 +612,9 @@ class EventStream:
         text = "".join(("[", buf[i:k], "]"))        # two copies of the text, not three
         if _BATCH is not None:
             try:
-                return _BATCH.decode(text)
+                batch = _BATCH.decode(text)
+                if self._prepare is None or self._prepare(batch):
+                    return batch
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 pass            # NaN, wrong types, bad JSON ...: the tolerant stdlib path decides
             except UnicodeEncodeError:

@@ -276,7 +276,7 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
     gc.disable()        # millions of short-lived event objects, no cycles: no collector passes over them
     try:
         with _open(path) as fh:
-            es = EventStream(fh)
+            es = EventStream(fh, prepare=cols.prepare)
             for batch in es.batches():
                 cols.add_batch(batch)
     finally:
