@@ -161,7 +161,21 @@ def breakdown(files: list[Path], repeats: int = 3) -> None:
         finally:
             gc.enable()
 
-    stages = (("gunzip", gunzip), ("+ text and msgspec decoding (args raw)", decode),
+    def scan(p: Path) -> None:
+        # the same reading with every event kept as raw JSON text: msgspec's scan, no struct built
+        import msgspec
+
+        from ccoverlap.trace import jsonstream
+
+        typed = jsonstream._BATCH
+        jsonstream._BATCH = msgspec.json.Decoder(list[msgspec.Raw])
+        try:
+            decode(p)
+        finally:
+            jsonstream._BATCH = typed
+
+    stages = (("gunzip", gunzip), ("+ text and msgspec's scan (no event built)", scan),
+              ("+ the events built (args raw)", decode),
               ("+ the args read, the columns (load_trace)", lambda p: load_trace(p, keep_cpu_ops=False)),
               ("+ timeline and reductions (summarize_rank)", summarize_rank))
     print(f"per-rank CPU, best of {repeats} passes over {len(files)} files (load average {os.getloadavg()[0]:.2f})")
