@@ -177,13 +177,8 @@ class Columns:
             pids = set(map(_E_PID, evs))
             if len(pids) == 1:      # typed: one value of one type (an int and a str are never equal)
                 pid = evs[0].pid
-                ids, local = self.thread_ids, {}
-                for t in dict.fromkeys(tids):
-                    key = (pid, t)
-                    if key not in ids:
-                        ids[key] = len(self.threads)
-                        self.threads.append(key)
-                    local[t] = ids[key]
+                uniq = list(dict.fromkeys(tids))
+                local = dict(zip(uniq, self.thread([(pid, t) for t in uniq]).tolist()))
                 return np.fromiter(map(local.__getitem__, tids), dtype=np.int64, count=len(tids))
         return self.thread(list(zip(map(_E_PID, evs), tids)))
 
