@@ -563,21 +563,16 @@ def trace_cases() -> list[Case]:
     an("dup-rank", dup_rank)
     an("dup-rank", dup_rank, cmd="replay")
 
-    def missing_rank(d: Path) -> None:
-        t = d / "t"
-        write_json(t / "rank-0.json", rank_trace(0, 3))
-        write_json(t / "rank-2.json", rank_trace(2, 3))
+    def ranks_of(pairs: tuple[tuple[int, int], ...]) -> Callable[[Path], None]:
+        """A job of one trace per ``(rank, world size)`` pair."""
+        def setup(d: Path) -> None:
+            for rank, world in pairs:
+                write_json(d / "t" / f"rank-{rank}.json", rank_trace(rank, world))
+        return setup
 
-    an("missing-rank", missing_rank)
-    an("missing-rank", missing_rank, cmd="replay")
-
-    def mismatched_world(d: Path) -> None:
-        t = d / "t"
-        write_json(t / "rank-0.json", rank_trace(0, 2))
-        write_json(t / "rank-1.json", rank_trace(1, 4))
-
-    an("mismatched-world", mismatched_world)
-    an("mismatched-world", mismatched_world, cmd="replay")
+    for nm, pairs in (("missing-rank", ((0, 3), (2, 3))), ("mismatched-world", ((0, 2), (1, 4)))):
+        an(nm, ranks_of(pairs))
+        an(nm, ranks_of(pairs), cmd="replay")
     an("rank-30-digit-name", raw_rank0(json.dumps(rank_trace(0)).encode(), "rank-" + "1" * 30 + ".json"))
     an("unicode-name", raw_rank0(json.dumps(rank_trace(0)).encode(), "rank-0-é漢字.json"))
     an("newline-name", raw_rank0(json.dumps(rank_trace(0)).encode(), "rank-0\nx.json"))
