@@ -24,8 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "fixtures" / "golden"
 TPDP = "tests/fixtures/traces/gloo_tpdp_4rank"
 
-#: wall-clock times in the output (how long the search took), the one part that differs run to run
-_WALL_CLOCK = (re.compile(r'("search_seconds": )[-+0-9.e]+'), re.compile(r"( simulations in )[0-9.]+ s"))
+#: wall-clock times in the output (how long the search took), the part that differs run to run
+_WALL_CLOCK = (re.compile(r'("search_seconds": )[-+0-9.e]+'), re.compile(r"( simulations in )[0-9.]+ s"),
+               re.compile(r"^()[0-9.]+(?= s of search)", re.M))
+#: progress lines on stderr (``LABEL: [i/n] what``): written once the work has run a second, so
+#: whether one shows depends on the machine's speed
+_PROGRESS = re.compile(r"^[a-z]+: \[\d+/\d+\] .*\n", re.M)
 
 #: case name -> the command lines run in order in one scratch directory (a later line may read
 #: what an earlier one wrote); the output of every line is recorded.
@@ -68,7 +72,7 @@ def _steady(text: str, workdir: Path) -> str:
         text = text.replace(where, "<dir>")
     for pattern in _WALL_CLOCK:
         text = pattern.sub(r"\1<t>", text)
-    return text
+    return _PROGRESS.sub("", text)
 
 
 def _run_case(argvs: list[list[str]], workdir: Path, capsys: pytest.CaptureFixture[str]) -> str:
