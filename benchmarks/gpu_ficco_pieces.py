@@ -3,7 +3,7 @@
 For each GEMM of the FiCCO paper's Table I (``ccoverlap.calibrate.grids.ficco_shapes``: every
 shape scaled by one factor to the calibration's FLOP / memory budget, so M < K stays M < K)
 and world size P = 8, this times every distinct compute piece the schedules of
-``ccoverlap.deciders.ficco.schedule_graph`` run (the whole GEMM; the M/P-row shard GEMM of
+``ccoverlap.deciders.ficco.schedules.schedule_graph`` run (the whole GEMM; the M/P-row shard GEMM of
 ``ring`` / ``uniform-fused-1d`` / the hetero local block; the fused remote step of
 ``hetero-fused-1d``, (P-1)·M/P² rows; the unfused per-piece GEMM of ``hetero-unfused-1d``,
 M/P² rows; the K/P column GEMM of ``uniform-fused-2d``, first plain then accumulating
@@ -55,7 +55,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ccoverlap.calibrate import grids
-from ccoverlap.deciders.ficco import (
+from ccoverlap.deciders.ficco.accuracy import PAPER_SCENARIOS, AccuracyReport, CaseVerdict, fit_heuristic, rejudge
+from ccoverlap.deciders.ficco.schedules import (
     SCHEDULES,
     FiccoCase,
     ScheduleEstimate,
@@ -64,7 +65,6 @@ from ccoverlap.deciders.ficco import (
     machine,
     schedule_graph,
 )
-from ccoverlap.deciders.ficco_accuracy import PAPER_SCENARIOS, AccuracyReport, CaseVerdict, fit_heuristic, rejudge
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.predict.evaluate import cost_model_for_cluster
 from ccoverlap.sim.engine import simulate
@@ -157,7 +157,7 @@ class MeasuredCost:
 
 def compose(case: FiccoCase, pieces: dict[str, dict], cost) -> list[ScheduleEstimate]:
     """Every schedule's time for ``case`` from measured pieces (see :class:`MeasuredCost`),
-    as :class:`~ccoverlap.deciders.ficco.ScheduleEstimate` (``gemm_s`` / ``copy_s``: measured
+    as :class:`~ccoverlap.deciders.ficco.schedules.ScheduleEstimate` (``gemm_s`` / ``copy_s``: measured
     alone, summed; ``comm_s``: the cost model's; ``cil_s``: composed time minus the same with
     every piece alone; ``dil_gemm_s``: GEMM pieces minus the whole GEMM, both measured alone)."""
     cond = ENGINES[case.engine]

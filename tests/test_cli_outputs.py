@@ -15,8 +15,8 @@ import pytest
 
 import ccoverlap as cc
 from ccoverlap.cli import main
-from ccoverlap.deciders.nccl_apply import TunerRow, parse_tuner_csv, tuner_csv_text
 from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.apply import TunerRow, parse_tuner_csv, tuner_csv_text
 
 ROOT = Path(__file__).resolve().parents[1]
 TPDP = ROOT / "tests" / "fixtures" / "traces" / "gloo_tpdp_4rank"

@@ -47,7 +47,7 @@ CASES: dict[str, list[list[str]]] = {
     "validate-kernels": [["validate", "kernels"]],
     "validate-collectives": [["validate", "collectives"]],
     "reproduce-ficco": [["reproduce", "--paper", "ficco"]],
-    "reproduce-contention": [["reproduce", "--paper", "contention", "--json"]],
+    "reproduce-contention": [["reproduce", "--paper", "contention"]],
     "list": [["list", what] for what in ("models", "clusters", "gpus", "frameworks", "strategies")],
 }
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ccoverlap.cli import main
-from ccoverlap.deciders import ficco
+from ccoverlap.deciders.ficco import schedules as ficco
 from ccoverlap.errors import ConfigError
 
 

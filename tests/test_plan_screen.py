@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from ccoverlap.deciders.lagom_step import tune_step
+from ccoverlap.deciders.lagom.step import tune_step
 from ccoverlap.planning.strategies import plan
 from ccoverlap.predict.planner import Planner, screen_microbatches
 from ccoverlap.predict.workload import workload_from_mapping

@@ -14,8 +14,8 @@ by 2.1e-5), nor is DualPipe (step time off by 1.6e-4 from 8 and 12 micro-batches
 
 import pytest
 
-from ccoverlap.deciders.centauri_tiers import centauri_graph
-from ccoverlap.deciders.ficco_plan import _spliced_graph
+from ccoverlap.deciders.centauri.tiers import centauri_graph
+from ccoverlap.deciders.ficco.plan import _spliced_graph
 from ccoverlap.predict.evaluate import StepMetrics, extrapolate_metrics
 from ccoverlap.predict.planner import Planner, steady_state_microbatches, with_microbatches
 from ccoverlap.predict.workload import workload_from_mapping

@@ -40,7 +40,7 @@ def register(sub) -> None:
 
 
 def _cost(cluster):
-    from ccoverlap.deciders.ficco import cost_model_for_cluster
+    from ccoverlap.deciders.ficco.schedules import cost_model_for_cluster
 
     return cost_model_for_cluster(cluster)
 
@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     """Estimate one case (table of schedules) or, with ``--accuracy``, the heuristic's accuracy;
     returns the exit code. Bad input raises ConfigError."""
     from ccoverlap.catalog.hardware import get_cluster
-    from ccoverlap.deciders import ficco, ficco_accuracy
+    from ccoverlap.deciders.ficco import accuracy as ficco_accuracy
+    from ccoverlap.deciders.ficco import schedules as ficco
 
     if args.dtype_bytes is None:
         args.dtype_bytes = DTYPE_BYTES[args.dtype]
@@ -124,7 +125,7 @@ def accuracy_reports(cluster, cost, engine: str, world: int):
     """The accuracy reports of ``--accuracy``: FiCCO Table I and the synthetic sweep with the
     paper's thresholds, then both again with thresholds retuned on Table I only (so the sweep
     is held out). Returns (reports, fitted constants)."""
-    from ccoverlap.deciders import ficco_accuracy
+    from ccoverlap.deciders.ficco import accuracy as ficco_accuracy
 
     n_sweep = len(ficco_accuracy.SWEEP_M) * len(ficco_accuracy.SWEEP_N) * len(ficco_accuracy.SWEEP_K)
     paper = ficco_accuracy.accuracy(ficco_accuracy.paper_cases(cluster, engine, world), cost,
@@ -141,7 +142,7 @@ def accuracy_reports(cluster, cost, engine: str, world: int):
 def accuracy_markdown(reports, fit: dict | None = None) -> str:
     """Summary and per-case markdown tables of accuracy reports (per-case tables for the
     first two; the retuned pick is shown beside the paper-threshold pick)."""
-    from ccoverlap.deciders.ficco_accuracy import RUN_TO_RUN_VARIATION
+    from ccoverlap.deciders.ficco.accuracy import RUN_TO_RUN_VARIATION
 
     out = [f"| scenarios | heuristic = estimator's best | within {RUN_TO_RUN_VARIATION:.0%} of the best "
            "| mean loss on misses | worst loss |",

@@ -52,7 +52,7 @@ def _cost_model(cluster, calibration: str | None):
 
 def _groups(args):
     """(groups, cost model, description of where they came from, the workload or None)."""
-    from ccoverlap.deciders.overlap_group import load_overlap_group, overlap_groups_from_workload
+    from ccoverlap.deciders.lagom.group import load_overlap_group, overlap_groups_from_workload
 
     if args.group:
         cluster = None
@@ -138,7 +138,7 @@ def _emit(out_dir: str, tunings, cost, source: str, workload) -> dict[str, str]:
     """Lagom's configurations of the tuned groups as stock NCCL settings in ``out_dir``: every
     communication of the workload's step (or of the group file) with Lagom's configuration
     where it was tuned (the group where it spends the most time decides), as given elsewhere."""
-    from ccoverlap.deciders.nccl_plan import CommKey, comm_keys
+    from ccoverlap.nccl.plan import CommKey, comm_keys
     from ccoverlap.planning.emit import build_comm_emit, write_emit
 
     wanted: dict = {}
@@ -165,7 +165,7 @@ def _emit(out_dir: str, tunings, cost, source: str, workload) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     """Tune the group(s) with every method and print tables or JSON; returns the exit code."""
-    from ccoverlap.deciders.lagom import tune_group
+    from ccoverlap.deciders.lagom.tune import tune_group
 
     if args.max_exhaustive < 1:
         raise ConfigError(f"--max-exhaustive must be >= 1, got {args.max_exhaustive}")

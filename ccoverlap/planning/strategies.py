@@ -23,9 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ccoverlap.config import short
-from ccoverlap.deciders.centauri import CENTAURI
-from ccoverlap.deciders.ficco_plan import FICCO
-from ccoverlap.deciders.lagom_step import AUTOCCL, LAGOM, LAGOM_WITH_KNOBS
+from ccoverlap.deciders.centauri.decide import CENTAURI
+from ccoverlap.deciders.ficco.plan import FICCO
+from ccoverlap.deciders.lagom.step import AUTOCCL, LAGOM, LAGOM_WITH_KNOBS
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
 from ccoverlap.predict.planner import (  # noqa: F401

@@ -29,7 +29,7 @@ from ccoverlap.sim.timeline import RankMetrics, Timeline, all_rank_metrics, step
 class StrategyResult:
     """One simulated strategy; times in seconds, memory in bytes. ``knobs``: the framework
     knobs it ran with; ``decision``: what a decider chose beyond the knobs, as plain data
-    (``comm_plan``: a :class:`~ccoverlap.deciders.nccl_plan.CommPlan` as a mapping;
+    (``comm_plan``: a :class:`~ccoverlap.nccl.plan.CommPlan` as a mapping;
     ``parallel``: layout fields changed; ``rewrites``: step rewrites no knob expresses;
     ``tp_schedules``: a TP overlap schedule per collective + GEMM pair), read by
     :mod:`ccoverlap.planning.emit`."""

@@ -2,8 +2,8 @@
 
 Each decider proposes *units* of change - Lagom a retuned NCCL configuration per overlap group,
 Centauri a partition per exposed collective - from its own model, through its public entry
-points (:func:`ccoverlap.deciders.lagom.lagom_tune`,
-:func:`ccoverlap.deciders.centauri_rules.operation_level`). A unit the decider's own model does
+points (:func:`ccoverlap.deciders.lagom.tune.lagom_tune`,
+:func:`ccoverlap.deciders.centauri.rules.operation_level`). A unit the decider's own model does
 not find faster than the given configuration is not proposed. The replay then keeps the given
 configuration unless a choice replays faster (:func:`keep_faster`): all units together if that
 is faster, else the units that each replay faster, added one by one while the step keeps
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ccoverlap.deciders.centauri_rules import operation_level
-from ccoverlap.deciders.lagom import lagom_tune
-from ccoverlap.deciders.nccl_tuning import nccl_default_configs
-from ccoverlap.deciders.overlap_group import Computation, OverlapCollective, OverlapGroup
-from ccoverlap.deciders.profiler import SimulatedProfiler
+from ccoverlap.deciders.centauri.rules import operation_level
+from ccoverlap.deciders.lagom.group import Computation, OverlapCollective, OverlapGroup
+from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
+from ccoverlap.deciders.lagom.space import nccl_default_configs
+from ccoverlap.deciders.lagom.tune import lagom_tune
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.evaluate import cost_model_for_cluster
 from ccoverlap.replay.engine import JobGraph
@@ -76,7 +76,7 @@ def keep_faster(jg: JobGraph, name: str, units: list[Unit], step_time: Callable[
 # ----------------------------------------------------------------------------- Lagom
 
 def lagom_ratios(collective: str, nbytes: float, group_size: int, nodes: int, compute_s: float, cluster):
-    """Lagom (lagom §3.4, :func:`ccoverlap.deciders.lagom.lagom_tune`) on the overlap group
+    """Lagom (lagom §3.4, :func:`ccoverlap.deciders.lagom.tune.lagom_tune`) on the overlap group
     "this collective beside ``compute_s`` seconds of computation" under the cost model.
 
     Returns ``(comm ratio, compute ratio, makespan ratio)``: the collective's, the computation's
@@ -195,7 +195,7 @@ def exposed_ops(jg: JobGraph, t: np.ndarray) -> list[tuple[float, float, int]]:
 
 def centauri_units(jg: JobGraph, t: np.ndarray, *, top: int = 8) -> tuple[list[Unit], list[str]]:
     """One unit per exposed collective (the ``top`` most exposed) that Centauri's Algorithm 1
-    (:func:`ccoverlap.deciders.centauri_rules.operation_level`) partitions: its transfer cut into
+    (:func:`ccoverlap.deciders.centauri.rules.operation_level`) partitions: its transfer cut into
     the chunks the rule chooses, pipelined with the GPU ops that consume it."""
 
     coll_of = {m: ci for ci, c in enumerate(jg.collectives) for m in c.members}

@@ -10,7 +10,7 @@ states as "up to"; otherwise the case has exactly one setting.
 
 Per setting: the baseline is the workload with the baseline's knobs (both sides share the
 framework profile, model, batch and every knob the baseline does not name); Centauri is
-:func:`ccoverlap.deciders.centauri.decide` on that same workload, whose tiers replace the
+:func:`ccoverlap.deciders.centauri.decide.decide` on that same workload, whose tiers replace the
 baseline's scheduling with Centauri's (its reducer, optimizer and pipeline scheduler, §4) and
 add its partitions. The speedup is the baseline's step time over Centauri's. A setting whose
 baseline does not fit in memory is left out of a maximum (the paper omits its OOM runs, §5.1).
@@ -177,7 +177,7 @@ def expand(setting: Setting) -> list[tuple[str, dict]]:
 
 def compare(label: str, mapping: dict, baseline: str) -> Result:
     """Baseline ``baseline`` and Centauri on the workload ``mapping`` (simulated, exact)."""
-    from ccoverlap.deciders.centauri import decide
+    from ccoverlap.deciders.centauri.decide import decide
     from ccoverlap.predict.planner import Planner
     from ccoverlap.predict.workload import workload_from_mapping
 

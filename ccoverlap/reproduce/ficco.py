@@ -2,7 +2,7 @@
 
 Every case runs on the paper's machine (8 x MI300X, Infinity Fabric full mesh, copy-engine
 communication; FiCCO §IV-B1) and on the paper's 16 GEMMs (Table I) read as the GEMM each GPU
-runs (:func:`ccoverlap.deciders.ficco_accuracy.per_rank_gemm`). A case's ``spec`` names what
+runs (:func:`ccoverlap.deciders.ficco.accuracy.per_rank_gemm`). A case's ``spec`` names what
 to compute (``kind``); each kind returns ccoverlap's figure for the paper's comparison as a
 speedup (method time / baseline time inverted; a slowdown of 1.11x is 1/1.11):
 
@@ -30,7 +30,8 @@ import math
 from collections.abc import Callable
 from functools import lru_cache
 
-from ccoverlap.deciders import ficco, ficco_accuracy
+from ccoverlap.deciders.ficco import accuracy as ficco_accuracy
+from ccoverlap.deciders.ficco import schedules as ficco
 from ccoverlap.errors import ConfigError
 from ccoverlap.reproduce.suite import Case, Outcome
 from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, P2PSpec

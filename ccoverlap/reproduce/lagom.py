@@ -4,7 +4,7 @@
 
 * ``step``: a training step (``workload``: a workload mapping, the config-file schema of
   :mod:`ccoverlap.predict.workload`) simulated with NCCL's defaults, with Lagom and with
-  AutoCCL-style tuning, each a per-communication plan (:func:`ccoverlap.deciders.lagom_step.tune_step`),
+  AutoCCL-style tuning, each a per-communication plan (:func:`ccoverlap.deciders.lagom.step.tune_step`),
   all three from the same framework knobs; ``compare`` picks the ratio reported
   (``lagom/nccl``, ``autoccl/nccl`` or ``lagom/autoccl``: step time of the second over the
   first).
@@ -15,7 +15,7 @@
   heaviest group with one all-gather beside computations; ``multi-comm`` = the heaviest
   group with a reduce-scatter), run with NCCL's defaults and with the configurations of
   ``configs`` applied to the collectives of the types they name; the ratio of makespans.
-  The detail also gives what Lagom's own search (:func:`~ccoverlap.deciders.lagom.lagom_tune`)
+  The detail also gives what Lagom's own search (:func:`~ccoverlap.deciders.lagom.tune.lagom_tune`)
   chooses for the whole group, for comparison.
 * ``contention``: a GEMM beside a collective (lagom §3.2, Fig. 3): the GEMM's time with the
   collective at ``baseline`` channels over its time at ``method`` channels.
@@ -61,7 +61,7 @@ def _compare(case: Case) -> str:
 def step_times(workload_json: str) -> dict[str, Any]:
     """Step times (seconds) of a workload with NCCL's defaults, Lagom and AutoCCL-style
     tuning, all from the workload's framework knobs, and the plans chosen (cached)."""
-    from ccoverlap.deciders.lagom_step import tune_step
+    from ccoverlap.deciders.lagom.step import tune_step
     from ccoverlap.predict.planner import Planner
     from ccoverlap.predict.workload import workload_from_mapping
 
@@ -133,10 +133,10 @@ def _pick_group(groups, pattern: str):
 
 
 def _group_case(case: Case) -> Outcome:
-    from ccoverlap.deciders.lagom import lagom_tune
-    from ccoverlap.deciders.nccl_tuning import nccl_default_configs
-    from ccoverlap.deciders.overlap_group import overlap_groups_from_step
-    from ccoverlap.deciders.profiler import SimulatedProfiler
+    from ccoverlap.deciders.lagom.group import overlap_groups_from_step
+    from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
+    from ccoverlap.deciders.lagom.space import nccl_default_configs
+    from ccoverlap.deciders.lagom.tune import lagom_tune
     from ccoverlap.predict.planner import Planner
     from ccoverlap.predict.workload import workload_from_mapping
 
@@ -164,7 +164,7 @@ def _group_case(case: Case) -> Outcome:
 
 
 def _bytes(v) -> int:
-    from ccoverlap.deciders.overlap_group import parse_bytes
+    from ccoverlap.deciders.lagom.group import parse_bytes
 
     return int(parse_bytes(v, "chunk"))
 

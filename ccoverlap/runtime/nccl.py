@@ -28,9 +28,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ccoverlap.deciders.nccl_apply import parse_nccl_env, pinned_options
-from ccoverlap.deciders.profiler import LiveNCCLProfiler, ProfilerUnavailable
 from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.apply import parse_nccl_env, pinned_options
+from ccoverlap.runtime.profiler import LiveNCCLProfiler, ProfilerUnavailable
 from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
 
 __all__ = ["load_nccl_env", "apply_nccl_env", "load_process_groups", "process_group_options",
@@ -128,7 +128,7 @@ def device_mesh_backend_override(out_dir, mesh_dim_names: Sequence[str], *, opti
 
 class TorchNCCLLayer:
     """The live profiler's process-group layer on torch.distributed with NCCL and CUDA
-    (:class:`~ccoverlap.deciders.profiler.CommLayer`). Use inside a job started with torchrun,
+    (:class:`~ccoverlap.runtime.profiler.CommLayer`). Use inside a job started with torchrun,
     after ``init_process_group("nccl")``, on every rank; ``workdir`` holds the tuner CSVs
     (one directory per rank, default a temporary one)."""
 
@@ -253,6 +253,6 @@ class TorchNCCLLayer:
 
 
 def live_profiler(group, *, cost=None, warmup: int = 3, iters: int = 10, strict: bool = True, workdir=None):
-    """A :class:`~ccoverlap.deciders.profiler.LiveNCCLProfiler` for ``group`` on this job's GPUs
+    """A :class:`~ccoverlap.runtime.profiler.LiveNCCLProfiler` for ``group`` on this job's GPUs
     (:class:`TorchNCCLLayer`); ProfilerUnavailable without CUDA and an NCCL process group."""
     return LiveNCCLProfiler(group, TorchNCCLLayer(workdir), cost=cost, warmup=warmup, iters=iters, strict=strict)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from torch.distributed.tensor import Replicate, Shard
 
-from ccoverlap.deciders.nccl_apply import pinned_options
 from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.apply import pinned_options
 from ccoverlap.runtime import tp as _tp
 
 __all__ = ["load_framework", "fully_shard_kwargs", "ddp_kwargs", "apply_fsdp_prefetch", "tp_plan"]

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ccoverlap.deciders.ficco_heuristic import choose_schedule
+from ccoverlap.deciders.ficco.heuristic import choose_schedule
 from ccoverlap.runtime import comm
 from ccoverlap.runtime.machine import MachineSpec, machine_for
 from ccoverlap.runtime.schedules import SCHEDULES

@@ -11,7 +11,7 @@ import sys
 import pytest
 from bench_scripts import BENCH, ROOT, load_script
 
-from ccoverlap.deciders.ficco import SCHEDULES, machine, schedule_graph
+from ccoverlap.deciders.ficco.schedules import SCHEDULES, machine, schedule_graph
 from ccoverlap.predict.evaluate import cost_model_for_cluster
 from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
 
@@ -56,7 +56,7 @@ def plan():
 
 def test_plan_has_the_16_table_i_shapes_with_every_schedules_pieces(plan):
     assert [p["name"] for p in plan] == [f"g{i}" for i in range(1, 17)]
-    from ccoverlap.deciders.ficco_accuracy import PAPER_SCENARIOS
+    from ccoverlap.deciders.ficco.accuracy import PAPER_SCENARIOS
 
     for p, (_n, _par, _model, (m, n, k)) in zip(plan, PAPER_SCENARIOS):
         assert (p["m"] < p["k"]) == (m < k)          # scaling keeps the M-vs-K side (§IV-C1)
@@ -151,7 +151,7 @@ def test_analysis_judges_the_heuristic_and_retunes_on_the_declared_half(plan):
 
 
 def test_declared_halves_are_balanced():
-    from ccoverlap.deciders.ficco_accuracy import PAPER_SCENARIOS
+    from ccoverlap.deciders.ficco.accuracy import PAPER_SCENARIOS
 
     train = [s for s in PAPER_SCENARIOS if s[0] in fp.TRAIN]
     test = [s for s in PAPER_SCENARIOS if s[0] not in fp.TRAIN]

@@ -188,7 +188,7 @@ def test_ll128_only_where_nccl_enables_it_by_default():
     assert ll128_enabled(GroupSpec(name="p", size=2, local_size=2), sm80_pairs)
     assert not ll128_enabled(NODE8, sm80_pairs)
     # the tuners search only what NCCL enables
-    from ccoverlap.deciders.nccl_tuning import TuningSpace, implementation_candidates
+    from ccoverlap.deciders.lagom.space import TuningSpace, implementation_candidates
 
     protos = {p for _, p in implementation_candidates(coll("all_gather", mid), a40_nvl, TuningSpace())}
     assert protos == {"simple", "ll"}

@@ -9,7 +9,7 @@ from ccoverlap.catalog.hardware import get_gpu
 from ccoverlap.cost import copy_engine as ce
 from ccoverlap.cost.model import CostModel
 from ccoverlap.cost.params import CostParams, default_params
-from ccoverlap.deciders import ficco
+from ccoverlap.deciders.ficco import schedules as ficco
 from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, GroupSpec, MemorySpec, P2PSpec
 
 MESH = ficco.machine("MI300X", "full_mesh", 8)

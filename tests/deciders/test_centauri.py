@@ -11,16 +11,16 @@ import pytest
 
 from ccoverlap.catalog.hardware import get_cluster
 from ccoverlap.catalog.models import get_model
-from ccoverlap.deciders import centauri as cen
-from ccoverlap.deciders import centauri_rules as rules
-from ccoverlap.deciders import partition as part
-from ccoverlap.deciders.rewrite import GraphRewrite, Piece
+from ccoverlap.deciders.centauri import decide as cen
+from ccoverlap.deciders.centauri import partition as part
+from ccoverlap.deciders.centauri import rules
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
 from ccoverlap.planning.strategies import Planner, cost_model_for, default_registry
 from ccoverlap.predict.workload import Workload
 from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
+from ccoverlap.sim.rewrite import GraphRewrite, Piece
 from ccoverlap.sim.timeline import step_time_s
 
 

@@ -9,8 +9,9 @@ import json
 import pytest
 
 from ccoverlap.cli import main
-from ccoverlap.deciders import ficco, ficco_accuracy
-from ccoverlap.deciders.ficco_heuristic import FICCO_SCHEDULES
+from ccoverlap.deciders.ficco import accuracy as ficco_accuracy
+from ccoverlap.deciders.ficco import schedules as ficco
+from ccoverlap.deciders.ficco.heuristic import FICCO_SCHEDULES
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, P2PSpec
 
@@ -253,10 +254,10 @@ def test_command_bad_input_is_one_line_error(capsys):
 def test_spliced_pair_runs_like_its_estimate(pattern, schedule):
     """A schedule spliced into a graph in place of its pair takes the estimator's time (plus
     the two tiny ops around it): the splice keeps every dependency of the schedule."""
-    from ccoverlap.deciders.ficco_plan import splice_schedule
-    from ccoverlap.deciders.rewrite import GraphRewrite
+    from ccoverlap.deciders.ficco.plan import splice_schedule
     from ccoverlap.sim.engine import simulate
     from ccoverlap.sim.graph import MemorySpec, OpGraph
+    from ccoverlap.sim.rewrite import GraphRewrite
     from ccoverlap.sim.timeline import step_time_s
 
     cl = ficco.machine("H100", None, 8)

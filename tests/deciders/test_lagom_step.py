@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ccoverlap.deciders import lagom_step
-from ccoverlap.deciders.lagom import autoccl_tune, lagom_tune
-from ccoverlap.deciders.nccl_plan import CommKey
-from ccoverlap.deciders.profiler import SimulatedProfiler
+from ccoverlap.deciders.lagom import step as lagom_step
+from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
+from ccoverlap.deciders.lagom.tune import autoccl_tune, lagom_tune
+from ccoverlap.nccl.plan import CommKey
 from ccoverlap.predict.planner import Planner
 from ccoverlap.predict.workload import workload_from_mapping
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from ccoverlap.deciders.nccl_apply import TUNER_COLLECTIVES, match_row
-from ccoverlap.deciders.nccl_plan import CommKey, CommPlan
+from ccoverlap.nccl.apply import TUNER_COLLECTIVES, match_row
+from ccoverlap.nccl.plan import CommKey, CommPlan
 from ccoverlap.planning.emit import build_emit, read_emit
 from ccoverlap.planning.strategies import plan
 from ccoverlap.predict.planner import FunctionStrategy, Planner, StrategyRegistry

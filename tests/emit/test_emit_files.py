@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ccoverlap.cli import main
-from ccoverlap.deciders.nccl_apply import TUNER_COLLECTIVES, match_row, pinned_options
-from ccoverlap.deciders.nccl_plan import CommKey, CommPlan
+from ccoverlap.nccl.apply import TUNER_COLLECTIVES, match_row, pinned_options
+from ccoverlap.nccl.plan import CommKey, CommPlan
 from ccoverlap.planning.emit import read_emit
 from ccoverlap.planning.emit.files import MEGATRON_GROUPS
 from ccoverlap.sim.graph import CommConfig

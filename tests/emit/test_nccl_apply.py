@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from ccoverlap.catalog.hardware import get_cluster
-from ccoverlap.deciders.nccl_apply import (
+from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.apply import (
     TUNER_COLLECTIVES,
     TunerRow,
     match_row,
@@ -19,8 +20,7 @@ from ccoverlap.deciders.nccl_apply import (
     stock_nccl_settings,
     tuner_csv_text,
 )
-from ccoverlap.deciders.nccl_plan import CommKey
-from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.plan import CommKey
 from ccoverlap.predict.evaluate import cost_model_for_cluster
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GroupSpec
 

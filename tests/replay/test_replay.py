@@ -129,7 +129,7 @@ def test_copy_engine_scales_by_cost_model(tmp_path):
 
 
 def test_centauri(tmp_path):
-    from ccoverlap.deciders.centauri_rules import MAX_CHUNKS
+    from ccoverlap.deciders.centauri.rules import MAX_CHUNKS
 
     # A 10-1010 (launch 0); C all-gather 1010-1410 (launch 1000, 10 µs latency); B 1410-2210 waits for C
     k = Rank(0, 1)

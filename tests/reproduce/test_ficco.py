@@ -10,7 +10,8 @@ import pytest
 from ccoverlap.cli import main
 from ccoverlap.cost import comm
 from ccoverlap.cost.model import CostModel
-from ccoverlap.deciders import ficco, ficco_accuracy
+from ccoverlap.deciders.ficco import accuracy as ficco_accuracy
+from ccoverlap.deciders.ficco import schedules as ficco
 from ccoverlap.errors import ConfigError
 from ccoverlap.reproduce import ficco as rf
 from ccoverlap.reproduce.suite import Case, load_cases, run_suite

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ccoverlap.deciders.ficco_heuristic import (
+from ccoverlap.deciders.ficco.heuristic import (
     FICCO_SCHEDULES,
     HETERO_UNFUSED_FACTOR,
     choose_schedule,
@@ -20,8 +20,8 @@ def test_module_does_not_import_torch():
     import importlib
 
     before = "torch" in sys.modules
-    importlib.reload(sys.modules["ccoverlap.deciders.ficco_heuristic"])
-    src = open(sys.modules["ccoverlap.deciders.ficco_heuristic"].__file__).read()
+    importlib.reload(sys.modules["ccoverlap.deciders.ficco.heuristic"])
+    src = open(sys.modules["ccoverlap.deciders.ficco.heuristic"].__file__).read()
     assert "import torch" not in src
     assert before == ("torch" in sys.modules)
 
@@ -94,14 +94,14 @@ CPU = {"peak_flops": 1e11, "mem_bw_bytes_per_s": 2e10}
 
 
 def test_overlap_gain_ratio_units():
-    from ccoverlap.deciders.ficco_heuristic import overlap_gain_ratio
+    from ccoverlap.deciders.ficco.heuristic import overlap_gain_ratio
 
     # 2 ranks receive half of [m, k] fp32: 0.5 * 100 * 10 * 4 B at 1e3 B/s = 2 s; GEMM 2*100*5*10 / 1e3 = 10 s
     assert overlap_gain_ratio(100, 5, 10, 2, 4, peak_flops=1e3, link_bw_bytes_per_s=1e3) == pytest.approx(0.2)
 
 
 def test_gemm_heavy_shape_goes_serial_and_comm_heavy_does_not():
-    from ccoverlap.deciders.ficco_heuristic import COMM_DIL, OVERLAP_LOSS_SM, overlap_gain_ratio
+    from ccoverlap.deciders.ficco.heuristic import COMM_DIL, OVERLAP_LOSS_SM, overlap_gain_ratio
 
     # the documented CPU shapes with the CPU defaults (0.5 GB/s loopback link)
     name, why = choose_schedule(4096, 1024, 1024, 2, 4, **CPU, comm_engine="sm", link_bw_bytes_per_s=5e8)

@@ -3,7 +3,7 @@ training frameworks take, what of it can be applied, and the ``applicable`` plan
 
 * :func:`build_emit` (:mod:`.applicable`): one strategy's :class:`EmitBundle` — framework
   settings per target (:mod:`.frameworks`), stock NCCL's settings
-  (:mod:`ccoverlap.deciders.nccl_apply`), and the strategy re-simulated with only what can be
+  (:mod:`ccoverlap.nccl.apply`), and the strategy re-simulated with only what can be
   applied;
 * :func:`write_emit` / :func:`read_emit` / :func:`hints` (:mod:`.files`): the ``--emit DIR``
   files, read back, or as Python data.

@@ -8,7 +8,7 @@
 2. builds that step and, for each of its communications, the NCCL configuration the strategy
    wants and the one it would run as given (every knob resolved by the cost model);
 3. turns them into stock NCCL's settings (environment, the example tuner plugin's CSV,
-   per-group min / max CTAs: :func:`~ccoverlap.deciders.nccl_apply.stock_nccl_settings`) and
+   per-group min / max CTAs: :func:`~ccoverlap.nccl.apply.stock_nccl_settings`) and
    what each communication then runs with;
 4. simulates that step with those configurations: the **applicable** row. When nothing was
    dropped it is the strategy's own result (no extra simulation).
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ccoverlap.deciders.nccl_apply import NcclSettings, stock_nccl_settings
-from ccoverlap.deciders.nccl_plan import CommKey, CommPlan, comm_keys
+from ccoverlap.nccl.apply import NcclSettings, stock_nccl_settings
+from ccoverlap.nccl.plan import CommKey, CommPlan, comm_keys
 from ccoverlap.predict.evaluate import StrategyResult
 from ccoverlap.predict.planner import Planner
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GroupSpec

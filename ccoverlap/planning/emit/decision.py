@@ -2,7 +2,7 @@
 
 A :class:`~ccoverlap.predict.evaluate.StrategyResult` carries the framework knobs it ran with
 (``knobs``) and, from the deciders, what they chose beyond the knobs (``decision``: an NCCL
-:class:`~ccoverlap.deciders.nccl_plan.CommPlan`, changed layout fields, step rewrites, TP
+:class:`~ccoverlap.nccl.plan.CommPlan`, changed layout fields, step rewrites, TP
 overlap schedules per collective + GEMM pair). :class:`Decision` puts that next to the
 workload as given, so every emitter asks the same question: what does this strategy change?
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-from ccoverlap.deciders.nccl_plan import CommKey, CommPlan
 from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.plan import CommKey, CommPlan
 from ccoverlap.parallel.config import OverlapKnobs
 from ccoverlap.sim.graph import CommConfig
 

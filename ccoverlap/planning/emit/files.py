@@ -27,8 +27,8 @@ from pathlib import Path
 import yaml
 
 from ccoverlap.config import read_config_file, short
-from ccoverlap.deciders.nccl_apply import nccl_env_text, parse_nccl_env, parse_tuner_csv, tuner_csv_text
 from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.apply import nccl_env_text, parse_nccl_env, parse_tuner_csv, tuner_csv_text
 from ccoverlap.outputs import atomic_dir
 
 from .frameworks import TARGETS
@@ -190,7 +190,7 @@ def _megatron_yaml(groups) -> str:
 
 def read_emit(out_dir) -> dict:
     """The files of an ``--emit`` directory, parsed and validated: ``env`` (nccl.env),
-    ``tuner_rows`` (:class:`~ccoverlap.deciders.nccl_apply.TunerRow` list), ``process_groups``,
+    ``tuner_rows`` (:class:`~ccoverlap.nccl.apply.TunerRow` list), ``process_groups``,
     ``megatron_nccl``, ``framework``, ``torchtitan_toml``, ``megatron_args``, ``decision``.
     ConfigError naming the file on anything malformed."""
     d = Path(out_dir)

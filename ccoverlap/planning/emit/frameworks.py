@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ccoverlap.deciders.nccl_apply import pinned_options
 from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.apply import pinned_options
 
 TARGETS = ("pytorch", "torchtitan", "megatron-lm")
 

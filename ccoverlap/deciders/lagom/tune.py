@@ -1,14 +1,14 @@
 """Lagom: co-tune the NCCL configurations of the collectives in an overlap group (lagom §3).
 
 For an overlap group (``M`` computations, ``N`` collectives on two streams, see
-:mod:`.overlap_group`) Lagom chooses ``s_j = (algorithm, protocol, NC, NT, C)`` for every
+:mod:`ccoverlap.deciders.lagom.group`) Lagom chooses ``s_j = (algorithm, protocol, NC, NT, C)`` for every
 collective to minimise the makespan ``Z = max(X, Y)`` of eq. (1) — not each collective's own
 time. Communication resources speed communication up but slow the computation beside it
 (eqs. 4-6: NC SMs taken from the GEMM's waves, NC x C bytes in flight taking memory
 bandwidth), so in a computation-bound group the best configuration gives communication
 *fewer* resources than NCCL's default.
 
-The search (§3.3-3.4), all on a :class:`~.profiler.Profiler` (simulated or live):
+The search (§3.3-3.4), all on a :class:`~ccoverlap.deciders.lagom.profiler.Profiler` (simulated or live):
 
 * implementation parameters (algorithm, protocol) are fixed first per collective, as in
   AutoCCL's divide and conquer (§2.2, §3.4 "we integrate the proposed algorithms into
@@ -57,9 +57,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ccoverlap.sim.graph import CommConfig
-
-from .nccl_tuning import (
+from ccoverlap.deciders.lagom.group import OverlapGroup, require_group
+from ccoverlap.deciders.lagom.profiler import Profiler, ProfileResult, SimulatedProfiler
+from ccoverlap.deciders.lagom.space import (
     ProgressFn,
     TuneResult,
     TuneStep,
@@ -75,8 +75,7 @@ from .nccl_tuning import (
     nccl_default_configs,
     start_configs,
 )
-from .overlap_group import OverlapGroup, require_group
-from .profiler import Profiler, ProfileResult, SimulatedProfiler
+from ccoverlap.sim.graph import CommConfig
 
 __all__ = [
     "INITIAL_H",
@@ -86,7 +85,7 @@ __all__ = [
     "lagom_tune",
     "GroupTuning",
     "tune_group",
-    # re-exported from .nccl_tuning
+    # re-exported from ccoverlap.deciders.lagom.space
     "TuningSpace",
     "TuneStep",
     "TuneResult",

@@ -11,7 +11,7 @@
 * :func:`speedup_bound` — §5.4: overlap cannot speed a step up by more than
   ``min(1/α, 1/(1−α))``, α the communication share of the serial time.
 
-Times are seconds, memory bytes. :mod:`ccoverlap.deciders.centauri` feeds these from the cost
+Times are seconds, memory bytes. :mod:`ccoverlap.deciders.centauri.decide` feeds these from the cost
 model and checks each choice in the simulator.
 """
 

@@ -1,11 +1,11 @@
 """Centauri's partitions and orders as rewrites of a built step graph (Chen et al., ASPLOS '24).
 
 What the step builders' knobs cannot say is expressed here on the
-:class:`~ccoverlap.sim.graph.OpGraph` they build (:mod:`ccoverlap.deciders.rewrite`):
+:class:`~ccoverlap.sim.graph.OpGraph` they build (:mod:`ccoverlap.sim.rewrite`):
 
 * :func:`partition_allgathers` — §3.1.2 group partition and §3.1.3 workload partition of the
   FSDP forward weight all-gathers: each all-gather becomes the sub-collectives of
-  :func:`~ccoverlap.deciders.centauri_rules.allgather_pieces` (even chunks, or inter-/intra-node
+  :func:`~ccoverlap.deciders.centauri.rules.allgather_pieces` (even chunks, or inter-/intra-node
   sub-groups in either order), and its dependent computation chain (the unit's forward) is
   partitioned to match: every GEMM waits only for the piece holding its weight, a GEMM whose
   weight straddles two pieces is split along its output dimension (an "other dimension",
@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ccoverlap.deciders.centauri_rules import OperationPlan, allgather_pieces
-from ccoverlap.deciders.rewrite import GraphRewrite, Piece
+from ccoverlap.deciders.centauri.rules import OperationPlan, allgather_pieces
 from ccoverlap.parallel.units import tensor_of
 from ccoverlap.sim.graph import COMM, CollectiveSpec, GemmSpec, Op, OpGraph
+from ccoverlap.sim.rewrite import GraphRewrite, Piece
 
 __all__ = [
     "fsdp_forward_allgathers",

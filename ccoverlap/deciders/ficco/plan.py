@@ -3,8 +3,8 @@
 For a workload with tensor parallelism and sequence parallelism, every forward all-gather +
 GEMM (QKV, fc1, LM head) and GEMM + reduce-scatter (out-projection, fc2) pair of the built
 step is replaced by the FiCCO schedule the §V-C heuristic picks for its shape
-(:func:`ccoverlap.deciders.ficco.heuristic_pick`): the ops of
-:func:`ccoverlap.deciders.ficco.schedule_graph` are spliced into the step graph in place of
+(:func:`ccoverlap.deciders.ficco.schedules.heuristic_pick`): the ops of
+:func:`ccoverlap.deciders.ficco.schedules.schedule_graph` are spliced into the step graph in place of
 the pair (transfers on the TP stream, GEMM pieces on the compute stream, gather/scatter copies
 on two extra streams), and the step is simulated. The note lists each pair's pick, the
 estimator's best schedule for the pair alone, and the estimated gain of the pick over serial.
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ccoverlap.deciders import ficco
-from ccoverlap.deciders.ficco_accuracy import judge
-from ccoverlap.deciders.rewrite import GraphRewrite, Piece
+from ccoverlap.deciders.ficco import schedules as ficco
+from ccoverlap.deciders.ficco.accuracy import judge
 from ccoverlap.predict.planner import FunctionStrategy
 from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, OpGraph, P2PSpec, gc_paused
+from ccoverlap.sim.rewrite import GraphRewrite, Piece
 
 __all__ = ["tp_pairs", "splice_schedule", "ficco_strategy"]
 
@@ -126,7 +126,7 @@ def _splice_template(sched: OpGraph, input_side: bool, coll, gemm) -> tuple[list
 
 def _judged_pairs(planner, step, cluster, pairs, tp: int, engine: str) -> dict[tuple, tuple]:
     """``{(pattern, m, n, k): (FiccoCase, verdict)}`` for the distinct shapes of ``pairs`` (the
-    estimator's verdicts, :func:`ccoverlap.deciders.ficco_accuracy.judge`; the shapes are per
+    estimator's verdicts, :func:`ccoverlap.deciders.ficco.accuracy.judge`; the shapes are per
     micro-batch, so the same on every step length), made once per planner."""
     g = step.graph
     out: dict[tuple, tuple] = {}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ccoverlap.deciders.nccl_plan import CommKey, CommPlan, CommRule, comm_keys, size_ranges
 from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.plan import CommKey, CommPlan, CommRule, comm_keys, size_ranges
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec, OpGraph
 
 MiB = 1 << 20

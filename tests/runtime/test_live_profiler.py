@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 
 from ccoverlap.catalog.hardware import get_cluster
-from ccoverlap.deciders.lagom import TuningSpace, lagom_tune
-from ccoverlap.deciders.nccl_apply import match_row, parse_tuner_csv
-from ccoverlap.deciders.nccl_plan import CommKey
-from ccoverlap.deciders.overlap_group import Computation, OverlapCollective, OverlapGroup
-from ccoverlap.deciders.profiler import LiveNCCLProfiler, ProfilerUnavailable, rank_blocks
+from ccoverlap.deciders.lagom.group import Computation, OverlapCollective, OverlapGroup
+from ccoverlap.deciders.lagom.tune import TuningSpace, lagom_tune
 from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.apply import match_row, parse_tuner_csv
+from ccoverlap.nccl.plan import CommKey
+from ccoverlap.runtime.profiler import LiveNCCLProfiler, ProfilerUnavailable, rank_blocks
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec
 
 MiB = 1 << 20

@@ -1,13 +1,13 @@
 """Centauri's tiers from cost-model numbers, and the step graph that applies a choice.
 
-The parts of :mod:`ccoverlap.deciders.centauri` that look at one step graph (no simulation):
+The parts of :mod:`ccoverlap.deciders.centauri.decide` that look at one step graph (no simulation):
 the candidates of each tier — tier 1's knob alternatives (§3.1.1 primitive substitution,
 §3.1.2 group partition), tier 2's Algorithm 1 plans for the FSDP forward all-gathers (§3.2.1),
 tier 3's eq. 1 terms (§3.2.2), tier 4's eq. 2 micro-batch grouping (§3.2.3) — the
 communication cost ratio of §5.4, and :func:`centauri_graph`, the rewrite of a built step
-graph with the chosen partition and schedule. :mod:`ccoverlap.deciders.centauri` simulates
+graph with the chosen partition and schedule. :mod:`ccoverlap.deciders.centauri.decide` simulates
 the candidates and keeps the fastest. The rules themselves are in
-:mod:`ccoverlap.deciders.centauri_rules`.
+:mod:`ccoverlap.deciders.centauri.rules`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ccoverlap.deciders import centauri_rules as rules
-from ccoverlap.deciders import partition as part
-from ccoverlap.deciders.rewrite import GraphRewrite
+from ccoverlap.deciders.centauri import partition as part
+from ccoverlap.deciders.centauri import rules
 from ccoverlap.parallel.layout import Layout
 from ccoverlap.sim.graph import COMM, COMPUTE, CollectiveSpec, GemmSpec, Op, OpGraph
+from ccoverlap.sim.rewrite import GraphRewrite
 
 __all__ = ["comm_ratio", "knob_candidates", "centauri_scheduling", "operation_candidates", "layer_costs",
            "model_level_choice", "pipeline_group_choice", "centauri_graph"]

@@ -1,6 +1,6 @@
 """FiCCO's heuristic against the estimator: the paper's 16 scenarios, a synthetic sweep, and
 how often the §V-C pick is the estimator's fastest schedule (FiCCO §VI-D), with the speedup lost
-when it is not. Re-exported by :mod:`ccoverlap.deciders.ficco`."""
+when it is not. Re-exported by :mod:`ccoverlap.deciders.ficco.schedules`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ccoverlap.catalog.hardware import ClusterSpec
-from ccoverlap.deciders.ficco import (
+from ccoverlap.deciders.ficco.heuristic import FICCO_SCHEDULES
+from ccoverlap.deciders.ficco.schedules import (
     SCHEDULES,
     FiccoCase,
     ScheduleEstimate,
@@ -18,7 +19,6 @@ from ccoverlap.deciders.ficco import (
     heuristic_pick,
     machine,
 )
-from ccoverlap.deciders.ficco_heuristic import FICCO_SCHEDULES
 from ccoverlap.errors import ConfigError
 
 __all__ = ["PAPER_SCENARIOS", "per_rank_gemm", "SWEEP_M", "SWEEP_N", "SWEEP_K", "paper_cases", "synthetic_cases", "CaseVerdict",

@@ -1,10 +1,10 @@
 """Lagom and AutoCCL on a whole training step: one NCCL configuration per communication.
 
 A step holds many collectives; a tuner tells them apart as NCCL's tuner interface does, by
-process group, collective type and message size (a :class:`~.nccl_plan.CommKey`). Both
-methods decide a :class:`~.nccl_plan.CommPlan` (one row per key) from the step's overlap
+process group, collective type and message size (a :class:`~ccoverlap.nccl.plan.CommKey`). Both
+methods decide a :class:`~ccoverlap.nccl.plan.CommPlan` (one row per key) from the step's overlap
 groups (lagom §3.1: the computations of one (phase, layer, micro-batch) window and the
-collectives beside them, :func:`~.overlap_group.overlap_groups_from_step`):
+collectives beside them, :func:`~ccoverlap.deciders.lagom.group.overlap_groups_from_step`):
 
 * every main overlap group is tuned collective by collective (``lagom``: Algorithms 1-2 on
   the group's makespan, lagom §3.3-3.4; ``autoccl``: each collective for its own time,
@@ -32,14 +32,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ccoverlap.config import short
+from ccoverlap.deciders.lagom.group import COMM_STREAM, OverlapCollective, OverlapGroup, overlap_groups_from_step
+from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
+from ccoverlap.deciders.lagom.space import autoccl_tune
 from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.plan import CommKey, CommPlan, comm_keys
 from ccoverlap.predict.planner import FunctionStrategy, planner_workload, workload_key
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig
-
-from .nccl_plan import CommKey, CommPlan, comm_keys
-from .nccl_tuning import autoccl_tune
-from .overlap_group import COMM_STREAM, OverlapCollective, OverlapGroup, overlap_groups_from_step
-from .profiler import SimulatedProfiler
 
 __all__ = ["StepTuning", "tune_step", "LAGOM", "AUTOCCL", "LAGOM_WITH_KNOBS"]
 
@@ -71,7 +70,7 @@ class StepTuning:
 
 
 def _tuner(method: str):
-    from .lagom import lagom_tune
+    from ccoverlap.deciders.lagom.tune import lagom_tune
 
     if method not in ("lagom", "autoccl"):
         raise ConfigError(f"unknown tuning method {short(method)}; expected 'lagom' or 'autoccl'")

@@ -9,14 +9,14 @@ schedules the result at three levels (§3.2: operation, layer, model). Here, for
    the builders' knobs: the scheduling Centauri's reducer, optimizer and layer encapsulation
    implement (gradients reduced as produced, sharded parameters gathered under the next
    forward, FSDP weights gathered per layer one unit ahead:
-   :func:`~ccoverlap.deciders.centauri_tiers.centauri_scheduling`); DDP's all-reduce and
+   :func:`~ccoverlap.deciders.centauri.tiers.centauri_scheduling`); DDP's all-reduce and
    HSDP's replica all-reduce may become reduce-scatter + all-gather (Table 2's scalable
    substitution, ``distributed_optimizer``); a data-parallel group (``dp``, HSDP's ``dp_rep``)
    spanning nodes with several members per node may run hierarchically on intra-/inter-node
    sub-groups (``algorithm="hierarchical"``).
 2. **Operation level** (§3.2.1, Algorithm 1) on the FSDP forward weight all-gathers: chunk
    count, and for a group spanning nodes inter- or intra-node first, with the dependent forward
-   partitioned to match (:mod:`ccoverlap.deciders.partition`, a rewrite of the built graph).
+   partitioned to match (:mod:`ccoverlap.deciders.centauri.partition`, a rewrite of the built graph).
 3. **Layer level** (§3.2.2, eq. 1): activation-gradient-first T1 or weight-gradient-first T2
    in every backward layer.
 4. **Model level** (§3.2.3, eq. 2): with an interleaved pipeline, how many micro-batches of a
@@ -27,14 +27,14 @@ schedules the result at three levels (§3.2: operation, layer, model). Here, for
    breadth-first reordering of the micro-batches, DDP with sharded optimizer); for FSDP, the
    last reduce-scatters of a micro-batch deferred behind the next one's first all-gathers.
 
-Each rule is computed from cost-model numbers (:mod:`ccoverlap.deciders.centauri_rules`) and
+Each rule is computed from cost-model numbers (:mod:`ccoverlap.deciders.centauri.rules`) and
 every choice is checked in the simulator: within a tier, the alternatives the rule weighs are
 simulated too and the fastest kept ("the partition and scheduling scheme with minimal overhead
 is selected", §3.2), so the result never loses to not partitioning. The note of the planner
 strategy ``centauri`` says what was chosen, what the rule said, and the §5.4 bound.
 
 This module simulates and chooses; the candidates of each tier, the §5.4 ratio and the graph
-rewrite are in :mod:`ccoverlap.deciders.centauri_tiers` (re-exported here).
+rewrite are in :mod:`ccoverlap.deciders.centauri.tiers` (re-exported here).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ccoverlap.deciders import centauri_rules as rules
-from ccoverlap.deciders.centauri_tiers import (  # re-exported: callers import them from here
+from ccoverlap.deciders.centauri import rules
+from ccoverlap.deciders.centauri.tiers import (  # re-exported: callers import them from here
     centauri_graph,
     centauri_scheduling,
     comm_ratio,
@@ -67,7 +67,7 @@ class CentauriDecision:
 
     ``baseline_s``: the workload as given (its own scheduling, no partition); ``step_s``: the
     chosen plan; ``scheduling``: "Centauri's" when the knobs of Centauri's runtime were kept
-    (:func:`~ccoverlap.deciders.centauri_tiers.centauri_scheduling`), else "as given";
+    (:func:`~ccoverlap.deciders.centauri.tiers.centauri_scheduling`), else "as given";
     ``tried``: ``(tier, label, step time)`` of every simulated alternative; ``alpha``: the
     communication share of the chosen plan's serial time on its critical rank (§5.4);
     ``extra_memory_bytes``: activations added by launching micro-batches together (eq. 2).

@@ -4,7 +4,7 @@ collective for its own speed, and exhaustive search over a discretised space.
 
 A configuration is a :class:`~ccoverlap.sim.graph.CommConfig` ``s_j = (algorithm, protocol, NC,
 NT, C)`` (lagom Table 1). Every search here works through a
-:class:`~ccoverlap.deciders.profiler.Profiler` and counts its profiling steps. No torch.
+:class:`~ccoverlap.deciders.lagom.profiler.Profiler` and counts its profiling steps. No torch.
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ from dataclasses import dataclass, field, replace
 
 from ccoverlap.config import short
 from ccoverlap.cost.comm import ll128_enabled
+from ccoverlap.deciders.lagom.group import OverlapGroup, require_group
+from ccoverlap.deciders.lagom.profiler import Profiler, ProfileResult
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig
 from ccoverlap.types import ProgressFn
-
-from .overlap_group import OverlapGroup, require_group
-from .profiler import Profiler, ProfileResult
 
 __all__ = [
     "TuningSpace",

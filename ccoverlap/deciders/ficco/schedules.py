@@ -31,7 +31,7 @@ linear) and ``a2a-gemm`` (all-to-all, then the expert GEMM: EP). For ``gemm-rs``
 schedules are the mirrored dataflow (the local block is computed *last* in "hetero"), and
 with DMA the reduction, which copy engines cannot do (§IV-B2), is a memory-bound kernel.
 
-The static heuristic of §V-C lives in :mod:`ccoverlap.deciders.ficco_heuristic`;
+The static heuristic of §V-C lives in :mod:`ccoverlap.deciders.ficco.heuristic`;
 :func:`heuristic_pick` calls it and :func:`accuracy` measures how often its pick is the
 estimator's best (``ccoverlap ficco --accuracy``). Registering this module adds the
 ``ficco`` planner strategy (:func:`ficco_strategy`).
@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ccoverlap.catalog.hardware import CLUSTERS, DEFAULT_CLUSTER_FOR_GPU, ClusterSpec, LinkSpec, get_gpu
-from ccoverlap.deciders.ficco_heuristic import FICCO_SCHEDULES, choose_schedule
+from ccoverlap.deciders.ficco.heuristic import FICCO_SCHEDULES, choose_schedule
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.evaluate import cost_model_for_cluster as impl
 from ccoverlap.sim.engine import simulate
@@ -497,7 +497,7 @@ def best_schedule(estimates: Sequence[ScheduleEstimate], among: Iterable[str] | 
 def heuristic_pick(case: FiccoCase, **tuning) -> tuple[str, str]:
     """The §V-C static heuristic's schedule for ``case``, and its reason.
 
-    Calls :func:`ccoverlap.deciders.ficco_heuristic.choose_schedule` with the GPU's dense
+    Calls :func:`ccoverlap.deciders.ficco.heuristic.choose_schedule` with the GPU's dense
     peak FLOP/s for the dtype and its HBM bandwidth. For ``gemm-rs`` the 2-D schedule splits
     the output columns N (not K), so the shape test of §V-C compares M with N: the GEMM is
     passed as ``(m, k, n)`` (the combined OTB x MT metric is symmetric in the three sizes).
