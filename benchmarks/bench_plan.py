@@ -80,7 +80,7 @@ def run_case(case: str) -> dict:
     elif case.startswith("sim-"):
         from ccoverlap.parallel import build_step
         from ccoverlap.predict.evaluate import cost_model_for
-        from ccoverlap.sim.engine import simulate
+        from ccoverlap.sim.simulator import simulate
         from ccoverlap.sim.timeline import step_time_s
 
         cost = cost_model_for(w)

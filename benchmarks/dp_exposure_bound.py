@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     from ccoverlap.cost import CostModel
     from ccoverlap.cost.comm import collective_time_s
     from ccoverlap.predict.evaluate import build_workload_step, summarize
-    from ccoverlap.sim.engine import simulate
+    from ccoverlap.sim.simulator import simulate
     from ccoverlap.validate.predict import cost_params_for, workload_for
     from ccoverlap.validate.reader import load_runs
 

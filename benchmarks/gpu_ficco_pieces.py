@@ -25,7 +25,7 @@ on the pressure of one transfer. The covering copy's own rate is kept in the JSO
 so a later analysis can rescale; every repetition's time is kept (``samples_s``).
 
 Each schedule's time is then composed from these pieces by the project's stream simulator
-(``ccoverlap.sim.engine.simulate`` on the schedule's op graph) with a cost object that returns the
+(``ccoverlap.sim.simulator.simulate`` on the schedule's op graph) with a cost object that returns the
 *measured* time of a compute piece (alone, or under the engine's traffic when a transfer runs
 beside it) and the *cost model's* time for transfers (NVLink of the catalog node: not
 measurable on one GPU). The §V-C heuristic's pick (``ficco.heuristic_pick``) is compared with
@@ -67,8 +67,8 @@ from ccoverlap.deciders.ficco.schedules import (
 )
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.predict.evaluate import cost_model_for_cluster
-from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec
+from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import step_time_s
 
 WORLD = 8
@@ -134,7 +134,7 @@ def distinct_pieces(case: FiccoCase) -> list[str]:
 # ----------------------------------------------------------------------------- composing
 
 class MeasuredCost:
-    """A cost object for :func:`ccoverlap.sim.engine.simulate`: a compute piece takes its measured
+    """A cost object for :func:`ccoverlap.sim.simulator.simulate`: a compute piece takes its measured
     time, under the engine's traffic condition when a transfer (collective, peer copy or
     copy-engine copy) runs beside it, alone otherwise (compute beside compute is not measured: alone time); a
     transfer takes the cost model's time beside what runs with it."""

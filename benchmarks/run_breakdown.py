@@ -28,8 +28,8 @@ def breakdown(run) -> dict:
     host-dispatch total and the time of host-bound ops."""
     from ccoverlap.cost import CostModel
     from ccoverlap.predict.evaluate import build_workload_step
-    from ccoverlap.sim.engine import simulate
     from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
+    from ccoverlap.sim.simulator import simulate
     from ccoverlap.sim.timeline import step_time_s
     from ccoverlap.validate.predict import cost_params_for, workload_for
 

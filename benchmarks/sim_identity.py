@@ -37,7 +37,7 @@ def fingerprints() -> dict:
 
     from ccoverlap.predict.evaluate import build_workload_step, cost_model_for
     from ccoverlap.predict.workload import workload_from_mapping
-    from ccoverlap.sim.engine import simulate
+    from ccoverlap.sim.simulator import simulate
 
     mappings = dict(WORKLOADS)
     mappings.update({name: t["workload"] for name, t in TARGETS.items()})

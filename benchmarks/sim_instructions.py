@@ -34,7 +34,7 @@ import sys
 sys.path.insert(0, {bench!r})
 from bench_simulate import TARGETS
 from ccoverlap.predict.evaluate import build_workload_step, cost_model_for
-from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.simulator import simulate
 from ccoverlap.predict.workload import workload_from_mapping
 import ccoverlap
 assert ccoverlap.__file__.startswith({tree!r}), ccoverlap.__file__

@@ -3,8 +3,8 @@
 import pytest
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
+from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import rank_metrics
 
 DP = GroupSpec(name="dp", size=8, local_size=8)

@@ -1,12 +1,12 @@
 """Collectives of one process group on one rank take its NCCL communicator one at a time
-(:func:`ccoverlap.sim.engine.communicator_lanes`): PyTorch runs every collective of a group on
+(:func:`ccoverlap.sim.simulator.communicator_lanes`): PyTorch runs every collective of a group on
 the group's one NCCL stream, NCCL serialises the operations of a communicator (NVIDIA/nccl#574),
 so FSDP's all-gather and reduce-scatter wait for each other whatever streams issue them."""
 
 import pytest
 
-from ccoverlap.sim.engine import communicator_lanes, simulate
 from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, GroupSpec, OpGraph, P2PSpec
+from ccoverlap.sim.simulator import communicator_lanes, simulate
 
 DP = GroupSpec(name="dp", size=16, local_size=8)
 DP_INTER = GroupSpec(name="dp_inter", size=2, local_size=1)

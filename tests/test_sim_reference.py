@@ -1,6 +1,6 @@
 """The fast simulator (spec interning, quiet-rank spans) against a plain op-by-op reference.
 
-``reference_simulate`` is the simulator's original op-by-op event loop (``ccoverlap.sim.engine.simulate``
+``reference_simulate`` is the simulator's original op-by-op event loop (``ccoverlap.sim.simulator.simulate``
 before spans and interning), kept
 here verbatim in substance: every op is its own event and every change of a rank's running
 set re-evaluates each running op's speed; collectives of one group on one rank take their
@@ -15,8 +15,8 @@ import random
 
 import pytest
 
-from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
+from ccoverlap.sim.simulator import simulate
 
 TP = GroupSpec(name="tp", size=8, local_size=8)
 

@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from ccoverlap.commands.options import add_common, check_outputs, png_path
-from ccoverlap.trace.engine import ENGINES
+from ccoverlap.workers.pool import ENGINES
 
 DEFAULT_OUT = "ccoverlap-out/analyze"
 

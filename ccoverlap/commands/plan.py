@@ -11,7 +11,7 @@ from pathlib import Path
 from ccoverlap.commands.options import add_common, check_out_dir, check_outputs, png_path
 from ccoverlap.config import short, suggest
 from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
-from ccoverlap.trace.engine import ENGINES, make_engine
+from ccoverlap.workers.pool import ENGINES, make_engine
 
 #: Layout flags ``--search`` takes as constraints (ParallelConfig fields), and those it refuses.
 SEARCH_CONSTRAINTS = ("tp", "pp", "ep", "cp", "dp", "data_parallel", "recompute", "pp_schedule")

@@ -439,7 +439,7 @@ def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
     """Build the op graph of one training step of ``model`` under ``parallel`` on ``cluster``.
 
     Validates everything first (ConfigError lists every problem). Returns a :class:`StepGraph`
-    whose ``graph`` :func:`ccoverlap.sim.engine.simulate` plays; one simulated rank per pipeline rank.
+    whose ``graph`` :func:`ccoverlap.sim.simulator.simulate` plays; one simulated rank per pipeline rank.
     ``grad_clip``: compute the global gradient norm (read every local gradient, all-reduce one
     float) before the optimizer step, as gradient clipping does.
     Model FLOPs follow PaLM's MFU definition (:meth:`ModelSpec.flops_per_token`).

@@ -26,7 +26,7 @@ What DeepSpeed does (v0.9.0, the release of the Centauri paper's software stack,
   communication dtype and reduce-scattered (``reduce_independent_p_g_buckets_and_remove_grads``
   / ``__reduce_and_partition_ipg_grads``), the last one after the backward;
 * all-gathers and reduce-scatters go through one process group, so one NCCL communicator:
-  they run one at a time in issue order (:func:`ccoverlap.sim.engine.communicator_lanes`).
+  they run one at a time in issue order (:func:`ccoverlap.sim.simulator.communicator_lanes`).
 
 How it is expressed: with this knob the FSDP hook (:mod:`ccoverlap.parallel.fsdp`) gathers each
 unit execution's tensors with one ``fsdp_ag_dp.<tensor>`` all-gather each, in the order the

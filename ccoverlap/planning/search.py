@@ -250,7 +250,7 @@ def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, 
     sequence length (see the module docstring). ``max_simulations`` caps step simulations with
     default knobs; ``top`` layouts get the best-knobs search; ``constraints`` (ParallelConfig
     field -> value, e.g. ``{"tp": 8}``) keeps only the layouts that have those values.
-    ``engine``: where the layouts are simulated (:mod:`ccoverlap.trace.engine`, e.g. a Ray
+    ``engine``: where the layouts are simulated (:mod:`ccoverlap.workers.pool`, e.g. a Ray
     cluster's workers); None: in this process, each planner using forked workers for its knob
     candidates. The result does not depend on the engine. Returns a :class:`SearchResult`."""
 

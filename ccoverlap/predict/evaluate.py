@@ -21,7 +21,7 @@ from ccoverlap.cost.params import default_params
 from ccoverlap.parallel import build_step
 from ccoverlap.parallel.memory import MemoryEstimate
 from ccoverlap.parallel.step import step_totals as totals_of
-from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import RankMetrics, Timeline, all_rank_metrics, step_time_s
 
 

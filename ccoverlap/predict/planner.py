@@ -38,7 +38,7 @@ from ccoverlap.predict.evaluate import (
     summarize_metrics,
 )
 from ccoverlap.predict.workload import require_workload
-from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.simulator import simulate
 from ccoverlap.types import ProgressFn
 
 

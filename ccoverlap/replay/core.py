@@ -32,8 +32,8 @@ import numpy as np
 
 from ccoverlap.config import few
 from ccoverlap.errors import ConfigError, TraceError
-from ccoverlap.replay.engine import JobGraph, join
 from ccoverlap.replay.graph import RankGraph, build_rank_graph
+from ccoverlap.replay.job import JobGraph, join
 from ccoverlap.sim.timeline import RankMetrics, Timeline, rank_metrics
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.classify import RankTrace, build_rank, origin_us

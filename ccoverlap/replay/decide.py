@@ -25,8 +25,8 @@ from ccoverlap.deciders.lagom.space import nccl_default_configs
 from ccoverlap.deciders.lagom.tune import lagom_tune
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.evaluate import cost_model_for_cluster
-from ccoverlap.replay.engine import JobGraph
 from ccoverlap.replay.graph import E_COLL, GPU
+from ccoverlap.replay.job import JobGraph
 from ccoverlap.replay.whatif import Edit, base_edit, gpu_rows, group_ranks_of, spans_nodes, world_size
 from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, GroupSpec
 from ccoverlap.sim.timeline import merge_intervals

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ccoverlap.replay.engine import JobGraph
 from ccoverlap.replay.graph import CPU, E_COLL, E_CPU, E_LAUNCH, E_STREAM, E_SYNC, E_XSTREAM
+from ccoverlap.replay.job import JobGraph
 
 CATEGORIES = ("compute", "communication", "other GPU", "host", "waits")
 

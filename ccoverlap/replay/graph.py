@@ -120,7 +120,7 @@ class RankGraph:
         self.n_nodes = len(self.kind)
 
     def drop_columns(self) -> None:
-        """Free the node and edge columns once :func:`~ccoverlap.replay.engine.join` copied them."""
+        """Free the node and edge columns once :func:`~ccoverlap.replay.job.join` copied them."""
         empty_f, empty_i = np.empty(0), np.empty(0, dtype=np.int64)
         self.dur = self.start = self.release = self.w = self.w_nom = empty_f
         self.src = self.dst = empty_i

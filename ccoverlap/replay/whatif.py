@@ -1,6 +1,6 @@
 """What-ifs: each one an edit of the replay graph, re-run by :meth:`JobGraph.run`.
 
-An edit is ``(dur, w, on, xfer, note)`` for :meth:`~ccoverlap.replay.engine.JobGraph.run`.
+An edit is ``(dur, w, on, xfer, note)`` for :meth:`~ccoverlap.replay.job.JobGraph.run`.
 Those that remove or shorten work (``no-comm``, ``comm-hidden``, ``no-contention``,
 ``copy-engine``, ``network-<F>x`` with F >= 1) only lower durations and weights or drop edges,
 so no node can start later (max-plus); ``network-<F>x`` with F < 1 only raises them.
@@ -36,8 +36,8 @@ import numpy as np
 from ccoverlap.config import short
 from ccoverlap.cost.comm import collective_profile
 from ccoverlap.errors import ConfigError
-from ccoverlap.replay.engine import JobGraph
 from ccoverlap.replay.graph import E_COLL
+from ccoverlap.replay.job import JobGraph
 from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, GroupSpec
 from ccoverlap.sim.timeline import merge_intervals
 from ccoverlap.trace.contention import covered_length

@@ -1,5 +1,5 @@
 """Static tables of an :class:`~ccoverlap.sim.graph.OpGraph` for the stream simulator
-(:mod:`ccoverlap.sim.engine`): per-op columns, streams as small integers with their queues, interned
+(:mod:`ccoverlap.sim.simulator`): per-op columns, streams as small integers with their queues, interned
 specs, dependency counts and dependents, and the two successor tables the event loop's spans
 follow. Built with comprehensions and numpy (no per-op Python statements), once per
 simulation; the event loop only reads them (and counts ``waiting_deps`` down)."""

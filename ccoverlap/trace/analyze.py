@@ -4,7 +4,7 @@
 one file, build its Timeline, pick the analysed rows - HolisticTraceAnalysis' default window
 unless told otherwise - and reduce them with the simulator's own
 :func:`ccoverlap.sim.timeline.rank_metrics`) over the files with an engine
-(:mod:`ccoverlap.trace.engine`: worker processes by default), then combines the rank summaries
+(:mod:`ccoverlap.workers.pool`: worker processes by default), then combines the rank summaries
 (:mod:`ccoverlap.trace.combine`): per rank and per step compute / communication / memcpy time,
 overlap ratio (HTA's definition), exposed communication, compute-only and idle time,
 R = compute / communication; per-collective bandwidths, cross-rank skew and stragglers,
@@ -25,11 +25,11 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.combine import analyze_job
 from ccoverlap.trace.dimensions import check_groups
-from ccoverlap.trace.engine import make_engine
 from ccoverlap.trace.result import Analysis, json_ready
 from ccoverlap.trace.sources import size as source_size
 from ccoverlap.trace.steps import parse_steps
 from ccoverlap.trace.summary import JobContext
+from ccoverlap.workers.pool import make_engine
 
 
 def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", time_resolution: str = "hta",
@@ -41,7 +41,7 @@ def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", ti
     ``steps``: ``"hta"`` (HolisticTraceAnalysis' default window), ``"all"``, or ``"3,4"`` /
     ``"3-5"`` (see :mod:`ccoverlap.trace.steps`). ``time_resolution``: ``"hta"`` rounds
     sub-µs timestamps inward to whole µs as HTA does (start up, end down); ``"exact"`` keeps
-    them. ``engine``: what runs the per-rank work (:mod:`ccoverlap.trace.engine`): an engine
+    them. ``engine``: what runs the per-rank work (:mod:`ccoverlap.workers.pool`): an engine
     object, ``"ray"`` (the Ray cluster at ``address``, default one started on this machine) or
     ``"local"`` / None: a pool of ``jobs`` processes (default: one per CPU when there are two or
     more files totalling at least 2 MiB, else this process). ``paths`` may be fsspec URLs

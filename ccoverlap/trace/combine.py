@@ -1,7 +1,7 @@
 """The cross-rank half of ``ccoverlap analyze``: rank summaries in, the job's :class:`Analysis` out.
 
 :func:`analyze_job` maps :func:`ccoverlap.trace.summary.summarize_rank` over the files with an
-engine (:mod:`ccoverlap.trace.engine`), then :func:`combine` decides which file is which rank
+engine (:mod:`ccoverlap.workers.pool`), then :func:`combine` decides which file is which rank
 (:mod:`.rank_assign`), finds the facts only the whole job knows (its clock origin, whether it has
 profiler steps, its world size, the process group of each gloo thread), runs the few ranks whose
 summary assumed otherwise again, puts every rank on the job's clock and pools the summaries: the

@@ -2,7 +2,7 @@
 
 :func:`summarize_rank` is a pure function of ``(source, JobContext)`` - a path or URL and what
 the per-rank work must know about the job - and its result is small and picklable, so any engine
-can run it where the file is (:mod:`ccoverlap.trace.engine`; a process pool here, a cluster's
+can run it where the file is (:mod:`ccoverlap.workers.pool`; a process pool here, a cluster's
 workers elsewhere) and send only the summary back. It streams the file (:mod:`.load`), builds
 the rank's Timeline (:mod:`.classify`), selects the analysed rows (:mod:`.steps`) and reduces
 them to what the cross-rank analyses (:mod:`.combine`) read:

@@ -17,7 +17,7 @@ from ccoverlap.errors import CCOverlapError
 from ccoverlap.parallel.config import ParallelConfig
 from ccoverlap.predict.evaluate import build_workload_step, summarize
 from ccoverlap.predict.workload import Workload, workload_from_mapping
-from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.simulator import simulate
 from ccoverlap.validate.reader import EXTRA_PARALLEL, RunSpec
 
 

@@ -9,8 +9,8 @@ import sys
 
 from bench_scripts import BENCH, load_script
 
-from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import GemmSpec, OpGraph
+from ccoverlap.sim.simulator import simulate
 
 
 class _Cost:

@@ -7,7 +7,6 @@ import pytest
 from ccoverlap.catalog.hardware import CLUSTERS, get_cluster
 from ccoverlap.cost import CostModel, comm_sms
 from ccoverlap.cost.compute import l2_bandwidth_gain
-from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import (
     AttentionSpec,
     CollectiveSpec,
@@ -19,6 +18,7 @@ from ccoverlap.sim.graph import (
     OpGraph,
     P2PSpec,
 )
+from ccoverlap.sim.simulator import simulate
 
 H100 = CLUSTERS["dgx-h100"]
 A40 = CLUSTERS["a40-pcie"]

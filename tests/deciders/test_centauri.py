@@ -18,9 +18,9 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
 from ccoverlap.planning.strategies import Planner, cost_model_for, default_registry
 from ccoverlap.predict.workload import Workload
-from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
 from ccoverlap.sim.rewrite import GraphRewrite, Piece
+from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import step_time_s
 
 

@@ -255,9 +255,9 @@ def test_spliced_pair_runs_like_its_estimate(pattern, schedule):
     """A schedule spliced into a graph in place of its pair takes the estimator's time (plus
     the two tiny ops around it): the splice keeps every dependency of the schedule."""
     from ccoverlap.deciders.ficco.plan import splice_schedule
-    from ccoverlap.sim.engine import simulate
     from ccoverlap.sim.graph import MemorySpec, OpGraph
     from ccoverlap.sim.rewrite import GraphRewrite
+    from ccoverlap.sim.simulator import simulate
     from ccoverlap.sim.timeline import step_time_s
 
     cl = ficco.machine("H100", None, 8)
@@ -335,7 +335,7 @@ def test_only_uniform_schedules_gather():
 
 def test_first_uniform_step_still_waits_for_its_transfer(cost_mesh):
     """Uniform exposes its first transfer; hetero hides it under the local shard (§V-A)."""
-    from ccoverlap.sim.engine import simulate
+    from ccoverlap.sim.simulator import simulate
 
     c = case()
     tl = simulate(ficco.schedule_graph(c, "uniform-fused-1d"), cost_mesh)

@@ -8,8 +8,8 @@ from parallel_helpers import ToyCost, cluster
 
 from ccoverlap.catalog.models import get_model, model_from_dict
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
-from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import CollectiveSpec
+from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import rank_metrics, step_time_s
 
 SMALL = model_from_dict({"name": "small", "hidden": 2048, "ffn_hidden": 5632, "heads": 16, "kv_heads": 4,

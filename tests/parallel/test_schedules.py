@@ -12,8 +12,8 @@ from ccoverlap.catalog.models import model_from_dict
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, ParallelConfig, build_step
 from ccoverlap.parallel.pp import in_flight, make_schedule
-from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import P2PSpec
+from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import step_time_s
 
 # 16 equal layers; a 64-token vocabulary makes the LM head negligible, so stages are uniform

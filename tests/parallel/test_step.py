@@ -9,8 +9,8 @@ from ccoverlap.catalog.models import MODELS, get_model
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
 from ccoverlap.parallel.layout import Layout, local_size
-from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import CollectiveSpec
+from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import step_time_s
 
 

@@ -139,7 +139,7 @@ def test_bad_mode_in_a_runs_file_exits_2_with_one_line(tmp_path, capsys):
 
 def test_simulated_peer_copies_take_time_on_the_tp_stream_and_count_as_tp_traffic():
     from ccoverlap.cost import CostModel
-    from ccoverlap.sim.engine import simulate
+    from ccoverlap.sim.simulator import simulate
 
     sg = build(SP4, "symm_mem")
     c = cluster(SP4.world_size)

@@ -19,7 +19,7 @@ from ccoverlap.cli import main
 from ccoverlap.errors import ConfigError
 from ccoverlap.planning.search import Candidate, _simulate_in_order
 from ccoverlap.trace.analyze import analyze
-from ccoverlap.trace.engine import LocalEngine, SerialEngine, make_engine
+from ccoverlap.workers.pool import LocalEngine, SerialEngine, make_engine
 
 fsspec = pytest.importorskip("fsspec")
 
@@ -101,7 +101,7 @@ def test_local_run_imports_neither_ray_nor_fsspec(tmp_path):
 
 def test_engine_ray_without_ray_is_one_line(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)    # as if the extra were not installed
-    monkeypatch.delitem(sys.modules, "ccoverlap.trace.ray_engine", raising=False)
+    monkeypatch.delitem(sys.modules, "ccoverlap.workers.ray_cluster", raising=False)
     assert main(["analyze", str(JOBS[0]), "--engine", "ray"]) == 2
     err = capsys.readouterr().err
     assert err == "ccoverlap analyze: error: --engine ray needs Ray: pip install 'ccoverlap[ray]'\n"
@@ -199,7 +199,7 @@ def test_a_worker_that_dies_is_an_error_not_a_hang():
 
 
 def test_local_engine_uses_the_cores_it_is_given(monkeypatch):
-    from ccoverlap.trace import engine as eng
+    from ccoverlap.workers import pool as eng
 
     big = eng.PARALLEL_MIN_BYTES
     monkeypatch.setattr(eng.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)

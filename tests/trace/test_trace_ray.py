@@ -17,7 +17,7 @@ from conftest import FIXTURES
 from ccoverlap.cli import main
 from ccoverlap.errors import CCOverlapError
 from ccoverlap.trace.analyze import analyze
-from ccoverlap.trace.engine import SerialEngine
+from ccoverlap.workers.pool import SerialEngine
 
 ray = pytest.importorskip("ray")
 
@@ -27,7 +27,7 @@ JOBS = [FIXTURES / "gloo_2rank", FIXTURES / "gloo_tpdp_4rank", FIXTURES / "synth
 @pytest.fixture(scope="module")
 def engine():
     """A RayEngine on a 2-CPU local cluster started once for the module."""
-    from ccoverlap.trace.ray_engine import RayEngine
+    from ccoverlap.workers.ray_cluster import RayEngine
 
     started = not ray.is_initialized()
     if started:

@@ -46,7 +46,6 @@ from ccoverlap.catalog.hardware import CLUSTERS, DEFAULT_CLUSTER_FOR_GPU, Cluste
 from ccoverlap.deciders.ficco.heuristic import FICCO_SCHEDULES, choose_schedule
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.evaluate import cost_model_for_cluster as impl
-from ccoverlap.sim.engine import simulate
 from ccoverlap.sim.graph import (
     CollectiveSpec,
     CopySpec,
@@ -56,6 +55,7 @@ from ccoverlap.sim.graph import (
     OpGraph,
     P2PSpec,
 )
+from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import step_time_s
 
 __all__ = [

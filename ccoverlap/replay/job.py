@@ -20,7 +20,7 @@ Two exact ways to compute it, chosen by size (:meth:`JobGraph.run`):
   calls per level plus linear work.
 * **node by node** (Python) in topological order, for graphs with few nodes per level.
 
-This is the replay-specific event loop the project's simulator (:mod:`ccoverlap.sim.engine`,
+This is the replay-specific event loop the project's simulator (:mod:`ccoverlap.sim.simulator`,
 cost-model durations, one shared schedule per rank) does not offer; its output is the
 project's :class:`~ccoverlap.sim.timeline.Timeline`.
 """

@@ -1,4 +1,4 @@
-"""An engine (:mod:`ccoverlap.trace.engine`) that runs the work on a Ray cluster's workers.
+"""An engine (:mod:`ccoverlap.workers.pool`) that runs the work on a Ray cluster's workers.
 
 ``ccoverlap analyze --engine ray [--address ADDR]`` and ``ccoverlap plan --search --engine ray``
 use it: each item becomes one Ray task (one CPU), sent to whichever worker of the cluster is
@@ -9,7 +9,7 @@ file system or an object store through fsspec, :mod:`ccoverlap.trace.sources`), 
 holds summaries only and combines them (:mod:`ccoverlap.trace.combine`) exactly as a local run.
 
 Ray (``pip install 'ccoverlap[ray]'``) is imported only by this module, which only
-:func:`ccoverlap.trace.engine.make_engine` imports, only for ``--engine ray``. Every node of the
+:func:`ccoverlap.workers.pool.make_engine` imports, only for ``--engine ray``. Every node of the
 cluster needs the same ccoverlap installed.
 """
 

@@ -8,7 +8,7 @@ over ``(path or URL, JobContext)`` pairs (each result is a small
 candidate layouts (:mod:`ccoverlap.planning.search`).
 
 :class:`SerialEngine` runs in this process, :class:`LocalEngine` on a pool of worker processes
-forked from this one; :func:`local_engine` picks one of the two. :class:`~ccoverlap.trace.ray_engine.RayEngine`
+forked from this one; :func:`local_engine` picks one of the two. :class:`~ccoverlap.workers.ray_cluster.RayEngine`
 runs on a Ray cluster's workers; :func:`make_engine` builds the engine a command line names
 (``--engine local|ray``, ``--address``) and imports Ray only for ``ray``.
 """
@@ -171,7 +171,7 @@ def make_engine(name: str | None, *, address: str | None = None, n_items: int = 
                 jobs: int | None = None):
     """The engine ``--engine NAME [--address ADDR]`` asks for: ``local`` (or None) is
     :func:`local_engine` for ``n_items`` files of ``total_bytes``; ``ray`` a
-    :class:`~ccoverlap.trace.ray_engine.RayEngine` connected to ``address`` (default: a Ray
+    :class:`~ccoverlap.workers.ray_cluster.RayEngine` connected to ``address`` (default: a Ray
     instance started on this machine). Ray is imported only here, only for ``ray``."""
     if name in (None, "local"):
         if address:
@@ -180,7 +180,7 @@ def make_engine(name: str | None, *, address: str | None = None, n_items: int = 
     if name == "ray":
         if jobs is not None:
             raise ConfigError("--jobs is for the local engine; on Ray every worker CPU takes tasks")
-        from ccoverlap.trace.ray_engine import RayEngine
+        from ccoverlap.workers.ray_cluster import RayEngine
 
         return RayEngine(address)
     raise ConfigError(f"unknown engine {name!r}: choose one of {', '.join(ENGINES)}")
