@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from ccoverlap.deciders.lagom.step import tune_step
-from ccoverlap.predict.planner import Planner
+from ccoverlap.predict.strategy import Planner
 from ccoverlap.predict.workload import workload_from_mapping
 from ccoverlap.reproduce.suite import DATA_DIR
 

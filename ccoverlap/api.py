@@ -101,7 +101,7 @@ def simulate(workload=None, **options: Any) -> SimulationResult:
     """Simulate one training step of ``workload`` (a :class:`Workload`, a config file, or
     keywords as for ``Workload``): step time and, per simulated rank, compute, communication,
     overlap, exposed communication and idle time (seconds). ``raw`` is (StepGraph, Timeline)."""
-    from ccoverlap.planning.strategies import simulate_workload
+    from ccoverlap.predict.evaluate import simulate_workload
     from ccoverlap.sim.timeline import all_rank_metrics, step_time_s
 
     w = _workload(workload, options)
@@ -121,24 +121,25 @@ def plan(workload=None, *, strategies: Sequence[str] | None = None, exact: bool 
     what ``target`` (``pytorch``, ``torchtitan``, ``megatron-lm``) and stock NCCL can set;
     ``emit(dir)`` / ``apply_hints()`` on the result give its settings (docs/emit.md)."""
     from ccoverlap.config import check_value
-    from ccoverlap.planning import strategies as planner
+    from ccoverlap.planning.strategies import default_registry, recommendation, recommendation_details
+    from ccoverlap.planning.strategies import plan as plan_workload
 
     check_value("exact", exact, bool)
     w = _workload(workload, options)
     strategies = _names(strategies, "strategies")
-    registry = planner.default_registry()
+    registry = default_registry()
     if strategies is not None:
         registry.select(list(strategies))  # one ConfigError naming an unknown one
-    result = planner.plan(w, extra=strategies, registry=registry, exact=exact, applicable_of=strategy,
-                          target=target)
+    result = plan_workload(w, extra=strategies, registry=registry, exact=exact, applicable_of=strategy,
+                           target=target)
     base = result.as_given.step_time_s
     rows = [dict(d, speedup=base / d["step_time_s"] if d["step_time_s"] else None) for d in result.rows()]
     best = result.best()
     row = result.best_row()
     data = {"workload": w.describe(), "world_size": w.cluster.world_size, "best": best.name,
             "best_row": row.name, "best_step_time_s": row.step_time_s,
-            "recommendation": planner.recommendation(result),
-            "recommendation_details": planner.recommendation_details(result), "strategies": rows,
+            "recommendation": recommendation(result),
+            "recommendation_details": recommendation_details(result), "strategies": rows,
             "simulations": result.simulations, "seconds": result.seconds}
     summary = f"{w.describe()}: best {best.name}, {_ms(row.step_time_s)} per step ({base / row.step_time_s:.2f}x)"
     return PlanReport(data, rows, summary, result)

@@ -31,7 +31,7 @@ from ccoverlap.deciders.lagom.tune import lagom_tune, tune_group
 from ccoverlap.errors import CCOverlapError, ConfigError, TraceError
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step, estimate_memory
 from ccoverlap.parallel import layer_activation_bytes as lab
-from ccoverlap.predict.planner import Planner
+from ccoverlap.predict.strategy import Planner
 from ccoverlap.predict.workload import with_knobs
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig, CopySpec, GemmSpec, GroupSpec, MemorySpec, P2PSpec
 from ccoverlap.sim.simulator import simulate

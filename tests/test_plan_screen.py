@@ -11,7 +11,7 @@ import pytest
 
 from ccoverlap.deciders.lagom.step import tune_step
 from ccoverlap.planning.strategies import plan
-from ccoverlap.predict.planner import Planner, screen_microbatches
+from ccoverlap.predict.strategy import Planner, screen_microbatches
 from ccoverlap.predict.workload import workload_from_mapping
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.planning.strategies import AS_GIVEN, default_registry, plan
-from ccoverlap.predict.planner import (
+from ccoverlap.predict.strategy import (
     FunctionStrategy,
     Planner,
     Strategy,

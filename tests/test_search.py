@@ -122,7 +122,7 @@ def _simulated_vs_estimate(model, p, b, nodes=1):
     from dataclasses import replace
 
     from ccoverlap.predict.evaluate import cost_model_for
-    from ccoverlap.predict.planner import Planner
+    from ccoverlap.predict.strategy import Planner
     from ccoverlap.predict.workload import workload_from_mapping
 
     w = workload_from_mapping({"model": model, "cluster": "dgx-h100", "nodes": nodes,

@@ -17,7 +17,7 @@ import pytest
 from ccoverlap.deciders.centauri.tiers import centauri_graph
 from ccoverlap.deciders.ficco.plan import _spliced_graph
 from ccoverlap.predict.evaluate import StepMetrics, extrapolate_metrics
-from ccoverlap.predict.planner import Planner, steady_state_microbatches, with_microbatches
+from ccoverlap.predict.strategy import Planner, steady_state_microbatches, with_microbatches
 from ccoverlap.predict.workload import workload_from_mapping
 
 TOL = 1e-4

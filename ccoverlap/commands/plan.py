@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
         raise ConfigError("--engine and --address are for --search")
     from ccoverlap.console import Progress
-    from ccoverlap.planning import strategies as planner
+    from ccoverlap.planning import strategies
     from ccoverlap.planning.emit import TARGETS
     from ccoverlap.planning.report import plan_table
     from ccoverlap.sim.chrome_trace import write_chrome_traces
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(args, "plan")
     check_out_dir(args.emit, "--emit")
     w = workload_from_args(args)
-    registry = planner.default_registry()
+    registry = strategies.default_registry()
     extra = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
     if extra:
         registry.select(extra)  # ConfigError naming the unknown one and the available ones
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--strategy {short(args.strategy)} is not a row of this plan{suggest(args.strategy, rows)}; "
                               f"rows: {', '.join(rows)}")
     with Progress("planning", enabled=not args.quiet) as progress:
-        result = planner.plan(w, progress=progress, extra=extra, registry=registry, exact=args.exact,
+        result = strategies.plan(w, progress=progress, extra=extra, registry=registry, exact=args.exact,
                               applicable_of=args.strategy, target=args.target)
     out = Path(args.out)
     files: dict[str, str] = {}
@@ -157,8 +157,8 @@ def run(args: argparse.Namespace) -> int:
         "source": w.source,
         "world_size": w.cluster.world_size,
         "compute_comm_ratio": result.as_given.compute_comm_ratio,
-        "recommendation": planner.recommendation(result),
-        "recommendation_details": planner.recommendation_details(result),
+        "recommendation": strategies.recommendation(result),
+        "recommendation_details": strategies.recommendation_details(result),
         "best": best_res.name,
         "best_row": result.best_row().name,
         "best_step_time_s": result.best_row().step_time_s,

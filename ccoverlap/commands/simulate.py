@@ -21,7 +21,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ccoverlap.planning.strategies import simulate_workload
+    from ccoverlap.predict.evaluate import simulate_workload
     from ccoverlap.sim.chrome_trace import write_chrome_traces
     from ccoverlap.sim.timeline import all_rank_metrics, step_time_s
 

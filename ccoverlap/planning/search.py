@@ -45,7 +45,7 @@ from ccoverlap.parallel.layout import Layout
 from ccoverlap.parallel.step import step_totals
 from ccoverlap.planning.strategies import search_best_knobs
 from ccoverlap.predict.evaluate import cost_model_for
-from ccoverlap.predict.planner import Planner
+from ccoverlap.predict.strategy import Planner
 from ccoverlap.types import ProgressFn
 
 

@@ -27,11 +27,10 @@ from ccoverlap.deciders.centauri.decide import CENTAURI
 from ccoverlap.deciders.ficco.plan import FICCO
 from ccoverlap.deciders.lagom.step import AUTOCCL, LAGOM, LAGOM_WITH_KNOBS
 from ccoverlap.errors import ConfigError
-from ccoverlap.predict.evaluate import StrategyResult, cost_model_for, evaluate, simulate_workload  # noqa: F401 (re-exported)
-from ccoverlap.predict.planner import (  # noqa: F401
+from ccoverlap.predict.evaluate import StrategyResult
+from ccoverlap.predict.strategy import (
     FunctionStrategy,
     Planner,
-    Strategy,
     StrategyRegistry,
     fork_available,
     strategy_groups,
@@ -267,7 +266,7 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
     ``best-knobs`` (their timelines are kept), else extrapolated from two short steps where the
     pipeline schedule allows (:meth:`Planner.metrics`; docs/planner.md, "Steady state").
     When the planner may use several processes, the registered strategies run in forked worker
-    processes, one :func:`~ccoverlap.predict.planner.strategy_groups` group each (same results).
+    processes, one :func:`~ccoverlap.predict.strategy.strategy_groups` group each (same results).
 
     ``applicable``: add the ``applicable`` row, strategy ``applicable_of`` (default: the
     recommended one) re-simulated with only what ``target`` (``pytorch``, ``torchtitan``,

@@ -8,7 +8,7 @@ critical one); the overlap ratio is taken over all simulated ranks' communicatio
 
 A summary is made from a simulated timeline (:func:`summarize`) or from :class:`StepMetrics`,
 which may be extrapolated from two shorter steps in a pipeline's steady state
-(:func:`extrapolate_metrics`, used by :class:`ccoverlap.predict.planner.Planner`; docs/planner.md).
+(:func:`extrapolate_metrics`, used by :class:`ccoverlap.predict.strategy.Planner`; docs/planner.md).
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def extrapolate_metrics(a: StepMetrics, b: StepMetrics, microbatches: int) -> St
     while the fill / drain and the once-per-step work (gradient synchronisation, optimizer)
     stay the same (Narayanan et al. 2021, §2.2, step time (M + p − 1)·(t_f + t_b) for 1F1B);
     without a pipeline each adds its forward and backward. The planner checks which schedules qualify
-    (:meth:`ccoverlap.predict.planner.Planner.steady_state`); ``tests/test_steady_state.py`` compares
+    (:meth:`ccoverlap.predict.strategy.Planner.steady_state`); ``tests/test_steady_state.py`` compares
     the extrapolation with full simulations. Ratios (overlap, R) are recomputed from the
     extrapolated times; negative extrapolations are clipped to 0."""
     if not a.microbatches < b.microbatches:

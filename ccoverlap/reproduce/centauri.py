@@ -178,7 +178,7 @@ def expand(setting: Setting) -> list[tuple[str, dict]]:
 def compare(label: str, mapping: dict, baseline: str) -> Result:
     """Baseline ``baseline`` and Centauri on the workload ``mapping`` (simulated, exact)."""
     from ccoverlap.deciders.centauri.decide import decide
-    from ccoverlap.predict.planner import Planner
+    from ccoverlap.predict.strategy import Planner
     from ccoverlap.predict.workload import workload_from_mapping
 
     b = baseline_for(baseline)

@@ -62,7 +62,7 @@ def step_times(workload_json: str) -> dict[str, Any]:
     """Step times (seconds) of a workload with NCCL's defaults, Lagom and AutoCCL-style
     tuning, all from the workload's framework knobs, and the plans chosen (cached)."""
     from ccoverlap.deciders.lagom.step import tune_step
-    from ccoverlap.predict.planner import Planner
+    from ccoverlap.predict.strategy import Planner
     from ccoverlap.predict.workload import workload_from_mapping
 
     w = workload_from_mapping(json.loads(workload_json), source="lagom case")
@@ -137,7 +137,7 @@ def _group_case(case: Case) -> Outcome:
     from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
     from ccoverlap.deciders.lagom.space import nccl_default_configs
     from ccoverlap.deciders.lagom.tune import lagom_tune
-    from ccoverlap.predict.planner import Planner
+    from ccoverlap.predict.strategy import Planner
     from ccoverlap.predict.workload import workload_from_mapping
 
     spec = case.spec

@@ -16,7 +16,9 @@ from ccoverlap.deciders.centauri import partition as part
 from ccoverlap.deciders.centauri import rules
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
-from ccoverlap.planning.strategies import Planner, cost_model_for, default_registry
+from ccoverlap.planning.strategies import default_registry
+from ccoverlap.predict.evaluate import cost_model_for
+from ccoverlap.predict.strategy import Planner
 from ccoverlap.predict.workload import Workload
 from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
 from ccoverlap.sim.rewrite import GraphRewrite, Piece

@@ -292,7 +292,8 @@ def test_ficco_strategy_on_tp_sp_and_none_elsewhere():
     from ccoverlap.catalog.hardware import get_cluster
     from ccoverlap.catalog.models import get_model
     from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig
-    from ccoverlap.planning.strategies import Planner, default_registry
+    from ccoverlap.planning.strategies import default_registry
+    from ccoverlap.predict.strategy import Planner
     from ccoverlap.predict.workload import Workload
 
     ficco_s = default_registry().get("ficco")

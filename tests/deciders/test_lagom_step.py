@@ -9,7 +9,7 @@ from ccoverlap.deciders.lagom import step as lagom_step
 from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
 from ccoverlap.deciders.lagom.tune import autoccl_tune, lagom_tune
 from ccoverlap.nccl.plan import CommKey
-from ccoverlap.predict.planner import Planner
+from ccoverlap.predict.strategy import Planner
 from ccoverlap.predict.workload import workload_from_mapping
 
 # the paper's cluster A (lagom §4.1): A40s on a 400 Gb/s NVLink, where NCCL opens 8 channels

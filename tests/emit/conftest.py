@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ccoverlap.planning import strategies as planner
+from ccoverlap.planning import strategies
 from ccoverlap.predict.workload import Workload
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
@@ -13,5 +13,5 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="session")
 def example_plan():
     """The built-in example (Llama-3-8B, TP2 x DP4 FSDP on 8 H100) planned with every strategy."""
-    return planner.plan(Workload())
+    return strategies.plan(Workload())
 

@@ -11,7 +11,7 @@ from ccoverlap.nccl.apply import TUNER_COLLECTIVES, match_row
 from ccoverlap.nccl.plan import CommKey, CommPlan
 from ccoverlap.planning.emit import build_emit, read_emit
 from ccoverlap.planning.strategies import plan
-from ccoverlap.predict.planner import FunctionStrategy, Planner, StrategyRegistry
+from ccoverlap.predict.strategy import FunctionStrategy, Planner, StrategyRegistry
 from ccoverlap.predict.workload import Workload
 from ccoverlap.sim.graph import CommConfig
 

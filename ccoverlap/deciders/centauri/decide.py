@@ -53,7 +53,7 @@ from ccoverlap.deciders.centauri.tiers import (  # re-exported: callers import t
     operation_candidates,
     pipeline_group_choice,
 )
-from ccoverlap.predict.planner import FunctionStrategy, planner_workload, with_microbatches
+from ccoverlap.predict.strategy import FunctionStrategy, planner_workload, with_microbatches
 from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.timeline import Timeline, step_time_s
 
@@ -219,7 +219,7 @@ def _replay_full(planner, d: CentauriDecision, w) -> CentauriDecision:
 
 def _extrapolate_full(planner, d: CentauriDecision, cw, w) -> CentauriDecision:
     """:func:`_replay_full` where the planner extrapolates the full step from two short ones
-    (:meth:`~ccoverlap.predict.planner.Planner.rewritten_metrics`): the choices ``d`` made are applied
+    (:meth:`~ccoverlap.predict.strategy.Planner.rewritten_metrics`): the choices ``d`` made are applied
     to each short step (tier 2's Algorithm 1 plans recomputed on it) and the step times, and
     alpha's serial communication and compute, extrapolated. Not used with a micro-batch grouping
     (L1, L2) != (1, 1), which is not the same per micro-batch."""
@@ -406,8 +406,8 @@ def _defer_tier(planner, d: CentauriDecision, step, op_fn) -> None:
 
 def centauri_strategy(planner, start):
     """Planner strategy ``centauri`` (in this module's ``STRATEGIES``):
-    :func:`decide` on the workload, summarized as a :class:`~ccoverlap.planning.strategies.StrategyResult`
-    with the same definitions as :func:`ccoverlap.planning.strategies.evaluate` (MFU, exposed communication
+    :func:`decide` on the workload, summarized as a :class:`~ccoverlap.predict.evaluate.StrategyResult`
+    with the same definitions as :func:`ccoverlap.predict.evaluate.evaluate` (MFU, exposed communication
     and compute of the critical rank). None when there is no data-parallel communication to
     partition (dp == 1)."""
     if start.parallel.dp <= 1:

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from ccoverlap.deciders.ficco import schedules as ficco
 from ccoverlap.deciders.ficco.accuracy import judge
-from ccoverlap.predict.planner import FunctionStrategy
+from ccoverlap.predict.strategy import FunctionStrategy
 from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, OpGraph, P2PSpec, gc_paused
 from ccoverlap.sim.rewrite import GraphRewrite, Piece
 

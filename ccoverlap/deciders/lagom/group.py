@@ -35,7 +35,7 @@ import numpy as np
 from ccoverlap.catalog.hardware import ClusterSpec, read_config_file
 from ccoverlap.config import check_keys, short
 from ccoverlap.errors import ConfigError
-from ccoverlap.predict.planner import Planner
+from ccoverlap.predict.strategy import Planner
 from ccoverlap.predict.workload import _cluster
 from ccoverlap.sim.graph import (
     COLLECTIVES,
@@ -508,7 +508,7 @@ def overlap_groups_from_step(graph: OpGraph, timeline, cluster: ClusterSpec, *, 
 def overlap_groups_from_workload(w, cost=None, *, top: int = 2, planner=None) -> list[OverlapGroup]:
     """The main overlap groups (see :func:`overlap_groups_from_step`) of workload ``w``'s step,
     simulated with its knobs as given through ``planner`` (default: a new
-    :class:`~ccoverlap.predict.planner.Planner` with ``cost``, default the workload's cost model)."""
+    :class:`~ccoverlap.predict.strategy.Planner` with ``cost``, default the workload's cost model)."""
 
     planner = planner if planner is not None else Planner(w, cost=cost)
     step, tl = planner.simulate(w)

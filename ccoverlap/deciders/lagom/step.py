@@ -37,7 +37,7 @@ from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
 from ccoverlap.deciders.lagom.space import autoccl_tune
 from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.plan import CommKey, CommPlan, comm_keys
-from ccoverlap.predict.planner import FunctionStrategy, planner_workload, workload_key
+from ccoverlap.predict.strategy import FunctionStrategy, planner_workload, workload_key
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig
 
 __all__ = ["StepTuning", "tune_step", "LAGOM", "AUTOCCL", "LAGOM_WITH_KNOBS"]

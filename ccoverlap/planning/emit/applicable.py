@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from ccoverlap.nccl.apply import NcclSettings, stock_nccl_settings
 from ccoverlap.nccl.plan import CommKey, CommPlan, comm_keys
 from ccoverlap.predict.evaluate import StrategyResult
-from ccoverlap.predict.planner import Planner
+from ccoverlap.predict.strategy import Planner
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GroupSpec
 
 from .decision import Decision
