@@ -46,7 +46,7 @@ def breakdown(w):
 
 def main(argv=None) -> int:
     from ccoverlap.catalog.frameworks import builtin_frameworks
-    from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
+    from ccoverlap.commands.options import add_workload_arguments, workload_from_args
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_workload_arguments(ap)

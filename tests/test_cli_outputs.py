@@ -155,14 +155,16 @@ def _cases(tmp_path: Path, unwritable: Path) -> list[list[str]]:
 
 
 def test_unwritable_outputs_are_one_line_before_the_work(tmp_path, unwritable_dir, capsys, monkeypatch):
-    import ccoverlap.predict.workload as workload
+    import ccoverlap.commands.options as workload
 
     def no_work(*a, **k):
         raise AssertionError("the work started before the output paths were checked")
 
-    monkeypatch.setattr(workload, "workload_from_args", no_work)
-    for argv in _cases(tmp_path, unwritable_dir):
+    cases = _cases(tmp_path, unwritable_dir)
+    for argv in cases:  # each command's own name first: a module imported after the next line would keep no_work
         monkeypatch.setattr(f"ccoverlap.commands.{argv[0]}.workload_from_args", no_work)
+    monkeypatch.setattr(workload, "workload_from_args", no_work)
+    for argv in cases:
         assert main([*argv, "-q"]) == 2, argv
         line = _one_error_line(capsys.readouterr().err, argv[0])
         assert re.search(r"--(out|png) ", line), line

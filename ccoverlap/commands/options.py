@@ -14,8 +14,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK
 from ccoverlap.outputs import check_out_dir, check_out_file  # noqa: F401 (re-exported: every command's checks)
+
+if TYPE_CHECKING:
+    from ccoverlap.predict.workload import Workload
 
 DTYPES = ("bfloat16", "float16", "float32", "fp8")
 #: Element bytes of each ``--dtype``.
@@ -82,3 +87,52 @@ def check_outputs(args: argparse.Namespace, command: str, *, out: str | None = N
     png = png_path(args, command, out=out)
     if png is not None:
         check_out_file(png, "--png")
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that describe a workload (all optional: defaults are the built-in example)."""
+
+    g = parser.add_argument_group("workload (defaults: the built-in example)")
+    g.add_argument("--config", help="JSON/TOML/YAML file describing the workload (flags override it)")
+    g.add_argument("--model", help="model name (e.g. llama-3-70b; `ccoverlap list models`) or a model file")
+    g.add_argument("--cluster", help="cluster or GPU name (dgx-h100, a40-pcie, H100-SXM, ...; "
+                                     "`ccoverlap list clusters`) or a cluster file")
+    g.add_argument("--nodes", type=int, help="number of nodes")
+    for dim in ("tp", "pp", "dp", "ep", "cp"):
+        g.add_argument(f"--{dim}", type=int, help=f"{dim.upper()} degree")
+    g.add_argument("--data-parallel", choices=["ddp", "fsdp"], help="data-parallel flavour")
+    g.add_argument("--sequence-parallel", action="store_true", default=None, help="TP with sequence parallelism")
+    g.add_argument("--pp-schedule", choices=["gpipe", "1f1b", "interleaved", "dualpipe"])
+    g.add_argument("--virtual-stages", type=int, help="virtual stages per rank (interleaved 1F1B)")
+    g.add_argument("--recompute", choices=["none", "selective", "full"])
+    g.add_argument("--global-batch", type=int, help="global batch (sequences)")
+    g.add_argument("--micro-batch", type=int, help="micro-batch size (sequences)")
+    g.add_argument("--seq-len", type=int, help="sequence length (tokens)")
+    g.add_argument("--dtype", choices=list(DTYPES),
+                   help="compute dtype: bfloat16 (default), float16, float32, or fp8 linear layers")
+    g.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                   help="overlap knob as given, e.g. --knob fsdp_prefetch=2 --knob bucket_cap_mb=50")
+    g.add_argument("--calibration", help="calibration file written by `ccoverlap calibrate`")
+    g.add_argument("--framework", help=f"framework profile ({DEFAULT_FRAMEWORK} by default; "
+                                       "`ccoverlap list frameworks`) or a profile file (docs/model.md)")
+
+
+def workload_from_args(args: argparse.Namespace) -> Workload:
+    """The workload described by the command line (config file first, then flags)."""
+    from ccoverlap.config import read_config_file, short
+    from ccoverlap.errors import ConfigError
+    from ccoverlap.predict.workload import INIT_OPTIONS, parse_scalar, workload_from_options
+
+    options = {k: getattr(args, k, None) for k in INIT_OPTIONS}
+    options.update({k: getattr(args, k, None) for k in ("model", "cluster", "calibration", "framework")})
+    knobs = {}
+    for item in getattr(args, "knob", None) or []:
+        if "=" not in item:
+            raise ConfigError(f"--knob {short(item)}: expected NAME=VALUE")
+        name, value = item.split("=", 1)
+        knobs[name.strip()] = parse_scalar(value.strip())
+    options["knobs"] = knobs
+    options = {k: v for k, v in options.items() if v is not None and v != {}}
+    if args.config:
+        return workload_from_options(read_config_file(args.config), options, source=args.config)
+    return workload_from_options(None, options, source="command line" if options else "built-in example")

@@ -8,9 +8,15 @@ import json
 import sys
 from pathlib import Path
 
-from ccoverlap.commands.options import add_common, check_out_dir, check_outputs, png_path
+from ccoverlap.commands.options import (
+    add_common,
+    add_workload_arguments,
+    check_out_dir,
+    check_outputs,
+    png_path,
+    workload_from_args,
+)
 from ccoverlap.config import short, suggest
-from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
 from ccoverlap.workers.pool import ENGINES, make_engine
 
 #: Layout flags ``--search`` takes as constraints (ParallelConfig fields), and those it refuses.

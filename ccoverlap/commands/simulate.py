@@ -8,8 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from ccoverlap.commands.options import add_common, check_outputs, png_path
-from ccoverlap.predict.workload import add_workload_arguments, workload_from_args
+from ccoverlap.commands.options import add_common, add_workload_arguments, check_outputs, png_path, workload_from_args
 
 
 def register(sub) -> None:

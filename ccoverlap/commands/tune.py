@@ -17,12 +17,11 @@ import json
 import sys
 import time
 
-from ccoverlap.commands.options import add_common, check_out_dir
+from ccoverlap.commands.options import add_common, add_workload_arguments, check_out_dir
 from ccoverlap.config import clip_line
 from ccoverlap.console import Progress
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.outputs import path_name
-from ccoverlap.predict.workload import add_workload_arguments
 
 
 def register(sub) -> None:
@@ -62,7 +61,7 @@ def _groups(args):
             cluster = _cluster(args.cluster, args.nodes)
         group = load_overlap_group(args.group, cluster=cluster)
         return [group], _cost_model(group.cluster, args.calibration), args.group, None
-    from ccoverlap.predict.workload import workload_from_args
+    from ccoverlap.commands.options import workload_from_args
 
     if args.top < 1:
         raise ConfigError(f"--top must be >= 1, got {args.top}")

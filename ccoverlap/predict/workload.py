@@ -21,7 +21,6 @@ is refused before anything is built. Flags and keywords override the file.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import InitVar, dataclass, fields, replace
 from typing import Any
 
@@ -129,7 +128,7 @@ class Workload:
         return super().__new__(cls)
 
     def __post_init__(self, *values) -> None:
-        options = {name: plain_numbers(v) for name, v in zip(_INIT_OPTIONS, values) if v is not None}
+        options = {name: plain_numbers(v) for name, v in zip(INIT_OPTIONS, values) if v is not None}
         if not options and _is_built(self):
             return  # already validated (dataclasses.replace of a built workload)
         sections = {f: getattr(self, f) for f in ("model", "cluster", "parallel", "batch", "knobs", "calibration")}
@@ -170,7 +169,7 @@ class Workload:
                 "world_size": self.cluster.world_size, "description": self.describe()}
 
 
-_INIT_OPTIONS = ("nodes", *PARALLEL_OPTIONS, *BATCH_OPTIONS, "dtype")
+INIT_OPTIONS = ("nodes", *PARALLEL_OPTIONS, *BATCH_OPTIONS, "dtype")
 
 
 def _is_built(w: Workload) -> bool:
@@ -196,7 +195,7 @@ def _plain(v: Any) -> Any:
 def check_options(options: dict) -> dict:
     """``options`` once every name is a keyword of :class:`Workload`; ConfigError naming the
     first unknown one and the closest known name otherwise."""
-    known = (*_INIT_OPTIONS, "model", "cluster", "calibration", "framework", "parallel", "batch", "knobs")
+    known = (*INIT_OPTIONS, "model", "cluster", "calibration", "framework", "parallel", "batch", "knobs")
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConfigError(f"unknown workload option {short(unknown[0])}{suggest(unknown[0], known)}; "
@@ -208,35 +207,7 @@ def _split_options(options: dict) -> dict:
     return {k: v for k, v in check_options(options).items() if v is not None}
 
 
-def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags that describe a workload (all optional: defaults are the built-in example)."""
-
-    g = parser.add_argument_group("workload (defaults: the built-in example)")
-    g.add_argument("--config", help="JSON/TOML/YAML file describing the workload (flags override it)")
-    g.add_argument("--model", help="model name (e.g. llama-3-70b; `ccoverlap list models`) or a model file")
-    g.add_argument("--cluster", help="cluster or GPU name (dgx-h100, a40-pcie, H100-SXM, ...; "
-                                     "`ccoverlap list clusters`) or a cluster file")
-    g.add_argument("--nodes", type=int, help="number of nodes")
-    for dim in ("tp", "pp", "dp", "ep", "cp"):
-        g.add_argument(f"--{dim}", type=int, help=f"{dim.upper()} degree")
-    g.add_argument("--data-parallel", choices=["ddp", "fsdp"], help="data-parallel flavour")
-    g.add_argument("--sequence-parallel", action="store_true", default=None, help="TP with sequence parallelism")
-    g.add_argument("--pp-schedule", choices=["gpipe", "1f1b", "interleaved", "dualpipe"])
-    g.add_argument("--virtual-stages", type=int, help="virtual stages per rank (interleaved 1F1B)")
-    g.add_argument("--recompute", choices=["none", "selective", "full"])
-    g.add_argument("--global-batch", type=int, help="global batch (sequences)")
-    g.add_argument("--micro-batch", type=int, help="micro-batch size (sequences)")
-    g.add_argument("--seq-len", type=int, help="sequence length (tokens)")
-    g.add_argument("--dtype", choices=list(DTYPES),
-                   help="compute dtype: bfloat16 (default), float16, float32, or fp8 linear layers")
-    g.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
-                   help="overlap knob as given, e.g. --knob fsdp_prefetch=2 --knob bucket_cap_mb=50")
-    g.add_argument("--calibration", help="calibration file written by `ccoverlap calibrate`")
-    g.add_argument("--framework", help=f"framework profile ({DEFAULT_FRAMEWORK} by default; "
-                                       "`ccoverlap list frameworks`) or a profile file (docs/model.md)")
-
-
-def _parse_scalar(text: str) -> Any:
+def parse_scalar(text: str) -> Any:
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
@@ -354,23 +325,6 @@ def workload_from_options(data: dict | None, options: dict, *, source: str) -> W
             raise
         # a flag's value must not be blamed on the file: "c.yaml: nodes ... got 0" for --nodes 0
         raise ConfigError(f"{source} + options {', '.join(given)}: {str(exc)[len(source) + 2:]}") from None
-
-
-def workload_from_args(args: argparse.Namespace) -> Workload:
-    """The workload described by the command line (config file first, then flags)."""
-    options = {k: getattr(args, k, None) for k in _INIT_OPTIONS}
-    options.update({k: getattr(args, k, None) for k in ("model", "cluster", "calibration", "framework")})
-    knobs = {}
-    for item in getattr(args, "knob", None) or []:
-        if "=" not in item:
-            raise ConfigError(f"--knob {short(item)}: expected NAME=VALUE")
-        name, value = item.split("=", 1)
-        knobs[name.strip()] = _parse_scalar(value.strip())
-    options["knobs"] = knobs
-    options = {k: v for k, v in options.items() if v is not None and v != {}}
-    if args.config:
-        return workload_from_options(read_config_file(args.config), options, source=args.config)
-    return workload_from_options(None, options, source="command line" if options else "built-in example")
 
 
 def _fill_world_size(data: dict) -> None:

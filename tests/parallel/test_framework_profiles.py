@@ -12,11 +12,12 @@ from parallel_helpers import cluster
 from ccoverlap.catalog.frameworks import builtin_frameworks, get_framework, profile_from_mapping
 from ccoverlap.catalog.hardware import CLUSTERS
 from ccoverlap.catalog.models import model_from_dict
+from ccoverlap.commands.options import add_workload_arguments, workload_from_args
 from ccoverlap.cost.compute import attention_fraction, memory_time_s
 from ccoverlap.cost.params import CostParams
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, ParallelConfig, build_step
-from ccoverlap.predict.workload import add_workload_arguments, workload_from_args, workload_from_mapping
+from ccoverlap.predict.workload import workload_from_mapping
 from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
 
 # a GPT-2 style model: LayerNorm, biases, GELU, 16 heads of 64, seq 1024
