@@ -47,7 +47,7 @@ def error_table(table: list[tuple[int, int, int, int, float]], params, gpu) -> l
     """(bin, n, mean log(predicted / measured time), rms) by measured kernel duration and by K;
     positive = the model is slower than the measurement."""
     from ccoverlap.cost.compute import gemm_time_s
-    from ccoverlap.sim.graph import GemmSpec
+    from ccoverlap.specs import GemmSpec
 
     errs = [(t, k, math.log(gemm_time_s(GemmSpec(m=m, n=n, k=k, batch=b), gpu, params) / t))
             for b, m, n, k, t in table]

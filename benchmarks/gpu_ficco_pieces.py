@@ -67,9 +67,9 @@ from ccoverlap.deciders.ficco.schedules import (
 )
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.predict.evaluate import cost_model_for_cluster
-from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec
 from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import step_time_s
+from ccoverlap.specs import CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec
 
 WORLD = 8
 ENGINES = {"sm": "sm", "dma": "ce"}  # FiCCO engine -> traffic condition its transfers cause

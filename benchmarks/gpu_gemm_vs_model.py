@@ -37,7 +37,7 @@ from ccoverlap.catalog.models import get_model
 from ccoverlap.cost.compute import gemm_time_s, split_gemm
 from ccoverlap.cost.params import CostParams, default_params
 from ccoverlap.errors import CCOverlapError, ConfigError
-from ccoverlap.sim.graph import GemmSpec
+from ccoverlap.specs import GemmSpec
 
 MODELS = ("Llama-3-8B", "Llama-3-70B")
 TPS = (1, 2, 4, 8)

@@ -49,7 +49,7 @@ from ccoverlap.errors import CCOverlapError
 from ccoverlap.parallel.layer import linear_kind
 from ccoverlap.predict.evaluate import cost_model_for_cluster, simulate_workload
 from ccoverlap.predict.workload import Workload
-from ccoverlap.sim.graph import GemmSpec
+from ccoverlap.specs import GemmSpec
 from ccoverlap.trace.load import DEVICE_CAT_LIST, load_trace
 
 PROG = "layer_vs_sim"

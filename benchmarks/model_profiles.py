@@ -19,7 +19,7 @@ import sys
 from collections import Counter
 from dataclasses import replace
 
-from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
+from ccoverlap.specs import AttentionSpec, GemmSpec, MemorySpec
 
 DEFAULT = ["--model", "llama-3-8b", "--cluster", "dgx-h100", "--nodes", "1", "--dp", "8", "--data-parallel", "fsdp",
            "--global-batch", "8", "--micro-batch", "1", "--seq-len", "8192"]

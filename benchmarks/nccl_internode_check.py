@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     from ccoverlap.catalog.hardware import get_cluster
     from ccoverlap.cost.comm import bus_bandwidth, collective_profile
     from ccoverlap.cost.params import default_params
-    from ccoverlap.sim.graph import CollectiveSpec, GroupSpec
+    from ccoverlap.specs import CollectiveSpec, GroupSpec
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bytes", type=float, default=1e9, help="message size as nccl-tests' size (default 1 GB)")

@@ -28,9 +28,9 @@ def breakdown(run) -> dict:
     host-dispatch total and the time of host-bound ops."""
     from ccoverlap.cost import CostModel
     from ccoverlap.predict.evaluate import build_workload_step
-    from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
     from ccoverlap.sim.simulator import simulate
     from ccoverlap.sim.timeline import step_time_s
+    from ccoverlap.specs import AttentionSpec, GemmSpec, MemorySpec
     from ccoverlap.validate.predict import cost_params_for, workload_for
 
     w, _ = workload_for(run)

@@ -33,8 +33,8 @@ def pair_times(run, mode: str, layer: int) -> tuple[float, dict[str, tuple[float
     """(step seconds, {pair label: (span ms, GEMM ms)}) for ``run`` simulated with ``tp_overlap=mode``."""
     from ccoverlap.cost import CostModel
     from ccoverlap.predict.evaluate import build_workload_step
-    from ccoverlap.sim.graph import GemmSpec
     from ccoverlap.sim.simulator import simulate
+    from ccoverlap.specs import GemmSpec
     from ccoverlap.validate.predict import cost_params_for, workload_for
 
     w, _ = workload_for(run)

@@ -33,8 +33,8 @@ from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_
 from ccoverlap.parallel import layer_activation_bytes as lab
 from ccoverlap.predict.strategy import Planner
 from ccoverlap.predict.workload import with_knobs
-from ccoverlap.sim.graph import CollectiveSpec, CommConfig, CopySpec, GemmSpec, GroupSpec, MemorySpec, P2PSpec
 from ccoverlap.sim.simulator import simulate
+from ccoverlap.specs import CollectiveSpec, CommConfig, CopySpec, GemmSpec, GroupSpec, MemorySpec, P2PSpec
 
 L8 = get_model("llama-3-8b")  # 32 layers, 32 heads, 8 KV heads
 MIX = get_model("mixtral-8x7b")  # 8 experts

@@ -3,9 +3,10 @@
 import pytest
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
+from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import rank_metrics
+from ccoverlap.specs import CollectiveSpec, CopySpec, GemmSpec, GroupSpec, MemorySpec
 
 DP = GroupSpec(name="dp", size=8, local_size=8)
 

@@ -5,8 +5,9 @@ so FSDP's all-gather and reduce-scatter wait for each other whatever streams iss
 
 import pytest
 
-from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, GroupSpec, OpGraph, P2PSpec
+from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.simulator import communicator_lanes, simulate
+from ccoverlap.specs import CollectiveSpec, CopySpec, GemmSpec, GroupSpec, P2PSpec
 
 DP = GroupSpec(name="dp", size=16, local_size=8)
 DP_INTER = GroupSpec(name="dp_inter", size=2, local_size=1)

@@ -13,7 +13,8 @@ import random
 import pytest
 from test_sim_reference import assert_equals_reference
 
-from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
+from ccoverlap.sim.graph import OpGraph
+from ccoverlap.specs import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec
 
 TP = GroupSpec(name="tp", size=8, local_size=8)
 

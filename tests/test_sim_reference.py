@@ -15,8 +15,9 @@ import random
 
 import pytest
 
-from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
+from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.simulator import simulate
+from ccoverlap.specs import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec
 
 TP = GroupSpec(name="tp", size=8, local_size=8)
 

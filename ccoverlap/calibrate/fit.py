@@ -61,7 +61,7 @@ from ccoverlap.cost import comm as cm
 from ccoverlap.cost import contention as ct
 from ccoverlap.cost.compute import gemm_profile, gemm_time_s, memory_time_s, split_gemm
 from ccoverlap.cost.params import CostParams
-from ccoverlap.sim.graph import CommConfig, CopySpec, GemmSpec, MemorySpec, P2PSpec
+from ccoverlap.specs import CommConfig, CopySpec, GemmSpec, MemorySpec, P2PSpec
 
 
 @dataclass(frozen=True)

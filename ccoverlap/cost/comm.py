@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from ccoverlap.catalog.hardware import ClusterSpec, LinkSpec
 from ccoverlap.cost.params import CostParams, checked_inputs
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import (
+from ccoverlap.specs import (
     COLLECTIVES,
     Collective,
     CollectiveSpec,

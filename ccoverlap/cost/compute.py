@@ -31,7 +31,7 @@ import math
 from ccoverlap.catalog.hardware import GPUSpec
 from ccoverlap.cost.params import CostParams, causal_attention_factor, checked_inputs
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
+from ccoverlap.specs import AttentionSpec, GemmSpec, MemorySpec
 
 _EPS = 1e-9
 

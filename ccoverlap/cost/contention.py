@@ -52,7 +52,7 @@ from ccoverlap.catalog.hardware import ClusterSpec, GPUSpec
 from ccoverlap.cost.comm import DEFAULT_CHANNELS, DEFAULT_CHUNK, DEFAULT_THREADS, REDUCING
 from ccoverlap.cost.compute import _tile_candidates, attention_time_s, gemm_time_s, gemm_waves, memory_time_s
 from ccoverlap.cost.params import CostParams
-from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec, Spec
+from ccoverlap.specs import AttentionSpec, CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec, Spec
 
 COMPUTE_SPECS = (GemmSpec, AttentionSpec, MemorySpec)
 

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from ccoverlap.catalog.hardware import GPUSpec
 from ccoverlap.cost.params import CostParams
-from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, P2PSpec, Spec
+from ccoverlap.specs import CollectiveSpec, CopySpec, GemmSpec, P2PSpec, Spec
 
 __all__ = ["is_copy_engine_op", "copy_engine_hbm_share", "gemm_slowdown_beside_copy_engines"]
 

@@ -12,7 +12,7 @@ from ccoverlap.cost import copy_engine as _ce
 from ccoverlap.cost.compute import attention_time_s, gemm_profile, memory_time_s
 from ccoverlap.cost.params import CostParams, default_params
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, CommConfig, CopySpec, GemmSpec, MemorySpec, P2PSpec, Spec
+from ccoverlap.specs import AttentionSpec, CollectiveSpec, CommConfig, CopySpec, GemmSpec, MemorySpec, P2PSpec, Spec
 
 
 class CostModel:

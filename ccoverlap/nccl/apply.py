@@ -1,6 +1,6 @@
 """How stock NCCL applies a configuration per communication, and what it cannot.
 
-A decision (Lagom, AutoCCL, a user's knobs) wants one :class:`~ccoverlap.sim.graph.CommConfig`
+A decision (Lagom, AutoCCL, a user's knobs) wants one :class:`~ccoverlap.specs.CommConfig`
 per communication (:class:`~ccoverlap.nccl.plan.CommKey`: process group, collective type, message
 size). Stock NCCL takes settings at three places, each with its reach:
 
@@ -44,7 +44,7 @@ from pathlib import Path
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.plan import CommKey, size_ranges
-from ccoverlap.sim.graph import CommConfig
+from ccoverlap.specs import CommConfig
 
 __all__ = ["pinned_options", "TunerRow", "tuner_csv_text", "parse_tuner_csv", "match_row", "nccl_env_text",
            "parse_nccl_env", "GroupOptions", "Dropped", "NcclSettings", "stock_nccl_settings", "buffsize_for_chunk",

@@ -16,7 +16,7 @@ Fields of a row (all plain data; :meth:`CommPlan.to_dict` / :meth:`CommPlan.from
 * ``min_bytes`` / ``max_bytes``: the message-size range, in nccl-tests' ``size`` convention
   (all-gather: the gathered output; reduce-scatter: the input; all-reduce: the buffer;
   all-to-all: the per-rank send buffer), half-open;
-* ``config``: a :class:`~ccoverlap.sim.graph.CommConfig` with every knob set: ``channels``
+* ``config``: a :class:`~ccoverlap.specs.CommConfig` with every knob set: ``channels``
   (NC, thread blocks), ``threads`` (NT per block), ``chunk_bytes`` (C: NCCL's chunk, 2 MiB for
   Simple by default), ``protocol`` (``simple`` | ``ll`` | ``ll128``) and ``algorithm``
   (``ring`` | ``tree`` | ``pairwise`` | ...);
@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, CommConfig, OpGraph
+from ccoverlap.sim.graph import OpGraph
+from ccoverlap.specs import COLLECTIVES, CollectiveSpec, CommConfig
 
 __all__ = ["CommKey", "CommRule", "CommPlan", "comm_keys", "size_ranges"]
 

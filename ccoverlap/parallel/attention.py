@@ -31,7 +31,7 @@ from __future__ import annotations
 from ccoverlap.parallel import cp as cpm
 from ccoverlap.parallel import pointwise as pw
 from ccoverlap.parallel.flash import flash_bwd_spec, flash_fwd_spec  # noqa: F401 (flash_bwd_spec re-exported)
-from ccoverlap.sim.graph import GemmSpec
+from ccoverlap.specs import GemmSpec
 
 MASK_BYTES = pw.MASK_BYTES
 

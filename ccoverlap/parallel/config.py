@@ -41,7 +41,7 @@ from ccoverlap.config import (
     short,
 )
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import TRANSPORTS, CommConfig
+from ccoverlap.specs import TRANSPORTS, CommConfig
 
 DataParallel = Literal["ddp", "fsdp"]
 PPSchedule = Literal["gpipe", "1f1b", "interleaved", "dualpipe"]

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from ccoverlap.parallel.flash import flash_bwd_spec, flash_fwd_spec
 from ccoverlap.parallel.pointwise import kernel_spec
-from ccoverlap.sim.graph import P2PSpec
+from ccoverlap.specs import P2PSpec
 
 
 def kv_block_bytes(ctx) -> float:

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 
 from ccoverlap.parallel.layer import GRAD_BYTES
 from ccoverlap.parallel.units import unit_tensors
-from ccoverlap.sim.graph import MemorySpec
+from ccoverlap.specs import MemorySpec
 
 MiB = 1 << 20
 FIRST_BUCKET_BYTES = 1 * MiB

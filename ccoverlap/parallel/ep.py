@@ -26,7 +26,7 @@ from __future__ import annotations
 from ccoverlap.parallel import tp as tpc
 from ccoverlap.parallel.layer import LayerCtx, attn_bwd, attn_fwd
 from ccoverlap.parallel.segment import IN, Segment
-from ccoverlap.sim.graph import GemmSpec
+from ccoverlap.specs import GemmSpec
 
 
 def _dims(ctx: LayerCtx):

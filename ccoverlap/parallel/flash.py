@@ -5,7 +5,7 @@ context parallelism's ring steps (:mod:`ccoverlap.parallel.cp`), below both."""
 
 from __future__ import annotations
 
-from ccoverlap.sim.graph import AttentionSpec
+from ccoverlap.specs import AttentionSpec
 
 
 def rope_bytes(ctx) -> float:

@@ -36,7 +36,7 @@ from ccoverlap.parallel import attention as attn
 from ccoverlap.parallel import pointwise as pw
 from ccoverlap.parallel import tp as tpc
 from ccoverlap.parallel.segment import IN, Segment
-from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec
+from ccoverlap.specs import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec
 
 GRAD_BYTES = 4  # fp32 gradients / main grads (Megatron-LM main_grad, PyTorch AMP fp32 params)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from math import gcd
 
 from ccoverlap.parallel.config import ParallelConfig
-from ccoverlap.sim.graph import GroupSpec
+from ccoverlap.specs import GroupSpec
 
 
 def local_size(size: int, stride: int, gpus_per_node: int) -> int:

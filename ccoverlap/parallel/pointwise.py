@@ -1,6 +1,6 @@
 """Memory-bound (element-wise and reduction) ops of a transformer layer, as a framework runs them.
 
-Every function returns one :class:`~ccoverlap.sim.graph.MemorySpec` standing for one kernel, or
+Every function returns one :class:`~ccoverlap.specs.MemorySpec` standing for one kernel, or
 for a chain of ``kernels`` unfused kernels (each paying a launch, and with ``eager`` profiles a
 host dispatch). Bytes count HBM reads + writes; a *pass* over a tensor of ``n`` elements in the
 compute dtype ``d`` is ``n·d`` bytes; dropout masks are 1 byte per element (PyTorch's
@@ -39,7 +39,7 @@ Sources: Megatron-LM ``bias_dropout_add_fused_train``, ``bias_gelu``, ``MixedFus
 
 from __future__ import annotations
 
-from ccoverlap.sim.graph import MemorySpec
+from ccoverlap.specs import MemorySpec
 
 MASK_BYTES = 1  # bool dropout mask per element
 

@@ -42,7 +42,8 @@ from ccoverlap.parallel.pp import Schedule, make_schedule
 from ccoverlap.parallel.segment import IN, Segment
 from ccoverlap.parallel.units import layer_index, stage_units, unit_tensors
 from ccoverlap.parallel.zero3 import fetch_per_parameter
-from ccoverlap.sim.graph import MemorySpec, Op, OpGraph, P2PSpec, gc_paused
+from ccoverlap.sim.graph import Op, OpGraph, gc_paused
+from ccoverlap.specs import MemorySpec, P2PSpec
 
 new_op = tuple.__new__  # an Op record from a tuple of its fields, without keyword handling
 

@@ -29,12 +29,12 @@ there is no all-reduce form). Source: ``torch/distributed/_symmetric_memory/__in
 * fused AG+GEMM (:func:`fwd_ag_gemm`, and the output-gradient all-gather + dgrad of
   :func:`bwd_row`): ``tp`` steps. The local shard is consumed first ("shard_consumer(shard,
   rank)"); step ``s = 1..tp-1`` pulls one peer's ``[T/tp, k]`` shard from its symmetric-memory
-  buffer with ``Tensor.copy_`` (a peer copy on a copy engine: :class:`~ccoverlap.sim.graph.P2PSpec`
+  buffer with ``Tensor.copy_`` (a peer copy on a copy engine: :class:`~ccoverlap.specs.P2PSpec`
   with ``transport="dma"``) and runs the GEMM on those rows. Steps alternate between the
   current stream and one backend stream, so step ``s``'s copy waits for step ``s-2``'s GEMM.
   Before the local GEMM each rank copies its shard into its own symmetric buffer ("mv",
   not overlapped: "we are giving up the chance to overlap mv and b with the first
-  shard_consumer for now"): a device-local copy-engine copy (:class:`~ccoverlap.sim.graph.CopySpec`).
+  shard_consumer for now"): a device-local copy-engine copy (:class:`~ccoverlap.specs.CopySpec`).
 * fused GEMM+RS (:func:`fwd_gemm_reduce`): steps ``s = 1..tp-1`` compute the partial output
   ``[T/tp, n]`` for rank ``rank+s`` into one of two symmetric buffers, then every rank pulls
   the partial meant for it from a peer (copy engine); the GEMM of step ``s`` reuses the
@@ -74,7 +74,7 @@ from __future__ import annotations
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import pointwise as pw
-from ccoverlap.sim.graph import CopySpec, P2PSpec
+from ccoverlap.specs import CopySpec, P2PSpec
 
 
 def _cast(seg, ctx, src, name: str, direction: str, rows: int, cols: int, weight_elems: int = 0):

@@ -56,8 +56,9 @@ with fp32 reduction) and the first step without a trace.
 from __future__ import annotations
 
 from ccoverlap.parallel.units import tensor_of, unit_tensors
-from ccoverlap.sim.graph import COMPUTE, OpGraph
+from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.rewrite import GraphRewrite
+from ccoverlap.specs import COMPUTE
 
 # The ZeRO-3 defaults, as DeepSpeed's config declares them: microsoft/DeepSpeed
 # deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig, read at commit 38327e07f6cd, 2025-02-21,

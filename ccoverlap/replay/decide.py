@@ -28,8 +28,8 @@ from ccoverlap.predict.evaluate import cost_model_for_cluster
 from ccoverlap.replay.graph import E_COLL, GPU
 from ccoverlap.replay.job import JobGraph
 from ccoverlap.replay.whatif import Edit, base_edit, gpu_rows, group_ranks_of, spans_nodes, world_size
-from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, GroupSpec
 from ccoverlap.sim.timeline import merge_intervals
+from ccoverlap.specs import COLLECTIVES, CollectiveSpec, GroupSpec
 from ccoverlap.trace.contention import covered_length
 
 

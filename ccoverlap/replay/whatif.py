@@ -38,8 +38,8 @@ from ccoverlap.cost.comm import collective_profile
 from ccoverlap.errors import ConfigError
 from ccoverlap.replay.graph import E_COLL
 from ccoverlap.replay.job import JobGraph
-from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, GroupSpec
 from ccoverlap.sim.timeline import merge_intervals
+from ccoverlap.specs import COLLECTIVES, CollectiveSpec, GroupSpec
 from ccoverlap.trace.contention import covered_length
 
 DEFAULT_WHATIFS = ("no-comm", "comm-hidden", "no-contention", "copy-engine", "lagom", "centauri", "network-2x",

@@ -30,7 +30,7 @@ from ccoverlap.corpus.tables import Table, load_kind
 from ccoverlap.cost import contention as ct
 from ccoverlap.cost.model import CostModel
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec, P2PSpec
+from ccoverlap.specs import CollectiveSpec, CommConfig, GemmSpec, GroupSpec, P2PSpec
 
 TOLERANCE = 0.30
 KIND = "contention"

@@ -34,7 +34,7 @@ from ccoverlap.deciders.ficco import accuracy as ficco_accuracy
 from ccoverlap.deciders.ficco import schedules as ficco
 from ccoverlap.errors import ConfigError
 from ccoverlap.reproduce.suite import Case, Outcome
-from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, P2PSpec
+from ccoverlap.specs import CollectiveSpec, GemmSpec, P2PSpec
 
 ONE_D = ("uniform-fused-1d", "hetero-fused-1d", "hetero-unfused-1d")
 _COMMON = ("kind", "engine", "gpu", "topology", "world")

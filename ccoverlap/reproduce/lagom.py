@@ -174,7 +174,7 @@ def _bytes(v) -> int:
 def _contention_case(case: Case) -> Outcome:
     from ccoverlap.catalog.hardware import get_cluster
     from ccoverlap.cost import CostModel
-    from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec
+    from ccoverlap.specs import CollectiveSpec, CommConfig, GemmSpec, GroupSpec
 
     s = case.spec
     try:

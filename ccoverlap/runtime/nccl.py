@@ -31,7 +31,7 @@ import torch.distributed as dist
 from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.apply import parse_nccl_env, pinned_options
 from ccoverlap.runtime.profiler import LiveNCCLProfiler, ProfilerUnavailable
-from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
+from ccoverlap.specs import AttentionSpec, GemmSpec, MemorySpec
 
 __all__ = ["load_nccl_env", "apply_nccl_env", "load_process_groups", "process_group_options",
            "device_mesh_backend_override", "options_from_config", "TorchNCCLLayer", "live_profiler"]

@@ -20,7 +20,7 @@ from ccoverlap.deciders.lagom.profiler import ProfileResult
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.nccl.apply import call_settings, pinned_options, process_values, tuner_csv_text
 from ccoverlap.nccl.plan import CommKey
-from ccoverlap.sim.graph import CollectiveSpec, CommConfig
+from ccoverlap.specs import CollectiveSpec, CommConfig
 
 __all__ = ["LiveNCCLProfiler", "ProfilerUnavailable", "CommLayer", "rank_blocks"]
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import Op, OpGraph, Spec, gc_paused
+from ccoverlap.sim.graph import Op, OpGraph, gc_paused
+from ccoverlap.specs import Spec
 
 __all__ = ["Piece", "GraphRewrite"]
 

@@ -34,9 +34,10 @@ from typing import Protocol
 import numpy as np
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import COMPUTE, CollectiveSpec, OpGraph, P2PSpec, Spec, gc_paused, kind_of
+from ccoverlap.sim.graph import OpGraph, gc_paused
 from ccoverlap.sim.tables import static_tables
 from ccoverlap.sim.timeline import Timeline, TimelineBuilder
+from ccoverlap.specs import COMPUTE, CollectiveSpec, P2PSpec, Spec, kind_of
 from ccoverlap.types import ProgressFn
 
 

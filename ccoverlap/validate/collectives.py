@@ -34,7 +34,7 @@ from ccoverlap.corpus.tables import Table, load_kind, load_table
 from ccoverlap.cost.comm import back_to_back_time_s, collective_time_s, p2p_time_s
 from ccoverlap.cost.params import CostParams, default_params
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, GroupSpec, P2PSpec
+from ccoverlap.specs import COLLECTIVES, CollectiveSpec, GroupSpec, P2PSpec
 
 KIND = "collective"
 MiB = 1 << 20

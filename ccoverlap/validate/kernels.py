@@ -27,7 +27,7 @@ from ccoverlap.corpus.tables import Table, load_kind
 from ccoverlap.cost.compute import attention_time_s, gemm_time_s, memory_time_s
 from ccoverlap.cost.params import CostParams, default_params
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
+from ccoverlap.specs import AttentionSpec, GemmSpec, MemorySpec
 
 #: The kernel classes judged, in print order (the corpus kinds of the same names).
 CLASSES = ("gemm", "attention", "memory")

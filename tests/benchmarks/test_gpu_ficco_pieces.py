@@ -13,7 +13,7 @@ from bench_scripts import BENCH, ROOT, load_script
 
 from ccoverlap.deciders.ficco.schedules import SCHEDULES, machine, schedule_graph
 from ccoverlap.predict.evaluate import cost_model_for_cluster
-from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
+from ccoverlap.specs import CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
 
 SCRIPT = BENCH / "gpu_ficco_pieces.py"
 fp = load_script("gpu_ficco_pieces")

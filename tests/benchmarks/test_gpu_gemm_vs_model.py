@@ -13,7 +13,7 @@ from bench_scripts import BENCH, ROOT, load_script
 
 from ccoverlap.calibrate import grids
 from ccoverlap.cost.compute import split_gemm
-from ccoverlap.sim.graph import GemmSpec
+from ccoverlap.specs import GemmSpec
 
 SCRIPT = BENCH / "gpu_gemm_vs_model.py"
 gg = load_script("gpu_gemm_vs_model")

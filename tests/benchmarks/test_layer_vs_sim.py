@@ -14,7 +14,7 @@ from bench_scripts import BENCH, ROOT, load_script
 from ccoverlap.catalog.hardware import get_cluster
 from ccoverlap.cost.params import CostParams, default_params
 from ccoverlap.predict.evaluate import cost_model_for_cluster, simulate_workload
-from ccoverlap.sim.graph import GemmSpec
+from ccoverlap.specs import GemmSpec
 
 lvs = load_script("layer_vs_sim")
 SCRIPT = BENCH / "layer_vs_sim.py"

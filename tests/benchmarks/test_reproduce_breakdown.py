@@ -12,7 +12,7 @@ from bench_scripts import load_script
 from ccoverlap.catalog.hardware import CLUSTERS
 from ccoverlap.cost.model import CostModel
 from ccoverlap.cost.params import default_params
-from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, CommConfig, GemmSpec, GroupSpec
+from ccoverlap.specs import AttentionSpec, CollectiveSpec, CommConfig, GemmSpec, GroupSpec
 
 rb = load_script("reproduce_breakdown")
 NODE8 = GroupSpec(name="dp", size=8, local_size=8)

@@ -9,8 +9,9 @@ import sys
 
 from bench_scripts import BENCH, load_script
 
-from ccoverlap.sim.graph import GemmSpec, OpGraph
+from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.simulator import simulate
+from ccoverlap.specs import GemmSpec
 
 
 class _Cost:

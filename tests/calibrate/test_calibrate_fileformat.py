@@ -11,7 +11,7 @@ from ccoverlap.catalog.hardware import CLUSTERS
 from ccoverlap.cost import CostModel
 from ccoverlap.cost.params import CostParams, default_params
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import GemmSpec
+from ccoverlap.specs import GemmSpec
 
 
 def make_file(noisy_fit, noisy_records, gpu):

@@ -11,7 +11,7 @@ from ccoverlap.calibrate import fit as F
 from ccoverlap.calibrate import grids
 from ccoverlap.cost import CostModel
 from ccoverlap.cost.compute import split_gemm_time_s
-from ccoverlap.sim.graph import CommConfig, CopySpec, GemmSpec, MemorySpec, P2PSpec
+from ccoverlap.specs import CommConfig, CopySpec, GemmSpec, MemorySpec, P2PSpec
 
 MiB = 1 << 20
 

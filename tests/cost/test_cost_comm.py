@@ -24,7 +24,7 @@ from ccoverlap.cost import (
     tree_all_reduce_time_s,
 )
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, CommConfig, CopySpec, GroupSpec, P2PSpec
+from ccoverlap.specs import COLLECTIVES, CollectiveSpec, CommConfig, CopySpec, GroupSpec, P2PSpec
 
 H100 = CLUSTERS["dgx-h100"]
 A40 = CLUSTERS["a40-pcie"]

@@ -16,7 +16,7 @@ from ccoverlap.cost import (
 )
 from ccoverlap.cost.compute import l2_bandwidth_gain
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
+from ccoverlap.specs import AttentionSpec, GemmSpec, MemorySpec
 
 H100 = GPUS["H100-SXM"]
 P = default_params(H100, sustained=False)  # the clock the kernel parameters were fitted at

@@ -7,7 +7,9 @@ import pytest
 from ccoverlap.catalog.hardware import CLUSTERS, get_cluster
 from ccoverlap.cost import CostModel, comm_sms
 from ccoverlap.cost.compute import l2_bandwidth_gain
-from ccoverlap.sim.graph import (
+from ccoverlap.sim.graph import OpGraph
+from ccoverlap.sim.simulator import simulate
+from ccoverlap.specs import (
     AttentionSpec,
     CollectiveSpec,
     CommConfig,
@@ -15,10 +17,8 @@ from ccoverlap.sim.graph import (
     GemmSpec,
     GroupSpec,
     MemorySpec,
-    OpGraph,
     P2PSpec,
 )
-from ccoverlap.sim.simulator import simulate
 
 H100 = CLUSTERS["dgx-h100"]
 A40 = CLUSTERS["a40-pcie"]

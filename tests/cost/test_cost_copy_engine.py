@@ -10,7 +10,7 @@ from ccoverlap.cost import copy_engine as ce
 from ccoverlap.cost.model import CostModel
 from ccoverlap.cost.params import CostParams, default_params
 from ccoverlap.deciders.ficco import schedules as ficco
-from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, GroupSpec, MemorySpec, P2PSpec
+from ccoverlap.specs import CollectiveSpec, CopySpec, GemmSpec, GroupSpec, MemorySpec, P2PSpec
 
 MESH = ficco.machine("MI300X", "full_mesh", 8)
 GROUP = GroupSpec(name="tp", size=8, local_size=8)

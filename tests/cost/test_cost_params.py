@@ -79,7 +79,7 @@ def test_causal_attention_factor_follows_the_fa3_paper_figure():
 
     from ccoverlap.cost.compute import attention_time_s
     from ccoverlap.cost.params import causal_attention_factor
-    from ccoverlap.sim.graph import AttentionSpec
+    from ccoverlap.specs import AttentionSpec
 
     assert math.isclose(causal_attention_factor("fa2", 8192), 333 / 370)
     assert math.isclose(causal_attention_factor("native", 8192), 529 / 600)

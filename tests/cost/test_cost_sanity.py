@@ -5,7 +5,7 @@ Run ``pytest tests/cost/test_cost_sanity.py -s`` to see the values printed.
 
 from ccoverlap.catalog.hardware import CLUSTERS
 from ccoverlap.cost import CostModel, bus_bandwidth
-from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec
+from ccoverlap.specs import CollectiveSpec, CommConfig, GemmSpec, GroupSpec
 
 MiB = 1 << 20
 GiB = 1 << 30

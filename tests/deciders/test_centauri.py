@@ -20,10 +20,11 @@ from ccoverlap.planning.strategies import default_registry
 from ccoverlap.predict.evaluate import cost_model_for
 from ccoverlap.predict.strategy import Planner
 from ccoverlap.predict.workload import Workload
-from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec, OpGraph
+from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.rewrite import GraphRewrite, Piece
 from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import step_time_s
+from ccoverlap.specs import CollectiveSpec, GemmSpec, GroupSpec, MemorySpec
 
 
 def workload(model="llama-3-8b", cluster="a40-pcie", nodes=2, batch=(32, 1, 4096), knobs=None, **par):

@@ -13,7 +13,7 @@ from ccoverlap.deciders.ficco import accuracy as ficco_accuracy
 from ccoverlap.deciders.ficco import schedules as ficco
 from ccoverlap.deciders.ficco.heuristic import FICCO_SCHEDULES
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, P2PSpec
+from ccoverlap.specs import CollectiveSpec, GemmSpec, P2PSpec
 
 MESH = ficco.machine("MI300X", "full_mesh", 8)
 SWITCH = ficco.machine("MI300X", "switch", 8)
@@ -255,10 +255,11 @@ def test_spliced_pair_runs_like_its_estimate(pattern, schedule):
     """A schedule spliced into a graph in place of its pair takes the estimator's time (plus
     the two tiny ops around it): the splice keeps every dependency of the schedule."""
     from ccoverlap.deciders.ficco.plan import splice_schedule
-    from ccoverlap.sim.graph import MemorySpec, OpGraph
+    from ccoverlap.sim.graph import OpGraph
     from ccoverlap.sim.rewrite import GraphRewrite
     from ccoverlap.sim.simulator import simulate
     from ccoverlap.sim.timeline import step_time_s
+    from ccoverlap.specs import MemorySpec
 
     cl = ficco.machine("H100", None, 8)
     cost = ficco.cost_model_for_cluster(cl)

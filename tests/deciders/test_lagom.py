@@ -39,8 +39,9 @@ from ccoverlap.deciders.lagom.tune import (
     tune_group,
 )
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec, MemorySpec, OpGraph
+from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.simulator import simulate
+from ccoverlap.specs import CollectiveSpec, CommConfig, GemmSpec, GroupSpec, MemorySpec
 
 MiB = 1 << 20
 H100 = get_cluster("dgx-h100", nodes=1)

@@ -13,7 +13,7 @@ from ccoverlap.planning.emit import build_emit, read_emit
 from ccoverlap.planning.strategies import plan
 from ccoverlap.predict.strategy import FunctionStrategy, Planner, StrategyRegistry
 from ccoverlap.predict.workload import Workload
-from ccoverlap.sim.graph import CommConfig
+from ccoverlap.specs import CommConfig
 
 W = Workload()
 

@@ -15,7 +15,7 @@ from ccoverlap.nccl.apply import TUNER_COLLECTIVES, match_row, pinned_options
 from ccoverlap.nccl.plan import CommKey, CommPlan
 from ccoverlap.planning.emit import read_emit
 from ccoverlap.planning.emit.files import MEGATRON_GROUPS
-from ccoverlap.sim.graph import CommConfig
+from ccoverlap.specs import CommConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 A40 = str(ROOT / "examples" / "llama3-8b-fsdp-a40.yaml")

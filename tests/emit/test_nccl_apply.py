@@ -22,7 +22,7 @@ from ccoverlap.nccl.apply import (
 )
 from ccoverlap.nccl.plan import CommKey
 from ccoverlap.predict.evaluate import cost_model_for_cluster
-from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GroupSpec
+from ccoverlap.specs import CollectiveSpec, CommConfig, GroupSpec
 
 # the example plugin's documented row (NVIDIA/nccl plugins/tuner/example/README.md)
 DOCUMENTED_COLUMNS = "collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff"

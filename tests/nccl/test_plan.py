@@ -6,7 +6,8 @@ import pytest
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.plan import CommKey, CommPlan, CommRule, comm_keys, size_ranges
-from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec, OpGraph
+from ccoverlap.sim.graph import OpGraph
+from ccoverlap.specs import CollectiveSpec, CommConfig, GemmSpec, GroupSpec
 
 MiB = 1 << 20
 DP = GroupSpec(name="dp", size=8, local_size=8)

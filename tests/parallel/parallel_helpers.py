@@ -7,8 +7,8 @@ from dataclasses import replace
 import numpy as np
 
 from ccoverlap.catalog.hardware import CLUSTERS
-from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
 from ccoverlap.sim.timeline import merge_intervals
+from ccoverlap.specs import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec, P2PSpec
 
 
 class ToyCost:

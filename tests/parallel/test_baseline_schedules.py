@@ -15,8 +15,8 @@ from ccoverlap.parallel import fsdp as fsdp_hook
 from ccoverlap.parallel.pp import make_schedule
 from ccoverlap.parallel.units import tensor_of, unit_tensors
 from ccoverlap.parallel.zero3 import PERSISTENCE_THRESHOLD_NUMEL, _prefetch_triggers, _window_triggers, gathered_tensors
-from ccoverlap.sim.graph import CollectiveSpec, GemmSpec
 from ccoverlap.sim.simulator import simulate
+from ccoverlap.specs import CollectiveSpec, GemmSpec
 
 TINY = model_from_dict({"name": "tiny", "hidden": 1024, "ffn_hidden": 4096, "heads": 8, "kv_heads": 8,
                         "layers": 4, "vocab": 1024, "seq_len": 1024})

@@ -9,7 +9,7 @@ from parallel_helpers import cluster
 from ccoverlap.catalog.models import get_model
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, config_problems, validate
-from ccoverlap.sim.graph import CommConfig
+from ccoverlap.specs import CommConfig
 
 L8 = get_model("Llama-3-8B")  # 32 heads, 8 KV heads, 32 layers
 MIX = get_model("Mixtral-8x7B")  # 8 experts

@@ -10,8 +10,8 @@ from ccoverlap.catalog.models import model_from_dict
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, ParallelConfig, build_step, estimate_memory
 from ccoverlap.parallel.layout import Layout
-from ccoverlap.sim.graph import AttentionSpec, CollectiveSpec, GemmSpec, P2PSpec
 from ccoverlap.sim.simulator import simulate
+from ccoverlap.specs import AttentionSpec, CollectiveSpec, GemmSpec, P2PSpec
 
 # hidden 1024, 8 heads of 128, 2 KV heads, 2 layers: small enough to write every number down
 TINY = model_from_dict({"name": "tiny", "hidden": 1024, "ffn_hidden": 4096, "heads": 8, "kv_heads": 2,

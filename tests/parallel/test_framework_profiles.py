@@ -18,7 +18,7 @@ from ccoverlap.cost.params import CostParams
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, ParallelConfig, build_step
 from ccoverlap.predict.workload import workload_from_mapping
-from ccoverlap.sim.graph import AttentionSpec, GemmSpec, MemorySpec
+from ccoverlap.specs import AttentionSpec, GemmSpec, MemorySpec
 
 # a GPT-2 style model: LayerNorm, biases, GELU, 16 heads of 64, seq 1024
 GPT = model_from_dict({"name": "gpt", "hidden": 1024, "ffn_hidden": 4096, "heads": 16, "kv_heads": 16,

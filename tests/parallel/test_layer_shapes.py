@@ -9,7 +9,7 @@ from parallel_helpers import cluster
 
 from ccoverlap.catalog.models import get_model, model_from_dict
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
-from ccoverlap.sim.graph import AttentionSpec, GemmSpec
+from ccoverlap.specs import AttentionSpec, GemmSpec
 
 L8 = get_model("Llama-3-8B")
 S = 4096

@@ -8,9 +8,9 @@ from parallel_helpers import ToyCost, cluster
 
 from ccoverlap.catalog.models import get_model, model_from_dict
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
-from ccoverlap.sim.graph import CollectiveSpec
 from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import rank_metrics, step_time_s
+from ccoverlap.specs import CollectiveSpec
 
 SMALL = model_from_dict({"name": "small", "hidden": 2048, "ffn_hidden": 5632, "heads": 16, "kv_heads": 4,
                          "layers": 8, "vocab": 32000, "seq_len": 2048})
@@ -180,7 +180,7 @@ def test_tp_chunked_overlap_hides_more_than_none():
 
 
 def test_comm_config_and_transport_reach_the_collectives():
-    from ccoverlap.sim.graph import CommConfig
+    from ccoverlap.specs import CommConfig
 
     k = OverlapKnobs(comm_config=CommConfig(channels=2), comm_config_overrides={"dp": CommConfig(channels=8)},
                      comm_transport="dma")

@@ -12,9 +12,9 @@ from ccoverlap.catalog.models import model_from_dict
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, ParallelConfig, build_step
 from ccoverlap.parallel.pp import in_flight, make_schedule
-from ccoverlap.sim.graph import P2PSpec
 from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import step_time_s
+from ccoverlap.specs import P2PSpec
 
 # 16 equal layers; a 64-token vocabulary makes the LM head negligible, so stages are uniform
 TINY = model_from_dict({"hidden": 1024, "ffn_hidden": 4096, "heads": 16, "layers": 16, "vocab": 64,

@@ -9,9 +9,9 @@ from ccoverlap.catalog.models import MODELS, get_model
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
 from ccoverlap.parallel.layout import Layout, local_size
-from ccoverlap.sim.graph import CollectiveSpec
 from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import step_time_s
+from ccoverlap.specs import CollectiveSpec
 
 
 def test_one_simulated_rank_per_pipeline_rank():
@@ -84,7 +84,7 @@ def test_build_is_deterministic():
 
 
 def test_grad_clip_is_optional_and_p2p_gets_the_pp_config():
-    from ccoverlap.sim.graph import CommConfig, P2PSpec
+    from ccoverlap.specs import CommConfig, P2PSpec
 
     m = get_model("Llama-3-8B")
     p = ParallelConfig(pp=2, dp=4)

@@ -13,7 +13,7 @@ from parallel_helpers import cluster
 from ccoverlap.catalog.models import get_model
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
-from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec
+from ccoverlap.specs import CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec
 
 L8 = get_model("Llama-3-8B")
 S = 4096

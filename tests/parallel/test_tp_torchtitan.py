@@ -23,7 +23,7 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
 from ccoverlap.parallel.memory import layer_activation_bytes
 from ccoverlap.parallel.step import step_totals
-from ccoverlap.sim.graph import CollectiveSpec, MemorySpec, P2PSpec
+from ccoverlap.specs import CollectiveSpec, MemorySpec, P2PSpec
 
 L8 = get_model("Llama-3-8B")
 S, TP, H = 4096, 4, 4096

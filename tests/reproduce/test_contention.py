@@ -36,7 +36,7 @@ def test_forum_one_wave_gemm_within_30_percent(rows):
     from ccoverlap.catalog.hardware import get_cluster
     from ccoverlap.cost.model import CostModel
     from ccoverlap.cost.params import default_params
-    from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec
+    from ccoverlap.specs import CollectiveSpec, CommConfig, GemmSpec, GroupSpec
 
     cluster = get_cluster("dgx-h100")
     flat = CostModel(cluster, default_params(cluster.gpu).with_overrides(full_load_clock_fraction=1.0))
@@ -71,7 +71,7 @@ def test_dispatch_delay_hand_checked():
     from ccoverlap.cost.compute import gemm_time_s
     from ccoverlap.cost.contention import dispatch_delay_s, launch_tile
     from ccoverlap.cost.params import default_params
-    from ccoverlap.sim.graph import GemmSpec, MemorySpec
+    from ccoverlap.specs import GemmSpec, MemorySpec
 
     gpu = get_gpu("H200")
     p = default_params(gpu)

@@ -15,7 +15,7 @@ from ccoverlap.deciders.ficco import schedules as ficco
 from ccoverlap.errors import ConfigError
 from ccoverlap.reproduce import ficco as rf
 from ccoverlap.reproduce.suite import Case, load_cases, run_suite
-from ccoverlap.sim.graph import CollectiveSpec, CopySpec, GemmSpec, MemorySpec
+from ccoverlap.specs import CollectiveSpec, CopySpec, GemmSpec, MemorySpec
 
 MESH = ficco.machine("MI300X", "full_mesh", 8)
 

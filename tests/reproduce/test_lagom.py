@@ -48,7 +48,7 @@ def test_nccl_defaults_leave_less_than_the_papers_tp_gain_on_pcie_all_reduces():
     from ccoverlap.catalog.hardware import get_cluster
     from ccoverlap.cost.comm import collective_profile
     from ccoverlap.cost.params import default_params
-    from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GroupSpec
+    from ccoverlap.specs import CollectiveSpec, CommConfig, GroupSpec
 
     cluster = get_cluster("a40-pcie")
     params = default_params(cluster.gpu)

@@ -15,7 +15,7 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.apply import match_row, parse_tuner_csv
 from ccoverlap.nccl.plan import CommKey
 from ccoverlap.runtime.profiler import LiveNCCLProfiler, ProfilerUnavailable, rank_blocks
-from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GemmSpec, GroupSpec
+from ccoverlap.specs import CollectiveSpec, CommConfig, GemmSpec, GroupSpec
 
 MiB = 1 << 20
 DP = GroupSpec(name="dp", size=4, local_size=4)

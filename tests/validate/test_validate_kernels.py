@@ -11,7 +11,7 @@ from ccoverlap.catalog.hardware import get_gpu
 from ccoverlap.cost.compute import gemm_time_s, is_misaligned, l2_bandwidth_gain, memory_time_s
 from ccoverlap.cost.params import CostParams
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import GemmSpec, MemorySpec
+from ccoverlap.specs import GemmSpec, MemorySpec
 from ccoverlap.validate.kernels import attention_spec, judge_corpus, report, summarize
 
 H100 = get_gpu("H100-SXM")
@@ -114,7 +114,7 @@ def test_cli_validate_kernels_json():
 
 
 def _attn(**kw):
-    from ccoverlap.sim.graph import AttentionSpec
+    from ccoverlap.specs import AttentionSpec
 
     base = {"flops": 4.0 * 1 * 1024 * 1024 * 8 * 128, "bytes": 0.0, "kernel": "fa2", "heads": 8, "seq": 1024,
             "head_dim": 128}

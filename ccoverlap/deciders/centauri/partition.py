@@ -31,8 +31,9 @@ from dataclasses import dataclass
 
 from ccoverlap.deciders.centauri.rules import OperationPlan, allgather_pieces
 from ccoverlap.parallel.units import tensor_of
-from ccoverlap.sim.graph import COMM, CollectiveSpec, GemmSpec, Op, OpGraph
+from ccoverlap.sim.graph import Op, OpGraph
 from ccoverlap.sim.rewrite import GraphRewrite, Piece
+from ccoverlap.specs import COMM, CollectiveSpec, GemmSpec
 
 __all__ = [
     "fsdp_forward_allgathers",

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CollectiveSpec, GroupSpec
+from ccoverlap.specs import CollectiveSpec, GroupSpec
 
 __all__ = [
     "MAX_CHUNKS",

@@ -18,8 +18,9 @@ from dataclasses import replace
 from ccoverlap.deciders.centauri import partition as part
 from ccoverlap.deciders.centauri import rules
 from ccoverlap.parallel.layout import Layout
-from ccoverlap.sim.graph import COMM, COMPUTE, CollectiveSpec, GemmSpec, Op, OpGraph
+from ccoverlap.sim.graph import Op, OpGraph
 from ccoverlap.sim.rewrite import GraphRewrite
+from ccoverlap.specs import COMM, COMPUTE, CollectiveSpec, GemmSpec
 
 __all__ = ["comm_ratio", "knob_candidates", "centauri_scheduling", "operation_candidates", "layer_costs",
            "model_level_choice", "pipeline_group_choice", "centauri_graph"]

@@ -17,8 +17,9 @@ from dataclasses import replace
 from ccoverlap.deciders.ficco import schedules as ficco
 from ccoverlap.deciders.ficco.accuracy import judge
 from ccoverlap.predict.strategy import FunctionStrategy
-from ccoverlap.sim.graph import CollectiveSpec, GemmSpec, OpGraph, P2PSpec, gc_paused
+from ccoverlap.sim.graph import OpGraph, gc_paused
 from ccoverlap.sim.rewrite import GraphRewrite, Piece
+from ccoverlap.specs import CollectiveSpec, GemmSpec, P2PSpec
 
 __all__ = ["tp_pairs", "splice_schedule", "ficco_strategy"]
 

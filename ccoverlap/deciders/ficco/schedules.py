@@ -46,17 +46,10 @@ from ccoverlap.catalog.hardware import CLUSTERS, DEFAULT_CLUSTER_FOR_GPU, Cluste
 from ccoverlap.deciders.ficco.heuristic import FICCO_SCHEDULES, choose_schedule
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.evaluate import cost_model_for_cluster as impl
-from ccoverlap.sim.graph import (
-    CollectiveSpec,
-    CopySpec,
-    GemmSpec,
-    GroupSpec,
-    MemorySpec,
-    OpGraph,
-    P2PSpec,
-)
+from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import step_time_s
+from ccoverlap.specs import CollectiveSpec, CopySpec, GemmSpec, GroupSpec, MemorySpec, P2PSpec
 
 __all__ = [
     "SCHEDULES",

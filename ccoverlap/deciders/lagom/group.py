@@ -37,16 +37,8 @@ from ccoverlap.config import check_keys, short
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.strategy import Planner
 from ccoverlap.predict.workload import _cluster
-from ccoverlap.sim.graph import (
-    COLLECTIVES,
-    AttentionSpec,
-    CollectiveSpec,
-    CommConfig,
-    GemmSpec,
-    GroupSpec,
-    MemorySpec,
-    OpGraph,
-)
+from ccoverlap.sim.graph import OpGraph
+from ccoverlap.specs import COLLECTIVES, AttentionSpec, CollectiveSpec, CommConfig, GemmSpec, GroupSpec, MemorySpec
 
 __all__ = [
     "Computation",

@@ -19,8 +19,8 @@ from typing import Protocol
 
 from ccoverlap.deciders.lagom.group import OverlapGroup, equivalent_spec, require_group
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CommConfig
 from ccoverlap.sim.simulator import simulate
+from ccoverlap.specs import CommConfig
 
 __all__ = ["ProfileResult", "Profiler", "SimulatedProfiler"]
 

@@ -2,7 +2,7 @@
 Lagom is compared with (lagom §2.2, §4): NCCL's defaults, AutoCCL-style tuning of every
 collective for its own speed, and exhaustive search over a discretised space.
 
-A configuration is a :class:`~ccoverlap.sim.graph.CommConfig` ``s_j = (algorithm, protocol, NC,
+A configuration is a :class:`~ccoverlap.specs.CommConfig` ``s_j = (algorithm, protocol, NC,
 NT, C)`` (lagom Table 1). Every search here works through a
 :class:`~ccoverlap.deciders.lagom.profiler.Profiler` and counts its profiling steps. No torch.
 """
@@ -20,7 +20,7 @@ from ccoverlap.cost.comm import ll128_enabled
 from ccoverlap.deciders.lagom.group import OverlapGroup, require_group
 from ccoverlap.deciders.lagom.profiler import Profiler, ProfileResult
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.graph import CollectiveSpec, CommConfig
+from ccoverlap.specs import CollectiveSpec, CommConfig
 from ccoverlap.types import ProgressFn
 
 __all__ = [

@@ -38,7 +38,7 @@ from ccoverlap.deciders.lagom.space import autoccl_tune
 from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.plan import CommKey, CommPlan, comm_keys
 from ccoverlap.predict.strategy import FunctionStrategy, planner_workload, workload_key
-from ccoverlap.sim.graph import CollectiveSpec, CommConfig
+from ccoverlap.specs import CollectiveSpec, CommConfig
 
 __all__ = ["StepTuning", "tune_step", "LAGOM", "AUTOCCL", "LAGOM_WITH_KNOBS"]
 
@@ -90,7 +90,7 @@ def step_groups(planner, w, top: int = TOP_GROUPS) -> tuple[list[OverlapGroup], 
 
 def alone_group(key: CommKey, cluster) -> OverlapGroup:
     """A communication-only group of one collective of ``key`` (eq. 2: Z = its own time)."""
-    from ccoverlap.sim.graph import GroupSpec
+    from ccoverlap.specs import GroupSpec
 
     spec = CollectiveSpec(collective=key.collective, bytes=key.nbytes,
                           group=GroupSpec(name=key.group, size=key.group_size, local_size=key.local_size))

@@ -75,7 +75,7 @@ from ccoverlap.deciders.lagom.space import (
     nccl_default_configs,
     start_configs,
 )
-from ccoverlap.sim.graph import CommConfig
+from ccoverlap.specs import CommConfig
 
 __all__ = [
     "INITIAL_H",

@@ -24,7 +24,7 @@ from ccoverlap.nccl.apply import NcclSettings, stock_nccl_settings
 from ccoverlap.nccl.plan import CommKey, CommPlan, comm_keys
 from ccoverlap.predict.evaluate import StrategyResult
 from ccoverlap.predict.strategy import Planner
-from ccoverlap.sim.graph import CollectiveSpec, CommConfig, GroupSpec
+from ccoverlap.specs import CollectiveSpec, CommConfig, GroupSpec
 
 from .decision import Decision
 from .frameworks import FrameworkSettings, applied_knobs, framework_settings

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.plan import CommKey, CommPlan
 from ccoverlap.parallel.config import OverlapKnobs
-from ccoverlap.sim.graph import CommConfig
+from ccoverlap.specs import CommConfig
 
 #: knobs that are NCCL configurations (emitted through NCCL's settings, not a framework's)
 COMM_KNOBS = ("comm_config", "comm_config_overrides")
