@@ -22,7 +22,15 @@ from ccoverlap.parallel import build_step
 from ccoverlap.parallel.memory import MemoryEstimate
 from ccoverlap.parallel.step import step_totals as totals_of
 from ccoverlap.sim.simulator import simulate
-from ccoverlap.sim.timeline import RankMetrics, Timeline, all_rank_metrics, step_time_s
+from ccoverlap.sim.timeline import (
+    RankMetrics,
+    Timeline,
+    all_rank_metrics,
+    compute_comm_ratio,
+    job_overlap_ratio,
+    overlap_ratio,
+    step_time_s,
+)
 
 
 @dataclass
@@ -151,8 +159,8 @@ def extrapolate_metrics(a: StepMetrics, b: StepMetrics, microbatches: int) -> St
     for ra, rb in zip(a.ranks, b.ranks):
         vals: dict[str, Any] = {k: ex(getattr(ra, k), getattr(rb, k)) for k in _AFFINE_FIELDS}
         comm, comp = vals["comm_s"], vals["compute_s"]
-        vals["overlap_ratio"] = vals["overlap_s"] / comm if comm > 0 else 0.0
-        vals["compute_comm_ratio"] = comp / comm if comm > 0 else float("inf")
+        vals["overlap_ratio"] = overlap_ratio(vals["overlap_s"], comm)
+        vals["compute_comm_ratio"] = compute_comm_ratio(comp, comm)
         ranks.append(replace(ra, **vals))
     return StepMetrics(ex(a.step_time_s, b.step_time_s), tuple(ranks), int(microbatches),
                        extrapolated_from=(a.microbatches, b.microbatches))
@@ -198,8 +206,7 @@ def summarize_metrics(name: str, w, metrics: StepMetrics, totals: StepTotals, *,
     t = metrics.step_time_s
     ranks = metrics.ranks
     worst = max(ranks, key=lambda m: m.exposed_comm_s)
-    comm_total = sum(m.comm_s for m in ranks)
-    overlap = sum(m.overlap_s for m in ranks) / comm_total if comm_total > 0 else 0.0
+    overlap = job_overlap_ratio(ranks)
     peak = w.cluster.gpu.flops_for(w.parallel.dtype_bytes) * totals.world_size
     mem = totals.memory
     total = float(mem.total_bytes) + float(extra_memory_bytes)

@@ -26,6 +26,7 @@ from ccoverlap.replay import decide as D
 from ccoverlap.replay import whatif as W
 from ccoverlap.replay.core import Job, Measured, fidelity_rows, gpu_times, load_job, measure, step_time
 from ccoverlap.replay.explain import explain
+from ccoverlap.sim.timeline import job_overlap_ratio
 
 
 @dataclass
@@ -111,7 +112,7 @@ def summarize(name: str, note: str, m: Measured) -> Scenario:
     comm = sum(x.comm_s for x in allm)
     return Scenario(name=name, note=note, measured=m, step_time_s=step_time(m),
                     exposed_comm_s=sum(x.exposed_comm_s for x in allm) / n,
-                    overlap_ratio=sum(x.overlap_s for x in allm) / comm if comm > 0 else 0.0,
+                    overlap_ratio=job_overlap_ratio(allm),
                     comm_s=comm / n, per_step=dict(sorted(per_step.items())), step_end_s=dict(sorted(ends.items())))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -204,6 +205,34 @@ class RankMetrics:
         return d
 
 
+class HasOverlap(Protocol):
+    """Anything with a rank's (or a step's) overlapped and communication seconds."""
+
+    overlap_s: float
+    comm_s: float
+
+
+def overlap_ratio(overlap_s: float, comm_s: float) -> float:
+    """Communication time overlapped by compute / communication time (HolisticTraceAnalysis'
+    definition); 0 without communication. Both in seconds."""
+    return overlap_s / comm_s if comm_s > 0 else 0.0
+
+
+def compute_comm_ratio(compute_s: float, comm_s: float) -> float:
+    """R = compute / communication time (R < 1: communication-bound); inf without communication."""
+    return compute_s / comm_s if comm_s > 0 else float("inf")
+
+
+def job_overlap_ratio(ranks: Iterable[HasOverlap]) -> float:
+    """The overlap ratio of a job (or of several steps): Σ overlapped / Σ communication seconds
+    over ``ranks``, so a rank that communicates more weighs more; 0 without communication."""
+    overlap = comm = 0.0
+    for m in ranks:
+        overlap += m.overlap_s
+        comm += m.comm_s
+    return overlap_ratio(overlap, comm)
+
+
 def rank_metrics(tl: Timeline, rank: int, *, window: tuple[float, float] | None = None) -> RankMetrics:
     """Metrics of ``rank`` on ``tl`` (optionally clipped to ``window`` = (start_s, end_s))."""
     mine = tl.rank == rank
@@ -238,12 +267,12 @@ def rank_metrics(tl: Timeline, rank: int, *, window: tuple[float, float] | None 
         comm_s=comm_s,
         memcpy_s=memcpy_s,
         overlap_s=overlap,
-        overlap_ratio=overlap / comm_s if comm_s > 0 else 0.0,
+        overlap_ratio=overlap_ratio(overlap, comm_s),
         exposed_comm_s=exposed,
         compute_only_s=compute_s - overlap,
         idle_s=idle,
         bubble_s=max(0.0, step - compute_s - exposed),
-        compute_comm_ratio=compute_s / comm_s if comm_s > 0 else float("inf"),
+        compute_comm_ratio=compute_comm_ratio(compute_s, comm_s),
         flops=float(np.sum(t.flops[is_comp])),
         comm_bytes=float(np.sum(t.bytes[is_comm])),
     )

@@ -22,6 +22,7 @@ import numpy as np
 
 from ccoverlap.config import Count, check_value, short
 from ccoverlap.errors import ConfigError
+from ccoverlap.sim.timeline import overlap_ratio
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.combine import analyze_job
 from ccoverlap.trace.dimensions import check_groups
@@ -94,8 +95,7 @@ def compare(a: Analysis, b: Analysis) -> dict:
     def mean_over(p: dict) -> dict:
         keys = COMPARE_KEYS
         out = {k: float(np.mean([v[k] for v in p.values() if math.isfinite(v[k])] or [math.nan])) for k in keys}
-        comm = sum(v["comm_s"] for v in p.values())
-        out["overlap_ratio"] = (sum(v["overlap_ratio"] * v["comm_s"] for v in p.values()) / comm) if comm else 0.0
+        out["overlap_ratio"] = overlap_ratio(sum(v["overlap_s"] for v in p.values()), sum(v["comm_s"] for v in p.values()))
         return out
 
     common = sorted(set(pa) & set(pb))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ccoverlap.sim.timeline import RankMetrics
+from ccoverlap.sim.timeline import RankMetrics, compute_comm_ratio, job_overlap_ratio
 from ccoverlap.trace.collectives import CollectiveStats, busbw_factor
 from ccoverlap.trace.contention import Contention
 from ccoverlap.trace.dimensions import DimensionStats
@@ -58,10 +58,8 @@ class Analysis:
         ms = self.metrics
         out = {k: float(np.mean([getattr(m, k) for m in ms])) for k in METRIC_KEYS
                if k not in ("overlap_ratio", "compute_comm_ratio")}
-        comm = sum(m.comm_s for m in ms)
-        comp = sum(m.compute_s for m in ms)
-        out["overlap_ratio"] = sum(m.overlap_s for m in ms) / comm if comm > 0 else 0.0
-        out["compute_comm_ratio"] = comp / comm if comm > 0 else math.inf
+        out["overlap_ratio"] = job_overlap_ratio(ms)
+        out["compute_comm_ratio"] = compute_comm_ratio(sum(m.compute_s for m in ms), sum(m.comm_s for m in ms))
         out["ranks"] = len(ms)
         return out
 
@@ -73,9 +71,8 @@ class Analysis:
             per = [self.step_metrics[s][m.rank] for s in self.step_metrics if m.rank in self.step_metrics[s]]
             src = per or [m]
             d = {k: float(np.mean([getattr(x, k) for x in src])) for k in METRIC_KEYS}
-            comm = sum(x.comm_s for x in src)
-            d["overlap_ratio"] = sum(x.overlap_s for x in src) / comm if comm > 0 else 0.0
-            d["compute_comm_ratio"] = sum(x.compute_s for x in src) / comm if comm > 0 else math.inf
+            d["overlap_ratio"] = job_overlap_ratio(src)
+            d["compute_comm_ratio"] = compute_comm_ratio(sum(x.compute_s for x in src), sum(x.comm_s for x in src))
             d["steps"] = len(per)
             out[m.rank] = d
         return out
