@@ -34,10 +34,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import COLLECTIVES, CollectiveSpec, CommConfig, OpGraph
+
+if TYPE_CHECKING:
+    from ccoverlap.cost import CostModel
 
 __all__ = ["CommKey", "CommRule", "CommPlan", "comm_keys", "size_ranges"]
 
@@ -198,7 +201,7 @@ class CommPlan:
         return cls(tuple(rules))
 
 
-def comm_keys(graph: OpGraph, cost=None) -> dict[CommKey, float]:
+def comm_keys(graph: OpGraph, cost: CostModel | None = None) -> dict[CommKey, float]:
     """The distinct communications of ``graph`` (SM-driven collectives with bytes), each with
     how many times it occurs, or with its total stand-alone time in seconds when ``cost``
     (a cost model) is given: the weight a tuner ranks them by."""

@@ -21,15 +21,17 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from ccoverlap.errors import CCOverlapError, ConfigError
-from ccoverlap.sim.engine import simulate
+from ccoverlap.sim.engine import SupportsDuration, simulate
 from ccoverlap.sim.graph import CollectiveSpec, CommConfig
 
 from .nccl_apply import call_settings, pinned_options, process_values, tuner_csv_text
 from .nccl_plan import CommKey
-from .overlap_group import OverlapGroup, equivalent_spec, require_group
+from .overlap_group import Computation, ComputeSpec, OverlapGroup, equivalent_spec, require_group
+
+T = TypeVar("T")
 
 __all__ = ["ProfileResult", "Profiler", "SimulatedProfiler", "LiveNCCLProfiler", "ProfilerUnavailable", "CommLayer",
            "rank_blocks"]
@@ -82,7 +84,7 @@ class SimulatedProfiler:
     Duration-only computations are modelled by :func:`equivalent_spec`, computed once.
     """
 
-    def __init__(self, group: OverlapGroup, cost) -> None:
+    def __init__(self, group: OverlapGroup, cost: SupportsDuration) -> None:
         require_group(group, "SimulatedProfiler")
         if not callable(getattr(cost, "duration_s", None)):
             raise ConfigError(f"SimulatedProfiler: cost must have a duration_s(spec, concurrent) method (a "
@@ -92,8 +94,7 @@ class SimulatedProfiler:
         self.calls = 0
         self.simulations = 0
         self._cache: dict[tuple, ProfileResult] = {}
-        self._specs = [c.spec if c.spec is not None else equivalent_spec(c.duration_s, cost, bound=c.bound)
-                       for c in group.computations]
+        self._specs = [computation_spec(c, cost) for c in group.computations]
 
     def profile(self, configs: Sequence[CommConfig]) -> ProfileResult:
         """Simulate the group with ``configs``; returns x_j, Y and Z in seconds (lagom eq. 1)."""
@@ -117,6 +118,15 @@ class SimulatedProfiler:
         return res
 
 
+def computation_spec(c: Computation, cost: SupportsDuration) -> ComputeSpec:
+    """``c``'s kernel spec, or for a duration-only computation the spec of that isolated
+    duration under ``cost`` (:func:`equivalent_spec`)."""
+    if c.spec is not None:
+        return c.spec
+    assert c.duration_s is not None  # a Computation holds exactly one of spec and duration
+    return equivalent_spec(c.duration_s, cost, bound=c.bound)
+
+
 #: the algorithms the example tuner plugin knows (ccoverlap/data/emit/options.yaml)
 TUNER_ALGORITHMS = tuple(pinned_options()["nccl"]["tuner_csv"]["algorithms"])
 
@@ -132,7 +142,7 @@ class CommLayer(Protocol):
     rank: int
     world: int
 
-    def broadcast(self, obj):
+    def broadcast(self, obj: T) -> T:
         """Rank 0's ``obj`` on every rank."""
         ...
 
@@ -140,7 +150,7 @@ class CommLayer(Protocol):
         """This process's ``NCCL_*`` environment (what its communicators run with)."""
         ...
 
-    def communicator(self, blocks: list[list[int]], ctas: dict, tuner_csv: str | None):
+    def communicator(self, blocks: list[list[int]], ctas: dict, tuner_csv: str | None) -> object:
         """A new communicator over this rank's block of ``blocks`` (every rank creates every
         block, in order), created now with ``ProcessGroupNCCL.Options`` min / max CTAs ``ctas``
         while ``tuner_csv`` (the example tuner plugin's file text, or None) is the file NCCL
@@ -192,8 +202,8 @@ class LiveNCCLProfiler:
     lists, per profile, the knobs that ran at the process's values (``strict=False``).
     """
 
-    def __init__(self, group: OverlapGroup, layer: CommLayer, *, cost=None, warmup: int = 3, iters: int = 10,
-                 strict: bool = True) -> None:
+    def __init__(self, group: OverlapGroup, layer: CommLayer, *, cost: SupportsDuration | None = None,
+                 warmup: int = 3, iters: int = 10, strict: bool = True) -> None:
         if warmup < 0 or iters < 1:
             raise ConfigError(f"live profiler: need warmup >= 0 and iters >= 1, got {warmup}, {iters}")
         self.group = group
@@ -205,16 +215,19 @@ class LiveNCCLProfiler:
         self.calls = 0
         self.ignored: list[list[str]] = []
         self._comms: dict[tuple, object] = {}
-        self._specs = None
+        self._specs: list[ComputeSpec] | None = None
 
-    def _computations(self) -> list:
+    def _computations(self) -> list[ComputeSpec]:
         if self._specs is None:
             specs = []
             for c in self.group.computations:
-                if c.spec is None and self.cost is None:
+                if c.spec is not None:
+                    specs.append(c.spec)
+                elif self.cost is None:
                     raise ConfigError(f"computation {c.name!r} is a duration; give the live profiler a cost model "
                                       f"to size an equivalent kernel")
-                specs.append(c.spec if c.spec is not None else equivalent_spec(c.duration_s, self.cost, bound=c.bound))
+                else:
+                    specs.append(computation_spec(c, self.cost))
             self._specs = specs
         return self._specs
 
@@ -241,7 +254,7 @@ class LiveNCCLProfiler:
             kw.update(protocol=None, algorithm="auto")
         return replace(cfg, **kw)
 
-    def _communicator(self, spec: CollectiveSpec, cfg: CommConfig, tuner: bool):
+    def _communicator(self, spec: CollectiveSpec, cfg: CommConfig, tuner: bool) -> object:
         key = CommKey.of(spec)
         row, ctas = call_settings(key, replace(cfg, channels=cfg.channels if cfg.channels is not None else 64,
                                                protocol=cfg.protocol or "simple",

@@ -38,10 +38,11 @@ from ccoverlap.predict.evaluate import (
     summarize_metrics,
 )
 from ccoverlap.predict.workload import Workload, require_workload
-from ccoverlap.sim.engine import SupportsDuration, simulate
+from ccoverlap.sim.engine import simulate
 from ccoverlap.types import ProgressFn
 
 if TYPE_CHECKING:
+    from ccoverlap.cost import CostModel
     from ccoverlap.parallel.config import OverlapKnobs, ParallelConfig
     from ccoverlap.parallel.step import StepGraph
     from ccoverlap.sim.graph import OpGraph
@@ -152,7 +153,7 @@ class Planner:
     graphs a decider rewrote, which are not cached).
     """
 
-    def __init__(self, workload: Workload, *, cost: SupportsDuration | None = None, keep_timelines: int = 4,
+    def __init__(self, workload: Workload, *, cost: CostModel | None = None, keep_timelines: int = 4,
                  progress: ProgressFn | None = None, jobs: int | None = None, exact: bool = False) -> None:
         require_workload(workload, "Planner")
         if jobs is not None:
@@ -164,7 +165,7 @@ class Planner:
         self.workload = workload
         self.exact = bool(exact)
         self.jobs = default_jobs() if jobs is None else jobs
-        self.cost: SupportsDuration = cost if cost is not None else cost_model_for(workload)
+        self.cost = cost if cost is not None else cost_model_for(workload)
         self.progress = progress
         self.keep_timelines = keep_timelines
         self._steps: OrderedDict[tuple, StepGraph] = OrderedDict()
