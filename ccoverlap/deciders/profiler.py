@@ -31,7 +31,7 @@ from .nccl_apply import call_settings, pinned_options, process_values, tuner_csv
 from .nccl_plan import CommKey
 from .overlap_group import Computation, ComputeSpec, OverlapGroup, equivalent_spec, require_group
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 __all__ = ["ProfileResult", "Profiler", "SimulatedProfiler", "LiveNCCLProfiler", "ProfilerUnavailable", "CommLayer",
            "rank_blocks"]
@@ -142,7 +142,7 @@ class CommLayer(Protocol):
     rank: int
     world: int
 
-    def broadcast(self, obj: T) -> T:
+    def broadcast(self, obj: _T) -> _T:
         """Rank 0's ``obj`` on every rank."""
         ...
 
