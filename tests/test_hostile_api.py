@@ -54,7 +54,7 @@ def test_plan_refuses_an_unknown_target_before_the_work(target, monkeypatch):
     """An unknown target used to be swallowed: the applicable check failed silently and the plan
     recommended a strategy the user cannot set (centauri instead of lagom on this workload)."""
     import ccoverlap as cc
-    from ccoverlap.predict import planner
+    from ccoverlap.predict import strategy as planner
 
     monkeypatch.setattr(planner.Planner, "__init__", _no_planner)
     with pytest.raises(ConfigError, match="target must be one of"):

@@ -41,10 +41,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.plan import CommKey, size_ranges
 from ccoverlap.specs import CommConfig
+
+if TYPE_CHECKING:
+    from ccoverlap.specs import CommProtocol
 
 __all__ = ["pinned_options", "TunerRow", "tuner_csv_text", "parse_tuner_csv", "match_row", "nccl_env_text",
            "parse_nccl_env", "GroupOptions", "Dropped", "NcclSettings", "stock_nccl_settings", "buffsize_for_chunk",
@@ -182,8 +186,10 @@ def parse_tuner_csv(text: str, where: str = "tuner CSV") -> list[TunerRow]:
         if not 8 <= len(fields) <= 10:
             raise ConfigError(f"{where}:{n}: expected 8 to 10 comma-separated fields, got {len(fields)}")
         try:
-            nums = [int(f) for f in fields[5:]]
-            rows.append(TunerRow(fields[0], int(fields[1]), int(fields[2]), fields[3], fields[4], *nums))
+            # channels, n_nodes, n_ranks, then num_pipe_ops and reg_buff (-1, the defaults, when left out)
+            nums = [int(f) for f in fields[5:]] + [-1] * (10 - len(fields))
+            rows.append(TunerRow(fields[0], int(fields[1]), int(fields[2]), fields[3], fields[4],
+                                 nums[0], nums[1], nums[2], nums[3], nums[4]))
         except ValueError as exc:
             raise ConfigError(f"{where}:{n}: {exc}") from None
         except ConfigError as exc:
@@ -244,13 +250,14 @@ def call_settings(key: CommKey, config: CommConfig) -> tuple[TunerRow | None, di
     an algorithm it does not have) and ``{"min_ctas": NC, "max_ctas": NC}`` for the
     communicator. Threads and chunk are per process and not here."""
     cap = pinned_options()["nccl"]["communicator"]["max_ctas"]
-    nc = min(int(config.channels), cap)
+    nc = min(_channels(config), cap)
     ctas = {"min_ctas": nc, "max_ctas": nc}
     ct = TUNER_COLLECTIVES.get(key.collective)
     if ct is None or config.algorithm not in _csv_spec()["algorithms"]:
         return None, ctas
     size = int(round(key.nbytes))
     nodes = max(1, key.group_size // max(1, key.local_size))
+    assert config.protocol is not None  # resolved, as documented
     return TunerRow(ct, size, size, config.algorithm, config.protocol, nc, nodes, key.group_size,
                     comment=f"{key.group} {key.collective} {size} bytes"), ctas
 
@@ -310,6 +317,14 @@ class NcclSettings:
 
 
 Resolver = Callable[[CommKey, CommConfig], CommConfig]
+Configs = Mapping[CommKey, CommConfig]
+Weights = Mapping[CommKey, float]
+
+
+def _channels(c: CommConfig) -> int:
+    """NC of a resolved configuration (every knob set, as the settings below take them)."""
+    assert c.channels is not None
+    return int(c.channels)
 
 
 def stock_nccl_settings(wanted: Mapping[CommKey, CommConfig], given: Mapping[CommKey, CommConfig],
@@ -330,7 +345,8 @@ def stock_nccl_settings(wanted: Mapping[CommKey, CommConfig], given: Mapping[Com
     return out
 
 
-def _per_call(out: NcclSettings, keys, wanted, given, weights, resolve: Resolver) -> None:
+def _per_call(out: NcclSettings, keys: list[CommKey], wanted: Configs, given: Configs, weights: Weights,
+              resolve: Resolver) -> None:
     """Algorithm, protocol and channels: the tuner CSV and the groups' CTA bounds."""
     tunable = [k for k in keys if k.collective in TUNER_COLLECTIVES]
     if any((wanted[k].algorithm, wanted[k].protocol, wanted[k].channels)
@@ -339,7 +355,7 @@ def _per_call(out: NcclSettings, keys, wanted, given, weights, resolve: Resolver
     _group_bounds(out, keys, wanted, given)
 
 
-def _tuner(out: NcclSettings, tunable: list[CommKey], wanted, weights, resolve: Resolver) -> None:
+def _tuner(out: NcclSettings, tunable: list[CommKey], wanted: Configs, weights: Weights, resolve: Resolver) -> None:
     """The tuner CSV over every collective the plugin sees, and what each then runs with."""
     max_ctas = pinned_options()["nccl"]["communicator"]["max_ctas"]
     csv_algs = set(_csv_spec()["algorithms"])
@@ -358,7 +374,10 @@ def _tuner(out: NcclSettings, tunable: list[CommKey], wanted, weights, resolve: 
     out.tuner_rows = _tuner_rows(want, weights)
     for k in tunable:
         row = match_row(out.tuner_rows, k)
-        got = replace(want[k], algorithm=row.algorithm, protocol=row.protocol, channels=row.channels)
+        assert row is not None  # the rows cover every tunable key (_tuner_rows)
+        # a row's protocol is one of NCCL's (TunerRow checks it against the plugin's list)
+        got = replace(want[k], algorithm=row.algorithm, protocol=cast("CommProtocol", row.protocol),
+                      channels=row.channels)
         for knob in ("algorithm", "protocol", "channels"):
             if getattr(got, knob) != getattr(want[k], knob):
                 out.dropped.append(Dropped(k, knob, getattr(want[k], knob), getattr(got, knob),
@@ -367,7 +386,7 @@ def _tuner(out: NcclSettings, tunable: list[CommKey], wanted, weights, resolve: 
         out.applied[k] = got
 
 
-def _tuner_rows(want: Mapping[CommKey, CommConfig], weights) -> list[TunerRow]:
+def _tuner_rows(want: Configs, weights: Weights) -> list[TunerRow]:
     """One row per (collective, nodes, ranks, size), ranges between neighbouring sizes; where
     two groups of the same shape have a call of the same size, the heavier one's row;
     neighbouring rows with the same values merged."""
@@ -382,8 +401,9 @@ def _tuner_rows(want: Mapping[CommKey, CommConfig], weights) -> list[TunerRow]:
             k = by_size[size]
             lo, hi = ranges[size]
             c = want[k]
+            assert c.protocol is not None  # the wanted configurations are resolved
             row = TunerRow(TUNER_COLLECTIVES[coll], math.ceil(lo), max(math.ceil(lo), math.ceil(hi) - 1),
-                           c.algorithm, c.protocol, int(c.channels), nodes, ranks,
+                           c.algorithm, c.protocol, _channels(c), nodes, ranks,
                            comment=f"{k.group} {k.collective} {int(round(k.nbytes))} bytes, {k.group_size} ranks")
             prev = rows[-1] if rows else None
             if prev is not None and (prev.collective_type, prev.algorithm, prev.protocol, prev.channels,
@@ -396,7 +416,7 @@ def _tuner_rows(want: Mapping[CommKey, CommConfig], weights) -> list[TunerRow]:
     return rows
 
 
-def _group_bounds(out: NcclSettings, keys, wanted, given) -> None:
+def _group_bounds(out: NcclSettings, keys: list[CommKey], wanted: Configs, given: Configs) -> None:
     """min / max CTAs of every group whose channels changed; all-to-all (not tuned by the
     plugin) gets the bound nearest what it wanted."""
     by_group: dict[str, list[CommKey]] = {}
@@ -406,8 +426,8 @@ def _group_bounds(out: NcclSettings, keys, wanted, given) -> None:
         if all(wanted[k].channels == given[k].channels for k in ks):
             continue
         cap = pinned_options()["nccl"]["communicator"]["max_ctas"]
-        chans = [out.applied[k].channels for k in ks if k.collective in TUNER_COLLECTIVES] + \
-                [min(wanted[k].channels, cap) for k in ks if k.collective not in TUNER_COLLECTIVES]
+        chans = [_channels(out.applied[k]) for k in ks if k.collective in TUNER_COLLECTIVES] + \
+                [min(_channels(wanted[k]), cap) for k in ks if k.collective not in TUNER_COLLECTIVES]
         lo, hi = min(chans), max(chans)
         out.groups[name] = GroupOptions(name, ks[0].group_size, ks[0].local_size, lo, hi)
         for k in ks:
@@ -428,7 +448,7 @@ def _group_bounds(out: NcclSettings, keys, wanted, given) -> None:
             out.applied[k] = replace(a, channels=got, protocol=given[k].protocol, algorithm=given[k].algorithm)
 
 
-def _process_wide(out: NcclSettings, keys, wanted, given, weights) -> None:
+def _process_wide(out: NcclSettings, keys: list[CommKey], wanted: Configs, given: Configs, weights: Weights) -> None:
     """Threads and the Simple ring chunk: environment variables, one value per process."""
     families = {"NCCL_NTHREADS": ("simple", "ll"), "NCCL_LL128_NTHREADS": ("ll128",)}
     for var, protos in families.items():
@@ -457,13 +477,13 @@ def _process_wide(out: NcclSettings, keys, wanted, given, weights) -> None:
                 out.env_why[var] = f"every collective of the step runs {knob} {v}"
 
 
-def _one_value(out: NcclSettings, var: str, ks: list[CommKey], knob: str, wanted, given, weights, fmt,
-               why: str) -> None:
+def _one_value(out: NcclSettings, var: str, ks: list[CommKey], knob: str, wanted: Configs, given: Configs,
+               weights: Weights, fmt: Callable[[int], str], why: str) -> None:
     """Set ``var`` when the decision changed ``knob`` on any of ``ks``: the value with the most
     communication time; every key then runs with it."""
     if not ks or all(getattr(wanted[k], knob) == getattr(given[k], knob) for k in ks):
         return
-    score: dict[object, float] = {}
+    score: dict[int, float] = {}  # per value of the knob (threads or chunk bytes)
     for k in ks:
         v = getattr(wanted[k], knob)
         score[v] = score.get(v, 0.0) + weights.get(k, 0.0)
@@ -480,7 +500,8 @@ def _one_value(out: NcclSettings, var: str, ks: list[CommKey], knob: str, wanted
     agree = len(score) == 1
     out.env_why[var] = (f"every {knob} the step's calls want" if agree else
                         f"the {knob} carrying the most communication time ({len(score)} values wanted)")
+    change: dict[str, Any] = {knob: best}
     for k in ks:
         if getattr(wanted[k], knob) != best:
             out.dropped.append(Dropped(k, knob, getattr(wanted[k], knob), best, why))
-        out.applied[k] = replace(out.applied[k], **{knob: best})
+        out.applied[k] = replace(out.applied[k], **change)

@@ -34,11 +34,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import OpGraph
 from ccoverlap.specs import COLLECTIVES, CollectiveSpec, CommConfig
+
+if TYPE_CHECKING:
+    from ccoverlap.sim.simulator import SupportsDuration
 
 __all__ = ["CommKey", "CommRule", "CommPlan", "comm_keys", "size_ranges"]
 
@@ -199,10 +202,10 @@ class CommPlan:
         return cls(tuple(rules))
 
 
-def comm_keys(graph: OpGraph, cost=None) -> dict[CommKey, float]:
+def comm_keys(graph: OpGraph, cost: SupportsDuration | None = None) -> dict[CommKey, float]:
     """The distinct communications of ``graph`` (SM-driven collectives with bytes), each with
     how many times it occurs, or with its total stand-alone time in seconds when ``cost``
-    (a cost model) is given: the weight a tuner ranks them by."""
+    (a cost model, or anything with its ``duration_s``) is given: the weight a tuner ranks them by."""
     out: dict[CommKey, float] = {}
     seen: dict[int, tuple[CommKey, float]] = {}
     for op in graph.ops:
@@ -211,7 +214,7 @@ def comm_keys(graph: OpGraph, cost=None) -> dict[CommKey, float]:
             continue
         got = seen.get(id(spec))
         if got is None:
-            got = (CommKey.of(spec), float(cost.alone_s(spec)) if cost is not None else 1.0)
+            got = (CommKey.of(spec), float(cost.duration_s(spec, ())) if cost is not None else 1.0)
             seen[id(spec)] = got
         out[got[0]] = out.get(got[0], 0.0) + got[1]
     return out

@@ -14,14 +14,14 @@ which may be extrapolated from two shorter steps in a pipeline's steady state
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ccoverlap.cost import CostModel, CostParams
 from ccoverlap.cost.params import default_params
 from ccoverlap.parallel import build_step
 from ccoverlap.parallel.memory import MemoryEstimate
 from ccoverlap.parallel.step import step_totals as totals_of
-from ccoverlap.sim.simulator import simulate
+from ccoverlap.sim.simulator import SupportsDuration, simulate
 from ccoverlap.sim.timeline import (
     RankMetrics,
     Timeline,
@@ -31,6 +31,33 @@ from ccoverlap.sim.timeline import (
     overlap_ratio,
     step_time_s,
 )
+from ccoverlap.types import ProgressFn
+
+if TYPE_CHECKING:
+    from ccoverlap.catalog.hardware import ClusterSpec
+    from ccoverlap.catalog.models import ModelSpec
+    from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig
+    from ccoverlap.parallel.step import StepGraph
+
+
+class WorkloadParts(Protocol):
+    """What this module reads from a workload (a :class:`ccoverlap.predict.workload.Workload`,
+    which it does not import: the two modules are independent in the import order)."""
+
+    @property
+    def model(self) -> ModelSpec: ...
+    @property
+    def cluster(self) -> ClusterSpec: ...
+    @property
+    def parallel(self) -> ParallelConfig: ...
+    @property
+    def batch(self) -> BatchConfig: ...
+    @property
+    def knobs(self) -> OverlapKnobs: ...
+    @property
+    def framework(self) -> str | None: ...
+    @property
+    def calibration(self) -> str | None: ...
 
 
 @dataclass
@@ -58,7 +85,8 @@ class StrategyResult:
     timeline: Timeline | None = field(default=None, repr=False)
     decision: dict = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
+        """The result as plain data (every field but the timeline)."""
         return {
             "name": self.name,
             "knobs": self.knobs,
@@ -77,7 +105,7 @@ class StrategyResult:
         }
 
 
-def cost_model_for_cluster(cluster, calibration: str | None = None):
+def cost_model_for_cluster(cluster: ClusterSpec, calibration: str | None = None) -> CostModel:
     """The cost model of ``cluster``: the GPU's default parameters, overridden by the
     calibration file ``calibration`` (written by ``ccoverlap calibrate``) if given. The one
     place a :class:`~ccoverlap.cost.CostModel` is built from a cluster."""
@@ -88,20 +116,20 @@ def cost_model_for_cluster(cluster, calibration: str | None = None):
     return CostModel(cluster, params)
 
 
-def cost_model_for(w):
+def cost_model_for(w: WorkloadParts) -> CostModel:
     """The cost model of the workload's cluster, with its calibration file applied if given."""
     return cost_model_for_cluster(w.cluster, w.calibration)
 
 
-def build_workload_step(w):
+def build_workload_step(w: WorkloadParts) -> StepGraph:
     """The :class:`~ccoverlap.parallel.StepGraph` of workload ``w`` (its framework profile passed
     on when the workload has one): the one place a workload's step is built."""
 
-    kw = {"framework": w.framework} if w.framework is not None else {}
-    return build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs, **kw)
+    return build_step(w.model, w.parallel, w.batch, w.cluster, w.knobs, framework=w.framework)
 
 
-def simulate_workload(w, *, cost=None, progress=None):
+def simulate_workload(w: WorkloadParts, *, cost: SupportsDuration | None = None,
+                      progress: ProgressFn | None = None) -> tuple[StepGraph, Timeline]:
     """Build and simulate one training step of ``w``; returns (StepGraph, Timeline)."""
 
     step = build_workload_step(w)
@@ -166,7 +194,8 @@ def extrapolate_metrics(a: StepMetrics, b: StepMetrics, microbatches: int) -> St
                        extrapolated_from=(a.microbatches, b.microbatches))
 
 
-def summarize(name: str, w, step, tl: Timeline, *, note: str = "", extra_memory_bytes: float = 0.0,
+def summarize(name: str, w: WorkloadParts, step: StepGraph, tl: Timeline, *, note: str = "",
+              extra_memory_bytes: float = 0.0,
               keep_timeline: bool = True) -> StrategyResult:
     """Summarize the simulated timeline ``tl`` of ``step`` (the StepGraph of workload ``w``, maybe
     rewritten by a decider). ``extra_memory_bytes`` is added to the step's memory estimate (e.g.
@@ -188,7 +217,7 @@ class StepTotals:
     memory: MemoryEstimate
 
 
-def step_totals(w, step=None) -> StepTotals:
+def step_totals(w: WorkloadParts, step: StepGraph | None = None) -> StepTotals:
     """:class:`StepTotals` of workload ``w``: taken from its built ``step`` if given, else
     computed without building it (:func:`ccoverlap.parallel.step.step_totals`, which
     :func:`ccoverlap.parallel.build_step` uses too)."""
@@ -199,7 +228,7 @@ def step_totals(w, step=None) -> StepTotals:
     return StepTotals(w.parallel.world_size, tokens, flops, mem)
 
 
-def summarize_metrics(name: str, w, metrics: StepMetrics, totals: StepTotals, *, note: str = "",
+def summarize_metrics(name: str, w: WorkloadParts, metrics: StepMetrics, totals: StepTotals, *, note: str = "",
                       extra_memory_bytes: float = 0.0) -> StrategyResult:
     """:func:`summarize` from step metrics (simulated or extrapolated, :class:`StepMetrics`) and
     the workload's :class:`StepTotals`; the definitions are the module docstring's."""
@@ -227,7 +256,8 @@ def summarize_metrics(name: str, w, metrics: StepMetrics, totals: StepTotals, *,
     )
 
 
-def evaluate(w, name: str, *, cost=None, note: str = "", keep_timeline: bool = False) -> StrategyResult:
+def evaluate(w: WorkloadParts, name: str, *, cost: SupportsDuration | None = None, note: str = "",
+             keep_timeline: bool = False) -> StrategyResult:
     """Simulate ``w`` and summarize it (see the module docstring for the definitions)."""
     step, tl = simulate_workload(w, cost=cost)
     return summarize(name, w, step, tl, note=note, keep_timeline=keep_timeline)

@@ -21,9 +21,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ccoverlap.config import Count, check_value, short, suggest
 from ccoverlap.errors import ConfigError
@@ -37,12 +37,19 @@ from ccoverlap.predict.evaluate import (
     summarize,
     summarize_metrics,
 )
-from ccoverlap.predict.workload import require_workload
+from ccoverlap.predict.workload import Workload, require_workload
 from ccoverlap.sim.simulator import simulate
 from ccoverlap.types import ProgressFn
 
+if TYPE_CHECKING:
+    from ccoverlap.cost import CostModel
+    from ccoverlap.parallel.config import OverlapKnobs, ParallelConfig
+    from ccoverlap.parallel.step import StepGraph
+    from ccoverlap.sim.graph import OpGraph
+    from ccoverlap.sim.timeline import Timeline
 
-def _hashable(x):
+
+def _hashable(x: object) -> Hashable:
     try:
         hash(x)
         return x
@@ -50,7 +57,7 @@ def _hashable(x):
         return repr(x)
 
 
-def effective_knobs(knobs, parallel):
+def effective_knobs(knobs: OverlapKnobs, parallel: ParallelConfig) -> OverlapKnobs:
     """``knobs`` with the values the step builder ignores set to their defaults, so that two
     configurations building the same step share one cache entry: ``tp_chunks`` is read only with
     ``tp_overlap="chunked"`` and tp > 1 (:mod:`ccoverlap.parallel.tp`; the memory estimate
@@ -61,7 +68,7 @@ def effective_knobs(knobs, parallel):
     return knobs
 
 
-def workload_key(w) -> tuple:
+def workload_key(w: Workload) -> tuple[Hashable, ...]:
     """What a step simulation depends on: model, cluster, parallelism, batch, the knobs the
     step builder reads (:func:`effective_knobs`) (frozen dataclasses; those holding dicts are
     keyed by their repr). The calibration enters through the planner's cost model."""
@@ -70,7 +77,7 @@ def workload_key(w) -> tuple:
                                         w.framework))
 
 
-def screen_microbatches(w) -> int | None:
+def screen_microbatches(w: Workload) -> int | None:
     """Micro-batches per pipeline of the reduced step on which candidates are judged in
     screened mode (:meth:`Planner.screened`), or None when the step is already that small:
     the smallest multiple of ``pp`` that is at least ``2·pp + 2`` (4 without a pipeline).
@@ -94,7 +101,7 @@ def screen_microbatches(w) -> int | None:
 PERIODIC_SCHEDULES = ("1f1b", "interleaved")
 
 
-def steady_state_microbatches(w) -> tuple[int, int] | None:
+def steady_state_microbatches(w: Workload) -> tuple[int, int] | None:
     """The two step lengths (micro-batches per pipeline) from which a step of ``w`` is
     extrapolated (:func:`ccoverlap.predict.evaluate.extrapolate_metrics`), or None when it must be
     simulated in full: a schedule not in :data:`PERIODIC_SCHEDULES`, or no more micro-batches
@@ -118,7 +125,7 @@ def steady_state_microbatches(w) -> tuple[int, int] | None:
 PARALLEL_MIN_OPS = 40_000
 
 
-def with_microbatches(w, m: int):
+def with_microbatches(w: Workload, m: int) -> Workload:
     """``w`` with the global batch cut (or grown) to ``m`` micro-batches per pipeline (same
     model, layout, micro-batch size and knobs)."""
     b = w.batch
@@ -146,8 +153,8 @@ class Planner:
     graphs a decider rewrote, which are not cached).
     """
 
-    def __init__(self, workload, *, cost=None, keep_timelines: int = 4, progress: ProgressFn | None = None,
-                 jobs: int | None = None, exact: bool = False):
+    def __init__(self, workload: Workload, *, cost: CostModel | None = None, keep_timelines: int = 4,
+                 progress: ProgressFn | None = None, jobs: int | None = None, exact: bool = False) -> None:
         require_workload(workload, "Planner")
         if jobs is not None:
             check_value("jobs", jobs, Count)
@@ -161,8 +168,8 @@ class Planner:
         self.cost = cost if cost is not None else cost_model_for(workload)
         self.progress = progress
         self.keep_timelines = keep_timelines
-        self._steps: OrderedDict[tuple, Any] = OrderedDict()
-        self._timelines: OrderedDict[tuple, Any] = OrderedDict()
+        self._steps: OrderedDict[tuple, StepGraph] = OrderedDict()
+        self._timelines: OrderedDict[tuple, Timeline] = OrderedDict()
         self._summaries: dict[tuple, StrategyResult] = {}
         self._pinned: set[tuple] = set()
         self._memo: dict[tuple, Any] = {}
@@ -173,13 +180,13 @@ class Planner:
         self.cache_hits = 0
         self.graph_simulations = 0
 
-    def workload_of(self, w=None):
+    def workload_of(self, w: Workload | None = None) -> Workload:
         """``w``, or the planner's workload when ``w`` is None: what every method taking a
         workload works on. ConfigError when ``w`` is not a :class:`Workload`."""
         return self.workload if w is None else require_workload(w, "Planner")
 
     # ------------------------------------------------------------------ screening
-    def screened(self, w=None):
+    def screened(self, w: Workload | None = None) -> Workload:
         """The workload on which candidates for ``w`` are judged: ``w`` itself in exact mode or
         when it has few micro-batches, else ``w`` with the global batch cut to
         :func:`screen_microbatches` micro-batches per pipeline (same model, layout, micro-batch
@@ -194,30 +201,30 @@ class Planner:
         return with_microbatches(w, m_s)
 
     @staticmethod
-    def restore(w_screened, like):
+    def restore(w_screened: Workload, like: Workload) -> Workload:
         """``w_screened`` (a configuration chosen on a :meth:`screened` step) with the batch of
         the full workload ``like``: what is simulated and reported."""
         return replace(w_screened, batch=like.batch)
 
-    def screening(self, w=None) -> bool:
+    def screening(self, w: Workload | None = None) -> bool:
         """Whether :meth:`screened` reduces ``w``."""
         w = self.workload_of(w)
         return self.screened(w) is not w
 
-    def steady_state(self, w=None) -> tuple[int, int] | None:
+    def steady_state(self, w: Workload | None = None) -> tuple[int, int] | None:
         """The two step lengths from which :meth:`metrics` extrapolates ``w``'s step
         (:func:`steady_state_microbatches`), or None when it is simulated in full (always in
         exact mode)."""
         w = self.workload_of(w)
         return None if self.exact else steady_state_microbatches(w)
 
-    def full_step_how(self, w=None) -> str:
+    def full_step_how(self, w: Workload | None = None) -> str:
         """How :meth:`metrics` gets ``w``'s full step, for notes: "simulated in full" or
         "extrapolated from M1 and M2 micro-batches"."""
         pts = self.steady_state(self.workload_of(w))
         return "simulated in full" if pts is None else f"extrapolated from {pts[0]} and {pts[1]} micro-batches"
 
-    def metrics(self, w=None) -> StepMetrics:
+    def metrics(self, w: Workload | None = None) -> StepMetrics:
         """:class:`~ccoverlap.predict.evaluate.StepMetrics` of ``w``'s step: extrapolated from the
         simulations of two shorter steps (:meth:`steady_state`) or, where that does not apply,
         from its full simulation. Cached per configuration."""
@@ -231,7 +238,8 @@ class Planner:
         self._metrics[key] = got
         return got
 
-    def rewritten_metrics(self, w, rewrite: Callable[[Any], Any] | None, key: tuple | None = None) -> StepMetrics:
+    def rewritten_metrics(self, w: Workload | None, rewrite: Callable[[StepGraph], OpGraph] | None,
+                          key: Hashable | None = None) -> StepMetrics:
         """:class:`~ccoverlap.predict.evaluate.StepMetrics` of ``w``'s step rewritten by a decider:
         ``rewrite(step)`` returns the op graph to simulate for a :class:`StepGraph` (None: the
         step as built). Where :meth:`steady_state` applies, the rewrite is applied to and
@@ -247,7 +255,8 @@ class Planner:
         self.extrapolations += 1
         return extrapolate_metrics(a, b, w.batch.microbatches(w.parallel.dp))
 
-    def _short_metrics(self, w, rewrite, key) -> StepMetrics:
+    def _short_metrics(self, w: Workload, rewrite: Callable[[StepGraph], OpGraph] | None,
+                       key: Hashable | None) -> StepMetrics:
         if rewrite is None:
             got = self._metrics.get(workload_key(w))
             if got is not None:
@@ -265,14 +274,14 @@ class Planner:
             self._memo[ck] = got
         return got
 
-    def summarize_metrics(self, name: str, w, metrics: StepMetrics, *, note: str = "",
+    def summarize_metrics(self, name: str, w: Workload, metrics: StepMetrics, *, note: str = "",
                           extra_memory_bytes: float = 0.0) -> StrategyResult:
         """:func:`ccoverlap.predict.evaluate.summarize_metrics` with ``w``'s totals (tokens, model FLOPs,
         memory estimate), for metrics from :meth:`metrics` / :meth:`rewritten_metrics`."""
         return summarize_metrics(name, w, metrics, step_totals(w), note=note, extra_memory_bytes=extra_memory_bytes)
 
     # ------------------------------------------------------------------ building and simulating
-    def step(self, w=None):
+    def step(self, w: Workload | None = None) -> StepGraph:
         """The :class:`~ccoverlap.parallel.StepGraph` of ``w`` (default: the planner's workload),
         built once per configuration."""
         w = self.workload_of(w)
@@ -287,7 +296,7 @@ class Planner:
             self._steps.move_to_end(key)
         return st
 
-    def simulate(self, w=None):
+    def simulate(self, w: Workload | None = None) -> tuple[StepGraph, Timeline]:
         """Build and simulate one training step of ``w`` (default: the planner's workload);
         returns ``(StepGraph, Timeline)``. A configuration simulated before (and whose timeline
         is still cached) is not simulated again."""
@@ -316,7 +325,7 @@ class Planner:
             value = self._memo[key] = make()
             return value
 
-    def pin(self, w, pinned: bool = True) -> None:
+    def pin(self, w: Workload, pinned: bool = True) -> None:
         """Keep (or stop keeping) ``w``'s timeline in the cache whatever else is simulated."""
         key = workload_key(w)
         if pinned:
@@ -324,13 +333,14 @@ class Planner:
         else:
             self._pinned.discard(key)
 
-    def simulate_graph(self, graph):
+    def simulate_graph(self, graph: OpGraph) -> Timeline:
         """Simulate an op graph a strategy built or rewrote (not cached); returns the Timeline."""
 
         self.graph_simulations += 1
         return simulate(graph, self.cost)
 
-    def evaluate(self, w=None, name: str = "as-given", *, note: str = "", keep_timeline: bool = False) -> StrategyResult:
+    def evaluate(self, w: Workload | None = None, name: str = "as-given", *, note: str = "",
+                 keep_timeline: bool = False) -> StrategyResult:
         """Simulate ``w`` (cached) and summarize it as a :class:`StrategyResult` named ``name``
         (definitions in :mod:`ccoverlap.predict.evaluate`). Each call returns a fresh result object.
         Without ``keep_timeline`` the step may be extrapolated from two shorter ones
@@ -339,8 +349,8 @@ class Planner:
         key = workload_key(w)
         base = self._summaries.get(key)
         if keep_timeline and (key not in self._timelines or key not in self._simulated_summaries):
-            st, tl = self.simulate(w)
-            base = summarize(name, w, st, tl, keep_timeline=False)
+            st, full = self.simulate(w)
+            base = summarize(name, w, st, full, keep_timeline=False)
             self._summaries[key] = base
             self._simulated_summaries.add(key)
         elif base is None:
@@ -351,7 +361,7 @@ class Planner:
         tl = self._timelines.get(key) if keep_timeline else None
         return replace(base, name=name, note=note, knobs=w.knobs.to_dict(), timeline=tl)
 
-    def map(self, fn: Callable[[int], Any], n: int) -> list:
+    def map(self, fn: Callable[[int], Any], n: int) -> list[Any]:
         """``[fn(0), ..., fn(n - 1)]`` for independent candidates, in up to ``jobs`` forked
         processes (each inherits this planner and its cache; results come back pickled, so
         ``fn`` should return small values: step times, summaries without timelines). Runs in
@@ -371,7 +381,7 @@ class Planner:
         finally:
             _MAP_TASK = None
 
-    def _worth_processes(self, w) -> bool:
+    def _worth_processes(self, w: Workload) -> bool:
         """Whether simulating steps like ``w``'s (at the length :meth:`metrics` would simulate)
         takes long enough to pay for worker processes: at least :data:`PARALLEL_MIN_OPS` ops.
         Builds that step (cached, so the candidate's own evaluation reuses it)."""
@@ -379,7 +389,7 @@ class Planner:
         probe = with_microbatches(w, pts[1]) if pts else w
         return len(self.step(probe).graph.ops) >= PARALLEL_MIN_OPS
 
-    def evaluate_many(self, ws: list, name: str) -> list[StrategyResult]:
+    def evaluate_many(self, ws: Sequence[Workload], name: str) -> list[StrategyResult]:
         """:meth:`evaluate` of each workload in ``ws`` (no timelines), the uncached ones in
         parallel (:meth:`map`) when their steps are large enough (:meth:`_worth_processes`);
         their summaries join this planner's cache."""
@@ -391,17 +401,17 @@ class Planner:
             self.simulations += len(todo)
         return [self.evaluate(w, name) for w in ws]
 
-    def summarize(self, name: str, w, step, timeline, **kw) -> StrategyResult:
+    def summarize(self, name: str, w: Workload, step: StepGraph, timeline: Timeline, **kw: Any) -> StrategyResult:
         """:func:`ccoverlap.predict.evaluate.summarize` (same definitions for every strategy)."""
         return summarize(name, w, step, timeline, **kw)
 
-    def add_counts(self, counts: dict) -> None:
+    def add_counts(self, counts: Mapping[str, int]) -> None:
         """Add counter increments (from :meth:`stats` differences, e.g. of a worker process)."""
         for k, v in counts.items():
             if k in ("simulations", "graph_simulations", "cache_hits", "extrapolations"):
                 setattr(self, k, getattr(self, k) + int(v))
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int]:
         """Counters, for reports: simulations, graph simulations, cache hits."""
         return {"simulations": self.simulations, "graph_simulations": self.graph_simulations,
                 "cache_hits": self.cache_hits, "extrapolations": self.extrapolations}
@@ -413,7 +423,7 @@ _MAP_TASK: Callable[[int], Any] | None = None
 _IN_WORKER = False
 
 
-def planner_workload(who: str, planner, w=None):
+def planner_workload(who: str, planner: object, w: Workload | None = None) -> Workload:
     """The workload a decider's entry point (``who``) works on: ``w``, or ``planner``'s when
     None; ConfigError when ``planner`` is not a :class:`Planner` or ``w`` not a Workload."""
     if not isinstance(planner, Planner):
@@ -426,7 +436,7 @@ def _mark_worker() -> None:
     _IN_WORKER = True
 
 
-def _run_task(i: int):
+def _run_task(i: int) -> Any:
     assert _MAP_TASK is not None
     return _MAP_TASK(i)
 
@@ -463,7 +473,7 @@ class Strategy(Protocol):
     name: str
     summary: str
 
-    def run(self, planner: Planner, start) -> StrategyResult | None: ...
+    def run(self, planner: Planner, start: Workload) -> StrategyResult | None: ...
 
 
 @dataclass(frozen=True)
@@ -471,22 +481,22 @@ class FunctionStrategy:
     """A :class:`Strategy` made of a function ``fn(planner, start) -> StrategyResult | None``."""
 
     name: str
-    fn: Callable[[Planner, Any], StrategyResult | None]
+    fn: Callable[[Planner, Workload], StrategyResult | None]
     summary: str = ""
     group: str = ""
     weight: float = 1.0
 
-    def run(self, planner: Planner, start) -> StrategyResult | None:
+    def run(self, planner: Planner, start: Workload) -> StrategyResult | None:
         """Run ``fn`` on the planner and the starting workload."""
         return self.fn(planner, start)
 
 
-def strategy_groups(strategies: list) -> list[list]:
+def strategy_groups(strategies: Sequence[Strategy]) -> list[list[Strategy]]:
     """``strategies`` split into the groups that :func:`ccoverlap.planning.strategies.plan` may run in separate
     processes: one per distinct ``group`` attribute (strategies without one alone), members in
     the given order; groups ordered by total ``weight``, heaviest first (the longest-processing-
     time-first rule, so the last group to start is a short one)."""
-    groups: dict[str, list] = {}
+    groups: dict[str, list[Strategy]] = {}
     for i, s in enumerate(strategies):
         groups.setdefault(getattr(s, "group", "") or f"\0{i}", []).append(s)
     return sorted(groups.values(), key=lambda g: -sum(float(getattr(s, "weight", 1.0)) for s in g))
@@ -501,7 +511,7 @@ def fork_available() -> bool:
 class StrategyRegistry:
     """An ordered, explicit set of strategies (no registration on import)."""
 
-    def __init__(self, strategies: Iterable[Strategy] = ()):
+    def __init__(self, strategies: Iterable[Strategy] = ()) -> None:
         self._by_name: dict[str, Strategy] = {}
         for s in strategies:
             self.add(s)

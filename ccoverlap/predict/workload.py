@@ -21,8 +21,9 @@ is refused before anything is built. Flags and keywords override the file.
 
 from __future__ import annotations
 
+import os
 from dataclasses import InitVar, dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK, check_framework, get_framework
 from ccoverlap.catalog.hardware import ClusterSpec, cluster_from_dict, get_cluster, load_cluster_file
@@ -38,6 +39,9 @@ from ccoverlap.config import (
     typed,
 )
 from ccoverlap.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ccoverlap.catalog.models import ModelSpec
 
 # ccoverlap.catalog.models and ccoverlap.parallel (about 50 and 40 ms to import) are imported in
 # the functions that use them: `ccoverlap --help` imports this module for the workload flags.
@@ -127,7 +131,7 @@ class Workload:
         check_options({k: v for k, v in kwargs.items() if k != "source"})
         return super().__new__(cls)
 
-    def __post_init__(self, *values) -> None:
+    def __post_init__(self, *values: object) -> None:
         options = {name: plain_numbers(v) for name, v in zip(INIT_OPTIONS, values) if v is not None}
         if not options and _is_built(self):
             return  # already validated (dataclasses.replace of a built workload)
@@ -140,7 +144,7 @@ class Workload:
             object.__setattr__(self, f.name, getattr(built, f.name))
 
     @classmethod
-    def from_file(cls, path, **options) -> Workload:
+    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> Workload:
         """The workload of a config file (JSON / TOML / YAML, the schema above), with keyword
         ``options`` overriding it as flags do."""
         data = read_config_file(path)
@@ -221,7 +225,7 @@ def parse_scalar(text: str) -> Any:
     return text
 
 
-def _model(value: Any, where: str):
+def _model(value: Any, where: str) -> ModelSpec:
     from ccoverlap.catalog.models import ModelSpec, get_model, model_from_dict
 
     if isinstance(value, ModelSpec):

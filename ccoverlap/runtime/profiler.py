@@ -13,14 +13,17 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-from ccoverlap.deciders.lagom.group import OverlapGroup, equivalent_spec
-from ccoverlap.deciders.lagom.profiler import ProfileResult
+from ccoverlap.deciders.lagom.group import ComputeSpec, OverlapGroup
+from ccoverlap.deciders.lagom.profiler import ProfileResult, computation_spec
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.nccl.apply import call_settings, pinned_options, process_values, tuner_csv_text
 from ccoverlap.nccl.plan import CommKey
+from ccoverlap.sim.simulator import SupportsDuration
 from ccoverlap.specs import CollectiveSpec, CommConfig
+
+_T = TypeVar("_T")
 
 __all__ = ["LiveNCCLProfiler", "ProfilerUnavailable", "CommLayer", "rank_blocks"]
 
@@ -40,7 +43,7 @@ class CommLayer(Protocol):
     rank: int
     world: int
 
-    def broadcast(self, obj):
+    def broadcast(self, obj: _T) -> _T:
         """Rank 0's ``obj`` on every rank."""
         ...
 
@@ -48,7 +51,7 @@ class CommLayer(Protocol):
         """This process's ``NCCL_*`` environment (what its communicators run with)."""
         ...
 
-    def communicator(self, blocks: list[list[int]], ctas: dict, tuner_csv: str | None):
+    def communicator(self, blocks: list[list[int]], ctas: dict, tuner_csv: str | None) -> object:
         """A new communicator over this rank's block of ``blocks`` (every rank creates every
         block, in order), created now with ``ProcessGroupNCCL.Options`` min / max CTAs ``ctas``
         while ``tuner_csv`` (the example tuner plugin's file text, or None) is the file NCCL
@@ -100,8 +103,8 @@ class LiveNCCLProfiler:
     lists, per profile, the knobs that ran at the process's values (``strict=False``).
     """
 
-    def __init__(self, group: OverlapGroup, layer: CommLayer, *, cost=None, warmup: int = 3, iters: int = 10,
-                 strict: bool = True) -> None:
+    def __init__(self, group: OverlapGroup, layer: CommLayer, *, cost: SupportsDuration | None = None,
+                 warmup: int = 3, iters: int = 10, strict: bool = True) -> None:
         if warmup < 0 or iters < 1:
             raise ConfigError(f"live profiler: need warmup >= 0 and iters >= 1, got {warmup}, {iters}")
         self.group = group
@@ -113,16 +116,19 @@ class LiveNCCLProfiler:
         self.calls = 0
         self.ignored: list[list[str]] = []
         self._comms: dict[tuple, object] = {}
-        self._specs = None
+        self._specs: list[ComputeSpec] | None = None
 
-    def _computations(self) -> list:
+    def _computations(self) -> list[ComputeSpec]:
         if self._specs is None:
             specs = []
             for c in self.group.computations:
-                if c.spec is None and self.cost is None:
+                if c.spec is not None:
+                    specs.append(c.spec)
+                elif self.cost is None:
                     raise ConfigError(f"computation {c.name!r} is a duration; give the live profiler a cost model "
                                       f"to size an equivalent kernel")
-                specs.append(c.spec if c.spec is not None else equivalent_spec(c.duration_s, self.cost, bound=c.bound))
+                else:
+                    specs.append(computation_spec(c, self.cost))
             self._specs = specs
         return self._specs
 
@@ -149,7 +155,7 @@ class LiveNCCLProfiler:
             kw.update(protocol=None, algorithm="auto")
         return replace(cfg, **kw)
 
-    def _communicator(self, spec: CollectiveSpec, cfg: CommConfig, tuner: bool):
+    def _communicator(self, spec: CollectiveSpec, cfg: CommConfig, tuner: bool) -> object:
         key = CommKey.of(spec)
         row, ctas = call_settings(key, replace(cfg, channels=cfg.channels if cfg.channels is not None else 64,
                                                protocol=cfg.protocol or "simple",

@@ -107,3 +107,18 @@ def test_best_knobs_lagom_row_is_skipped_when_the_knobs_do_not_change():
 def test_unknown_method_is_refused():
     with pytest.raises(ValueError, match="unknown tuning method"):
         lagom_step._tuner("nccl")
+
+
+def test_lagom_runs_with_any_cost_a_planner_takes(fsdp):
+    """A Planner takes any cost with ``duration_s(spec, concurrent)``; Lagom on it decides as on
+    the cost model that cost answers for (the stand-alone weights of the communications are
+    durations with nothing beside them)."""
+    w, planner, _, lag, _ = fsdp
+
+    class OnlyDuration:
+        def duration_s(self, spec, concurrent=()):
+            return planner.cost.duration_s(spec, concurrent)
+
+    got = lagom_step.tune_step(Planner(w, cost=OnlyDuration(), jobs=1), w, "lagom")
+    assert got.plan == lag.plan
+    assert got.result.step_time_s == lag.result.step_time_s

@@ -98,3 +98,21 @@ def test_malformed_plans_name_what_is_wrong(data, message):
 def test_rule_needs_a_comm_config():
     with pytest.raises(ConfigError, match="CommConfig"):
         CommRule("dp", "all_gather", 0, 1, {"channels": 2})
+
+
+def test_weights_need_only_the_duration_a_planner_cost_promises():
+    # a Planner takes any cost with duration_s(spec, concurrent), and Lagom hands planner.cost here
+    from ccoverlap.catalog.hardware import get_cluster
+    from ccoverlap.predict.evaluate import cost_model_for_cluster
+
+    real = cost_model_for_cluster(get_cluster("dgx-h100"))
+
+    class OnlyDuration:
+        def duration_s(self, spec, concurrent=()):
+            return real.duration_s(spec, concurrent)
+
+    g = step_graph()
+    want = comm_keys(g, real)
+    assert want[CommKey("dp", "all_gather", 150.0 * MiB, 8, 8)] == pytest.approx(
+        2 * real.alone_s(coll("all_gather", 150 * MiB)))  # two occurrences, each its stand-alone time
+    assert comm_keys(g, OnlyDuration()) == want

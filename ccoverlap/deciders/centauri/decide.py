@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ccoverlap.deciders.centauri import rules
 from ccoverlap.deciders.centauri.tiers import (  # re-exported: callers import them from here
@@ -53,9 +54,17 @@ from ccoverlap.deciders.centauri.tiers import (  # re-exported: callers import t
     operation_candidates,
     pipeline_group_choice,
 )
-from ccoverlap.predict.strategy import FunctionStrategy, planner_workload, with_microbatches
+from ccoverlap.predict.strategy import FunctionStrategy, Planner, planner_workload, with_microbatches
 from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.timeline import Timeline, step_time_s
+
+if TYPE_CHECKING:
+    from ccoverlap.parallel.step import StepGraph
+    from ccoverlap.predict.evaluate import StepMetrics, StrategyResult
+    from ccoverlap.predict.workload import Workload
+    from ccoverlap.sim.graph import Op
+
+    OpPlan = Callable[[Op], rules.OperationPlan]
 
 __all__ = ["CentauriDecision", "decide", "comm_ratio", "centauri_strategy", "centauri_graph", "layer_costs",
            "centauri_scheduling", "knob_candidates", "pipeline_group_choice"]
@@ -73,8 +82,8 @@ class CentauriDecision:
     ``extra_memory_bytes``: activations added by launching micro-batches together (eq. 2).
     """
 
-    workload: object
-    step: object
+    workload: Workload
+    step: StepGraph
     graph: OpGraph
     timeline: Timeline
     baseline_s: float
@@ -85,8 +94,8 @@ class CentauriDecision:
     operation: str = "none"
     operation_rule: str = ""
     layer: str = "T1"
-    layer_rule: tuple = ()
-    model: tuple = (1, 1)
+    layer_rule: tuple[float, ...] = ()
+    model: tuple[int, int] = (1, 1)
     model_rule: str = ""
     alpha: float = 0.0
     bound: float = 1.0
@@ -94,14 +103,14 @@ class CentauriDecision:
     defer_units: int = 0
     #: micro-batches the interleaved pipeline launches together (eq. 2 with PP); 0: not chosen
     pipeline_group: int = 0
-    tried: list = field(default_factory=list)
-    baseline_workload: object = None
+    tried: list[tuple[str, str, float]] = field(default_factory=list)
+    baseline_workload: Workload | None = None
     operation_index: int | None = None
     microbatches_judged: int = 0
     screened_microbatches: int = 0
     #: the full step's metrics when they were extrapolated from two short steps (then ``graph``
     #: and ``timeline`` are the screened step's, and the Alg. 1 counts in the labels too)
-    metrics: object = None
+    metrics: StepMetrics | None = None
 
     @property
     def speedup(self) -> float:
@@ -137,16 +146,17 @@ class CentauriDecision:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _time(planner, graph: OpGraph) -> tuple[float, Timeline]:
+def _time(planner: Planner, graph: OpGraph) -> tuple[float, Timeline]:
     tl = planner.simulate_graph(graph)
     return step_time_s(tl), tl
 
 
-def _times(planner, make_graph: Callable[[int], OpGraph], n: int) -> tuple[list[float], dict]:
+def _times(planner: Planner, make_graph: Callable[[int], OpGraph], n: int
+           ) -> tuple[list[float], dict[int, tuple[float, OpGraph, Timeline]]]:
     """Step times of the independent graphs ``make_graph(0..n-1)`` (in worker processes where
     the planner has more than one CPU); ``kept`` maps an index to its (graph, timeline) when it
     was simulated in this process (so the winner need not be simulated twice)."""
-    kept: dict[int, tuple] = {}
+    kept: dict[int, tuple[float, OpGraph, Timeline]] = {}
 
     def one(j: int) -> float:
         g = make_graph(j)
@@ -159,7 +169,8 @@ def _times(planner, make_graph: Callable[[int], OpGraph], n: int) -> tuple[list[
     return planner.map(one, n), kept
 
 
-def _graph_of(planner, kept: dict, j: int, make_graph) -> tuple[float, OpGraph, Timeline]:
+def _graph_of(planner: Planner, kept: dict[int, tuple[float, OpGraph, Timeline]], j: int,
+              make_graph: Callable[[int], OpGraph]) -> tuple[float, OpGraph, Timeline]:
     if j in kept:
         return kept[j]
     g = make_graph(j)
@@ -170,7 +181,7 @@ def _graph_of(planner, kept: dict, j: int, make_graph) -> tuple[float, OpGraph, 
 # ----------------------------------------------------------------------------- decide
 
 
-def decide(planner, w=None) -> CentauriDecision:
+def decide(planner: Planner, w: Workload | None = None) -> CentauriDecision:
     """Run Centauri's partition search and three scheduling tiers on workload ``w`` (default:
     the planner's workload; see the module docstring); every alternative is simulated with the
     planner's cost model (configurations expressible as knobs through its cache). Returns the
@@ -184,7 +195,7 @@ def decide(planner, w=None) -> CentauriDecision:
     return _replay_full(planner, d, w)
 
 
-def _replay_full(planner, d: CentauriDecision, w) -> CentauriDecision:
+def _replay_full(planner: Planner, d: CentauriDecision, w: Workload) -> CentauriDecision:
     """The choices ``d`` made on the planner's screened step (fewer micro-batches), applied to
     the full workload ``w`` and simulated there: the knobs of tier 1, tier 2's candidate (its
     Algorithm 1 plans recomputed on the full step), the layer order, the micro-batch grouping
@@ -195,7 +206,7 @@ def _replay_full(planner, d: CentauriDecision, w) -> CentauriDecision:
     if planner.steady_state(cw) is not None and d.model == (1, 1):
         return _extrapolate_full(planner, d, cw, w)
     step = planner.step(cw)
-    op_fn = None
+    op_fn: OpPlan | None = None
     if d.operation_index is not None:
         cands = operation_candidates(step, cw, cost)
         d.operation, op_fn, _ = cands[d.operation_index]
@@ -210,6 +221,7 @@ def _replay_full(planner, d: CentauriDecision, w) -> CentauriDecision:
         graph = centauri_graph(step, op_plan=op_fn, layer=layer, model=d.model, defer_units=d.defer_units)
         tl = planner.simulate_graph(graph)
     d.workload, d.step, d.graph, d.timeline, d.step_s = cw, step, graph, tl, step_time_s(tl)
+    assert d.baseline_workload is not None  # set by _partition_tier
     d.baseline_s = planner.evaluate(planner.restore(d.baseline_workload, w), "centauri").step_time_s
     d.alpha, _, _ = comm_ratio(d.graph, cost)
     d.bound = rules.speedup_bound(d.alpha)
@@ -217,7 +229,7 @@ def _replay_full(planner, d: CentauriDecision, w) -> CentauriDecision:
     return d
 
 
-def _extrapolate_full(planner, d: CentauriDecision, cw, w) -> CentauriDecision:
+def _extrapolate_full(planner: Planner, d: CentauriDecision, cw: Workload, w: Workload) -> CentauriDecision:
     """:func:`_replay_full` where the planner extrapolates the full step from two short ones
     (:meth:`~ccoverlap.predict.strategy.Planner.rewritten_metrics`): the choices ``d`` made are applied
     to each short step (tier 2's Algorithm 1 plans recomputed on it) and the step times, and
@@ -225,11 +237,12 @@ def _extrapolate_full(planner, d: CentauriDecision, cw, w) -> CentauriDecision:
     (L1, L2) != (1, 1), which is not the same per micro-batch."""
     cost = planner.cost
     layer = "T2" if d.layer.startswith("T2") else "T1"
-    partitioned = d.operation_index not in (None, 0)  # candidate 0 is "none" (no partition)
+    op_index = d.operation_index or 0
+    partitioned = op_index != 0  # candidate 0 is "none" (no partition)
     serial: dict[int, tuple[float, float]] = {}
 
-    def rewrite(st):
-        op_fn = operation_candidates(st, cw, cost)[d.operation_index][1] if partitioned else None
+    def rewrite(st: StepGraph) -> OpGraph:
+        op_fn = operation_candidates(st, cw, cost)[op_index][1] if partitioned else None
         if op_fn is None and layer == "T1" and not d.defer_units:
             graph = st.graph
         else:
@@ -239,7 +252,9 @@ def _extrapolate_full(planner, d: CentauriDecision, cw, w) -> CentauriDecision:
 
     if not partitioned and layer == "T1" and not d.defer_units:
         metrics = planner.metrics(cw)  # nothing rewritten: the (cached) knob configuration
-        for m in planner.steady_state(cw):
+        pts = planner.steady_state(cw)
+        assert pts is not None  # _replay_full extrapolates only where the planner does
+        for m in pts:
             rewrite(planner.step(with_microbatches(cw, m)))
     else:
         metrics = planner.rewritten_metrics(cw, rewrite)
@@ -247,6 +262,7 @@ def _extrapolate_full(planner, d: CentauriDecision, cw, w) -> CentauriDecision:
     f = (metrics.microbatches - m1) / (m2 - m1)
     comm, comp = comm1 + f * (comm2 - comm1), comp1 + f * (comp2 - comp1)
     d.workload, d.metrics, d.step_s = cw, metrics, metrics.step_time_s
+    assert d.baseline_workload is not None  # set by _partition_tier
     d.baseline_s = planner.evaluate(planner.restore(d.baseline_workload, w), "centauri").step_time_s
     d.alpha = comm / (comm + comp) if comm + comp > 0 else 0.0
     d.bound = rules.speedup_bound(d.alpha)
@@ -254,7 +270,7 @@ def _extrapolate_full(planner, d: CentauriDecision, cw, w) -> CentauriDecision:
     return d
 
 
-def _pipeline_group(planner, d: CentauriDecision, step):
+def _pipeline_group(planner: Planner, d: CentauriDecision, step: StepGraph) -> StepGraph:
     """Tier 4 with pipeline parallelism (eq. 2, :func:`pipeline_group_choice`): every feasible
     group of micro-batches launched together is simulated and the fastest that fits kept
     (eq. 2's own choice is in the note). Returns the step the later tiers work on."""
@@ -262,7 +278,7 @@ def _pipeline_group(planner, d: CentauriDecision, step):
     if not feasible:
         return step
     p = d.workload.parallel
-    best = None
+    best: tuple[float, int, Workload, StepGraph, Timeline] | None = None
     for L in feasible:
         cw = replace(d.workload, parallel=replace(p, pp_group=0 if L == p.pp else L))
         st, tl = planner.simulate(cw)
@@ -272,13 +288,16 @@ def _pipeline_group(planner, d: CentauriDecision, step):
             continue
         if best is None or t < best[0] * (1 - 1e-9):
             best = (t, L, cw, st, tl)
+    # L = pp (always in feasible) launches no more micro-batches together than the step as
+    # given, so it fits whenever that step does
+    assert best is not None
     t, L, cw, st, tl = best
     d.workload, d.step, d.graph, d.timeline, d.step_s, d.pipeline_group = cw, st, st.graph, tl, t, L
     d.model_rule = why + ("" if L == rule else f"; simulated best L={L}")
     return st
 
 
-def _decide(planner, w) -> CentauriDecision:
+def _decide(planner: Planner, w: Workload) -> CentauriDecision:
     """:func:`decide`'s tiers on ``w`` as it is (every candidate simulated on its step)."""
     cost = planner.cost
     d = _partition_tier(planner, w)
@@ -294,10 +313,10 @@ def _decide(planner, w) -> CentauriDecision:
     return d
 
 
-def _partition_tier(planner, w) -> CentauriDecision:
+def _partition_tier(planner: Planner, w: Workload) -> CentauriDecision:
     """Tier 1: primitive substitution and group partition of gradient collectives (knobs); the fastest that fits."""
-    tried: list = []
-    best = None
+    tried: list[tuple[str, str, float]] = []
+    best: tuple[float, StepGraph, Timeline, str, str, str, Workload] | None = None
     for slabel, plabel, glabel, cw in knob_candidates(w):
         st, tl = planner.simulate(cw)
         t = step_time_s(tl)
@@ -308,15 +327,16 @@ def _partition_tier(planner, w) -> CentauriDecision:
         if st.memory.fits or not baseline[1].memory.fits:
             if best is None or t < best[0] * (1 - 1e-9):
                 best = (t, st, tl, slabel, plabel, glabel, cw)
+    assert best is not None  # knob_candidates starts with the workload as given, always kept first
     t_best, step, tl_best, slabel, plabel, glabel, w_best = best
     return CentauriDecision(workload=w_best, step=step, graph=step.graph, timeline=tl_best, baseline_s=baseline[0],
                             step_s=t_best, scheduling=slabel, primitive=plabel, group=glabel, tried=tried,
                             baseline_workload=baseline_w, microbatches_judged=step.microbatches)
 
 
-def _operation_tier(planner, d: CentauriDecision, step, w_best):
+def _operation_tier(planner: Planner, d: CentauriDecision, step: StepGraph, w_best: Workload) -> OpPlan | None:
     """Tier 2: operation level (Algorithm 1) on FSDP forward all-gathers; returns the chosen op plan (or None)."""
-    op_best = None
+    op_best: tuple[float, str, OpPlan | None, int] | None = None
     cands = operation_candidates(step, w_best, planner.cost)
     # the partitioned alternatives are independent: simulated in parallel where possible, the
     # winner simulated again here for its timeline
@@ -337,7 +357,7 @@ def _operation_tier(planner, d: CentauriDecision, step, w_best):
             d.operation_rule = f"{label} — {reason}"
         if op_best is None or t < op_best[0] * (1 - 1e-9):
             op_best = (t, label, fn, i)
-    op_fn = None
+    op_fn: OpPlan | None = None
     if op_best is not None:
         d.step_s, d.operation, op_fn, d.operation_index = op_best
         if op_fn is not None:
@@ -346,7 +366,7 @@ def _operation_tier(planner, d: CentauriDecision, step, w_best):
     return op_fn
 
 
-def _layer_tier(planner, d: CentauriDecision, step, op_fn) -> None:
+def _layer_tier(planner: Planner, d: CentauriDecision, step: StepGraph, op_fn: OpPlan | None) -> None:
     """Tier 3: layer level (eq. 1), T2 (weight gradients first) kept only if faster in simulation."""
     bwd = [o for o in step.graph.ops if o.phase == "bwd" and o.layer >= 0 and o.stream == "compute"]
     if not bwd:
@@ -365,7 +385,8 @@ def _layer_tier(planner, d: CentauriDecision, step, op_fn) -> None:
     d.layer = sim_choice + ("" if sim_choice == choice else f" (eq.1 preferred {choice})")
 
 
-def _model_tier(planner, d: CentauriDecision, step, w_best, op_fn) -> None:
+def _model_tier(planner: Planner, d: CentauriDecision, step: StepGraph, w_best: Workload,
+                op_fn: OpPlan | None) -> None:
     """Tier 4: model level (eq. 2), the L1 / L2 group sizes kept only if faster in simulation."""
     l1, l2, why, extra = model_level_choice(step, w_best, planner.cost)
     if not d.pipeline_group:
@@ -382,7 +403,7 @@ def _model_tier(planner, d: CentauriDecision, step, w_best, op_fn) -> None:
         d.model_rule += "; not faster in simulation, kept L1=L2=1"
 
 
-def _defer_tier(planner, d: CentauriDecision, step, op_fn) -> None:
+def _defer_tier(planner: Planner, d: CentauriDecision, step: StepGraph, op_fn: OpPlan | None) -> None:
     """Tier 4b (FSDP): cross-phase overlap at micro-batch boundaries, checked in simulation."""
     layer = "T2" if d.layer.startswith("T2") else "T1"
     ks = (1, 2, 4)
@@ -404,7 +425,7 @@ def _defer_tier(planner, d: CentauriDecision, step, op_fn) -> None:
                         f"micro-batch's first {d.defer_units} all-gathers; " + d.model_rule)
 
 
-def centauri_strategy(planner, start):
+def centauri_strategy(planner: Planner, start: Workload) -> StrategyResult | None:
     """Planner strategy ``centauri`` (in this module's ``STRATEGIES``):
     :func:`decide` on the workload, summarized as a :class:`~ccoverlap.predict.evaluate.StrategyResult`
     with the same definitions as :func:`ccoverlap.predict.evaluate.evaluate` (MFU, exposed communication
@@ -423,7 +444,7 @@ def centauri_strategy(planner, start):
     return res
 
 
-def _decision(given, d: CentauriDecision) -> dict:
+def _decision(given: Workload, d: CentauriDecision) -> dict:
     """What Centauri chose beyond the knobs, as plain data (:attr:`StrategyResult.decision`):
     layout fields changed from ``given``'s and the step rewrites of tiers 2-4."""
     was, now = given.parallel.to_dict(), d.workload.parallel.to_dict()

@@ -60,7 +60,7 @@ def _dependents(graph: OpGraph) -> list[list[int]]:
     return out
 
 
-class _StreamSeqs(dict):
+class _StreamSeqs(dict[tuple[int, str], list[int]]):
     """(rank, stream) -> op ids in stream order, with :meth:`position` (an op's index in its
     stream) from an index built on first use instead of a linear search per call."""
 
@@ -86,7 +86,7 @@ def fsdp_forward_allgathers(graph: OpGraph) -> list[int]:
 
 
 def consumer_chain(graph: OpGraph, ag_id: int, dependents: list[list[int]] | None = None,
-                   seqs: dict | None = None) -> list[int]:
+                   seqs: dict[tuple[int, str], list[int]] | None = None) -> list[int]:
     """The dependent computation chain of a collective (§3.1.3): the first compute op that waits
     for it, and the ops after it on the same stream with the same layer / micro-batch / phase
     labels (the rest of the unit's execution), in stream order. Empty if nothing waits on it."""
@@ -121,9 +121,12 @@ def _chain_weights(graph: OpGraph, chain: list[int]) -> dict[str, _Weight]:
     sizes: dict[str, float] = {}
     for oid in chain:
         op = graph.ops[oid]
-        key = weight_key(op.name) if isinstance(op.spec, GemmSpec) and not op.name.endswith("_wgrad") else None
+        spec = op.spec
+        if not isinstance(spec, GemmSpec) or op.name.endswith("_wgrad"):
+            continue
+        key = weight_key(op.name)
         if key is not None:
-            sizes.setdefault(key, float(op.spec.n) * op.spec.k)
+            sizes.setdefault(key, float(spec.n) * spec.k)
     total = sum(sizes.values())
     out: dict[str, _Weight] = {}
     if total <= 0:
@@ -172,6 +175,7 @@ def partition_allgathers(rw: GraphRewrite, ags: list[int], plan_for: Callable[[O
         weights = _chain_weights(g, chain)
         if not weights:  # nothing in the chain reads a known part of the weights (embedding): keep whole
             continue
+        assert isinstance(op.spec, CollectiveSpec)  # ags are all-gathers
         pieces = allgather_pieces(op.spec, plan)
         rw.replace(a, [Piece(name=f"{op.name}.{'ABCDEFGH'[i] if i < 8 else i}", spec=s) for i, (s, _) in
                        enumerate(pieces)])
@@ -180,7 +184,8 @@ def partition_allgathers(rw: GraphRewrite, ags: list[int], plan_for: Callable[[O
         for oid in chain:
             c = g.ops[oid]
             need = first_piece
-            w = weights.get(weight_key(c.name)) if isinstance(c.spec, GemmSpec) else None
+            key = weight_key(c.name) if isinstance(c.spec, GemmSpec) else None
+            w = weights.get(key) if key is not None else None
             if w is not None:
                 need = _piece_for(w.end, pts)
                 lo = _piece_for(w.start + 1e-9, pts)
@@ -198,7 +203,8 @@ def partition_allgathers(rw: GraphRewrite, ags: list[int], plan_for: Callable[[O
 
 def _split_gemm(rw: GraphRewrite, op: Op, ag: int, w: _Weight, pts: list[tuple[float, int]]) -> None:
     """Split GEMM ``op`` along its output columns at the piece boundaries inside its weight."""
-    spec: GemmSpec = op.spec
+    spec = op.spec
+    assert isinstance(spec, GemmSpec)  # called for GEMMs only
     bounds = [w.start] + [acc for acc, _ in pts if w.start + 1e-9 < acc < w.end - 1e-9] + [w.end]
     span = w.end - w.start
     pieces: list[Piece] = []
@@ -270,7 +276,7 @@ def backward_weight_first(rw: GraphRewrite, stream: str = "compute") -> int:
             moved += 1
         if before:
             moving = {oid for ws in before.values() for oid in ws}
-            new = []
+            new: list[int] = []
             for oid in seq:
                 if oid in moving:
                     continue

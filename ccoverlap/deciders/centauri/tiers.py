@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ccoverlap.deciders.centauri import partition as part
 from ccoverlap.deciders.centauri import rules
@@ -22,6 +23,11 @@ from ccoverlap.sim.graph import Op, OpGraph
 from ccoverlap.sim.rewrite import GraphRewrite
 from ccoverlap.specs import COMM, COMPUTE, CollectiveSpec, GemmSpec
 
+if TYPE_CHECKING:
+    from ccoverlap.parallel.step import StepGraph
+    from ccoverlap.predict.workload import Workload
+    from ccoverlap.sim.simulator import SupportsDuration
+
 __all__ = ["comm_ratio", "knob_candidates", "centauri_scheduling", "operation_candidates", "layer_costs",
            "model_level_choice", "pipeline_group_choice", "centauri_graph"]
 
@@ -29,13 +35,13 @@ __all__ = ["comm_ratio", "knob_candidates", "centauri_scheduling", "operation_ca
 # ----------------------------------------------------------------------------- measures
 
 
-def _iso(cost, op: Op) -> float:
+def _iso(cost: SupportsDuration, op: Op) -> float:
     if op.duration_s is not None:
         return op.duration_s
     return 0.0 if op.spec is None else float(cost.duration_s(op.spec, ()))
 
 
-def comm_ratio(graph: OpGraph, cost, rank: int | None = None) -> tuple[float, float, float]:
+def comm_ratio(graph: OpGraph, cost: SupportsDuration, rank: int | None = None) -> tuple[float, float, float]:
     """``(alpha, comm_s, compute_s)`` of a step graph on one rank (the busiest by default):
     ``comm_s`` and ``compute_s`` are the isolated (uncontended) durations summed over its
     communication and computation ops, i.e. the two parts of the serial execution, and
@@ -54,19 +60,19 @@ def comm_ratio(graph: OpGraph, cost, rank: int | None = None) -> tuple[float, fl
 # ----------------------------------------------------------------------------- tier 1: knobs
 
 
-def _with_algorithm(w, group: str, algorithm: str):
+def _with_algorithm(w: Workload, group: str, algorithm: str) -> Workload:
     cfg = replace(w.knobs.config_for(group), algorithm=algorithm)
     ov = dict(w.knobs.comm_config_overrides)
     ov[group] = cfg
     return replace(w, knobs=replace(w.knobs, comm_config_overrides=tuple(sorted(ov.items()))))
 
 
-def _groups(w):
+def _groups(w: Workload) -> Layout:
 
     return Layout.build(w.parallel, w.cluster.gpus_per_node)
 
 
-def centauri_scheduling(w):
+def centauri_scheduling(w: Workload) -> Workload:
     """``w`` with the scheduling Centauri's runtime implements (§4: "a new distributed reducer,
     optimizer, and pipeline scheduler"; the transformer layer encapsulated with its partition
     and scheduling strategies): overlap on, data-parallel gradients reduced as they are
@@ -81,7 +87,7 @@ def centauri_scheduling(w):
     return w if nk == k else replace(w, knobs=nk)
 
 
-def _primitives(w) -> list[tuple[str, object]]:
+def _primitives(w: Workload) -> list[tuple[str, Workload]]:
     """§3.1.1 (Table 2's scalable substitution) on the data-parallel gradient collectives:
     DDP's all-reduce, and HSDP's replica all-reduce, become reduce-scatter + all-gather, the
     all-gather running in the next forward (``distributed_optimizer``)."""
@@ -96,7 +102,7 @@ def _primitives(w) -> list[tuple[str, object]]:
     return out
 
 
-def _group_partitions(w) -> list[tuple[str, object]]:
+def _group_partitions(w: Workload) -> list[tuple[str, Workload]]:
     """§3.1.2 on the data-parallel groups that span nodes with several members per node
     (balanced sub-groups only): the shard / DP group ``dp`` and the HSDP replica group
     ``dp_rep``, each alone or both, as hierarchical (intra-node + inter-node) collectives."""
@@ -115,7 +121,7 @@ def _group_partitions(w) -> list[tuple[str, object]]:
     return out
 
 
-def knob_candidates(w) -> list[tuple[str, str, str, object]]:
+def knob_candidates(w: Workload) -> list[tuple[str, str, str, Workload]]:
     """(scheduling, primitive, group partition, workload) alternatives expressible with knobs:
     the workload as given first, then with Centauri's scheduling (:func:`centauri_scheduling`)
     under each primitive substitution (§3.1.1) and group partition (§3.1.2)."""
@@ -132,7 +138,7 @@ def knob_candidates(w) -> list[tuple[str, str, str, object]]:
 # ----------------------------------------------------------------------------- tier 2: operation
 
 
-def _unit_compute(graph: OpGraph, cost) -> dict[tuple, float]:  # (emb and head share layer -1)
+def _unit_compute(graph: OpGraph, cost: SupportsDuration) -> dict[tuple, float]:  # (emb and head share layer -1)
     """Isolated compute seconds per (rank, layer, micro-batch, phase) on the compute stream."""
     out: dict[tuple, float] = {}
     for op in graph.ops:
@@ -142,7 +148,7 @@ def _unit_compute(graph: OpGraph, cost) -> dict[tuple, float]:  # (emb and head 
     return out
 
 
-def _compute_runs(graph: OpGraph, cost) -> tuple[dict, dict]:
+def _compute_runs(graph: OpGraph, cost: SupportsDuration) -> tuple[dict[tuple, list[float]], dict[int, tuple]]:
     """Unit executions on the compute stream as contiguous runs of equal (layer, micro-batch,
     phase) labels: ``runs[(rank, mb, phase)] = [isolated seconds per run, in order]`` and
     ``run_of[op id] = (rank, mb, phase, run index)``."""
@@ -163,7 +169,8 @@ def _compute_runs(graph: OpGraph, cost) -> tuple[dict, dict]:
     return runs, run_of
 
 
-def _alg1_planner(step, cost, *, group_partitioned: bool, prefetch: int) -> Callable[[Op], rules.OperationPlan]:
+def _alg1_planner(step: StepGraph, cost: SupportsDuration, *, group_partitioned: bool,
+                  prefetch: int) -> Callable[[Op], rules.OperationPlan]:
     """Algorithm 1 for each FSDP forward all-gather, fed from the cost model: comm = the
     all-gather, comp = its unit's forward (the consumer chain), in = the forward of the
     ``prefetch`` units before it (the independent work FSDP's prefetch lets it overlap),
@@ -172,13 +179,14 @@ def _alg1_planner(step, cost, *, group_partitioned: bool, prefetch: int) -> Call
     runs, run_of = _compute_runs(g, cost)
     dependents = part._dependents(g)
     seqs = part._stream_seqs(g)
-    cache: dict = {}
+    cache: dict[int, rules.OperationPlan] = {}
 
     def plan(op: Op) -> rules.OperationPlan:
         """Algorithm 1's plan for the all-gather ``op``."""
         if op.op_id in cache:
             return cache[op.op_id]
-        spec: CollectiveSpec = op.spec
+        spec = op.spec
+        assert isinstance(spec, CollectiveSpec)  # planned for all-gathers only
         comm = float(cost.duration_s(spec, ()))
         grp = spec.group
         inter, intra = rules.sub_groups(grp)
@@ -205,20 +213,23 @@ def _fixed(plan: rules.OperationPlan) -> Callable[[Op], rules.OperationPlan]:
     return lambda op: plan
 
 
-def operation_candidates(step, w, cost) -> list[tuple[str, Callable | None, str]]:
+def operation_candidates(step: StepGraph, w: Workload, cost: SupportsDuration
+                         ) -> list[tuple[str, Callable[[Op], rules.OperationPlan] | None, str]]:
     """(label, plan function or None for no partition, Algorithm 1's reason) to simulate."""
     if not w.parallel.fsdp_enabled:
         return []
     ags = part.fsdp_forward_allgathers(step.graph)
     if not ags:
         return []
-    grp = step.graph.ops[ags[0]].spec.group
+    first_ag = step.graph.ops[ags[0]].spec
+    assert isinstance(first_ag, CollectiveSpec)  # fsdp_forward_allgathers keeps collectives only
+    grp = first_ag.group
     prefetch = w.knobs.fsdp_prefetch if w.knobs.overlap else 0
     g = step.graph
     first_mb = min(g.ops[a].microbatch for a in ags)
     layered = [a for a in ags if g.ops[a].layer >= 0 and g.ops[a].microbatch == first_mb] or ags
     mid = g.ops[layered[len(layered) // 2]]  # a representative transformer layer
-    out: list[tuple[str, Callable | None, str]] = [("none", None, "")]
+    out: list[tuple[str, Callable[[Op], rules.OperationPlan] | None, str]] = [("none", None, "")]
     grouped = grp.nodes > 1 and grp.local_size > 1
     for gp in ((False, True) if grouped else (False,)):
         alg = _alg1_planner(step, cost, group_partitioned=gp, prefetch=prefetch)
@@ -251,7 +262,7 @@ def _label(p: rules.OperationPlan) -> str:
 # ----------------------------------------------------------------------------- tier 3: layer
 
 
-def layer_costs(graph: OpGraph, cost, rank: int, layer: int, mb: int) -> rules.LayerCosts:
+def layer_costs(graph: OpGraph, cost: SupportsDuration, rank: int, layer: int, mb: int) -> rules.LayerCosts:
     """The terms of eq. 1 for one backward layer execution, from isolated cost-model times:
     weight gradients = ``*_wgrad`` GEMMs; activation gradients = the other compute except the
     norm backwards (``others``); TP/SP all-gathers and reduce-scatters of the layer's backward;
@@ -283,7 +294,7 @@ def layer_costs(graph: OpGraph, cost, rank: int, layer: int, mb: int) -> rules.L
 # ----------------------------------------------------------------------------- tier 4: model
 
 
-def model_level_choice(step, w, cost) -> tuple[int, int, str, float]:
+def model_level_choice(step: StepGraph, w: Workload, cost: SupportsDuration) -> tuple[int, int, str, float]:
     """eq. 2 from the cost model for DDP with a sharded optimizer: C_AG / C_RS the step's
     parameter all-gathers / gradient reduce-scatters, C_fw / C_bw one micro-batch's forward /
     backward compute, m its activations, M the memory left for activations. Returns
@@ -312,7 +323,7 @@ def model_level_choice(step, w, cost) -> tuple[int, int, str, float]:
     return l1, l2, why, extra
 
 
-def pipeline_group_choice(step, w, cost) -> tuple[list[int], int, str]:
+def pipeline_group_choice(step: StepGraph, w: Workload, cost: SupportsDuration) -> tuple[list[int], int, str]:
     """eq. 2 (§3.2.3) with pipeline parallelism, from the cost model: how many micro-batches
     of a model chunk the interleaved schedule launches together (``pp_group``; ``pp`` is
     Megatron-LM's "direct overlapping with interleaved 1F1B", §5.2). The data-parallel
@@ -383,11 +394,11 @@ def _group_microbatches(rw: GraphRewrite, l1: int, l2: int, M: int) -> None:
         last = list(range(max(M - l2, 0), M))
         mid = [mb for mb in range(M) if mb not in first and mb not in last]
 
-        def flat(phase, mb):
+        def flat(phase: str, mb: int) -> list[int]:
             """One micro-batch's phase, unit after unit (depth-first)."""
             return [o for run in runs.get((rank, phase, mb), []) for o in run]
 
-        def breadth(phase, mbs):
+        def breadth(phase: str, mbs: list[int]) -> list[int]:
             """Several micro-batches' phase, unit by unit across them (breadth-first)."""
             out, per = [], [runs.get((rank, phase, mb), []) for mb in mbs]
             for i in range(max((len(p) for p in per), default=0)):
@@ -414,7 +425,7 @@ def _group_microbatches(rw: GraphRewrite, l1: int, l2: int, M: int) -> None:
 # ----------------------------------------------------------------------------- the rewritten graph
 
 
-def centauri_graph(step, *, op_plan: Callable | None = None, layer: str = "T1",
+def centauri_graph(step: StepGraph, *, op_plan: Callable[[Op], rules.OperationPlan] | None = None, layer: str = "T1",
                    model: tuple[int, int] = (1, 1), defer_units: int = 0) -> OpGraph:
     """The step graph of ``step`` with Centauri's operation-level partition (``op_plan`` for the
     FSDP forward all-gathers), layer-level order (``"T1"`` as built, ``"T2"`` weight gradients

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ccoverlap.catalog.hardware import ClusterSpec
 from ccoverlap.deciders.ficco.heuristic import FICCO_SCHEDULES
@@ -20,6 +21,9 @@ from ccoverlap.deciders.ficco.schedules import (
     machine,
 )
 from ccoverlap.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ccoverlap.sim.simulator import SupportsDuration
 
 __all__ = ["PAPER_SCENARIOS", "per_rank_gemm", "SWEEP_M", "SWEEP_N", "SWEEP_K", "paper_cases", "synthetic_cases", "CaseVerdict",
            "AccuracyReport", "RUN_TO_RUN_VARIATION", "judge", "accuracy", "rejudge", "fit_heuristic", "FIT_REFERENCE_TIMES_S",
@@ -182,7 +186,7 @@ class AccuracyReport:
         return sum(v.loss for v in self.verdicts) / self.cases if self.cases else 0.0
 
 
-def _verdict(case: FiccoCase, ests: Sequence[ScheduleEstimate], **tuning) -> CaseVerdict:
+def _verdict(case: FiccoCase, ests: Sequence[ScheduleEstimate], **tuning: float) -> CaseVerdict:
     by = {e.schedule: e for e in ests}
     pick, reason = heuristic_pick(case, **tuning)
     among = FICCO_SCHEDULES if pick in FICCO_SCHEDULES else SCHEDULES
@@ -193,19 +197,19 @@ def _verdict(case: FiccoCase, ests: Sequence[ScheduleEstimate], **tuning) -> Cas
                        estimates=tuple(ests))
 
 
-def judge(case: FiccoCase, cost, **tuning) -> CaseVerdict:
+def judge(case: FiccoCase, cost: SupportsDuration, **tuning: float) -> CaseVerdict:
     """Estimate every schedule of ``case`` and compare the §V-C heuristic's pick with the best
     (``tuning``: optional heuristic constants, as :func:`heuristic_pick`)."""
     return _verdict(case, estimate_all(case, cost), **tuning)
 
 
-def accuracy(cases: Sequence[FiccoCase], cost, label: str = "", **tuning) -> AccuracyReport:
+def accuracy(cases: Sequence[FiccoCase], cost: SupportsDuration, label: str = "", **tuning: float) -> AccuracyReport:
     """How often the §V-C heuristic picks the estimator's best schedule (FiCCO §VI-D) over
     ``cases``, with the speedup lost where it does not."""
     return AccuracyReport(label=label, verdicts=tuple(judge(c, cost, **tuning) for c in cases))
 
 
-def rejudge(report: AccuracyReport, label: str | None = None, **tuning) -> AccuracyReport:
+def rejudge(report: AccuracyReport, label: str | None = None, **tuning: float) -> AccuracyReport:
     """The same cases and estimates judged with other heuristic constants (no re-simulation)."""
     return AccuracyReport(label=report.label if label is None else label,
                           verdicts=tuple(_verdict(v.case, v.estimates, **tuning) for v in report.verdicts))

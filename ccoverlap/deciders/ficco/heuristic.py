@@ -182,7 +182,7 @@ def choose_schedule(
                            reference_time_s, sm_uniform_band_scale)
 
 
-def _check_sizes(function: str, **sizes) -> None:
+def _check_sizes(function: str, **sizes: object) -> None:
     """ConfigError naming ``function`` and the first of ``sizes`` (element counts, ranks, bytes
     per element) that is not a positive whole number."""
     for name, value in sizes.items():
@@ -191,7 +191,7 @@ def _check_sizes(function: str, **sizes) -> None:
             raise ConfigError(f"{function}: {name} must be a positive integer, got {short(value)}")
 
 
-def _check_rates(function: str, **rates) -> None:
+def _check_rates(function: str, **rates: object) -> None:
     """ConfigError naming ``function`` and the first of ``rates`` (flop/s, byte/s) that is not a
     finite number > 0."""
     for name, value in rates.items():

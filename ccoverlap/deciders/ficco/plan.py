@@ -12,14 +12,29 @@ estimator's best schedule for the pair alone, and the estimated gain of the pick
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ccoverlap.deciders.ficco import schedules as ficco
-from ccoverlap.deciders.ficco.accuracy import judge
-from ccoverlap.predict.strategy import FunctionStrategy
+from ccoverlap.deciders.ficco.accuracy import CaseVerdict, judge
+from ccoverlap.predict.strategy import FunctionStrategy, Planner
 from ccoverlap.sim.graph import OpGraph, gc_paused
 from ccoverlap.sim.rewrite import GraphRewrite, Piece
 from ccoverlap.specs import CollectiveSpec, GemmSpec, P2PSpec
+
+if TYPE_CHECKING:
+    from ccoverlap.catalog.hardware import ClusterSpec
+    from ccoverlap.parallel.step import StepGraph
+    from ccoverlap.predict.evaluate import StrategyResult
+    from ccoverlap.predict.workload import Workload
+    from ccoverlap.sim.graph import Op
+
+    #: pieces of one side of a spliced pair, each with the (0 = collective | 1 = GEMM, piece
+    #: index) pieces of the other side it waits for (None: none)
+    Template = list[tuple[Piece, tuple[tuple[int, int], ...] | None]]
+    #: per (pattern, m, n, k): the FiCCO case of that shape and its verdict
+    Judged = dict[tuple[str, int, int, int], tuple[ficco.FiccoCase, CaseVerdict]]
 
 __all__ = ["tp_pairs", "splice_schedule", "ficco_strategy"]
 
@@ -51,7 +66,7 @@ def tp_pairs(graph: OpGraph) -> list[tuple[str, int, int]]:
 
 
 def splice_schedule(rw: GraphRewrite, pattern: str, coll_id: int, gemm_id: int, sched: OpGraph,
-                    templates: dict | None = None) -> None:
+                    templates: dict[tuple, tuple[Template, Template]] | None = None) -> None:
     """Replace the pair (``coll_id``, ``gemm_id`` in ``rw.src``) by the ops of the FiCCO schedule
     graph ``sched``: its transfers become pieces of the collective op (on that op's stream, with
     its CommConfig), its GEMM / copy / reduction ops pieces of the GEMM op; the schedule's
@@ -61,6 +76,7 @@ def splice_schedule(rw: GraphRewrite, pattern: str, coll_id: int, gemm_id: int, 
     pair's op ids are filled in per pair."""
     src = rw.src
     coll, gemm = src.ops[coll_id], src.ops[gemm_id]
+    assert isinstance(coll.spec, CollectiveSpec)  # the pair's communication is a collective (tp_pairs)
     input_side = pattern != "gemm-rs"
     tkey = (id(sched), pattern, coll.name, gemm.name, coll.stream, gemm.stream, coll.spec.config)
     tpl = templates.get(tkey) if templates is not None else None
@@ -84,7 +100,7 @@ def splice_schedule(rw: GraphRewrite, pattern: str, coll_id: int, gemm_id: int, 
     rw.replace(gemm_id, comp_pieces)
 
 
-def _splice_template(sched: OpGraph, input_side: bool, coll, gemm) -> tuple[list, list]:
+def _splice_template(sched: OpGraph, input_side: bool, coll: Op, gemm: Op) -> tuple[Template, Template]:
     """The pieces :func:`splice_schedule` makes of ``sched`` for a pair like (``coll``, ``gemm``):
     two lists of ``(piece, refs)``, ``refs`` None when the piece waits for nothing of the other
     op, else ``(0 = the collective | 1 = the GEMM, piece index)`` pairs to put in its ``on``."""
@@ -99,14 +115,16 @@ def _splice_template(sched: OpGraph, input_side: bool, coll, gemm) -> tuple[list
             comm_idx[op.op_id] = len(comm_idx)
         else:
             comp_idx[op.op_id] = len(comp_idx)
-    comm_tpl: list = []
-    comp_tpl: list = []
+    assert isinstance(coll.spec, CollectiveSpec)  # the pair's communication is a collective (tp_pairs)
+    comm_tpl: Template = []
+    comp_tpl: Template = []
     for op in sched.ops:
         is_comm = op.op_id in comm_idx
         spec = op.spec
         if isinstance(spec, CollectiveSpec):
             spec = replace(spec, config=coll.spec.config)
-        after, refs = [], []
+        after: list[int] = []
+        refs: list[tuple[int, int]] = []
         for d in op.deps:
             same = (d in comm_idx) == is_comm
             if same:
@@ -125,19 +143,22 @@ def _splice_template(sched: OpGraph, input_side: bool, coll, gemm) -> tuple[list
     return comm_tpl, comp_tpl
 
 
-def _judged_pairs(planner, step, cluster, pairs, tp: int, engine: str) -> dict[tuple, tuple]:
+def _judged_pairs(planner: Planner, step: StepGraph, cluster: ClusterSpec, pairs: list[tuple[str, int, int]],
+                  tp: int, engine: str) -> Judged:
     """``{(pattern, m, n, k): (FiccoCase, verdict)}`` for the distinct shapes of ``pairs`` (the
     estimator's verdicts, :func:`ccoverlap.deciders.ficco.accuracy.judge`; the shapes are per
     micro-batch, so the same on every step length), made once per planner."""
     g = step.graph
-    out: dict[tuple, tuple] = {}
+    out: Judged = {}
     for pattern, cid, gid in pairs:
-        gm: GemmSpec = g.ops[gid].spec
+        gm = g.ops[gid].spec
+        assert isinstance(gm, GemmSpec)  # the pair's GEMM (tp_pairs)
         key = (pattern, gm.m, gm.n, gm.k)
         if key in out:
             continue
 
-        def make(pattern=pattern, gm=gm, name=g.ops[gid].name):
+        def make(pattern: str = pattern, gm: GemmSpec = gm,
+                 name: str = g.ops[gid].name) -> tuple[ficco.FiccoCase, CaseVerdict]:
             case = ficco.FiccoCase(m=gm.m, n=gm.n, k=gm.k, world=tp, cluster=cluster, pattern=pattern, engine=engine,
                                    dtype_bytes=gm.dtype_bytes, name=name)
             return case, judge(case, planner.cost)
@@ -146,11 +167,12 @@ def _judged_pairs(planner, step, cluster, pairs, tp: int, engine: str) -> dict[t
     return out
 
 
-def _schedule(v, use: str) -> str:
+def _schedule(v: CaseVerdict, use: str) -> str:
     return v.pick if use == "heuristic" else v.best_overall
 
 
-def _spliced_graph(planner, step, cluster, tp: int, engine: str, use: str) -> OpGraph:
+def _spliced_graph(planner: Planner, step: StepGraph, cluster: ClusterSpec, tp: int, engine: str,
+                   use: str) -> OpGraph:
     """``step``'s graph with every forward TP+SP pair replaced by its FiCCO schedule: ``use`` =
     "heuristic" (the §V-C pick) or "estimator" (the estimator's fastest for the pair alone)."""
     g = step.graph
@@ -158,16 +180,18 @@ def _spliced_graph(planner, step, cluster, tp: int, engine: str, use: str) -> Op
     judged = _judged_pairs(planner, step, cluster, pairs, tp, engine)
     rw = GraphRewrite(g)
     graphs: dict[tuple, OpGraph] = {}  # one schedule graph per shape (splice_schedule only reads it)
-    templates: dict = {}
+    templates: dict[tuple, tuple[Template, Template]] = {}
     with gc_paused():
         _splice_all(rw, g, pairs, judged, use, graphs, templates)
     return rw.build()
 
 
-def _splice_all(rw, g, pairs, judged, use, graphs, templates) -> None:
+def _splice_all(rw: GraphRewrite, g: OpGraph, pairs: list[tuple[str, int, int]], judged: Judged, use: str,
+                graphs: dict[tuple, OpGraph], templates: dict[tuple, tuple[Template, Template]]) -> None:
     """Splice the schedule ``use`` picks for each pair's shape into ``rw`` (see :func:`_spliced_graph`)."""
     for pattern, cid, gid in pairs:
-        gm: GemmSpec = g.ops[gid].spec
+        gm = g.ops[gid].spec
+        assert isinstance(gm, GemmSpec)  # the pair's GEMM (tp_pairs)
         key = (pattern, gm.m, gm.n, gm.k)
         case, v = judged[key]
         sched = _schedule(v, use)
@@ -177,7 +201,7 @@ def _splice_all(rw, g, pairs, judged, use, graphs, templates) -> None:
             splice_schedule(rw, pattern, cid, gid, graphs[key], templates)
 
 
-def ficco_strategy(planner, w):
+def ficco_strategy(planner: Planner, w: Workload) -> StrategyResult | None:
     """Planner strategy ``ficco`` (see the module docstring): the §V-C heuristic's schedule for
     every forward TP+SP pair, with SM-driven and (if the GPU has copy engines) DMA transfers,
     the faster kept; the note also gives the step time with the estimator's best schedule per
@@ -200,7 +224,7 @@ def ficco_strategy(planner, w):
         return None
     engines = ("sm", "dma") if wf.cluster.gpu.copy_engines > 0 else ("sm",)
 
-    def rewrite(engine: str, use: str):
+    def rewrite(engine: str, use: str) -> Callable[[StepGraph], OpGraph]:
         return lambda st: _spliced_graph(planner, st, wf.cluster, p.tp, engine, use)
 
     engine = engines[0]

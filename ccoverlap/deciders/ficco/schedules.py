@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, cast
 
 from ccoverlap.catalog.hardware import CLUSTERS, DEFAULT_CLUSTER_FOR_GPU, ClusterSpec, LinkSpec, get_gpu
 from ccoverlap.deciders.ficco.heuristic import FICCO_SCHEDULES, choose_schedule
@@ -50,6 +51,12 @@ from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.simulator import simulate
 from ccoverlap.sim.timeline import step_time_s
 from ccoverlap.specs import CollectiveSpec, CopySpec, GemmSpec, GroupSpec, MemorySpec, P2PSpec
+
+if TYPE_CHECKING:
+    from ccoverlap.catalog.hardware import Fabric
+    from ccoverlap.cost import CostModel
+    from ccoverlap.sim.simulator import SupportsDuration
+    from ccoverlap.specs import Collective, Spec, Transport
 
 __all__ = [
     "SCHEDULES",
@@ -78,7 +85,7 @@ TOPOLOGIES = ("switch", "full_mesh")
 #: ``sm``: kernel-driven collectives (NCCL/RCCL); ``dma``: GPU copy engines (FiCCO §II-B, §IV-D).
 ENGINES = ("sm", "dma")
 
-_FABRIC = {"switch": "nvswitch", "full_mesh": "full_mesh"}
+_FABRIC: dict[str, Fabric] = {"switch": "nvswitch", "full_mesh": "full_mesh"}
 
 
 # ----------------------------------------------------------------------------- the case
@@ -187,14 +194,19 @@ class _Builder:
         """GEMM ``[rows, k] x [k, n]`` (defaults: the case's n and k)."""
         return GemmSpec(m=max(1, rows), n=max(1, n or self.c.n), k=max(1, k or self.c.k), dtype_bytes=self.b)
 
-    def coll(self, kind: str, nbytes: float) -> CollectiveSpec:
+    @property
+    def transport(self) -> Transport:
+        """The case's engine, one of :data:`ENGINES` (checked by :class:`FiccoCase`)."""
+        return cast("Transport", self.c.engine)
+
+    def coll(self, kind: Collective, nbytes: float) -> CollectiveSpec:
         """A collective of ``nbytes`` (nccl-tests size) on the case's group and engine."""
-        return CollectiveSpec(collective=kind, bytes=float(nbytes), group=self.c.group, transport=self.c.engine)
+        return CollectiveSpec(collective=kind, bytes=float(nbytes), group=self.c.group, transport=self.transport)
 
     def p2p(self, nbytes: float) -> P2PSpec:
         """A transfer of ``nbytes`` to one peer. On a full mesh the cost model gives it one of the
         ``world - 1`` links (FiCCO §III-C), on a switch the GPU's whole bandwidth."""
-        return P2PSpec(bytes=float(nbytes), inter_node=False, transport=self.c.engine)
+        return P2PSpec(bytes=float(nbytes), inter_node=False, transport=self.transport)
 
     def copy(self, nbytes: float) -> CopySpec | MemorySpec:
         """A gather/scatter copy of ``nbytes`` (FiCCO §III-B, §V-B). With DMA communication it is
@@ -207,13 +219,14 @@ class _Builder:
         return MemorySpec(bytes=2.0 * float(nbytes))
 
     # ops ---------------------------------------------------------------------------------
-    def add(self, name: str, spec, stream: str, deps: Iterable[int | None] = (), phase: str = "") -> int:
+    def add(self, name: str, spec: Spec, stream: str, deps: Iterable[int | None] = (), phase: str = "") -> int:
         """Append an op to the schedule graph; returns its id."""
         return self.g.add(name, spec, stream=stream, deps=list(deps), phase=phase)
 
 
-def _comm_kind(case: FiccoCase) -> str:
-    return {"ag-gemm": "all_gather", "a2a-gemm": "all_to_all", "gemm-rs": "reduce_scatter"}[case.pattern]
+def _comm_kind(case: FiccoCase) -> Collective:
+    kinds: dict[str, Collective] = {"ag-gemm": "all_gather", "a2a-gemm": "all_to_all", "gemm-rs": "reduce_scatter"}
+    return kinds[case.pattern]
 
 
 def schedule_graph(case: FiccoCase, schedule: str) -> OpGraph:
@@ -378,10 +391,10 @@ def _rs_graph(case: FiccoCase, schedule: str) -> OpGraph:
 class _Isolated:
     """The same cost model with contention switched off (every op at its isolated speed)."""
 
-    def __init__(self, cost) -> None:
+    def __init__(self, cost: SupportsDuration) -> None:
         self.cost = cost
 
-    def duration_s(self, spec, concurrent):
+    def duration_s(self, spec: Spec, concurrent: Sequence[Spec]) -> float:
         """Seconds of ``spec`` alone, whatever runs beside it."""
         return self.cost.duration_s(spec, ())
 
@@ -415,11 +428,12 @@ class ScheduleEstimate:
                                               "dil_gemm_s", "dil_comm_s", "cil_s", "ops")}
 
 
-def _whole_times(case: FiccoCase, cost) -> tuple[float, float]:
+def _whole_times(case: FiccoCase, cost: SupportsDuration) -> tuple[float, float]:
     """Isolated time of the unsplit GEMM and of the unsplit collective (seconds)."""
     serial = schedule_graph(case, "serial")
     g = c = 0.0
     for op in serial.ops:
+        assert op.spec is not None  # every op of a schedule graph has a spec
         d = float(cost.duration_s(op.spec, ()))
         if isinstance(op.spec, GemmSpec):
             g += d
@@ -428,7 +442,7 @@ def _whole_times(case: FiccoCase, cost) -> tuple[float, float]:
     return g, c
 
 
-def ideal_time_s(case: FiccoCase, cost) -> float:
+def ideal_time_s(case: FiccoCase, cost: SupportsDuration) -> float:
     """Ideal overlapped time of ``case`` (FiCCO Fig. 6, §VI-B), seconds: the whole collective
     ``C`` and the whole GEMM ``G`` cut into ``world`` pieces that take exactly ``1/world`` of
     the whole ("decomposition scales linearly with no slowdowns from decomposition or
@@ -438,7 +452,8 @@ def ideal_time_s(case: FiccoCase, cost) -> float:
     return max(g, c) + min(g, c) / max(case.world, 1)
 
 
-def estimate_schedule(case: FiccoCase, schedule: str, cost, *, whole: tuple[float, float] | None = None,
+def estimate_schedule(case: FiccoCase, schedule: str, cost: SupportsDuration, *,
+                      whole: tuple[float, float] | None = None,
                       serial_s: float | None = None) -> ScheduleEstimate:
     """Predicted time of ``schedule`` for ``case`` under ``cost`` (FiCCO §IV, §V-B).
 
@@ -451,6 +466,7 @@ def estimate_schedule(case: FiccoCase, schedule: str, cost, *, whole: tuple[floa
     t_iso = step_time_s(simulate(graph, _Isolated(cost)))
     gemm = comm = copy = 0.0
     for op in graph.ops:
+        assert op.spec is not None  # every op of a schedule graph has a spec
         d = float(cost.duration_s(op.spec, ()))
         if isinstance(op.spec, GemmSpec):
             gemm += d
@@ -468,7 +484,8 @@ def estimate_schedule(case: FiccoCase, schedule: str, cost, *, whole: tuple[floa
     )
 
 
-def estimate_all(case: FiccoCase, cost, schedules: Sequence[str] = SCHEDULES) -> list[ScheduleEstimate]:
+def estimate_all(case: FiccoCase, cost: SupportsDuration, schedules: Sequence[str] = SCHEDULES
+                 ) -> list[ScheduleEstimate]:
     """:func:`estimate_schedule` for every schedule (serial first), speedups against serial."""
     whole = _whole_times(case, cost)
     serial = estimate_schedule(case, "serial", cost, whole=whole)
@@ -487,7 +504,7 @@ def best_schedule(estimates: Sequence[ScheduleEstimate], among: Iterable[str] | 
     return min(pool, key=lambda e: (e.time_s, SCHEDULES.index(e.schedule)))
 
 
-def heuristic_pick(case: FiccoCase, **tuning) -> tuple[str, str]:
+def heuristic_pick(case: FiccoCase, **tuning: float) -> tuple[str, str]:
     """The §V-C static heuristic's schedule for ``case``, and its reason.
 
     Calls :func:`ccoverlap.deciders.ficco.heuristic.choose_schedule` with the GPU's dense
@@ -503,7 +520,7 @@ def heuristic_pick(case: FiccoCase, **tuning) -> tuple[str, str]:
                            mem_bw_bytes_per_s=gpu.hbm_bytes_per_s, comm_engine=case.engine, **tuning)
 
 
-def cost_model_for_cluster(cluster: ClusterSpec):
+def cost_model_for_cluster(cluster: ClusterSpec) -> CostModel:
     """The project cost model of ``cluster`` with the GPU's default parameters
     (:func:`ccoverlap.predict.evaluate.cost_model_for_cluster`)."""
 

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -39,6 +39,13 @@ from ccoverlap.predict.strategy import Planner
 from ccoverlap.predict.workload import _cluster
 from ccoverlap.sim.graph import OpGraph
 from ccoverlap.specs import COLLECTIVES, AttentionSpec, CollectiveSpec, CommConfig, GemmSpec, GroupSpec, MemorySpec
+
+if TYPE_CHECKING:
+    from ccoverlap.cost import CostModel
+    from ccoverlap.predict.workload import Workload
+    from ccoverlap.sim.simulator import SupportsDuration
+    from ccoverlap.sim.timeline import Timeline
+    from ccoverlap.specs import Collective, Transport
 
 __all__ = [
     "Computation",
@@ -244,7 +251,8 @@ def _computation(d: Any, i: int, where: str) -> Computation:
                 missing = [f for f in ("m", "n", "k") if f not in body]
                 if missing:
                     raise ConfigError(f"{w}.gemm: missing {missing}")
-                spec = GemmSpec(**{f: _positive_int(v, f"{w}.gemm.{f}") for f, v in body.items()})
+                dims: dict[str, Any] = {f: _positive_int(v, f"{w}.gemm.{f}") for f, v in body.items()}
+                spec = GemmSpec(**dims)
             elif k == "attention":
                 _check_keys(body, ("flops", "bytes", "dtype_bytes"), f"{w}.attention")
                 spec = AttentionSpec(flops=float(body.get("flops", 0.0)),
@@ -318,8 +326,9 @@ def _collective(d: Any, i: int, cluster: ClusterSpec, where: str) -> OverlapColl
     group = _group_spec(d, cluster, w)
     config = _comm_config(d["config"], f"{w}.config") if "config" in d else CommConfig()
     name = str(d.get("name", f"{kind}{i}"))
-    spec = CollectiveSpec(collective=kind, bytes=nbytes, group=group, config=config,
-                          transport=str(d.get("transport", "sm")))
+    # kind is one of COLLECTIVES (checked above); the transport is checked by CollectiveSpec
+    spec = CollectiveSpec(collective=cast("Collective", kind), bytes=nbytes, group=group, config=config,
+                          transport=cast("Transport", str(d.get("transport", "sm"))))
     return OverlapCollective(name=name, spec=spec, stream=str(d.get("stream", COMM_STREAM)))
 
 
@@ -374,7 +383,8 @@ def load_overlap_group(path: str, *, cluster: ClusterSpec | None = None) -> Over
 
 # ----------------------------------------------------------------------------- durations -> specs
 
-def equivalent_spec(duration_s: float, cost, *, bound: str = "compute", dtype_bytes: int = 2) -> ComputeSpec:
+def equivalent_spec(duration_s: float, cost: SupportsDuration, *, bound: str = "compute",
+                    dtype_bytes: int = 2) -> ComputeSpec:
     """A kernel spec whose isolated duration under ``cost`` is ``duration_s`` (seconds).
 
     ``bound == "compute"``: a GEMM ``[m, m] x [m, k]`` with ``m`` = 8192 (halved until one
@@ -382,7 +392,7 @@ def equivalent_spec(duration_s: float, cost, *, bound: str = "compute", dtype_by
     roofline says so; ``"memory"``: a memory-bound kernel moving the bytes that take that long.
     Lets a group given as durations feel contention (eqs. 4-6) like the kernels it stands for.
     """
-    def dur(spec) -> float:
+    def dur(spec: ComputeSpec) -> float:
         return float(cost.duration_s(spec, ()))
 
     if bound == "memory":
@@ -421,7 +431,7 @@ def _signature(comps: Sequence[Computation], colls: Sequence[OverlapCollective])
             tuple((c.spec.collective, c.spec.bytes, c.spec.group, c.stream) for c in colls))
 
 
-def overlap_groups_from_step(graph: OpGraph, timeline, cluster: ClusterSpec, *, rank: int | None = None,
+def overlap_groups_from_step(graph: OpGraph, timeline: Timeline, cluster: ClusterSpec, *, rank: int | None = None,
                              top: int = 2, min_overlap: float = 0.5, label: str = "") -> list[OverlapGroup]:
     """The main overlap groups of a simulated training step, largest total time first.
 
@@ -479,8 +489,9 @@ def overlap_groups_from_step(graph: OpGraph, timeline, cluster: ClusterSpec, *, 
     for k in keys:
         if not assigned[k]:
             continue
-        comps = [Computation(name=ops[i].name, spec=ops[i].spec) for i in windows[k]]
-        cl = [OverlapCollective(name=f"{ops[c].name}#{n}", spec=ops[c].spec, stream=ops[c].stream)
+        # windows hold compute ops and colls collectives only (sorted by spec type above)
+        comps = [Computation(name=ops[i].name, spec=cast(ComputeSpec, ops[i].spec)) for i in windows[k]]
+        cl = [OverlapCollective(name=f"{ops[c].name}#{n}", spec=cast(CollectiveSpec, ops[c].spec), stream=ops[c].stream)
               for n, c in enumerate(assigned[k])]
         sig = _signature(comps, cl)
         entry = found.setdefault(sig, {"key": k, "comps": comps, "colls": cl, "count": 0, "span": 0.0})
@@ -497,7 +508,8 @@ def overlap_groups_from_step(graph: OpGraph, timeline, cluster: ClusterSpec, *, 
     return out
 
 
-def overlap_groups_from_workload(w, cost=None, *, top: int = 2, planner=None) -> list[OverlapGroup]:
+def overlap_groups_from_workload(w: Workload, cost: CostModel | None = None, *, top: int = 2,
+                                 planner: Planner | None = None) -> list[OverlapGroup]:
     """The main overlap groups (see :func:`overlap_groups_from_step`) of workload ``w``'s step,
     simulated with its knobs as given through ``planner`` (default: a new
     :class:`~ccoverlap.predict.strategy.Planner` with ``cost``, default the workload's cost model)."""

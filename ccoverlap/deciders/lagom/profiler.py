@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ccoverlap.deciders.lagom.group import OverlapGroup, equivalent_spec, require_group
+from ccoverlap.deciders.lagom.group import Computation, ComputeSpec, OverlapGroup, equivalent_spec, require_group
 from ccoverlap.errors import ConfigError
-from ccoverlap.sim.simulator import simulate
+from ccoverlap.sim.simulator import SupportsDuration, simulate
 from ccoverlap.specs import CommConfig
 
-__all__ = ["ProfileResult", "Profiler", "SimulatedProfiler"]
+__all__ = ["ProfileResult", "Profiler", "SimulatedProfiler", "computation_spec"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class SimulatedProfiler:
     Duration-only computations are modelled by :func:`equivalent_spec`, computed once.
     """
 
-    def __init__(self, group: OverlapGroup, cost) -> None:
+    def __init__(self, group: OverlapGroup, cost: SupportsDuration) -> None:
         require_group(group, "SimulatedProfiler")
         if not callable(getattr(cost, "duration_s", None)):
             raise ConfigError(f"SimulatedProfiler: cost must have a duration_s(spec, concurrent) method (a "
@@ -82,8 +82,7 @@ class SimulatedProfiler:
         self.calls = 0
         self.simulations = 0
         self._cache: dict[tuple, ProfileResult] = {}
-        self._specs = [c.spec if c.spec is not None else equivalent_spec(c.duration_s, cost, bound=c.bound)
-                       for c in group.computations]
+        self._specs = [computation_spec(c, cost) for c in group.computations]
 
     def profile(self, configs: Sequence[CommConfig]) -> ProfileResult:
         """Simulate the group with ``configs``; returns x_j, Y and Z in seconds (lagom eq. 1)."""
@@ -105,3 +104,12 @@ class SimulatedProfiler:
         res = ProfileResult(comm_times_s=comm, compute_time_s=y, makespan_s=z, comm_span_s=span)
         self._cache[key] = res
         return res
+
+
+def computation_spec(c: Computation, cost: SupportsDuration) -> ComputeSpec:
+    """``c``'s kernel spec, or for a duration-only computation the spec of that isolated
+    duration under ``cost`` (:func:`equivalent_spec`)."""
+    if c.spec is not None:
+        return c.spec
+    assert c.duration_s is not None  # a Computation holds exactly one of spec and duration
+    return equivalent_spec(c.duration_s, cost, bound=c.bound)

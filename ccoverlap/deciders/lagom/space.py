@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ccoverlap.config import short
 from ccoverlap.cost.comm import ll128_enabled
@@ -22,6 +23,10 @@ from ccoverlap.deciders.lagom.profiler import Profiler, ProfileResult
 from ccoverlap.errors import ConfigError
 from ccoverlap.specs import CollectiveSpec, CommConfig
 from ccoverlap.types import ProgressFn
+
+if TYPE_CHECKING:
+    from ccoverlap.catalog.hardware import ClusterSpec
+    from ccoverlap.specs import CommProtocol
 
 __all__ = [
     "TuningSpace",
@@ -61,7 +66,7 @@ class TuningSpace:
     chunk_min: int = 16 * KiB
     chunk_max: int = 8 * MiB
     chunk_quantum: int = 4 * KiB
-    protocols: tuple[str, ...] = ("simple", "ll128", "ll")
+    protocols: tuple[CommProtocol, ...] = ("simple", "ll128", "ll")
     algorithms: tuple[str, ...] = ("ring", "tree", "pairwise")
 
     def __post_init__(self) -> None:
@@ -217,7 +222,9 @@ def start_configs(method: str, group: OverlapGroup, profiler: Profiler, start: S
     return [space.clamp(c) for c in configs]
 
 
-def nccl_default_configs(group: OverlapGroup, default_fn: Callable | None = None) -> list[CommConfig]:
+def nccl_default_configs(group: OverlapGroup,
+                         default_fn: Callable[[CollectiveSpec, ClusterSpec], CommConfig] | None = None
+                         ) -> list[CommConfig]:
     """What NCCL would use for each collective of ``group`` (every knob set): the cost
     model's :func:`ccoverlap.cost.default_comm_config` (channels by fabric, 512 threads,
     Simple's 2 MiB chunks, protocol/algorithm as NCCL's tuner picks for the message size),
@@ -236,7 +243,8 @@ def nccl_default_configs(group: OverlapGroup, default_fn: Callable | None = None
     return out
 
 
-def implementation_candidates(spec: CollectiveSpec, cluster, space: TuningSpace) -> list[tuple[str, str]]:
+def implementation_candidates(spec: CollectiveSpec, cluster: ClusterSpec, space: TuningSpace
+                              ) -> list[tuple[str, CommProtocol]]:
     """(algorithm, protocol) pairs worth profiling for ``spec`` (AutoCCL's implementation
     subspaces, lagom §2.2): NCCL's algorithms valid for the collective (tree only for
     all-reduce, pairwise only for all-to-all, ring otherwise) x protocols, LL128 only where
@@ -355,6 +363,7 @@ def exhaustive_grid(space: TuningSpace, n_collectives: int, max_profiles: int,
     ``max_profiles``, as configurations derived from ``base`` (its algorithm, protocol and
     NT when NT is not gridded); ``None`` when even the coarsest does not fit."""
     base = space.clamp(base or CommConfig())
+    assert base.threads is not None  # clamp sets every knob
     for level in range(6):
         nc_vals, nt_vals, ch_vals = _grid(space, level)
         nts = nt_vals or [base.threads]
@@ -377,9 +386,12 @@ def exhaustive_tune(group: OverlapGroup, profiler: Profiler, *, base: Sequence[C
     space = space or TuningSpace()
     n = group.n_collectives
     base = list(base) if base is not None else nccl_default_configs(group)
-    grids = [exhaustive_grid(space, n, max_profiles, b) for b in base]
-    if any(g is None for g in grids):
-        raise ConfigError(f"exhaustive search over {n} collectives does not fit in {max_profiles} profiles")
+    grids: list[list[CommConfig]] = []
+    for b in base:
+        grid = exhaustive_grid(space, n, max_profiles, b)
+        if grid is None:
+            raise ConfigError(f"exhaustive search over {n} collectives does not fit in {max_profiles} profiles")
+        grids.append(grid)
     total = math.prod(len(g) for g in grids)
     count = _Counter(profiler, progress, "exhaustive", total=total)
     best: tuple[float, list[CommConfig], ProfileResult] | None = None

@@ -29,16 +29,27 @@ planner is exact); the plan chosen is simulated on the full step. Times in secon
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, cast
 
 from ccoverlap.config import short
 from ccoverlap.deciders.lagom.group import COMM_STREAM, OverlapCollective, OverlapGroup, overlap_groups_from_step
-from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
-from ccoverlap.deciders.lagom.space import autoccl_tune
+from ccoverlap.deciders.lagom.profiler import Profiler, SimulatedProfiler
+from ccoverlap.deciders.lagom.space import TuneResult, autoccl_tune
 from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.plan import CommKey, CommPlan, comm_keys
-from ccoverlap.predict.strategy import FunctionStrategy, planner_workload, workload_key
+from ccoverlap.predict.strategy import FunctionStrategy, Planner, planner_workload, workload_key
 from ccoverlap.specs import CollectiveSpec, CommConfig
+
+if TYPE_CHECKING:
+    from ccoverlap.catalog.hardware import ClusterSpec
+    from ccoverlap.parallel.step import StepGraph
+    from ccoverlap.predict.evaluate import StrategyResult
+    from ccoverlap.predict.workload import Workload
+    from ccoverlap.sim.graph import OpGraph
+    from ccoverlap.specs import Collective
 
 __all__ = ["StepTuning", "tune_step", "LAGOM", "AUTOCCL", "LAGOM_WITH_KNOBS"]
 
@@ -60,7 +71,7 @@ class StepTuning:
 
     method: str
     plan: CommPlan
-    result: object
+    result: StrategyResult
     groups: list[OverlapGroup]
     candidates: dict[CommKey, list[CommConfig]] = field(default_factory=dict)
     profiles: int = 0
@@ -69,7 +80,7 @@ class StepTuning:
     how: str = ""
 
 
-def _tuner(method: str):
+def _tuner(method: str) -> Callable[[OverlapGroup, Profiler], TuneResult]:
     from ccoverlap.deciders.lagom.tune import lagom_tune
 
     if method not in ("lagom", "autoccl"):
@@ -77,10 +88,11 @@ def _tuner(method: str):
     return lagom_tune if method == "lagom" else autoccl_tune
 
 
-def step_groups(planner, w, top: int = TOP_GROUPS) -> tuple[list[OverlapGroup], dict[CommKey, float]]:
+def step_groups(planner: Planner, w: Workload, top: int = TOP_GROUPS
+                ) -> tuple[list[OverlapGroup], dict[CommKey, float]]:
     """The main overlap groups of ``w``'s simulated step and every communication key of the
     step with its total stand-alone time (seconds), both shared through ``planner.memo``."""
-    def make():
+    def make() -> tuple[list[OverlapGroup], dict[CommKey, float]]:
         step, tl = planner.simulate(w)
         groups = overlap_groups_from_step(step.graph, tl, w.cluster, top=top, label=w.model.name)
         return groups, comm_keys(step.graph, planner.cost)
@@ -88,11 +100,12 @@ def step_groups(planner, w, top: int = TOP_GROUPS) -> tuple[list[OverlapGroup], 
     return planner.memo(("lagom-step-groups", workload_key(w), top), make)
 
 
-def alone_group(key: CommKey, cluster) -> OverlapGroup:
+def alone_group(key: CommKey, cluster: ClusterSpec) -> OverlapGroup:
     """A communication-only group of one collective of ``key`` (eq. 2: Z = its own time)."""
     from ccoverlap.specs import GroupSpec
 
-    spec = CollectiveSpec(collective=key.collective, bytes=key.nbytes,
+    # a key's collective is a CollectiveSpec's (CommKey.of), checked again by CollectiveSpec
+    spec = CollectiveSpec(collective=cast("Collective", key.collective), bytes=key.nbytes,
                           group=GroupSpec(name=key.group, size=key.group_size, local_size=key.local_size))
     return OverlapGroup(name=f"exposed {key.describe()}", computations=(),
                         collectives=(OverlapCollective(name=key.collective, spec=spec, stream=COMM_STREAM),),
@@ -107,7 +120,7 @@ def _tuned_keys(groups: list[OverlapGroup], keys: dict[CommKey, float]) -> list[
     return [k for k in ranked if keys[k] >= MIN_KEY_SHARE * total][:MAX_KEYS]
 
 
-def group_candidates(planner, groups: list[OverlapGroup], keys: list[CommKey], method: str
+def group_candidates(planner: Planner, groups: list[OverlapGroup], keys: list[CommKey], method: str
                      ) -> tuple[dict[CommKey, list[tuple[CommConfig, float]]], int, list[OverlapGroup]]:
     """Per key, the configurations ``method`` chose for it in each group it occurs in, each
     with the communication time it spent there (seconds x occurrences); the profile count;
@@ -124,8 +137,8 @@ def group_candidates(planner, groups: list[OverlapGroup], keys: list[CommKey], m
     profiles = 0
     for g in [*groups, *alone]:
         gk = (g.name, g.weight, len(g.computations), tuple(CommKey.of(c.spec) for c in g.collectives))
-        prof = planner.memo(("simulated-profiler", gk), lambda g=g: SimulatedProfiler(g, planner.cost))
-        r = planner.memo((method + "-group", gk), lambda g=g, prof=prof: tuner(g, prof))
+        prof = planner.memo(("simulated-profiler", gk), partial(SimulatedProfiler, g, planner.cost))
+        r = planner.memo((method + "-group", gk), partial(tuner, g, prof))
         profiles += r.profiles
         for coll, cfg, x in zip(g.collectives, r.configs, r.result.comm_times_s):
             k = CommKey.of(coll.spec)
@@ -134,17 +147,17 @@ def group_candidates(planner, groups: list[OverlapGroup], keys: list[CommKey], m
     return out, profiles, [*groups, *alone]
 
 
-def _rewrite(plan: CommPlan):
+def _rewrite(plan: CommPlan) -> Callable[[StepGraph], OpGraph]:
     return lambda st: plan.apply(st.graph)
 
 
-def _step_time(planner, w, plan: CommPlan) -> float:
+def _step_time(planner: Planner, w: Workload, plan: CommPlan) -> float:
     if not plan.rules:
         return planner.metrics(w).step_time_s
     return planner.rewritten_metrics(w, _rewrite(plan), key=("comm-plan", plan)).step_time_s
 
 
-def _greedy(planner, w, order: list[CommKey], cands: dict[CommKey, list[CommConfig]],
+def _greedy(planner: Planner, w: Workload, order: list[CommKey], cands: dict[CommKey, list[CommConfig]],
             universe: list[CommKey], passes: int = MAX_PASSES) -> tuple[dict[CommKey, CommConfig], int]:
     """Lagom's step-level choice: keys in ``order``, each key's candidates tried with the
     others' current choices and the fastest step kept (none kept when none is faster);
@@ -171,7 +184,7 @@ def _greedy(planner, w, order: list[CommKey], cands: dict[CommKey, list[CommConf
     return chosen, sims
 
 
-def tune_step(planner, w, method: str) -> StepTuning | None:
+def tune_step(planner: Planner, w: Workload | None, method: str) -> StepTuning | None:
     """Decide a :class:`CommPlan` for workload ``w`` with ``method`` (``"lagom"`` or
     ``"autoccl"``; see the module docstring) and simulate it on the full step. None when
     the step has no communication to tune."""
@@ -224,7 +237,7 @@ def _note(t: StepTuning, start: str) -> str:
     return f"{head}; {len(t.plan.rules)} plan rows: " + t.plan.describe(limit=2)
 
 
-def _tuned_as_given(planner, method: str):
+def _tuned_as_given(planner: Planner, method: str) -> StrategyResult | None:
     """:func:`tune_step` by ``method`` from the workload's own framework knobs, noted
     against ``as-given``; None when the step has nothing to tune."""
     t = tune_step(planner, planner.workload, method)
@@ -234,20 +247,20 @@ def _tuned_as_given(planner, method: str):
     return t.result
 
 
-def lagom_strategy(planner, start):
+def lagom_strategy(planner: Planner, start: Workload) -> StrategyResult | None:
     """The ``lagom`` planner strategy: Lagom per communication (:func:`tune_step`) from the
     workload's own framework knobs (``planner.workload``), so its row against ``as-given``
     is what co-tuning NCCL alone buys."""
     return _tuned_as_given(planner, "lagom")
 
 
-def autoccl_strategy(planner, start):
+def autoccl_strategy(planner: Planner, start: Workload) -> StrategyResult | None:
     """The ``autoccl`` planner baseline: each communication tuned for its own speed
     (lagom §2.2, eq. 2) from the workload's own framework knobs, as AutoCCL would apply it."""
     return _tuned_as_given(planner, "autoccl")
 
 
-def lagom_with_knobs_strategy(planner, start):
+def lagom_with_knobs_strategy(planner: Planner, start: Workload) -> StrategyResult | None:
     """``knobs+lagom``: Lagom from the best framework knobs (``start``), the combination
     of both levers; None when the best knobs are the knobs as given (the ``lagom`` row)."""
     if start.knobs == planner.workload.knobs:

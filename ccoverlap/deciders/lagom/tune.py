@@ -56,6 +56,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ccoverlap.deciders.lagom.group import OverlapGroup, require_group
 from ccoverlap.deciders.lagom.profiler import Profiler, ProfileResult, SimulatedProfiler
@@ -76,6 +77,11 @@ from ccoverlap.deciders.lagom.space import (
     start_configs,
 )
 from ccoverlap.specs import CommConfig
+
+if TYPE_CHECKING:
+    from ccoverlap.catalog.hardware import ClusterSpec
+    from ccoverlap.sim.simulator import SupportsDuration
+    from ccoverlap.specs import CollectiveSpec
 
 __all__ = [
     "INITIAL_H",
@@ -119,6 +125,12 @@ def minimum_config(cfg: CommConfig, space: TuningSpace) -> CommConfig:
     return replace(cfg, channels=space.nc_min, threads=space.nt_min, chunk_bytes=space.chunk_min)
 
 
+def _knobs(cfg: CommConfig) -> tuple[int, int, int]:
+    """NC, NT and C of a configuration the search holds (every knob set: :meth:`TuningSpace.clamp`)."""
+    assert cfg.channels is not None and cfg.threads is not None and cfg.chunk_bytes is not None
+    return cfg.channels, cfg.threads, cfg.chunk_bytes
+
+
 def step_config(cfg: CommConfig, lr: float, space: TuningSpace, *, min_lr: float = 0.25) -> CommConfig:
     """Algorithm 2 lines 12-14, ``NC, NT, C <- NC, NT, C + lr``, on a normalised log scale:
     each knob's position ``u = log(v / min) / log(max / min)`` grows by ``lr / log2(nc_max /
@@ -128,36 +140,38 @@ def step_config(cfg: CommConfig, lr: float, space: TuningSpace, *, min_lr: float
     configuration and minimum to maximum takes at most ~``4 log2(nc_max / nc_min)`` steps;
     at the maximum of every knob the configuration is returned unchanged."""
     cfg = space.clamp(cfg)
+    nc, nt, chunk = _knobs(cfg)
     du = max(min_lr, lr) / space.nc_octaves
-    new = {}
+    new: dict[str, float] = {}
     for name, lo, hi in (("channels", space.nc_min, space.nc_max), ("threads", space.nt_min, space.nt_max),
                          ("chunk_bytes", space.chunk_min, space.chunk_max)):
         v = getattr(cfg, name)
         new[name] = space._val(space._pos(v, lo, hi) + du, lo, hi)
     out = space.with_knobs(cfg, **new)
-    if out.channels == cfg.channels and cfg.channels < space.nc_max:
-        out = replace(out, channels=cfg.channels + 1)
+    if out.channels == nc and nc < space.nc_max:
+        out = replace(out, channels=nc + 1)
     if out == cfg:
-        if cfg.chunk_bytes < space.chunk_max:
-            out = replace(out, chunk_bytes=min(space.chunk_max, cfg.chunk_bytes + space.chunk_quantum))
-        elif cfg.threads < space.nt_max:
-            out = replace(out, threads=min(space.nt_max, cfg.threads + 32))
+        if chunk < space.chunk_max:
+            out = replace(out, chunk_bytes=min(space.chunk_max, chunk + space.chunk_quantum))
+        elif nt < space.nt_max:
+            out = replace(out, threads=min(space.nt_max, nt + 32))
     return out
 
 
 def _midpoint(lo: CommConfig, hi: CommConfig, space: TuningSpace) -> CommConfig:
     """Geometric midpoint of two configurations, knob by knob (for the crossing bisection)."""
-    return space.with_knobs(hi, math.sqrt(lo.channels * hi.channels), math.sqrt(lo.threads * hi.threads),
-                            math.sqrt(lo.chunk_bytes * hi.chunk_bytes))
+    (lo_nc, lo_nt, lo_c), (hi_nc, hi_nt, hi_c) = _knobs(lo), _knobs(hi)
+    return space.with_knobs(hi, math.sqrt(lo_nc * hi_nc), math.sqrt(lo_nt * hi_nt), math.sqrt(lo_c * hi_c))
 
 
 def _scaled(cfg: CommConfig, knob: str, factor: float, space: TuningSpace) -> CommConfig:
     """``cfg`` with one knob multiplied by ``factor`` (NC moves by at least one channel)."""
-    knobs = {"channels": cfg.channels, "threads": cfg.threads, "chunk_bytes": cfg.chunk_bytes}
+    nc, nt, chunk = _knobs(cfg)
+    knobs: dict[str, float] = {"channels": nc, "threads": nt, "chunk_bytes": chunk}
     knobs[knob] *= factor
     out = space.with_knobs(cfg, **knobs)
-    if knob == "channels" and out.channels == cfg.channels:
-        out = space.with_knobs(cfg, cfg.channels + (1 if factor > 1 else -1), cfg.threads, cfg.chunk_bytes)
+    if knob == "channels" and out.channels == nc:
+        out = space.with_knobs(cfg, nc + (1 if factor > 1 else -1), nt, chunk)
     return out
 
 
@@ -362,8 +376,9 @@ class GroupTuning:
         }
 
 
-def tune_group(group: OverlapGroup, cost=None, *, profiler: Profiler | None = None,
-               space: TuningSpace | None = None, default_fn: Callable | None = None,
+def tune_group(group: OverlapGroup, cost: SupportsDuration | None = None, *, profiler: Profiler | None = None,
+               space: TuningSpace | None = None,
+               default_fn: Callable[[CollectiveSpec, ClusterSpec], CommConfig] | None = None,
                exhaustive: bool | None = None, max_exhaustive_profiles: int = 20000,
                progress: ProgressFn | None = None) -> GroupTuning:
     """Run NCCL's defaults, AutoCCL-style tuning, Lagom and (``exhaustive=None``: when it fits
