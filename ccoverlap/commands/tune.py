@@ -56,9 +56,9 @@ def _groups(args):
     if args.group:
         cluster = None
         if args.cluster:
-            from ccoverlap.predict.workload import _cluster
+            from ccoverlap.predict.workload import resolve_cluster
 
-            cluster = _cluster(args.cluster, args.nodes)
+            cluster = resolve_cluster(args.cluster, args.nodes)
         group = load_overlap_group(args.group, cluster=cluster)
         return [group], _cost_model(group.cluster, args.calibration), args.group, None
     from ccoverlap.commands.options import workload_from_args

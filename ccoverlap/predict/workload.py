@@ -240,7 +240,9 @@ def _model(value: Any, where: str) -> ModelSpec:
     return get_model(value)
 
 
-def _cluster(value: Any, nodes: int | None) -> ClusterSpec:
+def resolve_cluster(value: Any, nodes: int | None) -> ClusterSpec:
+    """The cluster ``value`` names: a :class:`ClusterSpec`, a mapping of one, a cluster file
+    (.json/.toml/.yaml) or a catalog cluster or GPU name; with ``nodes`` nodes when given."""
     if isinstance(value, ClusterSpec):
         c = value
     elif isinstance(value, dict):
@@ -262,7 +264,7 @@ def workload_from_mapping(data: dict, *, source: str = "config") -> Workload:
     top = typed(data, WorkloadFile, source)
     try:
         model = _model(top.model if top.model is not None else DEFAULT_EXAMPLE["model"], "model")
-        cluster = _cluster(top.cluster if top.cluster is not None else DEFAULT_EXAMPLE["cluster"], top.nodes)
+        cluster = resolve_cluster(top.cluster if top.cluster is not None else DEFAULT_EXAMPLE["cluster"], top.nodes)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     parallel = dataclass_from_mapping(ParallelConfig, top.parallel or {}, f"{source}: parallel")
@@ -339,7 +341,7 @@ def _fill_world_size(data: dict) -> None:
     from ccoverlap.parallel.config import ParallelConfig
 
     try:
-        cluster = _cluster(data.get("cluster", DEFAULT_EXAMPLE["cluster"]), data.get("nodes"))
+        cluster = resolve_cluster(data.get("cluster", DEFAULT_EXAMPLE["cluster"]), data.get("nodes"))
         tp, pp, cp = (par.get(k, 1) for k in ("tp", "pp", "cp"))
     except ConfigError:
         return  # validation names the bad value

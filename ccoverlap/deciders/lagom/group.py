@@ -36,7 +36,7 @@ from ccoverlap.catalog.hardware import ClusterSpec, read_config_file
 from ccoverlap.config import check_keys, short
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.strategy import Planner
-from ccoverlap.predict.workload import _cluster
+from ccoverlap.predict.workload import resolve_cluster
 from ccoverlap.sim.graph import OpGraph
 from ccoverlap.specs import COLLECTIVES, AttentionSpec, CollectiveSpec, CommConfig, GemmSpec, GroupSpec, MemorySpec
 
@@ -357,7 +357,7 @@ def overlap_group_from_mapping(data: dict, *, source: str = "overlap group",
 
     _check_keys(data, ("name", "cluster", "nodes", "computations", "collectives", "weight"), source)
     if cluster is None:
-        cluster = _cluster(data.get("cluster", "a40-pcie"), data.get("nodes"))
+        cluster = resolve_cluster(data.get("cluster", "a40-pcie"), data.get("nodes"))
     comps_raw = data.get("computations")
     colls_raw = data.get("collectives")
     if not isinstance(comps_raw, list) or not comps_raw:

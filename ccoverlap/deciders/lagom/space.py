@@ -166,7 +166,7 @@ def config_dict(c: CommConfig) -> dict:
             "protocol": c.protocol, "algorithm": c.algorithm}
 
 
-class _Counter:
+class ProfileCounter:
     """Counts profiles, reports progress, and turns cost-model ConfigErrors for invalid
     implementation choices into ``None``."""
 
@@ -195,7 +195,8 @@ class _Counter:
             return None
 
 
-def _with(configs: Sequence[CommConfig], j: int, cfg: CommConfig) -> list[CommConfig]:
+def with_config(configs: Sequence[CommConfig], j: int, cfg: CommConfig) -> list[CommConfig]:
+    """A copy of ``configs`` with collective ``j``'s configuration replaced by ``cfg``."""
     out = list(configs)
     out[j] = cfg
     return out
@@ -265,7 +266,7 @@ def implementation_candidates(spec: CollectiveSpec, cluster: ClusterSpec, space:
     return [(a, p) for a in algs for p in protos]
 
 
-def _choose_implementations(group: OverlapGroup, count: _Counter, configs: list[CommConfig],
+def choose_implementations(group: OverlapGroup, count: ProfileCounter, configs: list[CommConfig],
                             current: ProfileResult, space: TuningSpace, steps: list[TuneStep]
                             ) -> tuple[list[CommConfig], ProfileResult]:
     """Per collective, the (algorithm, protocol) with the smallest own time x_j at its
@@ -276,7 +277,7 @@ def _choose_implementations(group: OverlapGroup, count: _Counter, configs: list[
             cand = replace(configs[j], algorithm=alg, protocol=proto)
             if cand == configs[j]:
                 continue
-            res = count.maybe(_with(configs, j, cand))
+            res = count.maybe(with_config(configs, j, cand))
             if res is None:
                 continue
             better = res.comm_times_s[j] < best_x * (1 - 1e-9)
@@ -323,7 +324,7 @@ def autoccl_tune(group: OverlapGroup, profiler: Profiler, *, start: Sequence[Com
     configs = start_configs("autoccl", group, profiler, start, space)
     n = group.n_collectives
     nc_vals, nt_vals, ch_vals = _grid(space, 0)
-    count = _Counter(profiler, progress, "autoccl", total=n * (len(nc_vals) + len(nt_vals) + len(ch_vals) + 4))
+    count = ProfileCounter(profiler, progress, "autoccl", total=n * (len(nc_vals) + len(nt_vals) + len(ch_vals) + 4))
     steps: list[TuneStep] = []
     current = count(configs)
     steps.append(TuneStep(-1, None, current, decision="start"))
@@ -344,7 +345,7 @@ def autoccl_tune(group: OverlapGroup, profiler: Profiler, *, start: Sequence[Com
                 for cand in cands:
                     if cand == configs[j]:
                         continue
-                    res = count.maybe(_with(configs, j, cand))
+                    res = count.maybe(with_config(configs, j, cand))
                     if res is None:
                         continue
                     if res.comm_times_s[j] < current.comm_times_s[j] * (1 - 1e-9):
@@ -393,7 +394,7 @@ def exhaustive_tune(group: OverlapGroup, profiler: Profiler, *, base: Sequence[C
             raise ConfigError(f"exhaustive search over {n} collectives does not fit in {max_profiles} profiles")
         grids.append(grid)
     total = math.prod(len(g) for g in grids)
-    count = _Counter(profiler, progress, "exhaustive", total=total)
+    count = ProfileCounter(profiler, progress, "exhaustive", total=total)
     best: tuple[float, list[CommConfig], ProfileResult] | None = None
     for combo in itertools.product(*grids):
         res = count.maybe(combo)

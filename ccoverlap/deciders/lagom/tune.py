@@ -65,9 +65,9 @@ from ccoverlap.deciders.lagom.space import (
     TuneResult,
     TuneStep,
     TuningSpace,
-    _choose_implementations,
-    _Counter,
-    _with,
+    choose_implementations,
+    ProfileCounter,
+    with_config,
     autoccl_tune,
     config_dict,
     exhaustive_grid,
@@ -208,12 +208,12 @@ def lagom_tune(group: OverlapGroup, profiler: Profiler, *, start: Sequence[CommC
     space = space or TuningSpace()
     configs = start_configs("lagom", group, profiler, start, space)
     n = group.n_collectives
-    count = _Counter(profiler, progress, "lagom", total=n * 12)
+    count = ProfileCounter(profiler, progress, "lagom", total=n * 12)
     steps: list[TuneStep] = []
     current = count(configs)
     steps.append(TuneStep(-1, None, current, decision="start"))
     if search_implementations:
-        configs, current = _choose_implementations(group, count, configs, current, space, steps)
+        configs, current = choose_implementations(group, count, configs, current, space, steps)
     search = _LagomSearch(space, count, steps, configs, current, refine_steps=refine_steps, min_gain=min_gain,
                           max_lr=max_lr, h=[INITIAL_H] * n, lr=[initial_lr] * n, initialized=[False] * n,
                           done=[False] * n)
@@ -240,7 +240,7 @@ class _LagomSearch:
     """What the steps of :func:`lagom_tune` share: the accepted set S and its profile, H, lr, progress."""
 
     space: TuningSpace
-    count: _Counter
+    count: ProfileCounter
     steps: list[TuneStep]
     configs: list[CommConfig]  # the accepted configuration set S
     current: ProfileResult  # its profile
@@ -261,7 +261,7 @@ class _LagomSearch:
             self.done[j] = True
             self.steps.append(TuneStep(j, cand, self.current, self.h[j], self.lr[j], "done: knobs at maximum"))
             return
-        res = self.current if cand == cur else self.count(_with(self.configs, j, cand))
+        res = self.current if cand == cur else self.count(with_config(self.configs, j, cand))
         self.initialized[j] = True
         x_old, x_new = self.current.comm_times_s[j], res.comm_times_s[j]
         hidden = res.comm_busy_s < res.compute_time_s  # X' < Y' (§3.4 condition 2)
@@ -320,7 +320,7 @@ class _LagomSearch:
             mid = _midpoint(lo, hi, self.space)
             if mid in (lo, hi):
                 break
-            res = self.count(_with(self.configs, j, mid))
+            res = self.count(with_config(self.configs, j, mid))
             self.steps.append(TuneStep(j, mid, res, decision="refine: bisect the X = Y crossing"))
             if res.makespan_s < best[1].makespan_s * (1 - 1e-12):
                 best = (mid, res)
@@ -343,7 +343,7 @@ class _LagomSearch:
                         cand = _scaled(cfg, knob, f, self.space)
                         if cand == cfg:
                             continue
-                        r = self.count(_with(self.configs, j, cand))
+                        r = self.count(with_config(self.configs, j, cand))
                         if r.makespan_s < res.makespan_s * (1 - 1e-9):
                             cfg, res, improved = cand, r, True
                             self.steps.append(TuneStep(j, cand, r, decision=f"polish: {knob} x{f:.2f} kept"))
