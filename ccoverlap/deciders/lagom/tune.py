@@ -61,20 +61,20 @@ from typing import TYPE_CHECKING
 from ccoverlap.deciders.lagom.group import OverlapGroup, require_group
 from ccoverlap.deciders.lagom.profiler import Profiler, ProfileResult, SimulatedProfiler
 from ccoverlap.deciders.lagom.space import (
+    ProfileCounter,
     ProgressFn,
     TuneResult,
     TuneStep,
     TuningSpace,
-    choose_implementations,
-    ProfileCounter,
-    with_config,
     autoccl_tune,
+    choose_implementations,
     config_dict,
     exhaustive_grid,
     exhaustive_tune,
     implementation_candidates,
     nccl_default_configs,
     start_configs,
+    with_config,
 )
 from ccoverlap.specs import CommConfig
 
