@@ -1,6 +1,6 @@
 """Fingerprints of built steps and simulated times, to show a speed change keeps them bit for bit.
 
-For each workload of ``tests/sim_regression`` and each ``bench_simulate.py`` target, prints the
+For each workload of ``tests/sim/regression`` and each ``bench_simulate.py`` target, prints the
 SHA-1 of the built op records (every field of every op, in order) and of the simulated start
 and end times (their float64 bytes), as JSON. Run it on two trees and compare the outputs:
 

@@ -171,7 +171,7 @@ def extrapolate_metrics(a: StepMetrics, b: StepMetrics, microbatches: int) -> St
     while the fill / drain and the once-per-step work (gradient synchronisation, optimizer)
     stay the same (Narayanan et al. 2021, §2.2, step time (M + p − 1)·(t_f + t_b) for 1F1B);
     without a pipeline each adds its forward and backward. The planner checks which schedules qualify
-    (:meth:`ccoverlap.predict.strategy.Planner.steady_state`); ``tests/test_steady_state.py`` compares
+    (:meth:`ccoverlap.predict.strategy.Planner.steady_state`); ``tests/predict/test_steady_state.py`` compares
     the extrapolation with full simulations. Ratios (overlap, R) are recomputed from the
     extrapolated times; negative extrapolations are clipped to 0."""
     if not a.microbatches < b.microbatches:

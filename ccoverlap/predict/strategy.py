@@ -94,7 +94,7 @@ def screen_microbatches(w: Workload) -> int | None:
 
 #: pipeline schedules whose step is affine in the micro-batch count past the warm-up, so a
 #: step may be extrapolated from two shorter ones (checked against full simulations in
-#: tests/test_steady_state.py; steps without a pipeline qualify too). Left out: DualPipe (it
+#: tests/predict/test_steady_state.py; steps without a pipeline qualify too). Left out: DualPipe (it
 #: splits the micro-batches between two directions; extrapolated from 8 and 12 micro-batches
 #: it is off by 1.6e-4) and GPipe (measured off by 2.1e-5 in step time and 3.2e-4 in overlap
 #: ratio on a PP4 DDP step, where 1F1B and interleaved agree to rounding; docs/planner.md).

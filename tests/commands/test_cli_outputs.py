@@ -18,7 +18,7 @@ from ccoverlap.cli import main
 from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.apply import TunerRow, parse_tuner_csv, tuner_csv_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TPDP = ROOT / "tests" / "fixtures" / "traces" / "gloo_tpdp_4rank"
 #: A plan with all-gathers of about 4.2 GB (Llama-3 405B, FSDP over 128 H100s): over 2**32 bytes.
 BIG = ["--model", "llama-3-405b", "--cluster", "dgx-h100", "--nodes", "16", "--dp", "128", "--data-parallel", "fsdp",

@@ -17,7 +17,7 @@ from ccoverlap.planning.emit import read_emit
 from ccoverlap.planning.emit.files import MEGATRON_GROUPS
 from ccoverlap.specs import CommConfig
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 A40 = str(ROOT / "examples" / "llama3-8b-fsdp-a40.yaml")
 
 

@@ -151,7 +151,7 @@ def test_the_progress_bar_runs_no_thread_the_planner_could_fork():
 def test_plan_best_is_the_fastest_step_a_user_can_apply(capsys, tmp_path, config):
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     argv = ["plan", "--json", "--no-png", "--out", str(tmp_path)] + (["--config", str(root / config)] if config else [])
     code, out, _ = _run(capsys, *argv)
     assert code == 0

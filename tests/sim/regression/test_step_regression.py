@@ -2,7 +2,7 @@
 
 ``step_baseline.json`` holds their step times, per-rank metrics and per-rank sums of every op's
 start and end time, recorded with
-``python tests/sim_regression/record_baseline.py tests/sim_regression/step_baseline.json``;
+``python tests/sim/regression/record_baseline.py tests/sim/regression/step_baseline.json``;
 any change to the simulator must reproduce it within a relative tolerance of 1e-6. A deliberate
 change of predictions re-records the file and says why in the commit and in CHANGELOG.md.
 """

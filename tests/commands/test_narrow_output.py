@@ -26,7 +26,7 @@ from rich.console import Console
 from ccoverlap.cli import main
 from ccoverlap.console import NOTE_MIN, Col, make_console, print_table, print_wrapped, table_layout
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "tests" / "fixtures" / "traces"
 SHARED = next((p / "shared" / "traces" for p in (ROOT.parent, ROOT.parent.parent)
                if (p / "shared" / "traces").is_dir()), ROOT.parent / "shared" / "traces")

@@ -7,7 +7,7 @@ import pytest
 from ccoverlap.planning import strategies
 from ccoverlap.predict.workload import Workload
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ import pytest
 
 from ccoverlap.cli import COMMANDS, build_parser, main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "tests" / "fixtures" / "traces"
 PICTURES = ("plan", "simulate", "analyze", "replay")  # the commands that draw
 WORKLOAD = ("plan", "simulate", "tune")

@@ -13,7 +13,7 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-import emit_job  # noqa: E402  (tests/emit is on sys.path under pytest's default import mode)
+import emit_job  # noqa: E402  (tests/planning/emit is on sys.path under pytest's default import mode)
 
 from ccoverlap.planning.emit import build_emit, read_emit, write_emit  # noqa: E402
 from ccoverlap.runtime.launch import spawn  # noqa: E402

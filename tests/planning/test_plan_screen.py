@@ -1,6 +1,6 @@
 """Screened planning (the default): candidates judged on a step with fewer micro-batches, only
 what is reported taken to the full step (simulated in full, or for periodic pipeline schedules
-extrapolated from two short steps: tests/test_steady_state.py). The screened plan must pick
+extrapolated from two short steps: tests/predict/test_steady_state.py). The screened plan must pick
 what the exact plan picks on small workloads (any difference would be listed in
 docs/planner.md), and every step time it reports must be that of the full step of the
 configuration it reports."""
