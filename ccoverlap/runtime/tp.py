@@ -50,7 +50,7 @@ from torch.distributed.tensor.parallel import SequenceParallel
 from torch.distributed.tensor.parallel.style import ParallelStyle
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.runtime.ops import ALL_SCHEDULES, all_gather_matmul, matmul_reduce_scatter
+from ccoverlap.runtime.ops import all_gather_matmul, check_schedule, matmul_reduce_scatter
 from ccoverlap.runtime.shared_gather import gather_input, gathered_linear, shared_gather_of
 
 __all__ = [
@@ -90,12 +90,6 @@ def _check_mesh(mesh, who: str):
     return mesh.get_group()
 
 
-def _check_schedule(schedule: str) -> str:
-    if schedule not in ALL_SCHEDULES:
-        raise ConfigError(f"schedule must be one of {', '.join(ALL_SCHEDULES)}; got {schedule!r}")
-    return schedule
-
-
 def _shard_param(module: nn.Module, name: str, mesh, placements, src_data_rank) -> None:
     p = getattr(module, name, None)
     if p is None:
@@ -124,7 +118,8 @@ class _OverlappedLinearStyle(ParallelStyle):
         self.input_layout = _one(input_layouts, self._default_input)
         self.output_layout = _one(output_layouts, self._default_output)
         self.use_local_output = use_local_output
-        self.schedule = _check_schedule(schedule)
+        check_schedule(schedule)
+        self.schedule = schedule
         self.comm_engine = comm_engine
 
     def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
