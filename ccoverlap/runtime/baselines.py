@@ -18,8 +18,12 @@ collective, like the ops they stand for.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 import torch
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 __all__ = ["dtensor_tp_baseline", "symm_mem_baseline"]
 
@@ -51,11 +55,11 @@ def dtensor_tp_baseline(
             parallelize_module(lin, mesh, RowwiseParallel(output_layouts=Shard(0)))
         else:
             return None, f"no DTensor TP equivalent of {op}"
-        lin.weight.to_local().copy_(w.detach())
+        cast("DTensor", lin.weight).to_local().copy_(w.detach())  # parallelize_module made it a DTensor
     lin.weight.requires_grad_(backward)
     xin = x.detach().clone().requires_grad_(backward)
 
-    def run():
+    def run() -> torch.Tensor:
         y = lin(xin)
         if backward:
             y.backward(torch.ones_like(y))
@@ -84,7 +88,10 @@ def symm_mem_baseline(
     name = "fused_all_gather_matmul" if op == "all_gather_matmul" else "fused_matmul_reduce_scatter"
     if ops is None or not hasattr(ops, name):
         return None, f"this torch has no torch.ops.symm_mem.{name}"
-    group_name = dist.group.WORLD.group_name
+    world_group = dist.group.WORLD
+    if world_group is None:
+        return None, "no default process group"
+    group_name = world_group.group_name
     enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
     if enable is not None:
         try:

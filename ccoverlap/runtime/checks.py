@@ -28,12 +28,16 @@ import hashlib
 import os
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.runtime import comm
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = [
     "ShapeMismatchError", "set_shape_check", "get_shape_check", "agree", "agree_start", "Agreement", "TensorDesc",
@@ -45,7 +49,7 @@ _MAX_DIMS = 8
 _SLOT = 2 + _MAX_DIMS  # present, ndim, dims...
 _lock = threading.Lock()
 _mode = os.environ.get("CCOVERLAP_CHECK_SHAPES", "always")
-_host_groups: dict[int, object] = {}
+_host_groups: dict[int, ProcessGroup | None] = {}
 _seen: set[tuple[str, int]] = set()
 _WIDTH = 64  # full descriptor length (int64) in the slow path
 #: Exchange a fingerprint first (True) or always the full descriptor table (False, the first
@@ -78,12 +82,12 @@ class TensorDesc:
 
     __slots__ = ("shape", "dtype")
 
-    def __init__(self, shape: Sequence[int], dtype: torch.dtype):
+    def __init__(self, shape: Sequence[int], dtype: torch.dtype) -> None:
         self.shape = tuple(int(s) for s in shape)
         self.dtype = dtype
 
 
-def _should_check(op: str, group, mode: str | None) -> bool:
+def _should_check(op: str, group: ProcessGroup | None, mode: str | None) -> bool:
     mode = mode or _mode
     if mode not in _MODES:
         raise ValueError(f"check_shapes must be one of {_MODES}, got {mode!r}")
@@ -101,11 +105,11 @@ def _should_check(op: str, group, mode: str | None) -> bool:
 
 def agree(
     op: str,
-    group,
-    tensors: dict[str, torch.Tensor | TensorDesc],
+    group: ProcessGroup | None,
+    tensors: Mapping[str, torch.Tensor | TensorDesc],
     *,
-    ints: dict[str, int] | None = None,
-    rules: Sequence,
+    ints: Mapping[str, int] | None = None,
+    rules: Sequence[Rule],
     mode: str | None = None,
 ) -> Table | None:
     """Check that ``tensors``/``ints`` satisfy ``rules`` on every rank; raise the same error on all.
@@ -130,10 +134,14 @@ class Agreement:
 
     __slots__ = ("_op", "_group", "_row", "_names", "_int_names", "_rules", "_handle", "_fps", "_done", "_table")
 
-    def __init__(self, op, group, row, names, int_names, rules, handle, fps) -> None:
+    def __init__(
+        self, op: str, group: ProcessGroup | None, row: list[int] | None, names: Sequence[str],
+        int_names: Sequence[str], rules: Sequence[Rule], handle: comm.Handle | None, fps: torch.Tensor | None,
+    ) -> None:  # fmt: skip
         self._op, self._group, self._row, self._names, self._int_names = op, group, row, names, int_names
         self._rules, self._handle, self._fps = rules, handle, fps
-        self._done, self._table = row is None, None
+        self._done: bool = row is None
+        self._table: Table | None = None
 
     def result(self) -> Table | None:
         """Wait for the check; the gathered :class:`Table`, or None when it was skipped.
@@ -143,10 +151,11 @@ class Agreement:
         if self._done:
             return self._table
         self._done = True
+        assert self._row is not None  # a skipped check (no row) is done from the start
         op, row, names, int_names, rules = self._op, self._row, self._names, self._int_names, self._rules
         p = comm.group_size(self._group)
         fp = _fingerprint(row)
-        if self._handle is not None:
+        if self._handle is not None and self._fps is not None:
             self._handle.wait()
             fps_l = self._fps.tolist() if self._fps.device.type == "cpu" else self._fps.cpu().tolist()
             if all(f == fp for f in fps_l):
@@ -173,11 +182,11 @@ class Agreement:
 
 def agree_start(
     op: str,
-    group,
-    tensors: dict[str, torch.Tensor | TensorDesc],
+    group: ProcessGroup | None,
+    tensors: Mapping[str, torch.Tensor | TensorDesc],
     *,
-    ints: dict[str, int] | None = None,
-    rules: Sequence,
+    ints: Mapping[str, int] | None = None,
+    rules: Sequence[Rule],
     mode: str | None = None,
 ) -> Agreement:
     """Start the check of :func:`agree` (its first, fingerprint collective, asynchronously).
@@ -200,7 +209,8 @@ def agree_start(
     row += [int(v) for v in (ints or {}).values()]
     if len(row) > _WIDTH:
         raise ValueError(f"{op}: too many arguments for the shape check")
-    handle = fps = None
+    handle: comm.Handle | None = None
+    fps: torch.Tensor | None = None
     if FINGERPRINT_FIRST:
         # Fast path: one all-gather of a 64-bit fingerprint of the descriptor (8 bytes per rank).
         # When every rank's fingerprint is equal, every rank holds the same descriptor, so each
@@ -251,7 +261,9 @@ def _fingerprint(row: list[int]) -> int:
     return int.from_bytes(digest, "little", signed=True)
 
 
-def _evaluate(op: str, raw: list[list[int]], names, int_names, rules) -> tuple[Table | None, str | None]:
+def _evaluate(
+    op: str, raw: list[list[int]], names: Sequence[str], int_names: Sequence[str], rules: Sequence[Rule]
+) -> tuple[Table | None, str | None]:
     """Run the rules on the gathered rows: ``(table, None)`` or ``(None, message)`` (pure)."""
     if any(r[0] != raw[0][0] for r in raw):
         ops = {i: _OP_NAMES.get(r[0], f"op#{r[0]}") for i, r in enumerate(raw)}
@@ -264,7 +276,7 @@ def _evaluate(op: str, raw: list[list[int]], names, int_names, rules) -> tuple[T
     return table, None
 
 
-def _check_group(group):
+def _check_group(group: ProcessGroup | None) -> ProcessGroup | None:
     """The group the descriptor travels on: a gloo twin of the default group under NCCL.
 
     A gloo all-gather of 512 bytes needs no CUDA sync, so the check does not stall the
@@ -290,7 +302,7 @@ def _check_group(group):
     return twin
 
 
-def same_int(name: str, render=str, what: str | None = None) -> callable:
+def same_int(name: str, render: Callable[[int], object] = str, what: str | None = None) -> Rule:
     """Rule: integer parameter ``name`` equals rank 0's on every rank (``render`` names the value)."""
 
     def rule(t: Table) -> str | None:
@@ -306,7 +318,7 @@ def same_int(name: str, render=str, what: str | None = None) -> callable:
 class Table:
     """Every rank's descriptor, decoded: ``shape(name, rank)``, ``dtype(name, rank)``, ``int(name, rank)``."""
 
-    def __init__(self, raw: list[list[int]], names: list[str], int_names: list[str]):
+    def __init__(self, raw: list[list[int]], names: Sequence[str], int_names: Sequence[str]) -> None:
         self.world_size = len(raw)
         self._shapes: dict[str, list[tuple[int, ...]]] = {n: [] for n in names}
         self._dtypes: dict[str, list[str]] = {n: [] for n in names}
@@ -341,8 +353,12 @@ class Table:
         return list(self._ints[name])
 
 
+#: A rule of the check: a pure function of the gathered table, an error message or None.
+Rule = Callable[[Table], "str | None"]
+
+
 # ----------------------------------------------------------------------------- rule helpers
-def _fmt_ranks(values: dict[int, object]) -> str:
+def _fmt_ranks(values: Mapping[int, object]) -> str:
     return ", ".join(f"rank {r}: {v}" for r, v in values.items())
 
 
@@ -350,7 +366,9 @@ def _fmt_shape(s: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(d) for d in s) + ")"
 
 
-def same_across_ranks(name: str, what: str, pick=lambda s: s) -> callable:
+def same_across_ranks(
+    name: str, what: str, pick: Callable[[tuple[int, ...]], object] = lambda s: s
+) -> Rule:
     """Rule: ``pick(shape)`` of argument ``name`` is equal on every rank."""
 
     def rule(t: Table) -> str | None:
@@ -363,7 +381,7 @@ def same_across_ranks(name: str, what: str, pick=lambda s: s) -> callable:
     return rule
 
 
-def same_dtype(*names: str) -> callable:
+def same_dtype(*names: str) -> Rule:
     """Rule: the named arguments share one dtype, on every rank."""
 
     def rule(t: Table) -> str | None:
@@ -372,15 +390,15 @@ def same_dtype(*names: str) -> callable:
             if len(ds) != 1:
                 return f"dtypes differ on rank {r}: " + ", ".join(f"{n}={t.dtypes(n)[r]}" for n in names)
         for n in names:
-            ds = t.dtypes(n)
-            if any(d != ds[0] for d in ds):
-                return f"{n} dtype must be the same on every rank, got {_fmt_ranks(dict(enumerate(ds)))}"
+            per = t.dtypes(n)
+            if any(d != per[0] for d in per):
+                return f"{n} dtype must be the same on every rank, got {_fmt_ranks(dict(enumerate(per)))}"
         return None
 
     return rule
 
 
-def per_rank(check) -> callable:
+def per_rank(check: Callable[[Table, int], str | None]) -> Rule:
     """Rule: ``check(table, rank) -> str | None`` must pass on every rank (reports the first)."""
 
     def rule(t: Table) -> str | None:

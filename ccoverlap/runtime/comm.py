@@ -26,9 +26,21 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import torch
 import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+
+class _Waitable(Protocol):
+    """What a handle waits on: a ``torch.distributed.Work``, a :class:`Handle` or a :class:`_Once`."""
+
+    def wait(self) -> object: ...
+
+    def is_completed(self) -> bool: ...
 
 __all__ = [
     "Handle",
@@ -71,21 +83,24 @@ class Handle:
 
     __slots__ = ("_works", "_result", "_finalize", "_keepalive", "_done")
 
-    def __init__(self, works: Sequence = (), result=None, finalize: Callable | None = None, keepalive=()):
-        self._works = [w for w in works if w is not None]
+    def __init__(
+        self, works: Sequence[_Waitable | None] = (), result: object = None,
+        finalize: Callable[[], object] | None = None, keepalive: tuple[object, ...] = (),
+    ) -> None:  # fmt: skip
+        self._works: list[_Waitable] = [w for w in works if w is not None]
         self._result = result
         self._finalize = finalize
         self._keepalive = keepalive
         self._done = False
 
     @classmethod
-    def completed(cls, result=None) -> Handle:
+    def completed(cls, result: object = None) -> Handle:
         """A handle for something already done (synchronous call or nothing to move)."""
         h = cls(result=result)
         h._done = True
         return h
 
-    def wait(self):
+    def wait(self) -> object:
         """Block (gloo) or stream-wait (NCCL) until done; return the result tensor(s)."""
         if not self._done:
             for w in self._works:
@@ -109,7 +124,7 @@ class _Once:
 
     __slots__ = ("work", "done")
 
-    def __init__(self, work) -> None:
+    def __init__(self, work: _Waitable) -> None:
         self.work, self.done = work, False
 
     def wait(self) -> None:
@@ -122,22 +137,22 @@ class _Once:
 
 
 # ---------------------------------------------------------------------------- group helpers
-def group_size(group=None) -> int:
+def group_size(group: ProcessGroup | None = None) -> int:
     """Number of ranks in ``group`` (the default group when None)."""
     return dist.get_world_size(group)
 
 
-def group_rank(group=None) -> int:
+def group_rank(group: ProcessGroup | None = None) -> int:
     """This process's rank inside ``group``."""
     return dist.get_rank(group)
 
 
-def backend_of(group=None) -> str:
+def backend_of(group: ProcessGroup | None = None) -> str:
     """Backend name of ``group`` in lower case ("gloo", "nccl", ...)."""
     return str(dist.get_backend(group)).lower()
 
 
-def comm_device(group=None) -> torch.device:
+def comm_device(group: ProcessGroup | None = None) -> torch.device:
     """Device that small control tensors for ``group`` must live on (CUDA for NCCL)."""
     backend = backend_of(group)
     if "nccl" in backend and torch.cuda.is_available():
@@ -145,7 +160,7 @@ def comm_device(group=None) -> torch.device:
     return torch.device("cpu")
 
 
-def global_rank(group, rank_in_group: int) -> int:
+def global_rank(group: ProcessGroup | None, rank_in_group: int) -> int:
     """Global rank of group rank ``rank_in_group`` (identity for the default group)."""
     if group is None or group is dist.GroupMember.WORLD:
         return rank_in_group
@@ -153,7 +168,7 @@ def global_rank(group, rank_in_group: int) -> int:
 
 
 # ------------------------------------------------------------------------ capability logic
-def force_fallbacks(names: Sequence[str] | None = None) -> contextlib.AbstractContextManager:
+def force_fallbacks(names: Sequence[str] | None = None) -> contextlib.AbstractContextManager[None]:
     """Context manager forcing the named fallbacks (all of them when ``names`` is None).
 
     Names: ``all_gather`` (list all-gather instead of tensor all-gather), ``reduce_scatter``
@@ -181,7 +196,7 @@ def force_fallbacks(names: Sequence[str] | None = None) -> contextlib.AbstractCo
     return _ctx()
 
 
-def supports(op: str, group=None) -> bool:
+def supports(op: str, group: ProcessGroup | None = None) -> bool:
     """Whether ``op`` is used natively on ``group``'s backend (not forced or found missing)."""
     return op not in _FORCED and (backend_of(group), op) not in _UNSUPPORTED
 
@@ -193,7 +208,7 @@ def _is_not_supported(exc: BaseException) -> bool:
     )
 
 
-def _try_native(op: str, group, call: Callable[[], object]):
+def _try_native(op: str, group: ProcessGroup | None, call: Callable[[], Any]) -> _Waitable | None | _Missing:
     """Run ``call``; on a backend "not supported" error remember it and return the sentinel."""
     if not supports(op, group):
         return _MISSING
@@ -207,10 +222,14 @@ def _try_native(op: str, group, call: Callable[[], object]):
         raise
 
 
-_MISSING = object()
+class _Missing:
+    """The type of :data:`_MISSING`: "the backend lacks this op" (a Work may itself be None)."""
 
 
-def _first_attr(*names: str):
+_MISSING = _Missing()
+
+
+def _first_attr(*names: str) -> Callable[..., Any] | None:  # torch.distributed functions, by name
     for n in names:
         fn = getattr(dist, n, None)
         if fn is not None:
@@ -229,7 +248,7 @@ def _check_contiguous(name: str, *tensors: torch.Tensor) -> None:
 
 
 # ------------------------------------------------------------------------------ collectives
-def all_gather_into(out: torch.Tensor, inp: torch.Tensor, group=None, async_op: bool = True) -> Handle:
+def all_gather_into(out: torch.Tensor, inp: torch.Tensor, group: ProcessGroup | None = None, async_op: bool = True) -> Handle:
     """All-gather ``inp`` from every rank into ``out`` (concatenated along dim 0, rank order).
 
     ``out`` must hold ``group_size * inp.numel()`` elements; both contiguous. Every rank must
@@ -246,13 +265,14 @@ def all_gather_into(out: torch.Tensor, inp: torch.Tensor, group=None, async_op: 
     if _AG_TENSOR is not None:
         # flat views: the 1-D "concatenation" form is accepted by every backend and version
         flat_out, flat_in = out.view(-1), inp.view(-1)
-        work = _try_native("all_gather", group, lambda: _AG_TENSOR(flat_out, flat_in, group=group, async_op=True))
-        if work is not _MISSING:
+        ag = _AG_TENSOR
+        work = _try_native("all_gather", group, lambda: ag(flat_out, flat_in, group=group, async_op=True))
+        if not isinstance(work, _Missing):
             return _sync_if(Handle([work], result=out), async_op)
     parts = [torch.empty_like(inp) for _ in range(p)]
     work = dist.all_gather(parts, inp, group=group, async_op=True)
 
-    def _fin():
+    def _fin() -> torch.Tensor:
         out.view(p, -1).copy_(torch.stack([t.reshape(-1) for t in parts]))
         return out
 
@@ -260,7 +280,8 @@ def all_gather_into(out: torch.Tensor, inp: torch.Tensor, group=None, async_op: 
 
 
 def reduce_scatter_into(
-    out: torch.Tensor, inp: torch.Tensor, group=None, op=dist.ReduceOp.SUM, async_op: bool = True
+    out: torch.Tensor, inp: torch.Tensor, group: ProcessGroup | None = None,
+    op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM, async_op: bool = True,
 ) -> Handle:
     """Reduce ``inp`` over ranks and scatter dim-0 blocks: rank r gets block r in ``out``.
 
@@ -276,10 +297,9 @@ def reduce_scatter_into(
         return Handle.completed(out)
     if _RS_TENSOR is not None:
         flat_out, flat_in = out.view(-1), inp.view(-1)
-        work = _try_native(
-            "reduce_scatter", group, lambda: _RS_TENSOR(flat_out, flat_in, op=op, group=group, async_op=True)
-        )
-        if work is not _MISSING:
+        rs = _RS_TENSOR
+        work = _try_native("reduce_scatter", group, lambda: rs(flat_out, flat_in, op=op, group=group, async_op=True))
+        if not isinstance(work, _Missing):
             return _sync_if(Handle([work], result=out, keepalive=(inp,)), async_op)
     chunks = list(inp.view(p, -1).unbind(0))
     flat_out = out.view(-1)
@@ -288,27 +308,28 @@ def reduce_scatter_into(
         group,
         lambda: dist.reduce_scatter(flat_out, chunks, op=op, group=group, async_op=True),
     )
-    if work is not _MISSING:
+    if not isinstance(work, _Missing):
         return _sync_if(Handle([work], result=out, keepalive=(inp, chunks)), async_op)
     full = inp.clone()
     r = group_rank(group)
     work = dist.all_reduce(full, op=op, group=group, async_op=True)
 
-    def _fin():
+    def _fin() -> torch.Tensor:
         out.view(-1).copy_(full.view(p, -1)[r])
         return out
 
     return _sync_if(Handle([work], result=out, finalize=_fin, keepalive=(full,)), async_op)
 
 
-def all_reduce(t: torch.Tensor, group=None, op=dist.ReduceOp.SUM, async_op: bool = True) -> Handle:
+def all_reduce(t: torch.Tensor, group: ProcessGroup | None = None, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM,
+    async_op: bool = True) -> Handle:
     """In-place all-reduce of ``t`` over ``group``; ``wait()`` returns ``t``."""
     if group_size(group) == 1:
         return Handle.completed(t)
     return _sync_if(Handle([dist.all_reduce(t, op=op, group=group, async_op=True)], result=t), async_op)
 
 
-def broadcast(t: torch.Tensor, src: int, group=None, async_op: bool = True) -> Handle:
+def broadcast(t: torch.Tensor, src: int, group: ProcessGroup | None = None, async_op: bool = True) -> Handle:
     """Broadcast ``t`` from group rank ``src`` to every rank of ``group`` (in place)."""
     if group_size(group) == 1:
         return Handle.completed(t)
@@ -316,7 +337,8 @@ def broadcast(t: torch.Tensor, src: int, group=None, async_op: bool = True) -> H
     return _sync_if(Handle([work], result=t), async_op)
 
 
-def reduce(t: torch.Tensor, dst: int, group=None, op=dist.ReduceOp.SUM, async_op: bool = True) -> Handle:
+def reduce(t: torch.Tensor, dst: int, group: ProcessGroup | None = None, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM,
+    async_op: bool = True) -> Handle:
     """Reduce ``t`` onto group rank ``dst`` (in place there; other ranks' ``t`` is scratch)."""
     if group_size(group) == 1:
         return Handle.completed(t)
@@ -329,7 +351,7 @@ def all_to_all_single(
     inp: torch.Tensor,
     out_splits: Sequence[int] | None = None,
     in_splits: Sequence[int] | None = None,
-    group=None,
+    group: ProcessGroup | None = None,
     async_op: bool = True,
 ) -> Handle:
     """All-to-all along dim 0: block ``j`` of ``inp`` goes to rank j, block ``i`` of ``out``
@@ -350,7 +372,7 @@ def all_to_all_single(
             out, inp, output_split_sizes=list(out_s), input_split_sizes=list(in_s), group=group, async_op=True
         ),
     )
-    if work is not _MISSING:
+    if not isinstance(work, _Missing):
         return _sync_if(Handle([work], result=out, keepalive=(inp,)), async_op)
     r = group_rank(group)
     in_off = _offsets(in_s)
@@ -362,14 +384,35 @@ def all_to_all_single(
     return _sync_if(Handle([h], result=out), async_op)
 
 
+@overload
+def exchange(
+    sends: Sequence[tuple[int, torch.Tensor]], recvs: Sequence[tuple[int, torch.Tensor]],
+    group: ProcessGroup | None = None, tag: int = 0, *, per_recv: Literal[False] = False,
+) -> Handle: ...
+
+
+@overload
+def exchange(
+    sends: Sequence[tuple[int, torch.Tensor]], recvs: Sequence[tuple[int, torch.Tensor]],
+    group: ProcessGroup | None = None, tag: int = 0, *, per_recv: Literal[True],
+) -> tuple[Handle, list[Handle]]: ...
+
+
+@overload
+def exchange(
+    sends: Sequence[tuple[int, torch.Tensor]], recvs: Sequence[tuple[int, torch.Tensor]],
+    group: ProcessGroup | None = None, tag: int = 0, *, per_recv: bool = False,
+) -> Handle | tuple[Handle, list[Handle]]: ...
+
+
 def exchange(
     sends: Sequence[tuple[int, torch.Tensor]],
     recvs: Sequence[tuple[int, torch.Tensor]],
-    group=None,
+    group: ProcessGroup | None = None,
     tag: int = 0,
     *,
     per_recv: bool = False,
-):
+) -> Handle | tuple[Handle, list[Handle]]:
     """Post point-to-point sends and receives together (peers are *group* ranks).
 
     ``sends``: (peer, tensor) pairs; ``recvs``: (peer, contiguous destination) pairs. Empty
@@ -378,15 +421,15 @@ def exchange(
     where ``recv_handles[i]`` completes ``recvs[i]`` (on backends that coalesce a batch into
     one work, every recv handle waits for the whole batch).
     """
-    ops: list[tuple[Callable, torch.Tensor, int]] = []
-    keep = []
+    ops: list[_P2P] = []
+    keep: list[torch.Tensor] = []
     for peer, t in sends:
         if t.numel() == 0:
             continue
         t = t.contiguous()
         keep.append(t)
         ops.append((dist.isend, t, global_rank(group, peer)))
-    recv_pos = []
+    recv_pos: list[int | None] = []
     for peer, t in recvs:
         if t.numel() == 0:
             recv_pos.append(None)
@@ -401,7 +444,7 @@ def exchange(
         # post one batch per (send i, recv i) pair instead. Every rank posts its pairs in
         # the same order (step j: send to r+j, recv from r-j), so the groups match up.
         return _exchange_pairwise(ops, recv_pos, n_send, group, tag, keep)
-    works: list = []
+    works: list[_Waitable] = []
     if ops:
         if use_batch:
             p2p = [dist.P2POp(fn, t, peer, group, tag) for fn, t, peer in ops]
@@ -413,7 +456,7 @@ def exchange(
     if not per_recv:
         return handle
     per_op = len(works) == len(ops)
-    recv_handles = []
+    recv_handles: list[Handle] = []
     for pos in recv_pos:
         if pos is None:
             recv_handles.append(Handle.completed())
@@ -424,11 +467,14 @@ def exchange(
     return handle, recv_handles
 
 
+#: One point-to-point op of :func:`exchange`: (``dist.isend`` or ``dist.irecv``, tensor, global peer rank).
+_P2P = tuple[Callable[..., Any], torch.Tensor, int]
+
 _COALESCING: set[str] = {"nccl"}
 _FORCE_PAIRWISE = False
 
 
-def coalesces_p2p(group=None) -> bool:
+def coalesces_p2p(group: ProcessGroup | None = None) -> bool:
     """Whether ``batch_isend_irecv`` on ``group``'s backend returns one Work for the whole batch (NCCL)."""
     return _FORCE_PAIRWISE or any(b in backend_of(group) for b in _COALESCING)
 
@@ -444,14 +490,18 @@ def force_pairwise_p2p() -> Iterator[None]:
         _FORCE_PAIRWISE = old
 
 
-def _exchange_pairwise(ops, recv_pos, n_send, group, tag, keep):
+def _exchange_pairwise(
+    ops: Sequence[_P2P], recv_pos: Sequence[int | None], n_send: int, group: ProcessGroup | None, tag: int,
+    keep: Sequence[torch.Tensor],
+) -> tuple[Handle, list[Handle]]:
     """One ``batch_isend_irecv`` per (i-th send, i-th recv) pair; recv i's handle waits for its pair only."""
     sends = ops[:n_send]
     recvs = [ops[p_] if p_ is not None else None for p_ in recv_pos]
     pairs = max(len(sends), len(recvs))
-    all_works, recv_handles = [], []
+    all_works: list[_Waitable] = []
+    recv_handles: list[Handle] = []
     for i in range(pairs):
-        batch = []
+        batch: list[_P2P] = []
         if i < len(sends):
             batch.append(sends[i])
         r = recvs[i] if i < len(recvs) else None
@@ -465,7 +515,7 @@ def _exchange_pairwise(ops, recv_pos, n_send, group, tag, keep):
     return Handle(all_works, keepalive=tuple(keep)), recv_handles
 
 
-def barrier(group=None) -> None:
+def barrier(group: ProcessGroup | None = None) -> None:
     """Synchronise ``group`` with a one-element all-reduce on its communication device."""
     if group_size(group) == 1:
         return
@@ -494,7 +544,8 @@ def _splits(rows: int, p: int, splits: Sequence[int] | None, name: str) -> list[
 
 
 def _offsets(sizes: Sequence[int]) -> list[int]:
-    off, acc = [], 0
+    off: list[int] = []
+    acc = 0
     for s in sizes:
         off.append(acc)
         acc += s

@@ -38,11 +38,18 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar, overload
 
 import torch
 
 from ccoverlap.runtime.comm import Handle
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.distributed._symmetric_memory import _SymmetricMemory
+
+    from ccoverlap.runtime.schedules import C10dTransport, Region
 
 __all__ = ["side_stream", "SymmMemTransport", "dma_available", "BufferPool", "col_block_offsets"]
 
@@ -60,7 +67,7 @@ def side_stream(device: torch.device, name: str = "comm") -> torch.cuda.Stream:
     return s
 
 
-def dma_available(tensor: torch.Tensor, group) -> tuple[bool, str]:
+def dma_available(tensor: torch.Tensor, group: ProcessGroup | None) -> tuple[bool, str]:
     """Whether this rank can serve ``tensor`` on ``group`` with the copy-engine transport, and why not.
 
     Local answer only (the op's cross-rank check combines every rank's, see
@@ -99,7 +106,8 @@ def col_block_offsets(m: int, k: int, p: int) -> list[tuple[int, int, int]]:
     block with one contiguous copy. Pieces follow ``torch.tensor_split`` like the schedules.
     """
     base, extra = divmod(k, p)
-    out, off = [], 0
+    out: list[tuple[int, int, int]] = []
+    off = 0
     for t in range(p):
         sz = base + (1 if t < extra else 0)
         out.append((off, sz, m * off))
@@ -107,7 +115,11 @@ def col_block_offsets(m: int, k: int, p: int) -> list[tuple[int, int, int]]:
     return out
 
 
-class BufferPool:
+_Buf = TypeVar("_Buf")
+_Hdl = TypeVar("_Hdl")
+
+
+class BufferPool(Generic[_Buf, _Hdl]):
     """One growable byte buffer per key (group, device), with its rendezvous handle.
 
     ``get(key, nbytes)`` returns ``(buffer, handle)`` at least ``nbytes`` long, allocating
@@ -117,13 +129,13 @@ class BufferPool:
     injected so the policy is testable without GPUs.
     """
 
-    def __init__(self, alloc: Callable[[int], tuple[object, object]]) -> None:
+    def __init__(self, alloc: Callable[[int], tuple[_Buf, _Hdl]]) -> None:
         self._alloc = alloc
-        self._bufs: dict[tuple, tuple[object, object, int]] = {}
+        self._bufs: dict[tuple, tuple[_Buf, _Hdl, int]] = {}
         self.failed: dict[tuple, str] = {}
         self.allocations = 0
 
-    def get(self, key: tuple, nbytes: int):
+    def get(self, key: tuple, nbytes: int) -> tuple[_Buf, _Hdl]:
         """A buffer of at least ``nbytes`` bytes for ``key`` (allocated or grown as needed)."""
         have = self._bufs.get(key)
         if have is not None and have[2] >= nbytes:
@@ -142,19 +154,20 @@ class BufferPool:
         return len(self._bufs)
 
 
-def _symm_alloc(group) -> Callable[[int], tuple[torch.Tensor, object]]:
-    def alloc(nbytes: int):
+def _symm_alloc(group: ProcessGroup | None) -> Callable[[int], tuple[torch.Tensor, _SymmetricMemory]]:
+    def alloc(nbytes: int) -> tuple[torch.Tensor, _SymmetricMemory]:
         import torch.distributed as dist
         import torch.distributed._symmetric_memory as symm_mem
 
         pg = group or dist.group.WORLD
+        assert pg is not None  # the default group exists: the op's check ran on it
         buf = symm_mem.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", torch.cuda.current_device()))
         return buf, symm_mem.rendezvous(buf, pg)
 
     return alloc
 
 
-_pools: dict[int, BufferPool] = {}
+_pools: dict[int, BufferPool[torch.Tensor, _SymmetricMemory]] = {}
 _calls: dict[tuple, int] = {}
 
 
@@ -173,7 +186,9 @@ class SymmMemTransport:
     wants_schedule = True
 
     @classmethod
-    def create(cls, shard: torch.Tensor, group, schedule: str = "serial"):
+    def create(
+        cls, shard: torch.Tensor, group: ProcessGroup | None, schedule: str = "serial"
+    ) -> SymmMemTransport | C10dTransport:
         """A DMA transport for ``shard``, or a c10d one on every rank if any rank's set-up failed."""
         import torch.distributed as dist
 
@@ -181,6 +196,7 @@ class SymmMemTransport:
         from ccoverlap.runtime.schedules import C10dTransport
 
         pg = group or dist.group.WORLD
+        assert pg is not None  # the default group exists: the op's check ran on it
         dev = shard.device
         key = (id(pg), dev.index)
         pool = _pools.setdefault(key[0], BufferPool(_symm_alloc(group)))
@@ -206,7 +222,10 @@ class SymmMemTransport:
                 return C10dTransport(shard, group)
         return cls(shard, group, buf, hdl, key, schedule)
 
-    def __init__(self, shard, group, buf, hdl, key, schedule: str) -> None:
+    def __init__(
+        self, shard: torch.Tensor, group: ProcessGroup | None, buf: torch.Tensor, hdl: _SymmetricMemory,
+        key: tuple[int, int | None], schedule: str,
+    ) -> None:
         self.shard, self.group, self.device, self.key = shard, group, shard.device, key
         self.hdl = hdl
         self.col_blocks = schedule == "uniform-fused-2d"
@@ -229,7 +248,7 @@ class SymmMemTransport:
             # call (its reads of the other half were joined to its compute stream before this)
             hdl.barrier()
 
-    def _peer_region(self, rank: int, region) -> torch.Tensor:
+    def _peer_region(self, rank: int, region: Region) -> torch.Tensor:
         rows, cols = region
         m, k = self.shard.shape
         flat = self.hdl.get_buffer(rank, (2 * self.numel,), self.shard.dtype)[self.offset : self.offset + self.numel]
@@ -239,7 +258,7 @@ class SymmMemTransport:
         full = flat.view(m, k)
         return full[rows]  # row slices of a row-major shard are contiguous
 
-    def _copies(self, pairs) -> Handle:
+    def _copies(self, pairs: Sequence[tuple[int, Region, torch.Tensor]]) -> Handle:
         compute = torch.cuda.current_stream(self.device)
         start = torch.cuda.Event()
         start.record(compute)  # destinations were allocated on the tensor's compute stream
@@ -249,18 +268,33 @@ class SymmMemTransport:
             for src, region, dst in pairs:
                 dst.copy_(self._peer_region(src, region), non_blocking=True)
             done.record(self.stream)
-        keep = [d for _, _, d in pairs]
+        keep = tuple(d for _, _, d in pairs)
         for d in keep:
             d.record_stream(self.stream)
         return Handle(finalize=lambda: torch.cuda.current_stream(self.device).wait_event(done), keepalive=keep)
 
-    def gather(self, region, out: torch.Tensor) -> Handle:
+    def gather(self, region: Region, out: torch.Tensor) -> Handle:
         """Copy every rank's ``shard[region]`` (own included) into ``out`` (``[P, ...]``) on the copy stream."""
         p = self.hdl.world_size
         view = out.view(p, *self.shard[region].shape)
         return self._copies([(i, region, view[i]) for i in range(p)])
 
-    def fetch(self, region, srcs, outs, dsts, tag: int, per_recv: bool = False):
+    @overload
+    def fetch(
+        self, region: Region, srcs: Sequence[int], outs: Sequence[torch.Tensor], dsts: Sequence[int], tag: int,
+        per_recv: Literal[False] = False,
+    ) -> Handle: ...
+
+    @overload
+    def fetch(
+        self, region: Region, srcs: Sequence[int], outs: Sequence[torch.Tensor], dsts: Sequence[int], tag: int,
+        per_recv: Literal[True],
+    ) -> tuple[Handle, list[Handle]]: ...
+
+    def fetch(
+        self, region: Region, srcs: Sequence[int], outs: Sequence[torch.Tensor], dsts: Sequence[int], tag: int,
+        per_recv: bool = False,
+    ) -> Handle | tuple[Handle, list[Handle]]:
         """Copy ``shard[region]`` of each rank in ``srcs`` into ``outs``; ``dsts``/``tag`` unused (peers pull)."""
         if per_recv:
             hs = [self._copies([(s, region, o)]) for s, o in zip(srcs, outs)]
@@ -276,7 +310,7 @@ class SymmMemTransport:
                 pool.drop(self.key)
 
 
-def _enable_for_group(pg) -> None:
+def _enable_for_group(pg: ProcessGroup) -> None:
     """Older torch needs ``enable_symm_mem_for_group`` before a rendezvous; newer deprecates it.
 
     Called only where the torch build has it and reports the group as not yet enabled;

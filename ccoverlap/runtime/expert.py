@@ -14,10 +14,16 @@ The backward has the same shape: dispatch ``dy``, ``dx_e = dy_e @ W_e`` and
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
 import torch
 
 from ccoverlap.runtime import checks, comm
 from ccoverlap.runtime.schedules import split_sizes
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["all_to_all_matmul", "A2A_SCHEDULES"]
 
@@ -27,12 +33,17 @@ A2A_SCHEDULES = ("serial", "chunked", "auto", "tune")
 class _Plan:
     """Row bookkeeping for one call: which rows go where, chunk by chunk (all Python ints)."""
 
-    def __init__(self, send_counts: list[int], recv_counts: list[int], p: int, e: int, chunks: int, device):
+    def __init__(
+        self, send_counts: list[int], recv_counts: list[int], p: int, e: int, chunks: int, device: torch.device
+    ) -> None:
         self.p, self.e, self.chunks = p, e, chunks
         starts = [0]
         for c in send_counts:
             starts.append(starts[-1] + c)
-        self.send_idx, self.in_splits, self.out_splits, self.expert_rows = [], [], [], []
+        self.send_idx: list[torch.Tensor] = []  # per chunk: rows of x sent, in send order
+        self.in_splits: list[list[int]] = []  # per chunk: rows sent to each rank
+        self.out_splits: list[list[int]] = []  # per chunk: rows received from each rank
+        self.expert_rows: list[list[torch.Tensor]] = []  # per chunk, per local expert: its received rows
         for j in range(chunks):
             idx: list[int] = []
             per_dst = [0] * p
@@ -57,16 +68,19 @@ class _Plan:
             self.expert_rows.append([torch.tensor(r, dtype=torch.long, device=device) for r in rows_of_expert])
 
 
-def _run(inp: torch.Tensor, plan: _Plan, compute, width: int, group, pipelined: bool) -> torch.Tensor:
+def _run(
+    inp: torch.Tensor, plan: _Plan, compute: Callable[[int, torch.Tensor], torch.Tensor], width: int,
+    group: ProcessGroup | None, pipelined: bool,
+) -> torch.Tensor:
     """Dispatch ``inp`` chunk by chunk, ``compute(j, recv_j) -> [rows, width]``, combine back."""
     y = torch.empty(inp.shape[0], width, dtype=inp.dtype, device=inp.device)
 
-    def dispatch(j):
+    def dispatch(j: int) -> tuple[torch.Tensor, comm.Handle]:
         send = inp.index_select(0, plan.send_idx[j])
         recv = torch.empty(sum(plan.out_splits[j]), inp.shape[1], dtype=inp.dtype, device=inp.device)
         return recv, comm.all_to_all_single(recv, send, plan.out_splits[j], plan.in_splits[j], group=group)
 
-    combines = []
+    combines: list[tuple[torch.Tensor, comm.Handle]] = []
     nxt = dispatch(0)
     for j in range(plan.chunks):
         recv, h = nxt
@@ -89,11 +103,13 @@ def _run(inp: torch.Tensor, plan: _Plan, compute, width: int, group, pipelined: 
 
 class _AllToAllMatmul(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w, plan, group, pipelined):
+    def forward(
+        ctx: Any, x: torch.Tensor, w: torch.Tensor, plan: _Plan, group: ProcessGroup | None, pipelined: bool
+    ) -> torch.Tensor:
         n = w.shape[1]
         kept: list[torch.Tensor] = []
 
-        def compute(j, recv):
+        def compute(j: int, recv: torch.Tensor) -> torch.Tensor:
             kept.append(recv)
             res = torch.empty(recv.shape[0], n, dtype=recv.dtype, device=recv.device)
             for le, rows in enumerate(plan.expert_rows[j]):
@@ -110,13 +126,13 @@ class _AllToAllMatmul(torch.autograd.Function):
         return y
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None, None]:
         w, *kept = ctx.saved_tensors
         plan = ctx.plan
         k = w.shape[2]
         dw = torch.zeros_like(w) if ctx.needs_input_grad[1] else None
 
-        def compute(j, g):
+        def compute(j: int, g: torch.Tensor) -> torch.Tensor:
             xr = kept[j]
             res = torch.empty(g.shape[0], k, dtype=g.dtype, device=g.device)
             for le, rows in enumerate(plan.expert_rows[j]):
@@ -138,8 +154,8 @@ class _AllToAllMatmul(torch.autograd.Function):
 def all_to_all_matmul(
     x: torch.Tensor,
     expert_weight: torch.Tensor,
-    splits,
-    group=None,
+    splits: Sequence[int] | torch.Tensor,
+    group: ProcessGroup | None = None,
     *,
     schedule: str = "auto",
     num_chunks: int | None = None,
@@ -211,7 +227,9 @@ def a2a_candidates(p: int) -> tuple[str, ...]:
     return ("serial", *(f"chunked:{c}" for c in sorted({2, p, 2 * p, 4 * p})))
 
 
-def _tuned(x, w, counts, group, table) -> tuple[str, int | None]:
+def _tuned(
+    x: torch.Tensor, w: torch.Tensor, counts: list[int], group: ProcessGroup | None, table: checks.Table | None
+) -> tuple[str, int | None]:
     """Resolve ``schedule="tune"`` for one call: (schedule, num_chunks), identical on every rank."""
     from ccoverlap.runtime.tuning import resolve
 
@@ -225,12 +243,12 @@ def _tuned(x, w, counts, group, table) -> tuple[str, int | None]:
     xc = x.detach().contiguous()
     wd = w.detach()
 
-    def run_for(name):
+    def run_for(name: str) -> Callable[[], None]:
         # the public op, as a user's call (and ``ccoverlap bench``) runs it: the per-call check
         # and the counts exchange included, so tune times what will run (forward only)
         sched, chunks = ("serial", None) if name == "serial" else ("chunked", int(name.split(":")[1]))
 
-        def call():
+        def call() -> None:
             with torch.no_grad():
                 all_to_all_matmul(xc, wd, counts, group, schedule=sched, num_chunks=chunks)
         return call

@@ -18,6 +18,9 @@ import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 __all__ = ["free_port", "spawn", "SpawnError", "default_backend"]
 
@@ -42,7 +45,10 @@ def default_backend(world_size: int) -> str:
     return "gloo"
 
 
-def _child(rank, world_size, port, backend, fn, args, outdir, threads, pg_timeout_s):
+def _child(
+    rank: int, world_size: int, port: int, backend: str, fn: Callable[..., object], args: tuple[object, ...],
+    outdir: str, threads: int | None, pg_timeout_s: float,
+) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -74,15 +80,15 @@ def _child(rank, world_size, port, backend, fn, args, outdir, threads, pg_timeou
 
 
 def spawn(
-    fn: Callable,
+    fn: Callable[..., _T],
     world_size: int,
-    args: tuple = (),
+    args: tuple[object, ...] = (),
     *,
     backend: str | None = None,
     timeout_s: float = 300.0,
     threads: int | None = None,
     pg_timeout_s: float = 120.0,
-) -> list:
+) -> list[_T]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` fresh processes; return their results by rank.
 
     ``fn`` and its results must be picklable (``fn`` importable by module path). Raises
@@ -112,7 +118,8 @@ def spawn(
         for r in stuck:
             procs[r].kill()
             procs[r].join(5)
-        results, errors = [], []
+        results: list[Any] = []  # what each rank's fn returned, unpickled
+        errors: list[str] = []
         for r in range(world_size):
             path = os.path.join(outdir, f"rank-{r}.pkl")
             if not os.path.exists(path):

@@ -1,4 +1,13 @@
-"""Tensor-parallel, sequence-parallel layers built on the overlapped ops (Megatron-style TP + SP).
+"""Internal: process-group tensor-parallel layers on the overlapped ops (Megatron-style TP + SP).
+
+The public layer API is :mod:`ccoverlap.runtime.tp` (torch's tensor-parallel styles for
+``parallelize_module``, on a DeviceMesh). This module is the DTensor-free reference next to
+it: plain ``nn.Module`` layers on a process group that call the same ops
+(:func:`~ccoverlap.runtime.ops.all_gather_matmul`, :func:`~ccoverlap.runtime.ops.matmul_reduce_scatter`)
+with the same cross-rank checks and the same ``schedule=`` check
+(:func:`~ccoverlap.runtime.ops.check_schedule`); the tests compare a parallel block built of
+them with one process. Its names are not re-exported by :mod:`ccoverlap.runtime` any more
+(importing them from there still works, with a ``DeprecationWarning``).
 
 Activations outside the TP region are sequence-parallel: dim 0 (the sequence) is sharded
 over the group. :class:`ColumnParallelLinear` all-gathers them and multiplies by its slice of
@@ -16,6 +25,8 @@ gradients over the group (call it after ``backward()``, before the optimizer ste
 from __future__ import annotations
 
 import math
+from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +34,10 @@ from torch import nn
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.runtime import comm
-from ccoverlap.runtime.ops import ALL_SCHEDULES, all_gather_matmul, matmul_reduce_scatter
+from ccoverlap.runtime.ops import all_gather_matmul, check_schedule, matmul_reduce_scatter
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = [
     "ColumnParallelLinear",
@@ -40,12 +54,6 @@ def _divide(total: int, p: int, what: str) -> int:
     return total // p
 
 
-def _check_schedule(schedule: str) -> str:
-    if schedule not in ALL_SCHEDULES:
-        raise ConfigError(f"schedule must be one of {', '.join(ALL_SCHEDULES)}; got {schedule!r}")
-    return schedule
-
-
 class ColumnParallelLinear(nn.Module):
     """``y = AllGather_0(x_shard) @ W_r.T + b_r``: sequence-parallel input, output features split.
 
@@ -58,28 +66,29 @@ class ColumnParallelLinear(nn.Module):
         self,
         in_features: int,
         out_features: int,
-        group=None,
+        group: ProcessGroup | None = None,
         *,
         bias: bool = True,
         schedule: str = "auto",
         comm_engine: str = "sm",
-        device=None,
-        dtype=None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        self.schedule = schedule
+        check_schedule(schedule)
         self.group = group
         self.world_size = comm.group_size(group)
         self.rank = comm.group_rank(group)
         self.in_features, self.out_features = in_features, out_features
         self.out_per_rank = _divide(out_features, self.world_size, "out_features")
-        self.schedule = _check_schedule(schedule)
         self.comm_engine = comm_engine
         self.weight = nn.Parameter(torch.empty(self.out_per_rank, in_features, device=device, dtype=dtype))
         self.bias = nn.Parameter(torch.zeros(self.out_per_rank, device=device, dtype=dtype)) if bias else None
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
 
     @torch.no_grad()
-    def load_full(self, weight: torch.Tensor, bias: torch.Tensor | None = None, rows=None) -> None:
+    def load_full(self, weight: torch.Tensor, bias: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> None:
         """Copy this rank's slice of a full ``[out_features, in_features]`` weight (and bias).
 
         ``rows`` (optional index tensor) picks the rows instead of the contiguous slice.
@@ -108,30 +117,31 @@ class RowParallelLinear(nn.Module):
         self,
         in_features: int,
         out_features: int,
-        group=None,
+        group: ProcessGroup | None = None,
         *,
         bias: bool = True,
         schedule: str = "auto",
         comm_engine: str = "sm",
-        device=None,
-        dtype=None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        self.schedule = schedule
+        check_schedule(schedule)
         self.group = group
         self.world_size = comm.group_size(group)
         self.rank = comm.group_rank(group)
         self.in_features, self.out_features = in_features, out_features
         self.in_per_rank = _divide(in_features, self.world_size, "in_features")
-        self.schedule = _check_schedule(schedule)
         self.comm_engine = comm_engine
         self.weight = nn.Parameter(torch.empty(out_features, self.in_per_rank, device=device, dtype=dtype))
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
         if self.bias is not None:
-            self.bias.sequence_parallel = True
+            _flag_sequence_parallel(self.bias)
 
     @torch.no_grad()
-    def load_full(self, weight: torch.Tensor, bias: torch.Tensor | None = None, cols=None) -> None:
+    def load_full(self, weight: torch.Tensor, bias: torch.Tensor | None = None, cols: torch.Tensor | None = None) -> None:
         """Copy this rank's column slice of a full ``[out_features, in_features]`` weight (and the bias)."""
         if cols is None:
             cols = torch.arange(self.rank * self.in_per_rank, (self.rank + 1) * self.in_per_rank)
@@ -151,18 +161,20 @@ class TransformerBlock(nn.Module):
     The reference :class:`ParallelTransformerBlock` is checked against.
     """
 
-    def __init__(self, hidden: int, heads: int, ffn_hidden: int, *, device=None, dtype=None) -> None:
+    def __init__(
+        self, hidden: int, heads: int, ffn_hidden: int, *, device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         if hidden % heads:
             raise ConfigError(f"hidden={hidden} is not divisible by heads={heads}")
         self.hidden, self.heads, self.ffn_hidden = hidden, heads, ffn_hidden
-        kw = {"device": device, "dtype": dtype}
-        self.ln1 = nn.LayerNorm(hidden, **kw)
-        self.qkv = nn.Linear(hidden, 3 * hidden, **kw)  # rows: [q (all heads); k; v]
-        self.proj = nn.Linear(hidden, hidden, **kw)
-        self.ln2 = nn.LayerNorm(hidden, **kw)
-        self.fc1 = nn.Linear(hidden, ffn_hidden, **kw)
-        self.fc2 = nn.Linear(ffn_hidden, hidden, **kw)
+        self.ln1 = nn.LayerNorm(hidden, device=device, dtype=dtype)
+        self.qkv = nn.Linear(hidden, 3 * hidden, device=device, dtype=dtype)  # rows: [q (all heads); k; v]
+        self.proj = nn.Linear(hidden, hidden, device=device, dtype=dtype)
+        self.ln2 = nn.LayerNorm(hidden, device=device, dtype=dtype)
+        self.fc1 = nn.Linear(hidden, ffn_hidden, device=device, dtype=dtype)
+        self.fc2 = nn.Linear(ffn_hidden, hidden, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[s, b, h] -> [s, b, h]``: x + attn(ln1(x)), then + mlp(ln2(.))."""
@@ -176,7 +188,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) ->
     s, b, hd = q.shape
     d = hd // heads
 
-    def split(t):
+    def split(t: torch.Tensor) -> torch.Tensor:
         return t.reshape(s, b, heads, d).permute(1, 2, 0, 3)  # [b, heads, s, d]
 
     o = F.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=True)
@@ -196,30 +208,34 @@ class ParallelTransformerBlock(nn.Module):
         hidden: int,
         heads: int,
         ffn_hidden: int,
-        group=None,
+        group: ProcessGroup | None = None,
         *,
         schedule: str = "auto",
         comm_engine: str = "sm",
-        device=None,
-        dtype=None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        check_schedule(schedule)
         p = comm.group_size(group)
         if hidden % heads:
             raise ConfigError(f"hidden={hidden} is not divisible by heads={heads}")
         self.heads_per_rank = _divide(heads, p, "heads")
         _divide(ffn_hidden, p, "ffn_hidden")
         self.hidden, self.heads, self.ffn_hidden, self.group = hidden, heads, ffn_hidden, group
-        kw = {"schedule": schedule, "comm_engine": comm_engine, "device": device, "dtype": dtype}
+        col = partial(ColumnParallelLinear, group=group, schedule=schedule, comm_engine=comm_engine, device=device,
+                      dtype=dtype)  # fmt: skip
+        row = partial(RowParallelLinear, group=group, schedule=schedule, comm_engine=comm_engine, device=device,
+                      dtype=dtype)  # fmt: skip
         self.ln1 = nn.LayerNorm(hidden, device=device, dtype=dtype)
-        self.qkv = ColumnParallelLinear(hidden, 3 * hidden, group, **kw)
-        self.proj = RowParallelLinear(hidden, hidden, group, **kw)
+        self.qkv = col(hidden, 3 * hidden)
+        self.proj = row(hidden, hidden)
         self.ln2 = nn.LayerNorm(hidden, device=device, dtype=dtype)
-        self.fc1 = ColumnParallelLinear(hidden, ffn_hidden, group, **kw)
-        self.fc2 = RowParallelLinear(ffn_hidden, hidden, group, **kw)
+        self.fc1 = col(hidden, ffn_hidden)
+        self.fc2 = row(ffn_hidden, hidden)
         for ln in (self.ln1, self.ln2):
             for prm in ln.parameters():
-                prm.sequence_parallel = True
+                _flag_sequence_parallel(prm)
 
     def forward(self, x_shard: torch.Tensor) -> torch.Tensor:
         """``[s/P, b, h] -> [s/P, b, h]``; the same math as :class:`TransformerBlock` on the full sequence."""
@@ -228,7 +244,9 @@ class ParallelTransformerBlock(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
     @classmethod
-    def from_reference(cls, ref: TransformerBlock, group=None, **kwargs) -> ParallelTransformerBlock:
+    def from_reference(
+        cls, ref: TransformerBlock, group: ProcessGroup | None = None, **kwargs: str
+    ) -> ParallelTransformerBlock:
         """Shard a :class:`TransformerBlock`'s weights onto this rank (same math, same init)."""
         p0 = next(ref.parameters())
         blk = cls(ref.hidden, ref.heads, ref.ffn_hidden, group, device=p0.device, dtype=p0.dtype, **kwargs)
@@ -246,7 +264,12 @@ class ParallelTransformerBlock(nn.Module):
         return blk
 
 
-def allreduce_sequence_parallel_grads(module: nn.Module, group=None) -> int:
+def _flag_sequence_parallel(param: nn.Parameter) -> None:
+    """Mark ``param`` as replicated but fed only this rank's sequence shard (summed by the function below)."""
+    setattr(param, "sequence_parallel", True)  # noqa: B010 - a flag on torch's Parameter, which declares no such field
+
+
+def allreduce_sequence_parallel_grads(module: nn.Module, group: ProcessGroup | None = None) -> int:
     """Sum the gradients of parameters flagged ``sequence_parallel`` over ``group`` (in place).
 
     Such parameters are replicated but each rank only back-propagated its sequence shard

@@ -18,10 +18,15 @@ ParallelStyles with torch's: one plan dict, built either with torch's style clas
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor.parallel.style import ParallelStyle
 
 __all__ = ["RMSNorm", "Attention", "FeedForward", "Block", "Llama", "block_plan", "model_plan", "style_classes"]
 
@@ -109,18 +114,24 @@ class Llama(nn.Module):
         return self.output(self.norm(h))
 
 
-def style_classes(styles: str):
+#: A ParallelStyle class: called with the style's keyword arguments.
+StyleClass = Callable[..., "ParallelStyle"]
+
+
+def style_classes(styles: str) -> tuple[StyleClass, StyleClass, StyleClass]:
     """``(ColwiseParallel, RowwiseParallel, PrepareModuleInput)`` of ``"torch"`` or ``"ccoverlap"``."""
     if styles == "torch":
         from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel
-    elif styles == "ccoverlap":
-        from ccoverlap.runtime.tp import ColwiseParallel, PrepareModuleInput, RowwiseParallel
-    else:
-        raise ValueError(f"styles must be 'torch' or 'ccoverlap', got {styles!r}")
-    return ColwiseParallel, RowwiseParallel, PrepareModuleInput
+
+        return ColwiseParallel, RowwiseParallel, PrepareModuleInput
+    if styles == "ccoverlap":
+        from ccoverlap.runtime import tp
+
+        return tp.ColwiseParallel, tp.RowwiseParallel, tp.PrepareModuleInput
+    raise ValueError(f"styles must be 'torch' or 'ccoverlap', got {styles!r}")
 
 
-def block_plan(styles: str, prefix: str = "", **style_kwargs) -> dict:
+def block_plan(styles: str, prefix: str = "", **style_kwargs: str) -> dict[str, ParallelStyle]:
     """torchtitan's TP + SP plan for one :class:`Block` (keys prefixed by ``prefix``).
 
     ``style_kwargs`` (e.g. ``schedule="serial"``) go to ccoverlap's linear styles only.
@@ -145,7 +156,9 @@ def block_plan(styles: str, prefix: str = "", **style_kwargs) -> dict:
     }
 
 
-def model_plan(model: Llama, styles: str, *, loss_parallel: bool = True, **style_kwargs) -> dict:
+def model_plan(
+    model: Llama, styles: str, *, loss_parallel: bool = True, **style_kwargs: str
+) -> dict[str, ParallelStyle]:
     """torchtitan's plan for :class:`Llama`: every block's plan plus embedding, final norm and head.
 
     With ``loss_parallel`` the head's output stays a ``Shard(-1)`` DTensor (vocab-sharded

@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -31,20 +32,46 @@ import torch.distributed as dist
 from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.apply import parse_nccl_env, pinned_options
 from ccoverlap.runtime.profiler import LiveNCCLProfiler, ProfilerUnavailable
-from ccoverlap.specs import AttentionSpec, GemmSpec, MemorySpec
+from ccoverlap.specs import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+    from ccoverlap.deciders.lagom.group import OverlapGroup
+    from ccoverlap.sim.simulator import SupportsDuration
 
 __all__ = ["load_nccl_env", "apply_nccl_env", "load_process_groups", "process_group_options",
            "device_mesh_backend_override", "options_from_config", "TorchNCCLLayer", "live_profiler"]
 
 
-def _dir(out_dir) -> Path:
+#: An ``--emit`` directory.
+EmitDir = str | os.PathLike[str]
+
+
+class _CTAs(Protocol):
+    min_ctas: int
+    max_ctas: int
+
+
+class PGOptions(Protocol):
+    """What :func:`options_from_config` sets: ``ProcessGroupNCCL.Options`` or a stand-in (tests)."""
+
+    @property
+    def config(self) -> _CTAs: ...
+
+
+_Options = TypeVar("_Options", bound=PGOptions)
+_T = TypeVar("_T")
+
+
+def _dir(out_dir: EmitDir) -> Path:
     d = Path(out_dir)
     if not d.is_dir():
         raise ConfigError(f"{d}: no such --emit directory")
     return d
 
 
-def load_nccl_env(out_dir) -> dict[str, str]:
+def load_nccl_env(out_dir: EmitDir) -> dict[str, str]:
     """``{NAME: value}`` of ``DIR/nccl.env`` (checked against the pinned NCCL variable list)."""
     p = _dir(out_dir) / "nccl.env"
     if not p.is_file():
@@ -52,11 +79,11 @@ def load_nccl_env(out_dir) -> dict[str, str]:
     return parse_nccl_env(p.read_text(encoding="utf-8"), str(p))
 
 
-def apply_nccl_env(out_dir, *, override: bool = False) -> dict[str, str]:
+def apply_nccl_env(out_dir: EmitDir, *, override: bool = False) -> dict[str, str]:
     """Set ``DIR/nccl.env``'s variables in ``os.environ`` (a variable already set is kept
     unless ``override``); returns the ones set. NCCL reads them when it creates its first
     communicator in this process: call this before any NCCL process group exists."""
-    done = {}
+    done: dict[str, str] = {}
     for name, value in load_nccl_env(out_dir).items():
         if override or name not in os.environ:
             os.environ[name] = value
@@ -64,7 +91,7 @@ def apply_nccl_env(out_dir, *, override: bool = False) -> dict[str, str]:
     return done
 
 
-def load_process_groups(out_dir) -> dict[str, dict]:
+def load_process_groups(out_dir: EmitDir) -> dict[str, dict[str, Any]]:  # JSON objects
     """``{group: {ranks, ranks_per_node, min_ctas, max_ctas}}`` of ``DIR/process_groups.json``
     (empty when the directory has none: no group's channels change); ConfigError on bad values."""
     p = _dir(out_dir) / "process_groups.json"
@@ -78,14 +105,20 @@ def load_process_groups(out_dir) -> dict[str, dict]:
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping of group name to options")
     for name, cfg in data.items():
-        vals = {k: cfg.get(k) if isinstance(cfg, dict) else None for k in ("min_ctas", "max_ctas")}
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in vals.values()) \
-                or not 1 <= vals["min_ctas"] <= vals["max_ctas"] <= cap:
+        lo, hi = (_int(cfg.get(k)) if isinstance(cfg, dict) else None for k in ("min_ctas", "max_ctas"))
+        if lo is None or hi is None or not 1 <= lo <= hi <= cap:
             raise ConfigError(f"{p}: group {name!r} needs integers 1 <= min_ctas <= max_ctas <= {cap}, got {cfg}")
     return data
 
 
-def options_from_config(cfg: dict, options_cls, *, is_high_priority_stream: bool = False):
+def _int(v: object) -> int | None:
+    """``v`` when it is an integer (not a bool), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def options_from_config(
+    cfg: Mapping[str, Any], options_cls: Callable[..., _Options], *, is_high_priority_stream: bool = False
+) -> _Options:
     """``options_cls(is_high_priority_stream)`` with ``config.min_ctas`` / ``max_ctas`` from
     ``cfg`` (one ``process_groups.json`` entry); ``options_cls`` is
     ``torch.distributed.ProcessGroupNCCL.Options`` (or a stand-in with the same attributes)."""
@@ -95,13 +128,16 @@ def options_from_config(cfg: dict, options_cls, *, is_high_priority_stream: bool
     return opts
 
 
-def _nccl_options_cls():
+def _nccl_options_cls() -> Callable[..., PGOptions] | None:
     if not dist.is_available() or not dist.is_nccl_available():
         return None
     return dist.ProcessGroupNCCL.Options
 
 
-def process_group_options(out_dir, group: str, *, is_high_priority_stream: bool = False, options_cls=None):
+def process_group_options(
+    out_dir: EmitDir, group: str, *, is_high_priority_stream: bool = False,
+    options_cls: Callable[..., PGOptions] | None = None,
+) -> PGOptions | None:
     """``ProcessGroupNCCL.Options`` for ``group`` (a name of ``process_groups.json``: ``dp``,
     ``tp``, ``ep``, ...) with its min / max CTAs, for ``pg_options=``; None when the group
     keeps NCCL's defaults or this PyTorch has no NCCL. ``options_cls`` replaces
@@ -113,10 +149,12 @@ def process_group_options(out_dir, group: str, *, is_high_priority_stream: bool 
     return options_from_config(cfg, cls, is_high_priority_stream=is_high_priority_stream)
 
 
-def device_mesh_backend_override(out_dir, mesh_dim_names: Sequence[str], *, options_cls=None) -> dict:
+def device_mesh_backend_override(
+    out_dir: EmitDir, mesh_dim_names: Sequence[str], *, options_cls: Callable[..., PGOptions] | None = None
+) -> dict[str, tuple[str, PGOptions]]:
     """``{dim name: ("nccl", options)}`` for the mesh dimensions whose group has options, for
     ``init_device_mesh(..., mesh_dim_names=..., backend_override=...)``; empty without NCCL."""
-    out = {}
+    out: dict[str, tuple[str, PGOptions]] = {}
     for name in mesh_dim_names:
         opts = process_group_options(out_dir, name, options_cls=options_cls)
         if opts is not None:
@@ -132,7 +170,7 @@ class TorchNCCLLayer:
     after ``init_process_group("nccl")``, on every rank; ``workdir`` holds the tuner CSVs
     (one directory per rank, default a temporary one)."""
 
-    def __init__(self, workdir=None) -> None:
+    def __init__(self, workdir: str | os.PathLike[str] | None = None) -> None:
         ok, why = self.available()
         if not ok:
             raise ProfilerUnavailable(f"live NCCL profiling is unavailable: {why}")
@@ -157,16 +195,22 @@ class TorchNCCLLayer:
             return False, f"the default process group uses {dist.get_backend()!r}, not NCCL"
         return True, ""
 
-    def broadcast(self, obj):
-        box = [obj]
+    def broadcast(self, obj: _T) -> _T:
+        """Rank 0's ``obj`` on every rank."""
+        box: list[_T] = [obj]
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
     def nccl_env(self) -> dict[str, str]:
+        """This process's ``NCCL_*`` environment (what its communicators run with)."""
         return {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
 
-    def communicator(self, blocks, ctas: dict, tuner_csv: str | None):
-        env = {}
+    def communicator(
+        self, blocks: Sequence[Sequence[int]], ctas: Mapping[str, Any], tuner_csv: str | None
+    ) -> ProcessGroup | None:
+        """This rank's group of a new set of ``blocks`` created with min / max CTAs ``ctas`` while NCCL
+        reads ``tuner_csv`` (the tuner plugin's file, or None); every rank creates every block."""
+        env: dict[str, str] = {}
         if tuner_csv is not None:
             self._csvs += 1
             path = self.workdir / f"call{self._csvs}.csv"
@@ -176,7 +220,7 @@ class TorchNCCLLayer:
         old = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
-            mine = None
+            mine: ProcessGroup | None = None
             for ranks in blocks:  # every rank creates every block, in the same order; eager init reads the CSV now
                 pg = dist.new_group(ranks, backend="nccl", pg_options=opts, device_id=self.device)
                 if self.rank in ranks:
@@ -189,7 +233,7 @@ class TorchNCCLLayer:
                     os.environ[k] = v
         return mine
 
-    def _compute_fn(self, spec):
+    def _compute_fn(self, spec: object) -> Callable[[], torch.Tensor]:
         if isinstance(spec, AttentionSpec):  # a GEMM of the same FLOPs
             side = max(16, int(round((spec.flops / 2) ** (1 / 3))))
             spec = GemmSpec(m=side, n=side, k=side)
@@ -202,7 +246,7 @@ class TorchNCCLLayer:
             return lambda: x.mul_(1.0)
         raise ConfigError(f"the live profiler cannot run a {type(spec).__name__}")
 
-    def _comm_fn(self, pg, spec):
+    def _comm_fn(self, pg: ProcessGroup, spec: CollectiveSpec) -> Callable[[], object]:
         p = spec.group.size
         n = max(p, int(spec.bytes // 2) // p * p)  # bf16 elements, divisible by the group size
         buf = torch.empty(n, device=self.device, dtype=torch.bfloat16)
@@ -216,11 +260,16 @@ class TorchNCCLLayer:
                "reduce": lambda: dist.reduce(buf, dst=dist.get_global_rank(pg, 0), group=pg)}
         return fns[spec.collective]
 
-    def run(self, computations, collectives, warmup: int, iters: int):
+    def run(
+        self, computations: Sequence[object], collectives: Sequence[tuple[object, CollectiveSpec]], warmup: int,
+        iters: int,
+    ) -> list[tuple[list[float], float, float]]:
+        """The computations on the main stream and the collectives on a side stream from one start; per timed
+        run (after ``warmup``): (per-collective seconds, summed computation seconds, makespan seconds)."""
         comps = [self._compute_fn(s) for s in computations]
-        comms = [self._comm_fn(pg, spec) for pg, spec in collectives]
+        comms = [self._comm_fn(cast("ProcessGroup", pg), spec) for pg, spec in collectives]  # made by communicator()
         side, main = torch.cuda.Stream(), torch.cuda.current_stream()
-        samples = []
+        samples: list[tuple[list[float], float, float]] = []
         for it in range(warmup + iters):
             dist.barrier()
             torch.cuda.synchronize()
@@ -233,9 +282,9 @@ class TorchNCCLLayer:
                 e0.record(main); fn(); e1.record(main)
                 comp_ev.append((e0, e1))
             with torch.cuda.stream(side):
-                for fn in comms:
+                for cfn in comms:
                     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    e0.record(side); fn(); e1.record(side)
+                    e0.record(side); cfn(); e1.record(side)
                     comm_ev.append((e0, e1))
             end = torch.cuda.Event(enable_timing=True)
             main.wait_stream(side)
@@ -246,13 +295,17 @@ class TorchNCCLLayer:
                                 sum(a.elapsed_time(b) for a, b in comp_ev) * 1e-3, start.elapsed_time(end) * 1e-3))
         return samples
 
-    def max_over_ranks(self, values):
+    def max_over_ranks(self, values: Sequence[float]) -> list[float]:
+        """Element-wise maximum over every rank."""
         vec = torch.tensor(values, device=self.device, dtype=torch.float64)
         dist.all_reduce(vec, op=dist.ReduceOp.MAX)
         return [float(x) for x in vec.tolist()]
 
 
-def live_profiler(group, *, cost=None, warmup: int = 3, iters: int = 10, strict: bool = True, workdir=None):
+def live_profiler(
+    group: OverlapGroup, *, cost: SupportsDuration | None = None, warmup: int = 3, iters: int = 10,
+    strict: bool = True, workdir: str | os.PathLike[str] | None = None,
+) -> LiveNCCLProfiler:
     """A :class:`~ccoverlap.runtime.profiler.LiveNCCLProfiler` for ``group`` on this job's GPUs
     (:class:`TorchNCCLLayer`); ProfilerUnavailable without CUDA and an NCCL process group."""
     return LiveNCCLProfiler(group, TorchNCCLLayer(workdir), cost=cost, warmup=warmup, iters=iters, strict=strict)

@@ -32,17 +32,25 @@ FiCCO pieces. Every rank must pass the same ``schedule``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ccoverlap.errors import ConfigError
 from ccoverlap.runtime import checks, comm
 from ccoverlap.runtime.blocks import gathered_shape, gemm_operand, rank_blocks, weight_grad
 from ccoverlap.runtime.schedules import SCHEDULES, ag_matmul, matmul_rs
-from ccoverlap.runtime.tuning import is_decided, resolve
+from ccoverlap.runtime.tuning import is_decided, register_op, resolve
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+    from ccoverlap.runtime.cuda import SymmMemTransport
 
 __all__ = [
-    "all_gather_matmul", "matmul_reduce_scatter", "check_call", "agreed_engine", "ALL_SCHEDULES", "COMM_ENGINES",
+    "all_gather_matmul", "matmul_reduce_scatter", "check_call", "check_schedule", "agreed_engine", "ALL_SCHEDULES",
+    "COMM_ENGINES",
 ]  # fmt: skip
 
 #: Every accepted ``schedule=`` value.
@@ -53,7 +61,7 @@ COMM_ENGINES = ("sm", "dma")
 _warned: set[str] = set()
 
 
-def _transport(engine: str):
+def _transport(engine: str) -> type[SymmMemTransport] | None:
     """The transport class for an *agreed* engine (``"dma"`` only after :func:`agreed_engine`)."""
     if engine == "sm":
         return None
@@ -68,7 +76,7 @@ def _check_engine(comm_engine: str) -> int:
     return COMM_ENGINES.index(comm_engine)
 
 
-def _dma_ok(comm_engine: str, tensor: torch.Tensor, group) -> tuple[int, str]:
+def _dma_ok(comm_engine: str, tensor: torch.Tensor, group: ProcessGroup | None) -> tuple[int, str]:
     """This rank's local answer to "can the copy-engine transport serve this call?" (1/0, reason)."""
     if comm_engine != "dma":
         return 0, "not requested"
@@ -78,7 +86,7 @@ def _dma_ok(comm_engine: str, tensor: torch.Tensor, group) -> tuple[int, str]:
     return int(ok), why
 
 
-def agreed_engine(requested: list[int], available: list[int]) -> tuple[str, str]:
+def agreed_engine(requested: Sequence[int], available: Sequence[int]) -> tuple[str, str]:
     """The comm engine every rank uses, from every rank's request and local DMA availability.
 
     ``requested[r]`` is rank r's index into :data:`COMM_ENGINES` (the check has already
@@ -101,7 +109,7 @@ def _warn_once(why: str) -> None:
         warnings.warn(why, stacklevel=4)
 
 
-def _local_engine(comm_engine: str, tensor: torch.Tensor, group) -> str:
+def _local_engine(comm_engine: str, tensor: torch.Tensor, group: ProcessGroup | None) -> str:
     """Engine when the check is skipped (policy "never"/"first"): this rank's own answer."""
     ok, why = _dma_ok(comm_engine, tensor, group)
     if comm_engine == "dma" and not ok:
@@ -110,9 +118,16 @@ def _local_engine(comm_engine: str, tensor: torch.Tensor, group) -> str:
     return comm_engine
 
 
-def _check_schedule(schedule: str) -> int:
+def check_schedule(schedule: str) -> int:
+    """The index of ``schedule`` in :data:`ALL_SCHEDULES` (what the cross-rank check sends).
+
+    The one check of a ``schedule=`` argument: the ops, the tensor-parallel styles of
+    :mod:`ccoverlap.runtime.tp` and the layers of :mod:`ccoverlap.runtime.layers` call it when
+    they are given one. Raises :class:`~ccoverlap.errors.ConfigError` (a ``ValueError``)
+    naming the accepted values otherwise.
+    """
     if schedule not in ALL_SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}; expected one of {ALL_SCHEDULES}")
+        raise ConfigError(f"schedule must be one of {', '.join(ALL_SCHEDULES)}; got {schedule!r}")
     return ALL_SCHEDULES.index(schedule)
 
 
@@ -147,7 +162,8 @@ _CACHE_RULE = checks.same_int(
 
 
 def check_call(
-    op: str, x: torch.Tensor, weight: torch.Tensor, group, schedule: str, comm_engine: str, dim: int, mode
+    op: str, x: torch.Tensor, weight: torch.Tensor, group: ProcessGroup | None, schedule: str, comm_engine: str,
+    dim: int, mode: str | None,
 ) -> str:
     """Cross-rank check of one ``all_gather_matmul``/``matmul_reduce_scatter`` call; returns the agreed engine.
 
@@ -161,14 +177,15 @@ def check_call(
 
 
 def start_check(
-    op: str, x: torch.Tensor, weight: torch.Tensor, group, schedule: str, comm_engine: str, dim: int, mode
+    op: str, x: torch.Tensor, weight: torch.Tensor, group: ProcessGroup | None, schedule: str, comm_engine: str,
+    dim: int, mode: str | None,
 ) -> Callable[[], str]:
     """:func:`check_call` in two halves: starts the check, returns ``finish()`` (waits, raises or returns the engine).
 
     Local work may run between the two; no other collective may start on ``group`` before
     ``finish()`` has returned, and every rank must call it.
     """
-    sched_id = _check_schedule(schedule)
+    sched_id = check_schedule(schedule)
     eng_id = _check_engine(comm_engine)
     dma_ok, _why = _dma_ok(comm_engine, x, group)
     kind = "ag" if op == "all_gather_matmul" else "rs"
@@ -223,7 +240,9 @@ def _norm_dim(x: torch.Tensor, dim: int, what: str) -> int:
     return dim % nd if nd else 0
 
 
-def _concrete(kind: str, a: torch.Tensor, b: torch.Tensor, group, schedule: str, engine: str) -> tuple[str, str]:
+def _concrete(
+    kind: str, a: torch.Tensor, b: torch.Tensor, group: ProcessGroup | None, schedule: str, engine: str
+) -> tuple[str, str]:
     """``(forward schedule, backward schedule)`` for a call: ``auto`` is one schedule for both
     directions (judged on forward + backward); ``tune`` times each direction's GEMM on its own,
     so the backward keeps ``"tune"`` and resolves with its own shapes."""
@@ -238,7 +257,10 @@ class _AllGatherMatmul(torch.autograd.Function):
     reads the batch-first blocks where they lie (:mod:`ccoverlap.runtime.blocks`)."""
 
     @staticmethod
-    def forward(ctx, x2d, weight, group, schedule, bwd_schedule, comm_engine, dim, shard_shape):
+    def forward(
+        ctx: Any, x2d: torch.Tensor, weight: torch.Tensor, group: ProcessGroup | None, schedule: str,
+        bwd_schedule: str, comm_engine: str, dim: int, shard_shape: torch.Size,
+    ) -> torch.Tensor:
         p = comm.group_size(group)
         dt = torch.result_type(x2d, weight)
         y = torch.empty(gathered_shape(shard_shape, dim, p, weight.shape[0]), dtype=dt, device=x2d.device)
@@ -251,14 +273,14 @@ class _AllGatherMatmul(torch.autograd.Function):
         return y
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x_full, weight = ctx.saved_tensors
         dy = dy.contiguous()
         dy4 = gemm_operand(rank_blocks(dy, ctx.dim, comm.group_size(ctx.group)))  # [P, B, R, N]: rank j's rows of dy
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        dw = [None]
+        dw: list[torch.Tensor | None] = [None]
 
-        def wgrad():
+        def wgrad() -> None:
             if need_w:
                 dw[0] = weight_grad(dy4, x_full.view(*ctx.blocks, x_full.shape[-1]))  # [n, P*m] @ [P*m, k]
 
@@ -276,7 +298,10 @@ class _MatmulReduceScatter(torch.autograd.Function):
     the GEMMs read and write the batch-first blocks where they lie (:mod:`ccoverlap.runtime.blocks`)."""
 
     @staticmethod
-    def forward(ctx, x, weight, group, schedule, bwd_schedule, gate, engine, dim):
+    def forward(
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, group: ProcessGroup | None, schedule: str,
+        bwd_schedule: str, gate: Callable[[], None] | None, engine: list[str | None], dim: int,
+    ) -> torch.Tensor:
         p = comm.group_size(group)
         x4 = gemm_operand(rank_blocks(x, dim, p))  # [P, B, R, K_r]: rank j's rows of x (read twice: here and for dW)
         out = matmul_rs(x4, weight.t(), group, schedule, before_comm=gate)
@@ -288,12 +313,14 @@ class _MatmulReduceScatter(torch.autograd.Function):
         return out.view(shard)
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x4, weight = ctx.saved_tensors
         p = comm.group_size(ctx.group)
         dy2d = dy.contiguous().view(-1, dy.shape[-1])  # this rank's rows, in its own order
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        dx = dw = dy_full = None
+        dx: torch.Tensor | None = None
+        dw: torch.Tensor | None = None
+        dy_full: torch.Tensor | None = None
         if need_x:
             sched = resolve("ag", dy2d, weight, ctx.group, ctx.schedule, comm_engine=ctx.comm_engine).schedule
             tx = _transport(ctx.comm_engine)
@@ -304,6 +331,7 @@ class _MatmulReduceScatter(torch.autograd.Function):
             dy_full = torch.empty(p * dy2d.shape[0], dy2d.shape[1], dtype=dy2d.dtype, device=dy2d.device)
             comm.all_gather_into(dy_full, dy2d, group=ctx.group, async_op=False)
         if need_w:
+            assert dy_full is not None  # gathered above whenever need_w
             dw = weight_grad(dy_full.view(*x4.shape[:3], dy_full.shape[-1]), x4)  # [n, M] @ [M, k]
         return dx, dw, None, None, None, None, None, None
 
@@ -311,7 +339,7 @@ class _MatmulReduceScatter(torch.autograd.Function):
 def all_gather_matmul(
     x_shard: torch.Tensor,
     weight: torch.Tensor,
-    group=None,
+    group: ProcessGroup | None = None,
     *,
     schedule: str = "auto",
     comm_engine: str = "sm",
@@ -346,7 +374,7 @@ def all_gather_matmul(
 def matmul_reduce_scatter(
     x: torch.Tensor,
     weight: torch.Tensor,
-    group=None,
+    group: ProcessGroup | None = None,
     *,
     schedule: str = "auto",
     comm_engine: str = "sm",
@@ -367,7 +395,7 @@ def matmul_reduce_scatter(
     dim = _norm_dim(x, dim, "matmul_reduce_scatter")
     finish = start_check("matmul_reduce_scatter", x, weight, group, schedule, comm_engine, dim, check_shapes)
     p = comm.group_size(group)
-    engine = [None]
+    engine: list[str | None] = [None]
     if not _rs_locally_valid(x, weight, dim, p):
         engine[0] = finish()  # raises on every rank (some rank's arguments are wrong); nothing local may run first
     x = x.contiguous()  # rank blocks are views of it (no copy when it is contiguous already)
@@ -379,7 +407,12 @@ def matmul_reduce_scatter(
         engine[0] = finish()  # deciding auto/tune communicates: the check must be over first
     fwd, bwd = _concrete("rs", x2d, b, group, schedule, "sm")
 
-    def gate():  # otherwise the check ends after the first local GEMM, before the first collective
+    def gate() -> None:  # otherwise the check ends after the first local GEMM, before the first collective
         engine[0] = finish()
 
     return _MatmulReduceScatter.apply(x, weight, group, fwd, bwd, gate if engine[0] is None else None, engine, dim)
+
+
+# what ``auto`` and ``tune`` time (:mod:`ccoverlap.runtime.tuning` does not import this module)
+register_op("ag", all_gather_matmul)
+register_op("rs", matmul_reduce_scatter)

@@ -20,14 +20,19 @@ same shape on every rank (as those collectives require).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
 from ccoverlap.runtime import comm
 from ccoverlap.runtime.comm import Handle
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
 
 __all__ = [
     "all_reduce_as_rs_ag",
@@ -47,7 +52,7 @@ __all__ = [
 
 
 # ------------------------------------------------------------------ primitive substitution
-def all_reduce_as_rs_ag(t: torch.Tensor, group=None) -> torch.Tensor:
+def all_reduce_as_rs_ag(t: torch.Tensor, group: ProcessGroup | None = None) -> torch.Tensor:
     """All-reduce (sum) as reduce-scatter + all-gather (Centauri §3.1.1, Table 2); returns a new tensor.
 
     ``t`` is flattened and zero-padded to a multiple of the group size; the result has
@@ -65,7 +70,7 @@ def all_reduce_as_rs_ag(t: torch.Tensor, group=None) -> torch.Tensor:
     return full[: flat.numel()].view(t.shape)
 
 
-def all_gather_as_broadcasts(x: torch.Tensor, group=None) -> torch.Tensor:
+def all_gather_as_broadcasts(x: torch.Tensor, group: ProcessGroup | None = None) -> torch.Tensor:
     """All-gather along dim 0 as P broadcasts, root j sending its shard (Centauri §3.1.1, Table 2).
 
     All P broadcasts are issued asynchronously, then waited; returns ``[P*m, ...]``.
@@ -80,7 +85,7 @@ def all_gather_as_broadcasts(x: torch.Tensor, group=None) -> torch.Tensor:
     return out
 
 
-def reduce_scatter_as_reduces(x: torch.Tensor, group=None) -> torch.Tensor:
+def reduce_scatter_as_reduces(x: torch.Tensor, group: ProcessGroup | None = None) -> torch.Tensor:
     """Reduce-scatter (sum) along dim 0 as P reduces of distinct roots (Centauri §3.1.1, Table 2).
 
     Block j of ``x`` is reduced onto rank j; returns this rank's ``[rows/P, ...]`` block.
@@ -103,9 +108,9 @@ class Mesh2D:
 
     inter_size: int
     intra_size: int
-    intra_group: object  # ranks on the same node (same inter index)
-    inter_group: object  # ranks with the same local index on every node
-    device_mesh: object = None  # the torch DeviceMesh, when built from one
+    intra_group: ProcessGroup  # ranks on the same node (same inter index)
+    inter_group: ProcessGroup  # ranks with the same local index on every node
+    device_mesh: DeviceMesh | None = None  # the torch DeviceMesh, when built from one
 
     @property
     def size(self) -> int:
@@ -233,7 +238,10 @@ class Partitioned:
     the assembled result, identical to the unpartitioned collective.
     """
 
-    def __init__(self, out: torch.Tensor, handles: list[Handle], spans: list[tuple[int, int]], finish=None):
+    def __init__(
+        self, out: torch.Tensor, handles: list[Handle], spans: list[tuple[int, int]],
+        finish: Callable[[int], None] | None = None,
+    ) -> None:
         self.out, self.handles, self.spans, self._finish = out, handles, spans, finish
         self._done = [False] * len(handles)
 
@@ -252,7 +260,7 @@ class Partitioned:
         return self.out
 
 
-def partitioned_all_gather(x: torch.Tensor, group=None, chunks: int | Sequence[float] = 2) -> Partitioned:
+def partitioned_all_gather(x: torch.Tensor, group: ProcessGroup | None = None, chunks: int | Sequence[float] = 2) -> Partitioned:
     """All-gather along dim 0 issued as pieces (Centauri §3.1.3): piece i gathers rows ``spans[i]`` of every shard.
 
     All pieces are issued asynchronously at once. ``out.view(P, m, ...)[:, lo:hi]`` holds
@@ -262,7 +270,9 @@ def partitioned_all_gather(x: torch.Tensor, group=None, chunks: int | Sequence[f
     m = x.shape[0]
     x = x.contiguous()
     out = torch.empty(p * m, *x.shape[1:], dtype=x.dtype, device=x.device)
-    spans, handles, bufs = [], [], []
+    spans: list[tuple[int, int]] = []
+    handles: list[Handle] = []
+    bufs: list[torch.Tensor] = []
     lo = 0
     for sz in chunk_sizes(m, chunks):
         spans.append((lo, lo + sz))
@@ -271,7 +281,7 @@ def partitioned_all_gather(x: torch.Tensor, group=None, chunks: int | Sequence[f
         bufs.append(buf)
         lo += sz
 
-    def finish(i):
+    def finish(i: int) -> None:
         a, b = spans[i]
         if b > a:
             out.view(p, m, *x.shape[1:])[:, a:b].copy_(bufs[i].view(p, b - a, *x.shape[1:]))
@@ -279,7 +289,7 @@ def partitioned_all_gather(x: torch.Tensor, group=None, chunks: int | Sequence[f
     return Partitioned(out, handles, spans, finish)
 
 
-def partitioned_reduce_scatter(x: torch.Tensor, group=None, chunks: int | Sequence[float] = 2) -> Partitioned:
+def partitioned_reduce_scatter(x: torch.Tensor, group: ProcessGroup | None = None, chunks: int | Sequence[float] = 2) -> Partitioned:
     """Reduce-scatter (sum) along dim 0 issued as pieces (Centauri §3.1.3); ``wait_all()`` equals the flat one.
 
     ``x``: ``[P*m, ...]``; piece i reduces rows ``spans[i]`` of every rank's block.
@@ -290,7 +300,8 @@ def partitioned_reduce_scatter(x: torch.Tensor, group=None, chunks: int | Sequen
     m, rest = x.shape[0] // p, x.shape[1:]
     x3 = x.reshape(p, m, *rest)
     out = torch.empty(m, *rest, dtype=x.dtype, device=x.device)
-    spans, handles = [], []
+    spans: list[tuple[int, int]] = []
+    handles: list[Handle] = []
     lo = 0
     for sz in chunk_sizes(m, chunks):
         spans.append((lo, lo + sz))
@@ -303,10 +314,11 @@ def partitioned_reduce_scatter(x: torch.Tensor, group=None, chunks: int | Sequen
     return Partitioned(out, handles, spans)
 
 
-def partitioned_all_reduce(t: torch.Tensor, group=None, chunks: int | Sequence[float] = 2) -> Partitioned:
+def partitioned_all_reduce(t: torch.Tensor, group: ProcessGroup | None = None, chunks: int | Sequence[float] = 2) -> Partitioned:
     """All-reduce (sum) of ``t`` (along dim 0 pieces) issued asynchronously (Centauri §3.1.3); returns a new tensor."""
     out = t.contiguous().clone()
-    spans, handles = [], []
+    spans: list[tuple[int, int]] = []
+    handles: list[Handle] = []
     lo = 0
     for sz in chunk_sizes(t.shape[0], chunks):
         spans.append((lo, lo + sz))

@@ -27,15 +27,21 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.runtime import comm
 from ccoverlap.runtime.llama import Block, Llama, block_plan, model_plan
 from ccoverlap.runtime.tuning import median_ratio_interval, round_order
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 __all__ = ["SHAPES", "PlanShape", "PlanBenchConfig", "run_rank", "bench", "format_table"]
 
@@ -94,7 +100,9 @@ class PlanBenchConfig:
         return sh
 
 
-def _build(cfg: PlanBenchConfig, sh: PlanShape, row: str, mesh, full_state: dict):
+def _build(
+    cfg: PlanBenchConfig, sh: PlanShape, row: str, mesh: DeviceMesh, full_state: Mapping[str, torch.Tensor]
+) -> nn.Module:
     """The workload parallelized for ``row``: ``torch``, ``ccoverlap`` or ``ccoverlap:<schedule>``."""
     from torch.distributed.tensor.parallel import parallelize_module
 
@@ -103,12 +111,13 @@ def _build(cfg: PlanBenchConfig, sh: PlanShape, row: str, mesh, full_state: dict
     torch.manual_seed(cfg.seed + 1)
     styles, _, sched = row.partition(":")
     kw = {"schedule": sched or cfg.schedule} if styles == "ccoverlap" else {}
+    mod: nn.Module
     if cfg.workload == "block":
         mod = Block(sh.dim, sh.heads, sh.ffn)
         plan = block_plan(styles, **kw)
     else:
-        mod = Llama(cfg.vocab, sh.dim, sh.heads, sh.ffn, cfg.layers)
-        plan = model_plan(mod, styles, loss_parallel=True, **kw)
+        model = Llama(cfg.vocab, sh.dim, sh.heads, sh.ffn, cfg.layers)
+        mod, plan = model, model_plan(model, styles, loss_parallel=True, **kw)
     mod = mod.to(getattr(torch, cfg.dtype))
     if mesh.device_type == "cuda":
         mod = mod.cuda()
@@ -117,14 +126,16 @@ def _build(cfg: PlanBenchConfig, sh: PlanShape, row: str, mesh, full_state: dict
     return mod
 
 
-def _reference_state(cfg: PlanBenchConfig, sh: PlanShape) -> dict:
+def _reference_state(cfg: PlanBenchConfig, sh: PlanShape) -> dict[str, torch.Tensor]:
     torch.manual_seed(cfg.seed)
     mod = Block(sh.dim, sh.heads, sh.ffn) if cfg.workload == "block" else Llama(
         cfg.vocab, sh.dim, sh.heads, sh.ffn, cfg.layers)  # fmt: skip
     return {k: v.to(getattr(torch, cfg.dtype)) for k, v in mod.state_dict().items()}
 
 
-def _step_fn(cfg: PlanBenchConfig, sh: PlanShape, mod, rank: int, world: int, device):
+def _step_fn(
+    cfg: PlanBenchConfig, sh: PlanShape, mod: nn.Module, rank: int, world: int, device: torch.device
+) -> tuple[Callable[[], None], Callable[[], float]]:
     """``(step, value)``: ``step()`` runs one timed step on this rank; ``value()`` reads a number of the last
     step to compare rows by (the input gradient's size for a block, the loss for the model), outside the timing."""
     dt = getattr(torch, cfg.dtype)
@@ -136,22 +147,27 @@ def _step_fn(cfg: PlanBenchConfig, sh: PlanShape, mod, rank: int, world: int, de
         x = x_full[:, rank * per : (rank + 1) * per].contiguous().requires_grad_()
         dy = dy_full[:, rank * per : (rank + 1) * per].contiguous()
 
-        def step():
+        def step() -> None:
             x.grad = None
             mod.zero_grad(set_to_none=True)
             y = mod(x)
             y = y.to_local() if hasattr(y, "to_local") else y
             y.backward(dy)
 
-        return step, lambda: float(x.grad.double().abs().sum())
+        def grad_size() -> float:
+            assert x.grad is not None  # read after a step
+            return float(x.grad.double().abs().sum())
+
+        return step, grad_size
+    from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.parallel import loss_parallel
 
     tokens = torch.randint(0, cfg.vocab, (sh.b, sh.s + 1), generator=g).to(device)
     inp, tgt = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     opt = torch.optim.AdamW(mod.parameters(), lr=1e-3)
-    last = [None]
+    last: list[torch.Tensor | None] = [None]
 
-    def step():
+    def model_step() -> None:
         opt.zero_grad(set_to_none=True)
         with loss_parallel():
             pred = mod(inp)
@@ -160,10 +176,17 @@ def _step_fn(cfg: PlanBenchConfig, sh: PlanShape, mod, rank: int, world: int, de
         opt.step()
         last[0] = loss.detach()
 
-    return step, lambda: float(last[0].full_tensor() if hasattr(last[0], "full_tensor") else last[0])
+    def loss_value() -> float:
+        v = last[0]
+        assert v is not None  # read after a step
+        return float(v.full_tensor() if isinstance(v, DTensor) else v)
+
+    return model_step, loss_value
 
 
-def _async_tp_row(cfg, sh, mesh, full_state):
+def _async_tp_row(
+    cfg: PlanBenchConfig, sh: PlanShape, mesh: DeviceMesh, full_state: Mapping[str, torch.Tensor]
+) -> tuple[nn.Module | None, str | None]:
     """torch's styles compiled with PyTorch's async TP (symmetric memory), or ``(None, reason)``."""
     if mesh.device_type != "cuda":
         return None, "needs CUDA and NCCL"
@@ -176,12 +199,12 @@ def _async_tp_row(cfg, sh, mesh, full_state):
         enable_symm_mem_for_group(mesh.get_group().group_name)
         inductor_config._micro_pipeline_tp = True
         mod = _build(cfg, sh, "torch", mesh, full_state)
-        return torch.compile(mod), None
+        return cast(nn.Module, torch.compile(mod)), None  # compiling a module gives a module (OptimizedModule)
     except Exception as exc:  # noqa: BLE001 - the reason is reported in the table
         return None, f"async TP unavailable: {type(exc).__name__}: {exc}"
 
 
-def run_rank(rank: int, world: int, cfg: PlanBenchConfig) -> dict | None:
+def run_rank(rank: int, world: int, cfg: PlanBenchConfig) -> dict[str, Any] | None:
     """Time every row of ``cfg`` on this rank (collective); the result dict on rank 0, None elsewhere."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -191,7 +214,8 @@ def run_rank(rank: int, world: int, cfg: PlanBenchConfig) -> dict | None:
     device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
     mesh = init_device_mesh(device.type, (world,))
     full_state = _reference_state(cfg, sh)
-    mods, skipped = {}, {}
+    mods: dict[str, nn.Module] = {}
+    skipped: dict[str, str | None] = {}
     for row in cfg.rows:
         if row == "async-tp":
             mod, why = _async_tp_row(cfg, sh, mesh, full_state)
@@ -202,7 +226,8 @@ def run_rank(rank: int, world: int, cfg: PlanBenchConfig) -> dict | None:
         else:
             mods[row] = _build(cfg, sh, row, mesh, full_state)
     rows = list(mods)
-    steps, first = {}, {}
+    steps: dict[str, Callable[[], None]] = {}
+    first: dict[str, float] = {}
     for r in rows:  # one untimed step each; its value compares the rows
         steps[r], value = _step_fn(cfg, sh, mods[r], rank, world, device)
         steps[r]()
@@ -212,8 +237,8 @@ def run_rank(rank: int, world: int, cfg: PlanBenchConfig) -> dict | None:
             steps[r]()
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    times = {r: [] for r in rows}
-    cpu = {r: [] for r in rows}
+    times: dict[str, list[float]] = {r: [] for r in rows}
+    cpu: dict[str, list[float]] = {r: [] for r in rows}
     for i in range(cfg.reps):
         for j in round_order(len(rows), i):
             r = rows[j]
@@ -235,9 +260,13 @@ def run_rank(rank: int, world: int, cfg: PlanBenchConfig) -> dict | None:
     return _result(cfg, sh, world, backend, device, rows, slowest, cpu_max, first, skipped, (load0, load1))
 
 
-def _result(cfg, sh, world, backend, device, rows, slowest, cpu_max, first, skipped, load) -> dict:
+def _result(
+    cfg: PlanBenchConfig, sh: PlanShape, world: int, backend: str, device: torch.device, rows: Sequence[str],
+    slowest: Mapping[str, list[float]], cpu_max: Mapping[str, list[float]], first: Mapping[str, float],
+    skipped: Mapping[str, str | None], load: tuple[float | None, float | None],
+) -> dict[str, Any]:  # the --json result
     base = slowest.get("torch")
-    out_rows = []
+    out_rows: list[dict[str, Any]] = []
     for r in rows:
         row = {"row": r, "median_s": statistics.median(slowest[r]), "min_s": min(slowest[r]), "times_s": slowest[r],
                "cpu_median_s": statistics.median(cpu_max[r]), "first_step_value": first[r]}  # fmt: skip
@@ -259,22 +288,25 @@ def _result(cfg, sh, world, backend, device, rows, slowest, cpu_max, first, skip
 
 
 def bench(cfg: PlanBenchConfig, nproc: int, *, backend: str | None = None, threads: int | None = 1,
-          timeout_s: float = 3600.0) -> dict:
+          timeout_s: float = 3600.0) -> dict[str, Any]:
     """Spawn ``nproc`` local ranks and run :func:`run_rank`; returns rank 0's result."""
     from ccoverlap.runtime.launch import spawn
 
     cfg.validate(nproc)
-    return spawn(run_rank, nproc, (cfg,), backend=backend, timeout_s=timeout_s, threads=threads)[0]
+    res = spawn(run_rank, nproc, (cfg,), backend=backend, timeout_s=timeout_s, threads=threads)[0]
+    assert res is not None  # rank 0 returns the result
+    return res
 
 
-def format_table(results: list[dict], markdown: bool = False) -> str:
+def format_table(results: Sequence[Mapping[str, Any]], markdown: bool = False) -> str:
     """One line per (shape, workload, ranks, row): median ms, median CPU ms, paired ratio vs torch, its 95% interval.
 
     ``block`` is one block's forward + backward; ``model`` the whole model's forward +
     backward + AdamW step. Rows that could not run are listed under the table with the reason.
     """
     head = ["shape", "what", "P", "row", "median ms", "cpu ms", "vs torch", "95% CI"]
-    lines, notes = [], []
+    lines: list[list[str]] = []
+    notes: list[str] = []
     for res in results:
         cfg = res["config"]
         what = cfg["workload"]

@@ -42,13 +42,17 @@ more); all ranks cut the same way because their shard shapes agree. Empty pieces
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Literal, Protocol, overload
 
 import torch
 
 from ccoverlap.runtime import comm
 from ccoverlap.runtime.blocks import mm_blocks, mm_into
 from ccoverlap.runtime.comm import Handle
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = [
     "SCHEDULES",
@@ -71,7 +75,8 @@ def split_sizes(total: int, parts: int) -> list[int]:
 
 def _pieces(total: int, parts: int) -> list[tuple[int, int]]:
     """(offset, size) of each non-empty piece of ``split_sizes(total, parts)``."""
-    out, off = [], 0
+    out: list[tuple[int, int]] = []
+    off = 0
     for s in split_sizes(total, parts):
         if s:
             out.append((off, s))
@@ -80,6 +85,40 @@ def _pieces(total: int, parts: int) -> list[tuple[int, int]]:
 
 
 # ------------------------------------------------------------------------------ transport
+#: A region of a shard: ``(row_slice, col_slice)``.
+Region = tuple[slice, slice]
+
+
+class Transport(Protocol):
+    """What the all-gather schedules move shard regions with (:class:`C10dTransport`, or the
+    copy-engine transport of :mod:`ccoverlap.runtime.cuda`)."""
+
+    engine: str
+
+    def gather(self, region: Region, out: torch.Tensor) -> Handle: ...
+
+    @overload
+    def fetch(
+        self, region: Region, srcs: Sequence[int], outs: Sequence[torch.Tensor], dsts: Sequence[int], tag: int,
+        per_recv: Literal[False] = False,
+    ) -> Handle: ...
+
+    @overload
+    def fetch(
+        self, region: Region, srcs: Sequence[int], outs: Sequence[torch.Tensor], dsts: Sequence[int], tag: int,
+        per_recv: Literal[True],
+    ) -> tuple[Handle, list[Handle]]: ...
+
+    def close(self, ok: bool = True) -> None: ...
+
+
+class TransportFactory(Protocol):
+    """A transport class: ``create(shard, group, schedule)`` builds one for a call (a copy-engine
+    transport lays its buffer out for the schedule: column blocks for the 2-D one)."""
+
+    def create(self, shard: torch.Tensor, group: ProcessGroup | None, schedule: str) -> Transport: ...
+
+
 class C10dTransport:
     """Moves regions of this rank's shard with torch.distributed (NCCL or gloo: ``"sm"``).
 
@@ -92,16 +131,36 @@ class C10dTransport:
 
     engine = "sm"
 
-    def __init__(self, shard: torch.Tensor, group) -> None:
+    def __init__(self, shard: torch.Tensor, group: ProcessGroup | None) -> None:
         self.shard = shard
         self.group = group
 
-    def gather(self, region, out: torch.Tensor) -> Handle:
+    @classmethod
+    def create(cls, shard: torch.Tensor, group: ProcessGroup | None, schedule: str = "serial") -> C10dTransport:
+        """A c10d transport for ``shard`` (every schedule moves the same row-major shard)."""
+        return cls(shard, group)
+
+    def gather(self, region: Region, out: torch.Tensor) -> Handle:
         """All-gather every rank's ``shard[region]`` into ``out`` (``[P, ...]``, contiguous)."""
         piece = self.shard[region].contiguous()
         return comm.all_gather_into(out, piece, group=self.group)
 
-    def fetch(self, region, srcs, outs, dsts, tag: int, per_recv: bool = False):
+    @overload
+    def fetch(
+        self, region: Region, srcs: Sequence[int], outs: Sequence[torch.Tensor], dsts: Sequence[int], tag: int,
+        per_recv: Literal[False] = False,
+    ) -> Handle: ...
+
+    @overload
+    def fetch(
+        self, region: Region, srcs: Sequence[int], outs: Sequence[torch.Tensor], dsts: Sequence[int], tag: int,
+        per_recv: Literal[True],
+    ) -> tuple[Handle, list[Handle]]: ...
+
+    def fetch(
+        self, region: Region, srcs: Sequence[int], outs: Sequence[torch.Tensor], dsts: Sequence[int], tag: int,
+        per_recv: bool = False,
+    ) -> Handle | tuple[Handle, list[Handle]]:
         """Receive ``shard[region]`` from ``srcs`` into ``outs``, send ours to ``dsts`` (one p2p batch)."""
         piece = self.shard[region]
         sends = [(d, piece) for d in dsts]
@@ -111,14 +170,11 @@ class C10dTransport:
         """Nothing to release (c10d owns its buffers)."""
 
 
-TransportFactory = Callable[[torch.Tensor, object], object]
-
-
 # --------------------------------------------------------------------- all-gather + GEMM
 def ag_matmul(
     a: torch.Tensor,
     b: torch.Tensor,
-    group,
+    group: ProcessGroup | None,
     schedule: str,
     *,
     need_full: bool = False,
@@ -147,9 +203,9 @@ def ag_matmul(
         fn = _AG[schedule]
     except KeyError:
         raise ValueError(f"unknown schedule {schedule!r}; expected one of {SCHEDULES}") from None
-    factory = transport or C10dTransport
+    factory: TransportFactory = transport or C10dTransport
     # a copy-engine transport lays its buffer out for the schedule (column blocks for 2-D)
-    tx = factory.create(a, group, schedule) if getattr(factory, "wants_schedule", False) else factory(a, group)
+    tx = factory.create(a, group, schedule)
     if schedule in _BLOCKWISE:
         dst = res
     else:  # the FiCCO schedules write rank-major rows
@@ -165,19 +221,25 @@ def ag_matmul(
     return (res.view(p * m, n) if out is None else out), (a_full if need_full else None)
 
 
-def _ag_serial(a, b, out4, tx, p, r, m, k, need_full):
+def _ag_serial(
+    a: torch.Tensor, b: torch.Tensor, out4: torch.Tensor, tx: Transport, p: int, r: int, m: int, k: int,
+    need_full: bool,
+) -> torch.Tensor | None:
     full = torch.empty(p * m, k, dtype=a.dtype, device=a.device)
     tx.gather((slice(None), slice(None)), full).wait()
     mm_blocks(full.view(p, *out4.shape[1:3], k), b, out4)
     return full
 
 
-def _ag_ring(a, b, out4, tx, p, r, m, k, need_full):
+def _ag_ring(
+    a: torch.Tensor, b: torch.Tensor, out4: torch.Tensor, tx: Transport, p: int, r: int, m: int, k: int,
+    need_full: bool,
+) -> torch.Tensor | None:
     full = torch.empty(p * m, k, dtype=a.dtype, device=a.device)
     full4 = full.view(p, *out4.shape[1:3], k)
     whole = (slice(None), slice(None))
 
-    def start(i):  # step i: receive shard r-i, send ours to r+i (one peer per step)
+    def start(i: int) -> Handle:  # step i: receive shard r-i, send ours to r+i (one peer per step)
         src = (r - i) % p
         return tx.fetch(whole, [src], [full[src * m : (src + 1) * m]], [(r + i) % p], tag=i)
 
@@ -194,12 +256,15 @@ def _ag_ring(a, b, out4, tx, p, r, m, k, need_full):
     return full
 
 
-def _ag_uniform_fused_1d(a, b, out, tx, p, r, m, k, need_full):
+def _ag_uniform_fused_1d(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, tx: Transport, p: int, r: int, m: int, k: int,
+    need_full: bool,
+) -> torch.Tensor | None:
     pieces = _pieces(m, p)
     full = torch.empty(p * m, k, dtype=a.dtype, device=a.device) if need_full else None
     out3 = out.view(p, m, -1)
 
-    def start(t):
+    def start(t: int) -> tuple[torch.Tensor, Handle]:
         off, sz = pieces[t]
         buf = torch.empty(p, sz, k, dtype=a.dtype, device=a.device)
         return buf, tx.gather((slice(off, off + sz), slice(None)), buf)
@@ -217,7 +282,10 @@ def _ag_uniform_fused_1d(a, b, out, tx, p, r, m, k, need_full):
     return full
 
 
-def _ag_hetero_fused_1d(a, b, out, tx, p, r, m, k, need_full):
+def _ag_hetero_fused_1d(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, tx: Transport, p: int, r: int, m: int, k: int,
+    need_full: bool,
+) -> torch.Tensor | None:
     pieces = _pieces(m, p)
     peers = [(r + j) % p for j in range(1, p)]
     senders = [(r - j) % p for j in range(1, p)]
@@ -225,7 +293,7 @@ def _ag_hetero_fused_1d(a, b, out, tx, p, r, m, k, need_full):
     out3 = out.view(p, m, -1)
     idx = torch.tensor(senders, device=a.device)
 
-    def start(t):
+    def start(t: int) -> tuple[torch.Tensor, Handle]:
         off, sz = pieces[t]
         buf = torch.empty(p - 1, sz, k, dtype=a.dtype, device=a.device)
         h = tx.fetch((slice(off, off + sz), slice(None)), senders, list(buf.unbind(0)), peers, tag=t + 1)
@@ -247,13 +315,16 @@ def _ag_hetero_fused_1d(a, b, out, tx, p, r, m, k, need_full):
     return full
 
 
-def _ag_hetero_unfused_1d(a, b, out, tx, p, r, m, k, need_full):
+def _ag_hetero_unfused_1d(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, tx: Transport, p: int, r: int, m: int, k: int,
+    need_full: bool,
+) -> torch.Tensor | None:
     pieces = _pieces(m, p)
     peers = [(r + j) % p for j in range(1, p)]
     senders = [(r - j) % p for j in range(1, p)]
     full = torch.empty(p * m, k, dtype=a.dtype, device=a.device)  # receive straight into place
 
-    def start(t):
+    def start(t: int) -> tuple[Handle, list[Handle]]:
         off, sz = pieces[t]
         dst = [full[s * m + off : s * m + off + sz] for s in senders]
         return tx.fetch((slice(off, off + sz), slice(None)), senders, dst, peers, tag=t + 1, per_recv=True)
@@ -274,11 +345,14 @@ def _ag_hetero_unfused_1d(a, b, out, tx, p, r, m, k, need_full):
     return full
 
 
-def _ag_uniform_fused_2d(a, b, out, tx, p, r, m, k, need_full):
+def _ag_uniform_fused_2d(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, tx: Transport, p: int, r: int, m: int, k: int,
+    need_full: bool,
+) -> torch.Tensor | None:
     cols = _pieces(k, p)
     full = torch.empty(p * m, k, dtype=a.dtype, device=a.device) if need_full else None
 
-    def start(t):
+    def start(t: int) -> tuple[torch.Tensor, Handle]:
         off, sz = cols[t]
         buf = torch.empty(p * m, sz, dtype=a.dtype, device=a.device)  # [P, m, sz] = [P*m, sz]
         return buf, tx.gather((slice(None), slice(off, off + sz)), buf)
@@ -317,7 +391,7 @@ _AG = {
 def matmul_rs(
     a: torch.Tensor,
     b: torch.Tensor,
-    group,
+    group: ProcessGroup | None,
     schedule: str,
     *,
     overlap: Callable[[], None] | None = None,
@@ -354,7 +428,7 @@ def matmul_rs(
     out = torch.empty(m, n, dtype=torch.result_type(a, b), device=a.device)
     ran = [False]
 
-    def hook():
+    def hook() -> None:
         if overlap is not None and not ran[0]:
             ran[0] = True
             overlap()
@@ -369,14 +443,17 @@ def _once(fn: Callable[[], object] | None) -> Callable[[], None]:
     done = [fn is None]
 
     def run() -> None:
-        if not done[0]:
+        if fn is not None and not done[0]:
             done[0] = True
             fn()
 
     return run
 
 
-def _rs_serial(a4, b, out, group, p, r, m, hook, gate):
+def _rs_serial(
+    a4: torch.Tensor, b: torch.Tensor, out: torch.Tensor, group: ProcessGroup | None, p: int, r: int, m: int,
+    hook: Callable[[], None], gate: Callable[[], None],
+) -> None:
     part = torch.empty(*a4.shape[:3], b.shape[1], dtype=out.dtype, device=out.device)  # rank-major, for the collective
     mm_blocks(a4, b, part)
     gate()
@@ -385,12 +462,15 @@ def _rs_serial(a4, b, out, group, p, r, m, hook, gate):
     h.wait()
 
 
-def _rs_ring(a4, b, out, group, p, r, m, hook, gate):
+def _rs_ring(
+    a4: torch.Tensor, b: torch.Tensor, out: torch.Tensor, group: ProcessGroup | None, p: int, r: int, m: int,
+    hook: Callable[[], None], gate: Callable[[], None],
+) -> None:
     n = b.shape[1]
     pending: list[tuple[Handle, torch.Tensor]] = []
-    acc = None
+    acc: torch.Tensor | None = None
 
-    def block_mm(j):  # [m, n] partial of rank j's block (read where it lies)
+    def block_mm(j: int) -> torch.Tensor:  # [m, n] partial of rank j's block (read where it lies)
         res = torch.empty(*a4.shape[1:3], n, dtype=out.dtype, device=out.device)
         mm_into(a4[j], b, res)
         return res.view(m, n)
@@ -411,14 +491,18 @@ def _rs_ring(a4, b, out, group, p, r, m, hook, gate):
     for h, buf in pending:
         h.wait()
         acc = buf if acc is None else acc.add_(buf)
+    assert acc is not None  # p > 1 ranks: p - 1 partials arrived
     torch.add(own, acc, out=out)
 
 
-def _rs_uniform_fused_1d(a, b, out, group, p, r, m, hook, gate):
+def _rs_uniform_fused_1d(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, group: ProcessGroup | None, p: int, r: int, m: int,
+    hook: Callable[[], None], gate: Callable[[], None],
+) -> None:
     k = a.shape[1]
     pieces = _pieces(m, p)
     a3 = a.view(p, m, k)
-    pending = None
+    pending: Handle | None = None
     for t, (off, sz) in enumerate(pieces):
         rows = a3[:, off : off + sz].reshape(p * sz, k)  # gather piece t of every block
         part = torch.mm(rows, b)  # overlaps the reduce-scatter of piece t-1
@@ -431,7 +515,10 @@ def _rs_uniform_fused_1d(a, b, out, group, p, r, m, hook, gate):
         pending.wait()
 
 
-def _rs_hetero(a, b, out, group, p, r, m, hook, gate, fused: bool):
+def _rs_hetero(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, group: ProcessGroup | None, p: int, r: int, m: int,
+    hook: Callable[[], None], gate: Callable[[], None], fused: bool,
+) -> None:
     k, n = a.shape[1], b.shape[1]
     pieces = _pieces(m, p)
     peers = [(r + j) % p for j in range(1, p)]  # destinations
@@ -456,18 +543,27 @@ def _rs_hetero(a, b, out, group, p, r, m, hook, gate, fused: bool):
         out[off : off + sz].add_(rbuf.sum(0))
 
 
-def _rs_hetero_fused_1d(a, b, out, group, p, r, m, hook, gate):
+def _rs_hetero_fused_1d(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, group: ProcessGroup | None, p: int, r: int, m: int,
+    hook: Callable[[], None], gate: Callable[[], None],
+) -> None:
     _rs_hetero(a, b, out, group, p, r, m, hook, gate, fused=True)
 
 
-def _rs_hetero_unfused_1d(a, b, out, group, p, r, m, hook, gate):
+def _rs_hetero_unfused_1d(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, group: ProcessGroup | None, p: int, r: int, m: int,
+    hook: Callable[[], None], gate: Callable[[], None],
+) -> None:
     _rs_hetero(a, b, out, group, p, r, m, hook, gate, fused=False)
 
 
-def _rs_uniform_fused_2d(a, b, out, group, p, r, m, hook, gate):
+def _rs_uniform_fused_2d(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, group: ProcessGroup | None, p: int, r: int, m: int,
+    hook: Callable[[], None], gate: Callable[[], None],
+) -> None:
     n = b.shape[1]
     cols = _pieces(n, p)
-    pending = None
+    pending: tuple[Handle, torch.Tensor, int, int] | None = None
     for t, (off, sz) in enumerate(cols):
         part = torch.mm(a, b[:, off : off + sz])  # column block of the output, [P*m, sz]
         tmp = torch.empty(m, sz, dtype=out.dtype, device=out.device)

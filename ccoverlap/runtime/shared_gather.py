@@ -41,8 +41,11 @@ gradient returned to the caller is complete).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
@@ -72,13 +75,13 @@ class SharedGather:
     __slots__ = ("mesh", "group", "dim", "world", "rank", "shard_shape", "full", "buf", "pre", "consumers", "seen",
                  "grad_sum", "pending")  # fmt: skip
 
-    def __init__(self, mesh, dim: int, shard_shape: torch.Size) -> None:
+    def __init__(self, mesh: DeviceMesh, dim: int, shard_shape: torch.Size) -> None:
         self.mesh, self.group, self.dim = mesh, mesh.get_group(), dim
         self.world, self.rank = comm.group_size(self.group), comm.group_rank(self.group)
         self.shard_shape = shard_shape
         self.full: torch.Tensor | None = None
         self.buf: torch.Tensor | None = None
-        self.pre: dict[int, tuple] = {}
+        self.pre: dict[int, tuple[torch.Tensor, int, torch.Tensor]] = {}
         self.consumers = self.seen = 0
         self.grad_sum: torch.Tensor | None = None
         self.pending: tuple[Handle, torch.Tensor] | None = None
@@ -88,14 +91,14 @@ class SharedGather:
         """``[P, B, R, C]`` rank blocks of a gathered-size tensor ``t`` (:func:`~ccoverlap.runtime.blocks.rank_blocks`)."""
         return rank_blocks(t, self.dim, self.world)
 
-    def precompute(self, linear, shard: torch.Tensor) -> None:
+    def precompute(self, linear: nn.Module, shard: torch.Tensor) -> None:
         """The output of ``linear(full)`` (no bias) with this rank's rows filled from the shard alone (``shard @ W_r.T``).
 
         The output is allocated in the gathered tensor's layout and this rank's rows are
         written where they lie; :meth:`assemble` fills in the other ranks' rows.
         """
-        w = linear.weight
-        local = w._local_tensor if isinstance(w, DTensor) else w
+        w = _weight(linear)
+        local = _local_of(w)
         shape = gathered_shape(self.shard_shape, self.dim, self.world, local.shape[0])
         y = torch.empty(shape, dtype=shard.dtype, device=shard.device)
         mine = self._blocks(y)[self.rank]
@@ -103,17 +106,18 @@ class SharedGather:
             mm_into(shard.reshape(mine.shape[:-1] + shard.shape[-1:]), local.t(), mine)
         self.pre[id(linear)] = (w, local._version, y)
 
-    def take_precomputed(self, linear) -> torch.Tensor | None:
+    def take_precomputed(self, linear: nn.Module) -> torch.Tensor | None:
         """The output :meth:`precompute` began for ``linear``, if its weight is the same object, unchanged."""
         entry = self.pre.pop(id(linear), None)
         if entry is None:
             return None
         w, version, y = entry
-        local = w._local_tensor if isinstance(w, DTensor) else w
+        local = _local_of(w)
         return y if w is linear.weight and local._version == version else None
 
     def linear(self, pre: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """``full @ weight.T + bias``: :meth:`assemble` on ``pre`` (a :meth:`precompute` output) or the whole GEMM."""
+        assert self.full is not None  # set by the gather before any projection reads it
         return torch.nn.functional.linear(self.full, weight, bias) if pre is None else self.assemble(pre, weight, bias)
 
     def assemble(self, y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -124,6 +128,7 @@ class SharedGather:
         """
         p, r = self.world, self.rank
         y4 = self._blocks(y)
+        assert self.buf is not None  # kept until every precomputed projection has run
         buf4 = self.buf.view(p, *y4.shape[1:3], self.buf.shape[-1])
         for lo, hi in ((0, r), (r + 1, p)):  # the other ranks' blocks: at most two ranges
             if hi > lo:
@@ -161,7 +166,7 @@ class SharedGather:
         out = torch.empty(self.shard_shape, dtype=part4.dtype, device=part4.device)
         return comm.reduce_scatter_into(out, part4.contiguous(), group=self.group), out
 
-    def finish(self, grad) -> torch.Tensor | None:
+    def finish(self, grad: torch.Tensor | None) -> torch.Tensor | None:
         """This rank's shard gradient: the projections' reduce-scatter plus ``grad`` (autograd's part).
 
         As torch's DTensor arithmetic: partial sums (the projections', a ``Partial`` gradient)
@@ -182,11 +187,12 @@ class SharedGather:
                 partial = None
         if self.pending is None and self.grad_sum is not None:
             self.pending, self.grad_sum = self._start_reduce_scatter(self.grad_sum), None
-        out = None
+        out: torch.Tensor | None = None
         if self.pending is not None:
             handle, out = self.pending
             handle.wait()
         if partial is not None:  # arrived after the projections' reduce-scatter had started
+            assert out is not None  # a partial is kept apart only when the reduce-scatter was pending
             h, extra = self._start_reduce_scatter(partial)
             h.wait()
             out = out.add_(extra)
@@ -202,7 +208,9 @@ def _add(a: torch.Tensor | None, b: torch.Tensor) -> torch.Tensor:
     return b if a is None else a + b
 
 
-def _split_grad(grad, st: SharedGather):
+def _split_grad(
+    grad: torch.Tensor | None, st: SharedGather
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """``(partial, replicated, direct)`` local parts of autograd's gradient of the gathered tensor.
 
     ``partial``: a full-size partial sum (a ``Partial`` DTensor); ``replicated``: the local
@@ -231,7 +239,9 @@ class _GatherInput(torch.autograd.Function):
     """Forward: all-gather the shard into ``st.full`` (precomputing ``later`` meanwhile); backward: ``st.finish``."""
 
     @staticmethod
-    def forward(ctx, shard, st, as_dtensor, later):
+    def forward(
+        ctx: Any, shard: torch.Tensor, st: SharedGather, as_dtensor: bool, later: Sequence[nn.Module]
+    ) -> torch.Tensor:
         ctx.set_materialize_grads(False)
         ctx.state = st
         d, p, shape = st.dim, st.world, st.shard_shape
@@ -254,20 +264,33 @@ class _GatherInput(torch.autograd.Function):
         return full.view_as(full)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor | None) -> tuple[torch.Tensor | None, None, None, None]:
         return ctx.state.finish(grad), None, None, None
 
 
-def _can_precompute(linear, shard: torch.Tensor) -> bool:
+def _local_of(w: torch.Tensor) -> torch.Tensor:
+    """The local tensor of a DTensor weight (no autograd link: a view for reading rows), else ``w``."""
+    return w._local_tensor if isinstance(w, DTensor) else w
+
+
+def _weight(linear: nn.Module) -> torch.Tensor:
+    """``linear.weight``, which :func:`_can_precompute` has checked is a tensor."""
+    w = linear.weight
+    assert isinstance(w, torch.Tensor)
+    return w
+
+
+def _can_precompute(linear: nn.Module, shard: torch.Tensor) -> bool:
     w = getattr(linear, "weight", None)
-    local = w._local_tensor if isinstance(w, DTensor) else w
+    local = _local_of(w) if isinstance(w, torch.Tensor) else w
     return (isinstance(local, torch.Tensor) and local.dim() == 2 and local.shape[1] == shard.shape[-1]
             and local.dtype == shard.dtype and local.device == shard.device)  # fmt: skip
 
 
 def gather_input(
-    x, mesh, dim: int, *, use_local_output: bool = False, consumers: Sequence = (), check_shapes: str | None = None
-):
+    x: torch.Tensor, mesh: DeviceMesh, dim: int, *, use_local_output: bool = False,
+    consumers: Sequence[nn.Module] = (), check_shapes: str | None = None,
+) -> torch.Tensor:
     """All-gather a sequence-sharded module input once, for every projection that reads it.
 
     ``x``: this rank's shard (a plain tensor, or a DTensor whose placement is ``Shard(dim)``);
@@ -298,14 +321,17 @@ def gather_input(
     return out
 
 
-def shared_gather_of(x) -> SharedGather | None:
+def shared_gather_of(x: object) -> SharedGather | None:
     """The :class:`SharedGather` record ``x`` carries when it came straight from :func:`gather_input`."""
     return getattr(x, _ATTR, None)
 
 
 class _GatheredLinear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, st, pre):
+    def forward(
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, st: SharedGather,
+        pre: torch.Tensor | None,
+    ) -> torch.Tensor:
         full = st.full
         y = st.linear(pre, weight, bias)
         st.consumers += 1
@@ -314,7 +340,9 @@ class _GatheredLinear(torch.autograd.Function):
         return y
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(
+        ctx: Any, dy: torch.Tensor
+    ) -> tuple[None, torch.Tensor | None, torch.Tensor | None, None, None]:
         full, weight = ctx.saved_tensors
         st = ctx.state
         n = weight.shape[0]
@@ -327,7 +355,9 @@ class _GatheredLinear(torch.autograd.Function):
         return None, dw, db, None, None
 
 
-def gathered_linear(x, linear, weight: torch.Tensor, bias: torch.Tensor | None, st: SharedGather) -> torch.Tensor:
+def gathered_linear(
+    x: torch.Tensor, linear: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None, st: SharedGather
+) -> torch.Tensor:
     """``x_full @ weight.T + bias`` for projection ``linear`` on a gathered input ``x`` (record ``st``).
 
     ``weight`` ``[n, hidden]`` and ``bias`` ``[n]`` are this rank's column-parallel slices as

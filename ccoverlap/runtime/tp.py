@@ -37,11 +37,14 @@ the sequence dim is whatever ``Shard(d)`` the plan names.
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Placement, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel as _TorchColwise
 from torch.distributed.tensor.parallel import PrepareModuleInput as _TorchPrepareModuleInput
@@ -50,8 +53,12 @@ from torch.distributed.tensor.parallel import SequenceParallel
 from torch.distributed.tensor.parallel.style import ParallelStyle
 
 from ccoverlap.errors import ConfigError
-from ccoverlap.runtime.ops import ALL_SCHEDULES, all_gather_matmul, matmul_reduce_scatter
+from ccoverlap.runtime.ops import all_gather_matmul, check_schedule, matmul_reduce_scatter
 from ccoverlap.runtime.shared_gather import gather_input, gathered_linear, shared_gather_of
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.nn.modules.module import _IncompatibleKeys
 
 __all__ = [
     "ColwiseParallel",
@@ -65,14 +72,14 @@ __all__ = [
 _ = Partial  # re-exported placements users may need alongside the styles
 
 
-def _one(layouts, default: Placement) -> Placement:
+def _one(layouts: Placement | Sequence[Placement] | None, default: Placement) -> Placement:
     if layouts is None:
         return default
     if isinstance(layouts, (tuple, list)):
         if len(layouts) != 1:
             raise ConfigError(f"expected one placement for a linear layer, got {layouts}")
         return layouts[0]
-    return layouts
+    return cast(Placement, layouts)  # one placement, not in a sequence
 
 
 def _seq_dim(p: Placement, ndim: int) -> int | None:
@@ -84,19 +91,20 @@ def _seq_dim(p: Placement, ndim: int) -> int | None:
     return None
 
 
-def _check_mesh(mesh, who: str):
+def _check_mesh(mesh: DeviceMesh, who: str) -> ProcessGroup:
     if mesh.ndim != 1:
         raise ConfigError(f"{who}: needs a 1-D DeviceMesh (the tensor-parallel dim), got {mesh.ndim}-D")
     return mesh.get_group()
 
 
-def _check_schedule(schedule: str) -> str:
-    if schedule not in ALL_SCHEDULES:
-        raise ConfigError(f"schedule must be one of {', '.join(ALL_SCHEDULES)}; got {schedule!r}")
-    return schedule
+def _local(param: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a parameter our styles made a DTensor (:func:`_shard_param`)."""
+    return cast(DTensor, param).to_local()
 
 
-def _shard_param(module: nn.Module, name: str, mesh, placements, src_data_rank) -> None:
+def _shard_param(
+    module: nn.Module, name: str, mesh: DeviceMesh, placements: Sequence[Placement], src_data_rank: int | None
+) -> None:
     p = getattr(module, name, None)
     if p is None:
         return
@@ -117,17 +125,19 @@ class _OverlappedLinearStyle(ParallelStyle):
     _bias_placement: Placement
 
     def __init__(
-        self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,
+        self, *, input_layouts: Placement | Sequence[Placement] | None = None,
+        output_layouts: Placement | Sequence[Placement] | None = None, use_local_output: bool = True,
         schedule: str = "auto", comm_engine: str = "sm",
     ) -> None:  # fmt: skip
         super().__init__()
         self.input_layout = _one(input_layouts, self._default_input)
         self.output_layout = _one(output_layouts, self._default_output)
         self.use_local_output = use_local_output
-        self.schedule = _check_schedule(schedule)
+        check_schedule(schedule)
+        self.schedule = schedule
         self.comm_engine = comm_engine
 
-    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         if not isinstance(module, nn.Linear):
             return self._torch_style(
                 input_layouts=self.input_layout, output_layouts=self.output_layout,
@@ -136,9 +146,13 @@ class _OverlappedLinearStyle(ParallelStyle):
         group = _check_mesh(device_mesh, type(self).__name__)
         _shard_param(module, "weight", device_mesh, [self._weight_placement], self.src_data_rank)
         _shard_param(module, "bias", device_mesh, [self._bias_placement], self.src_data_rank)
-        module.forward = partial(self._forward, module, device_mesh, group)
-        module._ccoverlap_style = self
+        module.forward = partial(self._forward, module, device_mesh, group)  # type: ignore[method-assign]  # per instance, as torch's styles route it
+        module._ccoverlap_style = self  # type: ignore[assignment]  # Module.__setattr__ is typed for tensors and modules only
         return module
+
+    def _forward(self, module: nn.Linear, mesh: DeviceMesh, group: ProcessGroup, x: torch.Tensor) -> torch.Tensor:
+        """The overlapped forward of ``module`` on input ``x`` (each style has its own)."""
+        raise NotImplementedError
 
 
 class ColwiseParallel(_OverlappedLinearStyle):
@@ -166,34 +180,33 @@ class ColwiseParallel(_OverlappedLinearStyle):
     _weight_placement = Shard(0)
     _bias_placement = Shard(0)
 
-    def _forward(self, module: nn.Linear, mesh, group, x):
+    def _forward(self, module: nn.Linear, mesh: DeviceMesh, group: ProcessGroup, x: torch.Tensor) -> torch.Tensor:
         st = shared_gather_of(x)
         if st is not None and st.mesh == mesh and (isinstance(x, DTensor) or self.input_layout == Replicate()) and (
             not torch.is_autocast_enabled(x.device.type)  # under autocast: DTensor's math (torch's casts)
         ):
-            bias = module.bias.to_local() if module.bias is not None else None
-            return self._output(gathered_linear(x, module, module.weight.to_local(), bias, st), mesh)
+            bias = _local(module.bias) if module.bias is not None else None
+            return self._output(gathered_linear(x, module, _local(module.weight), bias, st), mesh)
         if isinstance(x, DTensor):
             seq = _seq_dim(x.placements[0], x.ndim)
             local = x.to_local() if seq is not None else None
         else:
             seq = _seq_dim(self.input_layout, x.ndim)
             local = x if seq is not None else None
-        if seq is None:  # not sequence-sharded (or a gathered input under autocast): DTensor's math, torch's style
-            if not isinstance(x, DTensor):
-                x = DTensor.from_local(x, mesh, [self.input_layout], run_check=False)
-            if x.placements[0] != Replicate():
-                x = x.redistribute(mesh, [Replicate()])
-            out = F.linear(x, module.weight, module.bias)
+        if seq is None or local is None:  # not sequence-sharded (or a gathered input under autocast): DTensor's math
+            xd = x if isinstance(x, DTensor) else DTensor.from_local(x, mesh, [self.input_layout], run_check=False)
+            if xd.placements[0] != Replicate():
+                xd = xd.redistribute(mesh, [Replicate()])
+            out = cast(DTensor, F.linear(xd, module.weight, module.bias))
             if out.placements[0] != self.output_layout:
                 out = out.redistribute(mesh, [self.output_layout])
             return out.to_local() if self.use_local_output else out
-        bias = module.bias.to_local() if module.bias is not None else None
-        local, weight, bias = _autocast(local, module.weight.to_local(), bias)
-        y = all_gather_matmul(local, weight, group, schedule=self.schedule, comm_engine=self.comm_engine, dim=seq)
-        return self._output(y + bias if bias is not None else y, mesh)
+        b_local = _local(module.bias) if module.bias is not None else None
+        xa, wa, ba = _autocast(local, _local(module.weight), b_local)
+        y = all_gather_matmul(xa, wa, group, schedule=self.schedule, comm_engine=self.comm_engine, dim=seq)
+        return self._output(y + ba if ba is not None else y, mesh)
 
-    def _output(self, y: torch.Tensor, mesh):
+    def _output(self, y: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
         """The module's output from this rank's ``Shard(-1)`` slice ``y``: torch's output layout and type."""
         if _is_last_dim_shard(self.output_layout, y.ndim):
             return y if self.use_local_output else DTensor.from_local(y, mesh, [Shard(y.ndim - 1)], run_check=False)
@@ -201,7 +214,9 @@ class ColwiseParallel(_OverlappedLinearStyle):
         return out.to_local() if self.use_local_output else out
 
 
-def _autocast(x: torch.Tensor, weight: torch.Tensor, bias=None) -> tuple:
+def _autocast(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``(x, weight, bias)`` in autocast's dtype when autocast is on for their device, as ``F.linear``
     casts them (so the collective runs in that dtype too, as torch's does); unchanged otherwise."""
     dev = x.device.type
@@ -231,11 +246,10 @@ class RowwiseParallel(_OverlappedLinearStyle):
     _weight_placement = Shard(1)
     _bias_placement = Replicate()
 
-    def _forward(self, module: nn.Linear, mesh, group, x):
+    def _forward(self, module: nn.Linear, mesh: DeviceMesh, group: ProcessGroup, x: torch.Tensor) -> torch.Tensor:
         if isinstance(x, DTensor):
-            if not _is_last_dim_shard(x.placements[0], x.ndim):
-                x = x.redistribute(mesh, [Shard(-1)])
-            local = x.to_local()
+            xd = x if _is_last_dim_shard(x.placements[0], x.ndim) else x.redistribute(mesh, [Shard(-1)])
+            local = xd.to_local()
         elif _is_last_dim_shard(self.input_layout, x.ndim):
             local = x
         else:
@@ -245,15 +259,15 @@ class RowwiseParallel(_OverlappedLinearStyle):
         seq = _seq_dim(self.output_layout, local.ndim)
         if seq is None:
             xd = DTensor.from_local(local, mesh, [Shard(-1)], run_check=False)
-            out = F.linear(xd, module.weight, module.bias).redistribute(mesh, [self.output_layout])
+            out = cast(DTensor, F.linear(xd, module.weight, module.bias)).redistribute(mesh, [self.output_layout])
             return out.to_local() if self.use_local_output else out
-        local, weight, bias = _autocast(local, module.weight.to_local(), module.bias)
+        local, weight, bias = _autocast(local, _local(module.weight), module.bias)
         y = matmul_reduce_scatter(local, weight, group, schedule=self.schedule, comm_engine=self.comm_engine, dim=seq)
         if bias is None and self.use_local_output:
             return y
         out = DTensor.from_local(y, mesh, [Shard(seq)], run_check=False)
         if bias is not None:
-            out = out + bias  # DTensor add: the bias gradient is summed over ranks
+            out = cast(DTensor, out + bias)  # DTensor add: the bias gradient is summed over ranks
         return out.to_local() if self.use_local_output else out
 
 
@@ -270,7 +284,7 @@ class PrepareModuleInput(_TorchPrepareModuleInput):
     conversions, and meshes of more than one dim, are torch's.
     """
 
-    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         # torch's hooks, with the module at hand while its inputs are prepared (for _consumers)
         if self.with_kwargs:
             module.register_forward_pre_hook(
@@ -284,14 +298,16 @@ class PrepareModuleInput(_TorchPrepareModuleInput):
         return module
 
     @staticmethod
-    def _with_module(mod, fn, *args):
+    def _with_module(mod: nn.Module, fn: Callable[..., Any], *args: Any) -> Any:  # torch's hook arguments and result
         token = _PREPARING.set(mod)
         try:
             return fn(*args)
         finally:
             _PREPARING.reset(token)
 
-    def _prepare_input_arg(self, input, mesh, input_layout, desired_layout):
+    def _prepare_input_arg(
+        self, input: Any, mesh: DeviceMesh, input_layout: Placement | None, desired_layout: Placement | None
+    ) -> Any:  # any module argument: only tensors are converted
         if input_layout is not None and desired_layout == Replicate() and mesh.ndim == 1 and isinstance(input, torch.Tensor):
             have = input.placements[0] if isinstance(input, DTensor) else input_layout
             if isinstance(have, Shard):
@@ -301,15 +317,15 @@ class PrepareModuleInput(_TorchPrepareModuleInput):
 
 
 #: The module whose inputs our PrepareModuleInput is preparing (set around torch's hook body).
-_PREPARING: contextvars.ContextVar = contextvars.ContextVar("ccoverlap_preparing", default=None)
+_PREPARING: contextvars.ContextVar[nn.Module | None] = contextvars.ContextVar("ccoverlap_preparing", default=None)
 
 
-def _consumers(mod, mesh) -> list[nn.Module]:
+def _consumers(mod: nn.Module | None, mesh: DeviceMesh) -> list[nn.Module]:
     """``mod``'s direct children that our ColwiseParallel runs on a replicated input on ``mesh``: the
     projections that will read the gathered input (their local rows are computed during the gather)."""
     if mod is None:
         return []
-    out = []
+    out: list[nn.Module] = []
     for child in mod.children():
         style = getattr(child, "_ccoverlap_style", None)
         w = getattr(child, "weight", None)
@@ -320,7 +336,9 @@ def _consumers(mod, mesh) -> list[nn.Module]:
 
 
 @torch.no_grad()
-def load_full_state_dict(model: nn.Module, state_dict: dict, *, strict: bool = True):
+def load_full_state_dict(
+    model: nn.Module, state_dict: Mapping[str, torch.Tensor], *, strict: bool = True
+) -> _IncompatibleKeys:
     """Load an unsharded (single-process) ``state_dict`` into a tensor-parallel ``model``.
 
     Every DTensor parameter/buffer of ``model`` gets this rank's part of the full tensor
@@ -329,7 +347,7 @@ def load_full_state_dict(model: nn.Module, state_dict: dict, *, strict: bool = T
     with torch's styles or with these. Returns ``load_state_dict``'s result.
     """
     own = model.state_dict()
-    converted = {}
+    converted: dict[str, torch.Tensor] = {}
     for name, value in state_dict.items():
         target = own.get(name)
         if isinstance(target, DTensor) and not isinstance(value, DTensor):
@@ -347,6 +365,6 @@ def load_full_state_dict(model: nn.Module, state_dict: dict, *, strict: bool = T
 
 
 @torch.no_grad()
-def full_state_dict(model: nn.Module) -> dict:
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The unsharded state_dict of a tensor-parallel ``model`` (collective: every DTensor is gathered)."""
     return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone() for k, v in model.state_dict().items()}

@@ -48,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -55,6 +56,9 @@ from ccoverlap.deciders.ficco.heuristic import choose_schedule
 from ccoverlap.runtime import comm
 from ccoverlap.runtime.machine import MachineSpec, machine_for
 from ccoverlap.runtime.schedules import SCHEDULES
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = [
     "AUTO_MEASURE",
@@ -75,6 +79,7 @@ __all__ = [
     "median_ratio_interval",
     "round_order",
     "tune_step",
+    "register_op",
 ]
 
 _lock = threading.Lock()
@@ -114,21 +119,21 @@ def _options_from_env() -> TuneOptions:
     text = os.environ.get("CCOVERLAP_TUNE", "").strip()
     if not text:
         return TuneOptions()
-    kw: dict[str, float] = {}
+    kw: dict[str, int | float] = {}
     for part in text.split(","):
         name, _, value = part.partition("=")
         name = name.strip()
         if name not in TuneOptions.__dataclass_fields__:
             raise ValueError(f"CCOVERLAP_TUNE: unknown option {name!r}; known: {list(TuneOptions.__dataclass_fields__)}")
         kw[name] = float(value) if name in ("budget_s", "margin", "confidence") else int(value)
-    return TuneOptions(**kw)
+    return TuneOptions(**kw)  # type: ignore[arg-type]  # each value's type follows its field name above
 
 
 _options = _options_from_env()
 _cache_file: str | None = os.environ.get("CCOVERLAP_TUNE_CACHE") or None
 
 
-def set_tune_options(**kwargs) -> TuneOptions:
+def set_tune_options(**kwargs: int | float) -> TuneOptions:
     """Change the ``tune`` settings (fields of :class:`TuneOptions`) for this process; returns the old ones.
 
     Must be the same on every rank (rank 0's clock and rules decide, but every rank runs
@@ -136,7 +141,7 @@ def set_tune_options(**kwargs) -> TuneOptions:
     """
     global _options
     old = _options
-    new = replace(old, **kwargs)
+    new = replace(old, **kwargs)  # type: ignore[arg-type]  # fields are int or float; a wrong name raises TypeError
     if (new.min_reps < 1 or new.max_reps < new.min_reps or new.warmup < 0 or new.budget_s <= 0 or new.margin < 0
             or not 0.5 <= new.confidence < 1):
         raise ValueError(f"set_tune_options: need warmup >= 0, 1 <= min_reps <= max_reps, budget_s > 0, margin >= 0, "
@@ -177,7 +182,10 @@ class Decision:
     eliminated: tuple[str, ...] = field(default=())
 
 
-def _key(kind, a_shape, b_shape, dtype, device, group, mode, engine) -> tuple:
+def _key(
+    kind: str, a_shape: Sequence[int], b_shape: Sequence[int], dtype: torch.dtype, device: torch.device,
+    group: ProcessGroup | None, mode: str, engine: str,
+) -> tuple:
     return (kind, mode, tuple(a_shape), tuple(b_shape), dtype, device.type,
             id(group) if group is not None else 0, comm.group_size(group), comm.backend_of(group), engine)  # fmt: skip
 
@@ -189,8 +197,8 @@ def _file_key(key: tuple, device: torch.device) -> str:
 
 
 def is_decided(
-    kind: str, a_shape, b_shape, dtype: torch.dtype, device: torch.device, group, schedule: str,
-    comm_engine: str = "sm",
+    kind: str, a_shape: Sequence[int], b_shape: Sequence[int], dtype: torch.dtype, device: torch.device,
+    group: ProcessGroup | None, schedule: str, comm_engine: str = "sm",
 ) -> bool:
     """Whether ``resolve`` would answer from this process's cache (no communication) for a call
     whose GEMM operands have shapes ``a_shape`` (2-D input) and ``b_shape`` (``[k, n]``)."""
@@ -214,7 +222,8 @@ def clear_tuning_cache() -> None:
 
 
 def auto_choice(
-    kind: str, a: torch.Tensor, b: torch.Tensor, group, *, comm_engine: str = "sm", spec: MachineSpec | None = None
+    kind: str, a: torch.Tensor, b: torch.Tensor, group: ProcessGroup | None, *, comm_engine: str = "sm",
+    spec: MachineSpec | None = None,
 ) -> tuple[str, str]:
     """FiCCO §V-C heuristic for one op call, on this rank only (no communication).
 
@@ -348,7 +357,7 @@ def tune_choice(
     kind: str,
     run_for: Callable[[str], Callable[[], object]],
     candidates: Sequence[str],
-    group,
+    group: ProcessGroup | None,
     device: torch.device,
     *,
     options: TuneOptions | None = None,
@@ -402,7 +411,7 @@ def tune_choice(
 
 
 def _timed_round(runs: dict[str, Callable[[], object]], cands: list[str], active: list[str], rounds: int,
-                 device: torch.device, group, cdev) -> list[float]:
+                 device: torch.device, group: ProcessGroup | None, cdev: torch.device) -> list[float]:
     """One round: every active candidate once, in Williams order; seconds per call (MAX over ranks), by ``cands``."""
     local = torch.zeros(len(cands), dtype=torch.float64)
     for pos in round_order(len(active), rounds):
@@ -434,8 +443,8 @@ def _root_verdict(samples: dict[str, list[float]], cands: list[str], active: lis
     return keep, pick, why
 
 
-def _follow_root(cands: list[str], keep: list[str], pick: str | None, is_root: bool, cdev,
-                 group) -> tuple[list[str], str | None]:
+def _follow_root(cands: list[str], keep: list[str], pick: str | None, is_root: bool, cdev: torch.device,
+                 group: ProcessGroup | None) -> tuple[list[str], str | None]:
     """Broadcast rank 0's verdict; every rank returns the candidates still in and the pick (None: go on)."""
     ctl = torch.zeros(2 + len(cands), dtype=torch.int64)
     if is_root:
@@ -464,7 +473,7 @@ def resolve(
     kind: str,
     a: torch.Tensor,
     b: torch.Tensor,
-    group,
+    group: ProcessGroup | None,
     schedule: str,
     *,
     comm_engine: str = "sm",
@@ -490,17 +499,18 @@ def resolve(
         decision = _auto_decision(kind, a, b, group, comm_engine)
     else:
         cands = tuple(candidates or tune_candidates(kind))
-        decision = _from_file(key, a.device, cands, group)
-        if decision is None:
+        found = _from_file(key, a.device, cands, group)
+        if found is None:
             run_for = runner or (lambda name: _runner(kind, a, b, group, name, comm_engine))
-            decision = tune_choice(kind, run_for, cands, group, a.device)
-            _to_file(key, a.device, decision, group)
+            found = tune_choice(kind, run_for, cands, group, a.device)
+            _to_file(key, a.device, found, group)
+        decision = found
     with _lock:
         _cache[key] = decision
     return decision
 
 
-def _from_file(key: tuple, device: torch.device, cands: Sequence[str], group) -> Decision | None:
+def _from_file(key: tuple, device: torch.device, cands: Sequence[str], group: ProcessGroup | None) -> Decision | None:
     """Rank 0 looks the key up in the cache file and broadcasts (found, index); None when not found."""
     path = _cache_file
     found = torch.tensor([-1], dtype=torch.int64)
@@ -522,7 +532,7 @@ def _from_file(key: tuple, device: torch.device, cands: Sequence[str], group) ->
     return Decision(list(cands)[idx], "tune", f"from the tune cache file (rank 0: {path})")
 
 
-def _to_file(key: tuple, device: torch.device, decision: Decision, group) -> None:
+def _to_file(key: tuple, device: torch.device, decision: Decision, group: ProcessGroup | None) -> None:
     path = _cache_file
     if not path or comm.group_rank(group) != 0:
         return
@@ -550,7 +560,9 @@ def _to_file(key: tuple, device: torch.device, decision: Decision, group) -> Non
 AUTO_MEASURE = TuneOptions(warmup=1, min_reps=6, max_reps=30, budget_s=2.0, margin=0.02, confidence=0.95)
 
 
-def auto_candidate(kind: str, a: torch.Tensor, b: torch.Tensor, group, *, comm_engine: str = "sm") -> tuple[str, str]:
+def auto_candidate(
+    kind: str, a: torch.Tensor, b: torch.Tensor, group: ProcessGroup | None, *, comm_engine: str = "sm"
+) -> tuple[str, str]:
     """The schedule ``auto`` weighs against ``serial`` (no communication): ``(name, reason)``.
 
     :func:`auto_choice` (FiCCO §V-C with the "overlap cannot help" step) decides whether
@@ -566,7 +578,9 @@ def auto_candidate(kind: str, a: torch.Tensor, b: torch.Tensor, group, *, comm_e
     return "ring", f"CPU transport: ring has the fewest steps ({comm.group_size(group) - 1}); heuristic: {reason}"
 
 
-def _auto_decision(kind, a, b, group, comm_engine) -> Decision:
+def _auto_decision(
+    kind: str, a: torch.Tensor, b: torch.Tensor, group: ProcessGroup | None, comm_engine: str
+) -> Decision:
     """``auto``: rank 0's candidate; unless it is ``serial``, timed against ``serial`` on forward + backward."""
     name, reason = auto_candidate(kind, a, b, group, comm_engine=comm_engine)
     idx = torch.tensor([SCHEDULES.index(name)], dtype=torch.int64, device=comm.comm_device(group))
@@ -582,16 +596,44 @@ def _auto_decision(kind, a, b, group, comm_engine) -> Decision:
     return Decision(d.schedule, "auto", why, d.timings_s, d.samples_s, d.rounds, d.elapsed_s, eliminated=d.eliminated)
 
 
-def _fwd_bwd_runner(kind, a, b, group, name, comm_engine="sm"):
-    """Forward + backward of the public op with schedule ``name`` (what a training step runs of it)."""
-    from ccoverlap.runtime import ops  # ops imports this module
+#: The public ops ``auto`` and ``tune`` time, by op kind (``"ag"``, ``"rs"``): each takes
+#: ``(x, weight, group, *, schedule, comm_engine)`` as :func:`~ccoverlap.runtime.ops.all_gather_matmul`
+#: does. :mod:`ccoverlap.runtime.ops` imports this module and registers them when it is imported
+#: (:func:`register_op`), so this module never imports the ops (no import cycle).
+_OPS: dict[str, Callable[..., torch.Tensor]] = {}
 
+
+def register_op(kind: str, op: Callable[..., torch.Tensor]) -> None:
+    """Register the public op ``auto`` and ``tune`` time for op ``kind`` (``"ag"`` or ``"rs"``).
+
+    ``op(x, weight, group, schedule=..., comm_engine=...)`` runs one call with a concrete
+    schedule; :mod:`ccoverlap.runtime.ops` registers its two ops when it is imported.
+    """
+    if kind not in ("ag", "rs"):
+        raise ValueError(f"register_op: unknown op kind {kind!r}; expected 'ag' or 'rs'")
+    _OPS[kind] = op
+
+
+def _op(kind: str) -> Callable[..., torch.Tensor]:
+    """The registered public op of ``kind`` (see :func:`register_op`)."""
+    if kind not in ("ag", "rs"):
+        raise ValueError(f"unknown op kind {kind!r}")
+    op = _OPS.get(kind)
+    if op is None:  # only when this module is loaded without the package (ccoverlap.runtime imports ops)
+        raise RuntimeError(f"no op registered for kind {kind!r}: import ccoverlap.runtime.ops first")
+    return op
+
+
+def _fwd_bwd_runner(
+    kind: str, a: torch.Tensor, b: torch.Tensor, group: ProcessGroup | None, name: str, comm_engine: str = "sm"
+) -> Callable[[], None]:
+    """Forward + backward of the public op with schedule ``name`` (what a training step runs of it)."""
+    op = _op(kind)
     x = a.detach().clone().requires_grad_()
     w = b.t().detach().clone().requires_grad_()
-    op = ops.all_gather_matmul if kind == "ag" else ops.matmul_reduce_scatter
-    dy = []
+    dy: list[torch.Tensor] = []
 
-    def run():
+    def run() -> None:
         with torch.enable_grad():
             y = op(x, w, group, schedule=name, comm_engine=comm_engine)
             if not dy:
@@ -602,17 +644,14 @@ def _fwd_bwd_runner(kind, a, b, group, name, comm_engine="sm"):
     return run
 
 
-def _runner(kind, a, b, group, name, comm_engine="sm"):
+def _runner(
+    kind: str, a: torch.Tensor, b: torch.Tensor, group: ProcessGroup | None, name: str, comm_engine: str = "sm"
+) -> Callable[[], torch.Tensor]:
     """One call of the public op with schedule ``name``: what a user's call (and ``ccoverlap bench``)
     runs, the per-call cross-rank check and the agreed comm engine's transport included."""
-    from ccoverlap.runtime import ops  # ops imports this module
-
+    op = _op(kind)
     weight = b.t()  # the ops take an nn.Linear weight [n, k] and compute a @ weight.T = a @ b
-    if kind == "ag":
-        return lambda: ops.all_gather_matmul(a, weight, group, schedule=name, comm_engine=comm_engine)
-    if kind == "rs":
-        return lambda: ops.matmul_reduce_scatter(a, weight, group, schedule=name, comm_engine=comm_engine)
-    raise ValueError(f"unknown op kind {kind!r}")
+    return lambda: op(a, weight, group, schedule=name, comm_engine=comm_engine)
 
 
 def _sync(device: torch.device) -> None:

@@ -19,18 +19,16 @@ from spawned import run_cases
 
 from ccoverlap.runtime import (
     ALL_SCHEDULES,
-    ParallelTransformerBlock,
     ShapeMismatchError,
-    TransformerBlock,
     all_gather_matmul,
     all_to_all_matmul,
-    allreduce_sequence_parallel_grads,
     comm,
     matmul_reduce_scatter,
     partition,
     set_shape_check,
     tuning_cache,
 )
+from ccoverlap.runtime.layers import ParallelTransformerBlock, TransformerBlock, allreduce_sequence_parallel_grads
 
 RTOL, ATOL = 1e-4, 1e-5
 _CASES: list[tuple[str, object]] = []

@@ -97,6 +97,7 @@ def test_framework_keywords_and_the_tp_plan(emit_dir):
     ({"tp_plan": {"x": {"style": "Fancy"}}}, "style must be one of"),
     ({"tp_plan": {"x": {"style": "ColwiseParallel", "chunks": 4}}}, "'chunks' is not one of"),
     ({"tp_plan": {"x": {"style": "ColwiseParallel", "input_layouts": "Shard(x)"}}}, "placement must be"),
+    ({"tp_plan": {"x": {"style": "ColwiseParallel", "input_layouts": [["Shard(1)"]]}}}, "placement must be"),
     ({"tp_plan": {"x": {"style": "ColwiseParallel", "schedule": "fastest"}}}, "schedule must be one of"),
 ])
 def test_bad_tp_plans_fail_with_one_message(fw, needle):
