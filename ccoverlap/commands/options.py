@@ -15,9 +15,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeAlias
 
 from ccoverlap.outputs import check_out_dir, check_out_file  # noqa: F401 (re-exported: every command's checks)
+
+#: what a command's ``register(sub)`` adds its subparser to (``parser.add_subparsers()``)
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 DTYPES = ("bfloat16", "float16", "float32", "fp8")
 #: Element bytes of each ``--dtype``.
