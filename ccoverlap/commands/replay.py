@@ -84,7 +84,10 @@ def run(args: argparse.Namespace) -> int:
     if "png" in extra:
         print_wrapped(con, f"picture: {extra['png']}")
     if "chrome_traces" in extra:
-        spec = res.job.spec if isinstance(res.job.spec, str) else ",".join(map(str, res.job.spec))
+        from ccoverlap.trace.steps import StepRanges
+
+        job_spec = res.job.spec  # a selection too long to list stays StepRanges: its str is the --steps text
+        spec = str(job_spec) if isinstance(job_spec, (str, StepRanges)) else ",".join(map(str, job_spec))
         print_wrapped(con, f"Chrome traces: {args.out}/<scenario>/rank-*.json.gz "
                            f"({', '.join(extra['chrome_traces'])}); read back with `ccoverlap analyze --steps {spec} DIR`")
     return 0
