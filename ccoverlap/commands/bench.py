@@ -353,6 +353,7 @@ def _op_caller(b: _RankBench) -> tuple[OpCall, Callable[[], None]]:
         elif op == "matmul_reduce_scatter":
             y = matmul_reduce_scatter(x, w, schedule=sched, comm_engine=cfg["comm_engine"], check_shapes=check)
         else:
+            assert splits is not None  # _setup_rank splits the tokens for all_to_all_matmul
             y = all_to_all_matmul(x, w, splits, schedule=sched, check_shapes=check)
         if grad:
             nonlocal dy

@@ -316,6 +316,7 @@ def _print_text(args: argparse.Namespace, path: Path, rows: list[Row], names: li
     if md:
         print(markdown_table(rows))
     else:
+        assert con is not None  # made whenever the report is not Markdown
         print_runs(rows, con)
     _say(con)
     bullet = "* " if md else ""

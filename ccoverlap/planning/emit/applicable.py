@@ -136,11 +136,13 @@ def _applicable_result(planner: Planner, b: EmitBundle) -> StrategyResult:
     extra = {"of": b.strategy, "target": b.target, "not_applied": b.dropped_lines()}
     if b.everything_applies and b.ideal is not None:
         return replace(b.ideal, name=APPLICABLE, note=b.note(), timeline=None, decision=extra)
+    w = b.workload
+    assert w is not None  # build_emit's bundles, the only ones simulated, carry their step's workload
     if b.plan.rules:
         plan = b.plan
-        metrics = planner.rewritten_metrics(b.workload, lambda st: plan.apply(st.graph), key=("applicable", plan))
+        metrics = planner.rewritten_metrics(w, lambda st: plan.apply(st.graph), key=("applicable", plan))
     else:
-        metrics = planner.metrics(b.workload)
-    res = planner.summarize_metrics(APPLICABLE, b.workload, metrics, note=b.note())
+        metrics = planner.metrics(w)
+    res = planner.summarize_metrics(APPLICABLE, w, metrics, note=b.note())
     res.decision = extra
     return res
