@@ -14,8 +14,12 @@ fast. The analyser, cost model, simulator and planner are importable without tor
 """
 
 import importlib as _importlib
+from typing import TYPE_CHECKING
 
 from ccoverlap.version import __version__
+
+if TYPE_CHECKING:  # for the type checker only: at run time Workload is imported on first use
+    from ccoverlap.predict.workload import Workload
 
 # ccoverlap.replay, .validate and .reproduce are subpackages as well as API functions. Importing
 # a subpackage the first time makes it an attribute of this package, so they are imported here,
@@ -31,7 +35,7 @@ __all__ = ["Workload", "analyze", "replay", "simulate", "plan", "search", "valid
            "CCOverlapError", "ConfigError", "TraceError", "__version__"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> "type[Workload]":
     if name == "Workload":  # imported on first use: the catalog is not needed to analyse traces
         from ccoverlap.predict.workload import Workload
 

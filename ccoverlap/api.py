@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ccoverlap.results import (
     AnalysisResult,
@@ -27,10 +28,15 @@ from ccoverlap.results import (
     ValidationReport,
 )
 
-Paths = "str | os.PathLike | Sequence[str | os.PathLike]"
+if TYPE_CHECKING:  # imported when first used at run time (the catalog is not needed to analyse traces)
+    from ccoverlap.predict.workload import Workload
+
+Paths: TypeAlias = "str | os.PathLike[str] | Sequence[str | os.PathLike[str]]"
+#: What the predicting functions take as ``workload``: a Workload, a config file, or None (keywords).
+WorkloadArg: TypeAlias = "Workload | str | os.PathLike[str] | None"
 
 
-def _paths(traces) -> list[str]:
+def _paths(traces: object) -> list[str]:
     """``traces`` (a path or a list of paths) as a list of paths; TraceError otherwise."""
     from ccoverlap.config import short
     from ccoverlap.errors import TraceError
@@ -41,7 +47,7 @@ def _paths(traces) -> list[str]:
     return [os.fspath(t) for t in items]
 
 
-def _names(value, what: str) -> list[str] | None:
+def _names(value: object, what: str) -> list[str] | None:
     """``value`` (None, a name or a list of names) as None or a list of names; ConfigError otherwise."""
     from ccoverlap.config import short
     from ccoverlap.errors import ConfigError
@@ -54,7 +60,7 @@ def _names(value, what: str) -> list[str] | None:
     return items
 
 
-def _workload(workload, options: dict):
+def _workload(workload: object, options: dict[str, Any]) -> Workload:
     """A Workload from a Workload (options must be empty), a config file path, or keywords."""
     from ccoverlap.errors import ConfigError
     from ccoverlap.predict.workload import Workload, check_options
@@ -97,7 +103,7 @@ def replay(traces: Paths, *, steps: str = "hta", whatifs: Sequence[str] | None =
     return ReplayReport.of(_replay(_paths(traces), steps=steps, whatifs=_names(whatifs, "whatifs"), cluster=cluster))
 
 
-def simulate(workload=None, **options: Any) -> SimulationResult:
+def simulate(workload: WorkloadArg = None, **options: Any) -> SimulationResult:
     """Simulate one training step of ``workload`` (a :class:`Workload`, a config file, or
     keywords as for ``Workload``): step time and, per simulated rank, compute, communication,
     overlap, exposed communication and idle time (seconds). ``raw`` is (StepGraph, Timeline)."""
@@ -112,7 +118,7 @@ def simulate(workload=None, **options: Any) -> SimulationResult:
     return SimulationResult(data, ranks, summary, (step, tl))
 
 
-def plan(workload=None, *, strategies: Sequence[str] | None = None, exact: bool = False,
+def plan(workload: WorkloadArg = None, *, strategies: Sequence[str] | None = None, exact: bool = False,
          strategy: str | None = None, target: str = "pytorch", **options: Any) -> PlanReport:
     """Predict the step time of ``workload`` as given, without overlap, with the best overlap
     knobs and under each decider (Lagom, Centauri, FiCCO; ``strategies`` picks them by name),
@@ -145,7 +151,8 @@ def plan(workload=None, *, strategies: Sequence[str] | None = None, exact: bool 
     return PlanReport(data, rows, summary, result)
 
 
-def search(workload=None, *, max_simulations: int = 24, top: int = 3, constraints: dict | None = None,
+def search(workload: WorkloadArg = None, *, max_simulations: int = 24, top: int = 3,
+           constraints: dict[str, Any] | None = None,
            **options: Any) -> SearchReport:
     """Search the layouts (TP / CP / PP / DP, FSDP / DDP / HSDP, EP, micro-batch, recompute,
     pipeline schedule) of ``workload``'s model on its cluster at its global batch, ranked by
@@ -161,7 +168,7 @@ def search(workload=None, *, max_simulations: int = 24, top: int = 3, constraint
     return SearchReport(data, rows, f"{data.get('workload', w.describe())}: {len(rows)} layouts ranked; {head}", result)
 
 
-def validate(runs: str | os.PathLike = "published", *, only: Sequence[str] | None = None,
+def validate(runs: str | os.PathLike[str] = "published", *, only: Sequence[str] | None = None,
              subset: str | None = None, jobs: int = 1) -> ValidationReport:
     """Predicted vs measured step time of the runs in a runs file (``"published"``: the set
     shipped with ccoverlap): per run the error; runs that cannot be read or predicted are
@@ -173,7 +180,7 @@ def validate(runs: str | os.PathLike = "published", *, only: Sequence[str] | Non
     only = _names(only, "only")
     if subset is not None and subset not in SUBSETS:
         raise ConfigError(f"subset must be one of {list(SUBSETS)}, got {subset!r}")
-    rf = load_runs(runs, keep_going=True)
+    rf = load_runs(Path(runs) if isinstance(runs, os.PathLike) else runs, keep_going=True)
     names = [r.name for r in rf.runs]
     for name in only or ():
         if name not in names:
@@ -205,5 +212,5 @@ def reproduce(papers: Sequence[str] | None = None, *, cases: Sequence[str] | Non
                                                   f"({s['cases']} cases)", result)
 
 
-def _ms(x) -> str:
+def _ms(x: object) -> str:
     return f"{x * 1e3:.1f} ms" if isinstance(x, (int, float)) else "-"

@@ -18,6 +18,8 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterable
+from typing import NoReturn
 
 from ccoverlap.errors import CCOverlapError
 
@@ -45,7 +47,7 @@ OWN_JSON_ERRORS = ("analyze", "validate")
 NO_BLAS_THREADS = ("analyze",)
 
 
-def _closest(word: str, choices) -> str | None:
+def _closest(word: str, choices: Iterable[str]) -> str | None:
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return close[0] if close else None
 
@@ -67,7 +69,7 @@ def _shorten_quotes(message: str) -> str:
 class _Parser(argparse.ArgumentParser):
     """argparse with the usage line and the closest known choice on a usage error (exit 2)."""
 
-    def error(self, message: str) -> None:
+    def error(self, message: str) -> NoReturn:
         m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if m:
             near = _closest(m.group(1), re.findall(r"'([^']*)'", m.group(2)))

@@ -10,9 +10,16 @@ Each result keeps the object the library computed as ``raw`` (an
 from __future__ import annotations
 
 import math
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 from ccoverlap.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd  # type: ignore[import-untyped]  # an optional extra without type information
+
+    from ccoverlap.replay.run import ReplayResult
+    from ccoverlap.trace.result import Analysis
 
 
 def _fmt(v: Any) -> str:
@@ -25,7 +32,7 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def format_rows(rows: list[dict], columns: list[str], *, limit: int = 20) -> str:
+def format_rows(rows: list[dict[str, Any]], columns: list[str], *, limit: int = 20) -> str:
     """A plain-text table of ``columns`` of ``rows`` (the first ``limit`` rows), never cut."""
     shown = rows[:limit]
     cells = [columns] + [[_fmt(r.get(c)) for c in columns] for r in shown]
@@ -37,7 +44,7 @@ def format_rows(rows: list[dict], columns: list[str], *, limit: int = 20) -> str
     return "\n".join(lines)
 
 
-def _flat(row: dict) -> dict:
+def _flat(row: dict[str, Any]) -> dict[str, Any]:
     """The scalar fields of ``row`` (nested lists and mappings left out of a table row)."""
     return {k: v for k, v in row.items() if not isinstance(v, (list, dict, tuple))}
 
@@ -49,17 +56,17 @@ class Result:
     #: columns of the text table (``str``); every scalar column goes into the DataFrame
     columns: tuple[str, ...] = ()
 
-    def __init__(self, data: dict, rows: list[dict], summary: str, raw: Any = None) -> None:
+    def __init__(self, data: dict[str, Any], rows: list[dict[str, Any]], summary: str, raw: Any = None) -> None:
         self._data = data
         self._rows = [_flat(r) for r in rows]
         self.summary = summary
         self.raw = raw
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Everything as plain data (JSON-ready: numbers, strings, lists, mappings)."""
         return self._data
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> pd.DataFrame:
         """The main table as a ``pandas.DataFrame`` (needs the ``pandas`` extra)."""
         try:
             import pandas as pd
@@ -68,7 +75,7 @@ class Result:
         return pd.DataFrame(self._rows)
 
     @property
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[dict[str, Any]]:
         """The main table, one mapping of scalar values per row."""
         return list(self._rows)
 
@@ -92,7 +99,7 @@ class AnalysisResult(Result):
     columns = ("rank", "step_time_s", "compute_s", "comm_s", "overlap_ratio", "exposed_comm_s", "idle_s")
 
     @classmethod
-    def of(cls, analysis) -> AnalysisResult:
+    def of(cls, analysis: Analysis) -> AnalysisResult:
         """The result of a :class:`~ccoverlap.trace.analyze.Analysis`."""
         d = analysis.to_dict()
         s = d.get("summary") or {}
@@ -101,7 +108,7 @@ class AnalysisResult(Result):
                    f"{(d.get('verdict') or {}).get('label', '')}").rstrip("; ")
         return cls(d, d.get("ranks") or [], summary, analysis)
 
-    def to_dataframe(self, table: str = "ranks"):
+    def to_dataframe(self, table: str = "ranks") -> pd.DataFrame:
         """One of the analysis' tables as a DataFrame: ``ranks`` (default), ``per_step``,
         ``collectives``, ``dimensions`` or ``comm_kernels``."""
         if table == "ranks":
@@ -118,7 +125,7 @@ class ReplayReport(Result):
     columns = ("name", "step_time_s", "exposed_comm_s", "overlap_ratio", "gain_pct")
 
     @classmethod
-    def of(cls, res) -> ReplayReport:
+    def of(cls, res: ReplayResult) -> ReplayReport:
         """The report of a :class:`~ccoverlap.replay.run.ReplayResult`."""
         from ccoverlap.replay.report import to_dict  # lazy: `ccoverlap --help` imports this module
 
@@ -155,13 +162,14 @@ class PlanReport(Result):
         """The sentences behind :attr:`recommendation`, one each."""
         return list(self._data.get("recommendation_details", []))
 
-    def emit(self, out_dir, strategy: str | None = None, target: str = "pytorch") -> dict:
+    def emit(self, out_dir: str | os.PathLike[str], strategy: str | None = None, target: str = "pytorch"
+             ) -> dict[str, str]:
         """Write ``strategy``'s settings (default: the one the ``applicable`` row is for) into
         ``out_dir``: nccl.env, the NCCL tuner plugin's CSV, per-group NCCL options, framework
         settings, the TP plan, decision.json and README.md (docs/emit.md); ``{file: path}``."""
         return self.raw.emit(out_dir, strategy=strategy, target=target)
 
-    def apply_hints(self, strategy: str | None = None, target: str = "pytorch") -> dict:
+    def apply_hints(self, strategy: str | None = None, target: str = "pytorch") -> dict[str, Any]:
         """What :meth:`emit` writes, as plain data (``nccl_env``, ``tuner_rows``,
         ``process_groups``, ``fully_shard``, ``ddp``, ``torchtitan``, ``megatron_args``,
         ``tp_plan``, ``not_applied``, ...)."""

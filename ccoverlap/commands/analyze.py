@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, Any
 
-from ccoverlap.commands.options import add_common, check_outputs, png_path
+from ccoverlap.commands.options import Subparsers, add_common, check_outputs, png_path
 from ccoverlap.workers.pool import ENGINES
+
+if TYPE_CHECKING:
+    from ccoverlap.trace.result import Analysis
 
 DEFAULT_OUT = "ccoverlap-out/analyze"
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     """Add the ``analyze`` subparser."""
     p = sub.add_parser("analyze", help="measure overlap in torch.profiler traces (one file per rank)",
                        description=__doc__)
@@ -52,7 +56,8 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _check_after(args: argparse.Namespace, a, b, groups: dict | None, picture: bool) -> None:
+def _check_after(args: argparse.Namespace, a: Analysis, b: Analysis | None, groups: dict[str, str] | None,
+                 picture: bool) -> None:
     """ConfigError for what only the traces tell: a ``--groups`` key that matches no process
     group, a ``--png-step`` that is not an analysed step."""
     from ccoverlap.errors import ConfigError
@@ -110,11 +115,13 @@ def run(args: argparse.Namespace) -> int:
     if picture:
         from ccoverlap.trace.report import write_png
 
+        picture_file = png_path(args, "analyze")
+        assert picture_file is not None  # picture: --png was given
         try:
-            png = write_png(a, png_path(args, "analyze"), step=args.png_step)
+            png = write_png(a, picture_file, step=args.png_step)
         except OSError as exc:
             raise ConfigError(f"cannot write the picture: {exc}") from None
-    extra = {"png": str(png) if png else None}
+    extra: dict[str, Any] = {"png": str(png) if png else None}
     if b is not None:
         extra["vs"] = {"files": b.files, "comparison": compare(a, b), "summary": b.to_dict()["summary"]}
     if args.json:

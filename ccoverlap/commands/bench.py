@@ -32,18 +32,40 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ccoverlap.commands.options import add_common, add_dtype, check_out_dir
+from ccoverlap.commands.options import Subparsers, add_common, add_dtype, check_out_dir
 from ccoverlap.config import short
 from ccoverlap.errors import ConfigError
+
+if TYPE_CHECKING:  # torch is imported when the command runs: `ccoverlap --help` needs no torch
+    import torch
+    import torch.profiler
+
+    from ccoverlap.runtime.plan_bench import PlanBenchConfig
+    from ccoverlap.runtime.tuning import Decision
 
 OPS = ("all_gather_matmul", "matmul_reduce_scatter", "all_to_all_matmul")
 _DTYPES = ("bfloat16", "float16", "float32")  # the overlapped ops run no fp8
 
+#: the bench's settings (:func:`_config`), as the worker processes receive them
+BenchConfig = dict[str, Any]
+#: reference rows to time beside the schedules: name -> one call
+Parts = dict[str, Callable[[], object]]
+_Cfg = TypeVar("_Cfg")
+_Res = TypeVar("_Res")
 
-def register(sub) -> None:
+
+class OpCall(Protocol):
+    """``call(schedule, check=None)``: one call of the op under test (and its backward with
+    ``--backward``); ``check``: the cross-rank shape check policy, None for the default."""
+
+    def __call__(self, sched: str, check: str | None = None, /) -> torch.Tensor: ...
+
+
+def register(sub: Subparsers) -> None:
     """Add the ``bench`` parser to the CLI's subparsers."""
     p = sub.add_parser(
         "bench",
@@ -93,7 +115,7 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _config(args: argparse.Namespace, world: int) -> dict:
+def _config(args: argparse.Namespace, world: int) -> BenchConfig:
     check_out_dir(args.profile_dir, "--out")  # before the GPUs are started
     for name in ("m", "n", "k", "iters", "experts", "profile_iters"):
         if getattr(args, name) < 1:
@@ -162,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_configs(args: argparse.Namespace, world: int) -> list:
+def _plan_configs(args: argparse.Namespace, world: int) -> list[PlanBenchConfig]:
     from ccoverlap.runtime.ops import ALL_SCHEDULES
     from ccoverlap.runtime.plan_bench import SHAPES, PlanBenchConfig
 
@@ -187,7 +209,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     if world < 1:
         raise ConfigError(f"--nproc must be >= 1, got {world}")
     cfgs = _plan_configs(args, world)
-    results = []
+    results: list[dict[str, Any]] = []
     for cfg in cfgs:
         if under_torchrun:
             res = _under_torchrun(plan_bench.run_rank, cfg, args.backend)
@@ -210,7 +232,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _under_torchrun(worker, cfg: dict, backend: str):
+def _under_torchrun(worker: Callable[[int, int, _Cfg], _Res], cfg: _Cfg, backend: str) -> _Res:
     """``worker(rank, world, cfg)`` in a job started by torchrun: the process group from its
     environment (``backend`` "auto": NCCL when every local rank has a GPU, else gloo), set up
     here unless the caller already has one, and torn down after."""
@@ -233,7 +255,7 @@ def _under_torchrun(worker, cfg: dict, backend: str):
             dist.destroy_process_group()
 
 
-def _worker(rank: int, world: int, cfg: dict):
+def _worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any] | None:
     """Bench on this rank (collective); returns the result dict on rank 0, None elsewhere."""
     import torch
 
@@ -259,14 +281,14 @@ class _RankBench:
 
     rank: int
     world: int
-    cfg: dict
+    cfg: BenchConfig
     backend: str
-    device: Any  # torch.device
-    dtype: Any  # torch.dtype
+    device: torch.device
+    dtype: torch.dtype
     threads: int
-    gen: Any  # torch.Generator of the random inputs
-    x: Any = None
-    w: Any = None
+    gen: torch.Generator  # of the random inputs
+    x: Any = None  # torch.Tensor, set by _setup_rank once the shapes are known
+    w: Any = None  # torch.Tensor, likewise
     splits: list[int] | None = None  # all_to_all_matmul's tokens per (rank, expert)
 
     @property
@@ -279,14 +301,14 @@ class _RankBench:
         """Whether the bench times forward + backward."""
         return self.cfg["backward"]
 
-    def rnd(self, *shape):
+    def rnd(self, *shape: int) -> torch.Tensor:
         """A random tensor of ``shape`` (unit-variance rows after the 1/sqrt(last dim) scale) on the device."""
         import torch
 
         return (torch.randn(*shape, generator=self.gen) / (shape[-1] ** 0.5)).to(device=self.device, dtype=self.dtype)
 
 
-def _setup_rank(rank: int, world: int, cfg: dict) -> _RankBench:
+def _setup_rank(rank: int, world: int, cfg: BenchConfig) -> _RankBench:
     """This rank's device, threads, dtype and seeded inputs (x, w and the all-to-all splits)."""
     import torch
 
@@ -315,7 +337,7 @@ def _setup_rank(rank: int, world: int, cfg: dict) -> _RankBench:
     return b
 
 
-def _op_caller(b: _RankBench):
+def _op_caller(b: _RankBench) -> tuple[OpCall, Callable[[], None]]:
     """``call(schedule, check=None)``: one call of the op (and its backward with --backward); ``sync()``: wait for the GPU."""
     import torch
 
@@ -325,12 +347,13 @@ def _op_caller(b: _RankBench):
     x, w, splits = b.x, b.w, b.splits
     dy = None
 
-    def call(sched: str, check: str | None = None):
+    def call(sched: str, check: str | None = None) -> torch.Tensor:
         if op == "all_gather_matmul":
             y = all_gather_matmul(x, w, schedule=sched, comm_engine=cfg["comm_engine"], check_shapes=check)
         elif op == "matmul_reduce_scatter":
             y = matmul_reduce_scatter(x, w, schedule=sched, comm_engine=cfg["comm_engine"], check_shapes=check)
         else:
+            assert splits is not None  # _setup_rank splits the tokens for all_to_all_matmul
             y = all_to_all_matmul(x, w, splits, schedule=sched, check_shapes=check)
         if grad:
             nonlocal dy
@@ -339,19 +362,19 @@ def _op_caller(b: _RankBench):
             y.backward(dy)
         return y
 
-    def sync():
+    def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
     return call, sync
 
 
-def _reference_rows(b: _RankBench, call) -> tuple[dict, dict[str, str]]:
+def _reference_rows(b: _RankBench, call: OpCall) -> tuple[Parts, dict[str, str]]:
     """The reference rows to time beside the schedules (name -> callable) and those skipped (name -> why)."""
     from ccoverlap.runtime.ops import check_call
 
     op, x, w, cfg = b.op, b.x, b.w, b.cfg
-    parts = {} if b.grad else _forward_parts(b)
+    parts: Parts = {} if b.grad else _forward_parts(b)
     # Every op call above runs the per-call cross-rank check (the default policy); these rows
     # show its cost: serial with the check switched off, and the check alone.
     parts["(serial, unchecked)"] = lambda: call("serial", "never")
@@ -366,7 +389,7 @@ def _reference_rows(b: _RankBench, call) -> tuple[dict, dict[str, str]]:
     return parts, skipped
 
 
-def _forward_parts(b: _RankBench) -> dict:
+def _forward_parts(b: _RankBench) -> Parts:
     """Forward-only reference rows: the whole collective alone and the GEMM alone, what "serial" is made of."""
     import torch
 
@@ -374,7 +397,7 @@ def _forward_parts(b: _RankBench) -> dict:
 
     op, x, w, m, k, n = b.op, b.x, b.w, b.cfg["m"], b.cfg["k"], b.cfg["n"]
     device, dtype = b.device, b.dtype
-    parts = {}
+    parts: Parts = {}
     if op == "all_gather_matmul":
         full = torch.empty(m, k, device=device, dtype=dtype)
         parts["(comm only)"] = lambda: comm.all_gather_into(full, x).wait()
@@ -387,7 +410,7 @@ def _forward_parts(b: _RankBench) -> dict:
     else:
         recv_x, ybuf, recv_y = torch.empty_like(x), b.rnd(m, n), torch.empty(m, n, device=device, dtype=dtype)
 
-        def a2a_both():
+        def a2a_both() -> None:
             comm.all_to_all_single(recv_x, x).wait()
             comm.all_to_all_single(recv_y, ybuf).wait()
 
@@ -396,7 +419,7 @@ def _forward_parts(b: _RankBench) -> dict:
     return parts
 
 
-def _baseline_rows(b: _RankBench, parts: dict, skipped: dict[str, str]) -> None:
+def _baseline_rows(b: _RankBench, parts: Parts, skipped: dict[str, str]) -> None:
     """Add PyTorch's DTensor TP and symmetric-memory rows to ``parts``, or why not to ``skipped``."""
     from ccoverlap.runtime.baselines import dtensor_tp_baseline, symm_mem_baseline
 
@@ -404,11 +427,13 @@ def _baseline_rows(b: _RankBench, parts: dict, skipped: dict[str, str]) -> None:
     if fn is not None:
         parts["(DTensor TP)"] = fn
     else:
+        assert why is not None  # the baselines say why whenever they give no function
         skipped["(DTensor TP)"] = why
     fn, why = symm_mem_baseline(b.op, b.x, b.w, b.world, b.device, backward=b.grad)
     if fn is not None:
         parts["(symm-mem fused)"] = fn
     else:
+        assert why is not None
         skipped["(symm-mem fused)"] = why
 
 
@@ -422,8 +447,8 @@ def _first_checked_call(b: _RankBench) -> None:
         matmul_reduce_scatter(b.x.detach(), b.w.detach(), schedule="serial", check_shapes="always")
 
 
-def _time_schedules(b: _RankBench, scheds: list[str], parts: dict, call,
-                    sync) -> tuple[list[list[float]], list[float | None]]:
+def _time_schedules(b: _RankBench, scheds: list[str], parts: Parts, call: OpCall,
+                    sync: Callable[[], None]) -> tuple[list[list[float]], list[float | None]]:
     """Warm-up, then ``iters`` timed repetitions; per schedule the slowest rank's seconds per call, and the load."""
     import torch
     import torch.distributed as dist
@@ -431,7 +456,7 @@ def _time_schedules(b: _RankBench, scheds: list[str], parts: dict, call,
     from ccoverlap.runtime import comm
     from ccoverlap.runtime.tuning import round_order
 
-    def run_one(name):
+    def run_one(name: str) -> object:
         return parts[name]() if name in parts else call(name)
 
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -459,7 +484,7 @@ def _time_schedules(b: _RankBench, scheds: list[str], parts: dict, call,
     return t.cpu().tolist(), [load_before, load_after]
 
 
-def _result_rows(b: _RankBench, scheds: list[str], parts: dict, slowest: list[list[float]]) -> list[dict]:
+def _result_rows(b: _RankBench, scheds: list[str], parts: Parts, slowest: list[list[float]]) -> list[dict[str, Any]]:
     """One row per timed schedule: what it ran (auto's and tune's picks), median, min, every time."""
     rows = []
     for sched, times in zip(scheds, slowest):
@@ -470,11 +495,12 @@ def _result_rows(b: _RankBench, scheds: list[str], parts: dict, slowest: list[li
     return rows
 
 
-def _what_ran(b: _RankBench, sched: str) -> tuple[str, dict | None]:
+def _what_ran(b: _RankBench, sched: str) -> tuple[str, dict[str, Any] | None]:
     """The concrete schedule ``sched`` ran (``auto`` and ``tune`` pick one) and what tune measured."""
     from ccoverlap.runtime.tuning import resolve
 
-    chosen, tune_info = sched, None
+    chosen: str = sched
+    tune_info: dict[str, Any] | None = None
     if sched in ("auto", "tune") and b.op != "all_to_all_matmul":
         kind = "ag" if b.op == "all_gather_matmul" else "rs"
         a = b.x.detach().reshape(-1, b.cfg["k"])
@@ -484,15 +510,16 @@ def _what_ran(b: _RankBench, sched: str) -> tuple[str, dict | None]:
     elif sched == "tune":
         from ccoverlap.runtime.tuning import tuning_cache
 
-        dec = next((d for key, d in tuning_cache().items() if key[0] == "a2a"), None)
-        chosen = dec.schedule if dec else "serial"
-        tune_info = _tune_info(dec) if dec else None
+        cached = next((d for key, d in tuning_cache().items() if key[0] == "a2a"), None)
+        chosen = cached.schedule if cached else "serial"
+        tune_info = _tune_info(cached) if cached else None
     elif sched == "auto":
         chosen = "chunked" if b.world > 1 else "serial"
     return chosen, tune_info
 
 
-def _rank0_result(b: _RankBench, rows: list[dict], skipped: dict[str, str], loads: list[float | None]) -> dict:
+def _rank0_result(b: _RankBench, rows: list[dict[str, Any]], skipped: dict[str, str], loads: list[float | None]
+                  ) -> dict[str, Any]:
     """Rank 0's result: the rows with their speedups over serial, the summary and the run's setting."""
     import torch
 
@@ -516,7 +543,7 @@ def _rank0_result(b: _RankBench, rows: list[dict], skipped: dict[str, str], load
     }  # fmt: skip
 
 
-def _tune_info(dec) -> dict:
+def _tune_info(dec: Decision) -> dict[str, Any]:
     """What tune measured, for the table and --json: medians (ms), rounds, elapsed, eliminated."""
     return {
         "picked": dec.schedule, "rounds": dec.rounds, "elapsed_s": dec.elapsed_s, "reason": dec.reason,
@@ -526,11 +553,11 @@ def _tune_info(dec) -> dict:
     }  # fmt: skip
 
 
-def _summary(rows: list[dict]) -> dict:
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Ratios the README quotes: auto and tune vs the measured-fastest schedule and vs DTensor TP."""
     by = {r["schedule"]: r for r in rows}
     concrete = [r for r in rows if not r["reference"] and r["schedule"] not in ("auto", "tune")]
-    out: dict = {}
+    out: dict[str, Any] = {}
     if concrete:
         fastest = min(concrete, key=lambda r: r["median_s"])
         out["fastest_schedule"] = fastest["schedule"]
@@ -566,7 +593,7 @@ def _summary(rows: list[dict]) -> dict:
     return out
 
 
-def _export_trace(prof, path: str) -> None:
+def _export_trace(prof: torch.profiler.profile, path: str) -> None:
     """The profiler's Chrome trace written to ``path`` atomically (a temporary file renamed)."""
     from ccoverlap.outputs import atomic_file
 
@@ -574,7 +601,8 @@ def _export_trace(prof, path: str) -> None:
         prof.export_chrome_trace(str(tmp))
 
 
-def _profile(cfg: dict, rank: int, call, sync, device) -> None:
+def _profile(cfg: BenchConfig, rank: int, call: OpCall, sync: Callable[[], None], device: torch.device) -> None:
+    """Profile ``profile_iters`` calls of every schedule into ``DIR/rank-<rank>.json``, one profiler step per call."""
     from torch.profiler import ProfilerActivity, profile, record_function
     from torch.profiler import schedule as prof_schedule
 
@@ -599,7 +627,8 @@ def _profile(cfg: dict, rank: int, call, sync, device) -> None:
                 prof.step()
 
 
-def _print(res: dict, as_json: bool) -> None:
+def _print(res: dict[str, Any], as_json: bool) -> None:
+    """Rank 0's result as the table (or ``--json``)."""
     if as_json:
         json.dump(res, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -15,14 +15,28 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 from ccoverlap.calibrate.grids import SECTIONS
-from ccoverlap.commands.options import add_common
+from ccoverlap.commands.options import Subparsers, add_common
 from ccoverlap.errors import ConfigError
 
+if TYPE_CHECKING:
+    from ccoverlap.calibrate.fit import CalibrationFit
+    from ccoverlap.catalog.hardware import GPUSpec
+    from ccoverlap.cost.params import CostParams
 
-def register(sub) -> None:
+#: a measurement record, a calibration file's document, its settings or device: JSON-ready mappings
+Record = dict[str, Any]
+#: ``log(message)``: one progress line on stderr
+Log = Callable[[str], None]
+#: ``checkpoint(records, notes, settings, device info, gpu)``: write what was measured so far
+Checkpoint = Callable[[list[Record], list[str], Record, Record, "GPUSpec"], None]
+
+
+def register(sub: Subparsers) -> None:
     """Add the ``calibrate`` subcommand and its options to the CLI's subparsers."""
     p = sub.add_parser("calibrate", help="measure this GPU and fit the cost model (writes a calibration file)",
                        description=__doc__)
@@ -58,7 +72,7 @@ def parse_sections(text: str) -> tuple[str, ...]:
     return tuple(s for s in SECTIONS if s in names)
 
 
-def measurements_of(path, doc: dict, purpose: str) -> list[dict]:
+def measurements_of(path: str | Path, doc: Record, purpose: str) -> list[Record]:
     """The raw measurements of the calibration file ``doc`` read from ``path``; ConfigError
     when it has none (``purpose``: what they were wanted for, "fit" or "add")."""
     records = (doc.get("source") or {}).get("measurements") or []
@@ -67,15 +81,16 @@ def measurements_of(path, doc: dict, purpose: str) -> list[dict]:
     return records
 
 
-def add_measurements(records: list[dict], files: list[tuple[str, dict]], gpu_name: str
-                     ) -> tuple[list[dict], list[str]]:
+def add_measurements(records: list[Record], files: list[tuple[str, Record]], gpu_name: str
+                     ) -> tuple[list[Record], list[str]]:
     """``records`` with the measurements of each calibration file ``(path, doc)`` in ``files``
     that measured something ``records`` did not (same
     :func:`~ccoverlap.calibrate.grids.record_key`), and a note per file. A file of another GPU,
     or one without measurements, is a ConfigError."""
     from ccoverlap.calibrate.grids import record_key
 
-    out, notes = list(records), []
+    out = list(records)
+    notes: list[str] = []
     seen = {record_key(r) for r in out}
     for path, doc in files:
         if doc["gpu"] != gpu_name:
@@ -93,7 +108,7 @@ def slug(name: str) -> str:
     return s or "gpu"
 
 
-def _log(quiet: bool):
+def _log(quiet: bool) -> Log:
     t0 = time.perf_counter()
 
     def log(msg: str) -> None:
@@ -104,7 +119,7 @@ def _log(quiet: bool):
     return log
 
 
-def _resolve_gpu(name: str | None, device_name: str):
+def _resolve_gpu(name: str | None, device_name: str) -> GPUSpec:
     from ccoverlap.catalog.hardware import GPUS, get_gpu
 
     if name:
@@ -113,7 +128,8 @@ def _resolve_gpu(name: str | None, device_name: str):
                       "pass --gpu NAME with the closest catalog entry")
 
 
-def _measure(args, log, sections: tuple[str, ...], checkpoint=None) -> tuple[list, list, dict, dict, object]:
+def _measure(args: argparse.Namespace, log: Log, sections: tuple[str, ...], checkpoint: Checkpoint | None = None
+             ) -> tuple[list[Record], list[str], Record, Record, GPUSpec]:
     from ccoverlap.calibrate import grids, microbench
     from ccoverlap.calibrate.suite import run_suite
 
@@ -122,7 +138,7 @@ def _measure(args, log, sections: tuple[str, ...], checkpoint=None) -> tuple[lis
 
     info = microbench.device_info(dev)
     gpu = _resolve_gpu(args.gpu or info["catalog_gpu"], info["name"])
-    notes = []
+    notes: list[str] = []
     if info["sms"] != gpu.sms:
         notes.append(f"device has {info['sms']} SMs, catalog GPU {gpu.name} {gpu.sms}: the fit uses the catalog's")
     free, _total = torch.cuda.mem_get_info(dev)
@@ -132,7 +148,7 @@ def _measure(args, log, sections: tuple[str, ...], checkpoint=None) -> tuple[lis
     plan = {"quick": grid.quick, "reps": grid.reps, "warmup": grid.warmup, "min_window_s": grid.min_window_s,
             "statistic": "median of reps", "timing": "CUDA events around loops of back-to-back launches"}
 
-    def keep(records: list, run_notes: list, settings: dict) -> None:
+    def keep(records: list[Record], run_notes: list[str], settings: Record) -> None:
         if checkpoint is not None:
             checkpoint(list(records), notes + run_notes, dict(settings, **plan, partial=True), info, gpu)
 
@@ -142,7 +158,8 @@ def _measure(args, log, sections: tuple[str, ...], checkpoint=None) -> tuple[lis
     return records, notes + run_notes, settings, info, gpu
 
 
-def _fit_and_report(records, gpu, log) -> tuple[object, list, list, list]:
+def _fit_and_report(records: list[Record], gpu: GPUSpec, log: Log
+                    ) -> tuple[CalibrationFit, list[Record], list[Record], list[Record]]:
     from ccoverlap.calibrate import fit as F
     from ccoverlap.cost.params import default_params
 
@@ -154,12 +171,13 @@ def _fit_and_report(records, gpu, log) -> tuple[object, list, list, list]:
     return result, held, train, decomposition
 
 
-def _rows(rows: list[dict], columns: list[tuple[str, str, str]]) -> list[list[str]]:
+def _rows(rows: list[Record], columns: list[tuple[str, str, str]]) -> list[list[str]]:
     """Cells of ``rows``: ``columns`` are (key, header, format spec)."""
     return [[format(r[k], f) if f else str(r[k]) for k, _, f in columns] for r in rows]
 
 
-def print_report(result, held, decomposition, base, path: Path, out=None) -> None:
+def print_report(result: CalibrationFit, held: list[Record], decomposition: list[Record], base: CostParams, path: Path,
+                 out: IO[str] | None = None) -> None:
     """The fitted parameters (default -> fitted), the held-out error table and the
     decomposition-loss comparison (ficco Fig. 7), on ``out`` (default stdout), every cell whole
     at any width (:func:`ccoverlap.console.print_table`)."""
@@ -191,13 +209,13 @@ def print_report(result, held, decomposition, base, path: Path, out=None) -> Non
 SPLIT = "held out: CRC-32 of the record's configuration divisible by 4"
 
 
-def _target(args, gpu) -> Path:
+def _target(args: argparse.Namespace, gpu: GPUSpec) -> Path:
     """The calibration file's path: ``--out`` itself when it ends in .json, else DIR/<gpu>.json."""
     path = Path(args.out or "calibrations")
     return path if path.suffix.lower() == ".json" else path / f"{slug(gpu.name)}.json"
 
 
-def _common(records, settings, device, gpu) -> dict:
+def _common(records: list[Record], settings: Record, device: Record, gpu: GPUSpec) -> Record:
     from ccoverlap.version import __version__
 
     created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -205,7 +223,8 @@ def _common(records, settings, device, gpu) -> dict:
                 tool=f"ccoverlap calibrate {__version__}")
 
 
-def _write_unfitted(args, records, notes, settings, device, gpu) -> None:
+def _write_unfitted(args: argparse.Namespace, records: list[Record], notes: list[str], settings: Record, device: Record,
+                    gpu: GPUSpec) -> None:
     """Write the measurements with no fit yet (``--refit FILE`` fits them later); a record the
     format rejects still leaves everything in ``<stem>.raw.json``."""
     from ccoverlap.calibrate import fileformat
@@ -246,7 +265,8 @@ def run(args: argparse.Namespace) -> int:
         settings = dict(src.get("settings", {}), refit_of=str(args.refit))
         notes = list(settings.get("measurement_notes", []))
     else:
-        def checkpoint(recs, run_notes, run_settings, info, run_gpu) -> None:
+        def checkpoint(recs: list[Record], run_notes: list[str], run_settings: Record, info: Record,
+                       run_gpu: GPUSpec) -> None:
             _write_unfitted(args, recs, run_notes + ["measurements so far: the run had not finished when this was written"],
                             run_settings, info, run_gpu)
 

@@ -6,12 +6,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-from ccoverlap.commands.options import DTYPE_BYTES, add_common, add_dtype
+from ccoverlap.commands.options import DTYPE_BYTES, Subparsers, add_common, add_dtype
 from ccoverlap.errors import ConfigError
 
+if TYPE_CHECKING:
+    from ccoverlap.catalog.hardware import ClusterSpec
+    from ccoverlap.cost.model import CostModel
+    from ccoverlap.deciders.ficco.accuracy import AccuracyReport, CaseVerdict
 
-def register(sub) -> None:
+
+def register(sub: Subparsers) -> None:
     """Add the ``ficco`` sub-command to ``sub`` (argparse sub-parsers)."""
     p = sub.add_parser("ficco", help="estimate FiCCO overlap schedules for a GEMM with its collective",
                        description=__doc__)
@@ -39,7 +47,7 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _cost(cluster):
+def _cost(cluster: ClusterSpec) -> CostModel:
     from ccoverlap.deciders.ficco.schedules import cost_model_for_cluster
 
     return cost_model_for_cluster(cluster)
@@ -83,7 +91,7 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.3f}"
 
 
-def case_markdown(verdict) -> str:
+def case_markdown(verdict: CaseVerdict) -> str:
     """One case's schedule table as markdown."""
     lines = [f"{verdict.case.describe()}", "",
              "| schedule | time (ms) | speedup | GEMM (ms) | comm (ms) | copies (ms) | DIL GEMM (ms) | DIL comm (ms) | CIL (ms) |",
@@ -97,7 +105,7 @@ def case_markdown(verdict) -> str:
     return "\n".join(lines)
 
 
-def _print_case(verdict) -> None:
+def _print_case(verdict: CaseVerdict) -> None:
     from ccoverlap.console import Col, make_console, print_table
 
     console = make_console()
@@ -121,7 +129,8 @@ def _print_case(verdict) -> None:
                       f"{verdict.loss:.1%} of its speedup")
 
 
-def accuracy_reports(cluster, cost, engine: str, world: int):
+def accuracy_reports(cluster: ClusterSpec, cost: CostModel, engine: str, world: int
+                     ) -> tuple[tuple[AccuracyReport, AccuracyReport, AccuracyReport, AccuracyReport], dict[str, Any]]:
     """The accuracy reports of ``--accuracy``: FiCCO Table I and the synthetic sweep with the
     paper's thresholds, then both again with thresholds retuned on Table I only (so the sweep
     is held out). Returns (reports, fitted constants)."""
@@ -139,7 +148,7 @@ def accuracy_reports(cluster, cost, engine: str, world: int):
     return (paper, sweep, paper_t, sweep_t), fit
 
 
-def accuracy_markdown(reports, fit: dict | None = None) -> str:
+def accuracy_markdown(reports: Sequence[AccuracyReport], fit: dict[str, Any] | None = None) -> str:
     """Summary and per-case markdown tables of accuracy reports (per-case tables for the
     first two; the retuned pick is shown beside the paper-threshold pick)."""
     from ccoverlap.deciders.ficco.accuracy import RUN_TO_RUN_VARIATION
@@ -168,7 +177,7 @@ def accuracy_markdown(reports, fit: dict | None = None) -> str:
     return "\n".join(out)
 
 
-def _run_accuracy(args, ficco, cluster, cost) -> int:
+def _run_accuracy(args: argparse.Namespace, ficco: ModuleType, cluster: ClusterSpec, cost: CostModel) -> int:
     reports, fit = accuracy_reports(cluster, cost, args.engine, args.world)
     header = (f"FiCCO heuristic accuracy on {args.world} x {cluster.gpu.name}, "
               f"{'full mesh' if cluster.intra.fabric == 'full_mesh' else cluster.intra.fabric}, {args.engine} communication")

@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
-from ccoverlap.commands.options import add_json
+from ccoverlap.commands.options import Subparsers, add_json
 
 WHAT = ("models", "clusters", "gpus", "frameworks", "strategies")
 #: table headers of the JSON keys (words, so that they wrap in a narrow terminal)
@@ -16,7 +17,7 @@ HEADERS = {"parameters_b": "params (B)", "kv_heads": "kv heads", "gpu": "GPU", "
            "default_cluster": "default cluster"}
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     """Add the ``list`` parser."""
     p = sub.add_parser("list", help="the models, clusters, GPUs, framework profiles and strategies by name",
                        description=__doc__)
@@ -25,14 +26,14 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _models() -> list[dict]:
+def _models() -> list[dict[str, Any]]:
     from ccoverlap.catalog.models import MODELS
 
     return [{"name": m.name, "parameters_b": round(m.param_count().total / 1e9, 1), "layers": m.layers,
              "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads, "experts": m.experts} for m in MODELS.values()]
 
 
-def _clusters() -> list[dict]:
+def _clusters() -> list[dict[str, Any]]:
     from ccoverlap.catalog.hardware import CLUSTERS
 
     return [{"name": k, "gpu": c.gpu.name, "gpus_per_node": c.gpus_per_node, "nodes": c.nodes,
@@ -40,7 +41,7 @@ def _clusters() -> list[dict]:
              "inter": f"{c.inter.fabric} {c.inter.bandwidth_bytes_per_s / 1e9:g} GB/s"} for k, c in CLUSTERS.items()]
 
 
-def _gpus() -> list[dict]:
+def _gpus() -> list[dict[str, Any]]:
     from ccoverlap.catalog.hardware import DEFAULT_CLUSTER_FOR_GPU, GPUS
 
     return [{"name": k, "vendor": g.vendor, "bf16_tflops": g.peak_flops.get("bf16", 0) / 1e12,
@@ -48,13 +49,13 @@ def _gpus() -> list[dict]:
              "default_cluster": DEFAULT_CLUSTER_FOR_GPU.get(k, "-")} for k, g in GPUS.items()]
 
 
-def _frameworks() -> list[dict]:
+def _frameworks() -> list[dict[str, Any]]:
     from ccoverlap.catalog.frameworks import builtin_frameworks, get_framework
 
     return [{"name": n, "description": _clause(get_framework(n).description)} for n in builtin_frameworks()]
 
 
-def _strategies() -> list[dict]:
+def _strategies() -> list[dict[str, Any]]:
     from ccoverlap.planning.strategies import default_registry
 
     return [{"name": s.name, "summary": _clause(s.summary)} for s in default_registry()]
@@ -67,7 +68,7 @@ def _clause(text: str) -> str:
     return re.split(r"[:;]\s", text, maxsplit=1)[0].strip()
 
 
-def _cell(v) -> str:
+def _cell(v: object) -> str:
     return f"{v:.4g}" if isinstance(v, float) else "-" if v is None else str(v)
 
 

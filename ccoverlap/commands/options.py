@@ -13,14 +13,17 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK
 from ccoverlap.outputs import check_out_dir, check_out_file  # noqa: F401 (re-exported: every command's checks)
 
 if TYPE_CHECKING:
     from ccoverlap.predict.workload import Workload
+#: what a command's ``register(sub)`` adds its subparser to (``parser.add_subparsers()``)
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 DTYPES = ("bfloat16", "float16", "float32", "fp8")
 #: Element bytes of each ``--dtype``.
@@ -61,14 +64,14 @@ def add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 
-def add_dtype(p: argparse.ArgumentParser, *, default: str | None, choices=DTYPES, help_default: str = "") -> None:
+def add_dtype(p: argparse.ArgumentParser, *, default: str | None, choices: Sequence[str] = DTYPES, help_default: str = "") -> None:
     """``--dtype NAME``."""
     p.add_argument("--dtype", choices=list(choices), default=default,
                    help=f"element type: {', '.join(choices)}" + (f" (default {help_default or default})"
                                                                  if help_default or default else ""))
 
 
-def add_common(p: argparse.ArgumentParser, *, out: str | None | bool = False, png: bool = False) -> None:
+def add_common(p: argparse.ArgumentParser, *, out: str | None | Literal[False] = False, png: bool = False) -> None:
     """``--json``, ``-q`` and, when asked, ``--out`` (``out``: its default) and ``--png``."""
     add_json(p)
     add_quiet(p)

@@ -7,8 +7,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ccoverlap.commands.options import (
+    Subparsers,
     add_common,
     add_workload_arguments,
     check_out_dir,
@@ -19,12 +21,17 @@ from ccoverlap.commands.options import (
 from ccoverlap.config import short, suggest
 from ccoverlap.workers.pool import ENGINES, make_engine
 
+if TYPE_CHECKING:
+    from ccoverlap.planning.strategies import PlanResult
+    from ccoverlap.sim.timeline import Timeline
+
 #: Layout flags ``--search`` takes as constraints (ParallelConfig fields), and those it refuses.
 SEARCH_CONSTRAINTS = ("tp", "pp", "ep", "cp", "dp", "data_parallel", "recompute", "pp_schedule")
 SEARCH_REFUSED = ("sequence_parallel", "virtual_stages")
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
+    """Add the ``plan`` subparser."""
     p = sub.add_parser("plan", help="predict step time under overlap strategies and recommend one",
                        description=__doc__)
     add_workload_arguments(p)
@@ -89,7 +96,7 @@ def run_search(args: argparse.Namespace) -> int:
     with Progress("searching", enabled=not args.quiet) as progress:
         result = search(w, progress=progress, max_simulations=args.max_simulations, top=args.top,
                         constraints=constraints, engine=engine, **enum_kw)
-    files = {}
+    files: dict[str, str] = {}
     png = png_path(args, "search")
     if png is not None:
         files["png"] = save_frontier(png, result)
@@ -106,6 +113,7 @@ def run_search(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Plan (or, with ``--search``, search layouts), print, write; 0 on success, 2 when ``--emit`` failed."""
     if args.search:
         return run_search(args)
     if args.engine != "local" or args.address:
@@ -142,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     files: dict[str, str] = {}
     given_tl = result.as_given.timeline
+    assert given_tl is not None  # the as-given row keeps its timeline
     best_res = result.best()
     best_tl = next((s.timeline for s in result.strategies if s.name == "best-knobs"), None)
     files["chrome_trace_as_given"] = str(out / "as-given")
@@ -153,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     if png is not None:
         from ccoverlap.plots import save_plan_figure
 
-        tls = [("as-given", given_tl)] + ([("best-knobs", best_tl)] if best_tl is not None else [])
+        tls: list[tuple[str, Timeline]] = [("as-given", given_tl)] + ([("best-knobs", best_tl)] if best_tl is not None else [])
         files["png"] = save_plan_figure(png, tls, [s.to_dict() for s in result.strategies])
     emitted, emit_error = _emit(result, args)
     if emitted:
@@ -191,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _emit(result, args: argparse.Namespace) -> tuple[dict, str | None]:
+def _emit(result: PlanResult, args: argparse.Namespace) -> tuple[dict[str, str], str | None]:
     """``--emit``: the files written, or ({}, one line saying why not); the plan is printed
     either way, and a failed ``--emit`` leaves its directory as it was."""
     from ccoverlap.config import clip_line

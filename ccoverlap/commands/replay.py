@@ -14,14 +14,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from ccoverlap.commands.options import add_common, check_outputs, png_path
+from ccoverlap.commands.options import Subparsers, add_common, check_outputs, png_path
 from ccoverlap.console import make_console, print_wrapped
 
 DEFAULT_OUT = "ccoverlap-out/replay"
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     """Add the ``replay`` subparser."""
     p = sub.add_parser("replay", help="replay measured traces and predict overlap what-ifs",
                        description=__doc__)
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     res = replay(args.traces, steps=args.steps, whatifs=names, cluster=args.cluster, keep_times=bool(args.out))
     if not args.quiet:
         print_problems(res.job.problems, sys.stderr, "replay")
-    extra: dict = {}
+    extra: dict[str, Any] = {}
     try:
         png = png_path(args, "replay", out=args.out or DEFAULT_OUT)
         if png is not None:
@@ -83,7 +84,10 @@ def run(args: argparse.Namespace) -> int:
     if "png" in extra:
         print_wrapped(con, f"picture: {extra['png']}")
     if "chrome_traces" in extra:
-        spec = res.job.spec if isinstance(res.job.spec, str) else ",".join(map(str, res.job.spec))
+        from ccoverlap.trace.steps import StepRanges
+
+        job_spec = res.job.spec  # a selection too long to list stays StepRanges: its str is the --steps text
+        spec = str(job_spec) if isinstance(job_spec, (str, StepRanges)) else ",".join(map(str, job_spec))
         print_wrapped(con, f"Chrome traces: {args.out}/<scenario>/rank-*.json.gz "
                            f"({', '.join(extra['chrome_traces'])}); read back with `ccoverlap analyze --steps {spec} DIR`")
     return 0

@@ -13,14 +13,15 @@ import argparse
 import json
 import sys
 
-from ccoverlap.commands.options import add_json, add_quiet
+from ccoverlap.commands.options import Subparsers, add_json, add_quiet
 from ccoverlap.errors import ConfigError
 
 PAPER_NAMES = ("centauri", "ficco", "lagom")  # the papers of ccoverlap.reproduce.suite.PAPERS (checked by a test)
 CONTENTION = "contention"  # the public contention figures (ccoverlap.reproduce.contention), not a paper
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
+    """Add the ``reproduce`` subparser."""
     p = sub.add_parser("reproduce", help="the papers' headline experiments, ours against theirs",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--paper", action="append", choices=PAPER_NAMES + (CONTENTION,),
@@ -36,6 +37,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the cases (or show the contention figures), print the table, JSON or Markdown; 0."""
     from ccoverlap.console import Progress, make_console
     from ccoverlap.reproduce.report import markdown, print_table
     from ccoverlap.reproduce.suite import default_jobs, run_suite

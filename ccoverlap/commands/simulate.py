@@ -7,11 +7,20 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from ccoverlap.commands.options import add_common, add_workload_arguments, check_outputs, png_path, workload_from_args
+from ccoverlap.commands.options import (
+    Subparsers,
+    add_common,
+    add_workload_arguments,
+    check_outputs,
+    png_path,
+    workload_from_args,
+)
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
+    """Add the ``simulate`` subparser."""
     p = sub.add_parser("simulate", help="simulate one step and write its Chrome trace", description=__doc__)
     add_workload_arguments(p)
     add_common(p, out="ccoverlap-out/simulate", png=True)
@@ -20,6 +29,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Simulate, write the Chrome traces (and picture), print the table or JSON; 0."""
     from ccoverlap.predict.evaluate import simulate_workload
     from ccoverlap.sim.chrome_trace import write_chrome_traces
     from ccoverlap.sim.timeline import all_rank_metrics, step_time_s
@@ -43,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             plt.close(fig)
     metrics = [m.to_dict() for m in all_rank_metrics(tl)]
-    payload = {"workload": w.describe(), "step_time_s": step_time_s(tl), "ops": len(step.graph),
+    payload: dict[str, Any] = {"workload": w.describe(), "step_time_s": step_time_s(tl), "ops": len(step.graph),
                "ranks": metrics, "traces": [str(p) for p in paths],
                "simulated_ranks": [list(x) for x in step.simulated_ranks]}
     if args.json:

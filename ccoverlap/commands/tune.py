@@ -16,15 +16,25 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
-from ccoverlap.commands.options import add_common, add_workload_arguments, check_out_dir
+from ccoverlap.commands.options import Subparsers, add_common, add_workload_arguments, check_out_dir
 from ccoverlap.config import clip_line
 from ccoverlap.console import Progress
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.outputs import path_name
 
+if TYPE_CHECKING:
+    from ccoverlap.catalog.hardware import ClusterSpec
+    from ccoverlap.cost.model import CostModel
+    from ccoverlap.deciders.lagom.group import OverlapGroup
+    from ccoverlap.deciders.lagom.tune import GroupTuning
+    from ccoverlap.nccl.plan import CommKey
+    from ccoverlap.predict.workload import Workload
+    from ccoverlap.specs import CommConfig
 
-def register(sub) -> None:
+
+def register(sub: Subparsers) -> None:
     """Add the ``tune`` parser to the CLI's subparsers."""
     p = sub.add_parser("tune", help="tune NCCL configurations of an overlap group with Lagom",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -43,13 +53,13 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _cost_model(cluster, calibration: str | None):
+def _cost_model(cluster: ClusterSpec, calibration: str | None) -> CostModel:
     from ccoverlap.predict.evaluate import cost_model_for_cluster
 
     return cost_model_for_cluster(cluster, calibration)
 
 
-def _groups(args):
+def _groups(args: argparse.Namespace) -> tuple[list[OverlapGroup], CostModel, str, Workload | None]:
     """(groups, cost model, description of where they came from, the workload or None)."""
     from ccoverlap.deciders.lagom.group import load_overlap_group, overlap_groups_from_workload
 
@@ -74,17 +84,17 @@ def _groups(args):
     return groups, cost, w.describe(), w
 
 
-def _kib(n) -> str:
+def _kib(n: float | None) -> str:
     if n is None:
         return "-"
     return f"{n / 2**20:g} MiB" if n >= 2**20 and n % 2**18 == 0 else f"{n / 1024:g} KiB"
 
 
-def _cfg(c) -> str:
+def _cfg(c: CommConfig) -> str:
     return f"{c.channels}/{c.threads}/{_kib(c.chunk_bytes)} {c.protocol}"
 
 
-def _print(payload: dict, tunings, show_steps: bool) -> None:
+def _print(payload: dict[str, Any], tunings: list[GroupTuning], show_steps: bool) -> None:
     from ccoverlap.console import Col, make_console, print_table, print_wrapped
 
     con = make_console()
@@ -133,17 +143,18 @@ def _print(payload: dict, tunings, show_steps: bool) -> None:
         con.print(f"settings written: {payload['emitted']['README.md']}")
 
 
-def _emit(out_dir: str, tunings, cost, source: str, workload) -> dict[str, str]:
+def _emit(out_dir: str, tunings: list[GroupTuning], cost: CostModel, source: str, workload: Workload | None
+          ) -> dict[str, str]:
     """Lagom's configurations of the tuned groups as stock NCCL settings in ``out_dir``: every
     communication of the workload's step (or of the group file) with Lagom's configuration
     where it was tuned (the group where it spends the most time decides), as given elsewhere."""
     from ccoverlap.nccl.plan import CommKey, comm_keys
     from ccoverlap.planning.emit import build_comm_emit, write_emit
 
-    wanted: dict = {}
-    spent: dict = {}
-    given: dict = {}
-    weights: dict = {}
+    wanted: dict[CommKey, CommConfig] = {}
+    spent: dict[CommKey, float] = {}
+    given: dict[CommKey, CommConfig] = {}
+    weights: dict[CommKey, float] = {}
     for t in tunings:
         res = t.results["lagom"]
         for c, cfg, x in zip(t.group.collectives, res.configs, res.result.comm_times_s):
@@ -172,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     groups, cost, source, workload = _groups(args)
     exhaustive = {"auto": None, "yes": True, "no": False}[args.exhaustive]
-    tunings = []
+    tunings: list[GroupTuning] = []
     with Progress("profiling", enabled=not args.quiet) as progress:
         for g in groups:
             tunings.append(tune_group(g, cost, exhaustive=exhaustive, max_exhaustive_profiles=args.max_exhaustive,
@@ -190,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
         d["lagom_speedup"] = {m: r.makespan_s / t.results["lagom"].makespan_s
                               for m, r in t.results.items() if m != "lagom"}
         payload_groups.append(d)
-    payload = {"source": source, "profiler": "simulated", "groups": payload_groups,
+    payload: dict[str, Any] = {"source": source, "profiler": "simulated", "groups": payload_groups,
                "seconds": time.perf_counter() - t0}
     emit_error = None
     if args.emit:  # a failure is reported after the tables, and leaves DIR as it was

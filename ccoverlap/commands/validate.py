@@ -18,13 +18,21 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ccoverlap.commands.options import add_json, add_quiet
+from ccoverlap.commands.options import Subparsers, add_json, add_quiet
 from ccoverlap.config import short, suggest
 from ccoverlap.console import make_console, print_wrapped
 from ccoverlap.errors import ConfigError
 from ccoverlap.outputs import check_out_file
 from ccoverlap.validate.reader import PUBLISHED, runs_path  # noqa: F401  (PUBLISHED: re-exported for scripts)
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ccoverlap.cost.params import CostParams
+    from ccoverlap.validate.compare import Row, Summary
+    from ccoverlap.validate.reader import RunsFile, RunSpec
 
 #: where ``--fit`` writes its calibration unless ``--write-calibration`` says
 DEFAULT_CALIBRATION = "ccoverlap-out/validate/calibration.json"
@@ -32,7 +40,15 @@ DEFAULT_CALIBRATION = "ccoverlap-out/validate/calibration.json"
 CORPORA = ("collectives", "kernels")
 
 
-def register(sub) -> None:
+class ParamsFor(Protocol):
+    """``params_for(run, overrides)``: the cost parameters a run is predicted with (its GPU's,
+    with the calibration files' values and then ``overrides`` applied)."""
+
+    def __call__(self, run: RunSpec, overrides: dict[str, float] | None = None, /) -> CostParams: ...
+
+
+def register(sub: Subparsers) -> None:
+    """Add the ``validate`` subparser."""
     p = sub.add_parser("validate", help="predicted vs measured step time of real training runs",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs_file", metavar="RUNS_FILE",
@@ -59,12 +75,12 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _load_calibrations(paths: list[str]) -> dict:
+def _load_calibrations(paths: list[str]) -> dict[str, dict[str, float]]:
     """``{gpu name or "*": {param: value}}`` from calibration files; only the parameters a
     file sets override the GPU's defaults (a file without ``gpu`` applies to every GPU)."""
     from ccoverlap.cost.params import CostParams
 
-    out: dict = {}
+    out: dict[str, dict[str, float]] = {}
     for path in paths:
         params = CostParams.load(path).to_dict()  # checks the file (one line on any problem)
         raw = json.loads(Path(path).read_text())
@@ -170,7 +186,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_options(args: argparse.Namespace):
+def _check_options(args: argparse.Namespace) -> list[str] | None:
     """Check --fit / --fit-on and --subset (compare_runs checks --jobs); the parameters to fit
     (None without --fit)."""
     from ccoverlap.validate.reader import SUBSETS
@@ -193,7 +209,7 @@ def _check_options(args: argparse.Namespace):
     return names
 
 
-def _select_runs(args: argparse.Namespace, path, rf) -> list:
+def _select_runs(args: argparse.Namespace, path: Path, rf: RunsFile) -> list[RunSpec]:
     """The runs of ``rf`` that passed its checks, narrowed to --run and --subset (a clear error when none is left)."""
     runs = rf.runs
     if not runs:
@@ -213,7 +229,8 @@ def _select_runs(args: argparse.Namespace, path, rf) -> list:
     return runs
 
 
-def _predict_runs(args: argparse.Namespace, path, runs: list, names) -> tuple[list, dict | None]:
+def _predict_runs(args: argparse.Namespace, path: Path, runs: list[RunSpec], names: list[str] | None
+                  ) -> tuple[list[Row], dict[str, Any] | None]:
     """Predict every run (fitting ``names`` on --fit-on first, when given): the comparison rows and the fit report."""
     from ccoverlap.console import Progress
     from ccoverlap.validate.compare import compare_runs
@@ -222,7 +239,7 @@ def _predict_runs(args: argparse.Namespace, path, runs: list, names) -> tuple[li
     calib = _load_calibrations(args.calibration) if args.calibration else None
     progress = Progress("validate", enabled=not args.quiet, delay=0)
 
-    def params_for(r, overrides=None):
+    def params_for(r: RunSpec, overrides: dict[str, float] | None = None) -> CostParams:
         return cost_params_for(r, overrides, calib)
 
     if not names:
@@ -237,12 +254,12 @@ def _predict_runs(args: argparse.Namespace, path, runs: list, names) -> tuple[li
     return rows, fit_report
 
 
-def _subset_summaries(args: argparse.Namespace, rows: list, names) -> dict:
+def _subset_summaries(args: argparse.Namespace, rows: list[Row], names: list[str] | None) -> dict[str, Summary]:
     """Summaries per subset: fitted-on vs held out with --fit, else each declared subset that is not every run."""
     from ccoverlap.validate.compare import summarize
     from ccoverlap.validate.reader import SUBSETS
 
-    parts = {}
+    parts: dict[str, Summary] = {}
     if names:
         parts = {f"{args.fit_on} (fitted on)": summarize(r for r in rows if r.run.subset == args.fit_on),
                  "held out (every other run)": summarize(r for r in rows if r.run.subset != args.fit_on)}
@@ -254,9 +271,11 @@ def _subset_summaries(args: argparse.Namespace, rows: list, names) -> dict:
     return parts
 
 
-def _print_json(args, path, rows, names, summary, parts, groups, fit_report, problems) -> None:
+def _print_json(args: argparse.Namespace, path: Path, rows: list[Row], names: list[str] | None, summary: Summary,
+                parts: dict[str, Summary], groups: dict[str, Summary], fit_report: dict[str, Any] | None,
+                problems: list[str]) -> None:
     """The ``--json`` report: one JSON object on stdout."""
-    payload = {"runs_file": str(path), "parameters": "fitted" if names else
+    payload: dict[str, Any] = {"runs_file": str(path), "parameters": "fitted" if names else
                ("calibration " + ", ".join(args.calibration) if args.calibration else "defaults (nothing fitted)"),
                "summary": summary.to_dict(), "subsets": {k: v.to_dict() for k, v in parts.items()},
                "groups": {k: v.to_dict() for k, v in groups.items()},
@@ -267,7 +286,7 @@ def _print_json(args, path, rows, names, summary, parts, groups, fit_report, pro
     sys.stdout.write("\n")
 
 
-def _say(con, line: str = "") -> None:
+def _say(con: Console | None, line: str = "") -> None:
     """One line of the text report: as is for Markdown (``con`` None), else wrapped at word
     boundaries to the console, keeping its indent."""
     if con is None:
@@ -280,7 +299,9 @@ def _say(con, line: str = "") -> None:
         con.print()
 
 
-def _print_text(args, path, rows, names, summary, parts, groups, fit_report, problems) -> None:
+def _print_text(args: argparse.Namespace, path: Path, rows: list[Row], names: list[str] | None, summary: Summary,
+                parts: dict[str, Summary], groups: dict[str, Summary], fit_report: dict[str, Any] | None,
+                problems: list[str]) -> None:
     """The text (or ``--markdown``) report: the per-run table, the summaries, the fit and the
     runs of the file not read."""
     from ccoverlap.validate.compare import format_details, markdown_table, print_runs
@@ -295,6 +316,7 @@ def _print_text(args, path, rows, names, summary, parts, groups, fit_report, pro
     if md:
         print(markdown_table(rows))
     else:
+        assert con is not None  # made whenever the report is not Markdown
         print_runs(rows, con)
     _say(con)
     bullet = "* " if md else ""
@@ -325,15 +347,15 @@ def _print_text(args, path, rows, names, summary, parts, groups, fit_report, pro
                 _say(con, line)
 
 
-def _fit(args, names, fit_runs, params_for) -> dict:
+def _fit(args: argparse.Namespace, names: list[str], fit_runs: list[RunSpec], params_for: ParamsFor) -> dict[str, Any]:
     """Fit ``names`` per GPU on ``fit_runs``; write one calibration file per GPU."""
     from ccoverlap.console import Progress
     from ccoverlap.validate.compare import compare_runs
     from ccoverlap.validate.fit import fit_params
 
-    steps: dict = {}  # built once per run, re-simulated with each candidate (single process)
+    steps: dict[str, Any] = {}  # built once per run, re-simulated with each candidate (single process)
 
-    def loss_fn(group, overrides):
+    def loss_fn(group: list[RunSpec], overrides: dict[str, float]) -> float:
         rows = compare_runs(group, params_for=lambda r: params_for(r, overrides), jobs=args.jobs,
                             step_cache=steps if args.jobs == 1 else None)
         ok = [r for r in rows if r.ok]
@@ -342,7 +364,7 @@ def _fit(args, names, fit_runs, params_for) -> dict:
                               f"({rows[0].run.name}: {rows[0].problem})")
         return sum((r.error_pct / 100.0) ** 2 for r in ok) / len(ok)
 
-    def say(msg):
+    def say(msg: str) -> None:
         if not args.quiet:
             sys.stderr.write(f"validate: {msg}\n")
             sys.stderr.flush()
@@ -357,7 +379,7 @@ def _fit(args, names, fit_runs, params_for) -> dict:
     res = fit_params([r.run for r in usable], names, loss_fn=loss_fn, progress=say)
     gpus = list(res.values)
     paths = _calibration_paths(args.write_calibration, gpus)
-    written = {}
+    written: dict[str, str] = {}
     for gpu in gpus:
         group = [r.run for r in usable if r.run.gpu_name == gpu]
         params = params_for(group[0], res.values[gpu])

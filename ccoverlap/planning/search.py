@@ -31,16 +31,18 @@ Times in seconds, memory in bytes.
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ccoverlap.config import Count, Count0, check_keys, check_value, field_names
 from ccoverlap.errors import ConfigError
 from ccoverlap.outputs import save_figure
 from ccoverlap.parallel import ep as epm
 from ccoverlap.parallel import layer as lay
-from ccoverlap.parallel.config import OverlapKnobs, ParallelConfig, config_problems
+from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, config_problems
 from ccoverlap.parallel.layout import Layout
 from ccoverlap.parallel.step import step_totals
 from ccoverlap.planning.strategies import search_best_knobs
@@ -48,20 +50,41 @@ from ccoverlap.predict.evaluate import cost_model_for
 from ccoverlap.predict.strategy import Planner
 from ccoverlap.types import ProgressFn
 
+if TYPE_CHECKING:
+    from ccoverlap.catalog.hardware import ClusterSpec
+    from ccoverlap.catalog.models import ModelSpec
+    from ccoverlap.cost.model import CostModel
+    from ccoverlap.parallel.segment import Segment
+    from ccoverlap.predict.evaluate import StrategyResult
+    from ccoverlap.predict.workload import Workload
+
+#: one layout to simulate: (workload, cost model, label, planner processes: None = default, 1 on a worker)
+Job = tuple["Workload", "CostModel", str, "int | None"]
+#: :func:`_numbers`: step time (s), tokens/s, MFU, exposed communication (s), fits in memory
+Numbers = tuple[float, float, float, float, bool]
+
+
+class Engine(Protocol):
+    """Where layouts are simulated (the engines of :mod:`ccoverlap.workers.pool`): ``map(fn,
+    items)`` yields ``fn(item)`` per item, in order; an optional ``jobs`` attribute is how many
+    run at once."""
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterable[Any]: ...
+
 
 @dataclass
 class Candidate:
     """One layout: its configuration, memory, screening estimate and (if simulated) results."""
 
-    parallel: object
-    batch: object
+    parallel: ParallelConfig
+    batch: BatchConfig
     label: str
     memory_bytes: float
     fits: bool
     estimate_s: float = float("nan")
     step_time_s: float | None = None   # simulated, default knobs
     best_time_s: float | None = None   # simulated, best knobs (top layouts only)
-    best_knobs: dict | None = None
+    best_knobs: dict[str, Any] | None = None
     tokens_per_s: float | None = None
     mfu: float | None = None
     exposed_comm_s: float | None = None
@@ -71,7 +94,7 @@ class Candidate:
         """The best simulated step time of this layout (best knobs if searched), else None."""
         return self.best_time_s if self.best_time_s is not None else self.step_time_s
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"label": self.label, "parallel": self.parallel.to_dict(), "batch": self.batch.to_dict(),
                 "memory_bytes": self.memory_bytes, "fits": self.fits, "estimate_s": self.estimate_s,
@@ -84,7 +107,7 @@ class Candidate:
 class SearchResult:
     """Every enumerated layout, what was kept, simulated and ranked."""
 
-    workload: object
+    workload: Workload
     candidates: list[Candidate]
     enumerated: int
     fitting: int
@@ -97,9 +120,9 @@ class SearchResult:
     @property
     def ranked(self) -> list[Candidate]:
         """Simulated layouts, fastest first."""
-        return sorted((c for c in self.candidates if c.predicted_s is not None), key=lambda c: c.predicted_s)
+        return sorted((c for c in self.candidates if c.predicted_s is not None), key=_simulated_s)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the ranked layouts first, then the others that fit)."""
         ranked = self.ranked
         rest = sorted((c for c in self.candidates if c.fits and c.predicted_s is None), key=lambda c: c.estimate_s)
@@ -112,11 +135,25 @@ class SearchResult:
                 "ranked": [c.to_dict() for c in ranked], "not_simulated": [c.to_dict() for c in rest]}
 
 
+def _simulated_s(c: Candidate) -> float:
+    """The predicted step time (s) of a layout that was simulated."""
+    t = c.predicted_s
+    assert t is not None, c.label  # only simulated layouts are ranked or drawn as such
+    return t
+
+
+def _default_knobs_s(c: Candidate) -> float:
+    """The step time (s) with default knobs of a layout that was simulated."""
+    t = c.step_time_s
+    assert t is not None, c.label
+    return t
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def cp_degrees(model, batch, cluster) -> list[int]:
+def cp_degrees(model: ModelSpec, batch: BatchConfig, cluster: ClusterSpec) -> list[int]:
     """Context-parallel degrees to try. Extension point: ``[1]`` until ``ParallelConfig`` has a
     ``cp`` field; then the powers of two up to a node that divide the sequence length."""
 
@@ -125,7 +162,7 @@ def cp_degrees(model, batch, cluster) -> list[int]:
     return [c for c in (1, 2, 4, 8) if c <= cluster.gpus_per_node and batch.seq_len % (2 * c) == 0]
 
 
-def label(p, b) -> str:
+def label(p: ParallelConfig, b: BatchConfig) -> str:
     """A short name of a layout, e.g. ``TP8 PP2(1f1b) DP4 FSDP mb1 rc=none``; HSDP shows
     replicas x shard-group size (``DP32 HSDP(2x16)``), expert parallelism ``EP8``."""
     parts = [f"TP{p.tp}{'+SP' if p.sp_enabled else ''}"]
@@ -144,9 +181,12 @@ def label(p, b) -> str:
     return " ".join(parts)
 
 
-def enumerate_layouts(model, cluster, batch, *, micro_batches=(1, 2, 4), recompute=("none", "selective", "full"),
-                      data_parallel=("fsdp", "ddp"), schedules=("1f1b", "interleaved", "gpipe", "dualpipe"),
-                      hsdp: bool = True, expert_parallel: bool = True) -> list[tuple]:
+def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, batch: BatchConfig, *,
+                      micro_batches: Sequence[int] = (1, 2, 4),
+                      recompute: Sequence[str] = ("none", "selective", "full"),
+                      data_parallel: Sequence[str] = ("fsdp", "ddp"),
+                      schedules: Sequence[str] = ("1f1b", "interleaved", "gpipe", "dualpipe"),
+                      hsdp: bool = True, expert_parallel: bool = True) -> list[tuple[ParallelConfig, BatchConfig]]:
     """Legal ``(ParallelConfig, BatchConfig)`` pairs for ``model`` on ``cluster`` at ``batch``'s
     global batch and sequence length (see the module docstring for the axes). With FSDP,
     ``hsdp`` adds every ``dp_replicate`` > 1 dividing ``dp`` that leaves shard groups of at
@@ -154,7 +194,7 @@ def enumerate_layouts(model, cluster, batch, *, micro_batches=(1, 2, 4), recompu
     dividing both the experts and ``dp``."""
 
     world = cluster.world_size
-    out = []
+    out: list[tuple[ParallelConfig, BatchConfig]] = []
     for tp in [t for t in _divisors(cluster.gpus_per_node) if model.heads % t == 0 and model.kv_heads % t == 0]:
         for cp in cp_degrees(model, batch, cluster):
             for pp in [q for q in _divisors(model.layers) if world % (tp * cp * q) == 0]:
@@ -174,8 +214,9 @@ def enumerate_layouts(model, cluster, batch, *, micro_batches=(1, 2, 4), recompu
                                 if batch.global_batch % (dp * mb):
                                     continue
                                 for rc in recompute:
-                                    kw = dict(tp=tp, pp=pp, dp=dp, data_parallel=dpt, sequence_parallel=tp > 1,
-                                              pp_schedule=sched, virtual_stages=v, recompute=rc)
+                                    kw: dict[str, Any] = dict(  # checked by ParallelConfig
+                                        tp=tp, pp=pp, dp=dp, data_parallel=dpt, sequence_parallel=tp > 1,
+                                        pp_schedule=sched, virtual_stages=v, recompute=rc)
                                     for k, val in (("cp", cp), ("dp_replicate", rep), ("ep", ep)):
                                         if val > 1:
                                             kw[k] = val
@@ -189,7 +230,8 @@ def enumerate_layouts(model, cluster, batch, *, micro_batches=(1, 2, 4), recompu
     return out
 
 
-def _layer_work_s(model, cluster, p, b, cost, moe: bool) -> float:
+def _layer_work_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, b: BatchConfig, cost: CostModel,
+                  moe: bool) -> float:
     """Isolated seconds of one layer's forward + backward + recomputation on one rank: the
     cost model's time of every op of the layer template (dense, or MoE with the router, the
     expert GEMMs and, when ep > 1, the dispatch / combine all-to-alls, which block the layer
@@ -198,7 +240,7 @@ def _layer_work_s(model, cluster, p, b, cost, moe: bool) -> float:
     ctx = lay.LayerCtx(model, p, b.micro_batch, b.seq_len, Layout.build(p, cluster.gpus_per_node), OverlapKnobs())
     fwd, bwd = epm.moe_layer(ctx, "layer0") if moe else lay.dense_layer(ctx, "layer0")
 
-    def dur(segs) -> float:
+    def dur(segs: Iterable[Segment]) -> float:
         return sum(float(cost.duration_s(o.spec, ())) for s in segs for o in s.ops if o.spec is not None)
 
     f, bw = dur(fwd), dur(bwd)
@@ -211,7 +253,8 @@ def _layer_work_s(model, cluster, p, b, cost, moe: bool) -> float:
     return f + bw + rc
 
 
-def screen_estimate(model, cluster, p, b, cost) -> float:
+def screen_estimate(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, b: BatchConfig,
+                    cost: CostModel) -> float:
     """Analytical step-time estimate of a layout (seconds; see the module docstring, step 3).
 
     Per-rank work = (summed layer work) / pp per micro-batch (for a MoE model with leading dense
@@ -236,7 +279,7 @@ def screen_estimate(model, cluster, p, b, cost) -> float:
     return per_stage * (M + bubble)
 
 
-def _constraints(constraints) -> dict:
+def _constraints(constraints: object) -> dict[str, Any]:
     """``constraints`` of :func:`search` as a dict, once it is None or a mapping of
     ParallelConfig field names; ConfigError naming an unknown field."""
     if constraints is None:
@@ -244,8 +287,8 @@ def _constraints(constraints) -> dict:
     return check_keys(constraints, field_names(ParallelConfig), "constraints", what="ParallelConfig field")
 
 
-def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, top: int = 3,
-           constraints: dict | None = None, engine=None, **enum_kw) -> SearchResult:
+def search(w: Workload, *, progress: ProgressFn | None = None, max_simulations: int = 24, top: int = 3,
+           constraints: dict[str, Any] | None = None, engine: Engine | None = None, **enum_kw: Any) -> SearchResult:
     """Search the layouts of workload ``w``'s model on its cluster at its global batch and
     sequence length (see the module docstring). ``max_simulations`` caps step simulations with
     default knobs; ``top`` layouts get the best-knobs search; ``constraints`` (ParallelConfig
@@ -273,18 +316,18 @@ def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, 
         cands.append(Candidate(parallel=p, batch=b, label=label(p, b), memory_bytes=float(mem.total_bytes),
                                fits=bool(mem.fits)))
     fitting = [c for c in cands if c.fits]
-    notes = []
+    notes: list[str] = []
     if not fitting:
         notes.append("no layout fits in memory")
     for c in fitting:
         c.estimate_s = screen_estimate(w.model, w.cluster, c.parallel, c.batch, cost)
     fitting.sort(key=lambda c: c.estimate_s)
     # one job per layout: (workload, cost model, label, planner processes: None = default, 1 on a worker)
-    jobs = [(replace(w, parallel=c.parallel, batch=c.batch, knobs=knobs0), cost, c.label,
+    jobs: list[Job] = [(replace(w, parallel=c.parallel, batch=c.batch, knobs=knobs0), cost, c.label,
              None if engine is None else 1) for c in fitting]
-    planners: dict = {}   # without an engine, each layout's planner is kept for its knob search
+    planners: dict[int, tuple[Planner, StrategyResult]] = {}   # without an engine: kept for the knob search
 
-    def simulate(batch: list) -> Iterable:
+    def simulate(batch: list[Job]) -> Iterable[Numbers]:
         if engine is not None:
             return engine.map(_simulate_layout, batch)
         out = []
@@ -297,7 +340,7 @@ def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, 
     width = max(1, int(getattr(engine, "jobs", 1))) if engine is not None else 1
     simulated, pruned, violations = _simulate_in_order(fitting, jobs, simulate, width, max_simulations, notes,
                                                        progress, total)
-    ranked = sorted((c for c in fitting if c.step_time_s is not None), key=lambda c: c.step_time_s)[:top]
+    ranked = sorted((c for c in fitting if c.step_time_s is not None), key=_default_knobs_s)[:top]
     if progress:
         for j, c in enumerate(ranked):
             progress(simulated + j, total, f"best knobs: {c.label}")
@@ -315,7 +358,8 @@ def search(w, *, progress: ProgressFn | None = None, max_simulations: int = 24, 
                         seconds=time.perf_counter() - t0, notes=notes)
 
 
-def _simulate_in_order(fitting: list[Candidate], jobs: list, simulate: Callable, width: int, max_simulations: int,
+def _simulate_in_order(fitting: list[Candidate], jobs: list[Job], simulate: Callable[[list[Job]], Iterable[Numbers]],
+                       width: int, max_simulations: int,
                        notes: list[str], progress: ProgressFn | None, total: int) -> tuple[int, int, int]:
     """Branch and bound over ``fitting`` (in increasing estimate): simulate each layout with
     default knobs until the next estimate exceeds the best simulated step time or
@@ -351,7 +395,7 @@ def _simulate_in_order(fitting: list[Candidate], jobs: list, simulate: Callable,
     return simulated, 0, violations
 
 
-def _planner(job: tuple):
+def _planner(job: Job) -> tuple[Planner, StrategyResult]:
     """A planner for one layout job (see :func:`search`) and its default-knobs result."""
 
     cw, cost, name, processes = job
@@ -359,17 +403,17 @@ def _planner(job: tuple):
     return pl, pl.evaluate(cw, name)
 
 
-def _numbers(res) -> tuple:
+def _numbers(res: StrategyResult) -> Numbers:
     """Step time, tokens/s, MFU, exposed communication (s) and whether it fits in memory."""
     return res.step_time_s, res.tokens_per_s, res.mfu, res.exposed_comm_s, res.fits_memory
 
 
-def _simulate_layout(job: tuple) -> tuple:
+def _simulate_layout(job: Job) -> Numbers:
     """:func:`_numbers` of one layout with default knobs (an engine's task)."""
     return _numbers(_planner(job)[1])
 
 
-def _tune(pl) -> tuple:
+def _tune(pl: Planner) -> tuple[dict[str, Any], bool, float, float, float, float]:
     """The best-knobs search (one round) on a layout's planner: the knobs, whether they fit,
     step time, tokens/s, MFU and exposed communication."""
 
@@ -378,12 +422,12 @@ def _tune(pl) -> tuple:
             best.exposed_comm_s)
 
 
-def _tune_layout(job: tuple) -> tuple:
+def _tune_layout(job: Job) -> tuple[dict[str, Any], bool, float, float, float, float]:
     """:func:`_tune` of one layout on a planner of its own (an engine's task)."""
     return _tune(_planner(job)[0])
 
 
-def save_frontier(path, result: SearchResult) -> str:
+def save_frontier(path: str | os.PathLike[str], result: SearchResult) -> str:
     """A picture of the search: per-GPU memory against predicted step time for every simulated
     layout (screening estimates of the others in grey), the memory-time Pareto frontier joined
     by a line. Returns the file name."""
@@ -399,17 +443,17 @@ def save_frontier(path, result: SearchResult) -> str:
         ax.scatter([c.estimate_s * 1e3 for c in est], [c.memory_bytes / 2**30 for c in est], s=12, c="0.75",
                    label="not simulated: screening estimate (optimistic)")
     if sim:
-        ax.scatter([c.predicted_s * 1e3 for c in sim], [c.memory_bytes / 2**30 for c in sim], s=28, c="tab:blue",
+        ax.scatter([_simulated_s(c) * 1e3 for c in sim], [c.memory_bytes / 2**30 for c in sim], s=28, c="tab:blue",
                    label="simulated (best knobs for the top layouts)")
         front, low = [], float("inf")
-        for c in sorted(sim, key=lambda c: (c.predicted_s, c.memory_bytes)):
+        for c in sorted(sim, key=lambda c: (_simulated_s(c), c.memory_bytes)):
             if c.memory_bytes < low:
                 front.append(c)
                 low = c.memory_bytes
-        ax.plot([c.predicted_s * 1e3 for c in front], [c.memory_bytes / 2**30 for c in front], "-o", c="tab:red",
+        ax.plot([_simulated_s(c) * 1e3 for c in front], [c.memory_bytes / 2**30 for c in front], "-o", c="tab:red",
                 label="frontier (no layout both faster and smaller)")
         for c in front[:6]:
-            ax.annotate(c.label, (c.predicted_s * 1e3, c.memory_bytes / 2**30), fontsize=7,
+            ax.annotate(c.label, (_simulated_s(c) * 1e3, c.memory_bytes / 2**30), fontsize=7,
                         xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel("step time (ms)")
     ax.set_ylabel("memory per GPU (GiB)")

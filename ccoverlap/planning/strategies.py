@@ -17,6 +17,7 @@ workload, its cost model built once, and the simulation cache).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -31,6 +32,7 @@ from ccoverlap.predict.evaluate import StrategyResult
 from ccoverlap.predict.strategy import (
     FunctionStrategy,
     Planner,
+    Strategy,
     StrategyRegistry,
     fork_available,
     strategy_groups,
@@ -143,10 +145,12 @@ def default_registry() -> StrategyRegistry:
     ``as-given`` are what NCCL tuning alone buys) and Lagom from the best knobs (both levers),
     Centauri (its partition and scheduling tiers), FiCCO (§V-C schedules for TP+SP pairs)."""
 
-    return StrategyRegistry([LAGOM, AUTOCCL, LAGOM_WITH_KNOBS, CENTAURI, FICCO])
+    # the strategies are frozen dataclasses (read-only name / summary) while the Strategy protocol
+    # declares plain, settable attributes: mypy rejects them until the protocol's are read-only
+    return StrategyRegistry([LAGOM, AUTOCCL, LAGOM_WITH_KNOBS, CENTAURI, FICCO])  # type: ignore[list-item]
 
 
-def strategy_start(strategy, as_given: Workload, best: Workload) -> Workload:
+def strategy_start(strategy: Strategy, as_given: Workload, best: Workload) -> Workload:
     """The workload a strategy starts from: the knobs as given when its ``start`` attribute
     says ``"as-given"`` (Lagom, AutoCCL: the paper's baseline keeps the framework's knobs),
     else the best knobs."""
@@ -171,7 +175,7 @@ class PlanResult:
     simulations: int
     seconds: float
     best_workload: Workload
-    stats: dict = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
     emit_bundle: EmitBundle | None = None
     applied_s: dict[str, float] = field(default_factory=dict)   # row -> step with what the target can set
 
@@ -200,7 +204,7 @@ class PlanResult:
         (:meth:`applied_step_s`) is fastest."""
         return min(self.candidates(), key=self.applied_step_s)
 
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[dict[str, Any]]:
         """Every row as :meth:`StrategyResult.to_dict`, with ``applicable_step_time_s`` (s) on the
         rows checked for what the target can set."""
         out = []
@@ -236,14 +240,14 @@ class PlanResult:
             return b
         return build_emit(self.strategy(name), self.workload, Planner(self.workload), target=target)
 
-    def emit(self, out_dir, strategy: str | None = None, target: str = "pytorch") -> dict[str, str]:
+    def emit(self, out_dir: str | os.PathLike[str], strategy: str | None = None, target: str = "pytorch") -> dict[str, str]:
         """Write ``strategy``'s settings (default: as :meth:`bundle`) for ``target`` into
         ``out_dir``: nccl.env, the tuner CSV, per-group options, framework settings, the TP
         plan, decision.json and README.md (docs/emit.md). Returns ``{file: path}``."""
         return write_emit(self.bundle(strategy, target), out_dir, as_given=self.as_given,
                           source=self.workload.source)
 
-    def apply_hints(self, strategy: str | None = None, target: str = "pytorch") -> dict:
+    def apply_hints(self, strategy: str | None = None, target: str = "pytorch") -> dict[str, Any]:
         """What :meth:`emit` writes, as Python data: ``nccl_env``, ``tuner_rows``,
         ``process_groups``, ``fully_shard``, ``fsdp2_prefetch``, ``ddp``, ``torchtitan``,
         ``megatron_args``, ``tp_plan``, ``not_applied``."""
@@ -291,12 +295,13 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
 
     as_given = AS_GIVEN.run(planner, w)
     no_overlap = NO_OVERLAP.run(planner, w)
+    assert as_given is not None and no_overlap is not None  # their functions always return a result
     lap("as-given+no-overlap")
     best_w, best, _ = search_best_knobs(planner, w, progress=progress)
     lap("best-knobs")
     changed = {k: v for k, v in best_w.knobs.to_dict().items() if w.knobs.to_dict().get(k) != v}
     best.note = ("changed: " + ", ".join(f"{k}={v}" for k, v in changed.items())) if changed else "as given is best"
-    strategies = [as_given, no_overlap, best]
+    strategies: list[StrategyResult] = [as_given, no_overlap, best]
     groups = strategy_groups(chosen)
     if planner.jobs > 1 and len(groups) > 1 and fork_available():
         # independent strategies in worker processes (each inherits the planner and its cache,
@@ -304,13 +309,13 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
         # run in that process. Results, times and counters come back; predictions are the same.
         if progress:
             progress(0, len(chosen), "strategies " + ", ".join(s.name for s in chosen))
-        done = {}
+        done: dict[str, StrategyResult | None] = {}
         for part in planner.map(lambda i: _run_group(planner, groups[i], w, best_w), len(groups)):
             for name, res, wall, cpu, counts in part:
                 done[name] = res
                 seconds[name], cpu_seconds[name] = wall, cpu
                 planner.add_counts(counts)
-        strategies.extend(done[s.name] for s in chosen if done[s.name] is not None)
+        strategies.extend(res for res in (done[s.name] for s in chosen) if res is not None)
     else:
         for i, strat in enumerate(chosen):
             if progress:
@@ -325,6 +330,7 @@ def plan(w: Workload, *, progress: ProgressFn | None = None, extra: Iterable[str
         bundle, applied, applicable_error = _applicable(planner, PlanResult(w, strategies, 0, 0.0, best_w),
                                                         applicable_of, target, progress)
         if bundle is not None:
+            assert bundle.applicable is not None  # _applicable's bundles are built with the step simulated
             strategies.append(bundle.applicable)
         lap(APPLICABLE)
     sims = planner.simulations + planner.graph_simulations
@@ -358,12 +364,14 @@ def _applicable(planner: Planner, result: PlanResult, of: str | None, target: st
         except ConfigError as exc:
             return None, applied, str(exc)
         bundles[row.name] = b
+        assert b.applicable is not None  # build_emit simulates it unless told not to
         applied[row.name] = b.applicable.step_time_s
         if of:
             return b, applied, None
 
 
-def _run_group(planner: Planner, group: list, as_given: Workload, best: Workload) -> list[tuple]:
+def _run_group(planner: Planner, group: list[Strategy], as_given: Workload, best: Workload
+               ) -> list[tuple[str, StrategyResult | None, float, float, dict[str, int]]]:
     """Run the strategies of ``group`` one after the other on ``planner`` (in a worker process),
     each from :func:`strategy_start`: ``(name, result without its timeline, wall s, CPU s,
     counter increments)`` each."""

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.reproduce.suite import Case, Outcome
+
+if TYPE_CHECKING:
+    from ccoverlap.deciders.centauri.decide import CentauriDecision
 
 __all__ = ["BASELINES", "Baseline", "Setting", "Spec", "expand", "compare", "evaluate", "baseline_for"]
 
@@ -133,14 +136,15 @@ def baseline_for(name: str) -> Baseline:
     return BASELINES[name]
 
 
-def _set(mapping: dict, dotted: str, value) -> dict:
+def _set(mapping: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    """``mapping`` with the dotted key ``dotted`` (``parallel.tp``) set to ``value`` (copies, the original untouched)."""
     out = dict(mapping)
     head, _, rest = dotted.partition(".")
     out[head] = _set(dict(out.get(head) or {}), rest, value) if rest else value
     return out
 
 
-def _label(value) -> str:
+def _label(value: object) -> str:
     """A short name for a varied value: a model's name, a layout as DP3+FSDP16 / TP4+PP3+DP4."""
     if not isinstance(value, dict):
         return str(value)
@@ -155,11 +159,11 @@ def _label(value) -> str:
     return "+".join(dims) or "1 GPU"
 
 
-def expand(setting: Setting) -> list[tuple[str, dict]]:
+def expand(setting: Setting) -> list[tuple[str, dict[str, Any]]]:
     """The workload mappings of a setting: its template with every combination of ``vary``,
     ``global_batch`` filled in; each labelled with its layout and the other values that vary."""
     keys = list(setting.vary)
-    out = []
+    out: list[tuple[str, dict[str, Any]]] = []
     for combo in itertools.product(*(setting.vary[k] for k in keys)):
         w = setting.workload
         for k, v in zip(keys, combo):
@@ -175,7 +179,7 @@ def expand(setting: Setting) -> list[tuple[str, dict]]:
     return out
 
 
-def compare(label: str, mapping: dict, baseline: str) -> Result:
+def compare(label: str, mapping: dict[str, Any], baseline: str) -> Result:
     """Baseline ``baseline`` and Centauri on the workload ``mapping`` (simulated, exact)."""
     from ccoverlap.deciders.centauri.decide import decide
     from ccoverlap.predict.strategy import Planner
@@ -193,7 +197,7 @@ def compare(label: str, mapping: dict, baseline: str) -> Result:
                   note=_choices(d))
 
 
-def _choices(d) -> str:
+def _choices(d: CentauriDecision) -> str:
     """Centauri's choices in a few words: the tiers that changed something, and alpha."""
     parts = []
     if d.scheduling != "as given":
@@ -221,7 +225,7 @@ def evaluate(case: Case) -> Outcome:
         spec = msgspec.convert(case.spec, Spec)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{case.id}: spec: {exc}") from None
-    runs = []
+    runs: list[tuple[str, Result]] = []
     for s in spec.settings:
         for label, mapping in expand(s):
             runs.append((s.baseline, compare(label, mapping, s.baseline)))
@@ -248,7 +252,7 @@ def evaluate(case: Case) -> Outcome:
                    extra={"settings": [_row(n, r) for n, r in runs]})
 
 
-def _row(name: str, r: Result) -> dict:
+def _row(name: str, r: Result) -> dict[str, Any]:
     return {"setting": r.label, "baseline": name, "baseline_ms": r.baseline_s * 1e3,
             "centauri_ms": r.centauri_s * 1e3, "speedup": r.speedup, "baseline_fits": r.baseline_fits}
 

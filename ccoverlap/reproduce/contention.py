@@ -23,14 +23,14 @@ GEMM's memory traffic.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ccoverlap.catalog.hardware import get_cluster
 from ccoverlap.corpus.tables import Table, load_kind
 from ccoverlap.cost import contention as ct
 from ccoverlap.cost.model import CostModel
 from ccoverlap.errors import ConfigError
-from ccoverlap.specs import CollectiveSpec, CommConfig, GemmSpec, GroupSpec, P2PSpec
+from ccoverlap.specs import Collective, CollectiveSpec, CommConfig, GemmSpec, GroupSpec, P2PSpec
 
 TOLERANCE = 0.30
 KIND = "contention"
@@ -68,7 +68,8 @@ def _collective(row: dict[str, Any], channels: int) -> CollectiveSpec:
     group = GroupSpec(name="dp", size=int(row["group_size"]), local_size=int(row["local_size"]))
     cfg = CommConfig(channels=channels or None, chunk_bytes=int(row["chunk_bytes"]) or None,
                      threads=int(row.get("threads", 0)) or None)
-    return CollectiveSpec(collective=str(row["comm"]), bytes=int(row["comm_bytes"]), group=group, config=cfg,
+    # the table names the collective; CollectiveSpec checks it is one it knows
+    return CollectiveSpec(collective=cast(Collective, str(row["comm"])), bytes=int(row["comm_bytes"]), group=group, config=cfg,
                           transport="dma" if row["transport"] == "dma" else "sm")
 
 

@@ -27,21 +27,30 @@ Optional spec keys: ``engine`` (``dma``, default, or ``sm``), ``gpu`` (``MI300X`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
+from typing import TYPE_CHECKING, cast
 
 from ccoverlap.deciders.ficco import accuracy as ficco_accuracy
 from ccoverlap.deciders.ficco import schedules as ficco
 from ccoverlap.errors import ConfigError
 from ccoverlap.reproduce.suite import Case, Outcome
-from ccoverlap.specs import CollectiveSpec, GemmSpec, P2PSpec
+from ccoverlap.specs import Collective, CollectiveSpec, GemmSpec, P2PSpec, Transport
+
+if TYPE_CHECKING:
+    from ccoverlap.cost.model import CostModel
+    from ccoverlap.deciders.ficco.accuracy import CaseVerdict
+    from ccoverlap.deciders.ficco.schedules import FiccoCase
+
+#: ``fn(case, cost model, Table I verdicts)``: ccoverlap's figure for one kind of case
+KindFn = Callable[[Case, "CostModel", "Sequence[CaseVerdict]"], Outcome]
 
 ONE_D = ("uniform-fused-1d", "hetero-fused-1d", "hetero-unfused-1d")
 _COMMON = ("kind", "engine", "gpu", "topology", "world")
 
 
 @lru_cache(maxsize=8)
-def _judged(gpu: str, topology: str, world: int, engine: str):
+def _judged(gpu: str, topology: str, world: int, engine: str) -> tuple[CostModel, tuple[CaseVerdict, ...]]:
     """(cost model, verdicts of the 16 Table I GEMMs) on one machine, computed once per process."""
     cluster = ficco.machine(gpu, topology, world)
     cost = ficco.cost_model_for_cluster(cluster)
@@ -60,18 +69,18 @@ def _machine(case: Case) -> tuple[str, str, int, str]:
     return str(s.get("gpu", "MI300X")), str(s.get("topology", "full_mesh")), world, engine
 
 
-def _speedups(v, schedules) -> dict[str, float]:
+def _speedups(v: CaseVerdict, schedules: Iterable[str]) -> dict[str, float]:
     by = {e.schedule: e for e in v.estimates}
     return {s: by[s].speedup for s in schedules}
 
 
-def _best_of(v, schedules) -> tuple[str, float]:
+def _best_of(v: CaseVerdict, schedules: Iterable[str]) -> tuple[str, float]:
     sp = _speedups(v, schedules)
-    best = max(sp, key=sp.get)
+    best = max(sp, key=lambda s: sp[s])
     return best, sp[best]
 
 
-def _table1(case: Case, cost, verdicts) -> Outcome:
+def _table1(case: Case, cost: CostModel, verdicts: Sequence[CaseVerdict]) -> Outcome:
     name = case.spec.get("gemm")
     by_name = {v.case.name: v for v in verdicts}
     if name not in by_name:
@@ -86,9 +95,9 @@ def _table1(case: Case, cost, verdicts) -> Outcome:
         extra={"pick": v.pick, "best": v.best, "match": v.match, "loss": v.loss})
 
 
-def _ideal_max(case: Case, cost, verdicts) -> Outcome:
+def _ideal_max(case: Case, cost: CostModel, verdicts: Sequence[CaseVerdict]) -> Outcome:
     vals = {v.case.name: v.serial_time_s / ficco.ideal_time_s(v.case, cost) for v in verdicts}
-    top = max(vals, key=vals.get)
+    top = max(vals, key=lambda n: vals[n])
     return Outcome(ours_speedup=vals[top], detail=f"largest at {top}; ideal = max(C,G) + min(C,G)/8",
                    extra={"per_gemm": vals})
 
@@ -100,7 +109,7 @@ def _schedules(case: Case) -> tuple[str, ...]:
     return tuple(sched)
 
 
-def _schedule_extreme(case: Case, verdicts, pick_max: bool) -> Outcome:
+def _schedule_extreme(case: Case, verdicts: Sequence[CaseVerdict], pick_max: bool) -> Outcome:
     sched = _schedules(case)
     vals = {v.case.name: _best_of(v, sched) for v in verdicts}
     top = (max if pick_max else min)(vals, key=lambda n: vals[n][1])
@@ -109,7 +118,7 @@ def _schedule_extreme(case: Case, verdicts, pick_max: bool) -> Outcome:
                    extra={"per_gemm": {n: x[1] for n, x in vals.items()}})
 
 
-def _heuristic_max(case: Case, cost, verdicts) -> Outcome:
+def _heuristic_max(case: Case, cost: CostModel, verdicts: Sequence[CaseVerdict]) -> Outcome:
     vals = {v.case.name: (v.pick, v.serial_time_s / v.pick_time_s) for v in verdicts if v.pick in ONE_D}
     if not vals:
         raise ConfigError(f"{case.id}: the heuristic picks no 1-D schedule on Table I")
@@ -118,36 +127,41 @@ def _heuristic_max(case: Case, cost, verdicts) -> Outcome:
                    f"{len(vals)} of 16 GEMMs get a 1-D pick", extra={"per_gemm": vals})
 
 
-def _geomean(xs) -> float:
+def _geomean(xs: Iterable[float]) -> float:
     xs = list(xs)
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def _shard_comm(case: Case, cost, verdicts) -> Outcome:
+def _shard_comm(case: Case, cost: CostModel, verdicts: Sequence[CaseVerdict]) -> Outcome:
     ratios = []
     for v in verdicts:
         c = v.case
         shard = c.m // c.world * c.k * c.dtype_bytes
-        p2p = (c.world - 1) * cost.alone_s(P2PSpec(bytes=float(shard), inter_node=False, transport=c.engine))
+        p2p = (c.world - 1) * cost.alone_s(P2PSpec(bytes=float(shard), inter_node=False, transport=_transport(c)))
         whole = cost.alone_s(CollectiveSpec(collective="all_gather", bytes=float(c.m * c.k * c.dtype_bytes),
-                                            group=c.group, transport=c.engine))
+                                            group=c.group, transport=_transport(c)))
         ratios.append(p2p / whole)
     g = _geomean(ratios)
     return Outcome(ours_speedup=1.0 / g, detail=f"peer-to-peer shards take {g:.2f}x the collective's time "
                    "(geometric mean over Table I)")
 
 
-def _comm_kind(c) -> str:
+def _transport(c: FiccoCase) -> Transport:
+    """The case's communication engine as a spec's transport (FiccoCase checks it is one of ``ficco.ENGINES``)."""
+    return cast(Transport, c.engine)
+
+
+def _comm_kind(c: FiccoCase) -> Collective:
     return "all_to_all" if c.pattern == "a2a-gemm" else "all_gather"
 
 
-def _comm_dil(case: Case, cost, verdicts) -> Outcome:
+def _comm_dil(case: Case, cost: CostModel, verdicts: Sequence[CaseVerdict]) -> Outcome:
     ratios = []
     for v in verdicts:
         c = v.case
         nbytes = float(c.m * c.k * c.dtype_bytes)  # Fig. 8 scales down the all-gather of every Table I row
-        whole = CollectiveSpec(collective="all_gather", bytes=nbytes, group=c.group, transport=c.engine)
-        piece = CollectiveSpec(collective="all_gather", bytes=nbytes / c.world, group=c.group, transport=c.engine)
+        whole = CollectiveSpec(collective="all_gather", bytes=nbytes, group=c.group, transport=_transport(c))
+        piece = CollectiveSpec(collective="all_gather", bytes=nbytes / c.world, group=c.group, transport=_transport(c))
         ratios.append(c.world * cost.alone_s(piece) / cost.alone_s(whole))
     g = _geomean(ratios)
     return Outcome(ours_speedup=1.0 / g, detail=f"geometric-mean slowdown {g:.3f}x over Table I "
@@ -161,19 +175,20 @@ def _overlap(case: Case) -> str:
     return overlap
 
 
-def _overlap_pair(overlap: str, c):
+def _overlap_pair(overlap: str, c: FiccoCase) -> tuple[GemmSpec, CollectiveSpec | P2PSpec]:
     """(8-way row-sharded GEMM, the transfer of one overlap step) for the CIL cases (§IV-D1):
     ``ficco``, a 1/8-size collective on every link; ``shard``, one shard to one peer."""
     gemm = GemmSpec(m=max(1, c.m // c.world), n=c.n, k=c.k, dtype_bytes=c.dtype_bytes)
+    comm: CollectiveSpec | P2PSpec
     if overlap == "ficco":
         comm = CollectiveSpec(collective=_comm_kind(c), bytes=float(c.m * c.k * c.dtype_bytes) / c.world,
-                              group=c.group, transport=c.engine)
+                              group=c.group, transport=_transport(c))
     else:
-        comm = P2PSpec(bytes=float(c.m // c.world * c.k * c.dtype_bytes), inter_node=False, transport=c.engine)
+        comm = P2PSpec(bytes=float(c.m // c.world * c.k * c.dtype_bytes), inter_node=False, transport=_transport(c))
     return gemm, comm
 
 
-def _bisect(f, target: float, lo: float, hi: float) -> float:
+def _bisect(f: Callable[[float], float], target: float, lo: float, hi: float) -> float:
     """x in [lo, hi] with f(x) = target for an increasing f (the nearer end if out of range)."""
     if f(lo) >= target:
         return lo
@@ -214,7 +229,7 @@ def fit_copy_engine_gemm(ficco_slowdown: float = 1.11, shard_slowdown: float = 1
     return fixed_for(per_share), per_share
 
 
-def _cil_ratios(overlap: str, victim: str, cost, cases) -> list[float]:
+def _cil_ratios(overlap: str, victim: str, cost: CostModel, cases: Sequence[FiccoCase]) -> list[float]:
     """The victim's slowdown (time beside the other op throughout / alone) for each case."""
     out = []
     for c in cases:
@@ -224,14 +239,14 @@ def _cil_ratios(overlap: str, victim: str, cost, cases) -> list[float]:
     return out
 
 
-def _cil(case: Case, cost, verdicts, victim: str) -> Outcome:
+def _cil(case: Case, cost: CostModel, verdicts: Sequence[CaseVerdict], victim: str) -> Outcome:
     ratios = _cil_ratios(_overlap(case), victim, cost, [v.case for v in verdicts])
     g = _geomean(ratios)
     return Outcome(ours_speedup=1.0 / g, detail=f"{victim} geometric-mean slowdown {g:.3f}x over Table I "
                    f"({min(ratios):.3f}-{max(ratios):.3f})")
 
 
-_KINDS: dict[str, tuple[Callable, tuple[str, ...]]] = {
+_KINDS: dict[str, tuple[KindFn, tuple[str, ...]]] = {
     "table1": (_table1, ("gemm",)),
     "ideal_max": (_ideal_max, ()),
     "schedule_max": (lambda case, cost, vs: _schedule_extreme(case, vs, True), ("schedules",)),

@@ -27,12 +27,17 @@ simulations when they run in the same process.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.reproduce.suite import Case, Outcome
+
+if TYPE_CHECKING:
+    from ccoverlap.deciders.lagom.group import OverlapGroup
+    from ccoverlap.specs import CommConfig
 
 KINDS = ("step", "range", "group", "contention")
 COMPARES = ("lagom/nccl", "autoccl/nccl", "lagom/autoccl")
@@ -67,7 +72,7 @@ def step_times(workload_json: str) -> dict[str, Any]:
 
     w = workload_from_mapping(json.loads(workload_json), source="lagom case")
     planner = Planner(w, jobs=1)
-    out = {"nccl": planner.evaluate(w, "nccl").step_time_s, "describe": w.describe()}
+    out: dict[str, Any] = {"nccl": planner.evaluate(w, "nccl").step_time_s, "describe": w.describe()}
     for method in ("lagom", "autoccl"):
         t = tune_step(planner, w, method)
         if t is None:
@@ -113,14 +118,15 @@ def _range_case(case: Case) -> Outcome:
         raise ConfigError(f"lagom case {case.id}: settings {missing} are not step cases of lagom.yaml")
     c = _compare(case)
     got = {i: _ratio(_setting(cases[i]), c) for i in ids}
-    chosen = (min if pick == "min" else max)(got, key=got.get)
+    chosen = (min if pick == "min" else max)(got, key=lambda i: got[i])
     spread = ", ".join(f"{i} {v:.3f}" for i, v in got.items())
     return Outcome(ours_speedup=got[chosen], detail=f"{pick} over {len(ids)} settings at {chosen}: {spread}")
 
 
 # ----------------------------------------------------------------------------- one overlap group
 
-def _pick_group(groups, pattern: str):
+def _pick_group(groups: Sequence[OverlapGroup], pattern: object) -> OverlapGroup:
+    """The heaviest overlap group of ``pattern`` (``compute-bound`` or ``multi-comm``, as the case spec gives it)."""
     if pattern == "compute-bound":
         fit = [g for g in groups if len(g.collectives) == 1 and g.collectives[0].spec.collective == "all_gather"]
     elif pattern == "multi-comm":
@@ -154,7 +160,7 @@ def _group_case(case: Case) -> Outcome:
             cfgs[j] = replace(cfgs[j], channels=int(over["nc"]), chunk_bytes=_bytes(over["chunk"]))
     base, new = prof.profile(base_cfgs), prof.profile(cfgs)
     own = lagom_tune(g, prof)
-    chosen = ", ".join(f"{c.spec.collective} NC={k.channels} C={k.chunk_bytes // 1024} KiB"
+    chosen = ", ".join(f"{c.spec.collective} NC={k.channels} C={_chunk_kib(k)} KiB"
                        for c, k in zip(g.collectives, own.configs))
     detail = (f"{g.describe()}; Z {base.makespan_s * 1e3:.2f} -> {new.makespan_s * 1e3:.2f} ms, "
               f"Y {base.compute_time_s * 1e3:.2f} -> {new.compute_time_s * 1e3:.2f} ms, "
@@ -163,7 +169,13 @@ def _group_case(case: Case) -> Outcome:
     return Outcome(ours_speedup=base.makespan_s / new.makespan_s, detail=detail)
 
 
-def _bytes(v) -> int:
+def _chunk_kib(config: CommConfig) -> int:
+    """The chunk size (KiB) of a configuration Lagom chose (its choices set every knob)."""
+    assert config.chunk_bytes is not None, config
+    return config.chunk_bytes // 1024
+
+
+def _bytes(v: object) -> int:
     from ccoverlap.deciders.lagom.group import parse_bytes
 
     return int(parse_bytes(v, "chunk"))

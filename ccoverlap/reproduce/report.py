@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ccoverlap.console import Col, print_wrapped
 from ccoverlap.console import print_table as print_rows
 from ccoverlap.reproduce.suite import TOLERANCE, SuiteResult
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def _x(v: float | None) -> str:
@@ -31,7 +36,7 @@ def summary_lines(result: SuiteResult) -> list[str]:
     return lines
 
 
-def print_table(result: SuiteResult, console) -> None:
+def print_table(result: SuiteResult, console: Console) -> None:
     """The table on a rich console: one row per case (every cell whole at any width,
     :func:`ccoverlap.console.print_table`), then the summary lines."""
     styles = {"match": "green", "miss": "red", "error": "bold red", "fit": "dim"}

@@ -79,7 +79,7 @@ class Outcome:
 
     ours_speedup: float | None
     detail: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -108,6 +108,7 @@ class Row:
         if not self.expressible or self.outcome is None or self.outcome.ours_speedup is None:
             return None
         p, o = self.case.paper_speedup, self.outcome.ours_speedup
+        assert p is not None  # expressible: the paper gives its figure
         return abs(o - p) <= TOLERANCE * abs(p - 1.0) + 1e-12
 
     @property
@@ -121,7 +122,7 @@ class Row:
         m = self.matches
         return "n/a" if m is None else ("match" if m else "miss")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         c = self.case
         return {"paper": c.paper, "id": c.id, "setting": c.setting, "source": c.source, "quote": c.quote,
                 "method": c.method, "baseline": c.baseline, "paper_speedup": c.paper_speedup,
@@ -135,9 +136,9 @@ class SuiteResult:
     rows: list[Row]
     titles: dict[str, str] = field(default_factory=dict)
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """Counts over all papers and per paper: cases, expressible, matches, headline matches."""
-        def count(rows: list[Row]) -> dict:
+        def count(rows: list[Row]) -> dict[str, Any]:
             expr = [r for r in rows if r.expressible]
             return {"cases": len(rows), "expressible": len(expr), "fit": sum(1 for r in rows if r.case.fit),
                     "matches": sum(1 for r in expr if r.matches),
@@ -147,7 +148,7 @@ class SuiteResult:
         per = {p: count([r for r in self.rows if r.case.paper == p]) for p in dict.fromkeys(r.case.paper for r in self.rows)}
         return {"all": count(self.rows), "papers": per}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"summary": self.summary(), "papers": self.titles, "rows": [r.to_dict() for r in self.rows]}
 
 

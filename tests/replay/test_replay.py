@@ -494,3 +494,15 @@ def test_centauri_keeps_the_given_collective_when_partitioning_replays_slower(tm
     assert res.replay.step_time_s == pytest.approx(610 * US)
     assert s.gain_s == 0.0 and s.step_time_s == res.replay.step_time_s
     assert "kept the given configuration for 1" in s.note and "in 8 chunks" in s.note
+
+
+def test_cli_out_with_a_step_range_too_long_to_list(tmp_path, capsys):
+    """``--steps`` selecting more steps than are listed (kept as ranges) with ``--out``: the
+    closing hint names the same ranges instead of failing to iterate them."""
+    from ccoverlap.cli import main
+
+    paths = [str(p) for p in two_rank_job(tmp_path)]
+    code = main(["replay", *paths, "--steps", "0-20000", "--whatif", "network-2x", "--out", str(tmp_path / "w")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "--steps 0-20000 DIR" in out

@@ -18,16 +18,22 @@ Times in seconds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, cast
 
-from ccoverlap.nccl.apply import NcclSettings, stock_nccl_settings
+from ccoverlap.nccl.apply import NcclSettings, Resolver, stock_nccl_settings
 from ccoverlap.nccl.plan import CommKey, CommPlan, comm_keys
 from ccoverlap.predict.evaluate import StrategyResult
 from ccoverlap.predict.strategy import Planner
-from ccoverlap.specs import CollectiveSpec, CommConfig, GroupSpec
+from ccoverlap.specs import Collective, CollectiveSpec, CommConfig, GroupSpec
 
 from .decision import Decision
 from .frameworks import FrameworkSettings, applied_knobs, framework_settings
+
+if TYPE_CHECKING:
+    from ccoverlap.cost.model import CostModel
+    from ccoverlap.predict.workload import Workload
 
 __all__ = ["EmitBundle", "build_emit", "build_comm_emit", "APPLICABLE"]
 
@@ -52,7 +58,7 @@ class EmitBundle:
     plan: CommPlan  # the configurations stock NCCL runs, as a plan over every communication
     decision: Decision | None = None  # None: NCCL configurations only (``tune``)
     framework: FrameworkSettings | None = None
-    workload: object = None  # the applicable step's workload
+    workload: Workload | None = None  # the applicable step's workload
     ideal: StrategyResult | None = None
     applicable: StrategyResult | None = None
 
@@ -77,16 +83,18 @@ class EmitBundle:
         return f"{head}; {len(lines)} not applied: " + "; ".join(lines[:2]) + more
 
 
-def _resolver(cost):
+def _resolver(cost: CostModel) -> Resolver:
+    """``resolve(key, config)``: ``config`` with every knob the cost model resolves for the communication ``key``."""
     def resolve(key: CommKey, config: CommConfig) -> CommConfig:
-        spec = CollectiveSpec(collective=key.collective, bytes=key.nbytes,
+        # a CommKey's collective is a CollectiveSpec's (CommKey.of): one of the Collective names
+        spec = CollectiveSpec(collective=cast(Collective, key.collective), bytes=key.nbytes,
                               group=GroupSpec(name=key.group, size=key.group_size, local_size=key.local_size),
                               config=config)
         return cost.comm_config(spec)
     return resolve
 
 
-def build_emit(result, given, planner: Planner | None = None, *, target: str = "pytorch",
+def build_emit(result: StrategyResult | Mapping[str, Any], given: Workload, planner: Planner | None = None, *, target: str = "pytorch",
                simulate: bool = True) -> EmitBundle:
     """The :class:`EmitBundle` of ``result`` (a StrategyResult of a plan of the workload
     ``given``) for ``target``. ``planner``: the plan's (its caches are reused), default a new
@@ -109,7 +117,7 @@ def build_emit(result, given, planner: Planner | None = None, *, target: str = "
     return b
 
 
-def build_comm_emit(strategy: str, description: str, cost, weights: dict[CommKey, float],
+def build_comm_emit(strategy: str, description: str, cost: CostModel, weights: dict[CommKey, float],
                     wanted: dict[CommKey, CommConfig], given: dict[CommKey, CommConfig]) -> EmitBundle:
     """An :class:`EmitBundle` of NCCL configurations alone (no framework knobs, nothing
     simulated): ``wanted`` / ``given`` per communication (unresolved; resolved here with
@@ -128,11 +136,13 @@ def _applicable_result(planner: Planner, b: EmitBundle) -> StrategyResult:
     extra = {"of": b.strategy, "target": b.target, "not_applied": b.dropped_lines()}
     if b.everything_applies and b.ideal is not None:
         return replace(b.ideal, name=APPLICABLE, note=b.note(), timeline=None, decision=extra)
+    w = b.workload
+    assert w is not None  # build_emit's bundles, the only ones simulated, carry their step's workload
     if b.plan.rules:
         plan = b.plan
-        metrics = planner.rewritten_metrics(b.workload, lambda st: plan.apply(st.graph), key=("applicable", plan))
+        metrics = planner.rewritten_metrics(w, lambda st: plan.apply(st.graph), key=("applicable", plan))
     else:
-        metrics = planner.metrics(b.workload)
-    res = planner.summarize_metrics(APPLICABLE, b.workload, metrics, note=b.note())
+        metrics = planner.metrics(w)
+    res = planner.summarize_metrics(APPLICABLE, w, metrics, note=b.note())
     res.decision = extra
     return res

@@ -9,12 +9,18 @@ workload as given, so every emitter asks the same question: what does this strat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.plan import CommKey, CommPlan
 from ccoverlap.parallel.config import OverlapKnobs
 from ccoverlap.specs import CommConfig
+
+if TYPE_CHECKING:
+    from ccoverlap.predict.evaluate import StrategyResult
+    from ccoverlap.predict.workload import Workload
 
 #: knobs that are NCCL configurations (emitted through NCCL's settings, not a framework's)
 COMM_KNOBS = ("comm_config", "comm_config_overrides")
@@ -29,15 +35,15 @@ class Decision:
     builders' pair names: ``qkv``, ``proj``, ``mlp_fc1``, ``mlp_fc2``, ``lm_head``)."""
 
     strategy: str
-    given: object
+    given: Workload
     knobs: OverlapKnobs
     comm_plan: CommPlan = field(default_factory=CommPlan)
-    parallel: dict = field(default_factory=dict)
+    parallel: dict[str, Any] = field(default_factory=dict)
     rewrites: tuple[str, ...] = ()
-    tp_schedules: dict = field(default_factory=dict)
+    tp_schedules: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, result, given) -> Decision:
+    def of(cls, result: StrategyResult | Mapping[str, Any], given: Workload) -> Decision:
         """The decision of ``result`` (a StrategyResult, or its ``to_dict()``) made for the workload ``given``."""
         d = result.to_dict() if hasattr(result, "to_dict") else dict(result)
         name = d.get("name", "?")
@@ -50,19 +56,19 @@ class Decision:
         return cls(name, given, OverlapKnobs.from_dict(knobs, f"{name}.knobs"), plan,
                    dict(dec.get("parallel") or {}), tuple(dec.get("rewrites") or ()), dict(dec.get("tp_schedules") or {}))
 
-    def knob_changes(self) -> dict[str, tuple]:
+    def knob_changes(self) -> dict[str, tuple[Any, Any]]:
         """``{knob: (as given, this strategy's)}`` for the framework knobs that differ (NCCL
         configurations excluded: :meth:`wanted_config`)."""
         g = self.given.knobs
         return {f.name: (getattr(g, f.name), getattr(self.knobs, f.name)) for f in fields(OverlapKnobs)
                 if f.name not in COMM_KNOBS and getattr(g, f.name) != getattr(self.knobs, f.name)}
 
-    def parallel_changes(self) -> dict[str, tuple]:
+    def parallel_changes(self) -> dict[str, tuple[Any, Any]]:
         """``{field: (as given, this strategy's)}`` of the layout."""
         was = self.given.parallel.to_dict()
         return {k: (was.get(k), v) for k, v in self.parallel.items() if was.get(k) != v}
 
-    def workload(self, knobs: OverlapKnobs | None = None, parallel: dict | None = None):
+    def workload(self, knobs: OverlapKnobs | None = None, parallel: dict[str, Any] | None = None) -> Workload:
         """The workload as given with ``knobs`` (default: this strategy's) and the layout
         fields ``parallel`` (default: this strategy's) changed."""
         w = self.given

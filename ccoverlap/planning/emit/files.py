@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -34,6 +36,12 @@ from ccoverlap.outputs import atomic_dir
 from .frameworks import TARGETS
 from .readme import readme_text
 
+if TYPE_CHECKING:
+    from ccoverlap.nccl.apply import GroupOptions
+    from ccoverlap.predict.evaluate import StrategyResult
+
+    from .applicable import EmitBundle
+
 __all__ = ["write_emit", "read_emit", "hints", "MEGATRON_GROUPS"]
 
 #: ccoverlap's process-group names -> Megatron-LM's (parallel_state.get_nccl_options keys)
@@ -41,7 +49,7 @@ MEGATRON_GROUPS = {"dp": ("dp", "dp_cp"), "tp": ("tp",), "pp": ("pp",), "cp": ("
                    "edp": ("ep_dp",)}
 
 
-def _toml_value(v) -> str:
+def _toml_value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -49,7 +57,7 @@ def _toml_value(v) -> str:
     return json.dumps(str(v))
 
 
-def _toml(keys: dict) -> str:
+def _toml(keys: Mapping[str, object]) -> str:
     """``{"section.key": value}`` as TOML sections."""
     sections: dict[str, list[str]] = {}
     for dotted, v in keys.items():
@@ -58,17 +66,17 @@ def _toml(keys: dict) -> str:
     return "\n".join(f"[{sec}]\n" + "\n".join(lines) + "\n" for sec, lines in sections.items())
 
 
-def _megatron_args(settings: dict) -> list[str]:
-    out = []
+def _megatron_args(settings: Mapping[str, object]) -> list[str]:
+    out: list[str] = []
     for flag, v in settings.items():
         out.extend([flag] if v is True else [flag, str(v)])
     return out
 
 
-def hints(b) -> dict:
+def hints(b: EmitBundle) -> dict[str, Any]:
     """Everything ``--emit`` writes, as plain data (``PlanResult.apply_hints()``)."""
     fs, n = b.framework, b.nccl
-    frameworks = {}
+    frameworks: dict[str, dict[str, Any]] = {}
     for t in TARGETS:
         s = fs.settings(t) if fs else {}
         frameworks[t] = {"settings": s, "not_applied": [f"{c.what}: {o.why}" for c, o in fs.dropped(t)] if fs else []}
@@ -92,7 +100,7 @@ def hints(b) -> dict:
     }
 
 
-def _communications(b) -> list[dict]:
+def _communications(b: EmitBundle) -> list[dict[str, Any]]:
     rows = []
     for k in sorted(b.weights, key=lambda k: -b.weights[k]):
         rows.append({"group": k.group, "collective": k.collective, "bytes": k.nbytes, "group_size": k.group_size,
@@ -101,7 +109,7 @@ def _communications(b) -> list[dict]:
     return rows
 
 
-def _predicted(b, as_given) -> dict:
+def _predicted(b: EmitBundle, as_given: StrategyResult | None) -> dict[str, float]:
     out = {}
     if as_given is not None:
         out["as_given_step_time_s"] = as_given.step_time_s
@@ -112,7 +120,7 @@ def _predicted(b, as_given) -> dict:
     return out
 
 
-def write_emit(b, out_dir, *, as_given=None, source: str = "", command: str = "ccoverlap plan --emit") -> dict[str, str]:
+def write_emit(b: EmitBundle, out_dir: str | os.PathLike[str], *, as_given: StrategyResult | None = None, source: str = "", command: str = "ccoverlap plan --emit") -> dict[str, str]:
     """Write the files of the module docstring for bundle ``b`` into ``out_dir`` (created);
     ``as_given``: the as-given StrategyResult (for the README's numbers); ``command``: what
     wrote them (README). A bundle of NCCL configurations alone gets no framework files.
@@ -129,7 +137,7 @@ def write_emit(b, out_dir, *, as_given=None, source: str = "", command: str = "c
     return {name: str(out / name) for name in texts}
 
 
-def emit_texts(b, out: Path, *, as_given=None, source: str = "", command: str = "ccoverlap plan --emit"
+def emit_texts(b: EmitBundle, out: Path, *, as_given: StrategyResult | None = None, source: str = "", command: str = "ccoverlap plan --emit"
                ) -> dict[str, str]:
     """``{file name: text}`` of every file :func:`write_emit` writes into ``out`` (nothing is
     written here); ConfigError when one cannot be built."""
@@ -179,7 +187,7 @@ def emit_texts(b, out: Path, *, as_given=None, source: str = "", command: str = 
     return texts
 
 
-def _megatron_yaml(groups) -> str:
+def _megatron_yaml(groups: Mapping[str, GroupOptions]) -> str:
     data = {}
     for name, o in groups.items():
         for mg in MEGATRON_GROUPS.get(name, ()):
@@ -188,7 +196,7 @@ def _megatron_yaml(groups) -> str:
     return head + (yaml.safe_dump(data, sort_keys=True) if data else "{}\n")
 
 
-def read_emit(out_dir) -> dict:
+def read_emit(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The files of an ``--emit`` directory, parsed and validated: ``env`` (nccl.env),
     ``tuner_rows`` (:class:`~ccoverlap.nccl.apply.TunerRow` list), ``process_groups``,
     ``megatron_nccl``, ``framework``, ``torchtitan_toml``, ``megatron_args``, ``decision``.
@@ -196,7 +204,7 @@ def read_emit(out_dir) -> dict:
     d = Path(out_dir)
     if not (d / "decision.json").is_file():
         raise ConfigError(f"{d}: not an --emit directory (no decision.json)")
-    out: dict = {"env": parse_nccl_env((d / "nccl.env").read_text(), str(d / "nccl.env"))}
+    out: dict[str, Any] = {"env": parse_nccl_env((d / "nccl.env").read_text(), str(d / "nccl.env"))}
     out["tuner_rows"] = parse_tuner_csv((d / "nccl_tuner.csv").read_text(), str(d / "nccl_tuner.csv")) \
         if (d / "nccl_tuner.csv").is_file() else []
     for name, key in (("process_groups.json", "process_groups"), ("framework.json", "framework"),

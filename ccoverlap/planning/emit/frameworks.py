@@ -20,10 +20,18 @@ pipeline sends and receives are asynchronous).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.apply import pinned_options
+
+if TYPE_CHECKING:
+    from ccoverlap.parallel.config import OverlapKnobs
+    from ccoverlap.predict.workload import Workload
+
+    from .decision import Decision
 
 TARGETS = ("pytorch", "torchtitan", "megatron-lm")
 
@@ -36,6 +44,9 @@ TP_MODULES = {
     "lm_head": (("output",), "ColwiseParallel"),
 }
 
+#: how each target sets one knob's change: ``rule(change, workload as given) -> {target: Outcome}``
+KnobRule = Callable[["Change", "Workload"], "dict[str, Outcome]"]
+
 
 @dataclass(frozen=True)
 class Change:
@@ -43,8 +54,8 @@ class Change:
     ``tp_schedule.<pair>``), the value as given and the strategy's."""
 
     what: str
-    given: object
-    wanted: object
+    given: Any  # a knob's or a layout field's value (bool, int, float, str), or text
+    wanted: Any
 
 
 @dataclass
@@ -52,8 +63,8 @@ class Outcome:
     """How one target sets a :class:`Change`: ``settings`` (``{place: {key: value}}``), the
     value it then runs with (``applied``) and, when that is not the wanted value, why."""
 
-    settings: dict = field(default_factory=dict)
-    applied: object = None
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    applied: Any = None  # the value of the knob or field it runs with
     why: str = ""
 
 
@@ -64,12 +75,12 @@ class FrameworkSettings:
     target: str
     changes: list[Change]
     outcomes: dict[str, dict[str, Outcome]]  # target -> change.what -> outcome
-    tp_plan: dict | None = None
+    tp_plan: dict[str, dict[str, Any]] | None = None
 
-    def settings(self, target: str) -> dict:
+    def settings(self, target: str) -> dict[str, dict[str, Any]]:
         """``{place: {key: value}}`` merged over the changes (places: ``fully_shard``,
         ``fsdp2_prefetch``, ``ddp``, ``torchtitan.toml``, ``torchtitan.python``, ``megatron``)."""
-        out: dict = {}
+        out: dict[str, dict[str, Any]] = {}
         for o in self.outcomes[target].values():
             for place, kv in o.settings.items():
                 out.setdefault(place, {}).update(kv)
@@ -83,15 +94,15 @@ class FrameworkSettings:
 
 # ----------------------------------------------------------------------------- one knob
 
-def _default(value) -> Outcome:
+def _default(value: Any) -> Outcome:
     return Outcome({}, value)
 
 
-def _drop(given, why: str) -> Outcome:
+def _drop(given: Any, why: str) -> Outcome:
     return Outcome({}, given, why)
 
 
-def _reshard(c: Change, w) -> dict[str, Outcome]:
+def _reshard(c: Change, w: Workload) -> dict[str, Outcome]:
     policy = "always" if c.wanted else "never"
     tt = {"parallelism.fsdp_reshard_after_forward": policy}
     return {"pytorch": Outcome({"fully_shard": {"reshard_after_forward": bool(c.wanted)}}, c.wanted),
@@ -99,7 +110,7 @@ def _reshard(c: Change, w) -> dict[str, Outcome]:
             "megatron-lm": _drop(c.given, "Megatron-LM has no reshard-after-forward argument")}
 
 
-def _prefetch(c: Change, w) -> dict[str, Outcome]:
+def _prefetch(c: Change, w: Workload) -> dict[str, Outcome]:
     v = int(c.wanted)
     if v == 1:
         py = _default(v)  # FSDP2's implicit prefetch of the next unit
@@ -112,7 +123,7 @@ def _prefetch(c: Change, w) -> dict[str, Outcome]:
             "megatron-lm": _drop(c.given, "Megatron-LM has " + why)}
 
 
-def _bucket(c: Change, w) -> dict[str, Outcome]:
+def _bucket(c: Change, w: Workload) -> dict[str, Outcome]:
     mib = float(c.wanted)
     params = int(round(mib * 2**20 / w.parallel.dtype_bytes))
     return {"pytorch": Outcome({"ddp": {"bucket_cap_mb": mib}}, c.wanted),
@@ -120,17 +131,17 @@ def _bucket(c: Change, w) -> dict[str, Outcome]:
             "megatron-lm": Outcome({"megatron": {"--ddp-bucket-size": params}}, c.wanted)}
 
 
-def _flag_megatron(flag: str, on_value: bool, pytorch_default: bool, what: str):
+def _flag_megatron(flag: str, on_value: bool, pytorch_default: bool, what: str) -> KnobRule:
     """A boolean knob Megatron-LM sets with ``flag`` when the knob is ``on_value``; PyTorch
     (and torchtitan on it) always runs ``pytorch_default``."""
-    def rule(c: Change, w) -> dict[str, Outcome]:
+    def rule(c: Change, w: Workload) -> dict[str, Outcome]:
         mg = Outcome({"megatron": {flag: True}}, c.wanted) if c.wanted == on_value else _default(c.wanted)
         py = _default(c.wanted) if c.wanted == pytorch_default else _drop(c.given, what)
         return {"pytorch": py, "torchtitan": py, "megatron-lm": mg}
     return rule
 
 
-def _ep(c: Change, w) -> dict[str, Outcome]:
+def _ep(c: Change, w: Workload) -> dict[str, Outcome]:
     why = "no expert-parallel all-to-all overlap setting"
     mg = Outcome({"megatron": {"--overlap-moe-expert-parallel-comm": True}}, True) if c.wanted else _default(False)
     return {"pytorch": _drop(c.given, "PyTorch has " + why) if c.wanted else _default(False),
@@ -138,13 +149,13 @@ def _ep(c: Change, w) -> dict[str, Outcome]:
             else _default(False), "megatron-lm": mg}
 
 
-def _nowhere(why: str):
-    def rule(c: Change, w) -> dict[str, Outcome]:
+def _nowhere(why: str) -> KnobRule:
+    def rule(c: Change, w: Workload) -> dict[str, Outcome]:
         return {t: _drop(c.given, why) for t in TARGETS}
     return rule
 
 
-KNOB_RULES = {
+KNOB_RULES: dict[str, KnobRule] = {
     "fsdp_reshard_after_forward": _reshard,
     "fsdp_prefetch": _prefetch,
     "bucket_cap_mb": _bucket,
@@ -166,7 +177,7 @@ KNOB_RULES = {
 
 # ----------------------------------------------------------------------------- tensor parallelism
 
-def _tp_style_args(knobs, tp: int) -> tuple[dict, str]:
+def _tp_style_args(knobs: OverlapKnobs, tp: int) -> tuple[dict[str, str], str]:
     """(``schedule``/``comm_engine`` for ccoverlap's styles from the TP knobs, why tp_chunks is
     not what the style runs, or "")."""
     if knobs.tp_overlap == "none":
@@ -178,7 +189,8 @@ def _tp_style_args(knobs, tp: int) -> tuple[dict, str]:
     return {"schedule": "ring", "comm_engine": "sm"}, why
 
 
-def _tp_outcomes(c_overlap: Change | None, c_chunks: Change | None, knobs, given_knobs, tp: int) -> dict:
+def _tp_outcomes(c_overlap: Change | None, c_chunks: Change | None, knobs: OverlapKnobs, given_knobs: OverlapKnobs,
+                 tp: int) -> dict[str, dict[str, Outcome]]:
     """Outcomes of the TP knobs per target (keyed by the change's ``what``)."""
     out: dict[str, dict[str, Outcome]] = {}
     _, why_chunks = _tp_style_args(knobs, tp)
@@ -204,7 +216,8 @@ def _tp_outcomes(c_overlap: Change | None, c_chunks: Change | None, knobs, given
     return out
 
 
-def tp_plan(w, knobs, schedules: dict | None = None) -> dict | None:
+def tp_plan(w: Workload, knobs: OverlapKnobs, schedules: Mapping[str, Mapping[str, Any]] | None = None
+            ) -> dict[str, dict[str, Any]] | None:
     """The TP plan for ``parallelize_module`` as plain data, in torchtitan's Llama module names
     (``layers.*.attention.wq``, ...): ``{module: {"style": class name, arguments...}}`` with
     placements as strings (``"Shard(1)"``, ``"Replicate()"``); ccoverlap's styles
@@ -217,7 +230,7 @@ def tp_plan(w, knobs, schedules: dict | None = None) -> dict | None:
     per_pair = {name: {"schedule": s["schedule"], "comm_engine": s.get("engine", "sm")}
                 for name, s in (schedules or {}).items()}
     sp = p.sequence_parallel
-    plan: dict = {}
+    plan: dict[str, dict[str, Any]] = {}
     if sp:
         plan["tok_embeddings"] = {"style": "RowwiseParallel", "input_layouts": "Replicate()", "output_layouts": "Shard(1)"}
         plan["norm"] = {"style": "SequenceParallel"}
@@ -240,13 +253,14 @@ def tp_plan(w, knobs, schedules: dict | None = None) -> dict | None:
 
 # ----------------------------------------------------------------------------- all changes
 
-def framework_settings(decision, target: str = "pytorch") -> FrameworkSettings:
+def framework_settings(decision: Decision, target: str = "pytorch") -> FrameworkSettings:
     """How each target sets what ``decision`` changes (:class:`FrameworkSettings`); ``target``
     is the one the applicable row and the README lead with."""
     if target not in TARGETS:
         raise ConfigError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
     w, k = decision.given, decision.knobs
-    changes, outcomes = [], {t: {} for t in TARGETS}
+    changes: list[Change] = []
+    outcomes: dict[str, dict[str, Outcome]] = {t: {} for t in TARGETS}
 
     def add(change: Change, per_target: dict[str, Outcome]) -> None:
         changes.append(change)
@@ -262,7 +276,9 @@ def framework_settings(decision, target: str = "pytorch") -> FrameworkSettings:
             raise ConfigError(f"no emit rule for knob {name!r}")  # a new knob needs its rule
         add(Change(name, given, wanted), rule(Change(name, given, wanted), w))
     for what, per in _tp_outcomes(tp_over, tp_chunks, k, w.knobs, w.parallel.tp).items():
-        add(tp_over if what == "tp_overlap" else tp_chunks, per)
+        change = tp_over if what == "tp_overlap" else tp_chunks
+        assert change is not None  # _tp_outcomes keys only the changes it was given
+        add(change, per)
     for name, (given, wanted) in decision.parallel_changes().items():
         c = Change(f"parallel.{name}", given, wanted)
         if name == "distributed_optimizer" and wanted:
@@ -286,13 +302,13 @@ def framework_settings(decision, target: str = "pytorch") -> FrameworkSettings:
     return fs
 
 
-def applied_knobs(decision, fs: FrameworkSettings):
+def applied_knobs(decision: Decision, fs: FrameworkSettings) -> tuple[OverlapKnobs, dict[str, Any]]:
     """The knobs the target of ``fs`` runs: the knobs as given with every change it can make
     (TP chunks as its styles run them), NCCL configurations as given (they go through NCCL's
     own settings), and the layout fields it can change."""
     w = decision.given
     o = fs.outcomes[fs.target]
-    kw = {}
+    kw: dict[str, Any] = {}
     for c in fs.changes:
         if c.what in KNOB_RULES or c.what in ("tp_overlap", "tp_chunks"):
             kw[c.what] = o[c.what].applied

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ccoverlap.predict.evaluate import StrategyResult
+
+    from .applicable import EmitBundle
+
 #: why the knobs stock NCCL cannot take per communication stay out of reach
 LIMITS = (
     "Threads per block (NT) and the chunk size (C) are per process in stock NCCL "
@@ -20,11 +27,11 @@ LIMITS = (
 )
 
 
-def _ms(res) -> str:
+def _ms(res: StrategyResult | None) -> str:
     return f"{res.step_time_s * 1e3:.1f} ms" if res is not None else "-"
 
 
-def _files(b, written: dict[str, str]) -> list[str]:
+def _files(b: EmitBundle, written: dict[str, str]) -> list[str]:
     lines = ["## Files", ""]
     desc = {
         "nccl.env": "process-wide `NCCL_*` variables (`NAME=value`; only values every communication shares, "
@@ -48,7 +55,7 @@ def _files(b, written: dict[str, str]) -> list[str]:
     return lines
 
 
-def _launch(b, written: dict[str, str]) -> list[str]:
+def _launch(b: EmitBundle, written: dict[str, str]) -> list[str]:
     lines = ["## Launch", ""]
     lines.append("* Export the NCCL variables on every node before the job starts (NCCL reads them once "
                  "per process): `set -a; . ./nccl.env; set +a`, then `torchrun ...`. In Python, "
@@ -90,7 +97,7 @@ def _launch(b, written: dict[str, str]) -> list[str]:
     return lines + [""]
 
 
-def readme_text(b, written: dict[str, str], *, as_given=None, command: str = "ccoverlap plan --emit") -> str:
+def readme_text(b: EmitBundle, written: dict[str, str], *, as_given: StrategyResult | None = None, command: str = "ccoverlap plan --emit") -> str:
     """The README.md text for bundle ``b`` and the files ``written``."""
     what = "NCCL settings" if b.framework is None else "NCCL and framework settings"
     by = "stock NCCL" if b.framework is None else f"{b.target} and stock NCCL"
