@@ -116,7 +116,7 @@ import os
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from ccoverlap.catalog.hardware import read_config_file
 from ccoverlap.config import short, suggest
@@ -125,7 +125,8 @@ from ccoverlap.errors import ConfigError
 DEFAULT_FRAMEWORK = "megatron-core"
 _DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "frameworks"
 ATTENTION_IMPLS = ("flash", "unfused")
-FLASH_KERNELS = ("native", "fa2", "fa3", "cudnn", "efficient", "math")
+FlashKernel = Literal["native", "fa2", "fa3", "cudnn", "efficient", "math"]
+FLASH_KERNELS = get_args(FlashKernel)
 SELECTIVE_RECOMPUTE = ("attention", "op")
 LINEARS = ("qkv", "proj", "fc1", "fc2")
 REDUCE_DTYPES = ("fp32", "bf16")
@@ -142,7 +143,7 @@ class FrameworkProfile:
     name: str
     description: str = ""
     attention: str = "flash"
-    flash_kernel: str = "native"
+    flash_kernel: FlashKernel = "native"
     selective_recompute: str = "attention"
     softmax_fused: bool = True
     attention_dropout: bool = False
