@@ -116,11 +116,14 @@ import os
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from ccoverlap.catalog.hardware import read_config_file
 from ccoverlap.config import short, suggest
 from ccoverlap.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ccoverlap.catalog.models import ModelSpec
 
 DEFAULT_FRAMEWORK = "megatron-core"
 _DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "frameworks"
@@ -332,7 +335,15 @@ def get_framework(framework: str | os.PathLike | FrameworkProfile | None) -> Fra
     return _load(str(framework))
 
 
-def check_framework(fw: FrameworkProfile, model, parallel) -> None:
+class _ContextParallel(Protocol):
+    """What :func:`check_framework` reads of a parallel configuration (a ``ParallelConfig``,
+    which lives in a package above this one)."""
+
+    @property
+    def cp(self) -> int: ...
+
+
+def check_framework(fw: FrameworkProfile, model: ModelSpec, parallel: _ContextParallel) -> None:
     """Combinations a profile cannot run: one ConfigError naming the field."""
     if parallel.cp > 1 and not fw.flash:
         raise ConfigError(f"cp={parallel.cp}: context parallelism needs flash attention, but framework "
