@@ -162,7 +162,7 @@ def _build_triton() -> ChannelCopy:
 
     # Triton compiles from the kernel's annotations (tl.constexpr): its parameters stay bare
     @triton.jit
-    def _channel_copy(src, dst, stats, n_buf_chunks, chunk_elems, total_chunks, nt_threads,  # type: ignore[no-untyped-def]
+    def _channel_copy(src, dst, stats, n_buf_chunks, chunk_elems, total_chunks, nt_threads,  # type: ignore[no-untyped-def, unused-ignore]
                       TILE: tl.constexpr):
         # int32 elements; one program = one channel of num_warps * 32 threads.
         pid = tl.program_id(0)
