@@ -56,7 +56,7 @@ class LayerCtx:
 
     def __init__(self, model: ModelSpec, parallel: ParallelConfig, micro_batch: int, seq_len: int, layout: Layout,
                  knobs: OverlapKnobs, frac: float = 1.0,
-                 framework: str | os.PathLike[str] | FrameworkProfile | None = None):
+                 framework: str | os.PathLike[str] | FrameworkProfile | None = None) -> None:
         self.model = model
         self.p = parallel
         self.fw = get_framework(framework)

@@ -124,7 +124,7 @@ class RunsFile:
 class _Where:
     """Builds the one-line error prefix 'FILE: run NAME (#i): field F: ...'."""
 
-    def __init__(self, path: str, index: int, name: str | None):
+    def __init__(self, path: str, index: int, name: str | None) -> None:
         self.path, self.index, self.name = path, index, name
 
     def err(self, fld: str, msg: str) -> ConfigError:
