@@ -47,7 +47,7 @@ except ImportError:  # a machine without msgspec: the analyser runs; typed conve
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-T = TypeVar("T", bound="DataclassInstance")
+_D = TypeVar("_D", bound="DataclassInstance")
 
 #: Largest configuration / runs file read (bytes); the shipped ones are a few KiB.
 MAX_CONFIG_BYTES = 16 * 2**20
@@ -466,8 +466,8 @@ def check_value(name: str, value: Any, kind: Any) -> Any:
     return value
 
 
-def dataclass_from_mapping(cls: type[T], data: Any, where: str, *, aliases: Mapping[str, str] | None = None,
-                           base: T | None = None) -> T:
+def dataclass_from_mapping(cls: type[_D], data: Any, where: str, *, aliases: Mapping[str, str] | None = None,
+                           base: _D | None = None) -> _D:
     """``cls`` from a config-file mapping, typed and bounded by :func:`typed`; ConfigError
     naming ``where`` on a non-mapping, unknown fields, missing fields or a value ``cls``
     rejects.

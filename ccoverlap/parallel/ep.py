@@ -161,13 +161,13 @@ class _Cuttable(Protocol):
     def comm_only(self) -> bool: ...
 
 
-C = TypeVar("C", bound=_Cuttable)
+_C = TypeVar("_C", bound=_Cuttable)
 
 
-def two_batch_groups(chain: list[C]) -> list[list[C]]:
+def two_batch_groups(chain: list[_C]) -> list[list[_C]]:
     """Cut a chain into groups that each end with an all-to-all (the last may not): the unit of
     interleaving between the two halves of a micro-batch."""
-    groups: list[list[C]] = [[]]
+    groups: list[list[_C]] = [[]]
     for seg in chain:
         groups[-1].append(seg)
         if seg.comm_only:
