@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib
 import json
 import os
 import re
@@ -33,14 +34,20 @@ import reprlib
 from collections.abc import Iterable, Mapping
 from dataclasses import fields, is_dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
+from types import ModuleType
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from ccoverlap.errors import ConfigError
 
 try:
     import msgspec
 except ImportError:  # a machine without msgspec: the analyser runs; typed conversion says it needs it
-    msgspec = None
+    msgspec = None  # type: ignore[assignment]  # the checker sees the installed module; None only without it
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_D = TypeVar("_D", bound="DataclassInstance")
 
 #: Largest configuration / runs file read (bytes); the shipped ones are a few KiB.
 MAX_CONFIG_BYTES = 16 * 2**20
@@ -53,7 +60,7 @@ PATH_CHARS = 160
 
 
 
-def bounded(kind: type, **limits) -> Any:
+def bounded(kind: type, **limits: Any) -> Any:
     """``Annotated[kind, msgspec.Meta(**limits)]``: a type whose values :func:`typed` checks
     against ``limits`` (``ge``, ``le``, ``gt``, ...); plain ``kind`` without msgspec."""
     return Annotated[kind, msgspec.Meta(**limits)] if msgspec is not None else kind
@@ -137,18 +144,15 @@ def _clip(message: str) -> str:
     return message if len(message) <= MESSAGE_CHARS else message[:MESSAGE_CHARS] + "..."
 
 
-def toml_module():
+def toml_module() -> ModuleType:
     """The TOML parser: the standard library's ``tomllib`` (Python 3.11+), else ``tomli``
     (the same parser, installed as a dependency on Python 3.10)."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:
+    for name in ("tomllib", "tomli"):  # imported by name: which one exists depends on the Python
         try:
-            import tomli as tomllib
+            return importlib.import_module(name)
         except ModuleNotFoundError:
-            raise ConfigError("reading TOML on Python 3.10 needs the 'tomli' package "
-                              "(pip install tomli)") from None
-    return tomllib
+            continue
+    raise ConfigError("reading TOML on Python 3.10 needs the 'tomli' package (pip install tomli)")
 
 
 def _path_name(p: Path) -> str:
@@ -206,8 +210,8 @@ def _yaml_unique_loads(text: str) -> Any:
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
     class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
-        def construct_mapping(self, node, deep=False):
-            seen = set()
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     continue
@@ -297,12 +301,12 @@ def check_keys(data: Any, allowed: Iterable[str], where: str, *, what: str = "fi
     return dict(data)
 
 
-def field_names(cls) -> set[str]:
+def field_names(cls: type) -> set[str]:
     """The field names of dataclass ``cls``."""
     return {f.name for f in fields(cls)}
 
 
-def _literal_choices(cls, name: str) -> tuple | None:
+def _literal_choices(cls: type, name: str) -> tuple[Any, ...] | None:
     """The choices of field ``name`` of ``cls`` when it is a ``Literal`` (possibly optional)."""
     try:
         hint = get_type_hints(cls, include_extras=True).get(name)
@@ -361,7 +365,7 @@ def validation_message(exc: Exception, target: Any, data: Any) -> str:
     return _clip(out)
 
 
-def typed(data: Any, target: Any, where: str):
+def typed(data: Any, target: Any, where: str) -> Any:
     """``data`` converted to ``target`` (a dataclass, msgspec Struct or type) by
     ``msgspec.convert`` in strict mode; one short ConfigError naming ``where`` and the field
     otherwise (wrong type, out of range, not one of the choices, or the object's own check)."""
@@ -376,7 +380,7 @@ def typed(data: Any, target: Any, where: str):
 
 
 @functools.cache
-def _field_checker(cls) -> tuple[Any, tuple[tuple[str, type], ...]]:
+def _field_checker(cls: type) -> tuple[Any, tuple[tuple[str, type], ...]]:
     """What :func:`check_fields` needs for dataclass ``cls``: a msgspec Struct with its fields
     and annotations (a field holding a dataclass as ``Any``), and the (name, dataclass) of
     those fields, which must hold an instance (msgspec would build one from a mapping)."""
@@ -399,7 +403,8 @@ def check_fields(obj: Any, where: str | None = None) -> None:
     it (which checked itself when it was built)."""
     if msgspec is None:
         return
-    checker, nested = _field_checker(type(obj))
+    kind: type = type(obj)
+    checker, nested = _field_checker(kind)
     prefix = f"{where}: " if where else ""
     for name, cls in nested:
         if not isinstance(getattr(obj, name), cls):
@@ -461,8 +466,8 @@ def check_value(name: str, value: Any, kind: Any) -> Any:
     return value
 
 
-def dataclass_from_mapping(cls, data: Any, where: str, *, aliases: Mapping[str, str] | None = None,
-                           base: Any = None):
+def dataclass_from_mapping(cls: type[_D], data: Any, where: str, *, aliases: Mapping[str, str] | None = None,
+                           base: _D | None = None) -> _D:
     """``cls`` from a config-file mapping, typed and bounded by :func:`typed`; ConfigError
     naming ``where`` on a non-mapping, unknown fields, missing fields or a value ``cls``
     rejects.

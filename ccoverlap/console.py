@@ -24,13 +24,17 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 from rich import box
 from rich.cells import cell_len
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:  # rich.progress is imported when a bar is first drawn
+    from rich.progress import Progress as Bar
+    from rich.progress import TaskID
 
 PIPE_WIDTH = 200
 #: a ``note`` column narrower than this (or than its widest cell) goes below the table
@@ -66,7 +70,7 @@ class _Console(Console):
         raise BrokenPipeError
 
 
-def make_console(file: IO | None = None, *, stderr: bool = False, **kw) -> Console:
+def make_console(file: IO[str] | None = None, *, stderr: bool = False, **kw: Any) -> Console:
     """A rich Console for command output (see the module docstring for its width); a closed
     pipe raises BrokenPipeError, which the CLI turns into a quiet exit 0 (rich's own
     handling exits 1)."""
@@ -91,7 +95,7 @@ class Col:
     """
 
     header: str
-    justify: str = "right"
+    justify: JustifyMethod = "right"
     wrap: bool = False
     note: bool = False
     drop: int = 0
@@ -281,8 +285,8 @@ class Progress:
         self._clock = time.perf_counter
         self._t0 = self._clock()
         self._drawn = -1.0
-        self._bar = None
-        self._task = None
+        self._bar: Bar | None = None
+        self._task: TaskID | None = None
 
     def __call__(self, done: int, total: int, what: str = "") -> None:
         if not self.enabled:
@@ -307,6 +311,7 @@ class Progress:
                             console=Console(file=self.stream), transient=True, auto_refresh=False)
             self._bar.start()
             self._task = self._bar.add_task(what, total=total)
+        assert self._task is not None  # added with the bar
         self._bar.update(self._task, completed=done, total=total, description=what)
         if now - self._drawn >= 0.1 or done >= total:
             self._drawn = now
@@ -321,5 +326,5 @@ class Progress:
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -27,9 +27,13 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ccoverlap.config import short
 from ccoverlap.errors import ConfigError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 #: Longest path the checks accept (Linux PATH_MAX); longer paths are quoted shortened.
 MAX_PATH_CHARS = 4096
@@ -214,7 +218,7 @@ def _move_into(src: Path, dst: Path) -> None:
         os.replace(f, dst / f.relative_to(src))
 
 
-def save_figure(fig, path: str | os.PathLike, **savefig_kwargs) -> Path:
+def save_figure(fig: Figure, path: str | os.PathLike[str], **savefig_kwargs: Any) -> Path:
     """``fig.savefig`` (a matplotlib Figure) to ``path`` atomically (:func:`atomic_file`); the
     format from ``path``'s suffix when matplotlib knows it, else PNG. Returns the path."""
     p = Path(path)

@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ccoverlap.outputs import save_figure
 from ccoverlap.sim.timeline import Timeline, merge_intervals
 
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.patches import Patch
+
 KIND_COLORS = {"compute": "#4C72B0", "comm": "#DD8452", "memcpy": "#55A868", "other": "#8C8C8C"}
 EXPOSED_COLOR = "#C44E52"
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -57,7 +63,7 @@ def exposed_comm_intervals(tl: Timeline, rank: int) -> tuple[np.ndarray, np.ndar
 _DRAW_RESOLUTION = 1 / 6500
 
 
-def draw_timeline(ax, tl: Timeline, *, title: str = "", max_lanes: int = 24) -> None:
+def draw_timeline(ax: Axes, tl: Timeline, *, title: str = "", max_lanes: int = 24) -> None:
     """Draw ``tl`` on ``ax``: one lane per (rank, stream); exposed communication as a red band
     above each rank's lanes. Times in milliseconds from the first start; bars of one kind closer
     than a fifth of a pixel are merged (``merge_intervals`` with a gap)."""
@@ -98,13 +104,13 @@ def draw_timeline(ax, tl: Timeline, *, title: str = "", max_lanes: int = 24) -> 
     ax.legend(handles=handles, loc="upper right", fontsize=7, ncol=len(handles))
 
 
-def _patch(color: str, label: str):
+def _patch(color: str, label: str) -> Patch:
     from matplotlib.patches import Patch
 
     return Patch(color=color, label=label)
 
 
-def draw_bars(ax, labels: Sequence[str], series: dict[str, Sequence[float]], *, ylabel: str, title: str = "") -> None:
+def draw_bars(ax: Axes, labels: Sequence[str], series: dict[str, Sequence[float]], *, ylabel: str, title: str = "") -> None:
     """Grouped bars: one group per label, one bar per series entry."""
     x = np.arange(len(labels))
     width = 0.8 / max(1, len(series))

@@ -47,11 +47,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 from scipy.optimize import least_squares as scipy_least_squares
 
 from ccoverlap.calibrate.grids import DTYPE_BYTES, is_held_out
@@ -61,7 +63,12 @@ from ccoverlap.cost import comm as cm
 from ccoverlap.cost import contention as ct
 from ccoverlap.cost.compute import gemm_profile, gemm_time_s, memory_time_s, split_gemm
 from ccoverlap.cost.params import CostParams
+from ccoverlap.errors import ConfigError
 from ccoverlap.specs import CommConfig, CopySpec, GemmSpec, MemorySpec, P2PSpec
+
+_T = TypeVar("_T")
+#: a fit stage: (name, observation groups it fits, {CostParams field: (lower, upper)})
+Stage = tuple[str, tuple[str, ...], dict[str, tuple[float, float]]]
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,7 @@ class Context:
     cluster: ClusterSpec
     memo: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def cached(self, key: tuple, fn: Callable[[], object]):
+    def cached(self, key: tuple[Any, ...], fn: Callable[[], _T]) -> _T:
         """``fn()`` memoised under ``key`` (cleared when it grows past 200k entries)."""
         try:
             return self.memo[key]
@@ -92,14 +99,14 @@ def make_context(gpu: GPUSpec) -> Context:
 
 # ----------------------------------------------------------------------------- model functions
 
-def _victim(rec: dict):
+def _victim(rec: dict[str, Any]) -> GemmSpec | MemorySpec:
     v = rec["victim"]
     if v["op"] == "gemm":
         return GemmSpec(m=int(v["m"]), n=int(v["n"]), k=int(v["k"]), dtype_bytes=DTYPE_BYTES[v["dtype"]])
     return MemorySpec(bytes=float(v["bytes"]))
 
 
-def _victim_alone(spec, p: CostParams, ctx: Context) -> tuple[float, float]:
+def _victim_alone(spec: GemmSpec | MemorySpec, p: CostParams, ctx: Context) -> tuple[float, float]:
     """(seconds, HBM bytes/s) of a victim alone, as CostModel.profile computes them."""
 
     def compute() -> tuple[float, float]:
@@ -119,7 +126,7 @@ def _sm_comm(rec: dict) -> P2PSpec:
                                      chunk_bytes=int(rec["chunk_bytes"])))
 
 
-def _ce_comm(rec: dict):
+def _ce_comm(rec: dict[str, Any]) -> P2PSpec | CopySpec:
     """A copy-engine copy: d2d as a DMA transfer (so ``dma_hbm_bytes_per_wire_byte`` applies, as
     for DMA collectives), h2d / d2h as the cost model's CopySpec (one HBM byte per byte)."""
     if rec["direction"] == "d2d":
@@ -127,7 +134,7 @@ def _ce_comm(rec: dict):
     return CopySpec(bytes=float(rec["bytes"]), direction=rec["direction"])
 
 
-def _comm_pressure(comm, rate: float, p: CostParams, ctx: Context) -> tuple[float, float, float]:
+def _comm_pressure(comm: P2PSpec | CopySpec, rate: float, p: CostParams, ctx: Context) -> tuple[float, float, float]:
     """(SMs held, HBM bytes/s V, L2 fraction) of a copy moving ``rate`` bytes/s (lagom eqs. 5–6)."""
     if isinstance(comm, CopySpec):
         return 0.0, rate, ct.l2_footprint_fraction(comm, ctx.cluster, p)
@@ -204,7 +211,7 @@ def predict_ce_victim(rec: dict, p: CostParams, ctx: Context) -> float:
     return under / _victim_alone(victim, p, ctx)[0]
 
 
-def _copy_slowdown(rec: dict, comm, nbytes: float, p: CostParams, ctx: Context, dma: bool) -> float:
+def _copy_slowdown(rec: dict[str, Any], comm: P2PSpec | CopySpec, nbytes: float, p: CostParams, ctx: Context, dma: bool) -> float:
     _, hbm, _ = _comm_pressure(comm, nbytes / float(rec["copy_alone_s"]), p, ctx)
     other = _victim_alone(_victim(rec), p, ctx)[1]
     return ct.comm_time_under_s(1.0, hbm, other, 1, ctx.gpu, p, dma=dma)
@@ -240,7 +247,7 @@ def observations(records: Iterable[dict], *, every: int = 4) -> list[Observation
         kind = rec.get("kind")
         ho = is_held_out(rec, every=every)
 
-        def add(group: str, value, fn) -> None:
+        def add(group: str, value: float | None, fn: Callable[[dict[str, Any], CostParams, Context], float]) -> None:
             if value is not None and math.isfinite(value) and value > 0:
                 out.append(Observation(group, float(value), fn, rec, ho))
 
@@ -276,7 +283,8 @@ class LSQResult:
     iterations: int
 
 
-def least_squares(residuals: Callable[[np.ndarray], np.ndarray], x0, lo, hi, *,
+def least_squares(residuals: Callable[[np.ndarray], np.ndarray], x0: npt.ArrayLike, lo: npt.ArrayLike,
+                  hi: npt.ArrayLike, *,
                   max_iter: int = 60, tol: float = 1e-9) -> LSQResult:
     """Minimise ½‖r(x)‖² for ``lo ≤ x ≤ hi`` (each bound finite) with scipy's bounded
     trust-region reflective solver (``scipy.optimize.least_squares``, method ``trf``).
@@ -309,7 +317,7 @@ def least_squares(residuals: Callable[[np.ndarray], np.ndarray], x0, lo, hi, *,
 
 # (group(s) fitted, {CostParams field: (lower, upper)}) in fit order; later stages see the
 # earlier stages' values. Bounds are physical ranges, not priors.
-STAGES: tuple[tuple[str, tuple[str, ...], dict[str, tuple[float, float]]], ...] = (
+STAGES: tuple[Stage, ...] = (
     ("copy_sm", ("copy_sm",), {"mem_bw_fraction": (0.2, 1.0), "kernel_launch_overhead_s": (1e-8, 5e-5)}),
     ("copy_ce", ("copy_ce",), {"dma_engine_bytes_per_s": (1e9, 5e12), "host_link_bytes_per_s": (1e9, 5e11),
                                "dma_copy_latency_s": (1e-8, 1e-4)}),
@@ -355,10 +363,11 @@ class CalibrationFit:
     notes: list = field(default_factory=list)
 
 
-def _residual_fn(obs: list[Observation], names: list[str], base: CostParams, ctx: Context):
+def _residual_fn(obs: list[Observation], names: list[str], base: CostParams,
+                 ctx: Context) -> Callable[[Iterable[float]], np.ndarray]:
     logs = np.log([o.value for o in obs])
 
-    def fn(x) -> np.ndarray:
+    def fn(x: Iterable[float]) -> np.ndarray:
         try:
             p = base.with_overrides(**dict(zip(names, (float(v) for v in x))))
             pred = np.array([o.predict(o.record, p, ctx) for o in obs])
@@ -376,13 +385,13 @@ def _finite(x: float) -> float | None:
 
 
 def _sensitivity(obs: list[Observation], name: str, value: float, bounds: tuple[float, float],
-                 p: CostParams, ctx: Context, candidates=None) -> float:
+                 p: CostParams, ctx: Context, candidates: Sequence[float] | None = None) -> float:
     """RMS change of the log residuals when ``name`` moves ±5 % (of its value, or of its range
     at 0), or to the neighbouring ``candidates`` of a searched field: ~0 means the
     measurements do not constrain it."""
     lo, hi = bounds
     d = 0.05 * (abs(value) if value != 0 else (hi - lo))
-    trial = (max(lo, value - d), min(hi, value + d))
+    trial: tuple[float, ...] = (max(lo, value - d), min(hi, value + d))
     if candidates is not None:
         c = sorted(candidates)
         i = c.index(value) if value in c else int(np.argmin([abs(x - value) for x in c]))
@@ -396,8 +405,8 @@ def _sensitivity(obs: list[Observation], name: str, value: float, bounds: tuple[
     return worst
 
 
-def _fit_stage(obs: list[Observation], bounds: dict, base: CostParams, ctx: Context,
-               grid: dict | None = None, n_starts: int = 4) -> tuple[CostParams, dict]:
+def _fit_stage(obs: list[Observation], bounds: dict[str, tuple[float, float]], base: CostParams, ctx: Context,
+               grid: dict[str, tuple[float, ...]] | None = None, n_starts: int = 4) -> tuple[CostParams, dict[str, Any]]:
     """Fit one stage. Fields in ``grid`` (name -> candidate values) enter the model through
     ceilings (e.g. SMs per channel in eq. 5's wave count), where gradients are useless: they
     are chosen by search over every combination of their candidates. The continuous fields are
@@ -408,7 +417,7 @@ def _fit_stage(obs: list[Observation], bounds: dict, base: CostParams, ctx: Cont
     lo = np.array([bounds[n][0] for n in names])
     hi = np.array([bounds[n][1] for n in names])
 
-    def continuous(p: CostParams, starts: list) -> tuple[CostParams, LSQResult | None]:
+    def continuous(p: CostParams, starts: list[np.ndarray]) -> tuple[CostParams, LSQResult | None]:
         if not names:
             return p, None
         fn = _residual_fn(obs, names, p, ctx)
@@ -418,6 +427,7 @@ def _fit_stage(obs: list[Observation], bounds: dict, base: CostParams, ctx: Cont
             res = least_squares(fn, x0, lo, hi)
             if best is None or res.cost < best.cost:
                 best = res
+        assert best is not None  # the loop ran at least once, from the base values
         return p.with_overrides(**{n: float(v) for n, v in zip(names, best.x)}), best
 
     def cost(p: CostParams) -> float:
@@ -475,8 +485,8 @@ def _grid_choices(obs: list[Observation], grid: dict, p: CostParams, ctx: Contex
     return out
 
 
-def _fit_gemm(obs: list[Observation], bounds: dict, base: CostParams, ctx: Context,
-              tile_choices) -> tuple[CostParams, dict]:
+def _fit_gemm(obs: list[Observation], bounds: dict[str, tuple[float, float]], base: CostParams, ctx: Context,
+              tile_choices: Iterable[tuple[int, int, int]]) -> tuple[CostParams, dict[str, Any]]:
     """The GEMM stage, on GEMMs alone and split ones (the pieces are GEMMs too): every tile
     shape / CTAs-per-SM choice, continuous fields fitted for each (a coarse pre-fit ranks the
     choices; the three best are refined)."""
@@ -494,6 +504,8 @@ def _fit_gemm(obs: list[Observation], bounds: dict, base: CostParams, ctx: Conte
         if best is None or info["rms_log_error"] < best[1]["rms_log_error"]:
             info["values"].update(gemm_tile_m=tm, gemm_tile_n=tn, gemm_tiles_per_sm=t)
             best = (p, info)
+    if best is None:
+        raise ConfigError("tile_choices: no (tile_m, tile_n, tiles_per_sm) choice to fit the GEMM stage with")
     return best
 
 
@@ -510,7 +522,8 @@ def _per_dtype_peak(obs: list[Observation], p: CostParams, ctx: Context) -> dict
 
 
 def fit(records: list[dict], gpu: GPUSpec, base: CostParams, *, every: int = 4,
-        tile_choices=TILE_CHOICES, stages=STAGES, info_stages=INFO_STAGES) -> CalibrationFit:
+        tile_choices: Iterable[tuple[int, int, int]] = TILE_CHOICES, stages: Sequence[Stage] = STAGES,
+        info_stages: Sequence[Stage] = INFO_STAGES) -> CalibrationFit:
     """Fit the cost model to ``records`` measured on ``gpu``, stage by stage (:data:`STAGES`),
     starting from ``base`` (e.g. ``default_params(gpu)``), on the records not held out.
     A stage without training observations keeps the base values and adds a note."""

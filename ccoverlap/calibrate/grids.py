@@ -96,8 +96,7 @@ def gemm_sweep(quick: bool = False) -> list[tuple[str, int, int, int]]:
     out += [("fp32", s, s, s) for s in ((1024, 2048) if quick else (256, 512, 1024, 2048, 4096))]
     if not quick:
         out += [("fp32", m, 2048, 2048) for m in range(1024, 4097, 512)]
-    seen: set = set()
-    return [s for s in out if not (s in seen or seen.add(s))]
+    return list(dict.fromkeys(out))  # without repeats, in first-seen order
 
 
 def scale_gemm(m: int, n: int, k: int, *, flop_budget: float, mem_budget: float,
@@ -146,8 +145,7 @@ def contention_points(grid: Grid) -> list[tuple[int, int, int]]:
     pts = [(nc, grid.threads, c) for nc in grid.channels for c in grid.chunks]
     for nc, c in grid.nt_points:
         pts += [(nc, nt, c) for nt in grid.nt_sweep]
-    seen: set = set()
-    return [p for p in pts if not (p in seen or seen.add(p))]
+    return list(dict.fromkeys(pts))  # without repeats, in first-seen order
 
 
 def channel_copy_bytes(nc: int, chunk: int) -> int:

@@ -29,6 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
+    import torch
 
 VEC_BYTES = 16  # one int4 per thread per step: the width NCCL's simple protocol uses
 
@@ -100,9 +104,10 @@ class ChannelCopy:
     """A built channel-copy kernel. ``launch`` enqueues one copy on the current CUDA stream."""
 
     backend: str  # "cuda" (load_inline) or "triton"
-    _launch: Callable
+    _launch: Callable[..., None]
 
-    def launch(self, src, dst, *, nc: int, nt: int, chunk_bytes: int, total_bytes: int, stats=None) -> None:
+    def launch(self, src: torch.Tensor, dst: torch.Tensor, *, nc: int, nt: int, chunk_bytes: int, total_bytes: int,
+               stats: torch.Tensor | None = None) -> None:
         """Copy ``total_bytes`` (rounded up to whole chunks) from ``src`` to ``dst`` with exactly
         ``nc`` blocks of ``nt`` threads, each block moving ``chunk_bytes`` (C, bytes) per step.
         ``stats`` (int64[4] on the GPU, zeroed by the caller) receives the launch statistics."""
@@ -144,18 +149,20 @@ def _build_cuda(verbose: bool) -> ChannelCopy:
         verbose=verbose,
     )
 
-    def launch(src, dst, nc, nt, chunk_bytes, total_bytes, stats):
+    def launch(src: torch.Tensor, dst: torch.Tensor, nc: int, nt: int, chunk_bytes: int, total_bytes: int,
+               stats: torch.Tensor) -> None:
         mod.ccov_channel_copy(src, dst, int(nc), int(nt), int(chunk_bytes), int(total_bytes), stats)
 
     return ChannelCopy(backend="cuda", _launch=launch)
 
 
 def _build_triton() -> ChannelCopy:
-    import triton
-    import triton.language as tl
+    import triton  # type: ignore[import-not-found, unused-ignore]  # optional: on GPU machines only
+    import triton.language as tl  # type: ignore[import-not-found, unused-ignore]
 
+    # Triton compiles from the kernel's annotations (tl.constexpr): its parameters stay bare
     @triton.jit
-    def _channel_copy(src, dst, stats, n_buf_chunks, chunk_elems, total_chunks, nt_threads,
+    def _channel_copy(src, dst, stats, n_buf_chunks, chunk_elems, total_chunks, nt_threads,  # type: ignore[no-untyped-def, unused-ignore]
                       TILE: tl.constexpr):
         # int32 elements; one program = one channel of num_warps * 32 threads.
         pid = tl.program_id(0)
@@ -176,7 +183,8 @@ def _build_triton() -> ChannelCopy:
         tl.atomic_add(stats + 2, 1)
         tl.atomic_add(stats + 3, done.to(tl.int64))
 
-    def launch(src, dst, nc, nt, chunk_bytes, total_bytes, stats):
+    def launch(src: torch.Tensor, dst: torch.Tensor, nc: int, nt: int, chunk_bytes: int, total_bytes: int,
+               stats: torch.Tensor) -> None:
         import torch
 
         s32 = src.view(torch.int32)

@@ -29,12 +29,16 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ccoverlap.calibrate import grids
 from ccoverlap.errors import ConfigError
 
+if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
+    import torch
 
-def require_cuda(device: str | None = None, *, offline_hint: str | None = None):
+
+def require_cuda(device: str | None = None, *, offline_hint: str | None = None) -> torch.device:
     """The ``torch.device`` to calibrate, or :class:`ConfigError` (one line) when there is no
     usable CUDA GPU. ``device``: ``"cuda"``, ``"cuda:N"`` or ``"N"`` (default: current).
     ``offline_hint``: for a measuring script with modes that need no GPU, what to use instead
@@ -92,7 +96,7 @@ def _driver_version() -> str:
     return "unknown"
 
 
-def device_info(dev) -> dict:
+def device_info(dev: torch.device) -> dict[str, Any]:
     """Name, SM count, memory, L2, compute capability of ``dev``, plus driver, torch and CUDA
     versions and the catalog GPU it matches (``ccoverlap.catalog.hardware``), for the file header."""
     import platform
@@ -139,7 +143,7 @@ def catalog_gpu(device_name: str) -> str | None:
 class Bench:
     """Timing helpers bound to one device and run plan (:class:`~ccoverlap.calibrate.grids.Grid`)."""
 
-    def __init__(self, dev, grid: grids.Grid, *, log: Callable[[str], None] = lambda s: None) -> None:
+    def __init__(self, dev: torch.device | str, grid: grids.Grid, *, log: Callable[[str], None] = lambda s: None) -> None:
         import torch
 
         self.torch = torch
@@ -298,7 +302,7 @@ def summary(samples: list[float], *, iters: int) -> dict:
 
 # ----------------------------------------------------------------------------- workloads
 
-def gemm_tensors(bench: Bench, dtype: str, m: int, n: int, k: int):
+def gemm_tensors(bench: Bench, dtype: str, m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(A, B, C) for ``C = A @ B``: M×K and K×N random operands of ``dtype``, M×N output."""
     torch = bench.torch
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
@@ -307,7 +311,8 @@ def gemm_tensors(bench: Bench, dtype: str, m: int, n: int, k: int):
     return a, b, torch.empty(m, n, device=bench.dev, dtype=dt)
 
 
-def make_gemm(bench: Bench, dtype: str, m: int, n: int, k: int, *, tensors=None) -> Callable[[], None]:
+def make_gemm(bench: Bench, dtype: str, m: int, n: int, k: int, *,
+              tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> Callable[[], None]:
     """A closure launching ``C = A @ B`` (M×K by K×N, ``dtype``) into a preallocated C."""
     torch = bench.torch
     a, b, c = tensors if tensors is not None else gemm_tensors(bench, dtype, m, n, k)
@@ -315,7 +320,7 @@ def make_gemm(bench: Bench, dtype: str, m: int, n: int, k: int, *, tensors=None)
 
 
 def make_split_gemm(bench: Bench, dtype: str, m: int, n: int, k: int, dim: str, ways: int, *,
-                    tensors=None) -> Callable[[], None]:
+                    tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> Callable[[], None]:
     """A closure running the ``ways`` pieces of the GEMM back to back (ficco §IV-C1): by rows
     (``dim="m"``, each piece writes its rows of C) or by the inner dimension (``dim="k"``,
     piece 0 writes C, later pieces accumulate ``C += A[:, ks] @ B[ks, :]``)."""
@@ -398,5 +403,7 @@ def make_chunked_ce_copy(bench: Bench, nbytes: int, chunk_bytes: int) -> Callabl
     def replay() -> None:
         graph.replay()
 
-    replay.buffers = (src, dst)  # the graph reads and writes these: alive as long as it is
+    # the graph reads and writes these: alive as long as it is (a function attribute, which
+    # the checker does not model)
+    replay.buffers = (src, dst)  # type: ignore[attr-defined]
     return replay

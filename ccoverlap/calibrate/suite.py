@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ccoverlap.calibrate import grids
 from ccoverlap.calibrate import microbench as mb
-from ccoverlap.calibrate.kernels import KernelUnavailable, load_channel_copy
+from ccoverlap.calibrate.kernels import ChannelCopy, KernelUnavailable, load_channel_copy
 from ccoverlap.calibrate.sustained import sustained_section
+
+if TYPE_CHECKING:  # torch is imported by the callers' Bench: the module loads without it
+    import torch
 
 MiB = 1 << 20
 
 
-def _oom(bench: mb.Bench) -> type:
+def _oom(bench: mb.Bench) -> type[BaseException]:
     return getattr(bench.torch.cuda, "OutOfMemoryError", RuntimeError)
 
 
@@ -68,7 +72,7 @@ def _rotation(bench: mb.Bench, nbytes: int) -> int:
     return max(1, min(256, -(-4 * l2 // nbytes)))
 
 
-def copy_section(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]:
+def copy_section(bench: mb.Bench, kernel: ChannelCopy | None, notes: list[str]) -> list[dict]:
     """Copy bandwidth over sizes (kind ``copy``): SM-driven (elementwise kernel; the channel
     kernel with 4 blocks per SM when built) and copy-engine (d2d, pinned h2d / d2h; peer when
     there are two GPUs). Device-side copies cycle through enough buffers to miss in L2."""
@@ -133,7 +137,7 @@ def _victims(bench: mb.Bench) -> list[tuple[dict, Callable[[], None]]]:
     return out
 
 
-def contention_sections(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]:
+def contention_sections(bench: mb.Bench, kernel: ChannelCopy | None, notes: list[str]) -> list[dict]:
     """The channel copy alone over (NC, NT, C) (kind ``channel_copy``), then beside each victim
     (kind ``sm_contention``, lagom §3.2 Fig. 3), then copy-engine copies beside each victim
     (kind ``ce_contention``, ficco §IV-D Fig. 9): whole 256 MiB copies, then device-to-device
@@ -154,7 +158,7 @@ def contention_sections(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]
             nbytes = grids.channel_copy_bytes(nc, c)
             bench.log(f"channel copy {i + 1}/{len(points)}: NC={nc} NT={nt} C={c // 1024} KiB")
 
-            def copy(nc=nc, nt=nt, c=c, nbytes=nbytes) -> None:
+            def copy(nc: int = nc, nt: int = nt, c: int = c, nbytes: int = nbytes) -> None:
                 kernel.launch(src, dst, nc=nc, nt=nt, chunk_bytes=c, total_bytes=nbytes, stats=stats)
 
             r = bench.time_loop(copy)
@@ -171,28 +175,28 @@ def contention_sections(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]
                             "victim_samples_s": v["samples_s"], "copy_samples_s": cp["samples_s"]})
         del src, dst
         torch.cuda.empty_cache()
-    copies = [(d, 256 * MiB, None) for d in ("d2d", "h2d", "d2h")]
+    copies: list[tuple[str, int, int | None]] = [(d, 256 * MiB, None) for d in ("d2d", "h2d", "d2h")]
     copies += [("d2d", min(256 * MiB, 1024 * c), c) for c in bench.grid.ce_chunks]
     for d, nbytes, chunk in copies:
         bench.log(f"copy-engine contention: {d}" + (f" in {chunk // 1024} KiB memcpys" if chunk else ""))
         if not chunk:
-            copy = mb.make_ce_copy(bench, d, nbytes)
+            ce_copy = mb.make_ce_copy(bench, d, nbytes)
         else:
             try:
-                copy = mb.make_chunked_ce_copy(bench, nbytes, chunk)
+                ce_copy = mb.make_chunked_ce_copy(bench, nbytes, chunk)
             except RuntimeError as exc:  # a CUDA graph this driver cannot capture: say so, go on
                 notes.append(f"chunked copy-engine copy of {chunk} B not measured: {str(exc).splitlines()[0]}")
                 continue
-        copy_alone = bench.time_loop(copy)["time_s"]
+        copy_alone = bench.time_loop(ce_copy)["time_s"]
         for desc, fn in victims:
-            v = bench.overlap(fn, alone[id(fn)], copy, copy_alone)
-            cp = bench.overlap(copy, copy_alone, fn, alone[id(fn)])
+            v = bench.overlap(fn, alone[id(fn)], ce_copy, copy_alone)
+            cp = bench.overlap(ce_copy, copy_alone, fn, alone[id(fn)])
             out.append({"kind": "ce_contention", "victim": desc, "direction": d, "bytes": nbytes,
                         **({"chunk_bytes": chunk} if chunk else {}),
                         "victim_alone_s": alone[id(fn)], "victim_s": v["time_s"], "copy_alone_s": copy_alone,
                         "copy_s": cp["time_s"], "covered_victim": v["covered"], "covered_copy": cp["covered"],
                         "victim_samples_s": v["samples_s"], "copy_samples_s": cp["samples_s"]})
-        del copy
+        del ce_copy
         torch.cuda.empty_cache()
     uncovered = sum(1 for r in out if not (r.get("covered_victim", True) and r.get("covered_copy", True)))
     if uncovered:
@@ -201,7 +205,7 @@ def contention_sections(bench: mb.Bench, kernel, notes: list[str]) -> list[dict]
     return out
 
 
-def run_suite(dev, grid: grids.Grid, *, log: Callable[[str], None], kernel_prefer: str = "auto",
+def run_suite(dev: torch.device | str, grid: grids.Grid, *, log: Callable[[str], None], kernel_prefer: str = "auto",
               sections: tuple[str, ...] = grids.SECTIONS,
               checkpoint: Callable[[list[dict], list[str], dict], None] | None = None,
               ) -> tuple[list[dict], list[str], dict]:

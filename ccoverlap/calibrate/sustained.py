@@ -16,8 +16,16 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import TYPE_CHECKING, Any
 
 from ccoverlap.calibrate import microbench as mb
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import torch
+
+    from ccoverlap.calibrate.fit import CalibrationFit
 
 WINDOW_S = 0.25                     # seconds of back-to-back GEMMs per timed window
 SECONDS = {True: 20.0, False: 40.0}  # length of the loop: quick / full plan
@@ -26,7 +34,7 @@ EARLY_WINDOWS = 3                   # windows that stand for the short-loop (coo
 MIN_WINDOWS = 3 * EARLY_WINDOWS     # fewer and the early and late parts overlap
 
 
-def sustained_section(bench, notes: list[str], *, seconds: float | None = None) -> list[dict]:
+def sustained_section(bench: mb.Bench, notes: list[str], *, seconds: float | None = None) -> list[dict]:
     """Run :data:`SHAPE` (bf16) back to back for ``seconds`` (default :data:`SECONDS` of the
     plan) and return one ``sustained`` record: per-call seconds of each window, the SM clock
     (MHz, or None) read after each window, and the loop's settings. CUDA only."""
@@ -53,7 +61,7 @@ def sustained_section(bench, notes: list[str], *, seconds: float | None = None) 
              "iters_per_window": iters, "window_time_s": times, "sm_clock_mhz": clocks}]
 
 
-def _sm_clock_mhz(torch, dev) -> float | None:
+def _sm_clock_mhz(torch: ModuleType, dev: torch.device) -> float | None:
     """The SM clock nvidia-smi reports for ``dev`` (MHz), or None where it cannot be read."""
     try:
         return float(torch.cuda.clock_rate(dev))
@@ -61,7 +69,7 @@ def _sm_clock_mhz(torch, dev) -> float | None:
         return None
 
 
-def sustained_fraction(records: list[dict]) -> tuple[dict | None, list[str]]:
+def sustained_fraction(records: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[str]]:
     """``({"sustained_clock_fraction": f, ...evidence}, notes)`` from the ``sustained`` record
     of ``records`` (None when there is none or it is too short). ``f = min(1, early / late)``
     with ``late`` the median per-call time of the last third of the windows and ``early`` the
@@ -96,7 +104,7 @@ def sustained_fraction(records: list[dict]) -> tuple[dict | None, list[str]]:
     return info, notes
 
 
-def add_sustained_clock(records: list[dict], result) -> None:
+def add_sustained_clock(records: list[dict[str, Any]], result: CalibrationFit) -> None:
     """Put the ``sustained`` section's clock share into a calibration fit's parameters
     (``result``: :class:`ccoverlap.calibrate.fit.CalibrationFit`) and its evidence into
     ``result.stages["sustained"]`` -- not into ``result.cost_params``: the other sections ran

@@ -116,16 +116,20 @@ import os
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from ccoverlap.catalog.hardware import read_config_file
 from ccoverlap.config import short, suggest
 from ccoverlap.errors import ConfigError
 
+if TYPE_CHECKING:
+    from ccoverlap.catalog.models import ModelSpec
+
 DEFAULT_FRAMEWORK = "megatron-core"
 _DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "frameworks"
 ATTENTION_IMPLS = ("flash", "unfused")
-FLASH_KERNELS = ("native", "fa2", "fa3", "cudnn", "efficient", "math")
+FlashKernel = Literal["native", "fa2", "fa3", "cudnn", "efficient", "math"]
+FLASH_KERNELS = get_args(FlashKernel)
 SELECTIVE_RECOMPUTE = ("attention", "op")
 LINEARS = ("qkv", "proj", "fc1", "fc2")
 REDUCE_DTYPES = ("fp32", "bf16")
@@ -142,7 +146,7 @@ class FrameworkProfile:
     name: str
     description: str = ""
     attention: str = "flash"
-    flash_kernel: str = "native"
+    flash_kernel: FlashKernel = "native"
     selective_recompute: str = "attention"
     softmax_fused: bool = True
     attention_dropout: bool = False
@@ -331,7 +335,15 @@ def get_framework(framework: str | os.PathLike | FrameworkProfile | None) -> Fra
     return _load(str(framework))
 
 
-def check_framework(fw: FrameworkProfile, model, parallel) -> None:
+class _ContextParallel(Protocol):
+    """What :func:`check_framework` reads of a parallel configuration (a ``ParallelConfig``,
+    which lives in a package above this one)."""
+
+    @property
+    def cp(self) -> int: ...
+
+
+def check_framework(fw: FrameworkProfile, model: ModelSpec, parallel: _ContextParallel) -> None:
     """Combinations a profile cannot run: one ConfigError naming the field."""
     if parallel.cp > 1 and not fw.flash:
         raise ConfigError(f"cp={parallel.cp}: context parallelism needs flash attention, but framework "

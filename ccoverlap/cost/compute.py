@@ -268,7 +268,7 @@ def split_gemm_time_s(spec: GemmSpec, ways: int, dim: str, gpu: GPUSpec,
     return total
 
 
-def _host_floor(spec, p: CostParams) -> float:
+def _host_floor(spec: GemmSpec | AttentionSpec | MemorySpec, p: CostParams) -> float:
     """Seconds the host needs to dispatch ``spec``'s eager kernels (0 if not host-bound): the
     GPU cannot finish a kernel before the host has launched it (docs/model.md)."""
     return getattr(spec, "host_kernels", 0) * p.eager_host_overhead_s

@@ -28,28 +28,34 @@ backward (profiles with ``selective_recompute: attention``; torchtitan's per-op 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ccoverlap.parallel import cp as cpm
 from ccoverlap.parallel import pointwise as pw
 from ccoverlap.parallel.flash import flash_bwd_spec, flash_fwd_spec  # noqa: F401 (flash_bwd_spec re-exported)
 from ccoverlap.specs import GemmSpec
+
+if TYPE_CHECKING:  # annotations only (importing LayerCtx at run time would be circular)
+    from ccoverlap.parallel.layer import LayerCtx
+    from ccoverlap.parallel.segment import Segment
 
 MASK_BYTES = pw.MASK_BYTES
 
 
 # ----------------------------------------------------------------------------- unfused core
 
-def _score_elems(ctx) -> tuple[int, int]:
+def _score_elems(ctx: LayerCtx) -> tuple[int, int]:
     """(batch·heads of the batched GEMMs, elements of the local score tensor b·H·s²)."""
     b = max(1, ctx.tokens // ctx.s)
     batch = b * ctx.nq
     return batch, batch * ctx.s * ctx.s
 
 
-def _gemm(ctx, m: int, n: int, k: int, batch: int) -> GemmSpec:
+def _gemm(ctx: LayerCtx, m: int, n: int, k: int, batch: int) -> GemmSpec:
     return GemmSpec(m=m, n=n, k=k, batch=batch, dtype_bytes=ctx.d, host_kernels=1 if ctx.fw.eager else 0)
 
 
-def unfused_fwd(seg, ctx, src: int, prefix: str = "") -> int:
+def unfused_fwd(seg: Segment, ctx: LayerCtx, src: int, prefix: str = "") -> int:
     """Unfused core attention forward (module doc); returns the index of its last op."""
     s, hd, d, fw = ctx.s, ctx.hd, ctx.d, ctx.fw
     batch, ns = _score_elems(ctx)
@@ -64,7 +70,7 @@ def unfused_fwd(seg, ctx, src: int, prefix: str = "") -> int:
     return seg.add(f"{prefix}attn_context", pw.kernel_spec(ctx, 2 * ctx.tokens * ctx.nq * hd * d), deps=(x,))
 
 
-def unfused_bwd(seg, ctx, src: int) -> int:
+def unfused_bwd(seg: Segment, ctx: LayerCtx, src: int) -> int:
     """Unfused core attention backward (module doc); returns the index of its last op."""
     s, hd, d, fw = ctx.s, ctx.hd, ctx.d, ctx.fw
     batch, ns = _score_elems(ctx)
@@ -81,7 +87,7 @@ def unfused_bwd(seg, ctx, src: int) -> int:
 
 # ----------------------------------------------------------------------------- dispatch
 
-def forward(seg, ctx, src: int) -> int:
+def forward(seg: Segment, ctx: LayerCtx, src: int) -> int:
     """The attention core's forward after the QKV projection ``src``; returns its output op."""
     r = pw.rope(ctx)
     if r is not None:
@@ -93,7 +99,7 @@ def forward(seg, ctx, src: int) -> int:
     return seg.add("attention", flash_fwd_spec(ctx), deps=(src,))
 
 
-def backward(seg, ctx, src: int) -> int:
+def backward(seg: Segment, ctx: LayerCtx, src: int) -> int:
     """The attention core's backward (with the selective-recompute forward first); returns the
     op producing dQ, dK, dV."""
     g = src

@@ -25,8 +25,9 @@ Conventions (documented choices, following Megatron-LM where it has a rule):
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ccoverlap.catalog.hardware import ClusterSpec
 from ccoverlap.catalog.models import ModelSpec
@@ -41,7 +42,7 @@ from ccoverlap.config import (
     short,
 )
 from ccoverlap.errors import ConfigError
-from ccoverlap.specs import TRANSPORTS, CommConfig
+from ccoverlap.specs import CommConfig, Transport
 
 DataParallel = Literal["ddp", "fsdp"]
 PPSchedule = Literal["gpipe", "1f1b", "interleaved", "dualpipe"]
@@ -50,11 +51,16 @@ CPImpl = Literal["ring", "allgather"]
 TPOverlap = Literal["none", "chunked", "symm_mem"]
 #: Element width in bytes (1 = fp8, 2 = bf16 / fp16, 4 = fp32, 8 = fp64).
 DtypeBytes = Literal[1, 2, 4, 8]
-#: DDP bucket size in MiB: more than 0, at most 1 TiB.
-BucketMiB = bounded(float, gt=0, le=2**20)
-#: A small count (virtual stages, prefetch depth, chunks): 1 .. 1024.
-SmallCount = bounded(int, ge=1, le=1024)
-SmallCount0 = bounded(int, ge=0, le=1024)
+if TYPE_CHECKING:  # the checker sees the plain types; at run time they carry msgspec's bounds
+    BucketMiB = float
+    SmallCount = int
+    SmallCount0 = int
+else:
+    #: DDP bucket size in MiB: more than 0, at most 1 TiB.
+    BucketMiB = bounded(float, gt=0, le=2**20)
+    #: A small count (virtual stages, prefetch depth, chunks): 1 .. 1024.
+    SmallCount = bounded(int, ge=1, le=1024)
+    SmallCount0 = bounded(int, ge=0, le=1024)
 
 #: Most operations one simulated step may have (estimated by :func:`estimate_step_ops` before
 #: anything is built; ~1.3 KB and ~7 us of simulation each, so ~5 GB at most). The largest run of
@@ -217,7 +223,8 @@ class ParallelConfig:
             return None
         return world_size // model_parallel
 
-    def validate(self, model, cluster=None, batch: BatchConfig | None = None) -> None:
+    def validate(self, model: ModelSpec, cluster: ClusterSpec | None = None,
+                 batch: BatchConfig | None = None) -> None:
         """Check this configuration against ``model`` (a ModelSpec), ``cluster`` (a
         ClusterSpec, optional) and ``batch`` (optional). Raises one ConfigError whose message
         lists every problem found, one sentence each."""
@@ -225,12 +232,13 @@ class ParallelConfig:
         if problems:
             raise ConfigError("; ".join(problems))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain-data form (field name -> value)."""
         return asdict(self)
 
 
-def config_problems(p: ParallelConfig, model, cluster=None, batch: BatchConfig | None = None) -> list[str]:
+def config_problems(p: ParallelConfig, model: ModelSpec, cluster: ClusterSpec | None = None,
+                    batch: BatchConfig | None = None) -> list[str]:
     """Every problem of ``p`` against model / cluster / batch, one sentence each (empty = valid)."""
     out: list[str] = []
     if model.heads % p.tp:
@@ -269,8 +277,8 @@ def config_problems(p: ParallelConfig, model, cluster=None, batch: BatchConfig |
     return out
 
 
-def validate(model, parallel: ParallelConfig, batch: BatchConfig | None = None, cluster=None,
-             knobs: OverlapKnobs | None = None) -> None:
+def validate(model: ModelSpec, parallel: ParallelConfig, batch: BatchConfig | None = None,
+             cluster: ClusterSpec | None = None, knobs: OverlapKnobs | None = None) -> None:
     """Check ``parallel`` (and ``batch``, ``cluster`` when given) against ``model``; one
     ConfigError listing every problem. Same checks as :meth:`ParallelConfig.validate`, after
     checking that each argument is the object it must be (a ModelSpec, a ParallelConfig, a
@@ -338,7 +346,7 @@ class BatchConfig:
             out.append(f"DualPipe needs an even number of micro-batches >= 2 x pp = {2 * p.pp}, got {m}")
         return out
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain-data form (field name -> value)."""
         return asdict(self)
 
@@ -400,7 +408,7 @@ class OverlapKnobs:
     overlap_param_gather: bool = True
     comm_config: CommConfig = field(default_factory=CommConfig)
     comm_config_overrides: tuple = ()
-    comm_transport: Literal[TRANSPORTS] = "sm"
+    comm_transport: Transport = "sm"
 
     def __post_init__(self) -> None:
         ov = self.comm_config_overrides  # a mapping is stored as sorted (group, CommConfig) pairs
@@ -425,7 +433,7 @@ class OverlapKnobs:
                 return v
         return self.comm_config
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain-data form; CommConfigs become mappings, overrides a group -> mapping dict."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["comm_config"] = asdict(self.comm_config)
@@ -433,12 +441,12 @@ class OverlapKnobs:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict, where: str = "knobs") -> OverlapKnobs:
+    def from_dict(cls, d: Mapping[str, Any], where: str = "knobs") -> OverlapKnobs:
         """Knobs from a mapping (``comm_config`` and overrides may be nested mappings)."""
 
         data = check_keys(d, field_names(cls), where)
 
-        def cc(v, w):
+        def cc(v: Any, w: str) -> CommConfig:
             if isinstance(v, CommConfig):
                 return v
             return dataclass_from_mapping(CommConfig, v, f"{where}.{w}")

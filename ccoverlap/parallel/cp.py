@@ -41,38 +41,44 @@ Bytes use the local ``kv_heads / tp``; the CP group is laid out with stride ``tp
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ccoverlap.parallel.flash import flash_bwd_spec, flash_fwd_spec
 from ccoverlap.parallel.pointwise import kernel_spec
 from ccoverlap.specs import P2PSpec
 
+if TYPE_CHECKING:  # annotations only (importing LayerCtx at run time would be circular)
+    from ccoverlap.parallel.layer import LayerCtx
+    from ccoverlap.parallel.segment import Segment
 
-def kv_block_bytes(ctx) -> float:
+
+def kv_block_bytes(ctx: LayerCtx) -> float:
     """Bytes of this rank's K and V (one ring block)."""
     return 2.0 * ctx.tokens * ctx.nkv * ctx.hd * ctx.d
 
 
-def _p2p(ctx, nbytes: float) -> P2PSpec:
+def _p2p(ctx: LayerCtx, nbytes: float) -> P2PSpec:
     return P2PSpec(bytes=float(nbytes), inter_node=ctx.layout.cp_inter_node, config=ctx.knobs.config_for("cp"),
                    transport=ctx.knobs.comm_transport)
 
 
-def _rescale_bytes(ctx) -> float:
+def _rescale_bytes(ctx: LayerCtx) -> float:
     return 8.0 * ctx.tokens * ctx.nq * ctx.hd
 
 
-def _out_elems(ctx) -> float:
+def _out_elems(ctx: LayerCtx) -> float:
     return float(ctx.tokens * ctx.nq * ctx.hd)
 
 
-def _kv_elems(ctx) -> float:
+def _kv_elems(ctx: LayerCtx) -> float:
     return float(ctx.tokens * ctx.nkv * ctx.hd)
 
 
-def _unfused(ctx) -> bool:
+def _unfused(ctx: LayerCtx) -> bool:
     return bool(getattr(ctx.fw, "cp_merge_unfused", False))
 
 
-def merge_fwd_bytes(ctx, step: int, last: bool) -> float:
+def merge_fwd_bytes(ctx: LayerCtx, step: int, last: bool) -> float:
     """fp32 bookkeeping bytes after ring step ``step`` in PyTorch's context_parallel (module doc)."""
     o, d = _out_elems(ctx), ctx.d
     b = (d + 4.0) * o  # the LSE casts (T·H floats) are left out
@@ -83,7 +89,7 @@ def merge_fwd_bytes(ctx, step: int, last: bool) -> float:
     return b
 
 
-def grad_acc_bytes(ctx, step: int, last: bool) -> float:
+def grad_acc_bytes(ctx: LayerCtx, step: int, last: bool) -> float:
     """fp32 gradient bookkeeping bytes of backward ring step ``step`` (module doc)."""
     o, k = _out_elems(ctx), _kv_elems(ctx)
     b = 10.0 * (o + 2 * k) + 16.0 * k
@@ -94,7 +100,7 @@ def grad_acc_bytes(ctx, step: int, last: bool) -> float:
     return b
 
 
-def forward(seg, ctx, src: int, prefix: str = "") -> int:
+def forward(seg: Segment, ctx: LayerCtx, src: int, prefix: str = "") -> int:
     """Attention forward across the CP group (module doc); returns the output op index."""
     from dataclasses import replace
 
@@ -126,7 +132,7 @@ def forward(seg, ctx, src: int, prefix: str = "") -> int:
     return a
 
 
-def backward(seg, ctx, src: int) -> int:
+def backward(seg: Segment, ctx: LayerCtx, src: int) -> int:
     """Attention backward across the CP group (module doc); returns the op producing the
     local dQ, dK, dV."""
 

@@ -49,10 +49,17 @@ Megatron-LM 2021 ``buffer_.data /= dp``). Megatron-LM at ``f2e5db402c``,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ccoverlap.parallel.layer import GRAD_BYTES
 from ccoverlap.parallel.units import unit_tensors
 from ccoverlap.specs import MemorySpec
+
+if TYPE_CHECKING:  # annotations only (the step builder imports this module)
+    from ccoverlap.catalog.models import ModelSpec
+    from ccoverlap.parallel.config import ParallelConfig
+    from ccoverlap.parallel.step import _Emitter
+    from ccoverlap.specs import Collective, CollectiveSpec
 
 MiB = 1 << 20
 FIRST_BUCKET_BYTES = 1 * MiB
@@ -64,11 +71,11 @@ class Bucket:
 
     group: str
     chunk: int
-    tensors: list = field(default_factory=list)
+    tensors: list[tuple[str, str]] = field(default_factory=list)
     numel: int = 0
 
 
-def plan_buckets(model, parallel, units: list[str], chunk: int, cap_mb: float,
+def plan_buckets(model: ModelSpec, parallel: ParallelConfig, units: list[str], chunk: int, cap_mb: float,
                  first_bucket_bytes: float = FIRST_BUCKET_BYTES, grad_bytes: int = GRAD_BYTES) -> list[Bucket]:
     """Buckets of one model chunk (``units`` in forward order), in the order they fill: each
     closes once it holds ``cap_mb`` MiB of gradients (``grad_bytes`` each), the first one already at
@@ -98,7 +105,7 @@ def plan_buckets(model, parallel, units: list[str], chunk: int, cap_mb: float,
 class DDPHook:
     """Adds the DP gradient synchronisation of one simulated rank to the graph (see module doc)."""
 
-    def __init__(self, em, rank: int, chunks: list[tuple[int, list[str]]]):
+    def __init__(self, em: _Emitter, rank: int, chunks: list[tuple[int, list[str]]]) -> None:
         self.em = em
         self.rank = rank
         p = em.parallel
@@ -113,7 +120,8 @@ class DDPHook:
         self.gb = GRAD_BYTES if em.framework.ddp_reduce_dtype == "fp32" else p.dtype_bytes
         self.last_post: int | None = None  # last copy-back kernel (ddp_coalesce_copies)
         for chunk, units in chunks:
-            cap, first = em.knobs.bucket_cap_mb, FIRST_BUCKET_BYTES
+            cap: float = em.knobs.bucket_cap_mb
+            first: float = FIRST_BUCKET_BYTES
             if rule != "pytorch":
                 first = 0.0
                 if rule == "single" or rank > 0 or chunk > 0:
@@ -124,7 +132,7 @@ class DDPHook:
             self.next[chunk] = 0
         self.last_comm: int | None = None
 
-    def _coll(self, b: Bucket, collective: str, dtype_bytes: int):
+    def _coll(self, b: Bucket, collective: Collective, dtype_bytes: int) -> CollectiveSpec:
         return self.em.ctx.coll(collective, b.numel * dtype_bytes, b.group)
 
     def _param_bytes(self) -> int:
@@ -153,7 +161,7 @@ class DDPHook:
             return self.param_ag.pop((chunk, unit), None)
         return None
 
-    def unit_done(self, chunk: int, unit: str, phase: str, mb: int, end_id: int, producers: dict,
+    def unit_done(self, chunk: int, unit: str, phase: str, mb: int, end_id: int, producers: dict[str, int],
                   last_mb: bool) -> None:
         """After a unit's backward on the last micro-batch: record its gradient-producing ops
         and (with overlap) issue every bucket that is now complete."""
@@ -194,7 +202,7 @@ class DDPHook:
                 labels = dict(phase="bwd", microbatch=src.microbatch, layer=src.layer) if in_backward else \
                     dict(phase="dp")
                 dep = em.g.add("grad_bucket_prep", pre, rank=self.rank, stream="compute", deps=(dep,), **labels)
-            coll = "reduce_scatter" if self.dist_opt else "all_reduce"
+            coll: Collective = "reduce_scatter" if self.dist_opt else "all_reduce"
             stream = em.stream("dp_comm") if em.knobs.overlap_grad_reduce else "compute"
             self.last_comm = em.g.add(f"grad_{'rs' if self.dist_opt else 'ar'}_{b.group}",
                                       self._coll(b, coll, self.gb), rank=self.rank,

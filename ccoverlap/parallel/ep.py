@@ -23,13 +23,15 @@ the all-to-alls ``dispatch(A) dispatch(B) combine(A) combine(B)`` on the EP stre
 
 from __future__ import annotations
 
+from typing import Protocol, TypeVar
+
 from ccoverlap.parallel import tp as tpc
 from ccoverlap.parallel.layer import LayerCtx, attn_bwd, attn_fwd
 from ccoverlap.parallel.segment import IN, Segment
 from ccoverlap.specs import GemmSpec
 
 
-def _dims(ctx: LayerCtx):
+def _dims(ctx: LayerCtx) -> tuple[int, int, int, int]:
     m = ctx.model
     k, e, ep = m.top_k, m.experts, ctx.p.ep
     local_e = e // ep
@@ -152,10 +154,20 @@ def moe_layer(ctx: LayerCtx, unit: str) -> tuple[list[Segment], list[Segment]]:
     return fwd, bwd
 
 
-def two_batch_groups(chain: list[Segment]) -> list[list[Segment]]:
+class _Cuttable(Protocol):
+    """A template, or its compiled form: whether it is a lone collective."""
+
+    @property
+    def comm_only(self) -> bool: ...
+
+
+_C = TypeVar("_C", bound=_Cuttable)
+
+
+def two_batch_groups(chain: list[_C]) -> list[list[_C]]:
     """Cut a chain into groups that each end with an all-to-all (the last may not): the unit of
     interleaving between the two halves of a micro-batch."""
-    groups: list[list[Segment]] = [[]]
+    groups: list[list[_C]] = [[]]
     for seg in chain:
         groups[-1].append(seg)
         if seg.comm_only:

@@ -5,17 +5,22 @@ context parallelism's ring steps (:mod:`ccoverlap.parallel.cp`), below both."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ccoverlap.specs import AttentionSpec
 
+if TYPE_CHECKING:  # annotations only (importing LayerCtx at run time would be circular)
+    from ccoverlap.parallel.layer import LayerCtx
 
-def rope_bytes(ctx) -> float:
+
+def rope_bytes(ctx: LayerCtx) -> float:
     """Fused rotary embedding on Q and K (read + write), counted inside the attention op."""
     if ctx.model.position != "rope" or not ctx.fw.rope_fused:
         return 0.0
     return 2.0 * ctx.tokens * (ctx.nq + ctx.nkv) * ctx.hd * ctx.d
 
 
-def _shape(ctx, whole: bool) -> dict:
+def _shape(ctx: LayerCtx, whole: bool) -> dict:
     """The kernel's tile shape (batch x local query heads, sequence, head dim) when it runs over
     whole sequences of this rank; empty (roofline only) for a context-parallel block."""
     if not whole or ctx.tokens < ctx.s:
@@ -23,7 +28,7 @@ def _shape(ctx, whole: bool) -> dict:
     return {"heads": (ctx.tokens // ctx.s) * ctx.nq, "seq": ctx.s, "head_dim": ctx.hd}
 
 
-def flash_fwd_spec(ctx, kv_tokens: int | None = None, share: float = 1.0,
+def flash_fwd_spec(ctx: LayerCtx, kv_tokens: int | None = None, share: float = 1.0,
                    causal_len: int | None = None) -> AttentionSpec:
     """Causal flash attention forward on this rank's heads and query tokens; ``share`` of the
     work (a ring step), K/V of ``kv_tokens`` tokens read (default the local ones);
@@ -39,7 +44,7 @@ def flash_fwd_spec(ctx, kv_tokens: int | None = None, share: float = 1.0,
                          causal_len=ctx.s if causal_len is None else causal_len, **_shape(ctx, whole))
 
 
-def flash_bwd_spec(ctx, kv_tokens: int | None = None, share: float = 1.0,
+def flash_bwd_spec(ctx: LayerCtx, kv_tokens: int | None = None, share: float = 1.0,
                    causal_len: int | None = None) -> AttentionSpec:
     """Flash attention backward: 2.5x the forward FLOPs (see module doc)."""
     T, hd, d = ctx.tokens, ctx.hd, ctx.d

@@ -66,15 +66,21 @@ Model of one simulated rank (units = embedding, each layer, head):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ccoverlap.parallel.layer import GRAD_BYTES
 from ccoverlap.parallel.units import unit_tensors
 from ccoverlap.parallel.zero3 import GATHER_PREFIX, REDUCE_BUCKET_NUMEL, gathered_tensors
+
+if TYPE_CHECKING:  # annotations only (the step builder imports this module)
+    from ccoverlap.parallel.step import _Emitter
+    from ccoverlap.specs import Collective
 
 
 class FSDPHook:
     """Adds FSDP's collectives for one simulated rank (see module doc)."""
 
-    def __init__(self, em, rank: int, chunks: list[tuple[int, list[str]]]):
+    def __init__(self, em: _Emitter, rank: int, chunks: list[tuple[int, list[str]]]) -> None:
         self.em = em
         self.rank = rank
         p = em.parallel
@@ -146,7 +152,7 @@ class FSDPHook:
                 return None  # still unsharded from an earlier micro-batch
             self.gathered.add((chunk, unit))
         j = len(self.ends)
-        deps = []
+        deps: list[int | None] = []
         if (chunk, unit) in self.replica_ag:  # the updated shard must be back from the replicas
             deps.append(self.replica_ag.pop((chunk, unit)))
         if j - k.fsdp_prefetch - 1 >= 0:
@@ -179,7 +185,7 @@ class FSDPHook:
         self.ends.append(None)
         return op
 
-    def unit_done(self, chunk: int, unit: str, phase: str, mb: int, end_id: int, producers: dict,
+    def unit_done(self, chunk: int, unit: str, phase: str, mb: int, end_id: int, producers: dict[str, int],
                   last_mb: bool) -> None:
         """Record the end of a gathering execution; after a backward, reduce-scatter the grads."""
         j = self.pending.pop((chunk, unit, mb, phase), None)
@@ -220,7 +226,7 @@ class FSDPHook:
             if self.bytes.get(u):
                 self._reduce(u, mb, last)
 
-    def _bucket_gradients(self, chunk: int, unit: str, mb: int, end_id: int, producers: dict) -> None:
+    def _bucket_gradients(self, chunk: int, unit: str, mb: int, end_id: int, producers: dict[str, int]) -> None:
         """DeepSpeed ZeRO-3's gradient buckets (``reduce_bucket_size``, stage3.py
         ``reduce_independent_p_g_buckets_and_remove_grads``): each gradient joins the bucket as it
         is produced (``producers``: tensor -> the op computing its gradient; the unit's end for
@@ -253,6 +259,7 @@ class FSDPHook:
                                 stream=stream, deps=(dep,), microbatch=mb, phase="bwd", layer=layer)
         if self.replicas > 1:
             shard = -(-numel // self.sizes["dp"])
+            coll: Collective
             name, coll = ("hsdp_rs", "reduce_scatter") if self.zero_replicas else ("hsdp_ar", "all_reduce")
             self.last_rs = em.g.add(name, em.ctx.coll(coll, shard * self.rb, "dp_rep"), rank=self.rank,
                                     stream=em.stream("fsdp_rs"), deps=(self.last_rs,), microbatch=mb, phase="bwd",
@@ -281,6 +288,7 @@ class FSDPHook:
                                     rank=self.rank, stream=em.stream("fsdp_rs"), deps=(dep,), microbatch=mb,
                                     phase="bwd", layer=layer)
             if self.replicas > 1 and group == "dp":
+                coll: Collective
                 name, coll = ("hsdp_rs", "reduce_scatter") if self.zero_replicas else ("hsdp_ar", "all_reduce")
                 self.last_rs = em.g.add(name, em.ctx.coll(coll, shard * rb, "dp_rep"),
                                         rank=self.rank, stream=em.stream("fsdp_rs"), deps=(self.last_rs,),

@@ -31,12 +31,20 @@ unless the profile's ``tp_sp_save_gathered_input`` says autograd saved the gathe
 
 from __future__ import annotations
 
-from ccoverlap.catalog.frameworks import get_framework
+import os
+from typing import TYPE_CHECKING
+
+from ccoverlap.catalog.frameworks import FrameworkProfile, get_framework
 from ccoverlap.parallel import attention as attn
 from ccoverlap.parallel import pointwise as pw
 from ccoverlap.parallel import tp as tpc
 from ccoverlap.parallel.segment import IN, Segment
-from ccoverlap.specs import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec
+from ccoverlap.specs import AttentionSpec, Collective, CollectiveSpec, GemmSpec, MemorySpec
+
+if TYPE_CHECKING:
+    from ccoverlap.catalog.models import ModelSpec
+    from ccoverlap.parallel.config import OverlapKnobs, ParallelConfig
+    from ccoverlap.parallel.layout import Layout
 
 GRAD_BYTES = 4  # fp32 gradients / main grads (Megatron-LM main_grad, PyTorch AMP fp32 params)
 
@@ -46,8 +54,9 @@ class LayerCtx:
     them, for a half micro-batch under two-batch EP overlap; ``1/cp`` of them on each
     context-parallel rank), group specs, comm knobs and the framework profile ``fw``."""
 
-    def __init__(self, model, parallel, micro_batch: int, seq_len: int, layout, knobs, frac: float = 1.0,
-                 framework=None):
+    def __init__(self, model: ModelSpec, parallel: ParallelConfig, micro_batch: int, seq_len: int, layout: Layout,
+                 knobs: OverlapKnobs, frac: float = 1.0,
+                 framework: str | os.PathLike[str] | FrameworkProfile | None = None) -> None:
         self.model = model
         self.p = parallel
         self.fw = get_framework(framework)
@@ -74,7 +83,7 @@ class LayerCtx:
                         "embd": layout.embd, "world": layout.world, "mp": layout.mp, "cp": layout.cp,
                         "dp_rep": layout.dp_rep}
 
-    def coll(self, collective: str, nbytes: float, group: str) -> CollectiveSpec:
+    def coll(self, collective: Collective, nbytes: float, group: str) -> CollectiveSpec:
         """A collective of ``nbytes`` (nccl-tests size) on named group, with the knobs' config."""
         return CollectiveSpec(collective=collective, bytes=float(nbytes), group=self._groups[group],
                               config=self.knobs.config_for(group), transport=self.knobs.comm_transport)

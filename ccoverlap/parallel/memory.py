@@ -55,7 +55,7 @@ context, NCCL workspaces, caching-allocator fragmentation).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccoverlap.config import short
 from ccoverlap.errors import ConfigError
@@ -63,6 +63,12 @@ from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, validate
 from ccoverlap.parallel.layer import GRAD_BYTES
 from ccoverlap.parallel.pp import in_flight, make_schedule
 from ccoverlap.parallel.units import layer_index, stage_units, unit_tensors
+
+if TYPE_CHECKING:
+    from ccoverlap.catalog.hardware import ClusterSpec
+    from ccoverlap.catalog.models import ModelSpec
+    from ccoverlap.parallel.config import ParallelConfig
+    from ccoverlap.parallel.pp import Schedule
 
 MEMORY_RESERVE_FRACTION = 0.10
 MiB = 1 << 20
@@ -95,7 +101,7 @@ class MemoryEstimate:
         return d
 
 
-def layer_activation_bytes(model, parallel, micro_batch: int, seq_len: int, layer: int, *,
+def layer_activation_bytes(model: ModelSpec, parallel: ParallelConfig, micro_batch: int, seq_len: int, layer: int, *,
                            flash_attention: bool = True, sp_save_gathered_input: bool = False) -> float:
     """Activation bytes one layer keeps for backward, per micro-batch, on one rank
     (Korthikanti et al. 2022, generalised; see module doc). ``sp_save_gathered_input``: with
@@ -113,7 +119,7 @@ def layer_activation_bytes(model, parallel, micro_batch: int, seq_len: int, laye
                                    sp_save_gathered_input=sp_save_gathered_input)
 
 
-def _layer_activation_bytes(model, parallel, micro_batch: int, seq_len: int, layer: int, *,
+def _layer_activation_bytes(model: ModelSpec, parallel: ParallelConfig, micro_batch: int, seq_len: int, layer: int, *,
                             flash_attention: bool, sp_save_gathered_input: bool) -> float:
     """:func:`layer_activation_bytes` of arguments already checked."""
     t = parallel.tp
@@ -153,12 +159,13 @@ def _layer_activation_bytes(model, parallel, micro_batch: int, seq_len: int, lay
     return rep + split
 
 
-def _rank_layers(model, parallel, sched, rank: int) -> tuple[list[list[str]], int]:
+def _rank_layers(model: ModelSpec, parallel: ParallelConfig, sched: Schedule, rank: int) -> tuple[list[list[str]], int]:
     chunks = [stage_units(model, sched.stages, sched.stage_of(rank, c)) for c in range(len(sched.chunk_stage[rank]))]
     return chunks, model.layers // sched.stages
 
 
-def estimate_memory(model, parallel, batch, cluster, knobs=None, *, flash_attention: bool = True,
+def estimate_memory(model: ModelSpec, parallel: ParallelConfig, batch: BatchConfig, cluster: ClusterSpec,
+                    knobs: OverlapKnobs | None = None, *, flash_attention: bool = True,
                     sp_save_gathered_input: bool = False) -> MemoryEstimate:
     """Memory per GPU for ``model`` under ``parallel`` / ``batch`` on ``cluster`` (bytes).
 

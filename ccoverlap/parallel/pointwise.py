@@ -39,12 +39,17 @@ Sources: Megatron-LM ``bias_dropout_add_fused_train``, ``bias_gelu``, ``MixedFus
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ccoverlap.specs import MemorySpec
+
+if TYPE_CHECKING:  # annotations only (importing LayerCtx at run time would be circular)
+    from ccoverlap.parallel.layer import LayerCtx
 
 MASK_BYTES = 1  # bool dropout mask per element
 
 
-def kernel_spec(ctx, nbytes: float, kernels: int = 1, rowwise_bytes: float = 0.0) -> MemorySpec:
+def kernel_spec(ctx: LayerCtx, nbytes: float, kernels: int = 1, rowwise_bytes: float = 0.0) -> MemorySpec:
     """A memory-bound op of ``nbytes`` standing for ``kernels`` kernels (host-dispatched ones when
     the profile is eager), ``rowwise_bytes`` of them moved by a row-wise (fused norm) kernel over
     this rank's ``local_tokens`` rows."""
@@ -53,7 +58,7 @@ def kernel_spec(ctx, nbytes: float, kernels: int = 1, rowwise_bytes: float = 0.0
                       rowwise_bytes=float(rowwise_bytes), rows=int(ctx.local_tokens) if rowwise_bytes else 0)
 
 
-def _norm(ctx, direction: str) -> tuple[float, int]:
+def _norm(ctx: LayerCtx, direction: str) -> tuple[float, int]:
     """(bytes, kernels) of a LayerNorm / RMSNorm on this rank's [Tl, h]: fused forward reads x
     and writes y, fused backward reads x and dy, writes dx and the weight-grad partials."""
     n = ctx.local_tokens * ctx.h
@@ -66,7 +71,7 @@ def _norm(ctx, direction: str) -> tuple[float, int]:
     return 2 * k * n * ctx.d, k
 
 
-def _epilogue(ctx) -> tuple[float, int]:
+def _epilogue(ctx: LayerCtx) -> tuple[float, int]:
     """(bytes, kernels) at the end of a sublayer on [Tl, h]: (bias add), (hidden dropout),
     residual add."""
     n, d, fw = ctx.local_tokens * ctx.h, ctx.d, ctx.fw
@@ -77,7 +82,7 @@ def _epilogue(ctx) -> tuple[float, int]:
     return (3 + 2 * int(bias) + 2 * int(drop)) * n * d + mask, 1 + int(bias) + int(drop)
 
 
-def _epilogue_bwd(ctx) -> tuple[float, int]:
+def _epilogue_bwd(ctx: LayerCtx) -> tuple[float, int]:
     """(bytes, kernels) of the epilogue's backward: dropout backward and the output bias's
     gradient (a reduction over tokens); (0, 0) when the sublayer has neither."""
     n, d, fw = ctx.local_tokens * ctx.h, ctx.d, ctx.fw
@@ -86,7 +91,7 @@ def _epilogue_bwd(ctx) -> tuple[float, int]:
     return nbytes, int(bias) + int(drop)
 
 
-def norm_fwd(ctx) -> MemorySpec:
+def norm_fwd(ctx: LayerCtx) -> MemorySpec:
     """Forward norm of a sublayer, with the previous sublayer's epilogue ((bias add), (dropout),
     residual add) in the same op: the two are adjacent kernels on the compute stream, so one op
     with their bytes and kernel count times them alike and keeps the graph small. (The first
@@ -97,7 +102,7 @@ def norm_fwd(ctx) -> MemorySpec:
     return kernel_spec(ctx, nb + eb, nk + ek, nb if ctx.fw.norm_fused else 0.0)
 
 
-def norm_bwd(ctx) -> MemorySpec:
+def norm_bwd(ctx: LayerCtx) -> MemorySpec:
     """Backward norm of a sublayer, autograd's sum of the two gradients reaching the sublayer's
     input (3 passes), and the epilogue backward of the sublayer below it (next in backward
     order): adjacent kernels, one op (see :func:`norm_fwd`)."""
@@ -107,14 +112,14 @@ def norm_bwd(ctx) -> MemorySpec:
                        nb if ctx.fw.norm_fused else 0.0)
 
 
-def final_norm_bwd(ctx) -> MemorySpec:
+def final_norm_bwd(ctx: LayerCtx) -> MemorySpec:
     """The final norm's backward and the epilogue backward of the last layer's MLP."""
     nb, nk = _norm(ctx, "bwd")
     eb, ek = _epilogue_bwd(ctx)
     return kernel_spec(ctx, nb + eb, nk + ek)
 
 
-def act_fwd(ctx, f: int, tokens: int | None = None) -> MemorySpec:
+def act_fwd(ctx: LayerCtx, f: int, tokens: int | None = None) -> MemorySpec:
     """MLP activation on [T, f] (gated: gate and up read, one written)."""
     T = ctx.tokens if tokens is None else tokens
     n, d, fw = T * f, ctx.d, ctx.fw
@@ -126,7 +131,7 @@ def act_fwd(ctx, f: int, tokens: int | None = None) -> MemorySpec:
     return kernel_spec(ctx, (2 + 2 * int(bias)) * n * d, 1 + int(bias))
 
 
-def act_bwd(ctx, f: int, tokens: int | None = None) -> MemorySpec:
+def act_bwd(ctx: LayerCtx, f: int, tokens: int | None = None) -> MemorySpec:
     """Backward of :func:`act_fwd` (plus the fc1 bias gradient when the model has biases)."""
     T = ctx.tokens if tokens is None else tokens
     n, d, fw = T * f, ctx.d, ctx.fw
@@ -136,7 +141,7 @@ def act_bwd(ctx, f: int, tokens: int | None = None) -> MemorySpec:
     return kernel_spec(ctx, (3 + bias) * n * d, 1 + bias)
 
 
-def rope(ctx) -> MemorySpec | None:
+def rope(ctx: LayerCtx) -> MemorySpec | None:
     """Unfused rotary embedding of Q and K (one direction); None when fused or not rotary."""
     if ctx.model.position != "rope" or ctx.fw.rope_fused:
         return None
@@ -146,7 +151,7 @@ def rope(ctx) -> MemorySpec | None:
     return kernel_spec(ctx, 20.0 * n, 6)
 
 
-def cross_entropy_fwd(ctx, v: int) -> MemorySpec:
+def cross_entropy_fwd(ctx: LayerCtx, v: int) -> MemorySpec:
     """Vocab-parallel cross-entropy forward over this rank's [T, v] logits."""
     n, d = ctx.tokens * v, ctx.d
     if ctx.fw.cross_entropy_fused:
@@ -154,7 +159,7 @@ def cross_entropy_fwd(ctx, v: int) -> MemorySpec:
     return kernel_spec(ctx, n * (d + 36), 6)
 
 
-def cross_entropy_bwd(ctx, v: int) -> MemorySpec:
+def cross_entropy_bwd(ctx: LayerCtx, v: int) -> MemorySpec:
     """Cross-entropy backward: the softmax gradient written as the logits' gradient."""
     n, d = ctx.tokens * v, ctx.d
     if ctx.fw.cross_entropy_fused:
@@ -162,7 +167,7 @@ def cross_entropy_bwd(ctx, v: int) -> MemorySpec:
     return kernel_spec(ctx, n * (12 + d), 2)
 
 
-def fp8_cast(ctx, rows: int, cols: int) -> MemorySpec:
+def fp8_cast(ctx: LayerCtx, rows: int, cols: int) -> MemorySpec:
     """Cast a bf16 [rows, cols] tensor to FP8 with its FP8 transpose (TransformerEngine
     ``cast_transpose``; the transposed copy feeds the wgrad GEMM)."""
     return kernel_spec(ctx, rows * cols * (ctx.d + 2))

@@ -9,11 +9,17 @@ collectives), ``"ep"`` (expert all-to-all). The step builder maps them to real s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from ccoverlap.specs import Spec
 
 IN = -1  # a dependency on the segment's input (the op that produced the data it consumes)
 # A dependency may also be a string: the op another segment of the same micro-batch chain
 # exported under that key (e.g. the MoE block's normed input, used by the shared experts).
+Dep: TypeAlias = int | str
 
 
 @dataclass(slots=True)
@@ -23,9 +29,9 @@ class TOp:
     ``export`` publishes the op's id under a key for later segments of the same chain."""
 
     name: str
-    spec: object
+    spec: Spec | None
     stream: str = "compute"
-    deps: tuple = ()
+    deps: tuple[Dep, ...] = ()
     tensor: str = ""
     export: str = ""
 
@@ -36,12 +42,13 @@ class Segment:
     ``comm_only``: a lone collective (all-to-all), used to interleave two half-batches."""
 
     name: str
-    ops: list = field(default_factory=list)
+    ops: list[TOp] = field(default_factory=list)
     unit: str = ""
     out: int = -1
     comm_only: bool = False
 
-    def add(self, name: str, spec, stream: str = "compute", deps=(), tensor: str = "", export: str = "") -> int:
+    def add(self, name: str, spec: Spec | None, stream: str = "compute", deps: Iterable[Dep] = (), tensor: str = "",
+            export: str = "") -> int:
         """Append an op; returns its local index."""
         self.ops.append(TOp(name, spec, stream, tuple(deps), tensor, export))
         return len(self.ops) - 1

@@ -26,8 +26,10 @@ bf16 copy written; 80 for PyTorch's foreach AdamW, one pass per ``torch._foreach
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 from ccoverlap.catalog.frameworks import check_framework, get_framework
 from ccoverlap.errors import ConfigError
@@ -45,6 +47,14 @@ from ccoverlap.parallel.zero3 import fetch_per_parameter
 from ccoverlap.sim.graph import Op, OpGraph, gc_paused
 from ccoverlap.specs import MemorySpec, P2PSpec
 
+if TYPE_CHECKING:
+    from ccoverlap.catalog.frameworks import FrameworkProfile
+    from ccoverlap.catalog.hardware import ClusterSpec
+    from ccoverlap.catalog.models import ModelSpec
+
+#: a framework profile: a built-in name, a profile file, or the profile itself (None: the default)
+Framework: TypeAlias = "str | os.PathLike[str] | FrameworkProfile | None"
+
 new_op = tuple.__new__  # an Op record from a tuple of its fields, without keyword handling
 
 
@@ -61,11 +71,11 @@ class StepGraph:
     world_size: int
     tokens_per_step: int
     model_flops_per_step: float
-    simulated_ranks: list
+    simulated_ranks: list[tuple[int, str, int]]
     memory: MemoryEstimate
     microbatches: int
     schedule: Schedule
-    meta: dict = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 class CompiledOp(NamedTuple):
@@ -95,7 +105,7 @@ class _Compiled:
     __slots__ = ("ops", "out", "last_compute", "first_compute", "unit", "comm_only", "recompute", "fixed",
                  "special", "input_only", "other_special", "tensors", "exports")
 
-    def __init__(self, seg: Segment, stream_of, recompute: bool = False):
+    def __init__(self, seg: Segment, stream_of: Callable[[str], str], recompute: bool = False) -> None:
         self.ops: list[CompiledOp] = []
         for o in seg.ops:
             local = tuple(sorted({d for d in o.deps if isinstance(d, int) and d != IN}))
@@ -125,8 +135,8 @@ class _Compiled:
 
 
 class _Emitter:
-    def __init__(self, model, parallel: ParallelConfig, batch: BatchConfig, cluster, knobs: OverlapKnobs,
-                 grad_clip: bool = True, framework=None):
+    def __init__(self, model: ModelSpec, parallel: ParallelConfig, batch: BatchConfig, cluster: ClusterSpec,
+                 knobs: OverlapKnobs, grad_clip: bool = True, framework: Framework = None) -> None:
         self.grad_clip = grad_clip
         self.framework = get_framework(framework)
         check_framework(self.framework, model, parallel)
@@ -174,7 +184,8 @@ class _Emitter:
             v = self._layer_of[unit] = self.model.layers if unit == "head" else layer_index(unit)
         return v
 
-    def _chain(self, stage: int, phase: str, half: bool) -> tuple[list, dict, list]:
+    def _chain(self, stage: int, phase: str, half: bool) -> tuple[list[tuple[str, _Compiled, int]], dict[str, int],
+                                                                  list[tuple[str, int, list[_Compiled]]]]:
         """(unit, compiled segment, layer label) in execution order for one task of ``stage``,
         how many segments of each unit the task stamps, and the same chain grouped by unit as
         (unit, layer label, its segments) (cached)."""
@@ -201,6 +212,7 @@ class _Emitter:
         c = self._cache.get(key)
         if c is None:
             ctx = self.half_ctx if half else self.ctx
+            assert ctx is not None  # a half micro-batch is asked for only with two-batch overlap, which sets it
             if kind == "emb":
                 f, b = [lay.embedding_fwd(ctx)], [lay.embedding_bwd(ctx)]
             elif kind == "head":
@@ -218,8 +230,8 @@ class _Emitter:
             c = self._cache[key]
         return c
 
-    def _emit(self, cs: _Compiled, rank: int, in_id, extra, layer: int, mb: int, phase: str,
-              exports: dict, producers: dict | None) -> tuple[int, int]:
+    def _emit(self, cs: _Compiled, rank: int, in_id: int | None, extra: int | None, layer: int, mb: int, phase: str,
+              exports: dict[str, int], producers: dict[str, int] | None) -> tuple[int, int]:
         """Stamp one compiled segment; returns (output op id, last compute op id). The
         segment's ops get consecutive ids from ``base``, so local deps are ``base + j``."""
         ops = self.g.ops
@@ -267,7 +279,9 @@ class _Emitter:
         return spec
 
     # ------------------------------------------------------------------ tasks
-    def _task(self, rank: int, task, hook, first_f: set, last_b: set, fwd_out: dict, bwd_out: dict) -> None:
+    def _task(self, rank: int, task: tuple[str, int, int], hook: DDPHook | FSDPHook, first_f: set[tuple[int, int]],
+              last_b: set[tuple[int, int]], fwd_out: dict[tuple[int, int], list[int]],
+              bwd_out: dict[tuple[int, int], list[int]]) -> None:
         kind, mb, chunk = task
         sched, S = self.sched, self.sched.stages
         stage = sched.stage_of(rank, chunk)
@@ -312,12 +326,13 @@ class _Emitter:
         else:
             remaining = dict(count)
             cut = epm.two_batch_groups([cs for _, cs, _ in chain])
-            groups, i = [], 0
-            for grp in cut:
-                groups.append([chain[i:i + len(grp)]] * 2)
-                i += len(grp)
+            groups: list[list[list[tuple[str, _Compiled, int]]]] = []
+            i = 0
+            for piece in cut:
+                groups.append([chain[i:i + len(piece)]] * 2)
+                i += len(piece)
             cur = [in_id] * halves
-            exports = [{} for _ in range(halves)]
+            exports: list[dict[str, int]] = [{} for _ in range(halves)]
             for grp in groups:
                 for h in range(halves):
                     for u, cs, layer in grp[h]:
@@ -354,7 +369,8 @@ class _Emitter:
             hooks.append(hook)
         first_f, last_b = [], []
         for r in range(P):
-            ff, lb = {}, {}
+            ff: dict[int, int] = {}
+            lb: dict[int, int] = {}
             for kind, mb, c in sched.orders[r]:
                 if kind == "F":
                     ff.setdefault(c, mb)
@@ -389,7 +405,7 @@ class _Emitter:
             self._finish_rank(r, hooks[r])
         return self.g
 
-    def _finish_rank(self, r: int, hook) -> None:
+    def _finish_rank(self, r: int, hook: DDPHook | FSDPHook) -> None:
         g, p, m = self.g, self.parallel, self.model
         ctx = self.ctx
         waits = list(hook.waits())
@@ -419,7 +435,7 @@ class _Emitter:
         opt = g.add("optimizer_step", MemorySpec(bytes=float(opt_bytes)), rank=r, deps=waits, phase="opt")
         hook.after_optimizer(opt)
 
-    def describe_ranks(self) -> list:
+    def describe_ranks(self) -> list[tuple[int, str, int]]:
         """(simulated rank, what it holds, how many real ranks it stands for)."""
         out = []
         sched = self.sched
@@ -435,8 +451,8 @@ class _Emitter:
         return out
 
 
-def build_step(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
-               knobs: OverlapKnobs | None = None, *, grad_clip: bool = True, framework=None) -> StepGraph:
+def build_step(model: ModelSpec, parallel: ParallelConfig, batch: BatchConfig, cluster: ClusterSpec,
+               knobs: OverlapKnobs | None = None, *, grad_clip: bool = True, framework: Framework = None) -> StepGraph:
     """Build the op graph of one training step of ``model`` under ``parallel`` on ``cluster``.
 
     Validates everything first (ConfigError lists every problem). Returns a :class:`StepGraph`
@@ -494,8 +510,8 @@ def _check_zero3(em: _Emitter) -> None:
         raise ConfigError("fsdp_fetch='parameter' (DeepSpeed ZeRO-3 fetching) is not modelled here: " + "; ".join(why))
 
 
-def step_totals(model, parallel: ParallelConfig, batch: BatchConfig, cluster,
-                knobs: OverlapKnobs | None = None, framework=None) -> tuple[int, float, MemoryEstimate]:
+def step_totals(model: ModelSpec, parallel: ParallelConfig, batch: BatchConfig, cluster: ClusterSpec,
+                knobs: OverlapKnobs | None = None, framework: Framework = None) -> tuple[int, float, MemoryEstimate]:
     """What a step's :class:`StepGraph` carries besides its graph, without building the graph:
     global tokens per step, model FLOPs per step (PaLM's MFU definition,
     :meth:`ModelSpec.flops_per_token`) and the per-GPU memory estimate (bytes)."""

@@ -72,12 +72,21 @@ local index of the op the next step should depend on. ``ctx`` is a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import pointwise as pw
 from ccoverlap.specs import CopySpec, P2PSpec
 
+if TYPE_CHECKING:  # annotations only (importing LayerCtx at run time would be circular)
+    from ccoverlap.parallel.layer import LayerCtx
+    from ccoverlap.parallel.segment import Dep, Segment
+    from ccoverlap.specs import Collective
 
-def _cast(seg, ctx, src, name: str, direction: str, rows: int, cols: int, weight_elems: int = 0):
+
+def _cast(seg: Segment, ctx: LayerCtx, src: Dep, name: str, direction: str, rows: int, cols: int,
+          weight_elems: int = 0) -> Dep:
     """With FP8, the cast(+transpose) kernel of a linear's input (fwd) or output gradient (bwd)
     when the framework profile does not fuse it into the previous kernel, and in forward the
     cast of its ``weight_elems`` local weight elements when the profile casts weights on every
@@ -93,7 +102,7 @@ def _cast(seg, ctx, src, name: str, direction: str, rows: int, cols: int, weight
     return seg.add(f"{name}_fp8_cast" + ("_bwd" if direction == "bwd" else ""), spec, deps=(src,))
 
 
-def _chunks(ctx, m: int) -> int:
+def _chunks(ctx: LayerCtx, m: int) -> int:
     c = ctx.tp_chunks if (ctx.tp > 1 and ctx.tp_overlap == "chunked") else 1
     return max(1, min(c, m))
 
@@ -102,7 +111,7 @@ def _split(m: int, c: int) -> int:
     return -(-m // c)
 
 
-def _symm_mem(ctx) -> bool:
+def _symm_mem(ctx: LayerCtx) -> bool:
     """Whether the TP matmuls run as PyTorch's symmetric-memory async TP (SP only). Symmetric
     memory maps the peers' buffers over NVLink, so the TP group must sit inside one node."""
     if not (ctx.tp > 1 and ctx.sp and ctx.tp_overlap == "symm_mem"):
@@ -113,13 +122,14 @@ def _symm_mem(ctx) -> bool:
     return True
 
 
-def _peer_copy(ctx, nbytes: float) -> P2PSpec:
+def _peer_copy(ctx: LayerCtx, nbytes: float) -> P2PSpec:
     """One peer's shard pulled from its symmetric-memory buffer by ``Tensor.copy_``: a
     copy-engine transfer over the intra-node fabric (``nbytes`` bytes)."""
     return P2PSpec(bytes=float(nbytes), inter_node=False, transport="dma", group="tp")
 
 
-def _symm_ag_consume(seg, ctx, src: int, name: str, rows: int, k: int, consume, elem_bytes: int) -> int:
+def _symm_ag_consume(seg: Segment, ctx: LayerCtx, src: Dep, name: str, rows: int, k: int,
+                     consume: Callable[[int, int], int], elem_bytes: int) -> int:
     """Async TP's ``_pipelined_all_gather_and_consume`` over a ``[rows, k]`` local shard of
     ``elem_bytes`` bytes per element: copy it into the local symmetric buffer, consume it, then
     for each of the ``tp - 1`` peers a peer copy (``tp`` stream) and its consumer.
@@ -135,7 +145,7 @@ def _symm_ag_consume(seg, ctx, src: int, name: str, rows: int, k: int, consume, 
     return done[-1]
 
 
-def fwd_ag_gemm(seg, ctx, src: int, name: str, n: int, k: int, tensor: str = "") -> int:
+def fwd_ag_gemm(seg: Segment, ctx: LayerCtx, src: Dep, name: str, n: int, k: int, tensor: str = "") -> int:
     """Column-parallel GEMM [T, k] x [k, n] in forward, preceded by the SP all-gather of its
     input (T·k elements of ``LayerCtx.tp_gather_bytes(name, "input_ag")`` bytes, the gathered
     size). Returns the index of the (last) GEMM."""
@@ -160,7 +170,8 @@ def fwd_ag_gemm(seg, ctx, src: int, name: str, n: int, k: int, tensor: str = "")
     return g
 
 
-def fwd_gemm_reduce(seg, ctx, src: int, name: str, n: int, k: int, deps=()) -> int:
+def fwd_gemm_reduce(seg: Segment, ctx: LayerCtx, src: Dep, name: str, n: int, k: int,
+                    deps: tuple[Dep, ...] = ()) -> int:
     """Row-parallel GEMM [T, k] x [k, n] in forward followed by the reduce-scatter (SP) or
     all-reduce of its [T, n] output. Returns the index of the op producing the reduced output."""
     T, d = ctx.tokens, ctx.d
@@ -170,7 +181,7 @@ def fwd_gemm_reduce(seg, ctx, src: int, name: str, n: int, k: int, deps=()) -> i
         return seg.add(name, gemm, deps=(src, *deps))
     if _symm_mem(ctx):
         return _symm_gemm_rs(seg, ctx, src, name, n, k, deps)
-    coll = "reduce_scatter" if ctx.sp else "all_reduce"
+    coll: Collective = "reduce_scatter" if ctx.sp else "all_reduce"
     c = _chunks(ctx, T)
     if c == 1:
         g = seg.add(name, gemm, deps=(src, *deps))
@@ -183,14 +194,16 @@ def fwd_gemm_reduce(seg, ctx, src: int, name: str, n: int, k: int, deps=()) -> i
     return r
 
 
-def _symm_gemm_rs(seg, ctx, src: int, name: str, n: int, k: int, deps=()) -> int:
+def _symm_gemm_rs(seg: Segment, ctx: LayerCtx, src: Dep, name: str, n: int, k: int,
+                  deps: tuple[Dep, ...] = ()) -> int:
     """Async TP's fused matmul + reduce-scatter (``_fused_matmul_reduce_scatter_impl`` over
     ``_pipelined_produce_and_all2all``): ``tp - 1`` remote partials ``[T/tp, n]`` each computed
     and pulled by its owner with a peer copy, the local partial last, then the ``torch.sum``
     over the ``tp`` stacked partials (reads ``T·n``, writes ``T/tp·n`` elements). Returns the
     index of the reduction."""
     rows, d = ctx.local_tokens, ctx.d
-    gemms, copies = [], []
+    gemms: list[int] = []
+    copies: list[int] = []
     for s in range(1, ctx.tp):
         g_deps = (src, *deps) if s < 3 else (src, *deps, copies[s - 3])  # two buffers, reused after the pull
         gemms.append(seg.add(f"{name}{s}", ctx.gemm(rows, n, k, name), deps=g_deps))
@@ -199,7 +212,7 @@ def _symm_gemm_rs(seg, ctx, src: int, name: str, n: int, k: int, deps=()) -> int
     return seg.add(f"{name}_symm_reduce", ctx.mem((ctx.tp + 1) * rows * n * d), deps=(local, copies[-1]))
 
 
-def bwd_row(seg, ctx, src: int, name: str, n: int, k: int, tensor: str) -> int:
+def bwd_row(seg: Segment, ctx: LayerCtx, src: Dep, name: str, n: int, k: int, tensor: str) -> int:
     """Backward of a row-parallel Y[T, n] = X[T, k] W[k, n]: (SP) all-gather of dY, dgrad
     dX = dY Wᵀ ([T, n] x [n, k]) and wgrad dW = Xᵀ dY ([k, T] x [T, n]). With an FP8
     ``grad_ag`` (``LayerCtx.fp8_tp_collective``) dY is cast once on the local shard and
@@ -217,7 +230,7 @@ def bwd_row(seg, ctx, src: int, name: str, n: int, k: int, tensor: str) -> int:
     if fp8_gather:
         src = _cast(seg, ctx, src, name, "bwd", ctx.local_tokens, n)
 
-    def cast_gathered(dep: int, rows: int) -> int:
+    def cast_gathered(dep: int, rows: int) -> Dep:
         return dep if fp8_gather else _cast(seg, ctx, dep, name, "bwd", rows, n)
     if _symm_mem(ctx):
         rows = ctx.local_tokens
@@ -234,13 +247,13 @@ def bwd_row(seg, ctx, src: int, name: str, n: int, k: int, tensor: str) -> int:
     for i in range(c):
         sfx = str(i) if c > 1 else ""
         ag = seg.add(f"{name}_grad_ag{sfx}", ctx.coll("all_gather", mc * n * d, "tp"), "tp", deps=(src,))
-        ag = cast_gathered(ag, mc)
-        dg = seg.add(f"{name}_dgrad{sfx}", ctx.gemm(mc, k, n, name), deps=(ag,))
+        g = cast_gathered(ag, mc)
+        dg = seg.add(f"{name}_dgrad{sfx}", ctx.gemm(mc, k, n, name), deps=(g,))
     seg.add(f"{name}_wgrad", wgrad, deps=(dg,), tensor=tensor)
     return dg
 
 
-def bwd_col(seg, ctx, src: int, gemms: list[tuple[str, int, int, str]], in_dim: int) -> int:
+def bwd_col(seg: Segment, ctx: LayerCtx, src: int, gemms: list[tuple[str, int, int, str]], in_dim: int) -> int:
     """Backward of column-parallel GEMMs that read the same input X[T, in_dim] (QKV; or QKV and
     fc1 of a parallel attention+MLP block). ``gemms`` = [(name, n, k, tensor)]. Order, as
     Megatron-LM: (SP) all-gather of the saved input on the TP stream (none where the profile's
@@ -258,7 +271,7 @@ def bwd_col(seg, ctx, src: int, gemms: list[tuple[str, int, int, str]], in_dim: 
         dg = seg.add(f"{name}_dgrad", ctx.gemm(T, k, n, name), deps=(g,))
     out = dg
     if ctx.tp > 1:
-        coll = "reduce_scatter" if ctx.sp else "all_reduce"
+        coll: Collective = "reduce_scatter" if ctx.sp else "all_reduce"
         out = seg.add(f"dgrad_{'rs' if ctx.sp else 'ar'}", ctx.coll(coll, T * in_dim * d, "tp"), "tp", deps=(dg,))
     for name, n, k, tensor in gemms:
         seg.add(f"{name}_wgrad", ctx.gemm(k, n, T, name),

@@ -7,7 +7,13 @@ positions), ``"L<i>"`` (transformer layer i), ``"head"`` (final norm and LM head
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ccoverlap.catalog.models import ModelSpec
+    from ccoverlap.parallel.config import ParallelConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +27,7 @@ class LocalTensor:
     group: str
 
 
-def stage_units(model, stages: int, stage: int) -> list[str]:
+def stage_units(model: ModelSpec, stages: int, stage: int) -> list[str]:
     """Units of model stage ``stage`` of ``stages`` (equal layer counts), in forward order."""
     per = model.layers // stages
     units = ["emb"] if stage == 0 else []
@@ -36,7 +42,7 @@ def layer_index(unit: str) -> int:
     return int(unit[1:]) if unit.startswith("L") else -1
 
 
-def unit_tensors(model, parallel, unit: str) -> list[LocalTensor]:
+def unit_tensors(model: ModelSpec, parallel: ParallelConfig, unit: str) -> list[LocalTensor]:
     """The unit's weights on one rank, registration order: TP-split tensors divided by tp,
     routed-expert tensors by tp·ep. A tied LM head on a separate pipeline stage is a copy of
     the embedding (Megatron-LM keeps one on the last stage and all-reduces their gradients)."""
@@ -65,7 +71,7 @@ TENSOR_NAMES = ("qkv", "proj", "fc1", "fc2", "router", "shared_fc1", "shared_fc2
                 "experts_fc2", "embedding", "pos_embedding", "lm_head")
 
 
-def tensor_of(op_name: str, names=TENSOR_NAMES) -> str | None:
+def tensor_of(op_name: str, names: Collection[str] = TENSOR_NAMES) -> str | None:
     """The weight tensor (one of ``names``) an op of the step builders reads, from its name:
     ``mlp_fc1`` / ``mlp_fc1_dgrad`` / ``recompute_mlp_fc1`` -> ``fc1``, ``qkv0`` (a TP chunk)
     -> ``qkv``, ``embedding`` -> ``embedding``; None for an op that reads no weight (norms,

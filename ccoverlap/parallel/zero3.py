@@ -55,10 +55,16 @@ with fp32 reduction) and the first step without a trace.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ccoverlap.parallel.units import tensor_of, unit_tensors
 from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.rewrite import GraphRewrite
 from ccoverlap.specs import COMPUTE
+
+if TYPE_CHECKING:
+    from ccoverlap.catalog.models import ModelSpec
+    from ccoverlap.parallel.config import ParallelConfig
 
 # The ZeRO-3 defaults, as DeepSpeed's config declares them: microsoft/DeepSpeed
 # deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig, read at commit 38327e07f6cd, 2025-02-21,
@@ -80,7 +86,7 @@ REDUCE_BUCKET_NUMEL = 500_000_000
 GATHER_PREFIX = "fsdp_ag_dp."  # the per-tensor all-gathers: fsdp_ag_dp.<tensor>
 
 
-def gathered_tensors(model, parallel, unit: str) -> list[tuple[str, int]]:
+def gathered_tensors(model: ModelSpec, parallel: ParallelConfig, unit: str) -> list[tuple[str, int]]:
     """``(name, local elements)`` of the unit's tensors ZeRO-3 gathers (sharded over the ``dp``
     group, at least :data:`PERSISTENCE_THRESHOLD_NUMEL` elements), in registration order."""
     return [(t.name, t.numel) for t in unit_tensors(model, parallel, unit)
@@ -104,7 +110,8 @@ def _chain(graph: OpGraph, users: list[int], seq: list[int], pos: dict[int, int]
     return out
 
 
-def _fetches(graph: OpGraph, rank: int, dependents, seq, pos) -> list[dict]:
+def _fetches(graph: OpGraph, rank: int, dependents: list[list[int]], seq: list[int],
+             pos: dict[int, int]) -> list[dict[str, Any]]:
     """Rank ``rank``'s per-tensor all-gathers grouped by unit execution, in issue order:
     ``ags`` (op ids), ``tensors`` (name per op), ``bytes`` (each all-gather's), ``chain``
     (the unit execution's compute ops) and ``first`` (the first op using each tensor)."""
@@ -123,7 +130,7 @@ def _fetches(graph: OpGraph, rank: int, dependents, seq, pos) -> list[dict]:
         if not chain:
             continue
         known = dict.fromkeys(names, 1)
-        first = {}
+        first: dict[str, int] = {}
         for oid in chain:
             t = tensor_of(graph.ops[oid].name, known)
             if t is not None:
@@ -236,7 +243,7 @@ def _prefetch_triggers(numels: list[int], bucket: int) -> list[tuple[int, bool]]
     return out  # type: ignore[return-value]
 
 
-def _rewire(rw: GraphRewrite, graph: OpGraph, f: dict, dependents) -> None:
+def _rewire(rw: GraphRewrite, graph: OpGraph, f: dict[str, Any], dependents: list[list[int]]) -> None:
     """Make each op of fetch ``f``'s unit execution wait for the all-gather of the tensor it
     uses only (none for an op that uses no gathered tensor)."""
     by_name = dict(zip(f["tensors"], f["ags"]))

@@ -157,14 +157,14 @@ class GraphRewrite:
         d.discard(op.op_id)
         return d
 
-    def _map_dep(self, consumer: int, producer: int, new_ids) -> list[int]:
+    def _map_dep(self, consumer: int, producer: int, new_ids: list[list[int]]) -> list[int]:
         ids = new_ids[producer]
         idx = self.dep_pieces.get((consumer, producer))
         if idx is None:
             return ids
         return [ids[i] for i in idx]
 
-    def _emit(self, out: OpGraph, op: Op, deps, new_ids) -> None:
+    def _emit(self, out: OpGraph, op: Op, deps: Iterable[int], new_ids: list[list[int]]) -> None:
         inherited: list[int] = []
         extra = self.extra_deps.get(op.op_id, set())
         for d in sorted(deps):

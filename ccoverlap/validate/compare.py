@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccoverlap.config import Count, check_value
 from ccoverlap.console import Col, print_table, print_wrapped
@@ -19,6 +19,11 @@ from ccoverlap.errors import CCOverlapError
 from ccoverlap.types import ProgressFn
 from ccoverlap.validate.predict import Prediction, Unsupported, cost_params_for, predict_run, workload_for
 from ccoverlap.validate.reader import RunSpec
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ccoverlap.cost.params import CostParams
 
 
 @dataclass
@@ -109,7 +114,7 @@ def summarize_groups(rows: Iterable[Row]) -> dict[str, Summary]:
     return {g: summarize(sel) for g, sel in by.items()}
 
 
-def _one(args, step_cache: dict | None = None) -> Row:
+def _one(args: tuple[RunSpec, CostParams | None], step_cache: dict[str, Any] | None = None) -> Row:
     run, params = args
     measured = run.measured_step_time_s
     try:
@@ -180,7 +185,7 @@ def markdown_table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
-def print_runs(rows: list[Row], console) -> None:
+def print_runs(rows: list[Row], console: Console) -> None:
     """The per-run table on a rich console (every cell whole at any width,
     :func:`ccoverlap.console.print_table`), then the runs that could not be predicted."""
     print_table(console, COLUMNS, [_cells(r) for r in rows])

@@ -16,8 +16,9 @@ the fit runs, so the line search's evaluations are capped (``iters``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 from scipy.optimize import minimize_scalar
 
@@ -25,6 +26,9 @@ from ccoverlap.config import short
 from ccoverlap.cost.params import CostParams
 from ccoverlap.errors import ConfigError
 from ccoverlap.validate.predict import cost_params_for
+
+if TYPE_CHECKING:
+    from ccoverlap.validate.reader import RunSpec
 
 FITTABLE_SUFFIXES = ("_fraction", "_efficiency", "_overhead_s", "_latency_s", "_interference")
 # line-search tolerance, as a fraction of a parameter's physical range
@@ -87,7 +91,8 @@ def _line_search(f: Callable[[float], float], lo: float, hi: float, *, iters: in
     return float(res.x), float(res.fun)
 
 
-def fit_params(runs, names: list[str], *, loss_fn: Callable[[list, dict], float],
+def fit_params(runs: Iterable[RunSpec], names: list[str], *,
+               loss_fn: Callable[[list[RunSpec], dict[str, float]], float],
                rounds: int = 2, iters: int = 10, progress: Callable[[str], None] | None = None) -> RunsFit:
     """Fit ``names`` per GPU on ``runs`` (the fit subset). ``loss_fn(runs_of_gpu, overrides)``
     returns the mean squared relative error of those runs' predictions with ``overrides``
@@ -122,7 +127,7 @@ def fit_params(runs, names: list[str], *, loss_fn: Callable[[list, dict], float]
             for n in names:
                 lo, hi = bounds(n, out.defaults[gpu][n])
 
-                def along(x, n=n):
+                def along(x: float, n: str = n) -> float:
                     return loss({**cur, n: x})
                 x, fx = _line_search(along, lo, hi, iters=iters)
                 if progress:

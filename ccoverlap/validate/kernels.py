@@ -20,6 +20,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ccoverlap.catalog.hardware import GPUSpec, get_gpu
@@ -147,7 +148,8 @@ def judge_table(table: Table, split: str,
 
 
 def judge_corpus(split: str = "held-out", kinds: Iterable[str] = CLASSES,
-                 params_for: Callable[[GPUSpec], CostParams] = kernel_params, root=None) -> list[KernelRow]:
+                 params_for: Callable[[GPUSpec], CostParams] = kernel_params,
+                 root: Path | None = None) -> list[KernelRow]:
     """Rows of every table of ``kinds`` in the corpus (default the shipped one), predicted."""
     rows: list[KernelRow] = []
     for kind in kinds:
@@ -174,7 +176,7 @@ def summarize_tables(rows: list[KernelRow]) -> dict[str, ClassSummary]:
 
 
 def report(split: str, params_for: Callable[[GPUSpec], CostParams] = kernel_params,
-           root=None) -> dict[str, Any]:
+           root: Path | None = None) -> dict[str, Any]:
     """The ``validate kernels`` result as one JSON-ready object: per (GPU, class) and per table."""
     if split not in ("fit", "held-out", "all"):
         raise ConfigError(f"--split must be one of fit, held-out, all, got {split!r}")
@@ -201,7 +203,8 @@ def text_lines(rep: dict[str, Any]) -> list[str]:
     return out
 
 
-def fit_params(gpu_name: str, kind: str, names: list[str], split: str = "fit", root=None) -> dict[str, float]:
+def fit_params(gpu_name: str, kind: str, names: list[str], split: str = "fit",
+               root: Path | None = None) -> dict[str, float]:
     """Fit the cost parameters ``names`` of ``gpu_name`` on the ``split`` half of the corpus
     tables of ``kind`` on that GPU: Nelder-Mead on the mean |log(predicted / measured)| (the mean
     of each table's mean, so a large table does not drown a small one), from the
@@ -219,12 +222,12 @@ def fit_params(gpu_name: str, kind: str, names: list[str], split: str = "fit", r
     x0 = np.array([max(float(getattr(base, n)), 1e-9) for n in names])
     fractions = {n for n in names if n.endswith(("fraction", "efficiency", "overlap"))}
 
-    def params_of(u) -> CostParams:
+    def params_of(u: np.ndarray) -> CostParams:
         vals = {n: (min(max(v, 0.01), 1.0) if n in fractions else max(v, 0.0))
                 for n, v in zip(names, x0 * np.exp(u))}
         return base.with_overrides(**vals)
 
-    def loss(u) -> float:  # each table weighs the same, whatever its number of rows
+    def loss(u: np.ndarray) -> float:  # each table weighs the same, whatever its number of rows
         p = params_of(u)
         per_table = [np.mean([abs(math.log(max(predict_row(kind, r, gpu, p)[0], 1e-9) / float(r["time_s"])))
                               for r in t.half(split)]) for t in tables if t.half(split)]

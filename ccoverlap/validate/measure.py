@@ -32,8 +32,16 @@ With ``B`` sequences of ``s`` tokens per step on ``G`` GPUs, the step time is
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ccoverlap.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ccoverlap.catalog.models import ModelSpec
+    from ccoverlap.parallel.config import BatchConfig
+
+    #: a batch as a BatchConfig or as a runs file's mapping (``global_batch``, ``seq_len``)
+    Batch = BatchConfig | dict[str, Any]
 
 MEASURE_KINDS = {"step_time_s": "seconds per step", "tokens_per_s": "tokens/s (whole job)",
                  "tokens_per_s_per_gpu": "tokens/s per GPU", "tflops_per_gpu": "TFLOP/s per GPU",
@@ -65,11 +73,11 @@ class Measurement:
         return f"{self.kind} = {self.value:g}{peak}{rule}"
 
 
-def _b(batch, key):
+def _b(batch: Batch, key: str) -> Any:
     return batch[key] if isinstance(batch, dict) else getattr(batch, key)
 
 
-def flops_per_step(rule: str, model, batch) -> float:
+def flops_per_step(rule: str, model: ModelSpec, batch: Batch) -> float:
     """FLOPs of one step (``batch``: global_batch sequences of seq_len tokens) under ``rule``."""
     B, s = _b(batch, "global_batch"), _b(batch, "seq_len")
     h, l, V = model.hidden, model.layers, model.vocab
@@ -88,7 +96,7 @@ def flops_per_step(rule: str, model, batch) -> float:
     raise ConfigError(f"unknown FLOP rule {rule!r}; expected one of {list(FLOP_RULES)}")
 
 
-def implied_step_time_s(m: Measurement, *, model, batch, gpus: int) -> float:
+def implied_step_time_s(m: Measurement, *, model: ModelSpec, batch: Batch, gpus: int) -> float:
     """Seconds per step that measurement ``m`` implies (formulas in the module docstring)."""
     B, s = _b(batch, "global_batch"), _b(batch, "seq_len")
     if m.kind == "step_time_s":
@@ -105,7 +113,7 @@ def implied_step_time_s(m: Measurement, *, model, batch, gpus: int) -> float:
     raise ConfigError(f"unknown measurement kind {m.kind!r}; expected one of {list(MEASURE_KINDS)}")
 
 
-def model_tflops_per_gpu(model, batch, gpus: int, step_time_s: float) -> float:
+def model_tflops_per_gpu(model: ModelSpec, batch: Batch, gpus: int, step_time_s: float) -> float:
     """Achieved model TFLOP/s per GPU (PaLM rule) for a step of ``step_time_s`` seconds; used to
     catch numbers given in the wrong unit."""
     return flops_per_step("palm", model, batch) / (gpus * step_time_s * 1e12)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, fields
+from typing import Any
 
 from ccoverlap.cost import CostModel
 from ccoverlap.cost.params import CostParams, default_params
@@ -40,16 +41,16 @@ class Prediction:
     notes: tuple = ()
 
 
-def _has_field(cls, name: str) -> bool:
+def _has_field(cls: type, name: str) -> bool:
     return name in {f.name for f in fields(cls)}
 
 
-def workload_for(run: RunSpec, *, calibration: str | None = None):
+def workload_for(run: RunSpec, *, calibration: str | None = None) -> tuple[Workload, tuple[str, ...]]:
     """The :class:`~ccoverlap.predict.workload.Workload` of ``run``, through the same loader as
     ``plan --config``. Returns (workload, notes); raises :class:`Unsupported` for parallel
     fields this build lacks and :class:`ConfigError` for anything else."""
 
-    notes = []
+    notes: list[str] = []
     par = dict(run.parallel)
     for key, (_typ, default) in EXTRA_PARALLEL.items():
         if key in par and not _has_field(ParallelConfig, key):
@@ -73,7 +74,8 @@ def workload_for(run: RunSpec, *, calibration: str | None = None):
     return w, tuple(notes)
 
 
-def cost_params_for(run: RunSpec, overrides: dict | None = None, calibration: dict | None = None):
+def cost_params_for(run: RunSpec, overrides: dict[str, float] | None = None,
+                    calibration: dict[str, dict[str, Any]] | None = None) -> CostParams:
     """The CostParams the prediction of ``run`` uses: the GPU's defaults, then ``calibration``
     (``{gpu name: {param: value}}``, an entry ``"*"`` for every GPU), then ``overrides``."""
 
@@ -87,7 +89,9 @@ def cost_params_for(run: RunSpec, overrides: dict | None = None, calibration: di
     return p
 
 
-def predict_run(run: RunSpec, *, params=None, workload=None, step_cache: dict | None = None) -> Prediction:
+def predict_run(run: RunSpec, *, params: CostParams | None = None,
+                workload: tuple[Workload, tuple[str, ...]] | None = None, step_cache: dict[str, Any] | None = None,
+                ) -> Prediction:
     """Simulate one step of ``run`` with cost parameters ``params`` (default: the GPU's
     defaults, nothing fitted); summary as the planner's :class:`StrategyResult`.
     ``step_cache`` (run name -> (workload, notes, step)) keeps built steps across calls, so a

@@ -21,7 +21,7 @@ import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccoverlap.catalog.hardware import (
     GPUSpec,
@@ -35,6 +35,10 @@ from ccoverlap.catalog.hardware import (
 from ccoverlap.config import short, suggest, typed
 from ccoverlap.errors import ConfigError
 from ccoverlap.validate.measure import FLOP_RULES, MEASURE_KINDS, Measurement, implied_step_time_s, model_tflops_per_gpu
+
+if TYPE_CHECKING:
+    from ccoverlap.catalog.hardware import ClusterSpec
+    from ccoverlap.catalog.models import ModelSpec
 
 # ccoverlap.catalog.models and ccoverlap.parallel (about 50 and 40 ms to import) are imported in
 # the functions that use them: `ccoverlap --help` imports this module (validate's flags).
@@ -120,7 +124,7 @@ class RunsFile:
 class _Where:
     """Builds the one-line error prefix 'FILE: run NAME (#i): field F: ...'."""
 
-    def __init__(self, path: str, index: int, name: str | None):
+    def __init__(self, path: str, index: int, name: str | None) -> None:
         self.path, self.index, self.name = path, index, name
 
     def err(self, fld: str, msg: str) -> ConfigError:
@@ -128,11 +132,11 @@ class _Where:
         return ConfigError(f"{self.path}: {who}: field {short(fld)}: {msg}")
 
 
-def _is_int(v) -> bool:
+def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_num(v) -> bool:
+def _is_num(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -140,7 +144,7 @@ def _strip_error(exc: Exception) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def _model(value: Any, where: _Where, fld: str, base_dir: Path):
+def _model(value: Any, where: _Where, fld: str, base_dir: Path) -> ModelSpec:
     from ccoverlap.catalog.models import get_model, model_from_dict
 
     try:
@@ -157,7 +161,7 @@ def _model(value: Any, where: _Where, fld: str, base_dir: Path):
     raise where.err(fld, f"expected a model name, a model file or a mapping, got {type(value).__name__}")
 
 
-def _cluster(value: Any, nodes: Any, where: _Where, base_dir: Path):
+def _cluster(value: Any, nodes: Any, where: _Where, base_dir: Path) -> ClusterSpec:
 
     if nodes is not None and (not _is_int(nodes) or not 1 <= nodes <= 2**20):
         raise where.err("nodes", f"must be an integer from 1 to {2**20}, got {short(nodes)}")
@@ -234,7 +238,7 @@ def _check_section(section: Any, fld: str, where: _Where, kinds: dict[str, tuple
     return dict(section)
 
 
-def _dataclass_kinds(cls) -> dict[str, tuple]:
+def _dataclass_kinds(cls: type) -> dict[str, tuple[type, Any]]:
     out = {}
     for f in fields(cls):
         default = f.default
@@ -245,7 +249,7 @@ def _dataclass_kinds(cls) -> dict[str, tuple]:
     return out
 
 
-def _check_layout(run: dict, model, cluster, where: _Where) -> None:
+def _check_layout(run: dict[str, Any], model: ModelSpec, cluster: ClusterSpec, where: _Where) -> None:
     """Degrees multiply to the GPU count and fit the model and batch (whatever this build can simulate)."""
     from ccoverlap.parallel.config import BatchConfig, ParallelConfig, check_step_size, config_problems
 

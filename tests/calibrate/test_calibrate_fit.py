@@ -52,6 +52,15 @@ def test_noise_free_measurements_give_back_the_parameters_exactly(gpu, base, tru
         assert got[name] == pytest.approx(want, rel=1e-4), name
 
 
+def test_no_tile_choice_is_one_config_error_not_a_crash(gpu, base, truth):
+    # the GEMM stage searches the tile shapes it is given: none to search is a bad argument
+    from ccoverlap.errors import ConfigError
+
+    records = [r for r in synth.records(gpu, truth, noise=0.0, quick=True) if r["kind"] == "gemm"]
+    with pytest.raises(ConfigError, match="tile_choices"):
+        F.fit(records, gpu, base, tile_choices=[])
+
+
 # Tolerances by how well the full plan identifies each field with 3 % noise per measurement
 # (checked over several seeds): bandwidths and peak fractions to a few %, overheads and the
 # memory-overlap / L2 factors to ~15-25 %, the weakly identified ones only loosely.
