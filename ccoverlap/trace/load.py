@@ -37,6 +37,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
@@ -72,10 +73,10 @@ class RawTrace:
     ``infos`` holds the kept collective args that ``k_info``/``c_info`` index (-1: none).
     """
 
-    path: Path
-    meta: dict
+    path: Source
+    meta: dict[str, Any]
     names: list[str]
-    infos: list[dict]
+    infos: list[dict[str, Any]]
     threads: list[str]
     k_nid: np.ndarray
     k_ts: np.ndarray
@@ -139,8 +140,8 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Source], list[str]]:
     problems: list[str] = []
     for p in paths:
         if is_url(p):
-            found, why = discover_url(p, TRACE_SUFFIXES)
-            files.extend(found)
+            urls, why = discover_url(p, TRACE_SUFFIXES)
+            files.extend(urls)
             problems.extend(why)
             continue
         path = Path(p)
@@ -156,10 +157,10 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Source], list[str]]:
                 problems.append(f"{clip_middle(str(path))}: {_why_not_there(path)}")
         except OSError as exc:      # a name longer than the system allows, a directory that cannot be listed
             problems.append(f"{clip_middle(str(path))}: cannot read ({exc.strerror or type(exc).__name__})")
-    seen: set = set()
-    unique = []
+    seen: set[Source] = set()
+    unique: list[Source] = []
     for f in files:
-        key = f if is_url(f) else f.resolve()
+        key = f.resolve() if isinstance(f, Path) else f      # a URL string is kept verbatim
         if key not in seen:
             seen.add(key)
             unique.append(f)
@@ -181,7 +182,7 @@ def _why_not_there(path: Path) -> str:
     return "not a regular file or directory (a device, socket or pipe?)"
 
 
-def _open(path: Source):
+def _open(path: Source) -> IO[bytes]:
     """A binary stream of the JSON text (gunzipped when the file is gzip), checked up front."""
     try:
         with open_binary(path) as fh:
@@ -350,7 +351,7 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
     return raw
 
 
-def _many_pids(threads: list) -> bool:
+def _many_pids(threads: list[tuple[Any, Any]]) -> bool:
     return len({p for p, _ in threads}) > 1
 
 
