@@ -129,7 +129,7 @@ class RawTrace:
 
 # ----------------------------------------------------------------------------- files
 
-def discover(paths: Sequence[str | Path]) -> tuple[list[Source], list[str]]:
+def discover(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[Source], list[str]]:
     """Trace files named by ``paths`` (files, or directories searched one level deep; URLs
     - an object or a prefix - through fsspec, see :mod:`ccoverlap.trace.sources`).
 
@@ -220,7 +220,7 @@ def _sniff(path: Source) -> None:
 
 # ----------------------------------------------------------------------------- parsing
 
-def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: bool = False,
+def load_trace(path: str | os.PathLike[str], *, keep_cpu_ops: bool = True, keep_runtime: bool = False,
                keep_op_args: bool = False) -> RawTrace:
     """Stream one trace file into a :class:`RawTrace`.
 
@@ -357,7 +357,7 @@ def _many_pids(threads: list[tuple[Any, Any]]) -> bool:
 
 # ----------------------------------------------------------------------------- all files
 
-def load_all(paths: Iterable[str | Path]) -> tuple[list[RawTrace], list[str]]:
+def load_all(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[RawTrace], list[str]]:
     """Discover, stream and rank every trace; problems are collected, never raised."""
     files, problems = discover(list(paths))
     raws: list[RawTrace] = []
