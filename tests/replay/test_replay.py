@@ -494,3 +494,15 @@ def test_centauri_keeps_the_given_collective_when_partitioning_replays_slower(tm
     assert res.replay.step_time_s == pytest.approx(610 * US)
     assert s.gain_s == 0.0 and s.step_time_s == res.replay.step_time_s
     assert "kept the given configuration for 1" in s.note and "in 8 chunks" in s.note
+
+
+def test_measure_without_metrics_gives_the_bounds_only(tmp_path):
+    from ccoverlap.replay.core import measure, step_time
+
+    job = load_job([str(p) for p in two_rank_job(tmp_path)], steps="all")
+    t = job.graph.run()
+    starts, ends = gpu_times(job, t)
+    full, bounds_only = measure(job, starts, ends), measure(job, starts, ends, metrics=False)
+    assert bounds_only.overall == {} and all(per == {} for per in bounds_only.steps.values())
+    assert set(full.overall) == set(bounds_only.bounds) == {0, 1}
+    assert step_time(bounds_only) == step_time(full) > 0
