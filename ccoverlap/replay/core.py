@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,12 @@ from ccoverlap.replay.job import JobGraph, join
 from ccoverlap.sim.timeline import RankMetrics, Timeline, rank_metrics
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
-from ccoverlap.trace.steps import assign_steps, available_steps, parse_steps, selection_mask, step_rows
+from ccoverlap.trace.load import RawTrace
+from ccoverlap.trace.sources import Source
+from ccoverlap.trace.steps import Steps, assign_steps, available_steps, parse_steps, selection_mask, step_rows
+
+#: A ``ProfilerStep#N`` annotation: (N, start, end, on the GPU) - µs as loaded, s once placed.
+_Step = tuple[int, float, float, bool]
 
 
 @dataclass
@@ -56,7 +62,9 @@ class Bounds:
 
 @dataclass
 class Measured:
-    """Metrics of one scenario, per rank over the selected rows and per step (seconds)."""
+    """Metrics of one scenario, per rank over the selected rows and per step (seconds); measured
+    without metrics (``measure(..., metrics=False)``) ``overall`` is empty and ``steps`` holds an
+    empty dict per rank: only ``bounds`` is set."""
 
     overall: dict[int, RankMetrics]
     steps: dict[int, dict[int, RankMetrics]]           # rank -> step -> metrics over its window
@@ -69,14 +77,14 @@ class Job:
 
     files: list[str]
     problems: list[str]
-    spec: str | list[int]
+    spec: Steps
     job_step_names: int
     graph: JobGraph
     rts: list[RankTrace]
     masks: dict[int, np.ndarray]                        # rank -> analysed rows
-    views: list = field(default_factory=list)           # a RankView per rank
+    views: list[RankView] = field(default_factory=list)   # a RankView per rank
     whole_window: bool = False
-    annotations: dict[int, list] = field(default_factory=dict)   # rank -> [(N, start_s, end_s, is_gpu)]
+    annotations: dict[int, list[_Step]] = field(default_factory=dict)   # rank -> [(N, start_s, end_s, is_gpu)]
     device_names: dict[int, str] = field(default_factory=dict)
     origin_us: float = 0.0
     anchors: dict[int, float] = field(default_factory=dict)      # rank -> start of the analysed window
@@ -86,7 +94,7 @@ class Job:
 class _Loaded:
     """One loaded file: what :func:`ccoverlap.trace.load.assign_ranks` weighs, and its graph."""
 
-    path: Path
+    path: Source
     rank: int | None
     world_size: int | None
     rank_source: str
@@ -94,14 +102,15 @@ class _Loaded:
     n_malformed: int
     n_device: int
     graph: RankGraph | None
-    steps: list
+    steps: list[_Step]
     notes: list[str]
 
 
-def _graph_one(raw, origin: float, keep_calls: bool) -> _Loaded:
+def _graph_one(raw: RawTrace, origin: float, keep_calls: bool) -> _Loaded:
     """The graph of one loaded trace (times from ``origin``, µs), or None with a note."""
     rt = build_rank(raw, origin, hta_rounding=False)
-    notes, graph = [], None
+    notes: list[str] = []
+    graph: RankGraph | None = None
     if rt is None or rt.mode != "gpu":
         notes.append(f"{raw.path}: no GPU kernel events - replay needs device events (a CPU-only or GPU-less rank); "
                      f"not replayed")
@@ -121,19 +130,22 @@ def _graph_one(raw, origin: float, keep_calls: bool) -> _Loaded:
 def _relabel(g: RankGraph, x: _Loaded) -> None:
     """Give a graph built before the ranks were assigned its rank and world size."""
     rt = g.rt
+    assert x.rank is not None       # assign_ranks gave every file a rank
     g.rank = rt.rank = x.rank
     rt.timeline.rank[:] = x.rank
     rt.meta["world_size"] = x.world_size
     rt.meta["rank_source"] = x.rank_source
 
 
-def _load_ranks(paths: Sequence[str], keep_calls: bool) -> tuple[list, list[RankGraph], dict, list[str], float]:
+def _load_ranks(paths: Sequence[str | os.PathLike[str]], keep_calls: bool
+                ) -> tuple[list[Source], list[RankGraph], dict[int, list[_Step]], list[str], float]:
     """(files, graphs, ProfilerStep annotations per rank, problems, origin in µs): each file is
     graphed as soon as it is loaded and its columns released, so one file's raw columns are held
     at a time; times count from the first file's earliest event (any common origin would do),
     and the ranks are assigned once every file is in (:func:`ccoverlap.trace.load.assign_ranks`)."""
     files, problems = _load.discover(list(paths))
-    loaded, origin = [], None
+    loaded: list[_Loaded] = []
+    origin: float | None = None
     for f in files:
         try:
             raw = _load.load_trace(f, keep_cpu_ops=False, keep_runtime=True)
@@ -146,18 +158,21 @@ def _load_ranks(paths: Sequence[str], keep_calls: bool) -> tuple[list, list[Rank
         del raw
     kept, rank_problems = _load.assign_ranks(loaded)
     problems += rank_problems
-    graphs, annotations = [], {}
+    graphs: list[RankGraph] = []
+    annotations: dict[int, list[_Step]] = {}
     for x in kept:
         problems += x.notes
         if x.graph is None:
             continue
         _relabel(x.graph, x)
         graphs.append(x.graph)
-        annotations[x.rank] = [(n, (ts - origin) * 1e-6, (ts + d - origin) * 1e-6, gpu) for n, ts, d, gpu in x.steps]
+        assert origin is not None           # set by the first file loaded (this one or before)
+        annotations[x.graph.rank] = [(n, (ts - origin) * 1e-6, (ts + d - origin) * 1e-6, gpu)
+                                     for n, ts, d, gpu in x.steps]
     return files, graphs, annotations, problems, origin or 0.0
 
 
-def load_job(paths: Sequence[str], *, steps: str | None = "hta", keep_calls: bool = True) -> Job:
+def load_job(paths: Sequence[str | os.PathLike[str]], *, steps: str | None = "hta", keep_calls: bool = True) -> Job:
     """Load, classify and graph every rank (problems per file collected, never raised).
     ``keep_calls``: keep every runtime call's columns, needed to write replayed traces.
 
@@ -181,7 +196,7 @@ def load_job(paths: Sequence[str], *, steps: str | None = "hta", keep_calls: boo
         problems.append(f"{len(unmatched)} collective(s) not matched across ranks (a member ended before another "
                         f"started: clock offset between hosts?) - replayed with their measured durations")
     problems.extend(x for x in jg.notes if " " in x)
-    masks = {}
+    masks: dict[int, np.ndarray] = {}
     for rt in rts:
         assign_steps(rt)
         masks[rt.rank] = selection_mask(rt, spec, step_names)
@@ -191,7 +206,7 @@ def load_job(paths: Sequence[str], *, steps: str | None = "hta", keep_calls: boo
                device_names={rt.rank: str(rt.meta.get("device") or "") for rt in rts}, origin_us=origin)
 
 
-def _check_steps(spec, rts: list[RankTrace], problems: list[str]) -> None:
+def _check_steps(spec: Steps, rts: list[RankTrace], problems: list[str]) -> None:
     """ConfigError when ``--steps`` names no step of the traces; a problem line for some missing."""
     if not isinstance(spec, list):
         return
@@ -205,11 +220,13 @@ def _check_steps(spec, rts: list[RankTrace], problems: list[str]) -> None:
                         f"{', '.join(map(str, avail))})")
 
 
-def gpu_times(job: Job, t: np.ndarray, dur: np.ndarray | None = None) -> tuple[dict, dict]:
+def gpu_times(job: Job, t: np.ndarray, dur: np.ndarray | None = None
+              ) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
     """Per rank: (start, end) of its GPU rows (s) for node times ``t`` (from ``JobGraph.run``)."""
     jg = job.graph
     dur = jg.dur if dur is None else dur
-    s_out, e_out = {}, {}
+    s_out: dict[int, np.ndarray] = {}
+    e_out: dict[int, np.ndarray] = {}
     for off, g in zip(jg.offset, jg.ranks):
         rows = slice(off, off + g.n_gpu)
         en = jg.end_node[rows]
@@ -257,7 +274,8 @@ def rank_view(rt: RankTrace, mask: np.ndarray) -> RankView:
     rest = np.flatnonzero(mask & (tl.step < 0))
     rows = np.concatenate([rest] + [sel[s] for s in sorted(sel)]).astype(np.int64)
     skel = _skeleton(tl, rows)
-    parts, at = {}, len(rest)
+    parts: dict[int, Timeline] = {}
+    at = len(rest)
     for s in sorted(sel):
         parts[s] = _part(skel, at, at + len(sel[s]))
         at += len(sel[s])
@@ -270,17 +288,19 @@ def _timed(skel: Timeline, start: np.ndarray, end: np.ndarray) -> Timeline:
     return t
 
 
-def _rank_measure(v: RankView, start: np.ndarray, end: np.ndarray, anchor: float | None, metrics: bool = True):
+def _rank_measure(v: RankView, start: np.ndarray, end: np.ndarray, anchor: float | None, metrics: bool = True
+                  ) -> tuple[RankMetrics | None, dict[int, RankMetrics], Bounds]:
     """(overall metrics, per-step metrics, bounds) of one rank (see the module docstring): each
     step's window is HTA's, from its first op to the later of its last end and the first start
     of a later step's ops (:func:`ccoverlap.trace.steps.step_windows`); without ``metrics`` only
     the bounds (the metrics are None / empty)."""
     first_all = {s: float(start[r].min()) for s, r in v.step_all.items()}
-    later, best = {}, math.inf
+    later: dict[int, float] = {}
+    best = math.inf
     for s in sorted(first_all, reverse=True):
         later[s] = best
         best = min(best, first_all[s])
-    windows = {}
+    windows: dict[int, tuple[float, float]] = {}
     for s in sorted(v.step_rows):
         r = v.step_rows[s]
         nxt = later.get(s, math.inf)
@@ -305,11 +325,15 @@ def measure(job: Job, starts: dict[int, np.ndarray], ends: dict[int, np.ndarray]
     """Per rank and per step metrics of a scenario whose GPU rows run at ``starts``/``ends``
     (seconds); ``anchors``: where each rank's analysed window starts (default: its own first
     op); ``metrics=False``: the step bounds only (what a step time needs)."""
-    overall, steps, bounds = {}, {}, {}
+    overall: dict[int, RankMetrics] = {}
+    steps: dict[int, dict[int, RankMetrics]] = {}
+    bounds: dict[int, Bounds] = {}
     for v in job.views:
         r = v.rank
-        overall[r], steps[r], bounds[r] = _rank_measure(v, starts[r], ends[r],
-                                                        None if anchors is None else anchors.get(r), metrics)
+        o, steps[r], bounds[r] = _rank_measure(v, starts[r], ends[r], None if anchors is None else anchors.get(r),
+                                               metrics)
+        if o is not None:
+            overall[r] = o
     return Measured(overall=overall, steps=steps, bounds=bounds)
 
 
@@ -319,10 +343,10 @@ def step_time(m: Measured) -> float:
     return max(((b.end_s - b.start_s) / b.n_steps for b in m.bounds.values()), default=0.0)
 
 
-def fidelity_rows(measured: Measured, replayed: Measured, structure: Measured | None = None) -> list[dict]:
+def fidelity_rows(measured: Measured, replayed: Measured, structure: Measured | None = None) -> list[dict[str, Any]]:
     """Per rank and step: measured vs replayed step window (s) and the error (%); with
     ``structure`` (the replay with nominal GPU gaps instead of the fitted ones) its too."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in sorted(measured.steps):
         per_m, per_r = measured.steps[r], replayed.steps.get(r, {})
         keys = sorted(per_m)
@@ -354,6 +378,7 @@ def replayed_calls(job: Job, gi: int, t: np.ndarray, dur: np.ndarray | None = No
     dur = jg.dur if dur is None else dur
     g, off = jg.ranks[gi], jg.offset[gi]
     c = g.calls
+    assert c is not None        # the job was loaded with keep_calls
     kept = c.node >= 0
     exits = off + g.exit_of
     exit_end = t[exits] + dur[exits]                     # per kept call, in node order
@@ -369,6 +394,7 @@ def replayed_calls(job: Job, gi: int, t: np.ndarray, dur: np.ndarray | None = No
 def step_thread(g: RankGraph, s: float, e: float) -> int | None:
     """The launch thread of a profiler step: the one with the most runtime calls inside it."""
     c = g.calls
+    assert c is not None        # the job was loaded with keep_calls
     inside = (c.start >= s) & (c.start < e)
     if not inside.any():
         return None
@@ -385,8 +411,9 @@ def replayed_annotations(job: Job, gi: int, t: np.ndarray, call_end: np.ndarray,
     jg = job.graph
     g = jg.ranks[gi]
     c = g.calls
+    assert c is not None        # the job was loaded with keep_calls
     kept = np.flatnonzero(c.node >= 0)
-    out = []
+    out: list[tuple[int, float, float, bool, int]] = []
     nol = np.isnan(g.rt.launch_s)
     for num, s, e, gpu in job.annotations.get(g.rank, []):
         tid = step_thread(g, s, e)

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
+from ccoverlap.catalog.hardware import ClusterSpec
 from ccoverlap.deciders.centauri.rules import operation_level
 from ccoverlap.deciders.lagom.group import Computation, OverlapCollective, OverlapGroup
 from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
@@ -29,7 +31,8 @@ from ccoverlap.replay.graph import E_COLL, GPU
 from ccoverlap.replay.job import JobGraph
 from ccoverlap.replay.whatif import Edit, base_edit, gpu_rows, group_ranks_of, spans_nodes, world_size
 from ccoverlap.sim.timeline import merge_intervals
-from ccoverlap.specs import COLLECTIVES, CollectiveSpec, GroupSpec
+from ccoverlap.specs import COLLECTIVES, Collective, CollectiveSpec, GroupSpec
+from ccoverlap.trace.classify import RankTrace
 from ccoverlap.trace.contention import covered_length
 
 
@@ -75,7 +78,8 @@ def keep_faster(jg: JobGraph, name: str, units: list[Unit], step_time: Callable[
 
 # ----------------------------------------------------------------------------- Lagom
 
-def lagom_ratios(collective: str, nbytes: float, group_size: int, nodes: int, compute_s: float, cluster):
+def lagom_ratios(collective: str, nbytes: float, group_size: int, nodes: int, compute_s: float,
+                 cluster: ClusterSpec) -> tuple[float, float, float] | None:
     """Lagom (lagom §3.4, :func:`ccoverlap.deciders.lagom.tune.lagom_tune`) on the overlap group
     "this collective beside ``compute_s`` seconds of computation" under the cost model.
 
@@ -88,7 +92,7 @@ def lagom_ratios(collective: str, nbytes: float, group_size: int, nodes: int, co
         return None
     try:
         cl = cluster.with_nodes(nodes) if nodes > 1 else cluster
-        spec = CollectiveSpec(collective=collective, bytes=nbytes,
+        spec = CollectiveSpec(collective=cast(Collective, collective), bytes=nbytes,     # in COLLECTIVES
                               group=GroupSpec(name="replay", size=group_size, local_size=group_size // nodes))
         group = OverlapGroup(name="replay", computations=(Computation(name="overlapped compute",
                                                                       duration_s=compute_s),),
@@ -105,10 +109,16 @@ def lagom_ratios(collective: str, nbytes: float, group_size: int, nodes: int, co
             tuned.makespan_s / base.makespan_s)
 
 
-def overlap_groups(jg: JobGraph, t: np.ndarray) -> dict[tuple, list]:
+#: An overlap group's key: (collective, bytes, group size, process group).
+_GroupKey = tuple[str, float, int, str]
+#: Its members: (comm node, compute nodes that ran >= half beside it, the rank's trace).
+_Member = tuple[int, np.ndarray, RankTrace]
+
+
+def overlap_groups(jg: JobGraph, t: np.ndarray) -> dict[_GroupKey, list[_Member]]:
     """Per (collective, bytes, group size): [(comm node, compute nodes that ran >= half beside it)]."""
     start, end = jg.intervals(t)
-    groups: dict[tuple, list] = {}
+    groups: dict[_GroupKey, list[_Member]] = {}
     for nodes, rt in gpu_rows(jg):
         kind = rt.timeline.kind
         comp = nodes[kind == "compute"]
@@ -125,14 +135,16 @@ def overlap_groups(jg: JobGraph, t: np.ndarray) -> dict[tuple, list]:
     return groups
 
 
-def lagom_units(jg: JobGraph, t: np.ndarray, cluster, *, max_groups: int = 6) -> tuple[list[Unit], list[str]]:
+def lagom_units(jg: JobGraph, t: np.ndarray, cluster: ClusterSpec, *,
+                max_groups: int = 6) -> tuple[list[Unit], list[str]]:
     """One unit per overlap group (the ``max_groups`` with the most communication time) whose
     Lagom configuration is faster than NCCL's defaults in Lagom's own model; notes on the rest."""
     start, end = jg.intervals(t)
     coll_of = {m: (ci, j) for ci, c in enumerate(jg.collectives) for j, m in enumerate(c.members)}
     groups = overlap_groups(jg, t)
     world, gpn = world_size(jg), cluster.gpus_per_node
-    units, notes = [], []
+    units: list[Unit] = []
+    notes: list[str] = []
     for key in sorted(groups, key=lambda k: -sum(float(end[v] - start[v]) for v, _, _ in groups[k]))[:max_groups]:
         coll, nbytes, gs, grp = key
         v0, beside0, rt0 = max(groups[key], key=lambda x: float(end[x[0]] - start[x[0]]))
@@ -153,7 +165,8 @@ def lagom_units(jg: JobGraph, t: np.ndarray, cluster, *, max_groups: int = 6) ->
     return units, notes
 
 
-def _lagom_apply(jg: JobGraph, members: list, coll_of: dict, rx: float, ry: float):
+def _lagom_apply(jg: JobGraph, members: list[_Member], coll_of: dict[int, tuple[int, int]], rx: float,
+                 ry: float) -> Callable[[Edit], None]:
     """Scale the group's collectives by ``rx`` and the compute beside them by ``ry`` (a kernel
     beside collectives of two groups keeps the first group's ratio)."""
     def apply(e: Edit) -> None:
@@ -178,7 +191,7 @@ def exposed_ops(jg: JobGraph, t: np.ndarray) -> list[tuple[float, float, int]]:
     """(exposed s, covered s, global node) of every communication op, most exposed first: the
     part of it no compute of its rank covers, and the part that is covered."""
     start, end = jg.intervals(t)
-    out = []
+    out: list[tuple[float, float, int]] = []
     for nodes, rt in gpu_rows(jg):
         kind = rt.timeline.kind
         comm = nodes[kind == "comm"]
@@ -199,7 +212,9 @@ def centauri_units(jg: JobGraph, t: np.ndarray, *, top: int = 8) -> tuple[list[U
     the chunks the rule chooses, pipelined with the GPU ops that consume it."""
 
     coll_of = {m: ci for ci, c in enumerate(jg.collectives) for m in c.members}
-    units, notes, seen = [], [], set()
+    units: list[Unit] = []
+    notes: list[str] = []
+    seen: set[int | None] = set()
     for x, covered, v in exposed_ops(jg, t):
         if len(units) + len(notes) >= top or x <= 0:
             break
@@ -227,7 +242,7 @@ def _consumers(jg: JobGraph, v: int, ci: int | None) -> list[tuple[int, int, int
     """(edge, consumer GPU op, member) of every GPU op that waits for the end of op ``v``'s call."""
     c = jg.collectives[ci] if ci is not None else None
     ends = list(zip(c.ends, c.members)) if c is not None else [(v, v)]
-    out = []
+    out: list[tuple[int, int, int]] = []
     for endn, member in ends:
         for e in np.flatnonzero(jg.src == endn).tolist():
             d = int(jg.dst[e])
@@ -236,7 +251,8 @@ def _consumers(jg: JobGraph, v: int, ci: int | None) -> list[tuple[int, int, int
     return out
 
 
-def _centauri_apply(jg: JobGraph, v: int, ci: int | None, pairs: list, k: int):
+def _centauri_apply(jg: JobGraph, v: int, ci: int | None, pairs: list[tuple[int, int, int]],
+                    k: int) -> Callable[[Edit], None]:
     """Chunked transfer (each extra chunk one launch latency) and consumers that may start after
     the first chunk and end no earlier than 1/k of their time after the last (Centauri §3.1)."""
     def apply(e: Edit) -> None:

@@ -17,10 +17,13 @@ sentence when the two numbers differ.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
+from ccoverlap.replay.core import Job, Measured
 from ccoverlap.replay.graph import CPU, E_COLL, E_CPU, E_LAUNCH, E_STREAM, E_SYNC, E_XSTREAM
 from ccoverlap.replay.job import JobGraph
 
@@ -70,7 +73,8 @@ _EDGE_CAT = {E_CPU: "host", E_LAUNCH: "host", E_STREAM: "waits", E_XSTREAM: "wai
              E_COLL: "communication"}
 
 
-def _step_back(jg: JobGraph, t: np.ndarray, bind: np.ndarray, v: int, start_s: float):
+def _step_back(jg: JobGraph, t: np.ndarray, bind: np.ndarray, v: int,
+               start_s: float) -> tuple[float, int, tuple[int, bool] | None]:
     """From the start of node ``v``: (time the binding constraint starts, its category, the next
     (node, entered at its end) or None at a root)."""
     b = int(bind[v])
@@ -97,6 +101,7 @@ def critical_path(jg: JobGraph, t: np.ndarray, gi: int, start_s: float, end_s: f
     v, ending = (int(rows[at_end[0]]), True) if len(at_end) else (int(rows[np.argmin(np.abs(s[rows] - end_s))]), False)
     acc = [0.0] * len(CATEGORIES)
     other, hi = 0.0, end_s
+    nxt: tuple[int, bool] | None
     while hi > start_s:
         if ending and jg.end_node[v] != v:        # a matched collective ends at its end node
             v, ending = int(jg.end_node[v]), False
@@ -117,7 +122,36 @@ def critical_path(jg: JobGraph, t: np.ndarray, gi: int, start_s: float, end_s: f
     return PathSummary(rank=g.rank, window_s=end_s - start_s, seconds=dict(zip(CATEGORIES, acc)), other_ranks_s=other)
 
 
-def slowest_path(res) -> PathSummary | None:
+class _Scenario(Protocol):
+    """What this module reads of a replayed scenario (:class:`ccoverlap.replay.run.Scenario`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def measured(self) -> Measured: ...
+    @property
+    def step_time_s(self) -> float: ...
+    @property
+    def exposed_comm_s(self) -> float: ...
+    @property
+    def gain_s(self) -> float: ...
+    @property
+    def times(self) -> np.ndarray | None: ...
+
+
+class _Result(Protocol):
+    """What this module reads of a replay (:class:`ccoverlap.replay.run.ReplayResult`, which
+    imports this module: typed by its shape, not imported)."""
+
+    @property
+    def job(self) -> Job: ...
+    @property
+    def replay(self) -> _Scenario: ...
+    @property
+    def whatifs(self) -> Sequence[_Scenario]: ...
+
+
+def slowest_path(res: _Result) -> PathSummary | None:
     """The critical path of the slowest rank's analysed window in the replay of the unedited graph."""
     m = res.replay.measured
     if res.replay.times is None or not m.bounds:
@@ -129,7 +163,7 @@ def slowest_path(res) -> PathSummary | None:
     return critical_path(jg, res.replay.times, gi, b.start_s, b.end_s)
 
 
-def explain(res) -> str:
+def explain(res: _Result) -> str:
     """One sentence on why the replay's communication bound differs from ``analyze``'s exposed
     communication, or "" when they agree (within 5 % of the exposed time and 1 % of the step)."""
     bound = next((s for s in res.whatifs if s.name == "no-comm"), None)

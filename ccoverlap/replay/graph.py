@@ -48,8 +48,10 @@ MLSys 2025); the implementation is ours.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ccoverlap.trace.classify import RankTrace
 from ccoverlap.trace.load import DEVICE_CAT_LIST, RawTrace
@@ -68,9 +70,10 @@ class Edges:
     """Edge columns collected in chunks (numpy arrays or short lists), joined by :meth:`arrays`."""
 
     def __init__(self) -> None:
-        self.parts: list[tuple] = []
+        self.parts: list[tuple[np.ndarray, ...]] = []
 
-    def add(self, src, dst, w, from_end, kind: int, w_nom=None) -> None:
+    def add(self, src: ArrayLike, dst: ArrayLike, w: ArrayLike, from_end: ArrayLike, kind: int,
+            w_nom: ArrayLike | None = None) -> None:
         """Append edges (scalars or equal-length arrays); ``w_nom`` defaults to ``w``."""
         src = np.atleast_1d(np.asarray(src, dtype=np.int64))
         n = len(src)
@@ -177,7 +180,8 @@ def _stream_prev(ks: np.ndarray, dev_stream: np.ndarray, ops: np.ndarray, n: int
     return prev
 
 
-def _known_cross_stream(raw: RawTrace, launch, dev_stream, is_sync_ev, has_l) -> dict[int, list[int]]:
+def _known_cross_stream(raw: RawTrace, launch: np.ndarray, dev_stream: np.ndarray, is_sync_ev: np.ndarray,
+                        has_l: np.ndarray) -> dict[int, list[int]]:
     """Cross-stream edges named by ``cuda_sync`` args: waiting op -> [op it waits for]."""
     n = len(launch)
     known: dict[int, list[int]] = {}
@@ -215,7 +219,7 @@ class _Gpu:
     prev: np.ndarray
     ops: np.ndarray
     lat0: float
-    by_end: tuple = ()               # (non-marker ops sorted by end, their ends)
+    by_end: tuple[np.ndarray, ...] = ()     # (non-marker ops sorted by end, their ends)
 
 
 def _gpu_edges(raw: RawTrace, gp: _Gpu, known_x: dict, ed: Edges, release: np.ndarray, tol_s: float) -> dict:
@@ -253,7 +257,8 @@ def _gpu_edges(raw: RawTrace, gp: _Gpu, known_x: dict, ed: Edges, release: np.nd
     return counts
 
 
-def _special_gpu_edges(raw, gp: _Gpu, special, known_x, w0_all, ed: Edges, release, tol_s) -> dict:
+def _special_gpu_edges(raw: RawTrace, gp: _Gpu, special: np.ndarray, known_x: dict[int, list[int]],
+                       w0_all: np.ndarray, ed: Edges, release: np.ndarray, tol_s: float) -> dict[str, int]:
     """Ops that started later than stream order and launch allow: known or inferred cross-stream
     dependencies, or roots (kept at their measured start)."""
     ks, ke, launch, prev = gp.ks, gp.ke, gp.launch, gp.prev
@@ -263,7 +268,12 @@ def _special_gpu_edges(raw, gp: _Gpu, special, known_x, w0_all, ed: Edges, relea
         rows = rows[np.argsort(ke[rows], kind="stable")]
         by_dev[int(d)] = (rows, ke[rows])
     n_inferred = n_anchor = 0
-    src, dst, w, wn, fe, ek = [], [], [], [], [], []
+    src: list[int] = []
+    dst: list[int] = []
+    w: list[float] = []
+    wn: list[float] = []
+    fe: list[bool] = []
+    ek: list[int] = []
     for k in special.tolist():
         s = ks[k]
         cands: list[tuple[float, int, float, bool, int]] = []   # (T, src, nominal w, from_end, kind)
@@ -324,7 +334,8 @@ def _blocking_candidates(raw: RawTrace, l_d: np.ndarray, lname: list[str], owns_
     return memcpy, sync_name, long_, med_of
 
 
-def _block_targets(j: int, kind: str, is_long: bool, gp: _Gpu, l_d, t_launch, own_op: dict, med: float,
+def _block_targets(j: int, kind: str, is_long: bool, gp: _Gpu, l_d: np.ndarray, t_launch: np.ndarray,
+                   own_op: dict[int, int], med: float,
                    lname: str, queue_tol_s: float) -> tuple[list[int], float, bool]:
     """(target ops, own cost, is a launch-queue wait) of a call that may have blocked: a memcpy
     that returned after its own copy, a sync call, else a long call that waited for the queue."""
@@ -460,14 +471,25 @@ def _gpu_facts(raw: RawTrace, ks: np.ndarray, ke: np.ndarray, l_s: np.ndarray, n
     return gp
 
 
-def _wait_nodes(gp: _Gpu, l_d, lname, cand, memcpy, sync_name, long_, med_of, cpu_dur, n, n_cpu, ed: Edges,
-                queue_tol_s) -> dict:
+class _Waits(TypedDict):
+    """What :func:`_wait_nodes` adds: the wait node each blocking call exits through (by call
+    index), each wait node's start (s), blocking calls and launch-queue waits counted."""
+
+    exit: dict[int, int]
+    start: list[float]
+    blocking: int
+    queue: int
+
+
+def _wait_nodes(gp: _Gpu, l_d: np.ndarray, lname: list[str], cand: np.ndarray, memcpy: np.ndarray,
+                sync_name: np.ndarray, long_: np.ndarray, med_of: np.ndarray, cpu_dur: np.ndarray, n: int, n_cpu: int,
+                ed: Edges, queue_tol_s: float) -> _Waits:
     """A wait node per call that blocked on the GPU, with its host-sync edges."""
     t_launch = np.full(len(gp.ks), np.inf)
     has_l = gp.launch >= 0
     t_launch[has_l] = gp.l_s[gp.launch[has_l]]
     own_op = {int(gp.launch[k]): int(k) for k in np.flatnonzero(has_l)}
-    out = {"exit": {}, "start": [], "blocking": 0, "queue": 0}
+    out: _Waits = {"exit": {}, "start": [], "blocking": 0, "queue": 0}
     for j in np.flatnonzero(cand).tolist():
         kind = "memcpy" if memcpy[j] else "sync" if sync_name[j] else "long"
         targets, own_cost, queue = _block_targets(j, kind, bool(long_[j]), gp, l_d, t_launch, own_op, float(med_of[j]),
@@ -489,7 +511,8 @@ def _wait_nodes(gp: _Gpu, l_d, lname, cand, memcpy, sync_name, long_, med_of, cp
     return out
 
 
-def _cpu_chain(raw: RawTrace, gp: _Gpu, l_s, l_d, order, kept, exit_of, n, ed: Edges, release) -> np.ndarray:
+def _cpu_chain(raw: RawTrace, gp: _Gpu, l_s: np.ndarray, l_d: np.ndarray, order: np.ndarray, kept: np.ndarray,
+               exit_of: np.ndarray, n: int, ed: Edges, release: np.ndarray) -> np.ndarray:
     """CPU-order edges between consecutive kept calls of each thread (the folded calls' time and
     gaps in the weight); returns each call's anchor (the kept call it follows, itself if kept)."""
     m = len(l_s)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -67,13 +68,13 @@ class Schedule:
     x_edge: np.ndarray            # cross inputs (edges), sorted by destination position
     x_src: np.ndarray             # their sources' positions
     x_ptr: np.ndarray             # per level: [x_ptr[l], x_ptr[l + 1]) in x_edge
-    x_first: list                 # per level: reduceat starts (local to the level's edges)
-    x_dst: list                   # per level: destination positions (local to the level's nodes)
-    has_chain: np.ndarray | None = None   # per position: chain_edge >= 0
-    seg: np.ndarray | None = None         # per position: index of its static segment (float)
-    first: np.ndarray | None = None       # per position: position where its static segment starts
-    release: np.ndarray | None = None     # per position: the node's release (-inf: none)
-    measured: np.ndarray | None = None    # per position: the node's measured start
+    x_first: list[np.ndarray]     # per level: reduceat starts (local to the level's edges)
+    x_dst: list[np.ndarray]       # per level: destination positions (local to the level's nodes)
+    has_chain: np.ndarray         # per position: chain_edge >= 0
+    seg: np.ndarray               # per position: index of its static segment (float)
+    first: np.ndarray             # per position: position where its static segment starts
+    release: np.ndarray           # per position: the node's release (-inf: none)
+    measured: np.ndarray          # per position: the node's measured start
 
 
 @dataclass
@@ -100,7 +101,8 @@ class JobGraph:
     sched: Schedule | None = None
     engine: str = ""
 
-    def run(self, *, dur=None, w=None, on=None, xfer: dict | None = None) -> np.ndarray:
+    def run(self, *, dur: np.ndarray | None = None, w: np.ndarray | None = None, on: np.ndarray | None = None,
+            xfer: dict[int, list[float]] | None = None) -> np.ndarray:
         """Start time (s) of every node under the given edits (defaults: as measured).
 
         ``xfer``: ``{collective index: [transfer time per member]}`` replaces the measured
@@ -132,7 +134,7 @@ class JobGraph:
         if name == "levels":
             self.in_idx = self.in_ptr = None
 
-    def intervals(self, t: np.ndarray, dur=None) -> tuple[np.ndarray, np.ndarray]:
+    def intervals(self, t: np.ndarray, dur: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of every node from :meth:`run`'s times (an end node's time is the end)."""
         dur = self.dur if dur is None else dur
         en = self.end_node
@@ -147,6 +149,7 @@ class JobGraph:
 
 def _run_nodes(jg: JobGraph, add: np.ndarray) -> np.ndarray:
     """Longest path node by node in topological order (Python lists)."""
+    assert jg.sched is not None and jg.in_ptr is not None and jg.in_idx is not None   # set by _topo
     addl = add.tolist()
     srcl = jg.src.tolist()
     ptr = jg.in_ptr.tolist()
@@ -170,6 +173,7 @@ def _run_nodes(jg: JobGraph, add: np.ndarray) -> np.ndarray:
 def _run_levels(jg: JobGraph, add: np.ndarray) -> np.ndarray:
     """Longest path level by level: a segmented max-plus scan per level (see the module docstring)."""
     s = jg.sched
+    assert s is not None        # set by _topo
     n = len(s.order)
     a = np.zeros(n)
     a[s.has_chain] = add[s.chain_edge[s.has_chain]]
@@ -207,7 +211,22 @@ def _run_levels(jg: JobGraph, add: np.ndarray) -> np.ndarray:
     return out
 
 
-def _match_collectives(ranks: list[RankGraph], *, tol_s: float = 1e-3, tol_frac: float = 0.02) -> list[tuple]:
+#: A collective call matched across ranks: (group, call index in the group, [(rank index, local row)]).
+_Matched = tuple[str, int, list[tuple[int, int]]]
+
+
+class _NewParts(TypedDict):
+    """The nodes and edges :func:`_collective_nodes` appends, and what it reads: node (kind, dur,
+    start), edge (src, dst, w, from_end), the measured starts and durations, the edges before."""
+
+    node: list[tuple[int, float, float]]
+    edge: list[tuple[int, int, float, bool]]
+    start0: np.ndarray
+    dur0: np.ndarray
+    n_edges: int
+
+
+def _match_collectives(ranks: list[RankGraph], *, tol_s: float = 1e-3, tol_frac: float = 0.02) -> list[_Matched]:
     """(group, seq, [(rank index, local row)]) for the comm ops of groups seen on >= 2 ranks.
 
     Each group's calls are paired by :func:`ccoverlap.trace.match.pair_calls` with ends lined
@@ -219,14 +238,14 @@ def _match_collectives(ranks: list[RankGraph], *, tol_s: float = 1e-3, tol_frac:
     for ri, tl in tls.items():
         for grp, rows in comm_rows_by_group(tl).items():
             per_group.setdefault(grp, {})[ri] = rows
-    out = []
+    out: list[_Matched] = []
     for grp, by_rank in per_group.items():
         calls, _ = pair_calls(tls, by_rank, by_order=False, tol_s=tol_s, tol_frac=tol_frac)
         out.extend((grp, seq, members) for seq, members in enumerate(calls))
     return out
 
 
-def _unpaired_note(ranks: list[RankGraph], matched: list[tuple]) -> str | None:
+def _unpaired_note(ranks: list[RankGraph], matched: list[_Matched]) -> str | None:
     paired = {(ri, row) for _, _, mem in matched for ri, row in mem}
     groups = list({grp for grp, _, _ in matched})
     alone = sum(1 for ri, g in enumerate(ranks) for row in np.flatnonzero(
@@ -238,7 +257,8 @@ def _unpaired_note(ranks: list[RankGraph], matched: list[tuple]) -> str | None:
             f"with their measured durations")
 
 
-def _collective_nodes(ranks, offset, matched, base: int, cols: dict, notes: list) -> list[Collective]:
+def _collective_nodes(ranks: list[RankGraph], offset: list[int], matched: list[_Matched], base: int, cols: _NewParts,
+                      notes: list[str]) -> list[Collective]:
     """A barrier and per-member end nodes for each matched call (appended to ``cols``)."""
     colls: list[Collective] = []
     start_all, dur_all = cols["start0"], cols["dur0"]
@@ -255,7 +275,9 @@ def _collective_nodes(ranks, offset, matched, base: int, cols: dict, notes: list
         base += 1
         cols["node"].append((BARRIER, 0.0, latest))
         cols["edge"] += [(v, b, 0.0, False) for v in nodes]
-        cends, xfers, bar = [], [], []
+        cends: list[int] = []
+        xfers: list[float] = []
+        bar: list[int] = []
         for v, e in zip(nodes, ends):
             c = base
             base += 1
@@ -278,7 +300,7 @@ def _collective_nodes(ranks, offset, matched, base: int, cols: dict, notes: list
 def _concat(ranks: list[RankGraph]) -> JobGraph:
     """The ranks' graphs side by side (no cross-rank edge); frees each rank's own columns."""
     offset = np.cumsum([0] + [g.n_nodes for g in ranks[:-1]]).tolist()
-    cols = {}
+    cols: dict[str, np.ndarray] = {}
     for name in ("kind", "dur", "start", "release", "w", "w_nom", "from_end", "ekind"):
         cols[name] = np.concatenate([getattr(g, name) for g in ranks])
     idx = np.int32 if sum(g.n_nodes for g in ranks) < 2**31 - 2**20 else np.int64
@@ -286,15 +308,17 @@ def _concat(ranks: list[RankGraph]) -> JobGraph:
     cols["dst"] = np.concatenate([(g.dst + o).astype(idx) for g, o in zip(ranks, offset)])
     for g in ranks:
         g.drop_columns()
-    return JobGraph(ranks=ranks, offset=offset, collectives=[], end_node=np.arange(len(cols["kind"]), dtype=np.int64),
-                    **cols)
+    return JobGraph(ranks=ranks, offset=offset, kind=cols["kind"], dur=cols["dur"], start=cols["start"],
+                    release=cols["release"], src=cols["src"], dst=cols["dst"], w=cols["w"], w_nom=cols["w_nom"],
+                    from_end=cols["from_end"], ekind=cols["ekind"], collectives=[],
+                    end_node=np.arange(len(cols["kind"]), dtype=np.int64))
 
 
-def _add_collectives(jg: JobGraph, matched: list[tuple]) -> tuple[int, int, np.ndarray, np.ndarray]:
+def _add_collectives(jg: JobGraph, matched: list[_Matched]) -> tuple[int, int, np.ndarray, np.ndarray]:
     """Append the matched collectives' nodes and edges; returns what :func:`_drop_collectives`
     needs to undo it (node and edge counts before, moved edges and their old sources)."""
     n0, e0 = len(jg.kind), len(jg.src)
-    cols = {"node": [], "edge": [], "start0": jg.start, "dur0": jg.dur, "n_edges": e0}
+    cols: _NewParts = {"node": [], "edge": [], "start0": jg.start, "dur0": jg.dur, "n_edges": e0}
     jg.collectives = _collective_nodes(jg.ranks, jg.offset, matched, n0, cols, jg.notes)
     nk, ce = cols["node"], cols["edge"]
     cat = np.concatenate
@@ -445,7 +469,8 @@ def _schedule(jg: JobGraph, level: np.ndarray, topo: np.ndarray, chain_id: np.nd
     level_ptr = np.searchsorted(level[order], np.arange(n_levels + 1))
     x_ptr = np.searchsorted(x_lv, np.arange(n_levels + 1))
     dpos = pos[jg.dst[x]]
-    x_first, x_dst = [], []
+    x_first: list[np.ndarray] = []
+    x_dst: list[np.ndarray] = []
     for lv in range(n_levels):
         d = dpos[x_ptr[lv]:x_ptr[lv + 1]] - level_ptr[lv]
         firsts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]]) if len(d) else np.empty(0, dtype=np.int64)

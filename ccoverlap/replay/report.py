@@ -14,19 +14,21 @@ import gzip
 import json
 import math
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
 from ccoverlap.console import Col, make_console, print_table, print_wrapped
 from ccoverlap.outputs import save_figure, write_files
 from ccoverlap.replay.core import gpu_times, replayed_annotations, replayed_calls
+from ccoverlap.replay.graph import RankGraph
 from ccoverlap.replay.run import ReplayResult, Scenario, recommendation
+from ccoverlap.trace.classify import RankTrace
 
 _CATS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "kernel", "kernel")
 
 
-def _ms(x) -> str:
+def _ms(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.3f}"
 
 
@@ -107,7 +109,7 @@ def to_dict(res: ReplayResult, extra: dict | None = None) -> dict:
     return _clean(doc)
 
 
-def _clean(x):
+def _clean(x: Any) -> Any:
     if isinstance(x, dict):
         return {str(k): _clean(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -120,9 +122,9 @@ def _clean(x):
     return x
 
 
-def _device_events(g, rt, starts, ends) -> list[dict]:
+def _device_events(g: RankGraph, rt: RankTrace, starts: np.ndarray, ends: np.ndarray) -> list[dict[str, Any]]:
     tl, dc = rt.timeline, g.device
-    ev = []
+    ev: list[dict[str, Any]] = []
     for i in range(len(tl)):
         args = {"device": int(dc.device[i]), "stream": int(dc.stream[i]), "correlation": int(dc.corr[i]),
                 "ccoverlap_kind": str(tl.kind[i])}
@@ -152,6 +154,7 @@ def write_chrome(res: ReplayResult, scenario: Scenario, out_dir: str | Path) -> 
         pid_cpu = 1_000_000 + rt.rank
         cs, ce = replayed_calls(job, gi, scenario.times, scenario.dur)
         c = g.calls
+        assert c is not None        # checked above: every rank kept its calls
         for j in range(len(cs)):
             ev.append({"ph": "X", "cat": "cuda_runtime", "name": c.names[j], "pid": pid_cpu, "tid": int(c.tid[j]),
                        "ts": float(cs[j]) * 1e6, "dur": float(ce[j] - cs[j]) * 1e6,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ccoverlap.catalog.hardware import get_cluster
+from ccoverlap.catalog.hardware import ClusterSpec, get_cluster
 from ccoverlap.errors import ConfigError
 from ccoverlap.replay import decide as D
 from ccoverlap.replay import whatif as W
@@ -40,13 +40,13 @@ class Scenario:
     exposed_comm_s: float
     overlap_ratio: float
     comm_s: float
-    per_step: dict = field(default_factory=dict)       # step -> the slowest rank's time for that step
-    step_end_s: dict = field(default_factory=dict)     # step -> latest end over ranks, from the window start
+    per_step: dict[int, float] = field(default_factory=dict)     # step -> the slowest rank's time for that step
+    step_end_s: dict[int, float] = field(default_factory=dict)   # step -> latest end over ranks, from the window start
     gain_s: float = 0.0
     gain_pct: float = 0.0
     rebuilt_step_time_s: float | None = None   # a what-if's own replayed step time, before in_measured_time
-    times: object = None        # node start times of the replay (JobGraph.run), when kept
-    dur: object = None          # node durations used, when kept
+    times: np.ndarray | None = None     # node start times of the replay (JobGraph.run), when kept
+    dur: np.ndarray | None = None       # node durations used, when kept
 
     def to_dict(self) -> dict:
         """JSON-ready summary (seconds)."""
@@ -116,7 +116,7 @@ def summarize(name: str, note: str, m: Measured) -> Scenario:
                     comm_s=comm / n, per_step=dict(sorted(per_step.items())), step_end_s=dict(sorted(ends.items())))
 
 
-def cluster_for(job: Job, name: str | None):
+def cluster_for(job: Job, name: str | None) -> tuple[ClusterSpec, str]:
     """The catalog cluster for the cost-model what-ifs: ``name``, else from the traces' GPU
     name (A100 / H100 / H200 / MI300X / A40), else dgx-h100; with a note when assumed."""
 
@@ -178,7 +178,7 @@ def _few(labels: list[str], n: int = 3) -> str:
     return ", ".join(labels[:n]) + (f" and {len(labels) - n} more" if len(labels) > n else "")
 
 
-def _edit(run: _Runner, name: str, t0: np.ndarray, cluster, named: bool) -> W.Edit:
+def _edit(run: _Runner, name: str, t0: np.ndarray, cluster: tuple[ClusterSpec | None, str], named: bool) -> W.Edit:
     jg = run.job.graph
     cl, cl_note = cluster
     if name == "no-comm":
@@ -187,15 +187,16 @@ def _edit(run: _Runner, name: str, t0: np.ndarray, cluster, named: bool) -> W.Ed
         return W.comm_hidden(jg)
     if name == "no-contention":
         return W.no_contention(jg)
+    if name == "centauri":
+        units, notes = D.centauri_units(jg, t0)
+        return _decided(run, name, units, notes, "")
+    assert cl is not None       # replay() looked the cluster up: a what-if on the cost model is asked for
     if name == "copy-engine":
         return W.copy_engine(jg, cl, cl_note)
     if name == "lagom":
         units, notes = D.lagom_units(jg, t0, cl)
         return _decided(run, name, units, notes, f"{cl.name} cost model; NCCL defaults assumed measured"
                         + (f"; {cl_note}" if cl_note else ""))
-    if name == "centauri":
-        units, notes = D.centauri_units(jg, t0)
-        return _decided(run, name, units, notes, "")
     m = W.NET.match(name)
     if not m:   # pragma: no cover - check_names rejected it
         raise ConfigError(f"unknown what-if {name}")
@@ -290,6 +291,6 @@ def recommendation(res: ReplayResult) -> str:
     return "; ".join(parts) + "." if parts else "nothing to recommend (no what-if run)."
 
 
-def finite(x: float):
+def finite(x: float) -> float | None:
     """``x`` or None for inf/nan (JSON)."""
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None

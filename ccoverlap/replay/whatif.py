@@ -29,17 +29,21 @@ so no node can start later (max-plus); ``network-<F>x`` with F < 1 only raises t
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 import numpy as np
 
+from ccoverlap.catalog.hardware import ClusterSpec
 from ccoverlap.config import short
 from ccoverlap.cost.comm import collective_profile
 from ccoverlap.errors import ConfigError
 from ccoverlap.replay.graph import E_COLL
 from ccoverlap.replay.job import JobGraph
 from ccoverlap.sim.timeline import merge_intervals
-from ccoverlap.specs import COLLECTIVES, CollectiveSpec, GroupSpec
+from ccoverlap.specs import COLLECTIVES, Collective, CollectiveSpec, GroupSpec
+from ccoverlap.trace.classify import RankTrace
 from ccoverlap.trace.contention import covered_length
 
 DEFAULT_WHATIFS = ("no-comm", "comm-hidden", "no-contention", "copy-engine", "lagom", "centauri", "network-2x",
@@ -56,9 +60,9 @@ class Edit:
     dur: np.ndarray
     w: np.ndarray
     on: np.ndarray
-    xfer: dict
+    xfer: dict[int, list[float]]
     note: str
-    marks: dict = field(default_factory=dict)    # what composed changes already touched
+    marks: dict[str, set[Any]] = field(default_factory=dict)    # what composed changes already touched
 
     def run(self, jg: JobGraph) -> np.ndarray:
         """Node start times under this edit (s)."""
@@ -67,7 +71,7 @@ class Edit:
 
 def check_names(names: list[str]) -> list[str]:
     """Validate what-if names (ConfigError naming the bad one); ``all`` expands, ``none`` is dropped."""
-    out = []
+    out: list[str] = []
     for n in names:
         if n == "all":
             out.extend(DEFAULT_WHATIFS)
@@ -88,7 +92,12 @@ def base_edit(jg: JobGraph, name: str) -> Edit:
     return Edit(name, jg.dur.copy(), jg.w.copy(), np.ones(len(jg.w), dtype=bool), {}, "")
 
 
-def gpu_rows(jg: JobGraph):
+#: ``factor_of(collective, bytes, group_size, group, rank trace)`` of :func:`scale_comm`: the
+#: factor a communication op's time is scaled by, or None to leave it.
+FactorOf = Callable[[str, float, int, str, RankTrace], "float | None"]
+
+
+def gpu_rows(jg: JobGraph) -> Iterator[tuple[np.ndarray, RankTrace]]:
     """Per rank: (global node ids of its GPU rows, its RankTrace)."""
     for off, g in zip(jg.offset, jg.ranks):
         yield np.arange(off, off + g.n_gpu), g.rt
@@ -127,7 +136,8 @@ def comm_hidden(jg: JobGraph) -> Edit:
     return e
 
 
-def contention_samples(rt, beside: np.ndarray, overlapped_fraction: float = 0.5):
+def contention_samples(rt: RankTrace, beside: np.ndarray, overlapped_fraction: float = 0.5
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per compute leaf row of ``rt``: (rows, key (name, launch shape), duration, ran alone,
     ran >= ``overlapped_fraction`` beside the communication rows ``beside``) - the rule of
     ``analyze``'s contention section."""
@@ -145,16 +155,17 @@ def contention_samples(rt, beside: np.ndarray, overlapped_fraction: float = 0.5)
     return comp, keys, d, alone, over
 
 
-def alone_durations(jg: JobGraph, beside=None, min_samples: int = 3,
+def alone_durations(jg: JobGraph, beside: Mapping[int, Sequence[int]] | None = None, min_samples: int = 3,
                     min_alone_s: float = 10e-6) -> tuple[np.ndarray, np.ndarray]:
     """(global GPU nodes, alone duration) of compute ops overlapped >= 50 % with communication
     (``beside``: per rank, only those communication rows) whose (name, launch shape) also ran
     alone >= ``min_samples`` times; never longer than the measured duration."""
-    nodes_out, alone_out = [], []
+    nodes_out: list[np.ndarray] = []
+    alone_out: list[np.ndarray] = []
     for nodes, rt in gpu_rows(jg):
         comm = np.flatnonzero(rt.timeline.kind == "comm") if beside is None else beside.get(rt.rank, [])
         comp, keys, d, alone, over = contention_samples(rt, np.asarray(comm, dtype=np.int64))
-        med = {}
+        med: dict[int, float] = {}
         for k in np.unique(keys[alone]):
             x = d[alone & (keys == k)]
             if len(x) >= min_samples and np.median(x) >= min_alone_s:
@@ -167,7 +178,8 @@ def alone_durations(jg: JobGraph, beside=None, min_samples: int = 3,
     return np.concatenate(nodes_out).astype(np.int64), np.concatenate(alone_out)
 
 
-def no_contention(jg: JobGraph, beside=None, name: str = "no-contention") -> Edit:
+def no_contention(jg: JobGraph, beside: Mapping[int, Sequence[int]] | None = None,
+                  name: str = "no-contention") -> Edit:
     """Overlapped compute kernels at their measured alone durations."""
     e = base_edit(jg, name)
     nodes, alone = alone_durations(jg, beside)
@@ -179,12 +191,12 @@ def no_contention(jg: JobGraph, beside=None, name: str = "no-contention") -> Edi
     return e
 
 
-def scale_comm(jg: JobGraph, e: Edit, factor_of) -> list[int]:
+def scale_comm(jg: JobGraph, e: Edit, factor_of: FactorOf) -> list[int]:
     """Scale each communication op (matched: its members' transfer times, solo: its duration)
     by ``factor_of(collective, bytes, group_size, group, rank)`` (None: unchanged). Returns the
     global nodes of the ops changed."""
     changed: list[int] = []
-    in_coll = set()
+    in_coll: set[int] = set()
     for ci, c in enumerate(jg.collectives):
         in_coll.update(c.members)
         g0 = jg.ranks[jg.rank_of(c.members[0])].rt
@@ -207,7 +219,7 @@ def scale_comm(jg: JobGraph, e: Edit, factor_of) -> list[int]:
     return changed
 
 
-def spans_nodes(group_ranks, group_size: int, world: int, gpus_per_node: int) -> bool | None:
+def spans_nodes(group_ranks: object, group_size: int, world: int, gpus_per_node: int) -> bool | None:
     """Whether a process group spans more than one node: from its global ranks when the trace
     lists them (ranks ``r`` and ``s`` share a node when ``r // gpus_per_node == s //
     gpus_per_node``, the usual placement), else True when it has more GPUs than a node, False
@@ -223,8 +235,9 @@ def spans_nodes(group_ranks, group_size: int, world: int, gpus_per_node: int) ->
     return None
 
 
-def group_ranks_of(rt, group: str):
-    """The global ranks of process group ``group`` from the trace's ``distributedInfo`` (or None)."""
+def group_ranks_of(rt: RankTrace, group: str) -> Any:
+    """The global ranks of process group ``group`` from the trace's ``distributedInfo`` (or None; as
+    written in the trace, so unchecked: :func:`spans_nodes` checks them)."""
     entry = (rt.meta.get("pg_config") or {}).get(group)
     return entry.get("ranks") if isinstance(entry, dict) else None
 
@@ -236,7 +249,7 @@ def world_size(jg: JobGraph) -> int:
 
 
 def network_ratio(collective: str, nbytes: float, group_size: int, nodes: int, factor: float,
-                  cluster) -> float | None:
+                  cluster: ClusterSpec) -> float | None:
     """Cost-model time of one collective over ``nodes`` nodes with the inter-node bandwidth
     times ``factor`` / with the cluster's own (:func:`ccoverlap.cost.comm.collective_profile`:
     hierarchical algorithms keep their intra-node part, latency terms stay); None when the
@@ -247,7 +260,7 @@ def network_ratio(collective: str, nbytes: float, group_size: int, nodes: int, f
     try:
         base = cluster.with_nodes(nodes)
         fast = replace(base, inter=replace(base.inter, bandwidth_bytes_per_s=base.inter.bandwidth_bytes_per_s * factor))
-        spec = CollectiveSpec(collective=collective, bytes=nbytes,
+        spec = CollectiveSpec(collective=cast(Collective, collective), bytes=nbytes,     # in COLLECTIVES
                               group=GroupSpec(name="replay", size=group_size, local_size=group_size // nodes))
         t0 = collective_profile(spec, base).time_s
         t1 = collective_profile(spec, fast).time_s
@@ -256,7 +269,8 @@ def network_ratio(collective: str, nbytes: float, group_size: int, nodes: int, f
     return t1 / t0 if t0 > 0 else None
 
 
-def network(jg: JobGraph, factor: float, cluster, *, model: bool = False, cluster_note: str = "") -> Edit:
+def network(jg: JobGraph, factor: float, cluster: ClusterSpec, *, model: bool = False,
+            cluster_note: str = "") -> Edit:
     """Inter-node collectives' transfer times scaled for an inter-node bandwidth ``factor`` times
     the measured one: by ``1 / factor`` (bandwidth-bound: the measured time says how fast the
     network was, the trace does not name it), or with ``model`` by the cost model's time ratio
@@ -268,9 +282,9 @@ def network(jg: JobGraph, factor: float, cluster, *, model: bool = False, cluste
     world = world_size(jg)
     e = base_edit(jg, f"network-{factor:g}x")
     how = {"model": 0, "1/F": 0, "unknown": 0}
-    cache: dict = {}
+    cache: dict[tuple[str, float, int, int], float | None] = {}
 
-    def f(coll, b, gs, group, rt):
+    def f(coll: str, b: float, gs: int, group: str, rt: RankTrace) -> float | None:
         ranks = group_ranks_of(rt, group)
         span = spans_nodes(ranks, gs, world, gpn)
         if span is None:
@@ -304,11 +318,12 @@ def network(jg: JobGraph, factor: float, cluster, *, model: bool = False, cluste
 _NON_REDUCING = ("all_gather", "all_to_all", "broadcast", "send", "recv", "p2p")
 
 
-def dma_ratio(collective: str, nbytes: float, group_size: int, cluster) -> float | None:
+def dma_ratio(collective: str, nbytes: float, group_size: int, cluster: ClusterSpec) -> float | None:
     """Cost model DMA (copy-engine) time / SM (NCCL) time of one intra-node collective, or None
     when it cannot run on copy engines (reductions, inter-node groups, unknown size)."""
 
-    coll = {"send": "all_to_all", "recv": "all_to_all", "p2p": "all_to_all"}.get(collective, collective)
+    # a non-reducing collective (checked below): every one of them is in COLLECTIVES
+    coll = cast(Collective, {"send": "all_to_all", "recv": "all_to_all", "p2p": "all_to_all"}.get(collective, collective))
     if collective not in _NON_REDUCING or nbytes <= 0 or group_size < 2 or group_size > cluster.gpus_per_node:
         return None
     grp = GroupSpec(name="replay", size=group_size, local_size=group_size)
@@ -321,15 +336,15 @@ def dma_ratio(collective: str, nbytes: float, group_size: int, cluster) -> float
     return dma / sm if sm > 0 else None
 
 
-def copy_engine(jg: JobGraph, cluster, cluster_note: str = "") -> Edit:
+def copy_engine(jg: JobGraph, cluster: ClusterSpec, cluster_note: str = "") -> Edit:
     """Non-reducing intra-node collectives that run faster on copy engines moved there, and the
     compute beside them without contention (see the module docstring)."""
     world = world_size(jg)
     gpn = cluster.gpus_per_node
     e = base_edit(jg, "copy-engine")
-    slower = []
+    slower: list[float] = []
 
-    def f(coll, b, gs, group, rt):
+    def f(coll: str, b: float, gs: int, group: str, rt: RankTrace) -> float | None:
         if spans_nodes(group_ranks_of(rt, group), gs, world, gpn):
             return None
         r = dma_ratio(coll, b, gs, cluster)

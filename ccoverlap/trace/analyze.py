@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -30,12 +31,12 @@ from ccoverlap.trace.result import Analysis, json_ready
 from ccoverlap.trace.sources import size as source_size
 from ccoverlap.trace.steps import parse_steps
 from ccoverlap.trace.summary import JobContext
-from ccoverlap.workers.pool import make_engine
+from ccoverlap.workers.pool import Engine, make_engine
 
 
-def analyze(paths: Sequence[str | os.PathLike], *, steps: str | None = "hta", time_resolution: str = "hta",
+def analyze(paths: Sequence[str | os.PathLike[str]], *, steps: str | None = "hta", time_resolution: str = "hta",
             jobs: int | None = None, min_samples: int = 3, groups: dict[str, str] | None = None,
-            engine=None, address: str | None = None, picture: bool = False,
+            engine: Engine | str | None = None, address: str | None = None, picture: bool = False,
             png_step: int | None = None) -> Analysis:
     """Analyse the traces under ``paths`` (files or directories; one file per rank).
 
@@ -83,13 +84,14 @@ def compare(a: Analysis, b: Analysis) -> dict:
     """
     pa, pb = a.per_step_mean(), b.per_step_mean()
 
-    def rows(da: dict, db: dict) -> list[dict]:
+    def rows(da: dict[str, float], db: dict[str, float]) -> list[dict[str, Any]]:
         out = []
         for k in COMPARE_KEYS:
             x, y = da.get(k), db.get(k)
-            ok = x is not None and y is not None and math.isfinite(x) and math.isfinite(y)
-            out.append({"metric": k, "a": x, "b": y, "diff": (y - x) if ok else None,
-                        "ratio": (y / x) if ok and x else None})
+            diff = ratio = None
+            if x is not None and y is not None and math.isfinite(x) and math.isfinite(y):
+                diff, ratio = y - x, (y / x if x else None)
+            out.append({"metric": k, "a": x, "b": y, "diff": diff, "ratio": ratio})
         return out
 
     def mean_over(p: dict) -> dict:

@@ -29,14 +29,16 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any, TypeGuard
 
 import numpy as np
 import numpy.ma  # noqa: F401 - np.unique imports it at its first call; imported here, forked workers share it
 
 from ccoverlap.sim.timeline import Timeline
 from ccoverlap.trace.load import DEVICE_CAT_LIST, KIND_CODES, RawTrace
+from ccoverlap.trace.sources import Source
 
 _COMM_RE = re.compile(r"(nccl)|(rccl)|(hccl)|(.*ncclKernel)|(.*ncclDevKernel)|(.*rcclKernel)")
 _MEM_RE = re.compile(r"((hip)?Memcpy)|((hip)?Memset)|(dma)")
@@ -86,14 +88,14 @@ def _collective_from_kernel_name(name: str) -> str:
     return canonical_collective(name)
 
 
-def dtype_bytes(dtype) -> int:
+def dtype_bytes(dtype: object) -> int:
     """Bytes per element of a Kineto/record_param_comms dtype name (``Float``, ``c10::BFloat16``…); 0 if unknown."""
     if not isinstance(dtype, str):
         return 0
     return DTYPE_BYTES.get(dtype.strip().lower(), 0)
 
 
-def _nelems(dims) -> int:
+def _nelems(dims: object) -> int:
     """Elements of the first tensor (or tensor list) in an ``Input Dims`` arg."""
     if not isinstance(dims, list) or not dims:
         return 0
@@ -103,7 +105,7 @@ def _nelems(dims) -> int:
     return _prod(first) if isinstance(first, list) and first else 0
 
 
-def _prod(dims: list) -> int:
+def _prod(dims: list[Any]) -> int:
     n = 1
     for d in dims:
         if not isinstance(d, (int, float)) or isinstance(d, bool):
@@ -139,7 +141,7 @@ class CollInfo:
     size_source: str = ""
 
 
-def collective_info(infos: list[dict], op_names: list[str], kernel_name: str, pg_config: dict,
+def collective_info(infos: list[dict[str, Any]], op_names: list[str], kernel_name: str, pg_config: _PgConfig,
                     world_size: int | None) -> CollInfo:
     """Merge the args of the kernel and its enclosing comm ops into one :class:`CollInfo`.
 
@@ -172,7 +174,7 @@ def collective_info(infos: list[dict], op_names: list[str], kernel_name: str, pg
     return out
 
 
-def _collective_type(infos: list[dict], op_names: list[str], kernel_name: str) -> tuple[str, str]:
+def _collective_type(infos: list[dict[str, Any]], op_names: list[str], kernel_name: str) -> tuple[str, str]:
     """(collective, where it was read): the collective record's ``Collective name``, else the
     ``nccl:`` / ``gloo:`` … op's name, else the ``c10d::`` op's, else the kernel's name."""
     coll, source = "", ""
@@ -199,7 +201,7 @@ def _collective_type(infos: list[dict], op_names: list[str], kernel_name: str) -
     return coll, source
 
 
-def _record_bytes(infos: list[dict], out: CollInfo) -> float:
+def _record_bytes(infos: list[dict[str, Any]], out: CollInfo) -> float:
     """Bytes from a collective record's ``In`` / ``Out msg nelems`` × ``dtype`` (0.0: none); sets
     ``out.size_source`` and, for a gather/scatter without a stated group size, ``out.group_size``."""
     for d in infos:
@@ -216,7 +218,7 @@ def _record_bytes(infos: list[dict], out: CollInfo) -> float:
     return 0.0
 
 
-def _c10d_tensor_bytes(infos: list[dict], op_names: list[str], out: CollInfo) -> float:
+def _c10d_tensor_bytes(infos: list[dict[str, Any]], op_names: list[str], out: CollInfo) -> float:
     """Bytes from the enclosing ``c10d::`` op's tensors (the larger one; 0.0: none); their ratio is
     a gather/scatter's group size when none is stated."""
     for d, name in zip(infos, op_names_for(infos, op_names)):
@@ -232,7 +234,7 @@ def _c10d_tensor_bytes(infos: list[dict], op_names: list[str], out: CollInfo) ->
     return 0.0
 
 
-def _op_input_bytes(infos: list[dict], out: CollInfo) -> float:
+def _op_input_bytes(infos: list[dict[str, Any]], out: CollInfo) -> float:
     """Bytes from an op's first input tensor (× the group size for an all-gather; 0.0: none)."""
     for d in infos:
         types = d.get("Input type")
@@ -250,17 +252,17 @@ def _op_input_bytes(infos: list[dict], out: CollInfo) -> float:
 _GATHER_SCATTER = ("all_gather", "reduce_scatter", "gather", "scatter")
 
 
-def _is_num(v) -> bool:
+def _is_num(v: object) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def op_names_for(infos: list[dict], op_names: list[str]) -> list[str]:
+def op_names_for(infos: list[dict[str, Any]], op_names: list[str]) -> list[str]:
     """The op name of each entry of ``infos`` (``infos`` may start with the kernel's own args)."""
     pad = len(infos) - len(op_names)
     return [""] * pad + list(op_names) if pad >= 0 else list(op_names)[: len(infos)]
 
 
-def tensor_arg_bytes(dims, types) -> list[int]:
+def tensor_arg_bytes(dims: object, types: object) -> list[int]:
     """Bytes of each tensor (or tensor list, summed) argument of an op from its ``Input Dims`` /
     ``Input type`` args (record_shapes); 0 for scalars and unknown dtypes. A tensor list whose
     type is not a dtype (``TensorList``) takes the element size of the op's other tensors."""
@@ -269,7 +271,7 @@ def tensor_arg_bytes(dims, types) -> list[int]:
     types = types if isinstance(types, list) else []
     sizes = [dtype_bytes(t) for t in types]
     fallback = next((x for x in sizes if x), 0)
-    out = []
+    out: list[int] = []
     for a, d in enumerate(dims):
         esize = sizes[a] if a < len(sizes) and sizes[a] else 0
         n = _nelems_any(d)
@@ -279,7 +281,7 @@ def tensor_arg_bytes(dims, types) -> list[int]:
     return out
 
 
-def _nelems_any(d, depth: int = 0) -> int:
+def _nelems_any(d: object, depth: int = 0) -> int:
     """Elements of a shape ``[a, b]`` or of a (nested) list of shapes, summed; 0 for ``[]`` (scalar)."""
     if not isinstance(d, list) or not d or depth > 4:
         return 0
@@ -288,7 +290,7 @@ def _nelems_any(d, depth: int = 0) -> int:
     return sum(_nelems_any(x, depth + 1) for x in d if isinstance(x, list))
 
 
-def _pg_size(pg_config: dict, group: str) -> int:
+def _pg_size(pg_config: _PgConfig, group: str) -> int:
     entry = pg_config.get(group)
     return _group_size(entry["size"]) if entry and entry.get("size") else 0
 
@@ -297,7 +299,7 @@ def _pg_size(pg_config: dict, group: str) -> int:
 MAX_GROUP_SIZE = 2**31 - 1
 
 
-def _group_size(v) -> int:
+def _group_size(v: Any) -> int:
     """``v`` as a group size 1 .. :data:`MAX_GROUP_SIZE`, else 0 (not stated): a trace's ``Group size``
     of 2**64 or 1e300 must not overflow the int64 columns."""
     try:
@@ -307,10 +309,14 @@ def _group_size(v) -> int:
     return n if 0 < n <= MAX_GROUP_SIZE else 0
 
 
-def pg_config_of(meta: dict) -> dict:
+#: A trace's process groups: ``{pg_name: {"size": n, "desc": str, "ranks": [...]}}``.
+_PgConfig = dict[str, dict[str, Any]]
+
+
+def pg_config_of(meta: dict[str, Any]) -> _PgConfig:
     """``{pg_name: {"size": n, "desc": str, "ranks": [...]}}`` from ``distributedInfo.pg_config``."""
     info = meta.get("distributedInfo")
-    out: dict = {}
+    out: _PgConfig = {}
     if not isinstance(info, dict) or not isinstance(info.get("pg_config"), list):
         return out
     for pg in info["pg_config"]:
@@ -327,7 +333,7 @@ class RankTrace:
     per-row facts the Timeline has no column for."""
 
     rank: int
-    path: Path
+    path: Source
     mode: str                    # "gpu" (device kernels) or "cpu" (gloo on CPU threads)
     timeline: Timeline
     launch_s: np.ndarray         # when the row's CPU launch happened (nan: unknown)
@@ -337,8 +343,8 @@ class RankTrace:
     name_id: np.ndarray          # interned name of each row (same name <=> same id within a rank)
     steps: list[tuple[int, float, float]]   # CPU-side ProfilerStep#N (N, start_s, end_s)
     cutoff_s: float | None       # start of the last ProfilerStep annotation (HTA's window end)
-    n_steps_names: set = field(default_factory=set)
-    meta: dict = field(default_factory=dict)
+    n_steps_names: set[int] = field(default_factory=set)
+    meta: dict[str, Any] = field(default_factory=dict)
     size_source: np.ndarray | None = None     # where each comm row's byte count came from ("" unknown)
 
 
@@ -346,8 +352,9 @@ def origin_us(raws: list[RawTrace]) -> float:
     """Earliest timestamp over all traces (µs); every rank's seconds count from it (HTA aligns likewise)."""
     best = math.inf
     for r in raws:
-        if getattr(r, "ts_min", None) is not None:     # covers CPU ops dropped at load time
-            best = min(best, r.ts_min)
+        ts_min = getattr(r, "ts_min", None)
+        if ts_min is not None:     # covers CPU ops dropped at load time
+            best = min(best, ts_min)
         for a in (r.k_ts, r.c_ts, r.l_ts):
             if len(a):
                 best = min(best, float(a.min()))
@@ -392,7 +399,7 @@ def build_rank(raw: RawTrace, origin: float, *, hta_rounding: bool = False) -> R
     cutoff = max((s for _, s, _, _ in steps_all), default=None)
     last_end = max((e for _, _, e, _ in steps_all), default=None)
     step_names = {n for n, *_ in steps_all}
-    meta = {"file": str(raw.path), "rank_source": raw.rank_source, "world_size": world,
+    meta: dict[str, Any] = {"file": str(raw.path), "rank_source": raw.rank_source, "world_size": world,
             "displayTimeUnit": raw.meta.get("displayTimeUnit"), "events": raw.n_events,
             "malformed_events": raw.n_malformed, "pg_config": pg, "last_step_end_s": last_end}
     info = raw.meta.get("distributedInfo")
@@ -406,15 +413,35 @@ def build_rank(raw: RawTrace, origin: float, *, hta_rounding: bool = False) -> R
     round_us = hta_rounding and raw.float_ts and not simulated
     meta["simulated"] = simulated
 
+    facts = _RankFacts(rank=rank, origin=origin, pg=pg, world=world, names=names, cpu_steps=cpu_steps,
+                       cutoff=cutoff, step_names=step_names, meta=meta, round_us=round_us)
     if raw.has_device_events:
         meta["mode"] = "gpu"
-        return _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_names, meta, round_us)
+        return _build_gpu(raw, facts)
     comm_nids = {i for i, n in enumerate(names) if n.startswith(CPU_COMM_PREFIXES)}
     if not comm_nids or not np.isin(raw.c_nid, list(comm_nids)).any():
         return None
     meta["mode"] = "cpu"
-    return _build_cpu(raw, rank, origin, pg, world, names, comm_nids, cpu_steps, cutoff, step_names, meta,
-                      round_us)
+    return _build_cpu(raw, facts, comm_nids)
+
+
+@dataclass(frozen=True)
+class _RankFacts:
+    """What :func:`build_rank` reads once from a rank's file for both builders: its rank, the
+    job's clock origin (µs), the process groups, the world size, the interned names, the CPU-side
+    ProfilerStep windows (s from the origin), the start of the last step annotation (s), the step
+    numbers seen, the report's meta of the rank, and whether to round events inward to whole µs."""
+
+    rank: int
+    origin: float
+    pg: _PgConfig
+    world: int | None
+    names: list[str]
+    cpu_steps: list[tuple[int, float, float]]
+    cutoff: float | None
+    step_names: set[int]
+    meta: dict[str, Any]
+    round_us: bool
 
 
 def _times(ts: np.ndarray, dur: np.ndarray, origin: float, round_us: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -426,7 +453,9 @@ def _times(ts: np.ndarray, dur: np.ndarray, origin: float, round_us: bool) -> tu
     return (start - origin) * 1e-6, (end - origin) * 1e-6
 
 
-def _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_names, meta, round_us):
+def _build_gpu(raw: RawTrace, facts: _RankFacts) -> RankTrace:
+    """The rank's device events as its Timeline: kinds, streams, launches, collective facts."""
+    rank, origin, pg, world, names = facts.rank, facts.origin, facts.pg, facts.world, facts.names
     n = len(raw.k_ts)
     pair = raw.k_nid * len(DEVICE_CAT_LIST) + raw.k_cat
     uniq, inv = _factorize(pair)
@@ -440,7 +469,7 @@ def _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_name
     launch_s = np.full(n, np.nan)
     has = launch_idx >= 0
     launch_s[has] = (raw.l_ts[launch_idx[has]] - origin) * 1e-6
-    start, end = _times(raw.k_ts, raw.k_dur, origin, round_us)
+    start, end = _times(raw.k_ts, raw.k_dur, origin, facts.round_us)
     ds, sinv = _factorize_pairs(raw.k_device, raw.k_stream)
     multi_dev = len(np.unique(ds[0])) > 1
     labels = np.array([f"dev {d} stream {s}" if multi_dev else f"stream {s}" for d, s in ds.T], dtype=object)
@@ -460,8 +489,8 @@ def _build_gpu(raw, rank, origin, pg, world, names, cpu_steps, cutoff, step_name
                   meta={"rank": rank})
     return RankTrace(rank=rank, path=raw.path, mode="gpu", timeline=tl, launch_s=launch_s, group_size=gsize,
                      leaf=np.ones(n, dtype=bool), shape=raw.k_shape.copy(), name_id=raw.k_nid.copy(),
-                     steps=cpu_steps, cutoff_s=cutoff, n_steps_names=step_names,
-                     meta=meta, size_source=size_source)
+                     steps=facts.cpu_steps, cutoff_s=facts.cutoff, n_steps_names=facts.step_names,
+                     meta=facts.meta, size_source=size_source)
 
 
 def _factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -473,6 +502,8 @@ def _factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 _HALF = 1 << 30
+#: Per thread id, its comm ops sorted by start: (rows, starts, ends, nesting parent of each).
+_ByThread = dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
 
 def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -485,7 +516,7 @@ def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return uniq, inv.reshape(-1)
 
 
-def _enclosing_index(starts: np.ndarray, ends: np.ndarray):
+def _enclosing_index(starts: Sequence[float], ends: Sequence[float]) -> np.ndarray:
     """Per-thread nesting of intervals sorted by start: ``parent[j]`` is the nearest earlier interval
     that contains interval ``j`` (-1: none), built in one linear pass with a stack."""
     parent = np.full(len(starts), -1, dtype=np.int64)
@@ -500,15 +531,15 @@ def _enclosing_index(starts: np.ndarray, ends: np.ndarray):
     return parent
 
 
-def _comm_ops_by_thread(raw) -> tuple[dict, dict]:
+def _comm_ops_by_thread(raw: RawTrace) -> tuple[dict[int, int], _ByThread]:
     """The comm ops of a rank: ``{External id: op row}`` and, per thread, the ops sorted by start
     with their nesting parents ``{tid: (rows, starts, ends, parent)}``."""
     comm_ops = np.flatnonzero(raw.c_info >= 0)
-    ext_to_op: dict = {}
+    ext_to_op: dict[int, int] = {}
     for j, e in zip(comm_ops.tolist(), raw.c_ext[comm_ops].tolist()):
         if e >= 0:
             ext_to_op.setdefault(e, j)
-    by_tid: dict[int, tuple] = {}
+    by_tid: _ByThread = {}
     if len(comm_ops):
         order = comm_ops[np.lexsort((-(raw.c_ts[comm_ops] + raw.c_dur[comm_ops]), raw.c_ts[comm_ops],
                                      raw.c_tid[comm_ops]))]
@@ -521,11 +552,12 @@ def _comm_ops_by_thread(raw) -> tuple[dict, dict]:
     return ext_to_op, by_tid
 
 
-def _row_args(raw, i: int, li: int, by_tid: dict, ext_to_op: dict, names: list) -> tuple[list, list]:
+def _row_args(raw: RawTrace, i: int, li: int, by_tid: _ByThread, ext_to_op: dict[int, int],
+              names: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     """The args dicts and op names behind communication row ``i`` (launched by launch ``li``):
     its own collective record, the comm ops enclosing its launch (innermost first), the op of its
     External id."""
-    infos: list[dict] = []
+    infos: list[dict[str, Any]] = []
     op_names: list[str] = []
     if raw.k_info[i] >= 0:
         infos.append(raw.infos[raw.k_info[i]])
@@ -541,15 +573,16 @@ def _row_args(raw, i: int, li: int, by_tid: dict, ext_to_op: dict, names: list) 
             infos.append(raw.infos[raw.c_info[j]])
             op_names.append(names[raw.c_nid[j]])
             p = int(parent[p])
-    j = ext_to_op.get(int(raw.k_ext[i]))
-    if j is not None and names[raw.c_nid[j]] not in op_names:
-        infos.append(raw.infos[raw.c_info[j]])
-        op_names.append(names[raw.c_nid[j]])
+    jx = ext_to_op.get(int(raw.k_ext[i]))
+    if jx is not None and names[raw.c_nid[jx]] not in op_names:
+        infos.append(raw.infos[raw.c_info[jx]])
+        op_names.append(names[raw.c_nid[jx]])
     return infos, op_names
 
 
-def _join_collectives(raw, rows, launch_idx, pg, world, names, collective, group, nbytes, gsize,
-                      size_source=None) -> None:
+def _join_collectives(raw: RawTrace, rows: np.ndarray, launch_idx: np.ndarray, pg: _PgConfig, world: int | None,
+                      names: list[str], collective: np.ndarray, group: np.ndarray, nbytes: np.ndarray,
+                      gsize: np.ndarray, size_source: np.ndarray | None = None) -> None:
     """Fill collective/group/bytes of the comm rows (kernel args > External id > launch enclosure > name).
 
     Linear time: the comm ops of each thread are sorted once and every launch finds the ops that
@@ -571,8 +604,9 @@ def _join_collectives(raw, rows, launch_idx, pg, world, names, collective, group
         found = [collective_info([], [], names[u], pg, world) for u in uniq.tolist()]
         _fill(out, rows[plain], [found[k] for k in inv.reshape(-1).tolist()])
     frozen: dict[int, str] = {}
-    cache: dict[tuple, CollInfo] = {}
-    done, got = [], []
+    cache: dict[tuple[int, tuple[str, ...], tuple[str, ...]], CollInfo] = {}
+    done: list[int] = []
+    got: list[CollInfo] = []
     for i, lj in zip(rows[~plain].tolist(), li[~plain].tolist()):
         infos, op_names = _row_args(raw, i, lj, by_tid, ext_to_op, names)
         key = (int(raw.k_nid[i]), tuple(op_names), tuple(_frozen(d, frozen) for d in infos))
@@ -584,7 +618,7 @@ def _join_collectives(raw, rows, launch_idx, pg, world, names, collective, group
     _fill(out, np.asarray(done, dtype=np.int64), got)
 
 
-def _frozen(d: dict, memo: dict) -> str:
+def _frozen(d: dict[str, Any], memo: dict[int, str]) -> str:
     """The content of an args dict as text (equal text: equal args), memoised by identity."""
     v = memo.get(id(d))
     if v is None:
@@ -592,7 +626,8 @@ def _frozen(d: dict, memo: dict) -> str:
     return v
 
 
-def _fill(out: tuple, rows: np.ndarray, infos: list[CollInfo]) -> None:
+def _fill(out: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None], rows: np.ndarray,
+          infos: list[CollInfo]) -> None:
     """Write each row's :class:`CollInfo` into the columns ``out`` = (collective, group, bytes,
     group size, size source or None)."""
     if not len(rows):
@@ -606,7 +641,9 @@ def _fill(out: tuple, rows: np.ndarray, infos: list[CollInfo]) -> None:
         size_source[rows] = [c.size_source for c in infos]
 
 
-def _build_cpu(raw, rank, origin, pg, world, names, comm_nids, cpu_steps, cutoff, step_names, meta, round_us):
+def _build_cpu(raw: RawTrace, facts: _RankFacts, comm_nids: set[int]) -> RankTrace:
+    """The rank's CPU ops as its Timeline (no device events): gloo collectives are communication."""
+    rank, origin, pg, world, names = facts.rank, facts.origin, facts.pg, facts.world, facts.names
     nid = raw.c_nid
     is_comm = np.isin(nid, list(comm_nids))
     comm_prefixed = np.array([names[k].startswith(("record_param_comms", "nccl:", "c10d::", "rccl:"))
@@ -638,7 +675,7 @@ def _build_cpu(raw, rank, origin, pg, world, names, comm_nids, cpu_steps, cutoff
             leaf[comp] = start_us[comp] >= prev_end
     keep = (kinds == "compute") | (kinds == "comm")
     idx = np.flatnonzero(keep)
-    start, end = _times(raw.c_ts[idx], raw.c_dur[idx], origin, round_us)
+    start, end = _times(raw.c_ts[idx], raw.c_dur[idx], origin, facts.round_us)
     k = kinds[idx]
     m = len(idx)
     collective = np.full(m, "", dtype=object)
@@ -659,5 +696,5 @@ def _build_cpu(raw, rank, origin, pg, world, names, comm_nids, cpu_steps, cutoff
                   meta={"rank": rank})
     return RankTrace(rank=rank, path=raw.path, mode="cpu", timeline=tl, launch_s=start.copy(), group_size=gsize,
                      leaf=leaf[idx] & (k == "compute"), shape=np.zeros(m, dtype=np.int64), name_id=nid[idx],
-                     steps=cpu_steps, cutoff_s=cutoff,
-                     n_steps_names=step_names, meta=meta, size_source=size_source)
+                     steps=facts.cpu_steps, cutoff_s=facts.cutoff,
+                     n_steps_names=facts.step_names, meta=facts.meta, size_source=size_source)

@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Hashable, Iterator, Mapping
 from itertools import compress, repeat
 from operator import attrgetter
+from typing import Any, Union, overload
 
 import numpy as np
 
 from ccoverlap.trace.jsonstream import (
     META_CAT,
     OTHER_PHASE_CAT,
+    Event,
     TraceArgs,
     TraceEvent,
     _Ev,
@@ -43,7 +46,7 @@ from ccoverlap.trace.jsonstream import (
 try:
     from msgspec import Raw
 except ImportError:  # pragma: no cover - msgspec is a dependency; the stdlib path still works
-    Raw = None
+    Raw = None  # type: ignore[assignment, misc]  # typed as the class; None only without msgspec
 
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events"})
 CPU_OP_CATS = frozenset({"cpu_op", "user_annotation"})
@@ -56,14 +59,18 @@ KIND_CODES = ("compute", "comm", "memcpy", "other")
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 _I64 = 1 << 62          # ids beyond this are malformed (they would not fit the int64 columns)
 _KIND = {k: i for i, k in enumerate(KIND_CODES)}
-_DEV_CAT = {c: i for i, c in enumerate(DEVICE_CAT_LIST)}
+_DEV_CAT: dict[Hashable, int] = {c: i for i, c in enumerate(DEVICE_CAT_LIST)}
 
 
-def _int_or(v, default: int = -1) -> int:
+@overload
+def _int_or(v: Any, default: int = -1) -> int: ...
+@overload
+def _int_or(v: Any, default: None) -> int | None: ...
+def _int_or(v: Any, default: int | None = -1) -> int | None:
     return v if v.__class__ is int and -_I64 < v < _I64 else default
 
 
-def _all_int(vals: list) -> bool:
+def _all_int(vals: list[Any]) -> bool:
     """Whether every value is an ``int`` (not a bool, float, None ...)."""
     return set(map(type, vals)) <= _INT_ONLY
 
@@ -77,7 +84,7 @@ _A_STREAM, _A_CORR, _A_EXT, _A_DEV, _A_KIND, _A_GRID, _A_BLOCK, _A_COLL, _A_NELE
                             "collective_name", "in_msg_nelems"))
 
 
-def _with_record(args: list) -> list[int]:
+def _with_record(args: list[Any]) -> list[int]:
     """Indices of the events whose args hold a collective record (:func:`has_collective_record`)."""
     if args and args[0].__class__ is TraceArgs:     # typed: absent keys are empty raw text
         names = np.fromiter(map(len, map(_A_COLL, args)), dtype=np.int64, count=len(args))
@@ -86,7 +93,7 @@ def _with_record(args: list) -> list[int]:
     return [i for i, a in enumerate(args) if has_collective_record(a)]
 
 
-def _int64_or_none(vals: list) -> np.ndarray | None:
+def _int64_or_none(vals: list[Any]) -> np.ndarray | None:
     """``vals`` (ints) as an int64 array when every one is inside the kept range (``|v| < 2**62``),
     else None."""
     try:
@@ -96,7 +103,7 @@ def _int64_or_none(vals: list) -> np.ndarray | None:
     return arr if ((arr > -_I64) & (arr < _I64)).all() else None
 
 
-def _floats(vals: list) -> np.ndarray:
+def _floats(vals: list[Any]) -> np.ndarray:
     """``vals`` (numbers, or None for a missing one: NaN) as a float64 array."""
     try:
         return np.fromiter(vals, dtype=np.float64, count=len(vals))    # numbers only: no type discovery
@@ -104,13 +111,19 @@ def _floats(vals: list) -> np.ndarray:
         return np.array(vals, dtype=np.float64)
 
 
-def _shape_hash(grid, block) -> int:
+def _shape_hash(grid: Any, block: Any) -> int:
     """Hash of a kernel's launch shape (``grid``, ``block`` as decoded; 0 when there is no grid)."""
     return zlib.crc32(f"{grid}{block}".encode()) if grid is not None else 0
 
 
-def _num(v) -> bool:
+def _num(v: Any) -> bool:
     return (v.__class__ is int or v.__class__ is float) and -1e300 < v < 1e300
+
+
+#: A typed batch's complete events by category: the events and their indices in the batch.
+_Groups = dict[Any, tuple[list[Event], np.ndarray]]
+#: Row indices in the events list: a list (tolerant path) or an int array (typed path).
+_Seq = Union[list[int], np.ndarray]
 
 
 class Columns:
@@ -124,28 +137,28 @@ class Columns:
         self.name_ids: dict[str, int] = {}
         self._name_comm = bytearray()      # per name id: 1 if a collective op name
         self._name_step: list[int] = []    # per name id: N of ProfilerStep#N, else -1
-        self.infos: list[dict] = []
-        self.threads: list = []
-        self.thread_ids: dict = {}
-        self.thread_names: dict = {}
+        self.infos: list[dict[str, Any]] = []
+        self.threads: list[tuple[Any, Any]] = []           # (pid, tid) as written (int or str)
+        self.thread_ids: dict[tuple[Any, Any], int] = {}
+        self.thread_names: dict[tuple[Any, Any], str] = {}
         self.steps: list[tuple[int, float, float, bool, int]] = []
-        self.k: dict[str, list] = {c: [] for c in ("seq", "nid", "ts", "dur", "stream", "device", "corr", "ext",
+        self.k: dict[str, list[np.ndarray]] = {c: [] for c in ("seq", "nid", "ts", "dur", "stream", "device", "corr", "ext",
                                                     "info", "kind", "cat", "shape", "wstream", "wcorr")}
-        self.c: dict[str, list] = {c: [] for c in ("seq", "nid", "ts", "dur", "tid", "ext", "info", "annot",
+        self.c: dict[str, list[np.ndarray]] = {c: [] for c in ("seq", "nid", "ts", "dur", "tid", "ext", "info", "annot",
                                                     "args")}
-        self.l: dict[str, list] = {c: [] for c in ("seq", "corr", "ts", "tid", "nid", "dur")}
+        self.l: dict[str, list[np.ndarray]] = {c: [] for c in ("seq", "corr", "ts", "tid", "nid", "dur")}
         self.n_events = 0
         self.n_bad = 0
         self.bad_at: list[int] = []
         self.float_ts = False
-        self._cat_ids: dict = {}
-        self._cat_list: list = []
-        self._shapes: dict = {}
-        self._comm_cache: dict = {}
-        self._prepared: tuple | None = None
+        self._cat_ids: dict[Any, int] = {}
+        self._cat_list: list[Any] = []
+        self._shapes: dict[tuple[bytes, bytes], int] = {}
+        self._comm_cache: dict[Any, bool] = {}
+        self._prepared: tuple[list[Event], _Groups, list[int]] | None = None
 
     # ------------------------------------------------------------------ interning
-    def intern(self, names: list) -> np.ndarray:
+    def intern(self, names: list[str]) -> np.ndarray:
         """Name ids of ``names`` (strings), new names added in first-seen order."""
         ids = self.name_ids
         out = np.fromiter(map(ids.get, names, repeat(-1)), dtype=np.int64, count=len(names))
@@ -160,7 +173,7 @@ class Columns:
                 self._name_step.append(int(m.group(1)) if m and len(m.group(1)) < 16 else -1)
         return np.fromiter(map(ids.__getitem__, names), dtype=np.int64, count=len(names))
 
-    def thread(self, keys: list) -> np.ndarray:
+    def thread(self, keys: list[tuple[Any, Any]]) -> np.ndarray:
         """Thread ids of ``(pid, tid)`` keys, new ones added in first-seen order."""
         ids = self.thread_ids
         for k in dict.fromkeys(keys):
@@ -169,7 +182,7 @@ class Columns:
                 self.threads.append(k)
         return np.fromiter(map(ids.__getitem__, keys), dtype=np.int64, count=len(keys))
 
-    def _thread_ids(self, evs: list) -> np.ndarray:
+    def _thread_ids(self, evs: list[Event]) -> np.ndarray:
         """Thread ids of the events' ``(pid, tid)``, as :meth:`thread`; a typed batch of one process
         (the common case) is looked up by ``tid`` alone, without a key tuple per event."""
         tids = list(map(_E_TID, evs))
@@ -188,7 +201,7 @@ class Columns:
             self.bad_at.append(index)
 
     # ------------------------------------------------------------------ batches
-    def prepare(self, batch: list) -> bool:
+    def prepare(self, batch: list[Event]) -> bool:
         """Given a typed batch by :class:`~ccoverlap.trace.jsonstream.EventStream` before it is
         yielded: sort its complete events by category and decode the args the analysis reads (every
         event of the kept categories but the CPU ops; of the CPU ops only the collective ones, or all
@@ -206,14 +219,14 @@ class Columns:
         self._prepared = (batch, groups, meta)
         return True
 
-    def _comm_flags(self, names: list):
+    def _comm_flags(self, names: list[Any]) -> Iterator[bool]:
         """Whether each name is a collective CPU op's (:data:`COMM_OP_PREFIXES`; cached per name)."""
         cache = self._comm_cache
         for n in set(names).difference(cache):
             cache[n] = n.__class__ is str and n.startswith(COMM_OP_PREFIXES)
         return map(cache.__getitem__, names)
 
-    def add_batch(self, batch: list) -> None:
+    def add_batch(self, batch: list[Event | None]) -> None:
         """Take one batch of events (typed structs, tolerant stand-ins, or None for a skipped one).
         A typed batch is the one just given to :meth:`prepare` (else it is prepared here, and a
         batch whose args cannot be decoded raises ValueError)."""
@@ -221,6 +234,7 @@ class Columns:
         if not batch:
             return
         tolerant = batch[0].__class__ is _Ev or None in batch
+        groups: Mapping[Any, tuple[list[Event], _Seq]]
         if tolerant:
             groups = self._partition_tolerant(batch, base)
         else:
@@ -229,10 +243,11 @@ class Columns:
                 if not self.prepare(batch):
                     raise ValueError("event args that the typed decoder cannot read")
                 prepared, self._prepared = self._prepared, None
-            _, groups, meta = prepared
+            assert prepared is not None      # prepare() returned True: it set _prepared
+            _, typed, meta = prepared
             for i in meta:
                 self._meta(batch[i])
-            groups = {cat: (evs, idx + base) for cat, (evs, idx) in groups.items()}
+            groups = {cat: (evs, idx + base) for cat, (evs, idx) in typed.items()}
         self.n_events += len(batch)
         for cat, (evs, seq) in groups.items():
             if cat in SKIP_CATS:
@@ -251,7 +266,7 @@ class Columns:
             else:
                 self._others(cat, evs, seq, ts, dur)
 
-    def _partition(self, batch: list) -> tuple[dict, list[int]]:
+    def _partition(self, batch: list[Event]) -> tuple[_Groups, list[int]]:
         """A typed batch's complete events by category with their indices in the batch (events of
         the skipped categories left out), and the indices of its metadata events. One look at each
         event's ``cat`` sorts them all (a metadata event's reads :data:`META_CAT`, an event of any
@@ -265,7 +280,7 @@ class Columns:
                     cid[c] = len(cid)
                     self._cat_list.append(c)
             cc = np.fromiter(map(cid.__getitem__, cats), dtype=np.int64, count=len(cats))
-        out: dict = {}
+        out: _Groups = {}
         meta: list[int] = []
         present = np.flatnonzero(np.bincount(cc, minlength=len(cid))).tolist() if len(cc) else []
         for k in present:
@@ -279,9 +294,9 @@ class Columns:
             out[cat] = (batch if len(idx) == len(batch) else list(map(batch.__getitem__, idx.tolist())), idx)
         return out, meta
 
-    def _partition_tolerant(self, batch: list, base: int) -> dict:
+    def _partition_tolerant(self, batch: list[Event | None], base: int) -> dict[Any, tuple[list[Event], list[int]]]:
         """The same for a batch from the tolerant path (any value may have any type)."""
-        by_cat: dict = {}
+        by_cat: dict[Any, tuple[list[Event], list[int]]] = {}
         for i, e in enumerate(batch):
             if e is None:
                 self._bad(base + i)
@@ -303,7 +318,7 @@ class Columns:
                 self._bad(base + i)
         return by_cat
 
-    def _meta(self, e) -> None:
+    def _meta(self, e: Event) -> None:
         if e.name == "thread_name" and e.args is not None:
             n = e.args.name
             if isinstance(n, str):
@@ -312,9 +327,10 @@ class Columns:
                 except TypeError:       # an unhashable pid / tid (tolerant path)
                     pass
 
-    def _sanitize(self, evs: list, seq: list, cat) -> tuple[list, list]:
+    def _sanitize(self, evs: list[Event], seq: _Seq, cat: Hashable) -> tuple[list[Event], list[int]]:
         """Tolerant path: drop (and count) events whose ts / dur / pid / tid / name have the wrong type."""
-        keep_e, keep_s = [], []
+        keep_e: list[Event] = []
+        keep_s: list[int] = []
         need_name = cat not in RUNTIME_CATS
         for e, s in zip(evs, seq):
             ok = (_num(e.ts) and (e.dur is None or _num(e.dur)) and e.pid.__hash__ is not None
@@ -326,7 +342,7 @@ class Columns:
                 self._bad(s)
         return keep_e, keep_s
 
-    def _times(self, evs: list, seq: list):
+    def _times(self, evs: list[Event], seq: _Seq) -> tuple[np.ndarray, np.ndarray, list[Event], _Seq]:
         """ts / dur columns (µs) of ``evs``; out-of-range ones (and nameless where a name is read)
         are counted and dropped."""
         ts_l = list(map(_E_TS, evs))
@@ -348,14 +364,14 @@ class Columns:
             self.float_ts = True
         return ts, dur, evs, seq
 
-    def _cpu_ops(self, cat: str, evs: list, seq: list, ts: np.ndarray, dur: np.ndarray) -> None:
+    def _cpu_ops(self, cat: Hashable, evs: list[Event], seq: _Seq, ts: np.ndarray, dur: np.ndarray) -> None:
         names = list(map(_E_NAME, evs))
         if None in names:
-            keep = [i for i, n in enumerate(names) if n is not None]
-            for i in set(range(len(names))) - set(keep):
+            named = [i for i, n in enumerate(names) if n is not None]
+            for i in set(range(len(names))) - set(named):
                 self._bad(seq[i])
-            evs, seq, names = [evs[i] for i in keep], [seq[i] for i in keep], [names[i] for i in keep]
-            ts, dur = ts[keep], dur[keep]
+            evs, seq, names = [evs[i] for i in named], [seq[i] for i in named], [names[i] for i in named]
+            ts, dur = ts[named], dur[named]
             if not evs:
                 return
         nid = self.intern(names)
@@ -396,7 +412,7 @@ class Columns:
         if op_args is not None:  # only with keep_op_args: the analyser's path builds no such column
             c["args"].append(op_args)
 
-    def _op_args(self, evs: list, ext: np.ndarray) -> np.ndarray:
+    def _op_args(self, evs: list[Event], ext: np.ndarray) -> np.ndarray:
         """With ``keep_op_args``: every op's External id (into ``ext``, in place) and the index into
         :attr:`infos` of its decoded shape args (``Input Dims``, ``Input type``; -1: none)."""
         out = np.full(len(evs), -1, dtype=np.int64)
@@ -415,7 +431,7 @@ class Columns:
                 self.infos.append(d)
         return out
 
-    def _launches(self, evs: list, seq: list, ts: np.ndarray, dur: np.ndarray) -> None:
+    def _launches(self, evs: list[Event], seq: _Seq, ts: np.ndarray, dur: np.ndarray) -> None:
         args = list(map(_E_ARGS, evs))
         corr = list(map(_A_CORR, args)) if None not in args else [
             a.correlation if a is not None else None for a in args]
@@ -435,7 +451,8 @@ class Columns:
             return
         self._add_launches(evs, seq, ts, dur, corr)
 
-    def _add_launches(self, evs, seq, ts, dur, corr) -> None:
+    def _add_launches(self, evs: list[Event], seq: _Seq, ts: np.ndarray, dur: np.ndarray,
+                      corr: list[Any] | np.ndarray) -> None:
         lc = self.l
         lc["seq"].append(np.asarray(seq, dtype=np.int64))
         lc["corr"].append(np.asarray(corr, dtype=np.int64))
@@ -445,7 +462,7 @@ class Columns:
             lc["nid"].append(self.intern([e.name if e.name.__class__ is str else "?" for e in evs]))
             lc["dur"].append(dur)
 
-    def _others(self, cat, evs: list, seq: list, ts: np.ndarray, dur: np.ndarray) -> None:
+    def _others(self, cat: Hashable, evs: list[Event], seq: _Seq, ts: np.ndarray, dur: np.ndarray) -> None:
         """Device events, and the launches / ProfilerStep annotations of the other CPU-side kinds."""
         names = list(map(_E_NAME, evs))
         if None in names:
@@ -481,11 +498,13 @@ class Columns:
             self._device([evs[i] for i in dev_rows], [seq[i] for i in dev_rows], [names[i] for i in dev_rows],
                          ts[dev_rows], dur[dev_rows], cat)
 
-    def _device(self, evs, seq, names, ts, dur, cat) -> None:
+    def _device(self, evs: list[Event], seq: _Seq, names: list[str], ts: np.ndarray, dur: np.ndarray,
+                cat: Hashable) -> None:
         if not self._device_fast(evs, seq, names, ts, dur, cat):
             self._device_each(evs, seq, names, ts, dur, cat)
 
-    def _device_fast(self, evs, seq, names, ts, dur, cat) -> bool:
+    def _device_fast(self, evs: list[Event], seq: _Seq, names: list[str], ts: np.ndarray, dur: np.ndarray,
+                     cat: Hashable) -> bool:
         """Device events of a typed batch, column by column; False (nothing added) when any value
         needs the per-event checks of :meth:`_device_each`."""
         args = list(map(_E_ARGS, evs))
@@ -520,9 +539,9 @@ class Columns:
                 return False
             info[i] = len(self.infos)
             self.infos.append(d)
-        kinds = list(map(_A_KIND, args))
-        kind = (np.full(len(evs), -1, dtype=np.int64) if kinds.count(None) == len(kinds) else
-                np.array([_KIND.get(kk, -1) if kk.__class__ is str else -1 for kk in kinds], dtype=np.int64))
+        kind_vals = list(map(_A_KIND, args))
+        kind = (np.full(len(evs), -1, dtype=np.int64) if kind_vals.count(None) == len(kind_vals) else
+                np.array([_KIND.get(kk, -1) if kk.__class__ is str else -1 for kk in kind_vals], dtype=np.int64))
         try:
             shape = self._shape_column(args)
         except ValueError:              # a grid / block that cannot be decoded: event by event
@@ -542,7 +561,7 @@ class Columns:
         k["wcorr"].append(np.full(len(evs), -1, dtype=np.int64))
         return True
 
-    def _shape_column(self, args: list) -> np.ndarray:
+    def _shape_column(self, args: list[Any]) -> np.ndarray:
         """The launch-shape hash of each event (:func:`_shape_hash`), computed once per distinct
         grid / block text (typed batch: both kept as raw JSON text)."""
         grids, blocks = list(map(_A_GRID, args)), list(map(_A_BLOCK, args))
@@ -559,7 +578,8 @@ class Columns:
                 cache[key] = _shape_hash(arg_value(grids[where[key]]), arg_value(blocks[where[key]]))
         return np.fromiter(map(cache.__getitem__, keys), dtype=np.int64, count=len(keys))
 
-    def _device_each(self, evs, seq, names, ts, dur, cat) -> None:
+    def _device_each(self, evs: list[Event], seq: _Seq, names: list[str], ts: np.ndarray, dur: np.ndarray,
+                     cat: Hashable) -> None:
         n = len(evs)
         cols = {k: np.empty(n, dtype=np.int64) for k in ("stream", "device", "corr", "ext", "info", "kind", "shape",
                                                          "wstream", "wcorr")}
@@ -617,12 +637,12 @@ class Columns:
         k["cat"].append(np.full(int(keep.sum()), cat_code, dtype=np.int64))
 
     # ------------------------------------------------------------------ result
-    def finish(self) -> dict:
+    def finish(self) -> dict[str, np.ndarray]:
         """Every column as one numpy array, rows in file order (keys ``k_*``, ``c_*``, ``l_*``; ``*_seq``:
         each row's index in the events list). Each
         column's batches are dropped as soon as it is joined, so the peak is the columns plus one
         column's copy, not twice the columns. Called once."""
-        out = {}
+        out: dict[str, np.ndarray] = {}
         for prefix, cols in (("k", self.k), ("c", self.c), ("l", self.l)):
             seq = np.concatenate(cols["seq"]) if cols["seq"] else np.empty(0, dtype=np.int64)
             order = np.argsort(seq, kind="stable") if cols["seq"] else None

@@ -23,6 +23,7 @@ compute time the comparison rests on.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Union
 
 import numpy as np
 
@@ -41,7 +42,7 @@ def covered_length(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.nd
     lengths = ends - starts
     prefix = np.concatenate([[0.0], np.cumsum(lengths)])
 
-    def upto(t):
+    def upto(t: np.ndarray) -> np.ndarray:
         k = np.searchsorted(starts, t, side="right") - 1
         kc = np.maximum(k, 0)
         inside = np.clip(t - starts[kc], 0.0, lengths[kc])
@@ -85,7 +86,14 @@ class Contention:
         return d
 
 
-def _samples(rt: RankTrace, mask: np.ndarray, overlapped_fraction: float):
+#: Kernel labels: an object array of labels, or (distinct labels, each row's label index).
+_Keys = Union[np.ndarray, tuple[np.ndarray, np.ndarray]]
+
+
+def _samples(rt: RankTrace, mask: np.ndarray,
+             overlapped_fraction: float) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+    """A rank's compute kernels as samples: (labels, row label index), duration (s), ran alone,
+    ran overlapped (at least ``overlapped_fraction`` of it under communication)."""
     tl = rt.timeline
     comm = mask & (tl.kind == "comm")
     cs, ce = merge_intervals(tl.start_s[comm], tl.end_s[comm])
@@ -104,7 +112,7 @@ def _samples(rt: RankTrace, mask: np.ndarray, overlapped_fraction: float):
     return (labels, inv.reshape(-1).astype(np.int64)), d, alone, over
 
 
-def _factor(keys, use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _factor(keys: _Keys, use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(keys[use], return_inverse=True)`` where ``keys`` is an object array of labels or,
     as :func:`_samples` gives them, a pair (distinct labels, each row's label index): then only the
     few distinct labels are sorted, not a string per row."""
@@ -120,7 +128,9 @@ def _factor(keys, use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return labels[present[order]], pos[codes]
 
 
-def _aggregate(keys, d, alone, over, min_samples: int, min_duration_s: float = 10e-6) -> Contention:
+def _aggregate(keys: _Keys, d: np.ndarray, alone: np.ndarray, over: np.ndarray, min_samples: int,
+               min_duration_s: float = 10e-6) -> Contention:
+    """Per-kernel and time-weighted slowdown of the samples ``d`` (s), ``alone`` / ``over`` masks."""
     kernels: list[KernelContention] = []
     over_time = float(d[over].sum())
     use = alone | over

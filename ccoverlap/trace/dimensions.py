@@ -202,13 +202,18 @@ def combine_dimension_parts(parts_by_rank: list[tuple[int, list[dict]]]) -> list
 
 # ----------------------------------------------------------------------------- gloo on CPU
 
-def cpu_thread_calls(rt: RankTrace) -> dict[str, tuple]:
+#: One gloo worker-thread family's calls: (member thread labels, ends_s, durations_s, type/size
+#: labels, current group).
+ThreadCalls = tuple[list[str], np.ndarray, np.ndarray, np.ndarray, str]
+
+
+def cpu_thread_calls(rt: RankTrace) -> dict[str, ThreadCalls]:
     """The gloo calls of each worker-thread family of a CPU-mode rank (what :func:`choose_cpu_groups`
     matches across ranks): ``{first thread's label: (member labels, ends_s, durations_s, type/size
     labels, current group)}``."""
     tl = rt.timeline
     comm = np.flatnonzero(tl.kind == "comm")
-    per = {}
+    per: dict[str, ThreadCalls] = {}
     for th, members in _thread_families(np.unique(tl.stream[comm]).tolist()).items():
         rows = comm[np.isin(tl.stream[comm], members)]
         kind = np.array([f"{c}/{b:.0f}" for c, b in zip(tl.collective[rows].tolist(), tl.bytes[rows].tolist())],
@@ -217,7 +222,8 @@ def cpu_thread_calls(rt: RankTrace) -> dict[str, tuple]:
     return per
 
 
-def choose_cpu_groups(threads: dict[int, dict], info: dict[int, tuple], tolerance: float = 0.25
+def choose_cpu_groups(threads: dict[int, dict[str, ThreadCalls]],
+                      info: dict[int, tuple[dict[str, dict[str, Any]], int | None, str]], tolerance: float = 0.25
                       ) -> tuple[dict[int, dict[str, str]], list[str]]:
     """The process group of each gloo thread family, rank by rank.
 
@@ -289,7 +295,7 @@ _TID = re.compile(r"thread (\d+)")
 
 def _thread_families(labels: list[str]) -> dict[str, list[str]]:
     """Threads with consecutive numeric ids (``thread 13623 (...)``) grouped under the first one's label."""
-    num = []
+    num: list[tuple[int, str]] = []
     out: dict[str, list[str]] = {}
     for lab in labels:
         m = _TID.search(str(lab))
@@ -299,7 +305,7 @@ def _thread_families(labels: list[str]) -> dict[str, list[str]]:
             out[lab] = [lab]
     num.sort()
     prev = None
-    head = None
+    head = ""               # set by the first numbered thread (prev is None then)
     for tid, lab in num:
         if prev is None or tid != prev + 1:
             head = lab
@@ -309,7 +315,8 @@ def _thread_families(labels: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def _match(ends, durs, colls, ends2, durs2, colls2, tolerance: float) -> tuple[float, float]:
+def _match(ends: np.ndarray, durs: np.ndarray, colls: np.ndarray, ends2: np.ndarray, durs2: np.ndarray,
+           colls2: np.ndarray, tolerance: float) -> tuple[float, float]:
     """(share of calls with a same-type call in the other list ending within tolerance,
     minus the mean |end difference| of those matches in seconds): larger is a better match."""
     if not len(ends) or not len(ends2):

@@ -27,25 +27,32 @@ import codecs
 import json
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import ClassVar, Union
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias, Union, cast
 
 try:
     import msgspec
 except ImportError:  # pragma: no cover - msgspec is a dependency; the stdlib path still works
-    msgspec = None
+    msgspec = None  # type: ignore[assignment]  # typed as the module; None only without msgspec
+
+
+class _Total(Protocol):
+    """A compiled pattern that matches (maybe empty) at every position: ``match`` never returns None."""
+
+    def match(self, string: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str]: ...
+
 
 CHUNK_BYTES = 1 << 18
 MAX_VALUE_CHARS = 32 << 20          # one event / header value: 32 Mi characters at most
 BATCH_CHARS = 2 * CHUNK_BYTES      # text decoded per batch: fewer, larger batches (a fixed cost per batch)
-_WS = re.compile(r"[ \t\n\r]*")
+_WS = cast(_Total, re.compile(r"[ \t\n\r]*"))
 _SURROGATE = re.compile("[\udc80-\udcff]")
 _NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 _UNREADABLE = object()      # a header value that is valid JSON but cannot be built
 _STR_WINDOW = 1 << 16
-_STR_BODY = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)   # a string's text up to its closing quote
+_STR_BODY = cast(_Total, re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL))   # a string's text up to its closing quote
 _STRUCT = re.compile(r'["{}\[\]]')          # what opens or closes a value outside strings
 _SEP = re.compile(r"[ \t\n\r]*([,\]}:])")
 # strings (with escapes) or single structural characters: used to find the end of a bad event
@@ -62,6 +69,10 @@ ARG_FIELDS = ("correlation", "External id", "stream", "device", "grid", "block",
 RAW_ARG_FIELDS = ("grid", "block")
 _ATTR = {k: k.lower().replace(" ", "_") for k in ARG_FIELDS + COMM_ARG_FIELDS}
 ABSENT = None       # what an args attribute reads when the key is not there (a JSON null reads None too)
+#: An event as :meth:`EventStream.batches` yields it: a :class:`TraceEvent`, :class:`MetaEvent` or
+#: other-phase struct (typed path) or an :class:`_Ev` (tolerant path), read by attribute; the field
+#: values are unchecked (the caller validates), so it is typed loosely.
+Event: TypeAlias = Any
 
 
 class _NotComplete:
@@ -83,7 +94,7 @@ OTHER_PHASE_CAT = _NotComplete("event of another phase")
 if msgspec is not None:
     _RAW0 = msgspec.Raw(b"")
 
-    def _args_struct():
+    def _args_struct() -> type[msgspec.Struct]:
         # the args the analyser reads, typed loosely (the caller validates); the collective keys stay
         # raw JSON text, decoded only for the few events that are collective ops
         fields = [(_ATTR[k], msgspec.Raw if k in RAW_ARG_FIELDS else object,
@@ -91,7 +102,10 @@ if msgspec is not None:
         fields += [(_ATTR[k], msgspec.Raw, msgspec.field(default=_RAW0, name=k)) for k in COMM_ARG_FIELDS]
         return msgspec.defstruct("TraceArgs", fields, gc=False)
 
-    TraceArgs = _args_struct()
+    if TYPE_CHECKING:
+        TraceArgs: TypeAlias = Any      # a msgspec.Struct built at run time (one field per ARG_FIELDS key)
+    else:
+        TraceArgs = _args_struct()
 
     class TraceEvent(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
         """A complete event (``"ph": "X"``): the fields the analyser reads, decoded straight into
@@ -124,7 +138,7 @@ if msgspec is not None:
     OTHER_PHASES = tuple("BEiICbnestfPONDVvRc()")
     _OTHER = tuple(msgspec.defstruct(f"Phase{ord(p)}", [], tag_field="ph", tag=p, gc=False,
                                      namespace={"cat": OTHER_PHASE_CAT}) for p in OTHER_PHASES)
-    _BATCH = msgspec.json.Decoder(list[Union[(TraceEvent, MetaEvent, *_OTHER)]])  # type: ignore[misc]
+    _BATCH = msgspec.json.Decoder(list[Union[(TraceEvent, MetaEvent) + _OTHER]])  # type: ignore[misc]
     _ARGS_LIST = msgspec.json.Decoder(list[Union[TraceArgs, None]])
 
     class LaunchArgs(msgspec.Struct, gc=False):
@@ -136,7 +150,7 @@ if msgspec is not None:
     _ANY = msgspec.json.Decoder()
     _NULL = msgspec.Raw(b"null")
 else:  # pragma: no cover
-    TraceEvent = MetaEvent = TraceArgs = LaunchArgs = None
+    TraceEvent = MetaEvent = TraceArgs = LaunchArgs = None  # type: ignore[misc]  # only without msgspec: the names exist, unusable
     _BATCH = _ANY = _ARGS_LIST = _LAUNCH_ARGS_LIST = None
 
 
@@ -176,10 +190,10 @@ class _Ev:
         self.args = _Args(a) if a.__class__ is dict else _NOARGS
 
 
-def comm_args(args) -> dict:
+def comm_args(args: Any) -> dict[str, Any]:
     """The collective keys present in an event's ``args`` (:data:`COMM_ARG_FIELDS`), decoded; raises
     ValueError when one cannot be (an integer of more than 4300 digits ...): the caller skips the event."""
-    out = {}
+    out: dict[str, Any] = {}
     for k in COMM_ARG_FIELDS:
         v = getattr(args, _ATTR[k])
         if v.__class__ is _Missing:
@@ -198,7 +212,7 @@ def comm_args(args) -> dict:
     return out
 
 
-def arg_value(v):
+def arg_value(v: Any) -> Any:
     """The value of an args field that may be kept as raw JSON text (:data:`RAW_ARG_FIELDS`):
     decoded (absent: None); any other value as it is. Raises ValueError when the text cannot be
     decoded (an integer of more than 4300 digits ...)."""
@@ -215,16 +229,16 @@ def arg_value(v):
             raise ValueError("args nested too deeply") from None
 
 
-def _present(v) -> bool:
+def _present(v: Any) -> bool:
     return v.__class__ is not _Missing and (msgspec is None or v.__class__ is not msgspec.Raw or len(v) > 0)
 
 
-def has_collective_record(args) -> bool:
+def has_collective_record(args: Any) -> bool:
     """Whether ``args`` holds a collective record (a ``Collective name`` or ``In msg nelems`` key)."""
     return _present(args.collective_name) or _present(args.in_msg_nelems)
 
 
-def resolve_args(events: list, launch: bool = False) -> bool:
+def resolve_args(events: list[Any], launch: bool = False) -> bool:
     """Decode, in place, the raw ``args`` text of typed :class:`TraceEvent` objects into
     :data:`TraceArgs` (None when absent or null), all of them in one decoder call; ``launch``:
     into :data:`LaunchArgs` instead (a CPU-side launch: only its ``correlation`` is read). False, with
@@ -245,7 +259,7 @@ def resolve_args(events: list, launch: bool = False) -> bool:
 _EV_ARGS = attrgetter("args")
 
 
-def _convert(items: list) -> list:
+def _convert(items: list[Any]) -> list[_Ev | None]:
     return [_Ev(d) if d.__class__ is dict else None for d in items]
 
 
@@ -275,7 +289,7 @@ class BadEvent:
 class _Buffer:
     """A growing window of decoded text over a binary stream."""
 
-    def __init__(self, fh) -> None:
+    def __init__(self, fh: IO[bytes]) -> None:
         self.fh = fh
         # a UTF-8 byte-order mark is dropped; a byte that is not UTF-8 becomes a lone surrogate
         # (U+DC80..U+DCFF) and costs only the event that holds it (see EventStream._one)
@@ -351,12 +365,13 @@ class EventStream:
         """Characters copied into the reading window so far (linear in the input's length)."""
         return self._b.work
 
-    def __init__(self, fh, *, max_value_chars: int | None = None, prepare=None) -> None:
+    def __init__(self, fh: IO[bytes], *, max_value_chars: int | None = None,
+                 prepare: Callable[[list[Any]], bool] | None = None) -> None:
         self._b = _Buffer(fh)
         self._prepare = prepare
         self._dec = json.JSONDecoder()
         self._max = max_value_chars or MAX_VALUE_CHARS
-        self.header: dict = {}
+        self.header: dict[str, Any] = {}
         self.bad: list[BadEvent] = []
         self.bad_header: list[str] = []     # the first header keys whose value could not be built (skipped)
         self.n_bad_header = 0
@@ -386,7 +401,7 @@ class EventStream:
         buf = self._b.buf
         return (buf[i], i) if i < len(buf) else ("", i)
 
-    def _value(self, i: int, what: str):
+    def _value(self, i: int, what: str) -> tuple[Any, int]:
         """Decode one JSON value starting at ``i`` (whole, bounded); returns (value, end)."""
         b = self._b
         want = 1 << 16
@@ -476,7 +491,7 @@ class EventStream:
                 raise Truncated(f"truncated JSON: the text ends inside the value at offset {b.base}")
 
     # ------------------------------------------------------------------ document
-    def batches(self) -> Iterator[list]:
+    def batches(self) -> Iterator[list[Any]]:
         """Yield the events in lists (one per window of text): each item a :class:`TraceEvent` (args
         still raw unless ``prepare`` resolved them), a :class:`MetaEvent`, an empty struct for an
         event of another phase, an equivalent object (stdlib path), or ``None`` for an item that is not a JSON object or not
@@ -533,7 +548,7 @@ class EventStream:
                 self.header[key] = value
             i = self._b.compact(i)
 
-    def _header_value(self, i: int, key: str):
+    def _header_value(self, i: int, key: str) -> tuple[Any, int]:
         """The value of top-level key ``key`` at ``i`` and its end; a value that is valid JSON text but
         cannot be built (an integer of more than 4300 digits) is skipped: :data:`_UNREADABLE` is
         returned and the key named in :attr:`bad_header`."""
@@ -555,7 +570,7 @@ class EventStream:
                 self.bad_header.append(f"{key[:40]!r} at offset {self._b.base + i} ({str(exc).split(';')[0][:80]})")
             return _UNREADABLE, end
 
-    def _events_list(self, i: int) -> Iterator:
+    def _events_list(self, i: int) -> Iterator[list[Any]]:
         """Yield the events of the list whose ``[`` ends before ``i``; sets ``self._pos`` after its ``]``.
 
         Fast path: the text up to the last ``},`` + ``{`` boundary of the window is decoded as one
@@ -606,7 +621,7 @@ class EventStream:
                 raise StreamError(f"expected ',' or ']' after event #{index - 1} at offset {b.base + k2}, "
                                   f"found {c!r}")
 
-    def _decode_batch(self, buf: str, i: int, k: int):
+    def _decode_batch(self, buf: str, i: int, k: int) -> list[Any] | None:
         """Events of ``buf[i:k]`` (complete events separated by commas) or None when that text holds
         a bad event (or the cut fell inside a string): the caller then goes event by event."""
         text = "".join(("[", buf[i:k], "]"))        # two copies of the text, not three
@@ -627,7 +642,7 @@ class EventStream:
             return None
         return _convert(items)
 
-    def _one(self, i: int, index: int):
+    def _one(self, i: int, index: int) -> tuple[Any, int]:
         """Decode the event at ``i`` (or skip it when it is not valid JSON or holds a byte that is
         not UTF-8); returns (event, end)."""
         try:

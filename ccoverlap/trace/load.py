@@ -37,6 +37,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
@@ -72,10 +73,10 @@ class RawTrace:
     ``infos`` holds the kept collective args that ``k_info``/``c_info`` index (-1: none).
     """
 
-    path: Path
-    meta: dict
+    path: Source
+    meta: dict[str, Any]
     names: list[str]
-    infos: list[dict]
+    infos: list[dict[str, Any]]
     threads: list[str]
     k_nid: np.ndarray
     k_ts: np.ndarray
@@ -128,7 +129,7 @@ class RawTrace:
 
 # ----------------------------------------------------------------------------- files
 
-def discover(paths: Sequence[str | Path]) -> tuple[list[Source], list[str]]:
+def discover(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[Source], list[str]]:
     """Trace files named by ``paths`` (files, or directories searched one level deep; URLs
     - an object or a prefix - through fsspec, see :mod:`ccoverlap.trace.sources`).
 
@@ -139,8 +140,8 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Source], list[str]]:
     problems: list[str] = []
     for p in paths:
         if is_url(p):
-            found, why = discover_url(p, TRACE_SUFFIXES)
-            files.extend(found)
+            urls, why = discover_url(p, TRACE_SUFFIXES)
+            files.extend(urls)
             problems.extend(why)
             continue
         path = Path(p)
@@ -156,10 +157,10 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Source], list[str]]:
                 problems.append(f"{clip_middle(str(path))}: {_why_not_there(path)}")
         except OSError as exc:      # a name longer than the system allows, a directory that cannot be listed
             problems.append(f"{clip_middle(str(path))}: cannot read ({exc.strerror or type(exc).__name__})")
-    seen: set = set()
-    unique = []
+    seen: set[Source] = set()
+    unique: list[Source] = []
     for f in files:
-        key = f if is_url(f) else f.resolve()
+        key = f.resolve() if isinstance(f, Path) else f      # a URL string is kept verbatim
         if key not in seen:
             seen.add(key)
             unique.append(f)
@@ -181,7 +182,7 @@ def _why_not_there(path: Path) -> str:
     return "not a regular file or directory (a device, socket or pipe?)"
 
 
-def _open(path: Source):
+def _open(path: Source) -> IO[bytes]:
     """A binary stream of the JSON text (gunzipped when the file is gzip), checked up front."""
     try:
         with open_binary(path) as fh:
@@ -219,7 +220,7 @@ def _sniff(path: Source) -> None:
 
 # ----------------------------------------------------------------------------- parsing
 
-def load_trace(path: str | Path, *, keep_cpu_ops: bool = True, keep_runtime: bool = False,
+def load_trace(path: str | os.PathLike[str], *, keep_cpu_ops: bool = True, keep_runtime: bool = False,
                keep_op_args: bool = False) -> RawTrace:
     """Stream one trace file into a :class:`RawTrace`.
 
@@ -350,13 +351,13 @@ def _parse_events(path: Source, keep_cpu_ops: bool = True, keep_runtime: bool = 
     return raw
 
 
-def _many_pids(threads: list) -> bool:
+def _many_pids(threads: list[tuple[Any, Any]]) -> bool:
     return len({p for p, _ in threads}) > 1
 
 
 # ----------------------------------------------------------------------------- all files
 
-def load_all(paths: Iterable[str | Path]) -> tuple[list[RawTrace], list[str]]:
+def load_all(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[RawTrace], list[str]]:
     """Discover, stream and rank every trace; problems are collected, never raised."""
     files, problems = discover(list(paths))
     raws: list[RawTrace] = []

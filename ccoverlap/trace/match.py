@@ -11,8 +11,6 @@ ends line up.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 import numpy as np
 
 from ccoverlap.sim.timeline import Timeline
@@ -89,11 +87,11 @@ def _same_calls(tl_a: Timeline, rows_a: np.ndarray, tl_b: Timeline, rows_b: np.n
                 and np.all(tl_b.end_s[rows_b] >= tl_a.start_s[rows_a] - tol_s))
 
 
-def pair_calls(tls: dict[Hashable, Timeline], rows: dict[Hashable, np.ndarray], *, by_order: bool = True,
-               tol_s: float = 1e-3, tol_frac: float = 0.02) -> tuple[list[list[tuple[Hashable, int]]], str]:
+def pair_calls(tls: dict[int, Timeline], rows: dict[int, np.ndarray], *, by_order: bool = True,
+               tol_s: float = 1e-3, tol_frac: float = 0.02) -> tuple[list[list[tuple[int, int]]], str]:
     """The calls of one process group matched across ranks, and how they were paired.
 
-    ``tls[k]`` is rank ``k``'s timeline and ``rows[k]`` its rows of this group sorted by start.
+    ``tls[k]`` is rank ``k``'s timeline (``k``: a rank or a rank's index) and ``rows[k]`` its rows of this group sorted by start.
     Returns ``(calls, how)``: each call is ``[(k, row), ...]`` with two or more members, in the
     lowest key's call order; ``how`` is ``"order"`` when ``by_order`` allows it, every rank has
     the same number of calls and the N-th calls agree (:func:`_same_calls`: type, size where the
@@ -109,7 +107,7 @@ def pair_calls(tls: dict[Hashable, Timeline], rows: dict[Hashable, np.ndarray], 
     if by_order and all(len(rows[k]) == n for k in keys) and all(
             _same_calls(tls[ref], rows[ref], tls[k], rows[k], tol_s, tol_frac) for k in keys[1:]):
         return [[(k, int(rows[k][i])) for k in keys] for i in range(n)], "order"
-    partners: list[list[tuple[Hashable, int]]] = [[(ref, int(r))] for r in rows[ref]]
+    partners: list[list[tuple[int, int]]] = [[(ref, int(r))] for r in rows[ref]]
     for k in keys[1:]:
         for i, j in align_by_ends(tls[ref], rows[ref], tls[k], rows[k], tol_s=tol_s, tol_frac=tol_frac):
             partners[i].append((k, int(rows[k][j])))

@@ -9,15 +9,39 @@ cannot belong to the same job, with one message per file.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, TypeVar
 
 from ccoverlap.config import short
-from ccoverlap.trace.sources import file_name
+from ccoverlap.trace.sources import Source, file_name
 
-if TYPE_CHECKING:
-    from ccoverlap.trace.load import RawTrace
+__all__ = ["rank_from_meta", "assign_ranks", "RankClaim", "RankEvidence"]
 
-__all__ = ["rank_from_meta", "assign_ranks"]
+
+class RankClaim(Protocol):
+    """What :func:`assign_ranks` reads and sets on a trace file: a loaded trace
+    (:class:`~ccoverlap.trace.load.RawTrace`) or a rank's summary
+    (:class:`~ccoverlap.trace.summary.RankSummary`). Defined here, not imported from either, so
+    that this module stays below both."""
+
+    rank: int | None
+    world_size: int | None
+    rank_source: str
+
+    @property
+    def path(self) -> Source: ...
+
+
+class RankEvidence(RankClaim, Protocol):
+    """A trace file whose own header :func:`rank_from_meta` reads (``meta``) and warns about."""
+
+    @property
+    def meta(self) -> dict[str, Any]: ...
+
+    @property
+    def warnings(self) -> list[str]: ...
+
+
+_R = TypeVar("_R", bound=RankClaim)
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
 
@@ -26,7 +50,7 @@ _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNOREC
 MAX_RANK = 2**31 - 1
 
 
-def _as_int(v) -> int | None:
+def _as_int(v: object) -> int | None:
     """A rank or world size 0 .. :data:`MAX_RANK` written as int, integral float or ASCII digits; else None."""
     if v.__class__ is int:
         n = v
@@ -39,7 +63,7 @@ def _as_int(v) -> int | None:
     return n if 0 <= n <= MAX_RANK else None
 
 
-def _header_number(raw: RawTrace, info: dict, key: str) -> int | None:
+def _header_number(raw: RankEvidence, info: dict[str, Any], key: str) -> int | None:
     """``distributedInfo[key]`` as a rank number; a value that is there but is not one is ignored
     with a warning naming the file and the field."""
     v = info.get(key)
@@ -50,7 +74,7 @@ def _header_number(raw: RawTrace, info: dict, key: str) -> int | None:
     return n
 
 
-def rank_from_meta(raw: RawTrace) -> None:
+def rank_from_meta(raw: RankEvidence) -> None:
     """Set ``raw.rank`` / ``raw.world_size`` / ``raw.rank_source`` of one trace from its
     ``distributedInfo``, else the rank from the file name (``rank3``, ``rank-3``, ``_rank_3``).
     A value that is not a rank (not a whole number 0 .. :data:`MAX_RANK`: ``"²"``, a 5000-digit
@@ -72,7 +96,7 @@ def rank_from_meta(raw: RawTrace) -> None:
             raw.rank_source = "file name"
 
 
-def _name_digits(r) -> str | None:
+def _name_digits(r: RankClaim) -> str | None:
     """The digits of the last ``rank<N>`` in the file name of ``r`` (None: none)."""
     m = None
     for m in _RANK_IN_NAME.finditer(file_name(r.path)):
@@ -80,7 +104,7 @@ def _name_digits(r) -> str | None:
     return m.group(1) if m is not None else None
 
 
-def _evidence(r, world: int | None) -> tuple:
+def _evidence(r: RankClaim, world: int | None) -> tuple[bool, bool, bool, float, int]:
     """How strongly a file backs the rank it claims: states the job's world size, its file name
     agrees, it has something to measure, fewer malformed events, more events."""
     name = _name_rank(r)
@@ -91,7 +115,7 @@ def _evidence(r, world: int | None) -> tuple:
             -(bad / events if events else 1.0), events)
 
 
-def _why(r, world: int | None) -> str:
+def _why(r: RankClaim, world: int | None) -> str:
     ws, name_ok, usable, good, events = _evidence(r, world)
     name = _name_rank(r)
     return (f"{'states' if ws else 'does not state'} world size {world}, "
@@ -99,12 +123,12 @@ def _why(r, world: int | None) -> str:
             f"{'has' if usable else 'has no'} GPU events to measure, {-good:.0%} malformed of {events} events")
 
 
-def _name_rank(r) -> int | None:
+def _name_rank(r: RankClaim) -> int | None:
     digits = _name_digits(r)
     return _as_int(digits) if digits is not None else None
 
 
-def assign_ranks(raws: list[RawTrace]) -> tuple[list[RawTrace], list[str]]:
+def assign_ranks(raws: list[_R]) -> tuple[list[_R], list[str]]:
     """Give every trace a unique rank; drop what cannot belong to the same job.
 
     Order of evidence: ``distributedInfo.rank``, then ``rank-3`` / ``rank3`` / ``_rank_3`` in
@@ -118,7 +142,7 @@ def assign_ranks(raws: list[RawTrace]) -> tuple[list[RawTrace], list[str]]:
     problems: list[str] = []
     sizes = [r.world_size for r in raws if r.world_size]
     world = max(set(sizes), key=lambda s: (sizes.count(s), -s)) if sizes else None
-    kept: list[RawTrace] = []
+    kept: list[_R] = []
     for r in raws:
         if world is not None and r.world_size is not None and r.world_size != world:
             problems.append(f"{r.path}: world_size {r.world_size} differs from the other traces' {world} "
@@ -126,8 +150,8 @@ def assign_ranks(raws: list[RawTrace]) -> tuple[list[RawTrace], list[str]]:
             continue
         kept.append(r)
     taken: set[int] = set()
-    out: list[RawTrace] = []
-    claims: dict[int, list] = {}
+    out: list[_R] = []
+    claims: dict[int, list[_R]] = {}
     for r in kept:
         if r.rank is not None:
             claims.setdefault(r.rank, []).append(r)

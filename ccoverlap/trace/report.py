@@ -10,27 +10,28 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 from rich.console import Console
 
 from ccoverlap.console import Col, make_console, print_table, print_wrapped
 from ccoverlap.outputs import save_figure
-from ccoverlap.trace.ranks import MAX_CLOCK_SPREAD_S
+from ccoverlap.trace.contention import Contention
+from ccoverlap.trace.ranks import MAX_CLOCK_SPREAD_S, CrossRank
 from ccoverlap.trace.report_json import print_problems, write_json  # noqa: F401 - re-exported
 from ccoverlap.trace.result import Analysis
 
 MAX_LANE_RANKS = 16
 
 
-def _ms(x) -> str:
+def _ms(x: float | np.floating[Any] | None) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"
     return f"{x * 1e3:.3f}" if abs(x) < 0.01 else f"{x * 1e3:.2f}"
 
 
-def _pct(x) -> str:
+def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.1f}%"
 
 
@@ -44,7 +45,7 @@ def _bytes(x: float) -> str:
     return f"{x:.1f}"
 
 
-def _gbs(x) -> str:
+def _gbs(x: float | None) -> str:
     return "-" if x is None else f"{x / 1e9:.2f}"
 
 
@@ -79,7 +80,7 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
     con.print(f"[bold]ccoverlap analyze[/bold] - {len(a.ranks)} rank(s), {steps_label(a)}; "
               f"times in ms; time resolution: {a.time_resolution}")
     rows = [_rank_row(str(m.rank), vars(m)) for m in a.metrics]
-    styles = [None] * len(rows)
+    styles: list[str | None] = [None] * len(rows)
     if len(a.metrics) > 1:
         rows.append(_rank_row("all", s))
         styles.append("bold")
@@ -95,7 +96,7 @@ def print_report(a: Analysis, file: IO | None = None, *, width: int | None = Non
     con.print(f"[bold]Most worth trying:[/bold] {v.try_next}.")
 
 
-def _print_steps(con, a: Analysis) -> None:
+def _print_steps(con: Console, a: Analysis) -> None:
     """The per-step table (means over ranks, the slowest rank)."""
     if not a.step_metrics:
         return
@@ -113,7 +114,7 @@ def _print_steps(con, a: Analysis) -> None:
                 title="Per step (mean over ranks; slowest rank = longest step)")
 
 
-def _print_collectives(con, a: Analysis) -> None:
+def _print_collectives(con: Console, a: Analysis) -> None:
     """The collectives table and the per-dimension table."""
     if a.collectives:
         rows = [[c.collective, c.group, str(c.group_size or "-"), str(c.count), _bytes(c.bytes_mean),
@@ -134,7 +135,7 @@ def _print_collectives(con, a: Analysis) -> None:
                     title="Per parallelism dimension (sum over ranks; ms; algbw GB/s)")
 
 
-def _print_cross(con, cr) -> None:
+def _print_cross(con: Console, cr: CrossRank) -> None:
     """Start skew per group, the latest arrivals and the stragglers (or why they are not measured)."""
     if cr.groups and any(g.reliable for g in cr.groups):
         rows = [[g.group, _ranges(g.ranks), str(g.matched),
@@ -161,7 +162,7 @@ def _print_cross(con, cr) -> None:
         con.print(f"Across ranks: {cr.note}")
 
 
-def _print_contention(con, c) -> None:
+def _print_contention(con: Console, c: Contention) -> None:
     """The job's contention slowdown and the three most slowed kernels."""
     if c.kernels:
         con.print(f"Contention: compute runs [bold]{c.slowdown:.2f}x[/bold] slower while communication runs "
@@ -175,7 +176,7 @@ def _print_contention(con, c) -> None:
         con.print(f"Contention: {c.note or 'not measurable'}")
 
 
-def _console(file: IO | None, width: int | None = None):
+def _console(file: IO[str] | None, width: int | None = None) -> Console:
     """The report's console: ``width`` columns, else as :func:`ccoverlap.console.make_console`."""
     if width:
         return Console(file=file, width=width, highlight=False)
@@ -236,7 +237,7 @@ def write_png(a: Analysis, path: str | Path, *, step: int | None = None) -> Path
     firsts = [lane[4] for lane in lanes]
     own_clock = bool(firsts) and max(firsts) - min(firsts) > MAX_CLOCK_SPREAD_S
     t0_all = min(firsts) if firsts else 0.0
-    y = 0
+    y: float = 0
     ticks, labels = [], []
     for rank, comp, comm, exposed, first in lanes:
         t0 = first if own_clock else t0_all

@@ -11,7 +11,9 @@ significant digits, inf / nan as null).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +22,7 @@ from ccoverlap.trace.collectives import CollectiveStats, busbw_factor
 from ccoverlap.trace.contention import Contention
 from ccoverlap.trace.dimensions import DimensionStats
 from ccoverlap.trace.ranks import CrossRank
-from ccoverlap.trace.steps import StepRanges
+from ccoverlap.trace.steps import StepRanges, Steps
 from ccoverlap.trace.summary import RankSummary
 from ccoverlap.trace.verdict import Verdict
 
@@ -36,7 +38,7 @@ class Analysis:
 
     files: list[str]
     problems: list[str]
-    steps_spec: object
+    steps_spec: Steps
     time_resolution: str
     ranks: list[RankSummary]
     metrics: list[RankMetrics]
@@ -86,9 +88,9 @@ class Analysis:
         """One JSON-ready object (``inf``/``nan`` become null). ``comm_kernels``: put this value
         in place of the list of :meth:`comm_kernels` (a writer that streams the rows, one per
         analysed communication kernel of the job, passes a placeholder)."""
-        ranks = []
+        ranks: list[dict[str, Any]] = []
         for m, rt in zip(self.metrics, self.ranks):
-            d = {"rank": m.rank}
+            d: dict[str, Any] = {"rank": m.rank}
             d.update({k: getattr(m, k) for k in METRIC_KEYS})
             d.update({"bubble_s": m.bubble_s, "comm_bytes": m.comm_bytes, "file": str(rt.path), "mode": rt.mode,
                       "rank_source": rt.meta.get("rank_source"), "device": rt.meta.get("device"),
@@ -125,7 +127,7 @@ class Analysis:
 CHUNK_ROWS = 4096
 
 
-def comm_kernel_chunks(a: Analysis, size: int = CHUNK_ROWS):
+def comm_kernel_chunks(a: Analysis, size: int = CHUNK_ROWS) -> Iterator[list[dict[str, Any]]]:
     """The rows of :meth:`Analysis.comm_kernels` in lists of at most ``size``, each row as
     :func:`json_ready` makes it."""
     for cols in comm_kernel_columns(a, size):
@@ -137,7 +139,7 @@ COMM_KERNEL_KEYS = ("rank", "name", "collective", "group", "group_desc", "group_
                     "bytes", "size_source", "algbw", "busbw")
 
 
-def comm_kernel_columns(a: Analysis, size: int = CHUNK_ROWS):
+def comm_kernel_columns(a: Analysis, size: int = CHUNK_ROWS) -> Iterator[list[list[Any]]]:
     """The rows of :meth:`Analysis.comm_kernels` as columns (one list per key of
     :data:`COMM_KERNEL_KEYS`, values as :func:`json_ready` makes them), at most ``size`` rows at a
     time; built column by column per rank (what repeats - bandwidth factors, group descriptions -
@@ -148,12 +150,12 @@ def comm_kernel_columns(a: Analysis, size: int = CHUNK_ROWS):
             yield _rank_columns(rt, lo, min(lo + size, n))
 
 
-def _round12_one(v) -> float | None:
+def _round12_one(v: float | None) -> float | None:
     """:func:`json_ready` of one float (or None)."""
     return float(f"{v:.12g}") if v is not None and v - v == 0 else None
 
 
-def round12(values: np.ndarray) -> list:
+def round12(values: np.ndarray) -> list[float | None]:
     """:func:`json_ready` of each value of a float array: the float nearest to the value rounded to
     12 significant digits, None for inf / nan.
 
@@ -179,10 +181,11 @@ def round12(values: np.ndarray) -> list:
     return res
 
 
-def _rank_columns(rt: RankSummary, lo: int, hi: int) -> list[list]:
+def _rank_columns(rt: RankSummary, lo: int, hi: int) -> list[list[Any]]:
     """Rows ``lo:hi`` of one rank's analysed communication kernels, as columns (see
     :func:`comm_kernel_columns`)."""
     tl = rt.comm
+    assert tl is not None and rt.comm_group_size is not None      # rows exist: the summary set both
     pg = rt.meta.get("pg_config") or {}
     st = tl.start_s[lo:hi]
     dur = tl.end_s[lo:hi] - st
@@ -190,11 +193,11 @@ def _rank_columns(rt: RankSummary, lo: int, hi: int) -> list[list]:
     colls, gsizes = tl.collective[lo:hi].tolist(), rt.comm_group_size[lo:hi].tolist()
     with np.errstate(divide="ignore", invalid="ignore"):
         alg = np.where((nbytes > 0) & (dur > 0), nbytes / dur, np.nan)
-    factors: dict = {}
+    factors: dict[tuple[str, int], float | None] = {}
     fac = [factors[k] if k in factors else factors.setdefault(k, busbw_factor(k[0], int(k[1])) if k[1] else None)
            for k in zip(colls, gsizes)]
     bus = alg * np.array([np.nan if f is None else f for f in fac], dtype=np.float64)   # nan: no factor
-    descs: dict = {}
+    descs: dict[str, str | None] = {}
     groups = tl.group[lo:hi].tolist()
     desc = [descs[g] if g in descs else descs.setdefault(g, (pg.get(str(g)) or {}).get("desc")) for g in groups]
     src = rt.comm_size_source[lo:hi].tolist() if rt.comm_size_source is not None else [""] * (hi - lo)
@@ -203,7 +206,7 @@ def _rank_columns(rt: RankSummary, lo: int, hi: int) -> list[list]:
             round12(dur), round12(nbytes), [s or None for s in src], round12(alg), round12(bus)]
 
 
-def json_ready(x):
+def json_ready(x: Any) -> Any:
     """``x`` with numpy integers as ints, floats to 12 significant digits (no 1e-17 noise), inf /
     nan as None, tuples as lists and dict keys as strings."""
     if isinstance(x, dict):

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import re
 from pathlib import Path
-from typing import BinaryIO, Union
+from types import ModuleType
+from typing import Any, BinaryIO, TypeGuard, Union
 
 from ccoverlap.errors import TraceError
 
@@ -25,12 +27,12 @@ Source = Union[Path, str]
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
-def is_url(source) -> bool:
+def is_url(source: object) -> TypeGuard[str]:
     """Whether ``source`` is a URL (``scheme://…``) rather than a local path."""
     return isinstance(source, str) and bool(_SCHEME.match(source))
 
 
-def as_source(source) -> Source:
+def as_source(source: str | os.PathLike[str]) -> Source:
     """``source`` as a URL string (kept verbatim: ``Path`` would fold its ``//``) or a Path."""
     return source if is_url(source) else Path(source)
 
@@ -40,16 +42,16 @@ def file_name(source: Source) -> str:
     return str(source).rstrip("/").rsplit("/", 1)[-1] if is_url(source) else Path(source).name
 
 
-def _fsspec():
+def _fsspec() -> ModuleType:
     try:
-        import fsspec
+        import fsspec  # type: ignore[import-untyped]  # fsspec ships no type information
     except ImportError:
         raise TraceError("reading trace URLs needs fsspec: pip install 'ccoverlap[ray]' (or fsspec)") from None
     return fsspec
 
 
-def _filesystem(url: str):
-    """``(filesystem, path inside it)`` for ``url``; TraceError naming what is missing."""
+def _filesystem(url: str) -> tuple[Any, str]:
+    """``(filesystem, path inside it)`` for ``url`` (an ``fsspec.AbstractFileSystem``, untyped); TraceError naming what is missing."""
     fsspec = _fsspec()
     try:
         return fsspec.core.url_to_fs(url)
@@ -96,7 +98,9 @@ class _Gunzip(io.RawIOBase):
                              f"(limit MAX_GZIP_BYTES)")
         return data
 
-    def readinto(self, b) -> int:
+    # the base class takes any writable buffer, which has no len() before Python 3.12's Buffer;
+    # io's readers pass a bytearray or memoryview
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
         data = self.read(len(b))
         b[:len(data)] = data
         return len(data)

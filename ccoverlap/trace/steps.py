@@ -19,6 +19,9 @@ uses its own start), the rule of HolisticTraceAnalysis' ``add_iteration``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TypeGuard, Union
+
 import numpy as np
 
 from ccoverlap.config import short
@@ -37,7 +40,7 @@ class StepRanges:
 
     __slots__ = ("ranges",)
 
-    def __init__(self, ranges) -> None:
+    def __init__(self, ranges: Iterable[tuple[int, int]]) -> None:
         merged: list[list[int]] = []
         for lo, hi in sorted(ranges):
             if merged and lo <= merged[-1][1] + 1:
@@ -49,13 +52,13 @@ class StepRanges:
     def __len__(self) -> int:
         return sum(hi - lo + 1 for lo, hi in self.ranges)
 
-    def __contains__(self, step) -> bool:
+    def __contains__(self, step: int) -> bool:
         return any(lo <= step <= hi for lo, hi in self.ranges)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, StepRanges) and other.ranges == self.ranges
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[StepRanges], tuple[tuple[tuple[int, int], ...]]]:
         return (StepRanges, (self.ranges,))
 
     def mask(self, steps: np.ndarray) -> np.ndarray:
@@ -69,7 +72,12 @@ class StepRanges:
         return ",".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
 
 
-def parse_steps(spec: str | None) -> str | list[int] | StepRanges:
+#: A ``--steps`` selection as :func:`parse_steps` gives it: ``"hta"`` / ``"all"``, a sorted list
+#: of step numbers, or :class:`StepRanges`.
+Steps = Union[str, list[int], StepRanges]
+
+
+def parse_steps(spec: str | None) -> Steps:
     """``"hta"`` / ``"all"`` / the step numbers of ``"3,4"`` or ``"3-5"``: a sorted list, or
     :class:`StepRanges` when they are more than :data:`MAX_LISTED_STEPS` (never expanded)."""
     if spec is not None and not isinstance(spec, str):
@@ -106,12 +114,12 @@ def parse_steps(spec: str | None) -> str | list[int] | StepRanges:
     return [n for lo, hi in sel.ranges for n in range(lo, hi + 1)]
 
 
-def is_numbered(spec) -> bool:
+def is_numbered(spec: object) -> TypeGuard[list[int] | StepRanges]:
     """Whether ``spec`` names step numbers (a list or :class:`StepRanges`), not ``hta`` / ``all``."""
     return isinstance(spec, (list, StepRanges))
 
 
-def missing_steps(spec, available: list[int]) -> tuple[bool, str]:
+def missing_steps(spec: list[int] | StepRanges, available: list[int]) -> tuple[bool, str]:
     """``(none_present, text)`` for a numbered ``spec``: whether none of its steps is in the
     traces, and the steps that are not, in words (ranges stay ranges)."""
     avail = set(available)
@@ -140,7 +148,7 @@ def assign_steps(rt: RankTrace) -> None:
     tl.step = step
 
 
-def selection_mask(rt: RankTrace, steps: str | list[int], job_step_names: int) -> np.ndarray:
+def selection_mask(rt: RankTrace, steps: Steps, job_step_names: int) -> np.ndarray:
     """Rows of ``rt`` analysed under ``steps`` (see the module docstring)."""
     tl = rt.timeline
     n = len(tl)

@@ -40,9 +40,9 @@ from ccoverlap.trace import load as _load
 from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
 from ccoverlap.trace.contention import covered_length, rank_samples
 from ccoverlap.trace.critical import comm_bound_s
-from ccoverlap.trace.dimensions import apply_cpu_groups, cpu_thread_calls, rank_dimension_parts
+from ccoverlap.trace.dimensions import ThreadCalls, apply_cpu_groups, cpu_thread_calls, rank_dimension_parts
 from ccoverlap.trace.sources import as_source
-from ccoverlap.trace.steps import assign_steps, selection_mask, step_rows, step_windows
+from ccoverlap.trace.steps import Steps, assign_steps, selection_mask, step_rows, step_windows
 
 
 @dataclass
@@ -56,7 +56,7 @@ class JobContext:
     analysed step), only with ``lanes``.
     """
 
-    steps: object = "hta"
+    steps: Steps = "hta"
     time_resolution: str = "hta"
     groups: dict | None = None
     min_samples: int = 3
@@ -108,7 +108,7 @@ class RankSummary:
     analysed_names: list[str] = field(default_factory=list)
     contention: dict = field(default_factory=dict)
     dimension_parts: list = field(default_factory=list)
-    cpu_threads: dict = field(default_factory=dict)
+    cpu_threads: dict[str, ThreadCalls] = field(default_factory=dict)
     lanes: dict = field(default_factory=dict)
 
     @property
@@ -203,7 +203,8 @@ def _measure(rt: RankTrace, ctx: JobContext, out: RankSummary) -> None:
     out.comm_size_source = rt.size_source[cm] if rt.size_source is not None else np.full(int(cm.sum()), "", object)
     out.comm_exposed_s = out.comm.duration_s - covered_length(cs, ce, out.comm.start_s, out.comm.end_s)
     if rt.mode == "gpu":
-        later = np.flatnonzero(~mask & (tl.start_s >= out.first_start_s)) if out.rows else np.empty(0, dtype=int)
+        first = out.first_start_s       # None exactly when no row is analysed
+        later = np.flatnonzero(~mask & (tl.start_s >= first)) if first is not None else np.empty(0, dtype=int)
         nxt = int(later[np.argmin(tl.start_s[later])]) if len(later) else -1
         out.comm_bound_s = comm_bound_s(tl.start_s[mask], tl.end_s[mask], cm[mask], rt.launch_s[mask],
                                         float(tl.start_s[nxt]) if nxt >= 0 else np.inf,

@@ -29,6 +29,7 @@ When both overlap and contention qualify, the larger potential gain wins.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from ccoverlap.sim.timeline import RankMetrics
 from ccoverlap.trace.collectives import CollectiveStats
@@ -121,8 +122,8 @@ def decide(metrics: list[RankMetrics], colls: list[CollectiveStats], cont: Conte
     top = by_exposed[0].collective if by_exposed and by_exposed[0].exposed_s > 0 else (
         colls[0].collective if colls else "")
     overlap_pct = (1 - exposed / comm) * 100 if comm > 0 else 0.0
-    common = dict(R=R, exposed_fraction=f_exp, hideable_fraction=f_hide, contention_fraction=f_cont,
-                  slowdown=cont.slowdown, top_collective=top, comm_bound_fraction=f_bound)
+    common: dict[str, Any] = dict(R=R, exposed_fraction=f_exp, hideable_fraction=f_hide, contention_fraction=f_cont,
+                                  slowdown=cont.slowdown, top_collective=top, comm_bound_fraction=f_bound)
     if comm <= 0:
         return Verdict(label="fine", why="no communication kernels in the analysed window - nothing to overlap",
                        try_next="nothing overlap-related; profile compute efficiency instead", **common)

@@ -16,10 +16,15 @@ runs on a Ray cluster's workers; :func:`make_engine` builds the engine a command
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ccoverlap.errors import ConfigError
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+    from multiprocessing.queues import Queue
+    from multiprocessing.sharedctypes import Synchronized
 
 # the per-rank work pays for a worker process from about this much trace data (on disk)
 PARALLEL_MIN_BYTES = 2 << 20
@@ -108,7 +113,7 @@ def _claimed_map(fn: Callable, items: list, workers: int) -> Iterator:
         results.close()
 
 
-def _check_workers(procs: list, results) -> None:
+def _check_workers(procs: Sequence[BaseProcess], results: Queue[tuple[int, bool, bytes]]) -> None:
     """Raise when a result can no longer come: a worker ended with an error code, or every worker
     has ended and nothing is left to read."""
     dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
@@ -118,7 +123,7 @@ def _check_workers(procs: list, results) -> None:
         raise RuntimeError("the worker processes ended without returning every result")
 
 
-def _claim(counter, n: int) -> int | None:
+def _claim(counter: Synchronized[int], n: int) -> int | None:
     """The next unclaimed item's index (None when all are claimed)."""
     with counter.get_lock():
         i = counter.value
@@ -128,7 +133,8 @@ def _claim(counter, n: int) -> int | None:
     return i
 
 
-def _work(fn: Callable, items: list, counter, results) -> None:
+def _work(fn: Callable[[Any], Any], items: list[Any], counter: Synchronized[int],
+          results: Queue[tuple[int, bool, bytes]]) -> None:
     """A worker: claim, compute and send back items until none is left."""
     import pickle
 
@@ -154,7 +160,7 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def local_engine(n_items: int, total_bytes: int, jobs: int | None = None):
+def local_engine(n_items: int, total_bytes: int, jobs: int | None = None) -> LocalEngine | SerialEngine:
     """The engine for ``n_items`` files of ``total_bytes``: ``jobs`` processes when given, else one
     per CPU (two cores included) when there are two or more files and at least
     :data:`PARALLEL_MIN_BYTES` of them, else this process."""
@@ -168,7 +174,7 @@ ENGINES = ("local", "ray")
 
 
 def make_engine(name: str | None, *, address: str | None = None, n_items: int = 0, total_bytes: int = 0,
-                jobs: int | None = None):
+                jobs: int | None = None) -> Engine:
     """The engine ``--engine NAME [--address ADDR]`` asks for: ``local`` (or None) is
     :func:`local_engine` for ``n_items`` files of ``total_bytes``; ``ray`` a
     :class:`~ccoverlap.workers.ray_cluster.RayEngine` connected to ``address`` (default: a Ray

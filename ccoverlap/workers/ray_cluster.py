@@ -19,6 +19,8 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from types import ModuleType
+from typing import Any
 
 from ccoverlap.errors import CCOverlapError, ConfigError
 
@@ -27,7 +29,7 @@ from ccoverlap.errors import CCOverlapError, ConfigError
 IN_FLIGHT_PER_CPU = 2
 
 
-def _ray():
+def _ray() -> ModuleType:
     try:
         import ray
     except ImportError:
@@ -48,14 +50,14 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
         raise ConfigError(f"--address {address}: no Ray cluster reachable there ({exc.strerror or exc})") from None
 
 
-def connect(address: str | None = None):
+def connect(address: str | None = None) -> ModuleType:
     """The ``ray`` module, connected: to ``address`` (``host:port`` of the head node, ``auto`` for
     the cluster running on this machine, ``ray://host:10001`` for Ray Client), or to a Ray
     instance started on this machine when ``address`` is None. An existing connection is reused."""
     ray = _ray()
     if ray.is_initialized():
         return ray
-    kwargs = {"log_to_driver": False, "logging_level": logging.ERROR}
+    kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
     if address:
         _check_reachable(address)
         kwargs["address"] = address
@@ -90,7 +92,7 @@ class RayEngine:
         while pending:
             yield self._get(pending.popleft())
 
-    def _get(self, ref):
+    def _get(self, ref: Any) -> Any:
         try:
             return self._ray.get(ref)
         except self._ray.exceptions.RayError as exc:

@@ -506,3 +506,15 @@ def test_cli_out_with_a_step_range_too_long_to_list(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "--steps 0-20000 DIR" in out
+
+
+def test_measure_without_metrics_gives_the_bounds_only(tmp_path):
+    from ccoverlap.replay.core import measure, step_time
+
+    job = load_job([str(p) for p in two_rank_job(tmp_path)], steps="all")
+    t = job.graph.run()
+    starts, ends = gpu_times(job, t)
+    full, bounds_only = measure(job, starts, ends), measure(job, starts, ends, metrics=False)
+    assert bounds_only.overall == {} and all(per == {} for per in bounds_only.steps.values())
+    assert set(full.overall) == set(bounds_only.bounds) == {0, 1}
+    assert step_time(bounds_only) == step_time(full) > 0
