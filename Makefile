@@ -23,7 +23,7 @@ run: $(STAMP)
 	$(VENV)/bin/ccoverlap plan
 
 # ruff and mypy first: a lint or type error fails in seconds, before the suite's minutes
-# (mypy checks the core named in pyproject's [tool.mypy])
+# (mypy checks the whole package, every function annotated: pyproject's [tool.mypy])
 lint: $(STAMP)
 	$(PY) -m ruff check ccoverlap tests benchmarks
 	$(PY) -m mypy

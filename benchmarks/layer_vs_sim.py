@@ -46,7 +46,7 @@ from ccoverlap.catalog.hardware import get_cluster, get_gpu
 from ccoverlap.catalog.models import get_model
 from ccoverlap.cost import CostModel
 from ccoverlap.errors import CCOverlapError
-from ccoverlap.parallel.layer import linear_kind
+from ccoverlap.parallel.context import linear_kind
 from ccoverlap.predict.evaluate import cost_model_for_cluster, simulate_workload
 from ccoverlap.predict.workload import Workload
 from ccoverlap.specs import GemmSpec

@@ -1,5 +1,6 @@
 """The README Layout's one-way import order, enforced with import-linter (contract: .importlinter)."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -31,3 +32,19 @@ def test_contract_checker_reports_a_violation(tmp_path):
     out = _lint(cfg)
     assert out.returncode != 0
     assert "ccoverlap.config -> ccoverlap.errors" in out.stdout
+
+
+def test_cycle_checker_counts_imports_inside_functions(tmp_path):
+    # a <-> b where b imports a only inside a function: still a cycle for the acyclic contract
+    pkg = tmp_path / "cyclepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from cyclepkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    from cyclepkg import a\n    return a\n")
+    cfg = tmp_path / "cycle.ini"
+    cfg.write_text("[importlinter]\nroot_package = cyclepkg\n\n[importlinter:contract:c]\nname = no cycle\n"
+                   "type = acyclic_siblings\nancestors =\n    cyclepkg\n")
+    out = subprocess.run([LINT, "--config", str(cfg), "--no-cache"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert out.returncode != 0, out.stdout
+    assert "BROKEN" in out.stdout

@@ -57,7 +57,7 @@ import numpy.typing as npt
 from scipy.optimize import least_squares as scipy_least_squares
 
 from ccoverlap.calibrate.grids import DTYPE_BYTES, is_held_out
-from ccoverlap.calibrate.sustained import add_sustained_clock
+from ccoverlap.calibrate.sustained import sustained_fraction
 from ccoverlap.catalog.hardware import ClusterSpec, GPUSpec, LinkSpec
 from ccoverlap.cost import comm as cm
 from ccoverlap.cost import contention as ct
@@ -608,3 +608,17 @@ def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
              for c in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def add_sustained_clock(records: list[dict[str, Any]], result: CalibrationFit) -> None:
+    """Put the ``sustained`` section's clock share into a calibration fit's parameters
+    (``result``: :class:`ccoverlap.calibrate.fit.CalibrationFit`) and its evidence into
+    ``result.stages["sustained"]`` -- not into ``result.cost_params``: the other sections ran
+    on a cool GPU, and their held-out check is judged at the clock they were measured at."""
+    info, notes = sustained_fraction(records)
+    result.notes.extend(notes)
+    if info is not None:
+        value = info["sustained_clock_fraction"]
+        result.stages["sustained"] = {"values": {"sustained_clock_fraction": value}, "evidence": info,
+                                      "written_to_params": True}
+        result.params["sustained_clock_fraction"] = value

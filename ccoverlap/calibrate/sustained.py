@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
     import torch
 
-    from ccoverlap.calibrate.fit import CalibrationFit
 
 WINDOW_S = 0.25                     # seconds of back-to-back GEMMs per timed window
 SECONDS = {True: 20.0, False: 40.0}  # length of the loop: quick / full plan
@@ -102,17 +101,3 @@ def sustained_fraction(records: list[dict[str, Any]]) -> tuple[dict[str, Any] | 
         notes.append(f"sustained: the last windows ran {early / late - 1:.1%} faster than "
                      f"{info['early_from']}; sustained_clock_fraction set to 1")
     return info, notes
-
-
-def add_sustained_clock(records: list[dict[str, Any]], result: CalibrationFit) -> None:
-    """Put the ``sustained`` section's clock share into a calibration fit's parameters
-    (``result``: :class:`ccoverlap.calibrate.fit.CalibrationFit`) and its evidence into
-    ``result.stages["sustained"]`` -- not into ``result.cost_params``: the other sections ran
-    on a cool GPU, and their held-out check is judged at the clock they were measured at."""
-    info, notes = sustained_fraction(records)
-    result.notes.extend(notes)
-    if info is not None:
-        value = info["sustained_clock_fraction"]
-        result.stages["sustained"] = {"values": {"sustained_clock_fraction": value}, "evidence": info,
-                                      "written_to_params": True}
-        result.params["sustained_clock_fraction"] = value

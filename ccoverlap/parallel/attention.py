@@ -35,8 +35,8 @@ from ccoverlap.parallel import pointwise as pw
 from ccoverlap.parallel.flash import flash_bwd_spec, flash_fwd_spec  # noqa: F401 (flash_bwd_spec re-exported)
 from ccoverlap.specs import GemmSpec
 
-if TYPE_CHECKING:  # annotations only (importing LayerCtx at run time would be circular)
-    from ccoverlap.parallel.layer import LayerCtx
+if TYPE_CHECKING:
+    from ccoverlap.parallel.context import LayerCtx
     from ccoverlap.parallel.segment import Segment
 
 MASK_BYTES = pw.MASK_BYTES

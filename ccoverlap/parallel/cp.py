@@ -47,8 +47,8 @@ from ccoverlap.parallel.flash import flash_bwd_spec, flash_fwd_spec
 from ccoverlap.parallel.pointwise import kernel_spec
 from ccoverlap.specs import P2PSpec
 
-if TYPE_CHECKING:  # annotations only (importing LayerCtx at run time would be circular)
-    from ccoverlap.parallel.layer import LayerCtx
+if TYPE_CHECKING:
+    from ccoverlap.parallel.context import LayerCtx
     from ccoverlap.parallel.segment import Segment
 
 

@@ -51,14 +51,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ccoverlap.parallel.layer import GRAD_BYTES
+from ccoverlap.parallel.context import GRAD_BYTES
 from ccoverlap.parallel.units import unit_tensors
 from ccoverlap.specs import MemorySpec
 
 if TYPE_CHECKING:  # annotations only (the step builder imports this module)
     from ccoverlap.catalog.models import ModelSpec
     from ccoverlap.parallel.config import ParallelConfig
-    from ccoverlap.parallel.step import _Emitter
+    from ccoverlap.parallel.context import StepEmitter
     from ccoverlap.specs import Collective, CollectiveSpec
 
 MiB = 1 << 20
@@ -105,7 +105,7 @@ def plan_buckets(model: ModelSpec, parallel: ParallelConfig, units: list[str], c
 class DDPHook:
     """Adds the DP gradient synchronisation of one simulated rank to the graph (see module doc)."""
 
-    def __init__(self, em: _Emitter, rank: int, chunks: list[tuple[int, list[str]]]) -> None:
+    def __init__(self, em: StepEmitter, rank: int, chunks: list[tuple[int, list[str]]]) -> None:
         self.em = em
         self.rank = rank
         p = em.parallel

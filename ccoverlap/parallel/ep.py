@@ -26,7 +26,8 @@ from __future__ import annotations
 from typing import Protocol, TypeVar
 
 from ccoverlap.parallel import tp as tpc
-from ccoverlap.parallel.layer import LayerCtx, attn_bwd, attn_fwd
+from ccoverlap.parallel.context import LayerCtx
+from ccoverlap.parallel.layer import attn_bwd, attn_fwd
 from ccoverlap.parallel.segment import IN, Segment
 from ccoverlap.specs import GemmSpec
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from ccoverlap.specs import AttentionSpec
 
-if TYPE_CHECKING:  # annotations only (importing LayerCtx at run time would be circular)
-    from ccoverlap.parallel.layer import LayerCtx
+if TYPE_CHECKING:
+    from ccoverlap.parallel.context import LayerCtx
 
 
 def rope_bytes(ctx: LayerCtx) -> float:

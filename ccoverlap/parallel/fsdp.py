@@ -68,19 +68,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ccoverlap.parallel.layer import GRAD_BYTES
+from ccoverlap.parallel.context import GRAD_BYTES
 from ccoverlap.parallel.units import unit_tensors
 from ccoverlap.parallel.zero3 import GATHER_PREFIX, REDUCE_BUCKET_NUMEL, gathered_tensors
 
 if TYPE_CHECKING:  # annotations only (the step builder imports this module)
-    from ccoverlap.parallel.step import _Emitter
+    from ccoverlap.parallel.context import StepEmitter
     from ccoverlap.specs import Collective
 
 
 class FSDPHook:
     """Adds FSDP's collectives for one simulated rank (see module doc)."""
 
-    def __init__(self, em: _Emitter, rank: int, chunks: list[tuple[int, list[str]]]) -> None:
+    def __init__(self, em: StepEmitter, rank: int, chunks: list[tuple[int, list[str]]]) -> None:
         self.em = em
         self.rank = rank
         p = em.parallel

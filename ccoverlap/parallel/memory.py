@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 from ccoverlap.config import short
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, validate
-from ccoverlap.parallel.layer import GRAD_BYTES
+from ccoverlap.parallel.context import GRAD_BYTES
 from ccoverlap.parallel.pp import in_flight, make_schedule
 from ccoverlap.parallel.units import layer_index, stage_units, unit_tensors
 

@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING
 
 from ccoverlap.specs import MemorySpec
 
-if TYPE_CHECKING:  # annotations only (importing LayerCtx at run time would be circular)
-    from ccoverlap.parallel.layer import LayerCtx
+if TYPE_CHECKING:
+    from ccoverlap.parallel.context import LayerCtx
 
 MASK_BYTES = 1  # bool dropout mask per element
 

@@ -36,6 +36,7 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import ep as epm
 from ccoverlap.parallel import layer as lay
 from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, check_step_size, validate
+from ccoverlap.parallel.context import GRAD_BYTES, LayerCtx
 from ccoverlap.parallel.ddp import DDPHook
 from ccoverlap.parallel.fsdp import FSDPHook
 from ccoverlap.parallel.layout import Layout
@@ -145,10 +146,10 @@ class _Emitter:
         self.layout = Layout.build(parallel, cluster.gpus_per_node)
         self.sched = make_schedule(parallel.pp_schedule, parallel.pp, self.M, parallel.virtual_stages,
                                    parallel.pp_group)
-        self.ctx = lay.LayerCtx(model, parallel, batch.micro_batch, batch.seq_len, self.layout, knobs,
+        self.ctx = LayerCtx(model, parallel, batch.micro_batch, batch.seq_len, self.layout, knobs,
                                 framework=self.framework)
         self.two_batch = knobs.overlap and knobs.ep_overlap and model.is_moe and parallel.ep > 1
-        self.half_ctx = (lay.LayerCtx(model, parallel, batch.micro_batch, batch.seq_len, self.layout, knobs, 0.5,
+        self.half_ctx = (LayerCtx(model, parallel, batch.micro_batch, batch.seq_len, self.layout, knobs, 0.5,
                                       framework=self.framework)
                          if self.two_batch else None)
         ov, k = knobs.overlap, knobs
@@ -412,7 +413,7 @@ class _Emitter:
         stages = [self.sched.stage_of(r, c) for c in range(len(self.sched.chunk_stage[r]))]
         if m.tied_embeddings and p.pp > 1 and (0 in stages or self.sched.stages - 1 in stages):
             n = m.vocab * m.hidden // p.tp
-            waits.append(g.add("embedding_grad_ar", ctx.coll("all_reduce", n * lay.GRAD_BYTES, "embd"), rank=r,
+            waits.append(g.add("embedding_grad_ar", ctx.coll("all_reduce", n * GRAD_BYTES, "embd"), rank=r,
                                stream=self.stream("dp_comm"), deps=waits, phase="opt"))
         dense = expert = 0
         for s in stages:

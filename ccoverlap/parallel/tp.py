@@ -67,7 +67,7 @@ saves the ``[T/t, h]`` shard and all-gathers it again (``input_ag`` above); PyTo
 
 Every function appends ops to a :class:`~ccoverlap.parallel.segment.Segment` and returns the
 local index of the op the next step should depend on. ``ctx`` is a
-:class:`~ccoverlap.parallel.layer.LayerCtx`.
+:class:`~ccoverlap.parallel.context.LayerCtx`.
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import pointwise as pw
 from ccoverlap.specs import CopySpec, P2PSpec
 
-if TYPE_CHECKING:  # annotations only (importing LayerCtx at run time would be circular)
-    from ccoverlap.parallel.layer import LayerCtx
+if TYPE_CHECKING:
+    from ccoverlap.parallel.context import LayerCtx
     from ccoverlap.parallel.segment import Dep, Segment
     from ccoverlap.specs import Collective
 

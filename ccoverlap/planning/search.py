@@ -43,6 +43,8 @@ from ccoverlap.outputs import save_figure
 from ccoverlap.parallel import ep as epm
 from ccoverlap.parallel import layer as lay
 from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, ParallelConfig, config_problems
+from ccoverlap.parallel.context import LayerCtx
+from ccoverlap.parallel.flash import flash_fwd_spec
 from ccoverlap.parallel.layout import Layout
 from ccoverlap.parallel.step import step_totals
 from ccoverlap.planning.strategies import search_best_knobs
@@ -237,7 +239,7 @@ def _layer_work_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, b: 
     expert GEMMs and, when ep > 1, the dispatch / combine all-to-alls, which block the layer
     under the default knobs)."""
 
-    ctx = lay.LayerCtx(model, p, b.micro_batch, b.seq_len, Layout.build(p, cluster.gpus_per_node), OverlapKnobs())
+    ctx = LayerCtx(model, p, b.micro_batch, b.seq_len, Layout.build(p, cluster.gpus_per_node), OverlapKnobs())
     fwd, bwd = epm.moe_layer(ctx, "layer0") if moe else lay.dense_layer(ctx, "layer0")
 
     def dur(segs: Iterable[Segment]) -> float:
@@ -247,7 +249,7 @@ def _layer_work_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, b: 
     if p.recompute == "full":
         rc = f
     elif p.recompute == "selective":
-        rc = float(cost.duration_s(ctx.attention_fwd(), ()))
+        rc = float(cost.duration_s(flash_fwd_spec(ctx), ()))
     else:
         rc = 0.0
     return f + bw + rc

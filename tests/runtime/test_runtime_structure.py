@@ -1,4 +1,4 @@
-"""How the runtime is put together: no import cycle inside it, one ``schedule=`` check shared by
+"""How the runtime is put together (its imports: the contracts of .importlinter): one ``schedule=`` check shared by
 the ops, the tensor-parallel styles and the internal layers, and one public layer API."""
 
 from __future__ import annotations
@@ -8,28 +8,10 @@ import warnings
 import pytest
 
 torch = pytest.importorskip("torch")
-grimp = pytest.importorskip("grimp")
 
 from ccoverlap.errors import ConfigError  # noqa: E402
 from ccoverlap.runtime import layers, ops, tp, tuning  # noqa: E402
 from ccoverlap.runtime.schedules import FICCO_SCHEDULES  # noqa: E402
-
-
-def _runtime_cycles() -> list[tuple[str, str]]:
-    """Pairs (a, b) of runtime modules that import each other, directly or through others,
-    counting imports inside functions and under TYPE_CHECKING."""
-    g = grimp.build_graph("ccoverlap", include_external_packages=False, exclude_type_checking_imports=False)
-    mods = sorted(m for m in g.modules if m.startswith("ccoverlap.runtime."))
-    found = []
-    for a in mods:
-        for b in g.find_modules_directly_imported_by(a):
-            if b.startswith("ccoverlap.runtime.") and g.chain_exists(importer=b, imported=a):
-                found.append((a, b))
-    return found
-
-
-def test_no_import_cycle_inside_runtime():
-    assert _runtime_cycles() == []
 
 
 def test_the_ops_register_what_tuning_times():
