@@ -40,8 +40,8 @@ def main(argv=None) -> int:
     from ccoverlap.cost.comm import collective_time_s
     from ccoverlap.predict.evaluate import build_workload_step, summarize
     from ccoverlap.sim.simulator import simulate
-    from ccoverlap.validate.predict import cost_params_for, workload_for
-    from ccoverlap.validate.reader import load_runs
+    from ccoverlap.validation.predict import cost_params_for, workload_for
+    from ccoverlap.validation.reader import load_runs
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs_file", nargs="?", default=str(PUBLISHED))

@@ -5,7 +5,7 @@ Usage::
 
     python benchmarks/fit_collectives.py [--gpu A40] [--json]
 
-Which parameters are fitted per GPU is ``ccoverlap.validate.collectives.FIT`` (only those the GPU's tables measure:
+Which parameters are fitted per GPU is ``ccoverlap.validation.collectives.FIT`` (only those the GPU's tables measure:
 PCIe efficiency only where a ring crosses PCIe, the network only where rows span nodes,
 NVLS latency only on GPUs with NVLS; H100's NVLink and the network's efficiencies are cited
 large-message measurements, NVIDIA/nccl-tests#212 and #290, and are not refitted). The start point is the GPU's current defaults, so a
@@ -23,7 +23,7 @@ import statistics
 from ccoverlap.catalog.hardware import get_gpu
 from ccoverlap.corpus.tables import load_kind
 from ccoverlap.cost.params import default_params
-from ccoverlap.validate.collectives import FIT, KIND, NOT_FITTED, errors, fit_params, table_cases
+from ccoverlap.validation.collectives import FIT, KIND, NOT_FITTED, errors, fit_params, table_cases
 
 
 def main() -> None:

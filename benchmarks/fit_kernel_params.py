@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from ccoverlap.validate.kernels import fit_params
+from ccoverlap.validation.kernels import fit_params
 
 GEMM = ["gemm_peak_fraction", "gemm_small_tile_efficiency", "gemm_tile_overhead_ksteps", "gemm_mem_overlap",
         "gemm_gemv_efficiency"]

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import yaml
 
-from ccoverlap.reproduce.lagom import step_times
-from ccoverlap.reproduce.suite import DATA_DIR
+from ccoverlap.reproduction.lagom import step_times
+from ccoverlap.reproduction.suite import DATA_DIR
 
 
 def ratios(cases: list[dict], gbps: float) -> dict[str, tuple[float, float]]:

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ccoverlap.errors import TraceError  # noqa: E402
-from ccoverlap.replay.run import replay  # noqa: E402
+from ccoverlap.replayer.run import replay  # noqa: E402
 
 
 def main(argv=None) -> int:

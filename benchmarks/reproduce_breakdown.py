@@ -25,7 +25,7 @@ import yaml
 from ccoverlap.deciders.lagom.step import tune_step
 from ccoverlap.predict.strategy import Planner
 from ccoverlap.predict.workload import workload_from_mapping
-from ccoverlap.reproduce.suite import DATA_DIR
+from ccoverlap.reproduction.suite import DATA_DIR
 
 
 def breakdown(workload: dict) -> dict[str, dict[str, float]]:

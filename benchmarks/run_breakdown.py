@@ -31,7 +31,7 @@ def breakdown(run) -> dict:
     from ccoverlap.sim.simulator import simulate
     from ccoverlap.sim.timeline import step_time_s
     from ccoverlap.specs import AttentionSpec, GemmSpec, MemorySpec
-    from ccoverlap.validate.predict import cost_params_for, workload_for
+    from ccoverlap.validation.predict import cost_params_for, workload_for
 
     w, _ = workload_for(run)
     step = build_workload_step(w)
@@ -61,7 +61,7 @@ def breakdown(run) -> dict:
 
 
 def main(argv=None) -> int:
-    from ccoverlap.validate.reader import load_runs
+    from ccoverlap.validation.reader import load_runs
 
     default = Path(__file__).resolve().parent.parent / "ccoverlap" / "data" / "runs" / "published.yaml"
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -41,7 +41,7 @@ DEFAULT_PAIRS = (
 def increments(runs, pairs: list[tuple[str, str]], params_for=None) -> list[dict]:
     """Per pair: measured / predicted step of A and B (s), increments B - A (s), ratios B / A.
     ``params_for(run)`` gives a run's cost parameters (default: its GPU's defaults)."""
-    from ccoverlap.validate.compare import compare_runs
+    from ccoverlap.validation.compare import compare_runs
 
     by_name = {r.name: r for r in runs}
     names = sorted({n for p in pairs for n in p})
@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="calibration file(s) to predict with, as ccoverlap validate --calibration")
     args = ap.parse_args(argv)
     from ccoverlap.commands.validate import _load_calibrations
-    from ccoverlap.validate.predict import cost_params_for
-    from ccoverlap.validate.reader import load_runs
+    from ccoverlap.validation.predict import cost_params_for
+    from ccoverlap.validation.reader import load_runs
 
     params_for = None
     if args.calibration:

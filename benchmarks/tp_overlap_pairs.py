@@ -35,7 +35,7 @@ def pair_times(run, mode: str, layer: int) -> tuple[float, dict[str, tuple[float
     from ccoverlap.predict.evaluate import build_workload_step
     from ccoverlap.sim.simulator import simulate
     from ccoverlap.specs import GemmSpec
-    from ccoverlap.validate.predict import cost_params_for, workload_for
+    from ccoverlap.validation.predict import cost_params_for, workload_for
 
     w, _ = workload_for(run)
     w = replace(w, knobs=replace(w.knobs, tp_overlap=mode))
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layer", type=int, default=5, help="layer index to read (default 5)")
     a = ap.parse_args(argv)
     from ccoverlap.errors import ConfigError
-    from ccoverlap.validate.reader import load_runs, runs_path
+    from ccoverlap.validation.reader import load_runs, runs_path
     try:
         runs = {r.name: r for r in load_runs(runs_path(a.runs)).runs}
         if a.run not in runs:

@@ -43,8 +43,8 @@ def parse_scalings(items: list[str]) -> list[tuple[str, float]]:
 
 def table(runs, scalings: list[tuple[str, float]]) -> list[tuple[str, dict]]:
     """(label, {"all": Summary, group: Summary, ...}) for the defaults and each scaling."""
-    from ccoverlap.validate.compare import compare_runs, summarize, summarize_groups
-    from ccoverlap.validate.predict import cost_params_for
+    from ccoverlap.validation.compare import compare_runs, summarize, summarize_groups
+    from ccoverlap.validation.predict import cost_params_for
 
     cache: dict = {}
     out = []
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("scalings", nargs="*", metavar="NAME=FACTOR", help="cost parameter and the factor to scale it by")
     ap.add_argument("--runs", default="published", help="runs file (default: the shipped published set)")
     args = ap.parse_args(argv)
-    from ccoverlap.validate.reader import load_runs
+    from ccoverlap.validation.reader import load_runs
 
     scalings = parse_scalings(args.scalings)
     runs = load_runs(args.runs).runs

@@ -13,23 +13,14 @@ fast. The analyser, cost model, simulator and planner are importable without tor
 :mod:`ccoverlap.runtime` (and the ``bench``/``calibrate`` commands) need it.
 """
 
-import importlib as _importlib
 from typing import TYPE_CHECKING
 
+from ccoverlap.api import analyze, plan, replay, reproduce, search, simulate, validate
+from ccoverlap.errors import CCOverlapError, ConfigError, TraceError
 from ccoverlap.version import __version__
 
 if TYPE_CHECKING:  # for the type checker only: at run time Workload is imported on first use
     from ccoverlap.predict.workload import Workload
-
-# ccoverlap.replay, .validate and .reproduce are subpackages as well as API functions. Importing
-# a subpackage the first time makes it an attribute of this package, so they are imported here,
-# before the functions take their names: a later `import ccoverlap.replay.run` then leaves
-# `ccoverlap.replay` the function (write `from ccoverlap.replay import run` for the module).
-for _name in ("replay", "reproduce", "validate"):
-    _importlib.import_module(f"{__name__}.{_name}")
-
-from ccoverlap.api import analyze, plan, replay, reproduce, search, simulate, validate  # noqa: E402
-from ccoverlap.errors import CCOverlapError, ConfigError, TraceError  # noqa: E402
 
 __all__ = ["Workload", "analyze", "replay", "simulate", "plan", "search", "validate", "reproduce",
            "CCOverlapError", "ConfigError", "TraceError", "__version__"]

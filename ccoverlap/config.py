@@ -4,7 +4,7 @@ bounded objects with one short, clear error per problem.
 The one place the project turns a user's mapping into a typed object: hardware
 (:func:`ccoverlap.catalog.hardware.cluster_from_dict`), models (:func:`ccoverlap.catalog.models.model_from_dict`),
 parallel / batch configurations and overlap knobs (:mod:`ccoverlap.parallel.config`,
-:mod:`ccoverlap.predict.workload`), runs files (:mod:`ccoverlap.validate.reader`) and overlap
+:mod:`ccoverlap.predict.workload`), runs files (:mod:`ccoverlap.validation.reader`) and overlap
 groups (:mod:`ccoverlap.deciders.lagom.group`) all go through :func:`check_keys` /
 :func:`typed` / :func:`dataclass_from_mapping`:
 

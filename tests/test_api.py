@@ -28,14 +28,14 @@ def test_the_api_names_are_there():
 
 
 def test_subpackage_imports_leave_the_functions_in_place():
-    code = ("import ccoverlap as cc; import ccoverlap.replay.run, ccoverlap.validate.reader, "
-            "ccoverlap.reproduce.suite; from ccoverlap.replay import whatif; "
-            "from ccoverlap.validate.compare import compare_runs; "
+    code = ("import ccoverlap as cc; import ccoverlap.replayer.run, ccoverlap.validation.reader, "
+            "ccoverlap.reproduction.suite; from ccoverlap.replayer import whatif; "
+            "from ccoverlap.validation.compare import compare_runs; "
             "print(all(type(f).__name__ == 'function' for f in (cc.replay, cc.validate, cc.reproduce)), "
             "whatif.__name__, 'torch' in __import__('sys').modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "ccoverlap.replay.whatif", "False"]
+    assert out.stdout.split() == ["True", "ccoverlap.replayer.whatif", "False"]
 
 
 def test_import_is_light_and_torch_free():

@@ -42,7 +42,7 @@ def whatif_names(values: list[str] | None, traces: list[str]) -> list[str] | Non
     a what-if name that is not a file (``--whatif no-comm network-2x DIR`` instead of
     ``--whatif no-comm,network-2x DIR``)."""
     from ccoverlap.errors import ConfigError
-    from ccoverlap.replay.whatif import DEFAULT_WHATIFS, NET
+    from ccoverlap.replayer.whatif import DEFAULT_WHATIFS, NET
 
     for t in traces:
         if (t in DEFAULT_WHATIFS or NET.match(t) or t in ("all", "none")) and not Path(t).exists():
@@ -56,8 +56,8 @@ def whatif_names(values: list[str] | None, traces: list[str]) -> list[str] | Non
 def run(args: argparse.Namespace) -> int:
     """Replay, print, write; 0 on success (TraceError/ConfigError -> exit 2 in the CLI)."""
     from ccoverlap.errors import ConfigError
-    from ccoverlap.replay.report import print_report, to_dict, write_chrome, write_png
-    from ccoverlap.replay.run import replay
+    from ccoverlap.replayer.report import print_report, to_dict, write_chrome, write_png
+    from ccoverlap.replayer.run import replay
     from ccoverlap.trace.report_json import print_problems
 
     names = whatif_names(args.whatif, args.traces)

@@ -16,8 +16,8 @@ import sys
 from ccoverlap.commands.options import Subparsers, add_json, add_quiet
 from ccoverlap.errors import ConfigError
 
-PAPER_NAMES = ("centauri", "ficco", "lagom")  # the papers of ccoverlap.reproduce.suite.PAPERS (checked by a test)
-CONTENTION = "contention"  # the public contention figures (ccoverlap.reproduce.contention), not a paper
+PAPER_NAMES = ("centauri", "ficco", "lagom")  # the papers of ccoverlap.reproduction.suite.PAPERS (checked by a test)
+CONTENTION = "contention"  # the public contention figures (ccoverlap.reproduction.contention), not a paper
 
 
 def register(sub: Subparsers) -> None:
@@ -39,8 +39,8 @@ def register(sub: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the cases (or show the contention figures), print the table, JSON or Markdown; 0."""
     from ccoverlap.console import Progress, make_console
-    from ccoverlap.reproduce.report import markdown, print_table
-    from ccoverlap.reproduce.suite import default_jobs, run_suite
+    from ccoverlap.reproduction.report import markdown, print_table
+    from ccoverlap.reproduction.suite import default_jobs, run_suite
 
     jobs = default_jobs() if args.jobs is None else args.jobs  # run_suite checks it
     papers = [p for p in args.paper or () if p != CONTENTION]
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 def _contention(args: argparse.Namespace) -> None:
     """Print the public contention figures: measured, modelled, error, verdict."""
     from ccoverlap.console import Col, make_console, print_table, print_wrapped
-    from ccoverlap.reproduce.contention import TOLERANCE, figure_rows, summary
+    from ccoverlap.reproduction.contention import TOLERANCE, figure_rows, summary
 
     rows = figure_rows()
     if args.json:

@@ -25,14 +25,14 @@ from ccoverlap.config import short, suggest
 from ccoverlap.console import make_console, print_wrapped
 from ccoverlap.errors import ConfigError
 from ccoverlap.outputs import check_out_file
-from ccoverlap.validate.reader import PUBLISHED, runs_path  # noqa: F401  (PUBLISHED: re-exported for scripts)
+from ccoverlap.validation.reader import PUBLISHED, runs_path  # noqa: F401  (PUBLISHED: re-exported for scripts)
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from ccoverlap.cost.params import CostParams
-    from ccoverlap.validate.compare import Row, Summary
-    from ccoverlap.validate.reader import RunsFile, RunSpec
+    from ccoverlap.validation.compare import Row, Summary
+    from ccoverlap.validation.reader import RunsFile, RunSpec
 
 #: where ``--fit`` writes its calibration unless ``--write-calibration`` says
 DEFAULT_CALIBRATION = "ccoverlap-out/validate/calibration.json"
@@ -129,7 +129,7 @@ def _check_corpus_options(args: argparse.Namespace) -> None:
 
 def _run_kernels(args: argparse.Namespace) -> int:
     """``validate kernels``: per-GPU, per-class errors of the compute model on the kernel corpus."""
-    from ccoverlap.validate.kernels import report, text_lines
+    from ccoverlap.validation.kernels import report, text_lines
 
     rep = report(args.split or "held-out")
     if args.json:
@@ -142,7 +142,7 @@ def _run_kernels(args: argparse.Namespace) -> int:
 
 def _run_collectives(args: argparse.Namespace) -> int:
     """``validate collectives``: the model's errors on every collective table's split."""
-    from ccoverlap.validate.collectives import report, report_lines, validate_corpus
+    from ccoverlap.validation.collectives import report, report_lines, validate_corpus
 
     split = args.split or "held-out"
     try:
@@ -162,8 +162,8 @@ def _run_collectives(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """Check the options, predict every selected run, print the table or JSON; 2 when no run could be predicted."""
-    from ccoverlap.validate.compare import summarize, summarize_groups
-    from ccoverlap.validate.reader import load_runs
+    from ccoverlap.validation.compare import summarize, summarize_groups
+    from ccoverlap.validation.reader import load_runs
 
     path = runs_path(args.runs_file)
     names = _check_options(args)
@@ -189,7 +189,7 @@ def _run(args: argparse.Namespace) -> int:
 def _check_options(args: argparse.Namespace) -> list[str] | None:
     """Check --fit / --fit-on and --subset (compare_runs checks --jobs); the parameters to fit
     (None without --fit)."""
-    from ccoverlap.validate.reader import SUBSETS
+    from ccoverlap.validation.reader import SUBSETS
 
     if bool(args.fit) != bool(args.fit_on):
         raise ConfigError("--fit and --fit-on go together: name the parameters and the subset to fit them on")
@@ -198,7 +198,7 @@ def _check_options(args: argparse.Namespace) -> list[str] | None:
     args.write_calibration = args.write_calibration or DEFAULT_CALIBRATION
     names = None
     if args.fit:
-        from ccoverlap.validate.fit import parse_fit_params
+        from ccoverlap.validation.fit import parse_fit_params
 
         names = parse_fit_params(args.fit)
         check_out_file(args.write_calibration, "--write-calibration")  # before the fit's minutes
@@ -233,8 +233,8 @@ def _predict_runs(args: argparse.Namespace, path: Path, runs: list[RunSpec], nam
                   ) -> tuple[list[Row], dict[str, Any] | None]:
     """Predict every run (fitting ``names`` on --fit-on first, when given): the comparison rows and the fit report."""
     from ccoverlap.console import Progress
-    from ccoverlap.validate.compare import compare_runs
-    from ccoverlap.validate.predict import cost_params_for
+    from ccoverlap.validation.compare import compare_runs
+    from ccoverlap.validation.predict import cost_params_for
 
     calib = _load_calibrations(args.calibration) if args.calibration else None
     progress = Progress("validate", enabled=not args.quiet, delay=0)
@@ -256,8 +256,8 @@ def _predict_runs(args: argparse.Namespace, path: Path, runs: list[RunSpec], nam
 
 def _subset_summaries(args: argparse.Namespace, rows: list[Row], names: list[str] | None) -> dict[str, Summary]:
     """Summaries per subset: fitted-on vs held out with --fit, else each declared subset that is not every run."""
-    from ccoverlap.validate.compare import summarize
-    from ccoverlap.validate.reader import SUBSETS
+    from ccoverlap.validation.compare import summarize
+    from ccoverlap.validation.reader import SUBSETS
 
     parts: dict[str, Summary] = {}
     if names:
@@ -304,7 +304,7 @@ def _print_text(args: argparse.Namespace, path: Path, rows: list[Row], names: li
                 problems: list[str]) -> None:
     """The text (or ``--markdown``) report: the per-run table, the summaries, the fit and the
     runs of the file not read."""
-    from ccoverlap.validate.compare import format_details, markdown_table, print_runs
+    from ccoverlap.validation.compare import format_details, markdown_table, print_runs
 
     md = args.markdown
     con = None if md else make_console(highlight=False)
@@ -350,8 +350,8 @@ def _print_text(args: argparse.Namespace, path: Path, rows: list[Row], names: li
 def _fit(args: argparse.Namespace, names: list[str], fit_runs: list[RunSpec], params_for: ParamsFor) -> dict[str, Any]:
     """Fit ``names`` per GPU on ``fit_runs``; write one calibration file per GPU."""
     from ccoverlap.console import Progress
-    from ccoverlap.validate.compare import compare_runs
-    from ccoverlap.validate.fit import fit_params
+    from ccoverlap.validation.compare import compare_runs
+    from ccoverlap.validation.fit import fit_params
 
     steps: dict[str, Any] = {}  # built once per run, re-simulated with each candidate (single process)
 

@@ -7,5 +7,5 @@ project's own GPU runs, each kept as data with its source.
   columns that declare its fit / held-out split.
 
 Numbers are facts and carry over from their sources; no code does. Which model a table
-judges, and how, lives in :mod:`ccoverlap.validate`.
+judges, and how, lives in :mod:`ccoverlap.validation`.
 """

@@ -17,8 +17,8 @@ RUN = {"name": "a", "group": "g1", "source": "test", "assumptions": [], "model":
 
 
 def test_slower_gemms_raise_every_groups_signed_error_and_defaults_match_validate(tmp_path):
-    from ccoverlap.validate.compare import compare_runs, summarize_groups
-    from ccoverlap.validate.reader import load_runs
+    from ccoverlap.validation.compare import compare_runs, summarize_groups
+    from ccoverlap.validation.reader import load_runs
 
     b = dict(copy.deepcopy(RUN), name="b", group="g2", model="Llama-2-70B",
              batch={"global_batch": 128, "micro_batch": 2, "seq_len": 4096}, measured={"tokens_per_s_per_gpu": 353})
@@ -43,8 +43,8 @@ def test_malformed_scaling_exits_with_one_line(item):
 
 
 def test_pair_increments_are_differences_of_validate_rows(tmp_path):
-    from ccoverlap.validate.compare import compare_runs
-    from ccoverlap.validate.reader import load_runs
+    from ccoverlap.validation.compare import compare_runs
+    from ccoverlap.validation.reader import load_runs
 
     b = dict(copy.deepcopy(RUN), name="b", batch={"global_batch": 128, "micro_batch": 2, "seq_len": 8192},
              measured={"tokens_per_s_per_gpu": 320})
@@ -69,7 +69,7 @@ def test_pair_with_unknown_run_exits_with_one_line(capsys):
 def test_shipped_ac_pair_differs_only_in_recompute_and_costs_time():
     """benchmarks/torchtitan_ac_pair.yaml: the two published rows differ only in the AC policy
     (and the measurement); recomputing costs predicted time, less than a full forward."""
-    from ccoverlap.validate.reader import load_runs
+    from ccoverlap.validation.reader import load_runs
 
     runs = load_runs(os.path.join(BENCH, "torchtitan_ac_pair.yaml")).runs
     a, b = runs

@@ -216,7 +216,7 @@ def test_groups_key_that_matches_no_group_is_an_error(tmp_path, capsys):
 
 
 def test_validate_run_suggests_the_closest_name(capsys):
-    from ccoverlap.validate.reader import load_runs, runs_path
+    from ccoverlap.validation.reader import load_runs, runs_path
 
     names = [r.name for r in load_runs(runs_path("published"), keep_going=True).runs]
     assert main(["validate", "published", "--run", names[0] + "x", "-q"]) == 2

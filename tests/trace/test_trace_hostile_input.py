@@ -16,7 +16,7 @@ from trace_synth import kernel, nccl, trace, write
 
 from ccoverlap.cli import main
 from ccoverlap.errors import TraceError
-from ccoverlap.replay.run import replay
+from ccoverlap.replayer.run import replay
 from ccoverlap.trace import consistency, load
 from ccoverlap.trace.analyze import analyze
 

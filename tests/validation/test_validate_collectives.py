@@ -1,0 +1,167 @@
+"""`ccoverlap validate collectives`: the communication model against the collective corpus —
+the shipped tables, the statistics checked by hand on a small table, bad tables as one clear
+error, and the fit recovering a parameter it was not given."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from ccoverlap.catalog.hardware import get_cluster
+from ccoverlap.cli import main
+from ccoverlap.corpus.tables import load_kind
+from ccoverlap.cost.params import default_params
+from ccoverlap.errors import ConfigError
+from ccoverlap.validation.collectives import (
+    FIT,
+    KIND,
+    Case,
+    fit_params,
+    predict_s,
+    report_lines,
+    table_cases,
+    validate_corpus,
+)
+
+META = """source: {repository: example/bench, path: t.csv, commit: abc, licence: MIT}
+hardware: 8 x H100 SXM
+gpu: H100-SXM
+units: {nbytes: bytes, time_s: s}
+split_key: [collective, gpus, nodes, nbytes]
+"""
+MiB = 1 << 20
+
+
+def _write(root, rows, name="t", meta=META):
+    d = root / KIND
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{name}.yaml").write_text(meta)
+    (d / f"{name}.csv").write_text("cluster,collective,gpus,nodes,nbytes,time_s\n" + "".join(rows))
+
+
+def _predicted(cluster, coll, gpus, nodes, nbytes):
+    case = Case("t", get_cluster(cluster).with_nodes(max(2, nodes)), coll, gpus, nodes, float(nbytes), 1.0)
+    return predict_s(case)
+
+
+def test_every_shipped_table_is_judged_on_its_held_out_half():
+    tables = load_kind(KIND)
+    assert len(tables) >= 8
+    groups = validate_corpus("held-out")
+    assert {g.table for g in groups} == {t.name for t in tables}
+    assert sum(g.n for g in groups) == sum(len(t.half("held-out")) for t in tables)
+    assert sum(g.n for g in validate_corpus("all")) == sum(len(t.rows) for t in tables)
+    for t in tables:  # every row maps to a catalog cluster of the table's GPU
+        assert {c.cluster.gpu.name for c in table_cases(t, "all")} == {t.gpu}
+
+
+def test_cli_prints_the_groups_and_one_json_object(capsys):
+    assert main(["validate", "collectives", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["split"] == "held-out" and out["total"] == len(out["groups"]) > 0
+    assert out["met"] == sum(g["ok"] for g in out["groups"])
+    assert main(["validate", "collectives", "--split", "fit"]) == 0
+    text = capsys.readouterr().out
+    assert "fit half" in text and "vidur_a40_all_reduce  (a40-nvlink, A40)" in text
+
+
+def test_statistics_match_a_hand_computation(tmp_path):
+    """Measured times are set to predicted / (1 + e) for chosen errors e, so the printed
+    median |error| and mean signed error are known by hand."""
+    small = {1 * MiB: 0.10, 2 * MiB: -0.20, 4 * MiB: 0.40}      # median |e| 0.20, mean +0.10
+    large = {64 * MiB: -0.05, 256 * MiB: 0.07}                  # median |e| 0.06, mean +0.01
+    multi = {64 * MiB: -0.30, 128 * MiB: 0.10}                  # mean signed -0.10
+    rows = [f"dgx-h100,all_reduce,8,1,{m},{_predicted('dgx-h100', 'all_reduce', 8, 1, m) / (1 + e)!r}\n"
+            for d in (small, large) for m, e in d.items()]
+    rows += [f"dgx-h100,send_recv,2,2,{m},{_predicted('dgx-h100', 'send_recv', 2, 2, m) / (1 + e)!r}\n"
+             for m, e in multi.items()]
+    _write(tmp_path, rows)
+    groups = {(g.collective, g.size_class): g for g in validate_corpus("all", root=tmp_path)}
+    g_small, g_large, g_multi = (groups[("all_reduce", "< 16 MiB")], groups[("all_reduce", ">= 16 MiB")],
+                                 groups[("send_recv", "multi-node")])
+    assert (g_small.n, g_large.n, g_multi.n) == (3, 2, 2)
+    assert g_small.median_abs == pytest.approx(0.20) and g_small.mean_signed == pytest.approx(0.10)
+    assert g_large.median_abs == pytest.approx(0.06) and g_large.mean_signed == pytest.approx(0.01)
+    assert g_multi.mean_signed == pytest.approx(-0.10) and g_multi.median_abs == pytest.approx(0.20)
+    assert (g_small.ok, g_large.ok, g_multi.ok) == (False, True, True)
+    lines = report_lines(list(groups.values()), "all")
+    assert "  all_reduce < 16 MiB     3 rows  median |err|  20.0%  mean  +10.0%  MISS" in lines
+    assert "  send_recv  multi-node   2 rows  median |err|  20.0%  mean  -10.0%  ok" in lines
+    assert lines[-1] == "2 of 3 groups meet their target"
+
+
+@pytest.mark.parametrize("row, message", [
+    ("dgx-x,all_reduce,8,1,1024,1e-5\n", "unknown cluster"),
+    ("dgx-h100,all_scatter,8,1,1024,1e-5\n", r"row 2: unknown collective 'all_scatter'"),
+    ("dgx-h100,all_reduce,16,1,1024,1e-5\n", "row 2: 16 GPUs on 1 node"),
+    ("dgx-h100,all_reduce,8,1,1024,-1\n", "row 2: time_s must be a positive number"),
+    ("dgx-h100,all_reduce,8.5,1,1024,1e-5\n", "row 2: gpus must be a positive whole number"),
+    ("dgx-h100,send_recv,4,1,1024,1e-5\n", "send_recv rows are between 2 GPUs"),
+])
+def test_a_bad_row_is_one_clear_error(tmp_path, row, message):
+    _write(tmp_path, [row])
+    with pytest.raises(ConfigError, match=message):
+        validate_corpus("all", root=tmp_path)
+
+
+def test_a_table_without_the_columns_is_one_clear_error(tmp_path):
+    d = tmp_path / KIND
+    d.mkdir()
+    (d / "t.yaml").write_text(META.replace("[collective, gpus, nodes, nbytes]", "[op]"))
+    (d / "t.csv").write_text("op,size\nar,1\n")
+    with pytest.raises(ConfigError, match=r"collective table t: missing column\(s\) cluster, collective"):
+        validate_corpus("all", root=tmp_path)
+
+
+def test_split_must_be_a_half(tmp_path):
+    _write(tmp_path, ["dgx-h100,all_reduce,8,1,1024,1e-5\n"])
+    with pytest.raises(ConfigError, match="corpus split must be one of"):
+        validate_corpus("most", root=tmp_path)
+
+
+def test_split_flag_belongs_to_collectives(tmp_path, capsys):
+    assert main(["validate", str(tmp_path / "runs.yaml"), "--split", "fit"]) == 2
+    assert "--split is for 'ccoverlap validate collectives' and 'ccoverlap validate kernels'" in capsys.readouterr().err
+
+
+def test_fit_recovers_a_parameter_from_rows_it_generated():
+    """Rows made by the model with comm_base_latency_s = 30 us and PCIe efficiency 0.6 are fitted
+    back from the defaults to those values."""
+    cluster = get_cluster("h100-nvl-nvlink-pairs")
+    truth = default_params(cluster.gpu).with_overrides(comm_base_latency_s=30e-6, link_efficiency_pcie=0.6)
+    cases = []
+    for m in (64 << 10, 1 << 20, 16 << 20, 256 << 20):
+        for n in (2, 4):
+            c = Case("t", cluster, "all_reduce", n, 1, float(m), 1.0)
+            cases.append(Case("t", cluster, "all_reduce", n, 1, float(m), predict_s(c, truth)))
+    got = fit_params(cases, ["comm_base_latency_s", "link_efficiency_pcie"], default_params(cluster.gpu))
+    assert got["comm_base_latency_s"] == pytest.approx(30e-6, rel=0.02)
+    assert got["link_efficiency_pcie"] == pytest.approx(0.6, rel=0.02)
+    with pytest.raises(ConfigError, match="cannot fit"):
+        fit_params(cases, ["gemm_peak_fraction"], truth)
+
+
+def test_shipped_defaults_are_the_fit_of_the_fit_half():
+    """The A40 communication values in params.py are what the fit script's least squares
+    returns on the A40 table's fit half (rounded as written there)."""
+    t = next(t for t in load_kind(KIND) if t.name == "vidur_a40_all_reduce")
+    base = default_params(get_cluster("a40-nvlink").gpu)
+    got = fit_params(table_cases(t, "fit"), FIT["A40"], base)
+    for name, value in got.items():
+        assert value == pytest.approx(getattr(base, name), abs=0.02 if name.startswith(("link", "pcie")) else 1e-6)
+    assert statistics.median(abs(predict_s(c) / c.measured_s - 1) for c in table_cases(t, "fit")) < 0.15
+
+
+def test_cli_bad_table_is_one_line_and_json_says_so(tmp_path, monkeypatch, capsys):
+    import ccoverlap.corpus.tables as tables
+
+    _write(tmp_path, ["dgx-h100,all_reduce,8,1,1024,0\n"])
+    monkeypatch.setattr(tables, "CORPUS_DIR", tmp_path)
+    assert main(["validate", "collectives"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "collective table t, row 2: time_s must be a positive number" in err[0]
+    assert main(["validate", "collectives", "--json", "--split", "all"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["split"] == "all" and out["groups"] == [] and "time_s must be a positive" in out["error"]
