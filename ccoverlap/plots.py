@@ -22,7 +22,8 @@ KIND_COLORS = {"compute": "#4C72B0", "comm": "#DD8452", "memcpy": "#55A868", "ot
 EXPOSED_COLOR = "#C44E52"
 
 
-def _pyplot() -> ModuleType:
+def pyplot() -> ModuleType:
+    """matplotlib.pyplot on the Agg backend (files only, no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -127,7 +128,7 @@ def draw_bars(ax: Axes, labels: Sequence[str], series: dict[str, Sequence[float]
 def save_plan_figure(path: str | os.PathLike, timelines: Sequence[tuple[str, Timeline]],
                      strategies: Sequence[dict]) -> str:
     """The ``plan`` picture: the timelines (e.g. as-given and best) and step-time bars per strategy."""
-    plt = _pyplot()
+    plt = pyplot()
     n = len(timelines)
     lanes = [len(set(zip(t.rank.tolist(), t.stream.tolist()))) + len(t.ranks()) for _, t in timelines]
     heights = [max(2.0, 0.28 * min(k, 26) + 1.0) for k in lanes] + [3.0]

@@ -42,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
     png = png_path(args, "simulate")
     if png is not None:
         from ccoverlap.outputs import save_figure
-        from ccoverlap.plots import _pyplot, draw_timeline
+        from ccoverlap.plots import draw_timeline, pyplot
 
-        plt = _pyplot()
+        plt = pyplot()
         fig, ax = plt.subplots(figsize=(12, 1.0 + 0.35 * len(set(zip(tl.rank.tolist(), tl.stream.tolist())))))
         draw_timeline(ax, tl, title=w.describe())
         fig.tight_layout()

@@ -34,9 +34,9 @@ from ccoverlap.trace.jsonstream import (
     META_CAT,
     OTHER_PHASE_CAT,
     Event,
+    LooseEvent,
     TraceArgs,
     TraceEvent,
-    _Ev,
     arg_value,
     comm_args,
     has_collective_record,
@@ -233,7 +233,7 @@ class Columns:
         base = self.n_events
         if not batch:
             return
-        tolerant = batch[0].__class__ is _Ev or None in batch
+        tolerant = batch[0].__class__ is LooseEvent or None in batch
         groups: Mapping[Any, tuple[list[Event], _Seq]]
         if tolerant:
             groups = self._partition_tolerant(batch, base)

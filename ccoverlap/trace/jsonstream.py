@@ -70,7 +70,7 @@ RAW_ARG_FIELDS = ("grid", "block")
 _ATTR = {k: k.lower().replace(" ", "_") for k in ARG_FIELDS + COMM_ARG_FIELDS}
 ABSENT = None       # what an args attribute reads when the key is not there (a JSON null reads None too)
 #: An event as :meth:`EventStream.batches` yields it: a :class:`TraceEvent`, :class:`MetaEvent` or
-#: other-phase struct (typed path) or an :class:`_Ev` (tolerant path), read by attribute; the field
+#: other-phase struct (typed path) or an :class:`LooseEvent` (tolerant path), read by attribute; the field
 #: values are unchecked (the caller validates), so it is typed loosely.
 Event: TypeAlias = Any
 
@@ -176,7 +176,7 @@ _MISSING = _Missing()
 _NOARGS = _Args({})
 
 
-class _Ev:
+class LooseEvent:
     """Stand-in for :class:`TraceEvent` built from a stdlib-decoded dict (the tolerant path):
     same attributes, the field values unchecked (NaN, wrong types ... are left for the caller)."""
 
@@ -259,8 +259,8 @@ def resolve_args(events: list[Any], launch: bool = False) -> bool:
 _EV_ARGS = attrgetter("args")
 
 
-def _convert(items: list[Any]) -> list[_Ev | None]:
-    return [_Ev(d) if d.__class__ is dict else None for d in items]
+def _convert(items: list[Any]) -> list[LooseEvent | None]:
+    return [LooseEvent(d) if d.__class__ is dict else None for d in items]
 
 
 class StreamError(ValueError):
@@ -603,7 +603,7 @@ class EventStream:
                 ev, j = self._one(i, index)
                 index += 1
                 self.count = index
-                yield [_Ev(ev) if ev.__class__ is dict else None]
+                yield [LooseEvent(ev) if ev.__class__ is dict else None]
                 c, k2 = self._char(j)
                 if c == ",":
                     c, i = self._char(k2 + 1)

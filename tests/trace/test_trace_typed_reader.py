@@ -58,7 +58,7 @@ def test_flow_events_are_not_built(tmp_path, monkeypatch):
     flow = {"ph": "f", "id": [1], "pid": 0, "tid": 7, "ts": "not a number", "cat": "ac2g", "name": {}, "bp": "e"}
     p = write(_doc([flow, dict(flow, ph="s")]), tmp_path / "flow.json")
     evs = _batches(p)
-    assert not any(e.__class__ is jsonstream._Ev for e in evs)      # the typed reader kept the batch
+    assert not any(e.__class__ is jsonstream.LooseEvent for e in evs)      # the typed reader kept the batch
     assert sum(e.__class__ is jsonstream.TraceEvent for e in evs) == 8
     assert not any(hasattr(e, "ts") for e in evs if e.__class__.__name__.startswith("Phase"))
     _same_as_the_standard_library_reader(p, monkeypatch)
@@ -71,7 +71,7 @@ def test_a_cpu_ops_args_are_decoded_only_for_collective_ops(tmp_path, monkeypatc
             "args": {"External id": 9, "Collective name": "allreduce", "In msg nelems": 1024}}]
     p = write(_doc(ops), tmp_path / "ops.json")
     evs = _batches(p)
-    assert not any(e.__class__ is jsonstream._Ev for e in evs)
+    assert not any(e.__class__ is jsonstream.LooseEvent for e in evs)
     by_name = {e.name: e for e in evs if e.__class__ is jsonstream.TraceEvent}
     assert by_name["aten::add"].args.__class__ is jsonstream.msgspec.Raw            # never decoded
     assert by_name["record_param_comms"].args.__class__ is jsonstream.TraceArgs
@@ -86,7 +86,7 @@ def test_args_the_typed_decoder_cannot_read_go_to_the_tolerant_reader(tmp_path, 
     # a kernel whose args are not an object: its args are read, so the batch is read again tolerantly
     odd = {"ph": "X", "cat": "kernel", "name": "odd", "pid": 0, "tid": 7, "ts": 300, "dur": 10, "args": bad}
     p = write(_doc([odd]), tmp_path / "odd.json")
-    assert any(e.__class__ is jsonstream._Ev for e in _batches(p))
+    assert any(e.__class__ is jsonstream.LooseEvent for e in _batches(p))
     _same_as_the_standard_library_reader(p, monkeypatch)
 
 

@@ -52,7 +52,7 @@ def weight_key(name: str) -> str | None:
     return tensor_of(name)
 
 
-def _dependents(graph: OpGraph) -> list[list[int]]:
+def dependents_of(graph: OpGraph) -> list[list[int]]:
     out: list[list[int]] = [[] for _ in graph.ops]
     for op in graph.ops:
         for d in op.deps:
@@ -72,7 +72,7 @@ class _StreamSeqs(dict[tuple[int, str], list[int]]):
         return self._where[op_id]
 
 
-def _stream_seqs(graph: OpGraph) -> dict[tuple[int, str], list[int]]:
+def stream_sequences(graph: OpGraph) -> dict[tuple[int, str], list[int]]:
     seqs: dict[tuple[int, str], list[int]] = _StreamSeqs()
     for op in graph.ops:
         seqs.setdefault((op.rank, op.stream), []).append(op.op_id)
@@ -90,8 +90,8 @@ def consumer_chain(graph: OpGraph, ag_id: int, dependents: list[list[int]] | Non
     """The dependent computation chain of a collective (§3.1.3): the first compute op that waits
     for it, and the ops after it on the same stream with the same layer / micro-batch / phase
     labels (the rest of the unit's execution), in stream order. Empty if nothing waits on it."""
-    dependents = dependents if dependents is not None else _dependents(graph)
-    seqs = seqs if seqs is not None else _stream_seqs(graph)
+    dependents = dependents if dependents is not None else dependents_of(graph)
+    seqs = seqs if seqs is not None else stream_sequences(graph)
     cons = [graph.ops[i] for i in dependents[ag_id] if graph.ops[i].kind != COMM]
     if not cons:
         return []
@@ -161,8 +161,8 @@ def partition_allgathers(rw: GraphRewrite, ags: list[int], plan_for: Callable[[O
     ``plan_for(op)`` says (Centauri §3.1.2-§3.1.3, §3.2.1). Returns how many were partitioned
     (plans with one chunk and no group order leave the op alone)."""
     g = rw.src
-    deps = _dependents(g)
-    seqs = _stream_seqs(g)
+    deps = dependents_of(g)
+    seqs = stream_sequences(g)
     done = 0
     for a in ags:
         op = g.ops[a]
@@ -239,7 +239,7 @@ def backward_weight_first(rw: GraphRewrite, stream: str = "compute") -> int:
     dgrad's input needed (its communication dependencies, e.g. the SP all-gather of dY), not for
     the dgrad. Returns the number of weight-gradient GEMMs moved."""
     g = rw.src
-    seqs = _stream_seqs(g)
+    seqs = stream_sequences(g)
     moved = 0
     for (rank, strm), seq in seqs.items():
         if strm != stream:

@@ -177,8 +177,8 @@ def _alg1_planner(step: StepGraph, cost: SupportsDuration, *, group_partitioned:
     inter/intra = its inter-first sub-collectives."""
     g = step.graph
     runs, run_of = _compute_runs(g, cost)
-    dependents = part._dependents(g)
-    seqs = part._stream_seqs(g)
+    dependents = part.dependents_of(g)
+    seqs = part.stream_sequences(g)
     cache: dict[int, rules.OperationPlan] = {}
 
     def plan(op: Op) -> rules.OperationPlan:
