@@ -53,6 +53,7 @@ def weight_key(name: str) -> str | None:
 
 
 def dependents_of(graph: OpGraph) -> list[list[int]]:
+    """Per op id, the ids of the ops that depend on it (the reverse of ``deps``)."""
     out: list[list[int]] = [[] for _ in graph.ops]
     for op in graph.ops:
         for d in op.deps:
@@ -73,6 +74,7 @@ class _StreamSeqs(dict[tuple[int, str], list[int]]):
 
 
 def stream_sequences(graph: OpGraph) -> dict[tuple[int, str], list[int]]:
+    """Per (rank, stream), its op ids in issue order."""
     seqs: dict[tuple[int, str], list[int]] = _StreamSeqs()
     for op in graph.ops:
         seqs.setdefault((op.rank, op.stream), []).append(op.op_id)
