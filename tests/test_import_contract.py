@@ -48,3 +48,35 @@ def test_cycle_checker_counts_imports_inside_functions(tmp_path):
                          timeout=300, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert out.returncode != 0, out.stdout
     assert "BROKEN" in out.stdout
+
+
+def _architecture_tree() -> list[str]:
+    """The names of docs/architecture.md's package tree, in its order (``api``, ``commands``, ...)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text.split("```text\nccoverlap/\n", 1)[1].split("```", 1)[0]
+    return [line.split()[0].rstrip("/").removesuffix(".py") for line in block.splitlines() if line.strip()]
+
+
+def _layers() -> list[set[str]]:
+    """The layers contract of .importlinter, top first, each a set of top-level names."""
+    text = (ROOT / ".importlinter").read_text(encoding="utf-8")
+    block = text.split("[importlinter:contract:layers]", 1)[1].split("layers =", 1)[1].split("\n\n", 1)[0]
+    return [{name.strip().removeprefix("ccoverlap.") for name in line.split("|")}
+            for line in block.splitlines() if line.strip()]
+
+
+def test_architecture_page_lists_every_package_once():
+    pkg = ROOT / "ccoverlap"
+    actual = {p.name for p in pkg.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    actual |= {p.stem for p in pkg.glob("*.py") if p.stem not in ("__init__", "__main__")} | {"data"}
+    names = _architecture_tree()
+    assert len(names) == len(set(names)), names
+    assert set(names) == actual
+
+
+def test_architecture_page_lists_the_packages_in_the_contracts_order():
+    position = {name: i for i, name in enumerate(_architecture_tree())}
+    layers = _layers()
+    assert set().union(*layers) <= set(position)
+    for upper, lower in zip(layers, layers[1:]):
+        assert max(position[n] for n in upper) < min(position[n] for n in lower), (upper, lower)
