@@ -25,19 +25,14 @@ from ccoverlap.deciders.lagom.group import (
     parse_bytes,
 )
 from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
-from ccoverlap.deciders.lagom.tune import (
-    INITIAL_H,
+from ccoverlap.deciders.lagom.space import (
     TuningSpace,
     autoccl_tune,
     exhaustive_grid,
     exhaustive_tune,
-    lagom_tune,
-    metric_h,
-    minimum_config,
     nccl_default_configs,
-    step_config,
-    tune_group,
 )
+from ccoverlap.deciders.lagom.tune import INITIAL_H, lagom_tune, metric_h, minimum_config, step_config, tune_group
 from ccoverlap.errors import ConfigError
 from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.simulator import simulate

@@ -7,7 +7,8 @@ import pytest
 
 from ccoverlap.deciders.lagom import step as lagom_step
 from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
-from ccoverlap.deciders.lagom.tune import autoccl_tune, lagom_tune
+from ccoverlap.deciders.lagom.space import autoccl_tune
+from ccoverlap.deciders.lagom.tune import lagom_tune
 from ccoverlap.nccl.plan import CommKey
 from ccoverlap.predict.strategy import Planner
 from ccoverlap.predict.workload import workload_from_mapping

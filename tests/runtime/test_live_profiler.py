@@ -10,7 +10,8 @@ import pytest
 
 from ccoverlap.catalog.hardware import get_cluster
 from ccoverlap.deciders.lagom.group import Computation, OverlapCollective, OverlapGroup
-from ccoverlap.deciders.lagom.tune import TuningSpace, lagom_tune
+from ccoverlap.deciders.lagom.space import TuningSpace
+from ccoverlap.deciders.lagom.tune import lagom_tune
 from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.apply import match_row, parse_tuner_csv
 from ccoverlap.nccl.plan import CommKey

@@ -71,7 +71,6 @@ from ccoverlap.deciders.lagom.space import (
     config_dict,
     exhaustive_grid,
     exhaustive_tune,
-    implementation_candidates,
     nccl_default_configs,
     start_configs,
     with_config,
@@ -91,16 +90,6 @@ __all__ = [
     "lagom_tune",
     "GroupTuning",
     "tune_group",
-    # re-exported from ccoverlap.deciders.lagom.space
-    "TuningSpace",
-    "TuneStep",
-    "TuneResult",
-    "config_dict",
-    "nccl_default_configs",
-    "implementation_candidates",
-    "autoccl_tune",
-    "exhaustive_grid",
-    "exhaustive_tune",
 ]
 
 #: Algorithm 1 line 3: "Initialize all H to 0.01".
