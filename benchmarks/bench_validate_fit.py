@@ -13,10 +13,9 @@ import argparse
 import statistics
 import time
 
-from ccoverlap.commands.validate import PUBLISHED
 from ccoverlap.validation.compare import compare_runs
 from ccoverlap.validation.predict import cost_params_for
-from ccoverlap.validation.reader import load_runs
+from ccoverlap.validation.reader import PUBLISHED, load_runs
 
 RUNS = ("mcore-gpt-70b-h100x768", "ptdp-gpt-39b-a100x512")
 VALUES = (0.6, 0.65, 0.7, 0.75, 0.8)

@@ -35,13 +35,12 @@ def _busy(tl, comp, phase: str, mb: int) -> float:
 
 def main(argv=None) -> int:
     """Print the bound table (Markdown) for the runs asked for; returns the exit status."""
-    from ccoverlap.commands.validate import PUBLISHED
     from ccoverlap.cost import CostModel
     from ccoverlap.cost.comm import collective_time_s
     from ccoverlap.predict.evaluate import build_workload_step, summarize
     from ccoverlap.sim.simulator import simulate
     from ccoverlap.validation.predict import cost_params_for, workload_for
-    from ccoverlap.validation.reader import load_runs
+    from ccoverlap.validation.reader import PUBLISHED, load_runs
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs_file", nargs="?", default=str(PUBLISHED))

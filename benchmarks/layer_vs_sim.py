@@ -50,7 +50,8 @@ from ccoverlap.parallel.context import linear_kind
 from ccoverlap.predict.evaluate import cost_model_for_cluster, simulate_workload
 from ccoverlap.predict.workload import Workload
 from ccoverlap.specs import GemmSpec
-from ccoverlap.trace.load import DEVICE_CAT_LIST, load_trace
+from ccoverlap.trace.columns import DEVICE_CAT_LIST
+from ccoverlap.trace.load import load_trace
 
 PROG = "layer_vs_sim"
 LINEARS = ("qkv", "out_proj", "gate_up", "down")

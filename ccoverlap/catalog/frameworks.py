@@ -118,8 +118,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
-from ccoverlap.catalog.hardware import read_config_file
-from ccoverlap.config import short, suggest
+from ccoverlap.config import read_config_file, short, suggest
 from ccoverlap.errors import ConfigError
 
 if TYPE_CHECKING:

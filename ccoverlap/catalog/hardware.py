@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from ccoverlap.config import (  # noqa: F401 (re-exported)
+from ccoverlap.config import (
     Count,
     Count0,
     NonNegative,

@@ -36,9 +36,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ccoverlap.commands.options import Subparsers, add_common, add_dtype, check_out_dir
+from ccoverlap.commands.options import Subparsers, add_common, add_dtype
 from ccoverlap.config import short
 from ccoverlap.errors import ConfigError
+from ccoverlap.outputs import check_out_dir
 
 if TYPE_CHECKING:  # torch is imported when the command runs: `ccoverlap --help` needs no torch
     import torch

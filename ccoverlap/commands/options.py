@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK
-from ccoverlap.outputs import check_out_dir, check_out_file  # noqa: F401 (re-exported: every command's checks)
+from ccoverlap.outputs import check_out_dir, check_out_file
 
 if TYPE_CHECKING:
     from ccoverlap.predict.workload import Workload

@@ -13,12 +13,12 @@ from ccoverlap.commands.options import (
     Subparsers,
     add_common,
     add_workload_arguments,
-    check_out_dir,
     check_outputs,
     png_path,
     workload_from_args,
 )
 from ccoverlap.config import short, suggest
+from ccoverlap.outputs import check_out_dir
 from ccoverlap.workers.pool import ENGINES, make_engine
 
 if TYPE_CHECKING:

@@ -18,11 +18,11 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from ccoverlap.commands.options import Subparsers, add_common, add_workload_arguments, check_out_dir
+from ccoverlap.commands.options import Subparsers, add_common, add_workload_arguments
 from ccoverlap.config import clip_line
 from ccoverlap.console import Progress
 from ccoverlap.errors import CCOverlapError, ConfigError
-from ccoverlap.outputs import path_name
+from ccoverlap.outputs import check_out_dir, path_name
 
 if TYPE_CHECKING:
     from ccoverlap.catalog.hardware import ClusterSpec

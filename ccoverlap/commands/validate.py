@@ -25,7 +25,7 @@ from ccoverlap.config import short, suggest
 from ccoverlap.console import make_console, print_wrapped
 from ccoverlap.errors import ConfigError
 from ccoverlap.outputs import check_out_file
-from ccoverlap.validation.reader import PUBLISHED, runs_path  # noqa: F401  (PUBLISHED: re-exported for scripts)
+from ccoverlap.validation.reader import runs_path
 
 if TYPE_CHECKING:
     from rich.console import Console

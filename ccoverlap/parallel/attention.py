@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from ccoverlap.parallel import cp as cpm
 from ccoverlap.parallel import pointwise as pw
-from ccoverlap.parallel.flash import flash_bwd_spec, flash_fwd_spec  # noqa: F401 (flash_bwd_spec re-exported)
+from ccoverlap.parallel.flash import flash_bwd_spec, flash_fwd_spec
 from ccoverlap.specs import GemmSpec
 
 if TYPE_CHECKING:

@@ -39,6 +39,7 @@ from ccoverlap.sim.timeline import RankMetrics, Timeline, rank_metrics
 from ccoverlap.trace import load as _load
 from ccoverlap.trace.classify import RankTrace, build_rank, origin_us
 from ccoverlap.trace.load import RawTrace
+from ccoverlap.trace.rank_assign import assign_ranks
 from ccoverlap.trace.sources import Source
 from ccoverlap.trace.steps import Steps, assign_steps, available_steps, parse_steps, selection_mask, step_rows
 
@@ -92,7 +93,7 @@ class Job:
 
 @dataclass
 class _Loaded:
-    """One loaded file: what :func:`ccoverlap.trace.load.assign_ranks` weighs, and its graph."""
+    """One loaded file: what :func:`ccoverlap.trace.rank_assign.assign_ranks` weighs, and its graph."""
 
     path: Source
     rank: int | None
@@ -142,7 +143,7 @@ def _load_ranks(paths: Sequence[str | os.PathLike[str]], keep_calls: bool
     """(files, graphs, ProfilerStep annotations per rank, problems, origin in µs): each file is
     graphed as soon as it is loaded and its columns released, so one file's raw columns are held
     at a time; times count from the first file's earliest event (any common origin would do),
-    and the ranks are assigned once every file is in (:func:`ccoverlap.trace.load.assign_ranks`)."""
+    and the ranks are assigned once every file is in (:func:`ccoverlap.trace.rank_assign.assign_ranks`)."""
     files, problems = _load.discover(list(paths))
     loaded: list[_Loaded] = []
     origin: float | None = None
@@ -156,7 +157,7 @@ def _load_ranks(paths: Sequence[str | os.PathLike[str]], keep_calls: bool
         origin = origin_us([raw]) if origin is None else origin
         loaded.append(_graph_one(raw, origin, keep_calls))
         del raw
-    kept, rank_problems = _load.assign_ranks(loaded)
+    kept, rank_problems = assign_ranks(loaded)
     problems += rank_problems
     graphs: list[RankGraph] = []
     annotations: dict[int, list[_Step]] = {}

@@ -54,7 +54,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ccoverlap.trace.classify import RankTrace
-from ccoverlap.trace.load import DEVICE_CAT_LIST, RawTrace
+from ccoverlap.trace.columns import DEVICE_CAT_LIST
+from ccoverlap.trace.load import RawTrace
 
 # node kinds
 GPU, CPU, WAIT, BARRIER, CEND = 0, 1, 2, 3, 4

@@ -37,7 +37,8 @@ import numpy as np
 import numpy.ma  # noqa: F401 - np.unique imports it at its first call; imported here, forked workers share it
 
 from ccoverlap.sim.timeline import Timeline
-from ccoverlap.trace.load import DEVICE_CAT_LIST, KIND_CODES, RawTrace
+from ccoverlap.trace.columns import DEVICE_CAT_LIST, KIND_CODES
+from ccoverlap.trace.load import RawTrace
 from ccoverlap.trace.sources import Source
 
 _COMM_RE = re.compile(r"(nccl)|(rccl)|(hccl)|(.*ncclKernel)|(.*ncclDevKernel)|(.*rcclKernel)")

@@ -23,7 +23,7 @@ to whole µs, see :mod:`ccoverlap.trace.steps`). Epoch-based µs timestamps (~1.
 about 0.25 µs of resolution in a float64, which bounds every time this module returns.
 
 Which rank a file is (``distributedInfo``, file name, file order) is decided in
-:mod:`ccoverlap.trace.rank_assign`; :func:`assign_ranks` is re-exported here.
+:mod:`ccoverlap.trace.rank_assign`.
 """
 
 from __future__ import annotations
@@ -43,19 +43,10 @@ import numpy as np
 
 from ccoverlap.config import PATH_CHARS, clip_middle
 from ccoverlap.errors import TraceError
-from ccoverlap.trace.columns import (  # noqa: F401
-    COMM_OP_PREFIXES,
-    CPU_OP_CATS,
-    DEVICE_CAT_LIST,
-    DEVICE_CATS,
-    KIND_CODES,
-    SKIP_CATS,
-    Columns,
-)
+from ccoverlap.trace.columns import Columns
 from ccoverlap.trace.consistency import check_times
-from ccoverlap.trace.jsonstream import COMM_ARG_FIELDS as COMM_ARG_KEYS  # noqa: F401
 from ccoverlap.trace.jsonstream import EventStream, StreamError, Truncated
-from ccoverlap.trace.rank_assign import assign_ranks, rank_from_meta  # assign_ranks: re-exported
+from ccoverlap.trace.rank_assign import assign_ranks, rank_from_meta
 from ccoverlap.trace.sources import Source, as_source, discover_url, file_name, is_url, open_binary
 
 TRACE_SUFFIXES = (".json", ".json.gz")

@@ -1,7 +1,7 @@
 """Which rank each trace file is: from its ``distributedInfo``, its file name, or file order.
 
 Split out of :mod:`ccoverlap.trace.load` (which calls :func:`rank_from_meta` on every file it
-streams and re-exports :func:`assign_ranks`): :func:`rank_from_meta` reads one file's own
+streams): :func:`rank_from_meta` reads one file's own
 evidence, :func:`assign_ranks` makes the ranks of a set of files unique and drops files that
 cannot belong to the same job, with one message per file.
 """

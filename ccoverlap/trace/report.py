@@ -19,7 +19,6 @@ from ccoverlap.console import Col, make_console, print_table, print_wrapped
 from ccoverlap.outputs import save_figure
 from ccoverlap.trace.contention import Contention
 from ccoverlap.trace.ranks import MAX_CLOCK_SPREAD_S, CrossRank
-from ccoverlap.trace.report_json import print_problems, write_json  # noqa: F401 - re-exported
 from ccoverlap.trace.result import Analysis
 
 MAX_LANE_RANKS = 16

@@ -100,7 +100,7 @@ def test_config_file_knobs_may_nest_a_comm_config(capsys, tmp_path):
                    "parallel: {dp: 16, data_parallel: fsdp}\nbatch: {global_batch: 32, micro_batch: 1, seq_len: 2048}\n")
     code, out, err = _run(capsys, "simulate", "--json", "--out", str(tmp_path / "sim"), "--config", str(cfg))
     assert code == 0, err
-    from ccoverlap.catalog.hardware import read_config_file
+    from ccoverlap.config import read_config_file
     from ccoverlap.predict.workload import workload_from_mapping
 
     w = workload_from_mapping(read_config_file(cfg))

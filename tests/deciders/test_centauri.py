@@ -13,7 +13,7 @@ from ccoverlap.catalog.hardware import get_cluster
 from ccoverlap.catalog.models import get_model
 from ccoverlap.deciders.centauri import decide as cen
 from ccoverlap.deciders.centauri import partition as part
-from ccoverlap.deciders.centauri import rules
+from ccoverlap.deciders.centauri import rules, tiers
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
 from ccoverlap.planning.strategies import default_registry
@@ -223,7 +223,7 @@ def test_brief_fsdp_example_is_communication_bound(decisions):
     measured PCIe efficiency, 0.88, which shortens the intra-node part of that time), so no
     partition can speed it up; Centauri must not make it slower."""
     d = decisions["fsdp-a40"]
-    alpha, comm, _ = cen.comm_ratio(d.graph, cost_model_for(FSDP_A40))
+    alpha, comm, _ = tiers.comm_ratio(d.graph, cost_model_for(FSDP_A40))
     assert alpha > 0.65
     assert d.baseline_s < 1.10 * comm
     assert d.step_s <= d.baseline_s
@@ -253,7 +253,7 @@ def test_speedup_never_exceeds_the_overlap_bound(decisions, name):
     d = decisions[name]
     cost = cost_model_for(WORKLOADS[name])
     for graph, t in ((d.graph, d.step_s), (d.step.graph, d.baseline_s)):
-        alpha, comm, comp = cen.comm_ratio(graph, cost)
+        alpha, comm, comp = tiers.comm_ratio(graph, cost)
         speedup = (comm + comp) / t
         assert speedup <= rules.speedup_bound(alpha) * (1 + 1e-6), (name, speedup, alpha)
         assert speedup > 1.0  # and overlap does help
@@ -267,7 +267,7 @@ def test_serial_means_no_overlap(decisions):
     w0 = replace(w, knobs=replace(w.knobs, overlap=False))
     step = build_step(w0.model, w0.parallel, w0.batch, w0.cluster, w0.knobs)
     cost = cost_model_for(w0)
-    _, comm, comp = cen.comm_ratio(step.graph, cost)
+    _, comm, comp = tiers.comm_ratio(step.graph, cost)
     assert step_time_s(simulate(step.graph, cost)) == pytest.approx(comm + comp, rel=1e-9)
 
 
@@ -294,15 +294,15 @@ def test_centauri_strategy_registered_and_consistent(decisions):
 def test_centauri_scheduling_replaces_the_baselines_scheduling():
     w = workload(cluster="dgx-a100", knobs={"fsdp_fetch": "parameter", "overlap_grad_reduce": False,
                                             "overlap_param_gather": False, "fsdp_prefetch": 0})
-    k = cen.centauri_scheduling(w).knobs
+    k = tiers.centauri_scheduling(w).knobs
     assert (k.fsdp_fetch, k.fsdp_prefetch, k.overlap_grad_reduce, k.overlap_param_gather) == ("unit", 1, True, True)
     same = workload(cluster="dgx-a100", knobs={"fsdp_prefetch": 2})
-    assert cen.centauri_scheduling(same) is same  # already Centauri's: nothing to change
+    assert tiers.centauri_scheduling(same) is same  # already Centauri's: nothing to change
 
 
 def test_hsdp_replica_substitution_and_group_partition_are_candidates():
     w = workload(cluster="dgx-a100", nodes=6, batch=(48, 1, 2048), dp=48, data_parallel="fsdp", dp_replicate=12)
-    cands = cen.knob_candidates(w)
+    cands = tiers.knob_candidates(w)
     prims = {p for _, p, _, _ in cands}
     groups = {g for _, _, g, _ in cands}
     assert "replica all-reduce -> reduce-scatter + all-gather (next forward)" in prims
@@ -317,10 +317,10 @@ def test_pipeline_group_follows_eq2_and_never_loses():
     w = workload(model="llama-2-7b", cluster="dgx-a100", nodes=2, batch=(24, 1, 2048), tp=4, pp=2, dp=2,
                  sequence_parallel=True, pp_schedule="interleaved", virtual_stages=2)
     planner = Planner(w, exact=True)
-    feasible, rule, why = cen.pipeline_group_choice(planner.step(w), w, planner.cost)
+    feasible, rule, why = tiers.pipeline_group_choice(planner.step(w), w, planner.cost)
     assert feasible and set(feasible) <= {2, 3, 4, 6, 12} and rule in feasible and "eq.2 (PP)" in why
     d = cen.decide(planner)
     assert d.pipeline_group in feasible and d.step_s <= d.baseline_s * (1 + 1e-9)
     assert f"pipeline group L={d.pipeline_group}" in d.note()
     flat = workload(model="llama-2-7b", cluster="dgx-a100", nodes=2, batch=(24, 1, 2048), tp=4, pp=2, dp=2)
-    assert cen.pipeline_group_choice(Planner(flat).step(flat), flat, planner.cost)[0] == []  # 1F1B: nothing to group
+    assert tiers.pipeline_group_choice(Planner(flat).step(flat), flat, planner.cost)[0] == []  # 1F1B: nothing to group

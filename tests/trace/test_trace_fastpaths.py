@@ -19,7 +19,7 @@ from trace_synth import kernel, nccl, trace, write
 
 from ccoverlap.trace.analyze import analyze
 from ccoverlap.trace.classify import _factorize, _factorize_pairs
-from ccoverlap.trace.report import write_json
+from ccoverlap.trace.report_json import write_json
 from ccoverlap.trace.result import json_ready, round12
 
 

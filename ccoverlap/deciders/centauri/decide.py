@@ -34,7 +34,7 @@ is selected", §3.2), so the result never loses to not partitioning. The note of
 strategy ``centauri`` says what was chosen, what the rule said, and the §5.4 bound.
 
 This module simulates and chooses; the candidates of each tier, the §5.4 ratio and the graph
-rewrite are in :mod:`ccoverlap.deciders.centauri.tiers` (re-exported here).
+rewrite are in :mod:`ccoverlap.deciders.centauri.tiers`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ccoverlap.deciders.centauri import rules
-from ccoverlap.deciders.centauri.tiers import (  # re-exported: callers import them from here
+from ccoverlap.deciders.centauri.tiers import (
     centauri_graph,
     centauri_scheduling,
     comm_ratio,

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ccoverlap.catalog.hardware import ClusterSpec, read_config_file
-from ccoverlap.config import check_keys, short
+from ccoverlap.catalog.hardware import ClusterSpec
+from ccoverlap.config import check_keys, read_config_file, short
 from ccoverlap.errors import ConfigError
 from ccoverlap.predict.strategy import Planner
 from ccoverlap.predict.workload import resolve_cluster
