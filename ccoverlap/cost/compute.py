@@ -64,14 +64,16 @@ def _tile_candidates(params: CostParams) -> list[tuple[int, int, float]]:
     return [(x, y, e) for (x, y), e in cands.items()]
 
 
-def _split_k_candidates(tiles: int, slots: float, ksteps: int, max_split: int) -> list[int]:
-    """K-splits worth trying: 1, and powers of two while the split tiles still fit in about
-    one wave and each piece keeps at least 8 K steps (cuBLAS / CUTLASS split-K and stream-K)."""
+def _split_k_candidates(tiles: int, slots: float, ksteps: int, max_split: int,
+                        any_count: bool = False) -> list[int]:
+    """K-splits worth trying: 1, and powers of two (``any_count``: every count) while the split
+    tiles still fit in about one wave and each piece keeps at least 8 K steps (cuBLAS / CUTLASS
+    split-K and stream-K)."""
     out = [1]
     s = 2
     while s <= max_split and tiles * s <= slots and ksteps // s >= 8:
         out.append(s)
-        s *= 2
+        s = s + 1 if any_count else s * 2
     return out
 
 
@@ -193,7 +195,8 @@ def _gemm_search(spec: GemmSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: fl
     ksteps = math.ceil(spec.k / p.gemm_tile_k)
     for tm, tn, eff in cands:
         tiles = math.ceil(spec.m / tm) * math.ceil(spec.n / tn) * spec.batch
-        splits = [1] if tile is not None else _split_k_candidates(tiles, slots, ksteps, p.gemm_max_split_k)
+        splits = [1] if tile is not None else _split_k_candidates(tiles, slots, ksteps, p.gemm_max_split_k,
+                                                                  bool(p.gemm_split_k_any_count))
         for split in splits:
             t, d = _gemm_eval(spec, gpu, p, sms, bw, acc, l2, tm, tn, eff * eff0, split)
             if best is None or t < best[0]:
