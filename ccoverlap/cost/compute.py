@@ -66,12 +66,14 @@ def _tile_candidates(params: CostParams) -> list[tuple[int, int, float]]:
 
 def _split_k_candidates(tiles: int, slots: float, ksteps: int, max_split: int,
                         any_count: bool = False) -> list[int]:
-    """K-splits worth trying: 1, and powers of two (``any_count``: every count) while the split
-    tiles still fit in about one wave and each piece keeps at least 8 K steps (cuBLAS / CUTLASS
-    split-K and stream-K)."""
+    """K-splits worth trying: 1, and powers of two while the split tiles still fit in about
+    one wave and each piece keeps at least 8 K steps (cuBLAS / CUTLASS split-K and stream-K).
+    ``any_count`` (cuBLASLt's split-K on Ampere): a GEMM of under one wave of tiles tries every
+    count up to ``max_split``, its pieces running in as many waves as they need (64 tiles on 108
+    SMs: 5 ways are 320 pieces in 3 nearly full waves)."""
     out = [1]
     s = 2
-    while s <= max_split and tiles * s <= slots and ksteps // s >= 8:
+    while s <= max_split and (tiles * s <= slots or (any_count and tiles < slots)) and ksteps // s >= 8:
         out.append(s)
         s = s + 1 if any_count else s * 2
     return out

@@ -73,10 +73,10 @@ class CostParams:
     # run side by side and reduce their fp32 partials (cuBLAS split-K / CUTLASS stream-K). The
     # model tries powers of two up to it. assumption (cuBLASLt's split-K heuristics go to 16-32).
     gemm_max_split_k: int = 16
-    # 1: the library picks any split count (2, 3, ..., gemm_max_split_k) whose pieces still fit
-    # in one wave, as cuBLASLt's split-K heuristics do on Ampere (e.g. 32 output tiles on 108 SMs
-    # run as 3 x 32 pieces, not 2 x 32); 0: powers of two only. Per GPU type (_GPU_OVERRIDES,
-    # [SPLITK]); a switch, not fitted.
+    # 1: a GEMM of under one wave of tiles may split K any number of ways (2, 3, ...,
+    # gemm_max_split_k), its pieces filling one or more waves, as cuBLASLt's split-K does on
+    # Ampere (e.g. 32 output tiles on 108 SMs run as 3 x 32 pieces, not 2 x 32); 0: powers of two
+    # while the pieces fit in one wave. Per GPU type (_GPU_OVERRIDES, [SPLITK]); a switch, not fitted.
     gemm_split_k_any_count: int = 0
     # Matrix-vector-like GEMMs (min(m, n) <= this) may run as gemv / small batched kernels that
     # stream the operands once (no tile padding of the short side); the faster path is taken.
@@ -479,12 +479,15 @@ class CostParams:
 #          45-46 GB/s of the 50 GB/s line the catalog takes from lagom; the bridge is 56.25),
 #          PCIe 0.88 (4 GPUs of one socket: 58 GB/s busbw of 2 x 31.5), socket crossing 0.48
 #          (8 GPUs: 26 GB/s).
-#  [SPLITK] A100: gemm_split_k_any_count 1. The held-out GEMMs of gemm/vidur-a100 that fill under
-#          one wave with a long K (m 96-384, k 7-28k) ran up to 1.6x faster than the model with
-#          power-of-two splits (256x4096x14336: 135 us measured, 221 us predicted; 223 TFLOP/s
-#          needs ~96 of the 108 SMs, i.e. a 3-way split of its 32 tiles). Any count: held-out
-#          median / mean 6.2% / 8.2% -> 5.5% / 7.3% with the fitted values below unchanged. On
-#          H100 / H200 / A40 it does not help (H100 6.2% / 9.1% -> 6.4% / 9.3%): left at 0 there.
+#  [SPLITK] A100: gemm_split_k_any_count 1. The held-out GEMMs of gemm/vidur-a100 under one wave
+#          with a long K (m 96-512, k 7-28k) ran up to 1.6x faster than the model with power-of-two
+#          splits inside one wave (256x4096x14336: 135 us measured, 221 us predicted; 223 TFLOP/s
+#          needs ~96 of the 108 SMs: a 3-way split of its 32 tiles). The fitted GEMM fields keep
+#          their earlier fit: refitting them with the switch (benchmarks/fit_kernel_params.py)
+#          moves the large training GEMMs ~1-3% faster and `validate published` from 8.3% to
+#          8.4%; refitting gemm_mem_overlap alone (0.645 -> 0.680) moves the nccl-1428 contention
+#          fit row (1.76x -> 1.73x) that l2_pollution_penalty is fitted on. On H100, H200 and
+#          A40 the switch does not help the held-out half (H100 6.2%/9.1% -> 6.4%/9.3%): 0 there.
 #  [A100]  cuBLAS bf16 large GEMMs ~260-280 of 312 TFLOP/s and NCCL ring busbw ~230 of 300 GB/s on
 #          DGX A100 are the commonly reported figures (assumption until calibrated); Ampere
 #          kernels use a 32-deep K step.
