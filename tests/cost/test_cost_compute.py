@@ -198,3 +198,30 @@ def test_split_k_partials_reduce_through_l2_when_they_fit():
     spec = GemmSpec(m=256, n=256, k=4096)  # 2 tiles: split-K, 2 MB of fp32 partials
     cold = P.with_overrides(mem_l2_bandwidth_ratio=1.0)
     assert gemm_time_s(spec, H100, P) < gemm_time_s(spec, H100, cold)
+
+
+def test_a100_splits_k_any_number_of_ways_to_fill_its_sms():
+    """Ampere cuBLAS splits K any number of ways: 32 output tiles on 108 SMs run as 3 x 32
+    pieces (96 SMs busy), not 2 x 32 as powers of two would allow; the corpus's vidur A100
+    row 256x4096x14336 took 135 us: within 30% of the 3-way split's time, where two ways
+    take over 1.5x as long."""
+    a100 = GPUS["A100-80GB-SXM"]
+    p = default_params(a100, sustained=False)
+    assert p.gemm_split_k_any_count == 1
+    spec = GemmSpec(m=256, n=4096, k=14336)
+    pow2 = p.with_overrides(gemm_split_k_any_count=0)
+    t_any, t_pow2 = gemm_time_s(spec, a100, p), gemm_time_s(spec, a100, pow2)
+    assert t_pow2 / t_any > 1.2
+    assert t_pow2 > 1.5 * 135e-6
+    assert t_any == pytest.approx(135e-6, rel=0.3)
+    # 64 tiles: no split of them fits in one wave; 5 ways are 320 pieces in 3 nearly full waves
+    wide = GemmSpec(m=256, n=8192, k=14336)
+    assert gemm_time_s(wide, a100, p) < 0.97 * gemm_time_s(wide, a100, pow2)
+    # whole waves of tiles are not split: the same time either way
+    big = GemmSpec(m=4096, n=8192, k=8192)
+    assert gemm_time_s(big, a100, p) == gemm_time_s(big, a100, pow2)
+
+
+def test_split_k_any_count_is_a_switch():
+    with pytest.raises(ConfigError, match="gemm_split_k_any_count"):
+        CostParams(gemm_split_k_any_count=2)
