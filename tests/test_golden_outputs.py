@@ -34,10 +34,9 @@ _PROGRESS = re.compile(r"^[a-z]+: \[\d+/\d+\] .*\n", re.M)
 #: case name -> the command lines run in order in one scratch directory (a later line may read
 #: what an earlier one wrote); the output of every line is recorded.
 CASES: dict[str, list[list[str]]] = {
-    "plan": [["plan"]],
+    "plan": [["plan", "--emit", "emit"]],
     "plan-json": [["plan", "--json"]],
     "plan-a40": [["plan", "--config", "examples/llama3-8b-fsdp-a40.yaml"]],
-    "plan-emit": [["plan", "-q", "--emit", "emit"]],
     "simulate-replay-analyze": [["simulate", "--out", "sim"], ["replay", "sim", "--out", "whatif"],
                                 ["analyze", "sim", "--vs", "whatif/copy-engine"]],
     "analyze": [["analyze", TPDP]],
