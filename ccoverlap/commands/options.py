@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK
 from ccoverlap.outputs import check_out_dir, check_out_file
 
 if TYPE_CHECKING:
@@ -94,6 +93,7 @@ def check_outputs(args: argparse.Namespace, command: str, *, out: str | None = N
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags that describe a workload (all optional: defaults are the built-in example)."""
+    from ccoverlap.catalog.frameworks import DEFAULT_FRAMEWORK  # only the workload commands need the catalog
 
     g = parser.add_argument_group("workload (defaults: the built-in example)")
     g.add_argument("--config", help="JSON/TOML/YAML file describing the workload (flags override it)")

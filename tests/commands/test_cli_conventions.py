@@ -167,3 +167,12 @@ def test_json_prints_one_object_also_on_failure(capsys, tmp_path, argv):
     cap = capsys.readouterr()
     doc = json.loads(cap.out)
     assert isinstance(doc, dict) and doc["error"] in cap.err
+
+
+def test_analyze_command_imports_no_catalog_or_planner():
+    # analyze reads traces: building its parser must not load the model catalog or the planner
+    code = ("import sys, ccoverlap.commands.analyze as a, argparse; a.register(argparse.ArgumentParser().add_subparsers()); "
+            "print(sorted(m for m in sys.modules if m.startswith(('ccoverlap.catalog', 'ccoverlap.predict'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
