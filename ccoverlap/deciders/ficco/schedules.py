@@ -428,18 +428,26 @@ class ScheduleEstimate:
                                               "dil_gemm_s", "dil_comm_s", "cil_s", "ops")}
 
 
-def _whole_times(case: FiccoCase, cost: SupportsDuration) -> tuple[float, float]:
-    """Isolated time of the unsplit GEMM and of the unsplit collective (seconds)."""
-    serial = schedule_graph(case, "serial")
-    g = c = 0.0
-    for op in serial.ops:
+def _isolated_by_kind(graph: OpGraph, cost: SupportsDuration) -> tuple[float, float, float]:
+    """Summed isolated times of a schedule graph's GEMMs, transfers (collectives and
+    point-to-point) and everything else (copies, reductions), in seconds."""
+    gemm = comm = other = 0.0
+    for op in graph.ops:
         assert op.spec is not None  # every op of a schedule graph has a spec
         d = float(cost.duration_s(op.spec, ()))
         if isinstance(op.spec, GemmSpec):
-            g += d
+            gemm += d
         elif isinstance(op.spec, (CollectiveSpec, P2PSpec)):
-            c += d
-    return g, c
+            comm += d
+        else:
+            other += d
+    return gemm, comm, other
+
+
+def _whole_times(case: FiccoCase, cost: SupportsDuration) -> tuple[float, float]:
+    """Isolated time of the unsplit GEMM and of the unsplit collective (seconds)."""
+    gemm, comm, _ = _isolated_by_kind(schedule_graph(case, "serial"), cost)
+    return gemm, comm
 
 
 def ideal_time_s(case: FiccoCase, cost: SupportsDuration) -> float:
@@ -464,16 +472,7 @@ def estimate_schedule(case: FiccoCase, schedule: str, cost: SupportsDuration, *,
     graph = schedule_graph(case, schedule)
     t = step_time_s(simulate(graph, cost))
     t_iso = step_time_s(simulate(graph, _Isolated(cost)))
-    gemm = comm = copy = 0.0
-    for op in graph.ops:
-        assert op.spec is not None  # every op of a schedule graph has a spec
-        d = float(cost.duration_s(op.spec, ()))
-        if isinstance(op.spec, GemmSpec):
-            gemm += d
-        elif isinstance(op.spec, (CollectiveSpec, P2PSpec)):
-            comm += d
-        else:
-            copy += d
+    gemm, comm, copy = _isolated_by_kind(graph, cost)
     g_whole, c_whole = whole if whole is not None else _whole_times(case, cost)
     if schedule == "serial":
         serial_s = t
