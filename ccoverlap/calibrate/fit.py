@@ -90,6 +90,19 @@ class Context:
             val = self.memo[key] = fn()
             return val
 
+    def of_record(self, what: str, rec: dict[str, Any], build: Callable[[dict[str, Any]], _T]) -> _T:
+        """``build(rec)`` memoised per record (by identity: records are dicts, not hashable):
+        the specs a record describes are rebuilt at every step of a fit otherwise."""
+        key = (what, id(rec))
+        hit = self.memo.get(key)
+        if hit is not None and hit[0] is rec:
+            return hit[1]
+        if len(self.memo) > 200_000:
+            self.memo.clear()
+        val = build(rec)
+        self.memo[key] = (rec, val)
+        return val
+
 
 def make_context(gpu: GPUSpec) -> Context:
     """A :class:`Context` for ``gpu`` (the links are placeholders; nothing here crosses them)."""
@@ -142,9 +155,13 @@ def _comm_pressure(comm: P2PSpec | CopySpec, rate: float, p: CostParams, ctx: Co
             ct.l2_footprint_fraction(comm, ctx.cluster, p))
 
 
+def _gemm(rec: dict[str, Any]) -> GemmSpec:
+    return GemmSpec(m=int(rec["m"]), n=int(rec["n"]), k=int(rec["k"]), dtype_bytes=DTYPE_BYTES[rec["dtype"]])
+
+
 def predict_gemm(rec: dict, p: CostParams, ctx: Context) -> float:
     """Seconds of a GEMM alone (lagom eqs. 4–6 via ``cost.compute.gemm_time_s``)."""
-    spec = GemmSpec(m=int(rec["m"]), n=int(rec["n"]), k=int(rec["k"]), dtype_bytes=DTYPE_BYTES[rec["dtype"]])
+    spec = ctx.of_record("gemm", rec, _gemm)
     return ctx.cached(("gemm", spec, p), lambda: gemm_time_s(spec, ctx.gpu, p))
 
 
@@ -166,7 +183,7 @@ def _pieces(spec: GemmSpec, ways: int, dim: str) -> tuple[tuple[tuple[GemmSpec, 
 def predict_split(rec: dict, p: CostParams, ctx: Context) -> float:
     """Decomposition loss (ficco §IV-C1, Fig. 7): time of the ``ways`` pieces split along
     ``dim`` (M rows, or K accumulating) over the time of the whole GEMM."""
-    spec = GemmSpec(m=int(rec["m"]), n=int(rec["n"]), k=int(rec["k"]), dtype_bytes=DTYPE_BYTES[rec["dtype"]])
+    spec = ctx.of_record("gemm", rec, _gemm)
     whole = ctx.cached(("gemm", spec, p), lambda: gemm_time_s(spec, ctx.gpu, p))
     return split_time_s(spec, int(rec["ways"]), rec["dim"], ctx.gpu, p) / whole
 
@@ -195,8 +212,8 @@ def predict_sm_victim(rec: dict, p: CostParams, ctx: Context) -> float:
     """Victim slowdown beside the channel copy (lagom eqs. 4–6): ``compute_time_under_s`` with
     the copy's SMs, its HBM demand (measured copy rate × bytes per wire byte) and L2 share,
     over the victim's time alone."""
-    victim = _victim(rec)
-    comm = _sm_comm(rec)
+    victim = ctx.of_record("victim", rec, _victim)
+    comm = ctx.of_record("sm_comm", rec, _sm_comm)
     sms, hbm, l2 = _comm_pressure(comm, float(rec["copy_bytes"]) / float(rec["copy_alone_s"]), p, ctx)
     under = ct.compute_time_under_s(victim, ctx.gpu, p, sms_taken=sms, hbm_taken=hbm, l2_fraction=l2, sharers=1)
     return under / _victim_alone(victim, p, ctx)[0]
@@ -205,26 +222,26 @@ def predict_sm_victim(rec: dict, p: CostParams, ctx: Context) -> float:
 def predict_ce_victim(rec: dict, p: CostParams, ctx: Context) -> float:
     """Victim slowdown beside copy-engine copies (ficco §IV-D1, Fig. 9 left): no SMs taken,
     bandwidth and (less) L2 still shared."""
-    victim = _victim(rec)
-    sms, hbm, l2 = _comm_pressure(_ce_comm(rec), float(rec["bytes"]) / float(rec["copy_alone_s"]), p, ctx)
+    victim = ctx.of_record("victim", rec, _victim)
+    sms, hbm, l2 = _comm_pressure(ctx.of_record("ce_comm", rec, _ce_comm), float(rec["bytes"]) / float(rec["copy_alone_s"]), p, ctx)
     under = ct.compute_time_under_s(victim, ctx.gpu, p, sms_taken=sms, hbm_taken=hbm, l2_fraction=l2, sharers=1)
     return under / _victim_alone(victim, p, ctx)[0]
 
 
 def _copy_slowdown(rec: dict[str, Any], comm: P2PSpec | CopySpec, nbytes: float, p: CostParams, ctx: Context, dma: bool) -> float:
     _, hbm, _ = _comm_pressure(comm, nbytes / float(rec["copy_alone_s"]), p, ctx)
-    other = _victim_alone(_victim(rec), p, ctx)[1]
+    other = _victim_alone(ctx.of_record("victim", rec, _victim), p, ctx)[1]
     return ct.comm_time_under_s(1.0, hbm, other, 1, ctx.gpu, p, dma=dma)
 
 
 def predict_sm_copy(rec: dict, p: CostParams, ctx: Context) -> float:
     """Channel-copy slowdown beside the victim (ficco §IV-D2): ``comm_time_under_s`` ratio."""
-    return _copy_slowdown(rec, _sm_comm(rec), float(rec["copy_bytes"]), p, ctx, dma=False)
+    return _copy_slowdown(rec, ctx.of_record("sm_comm", rec, _sm_comm), float(rec["copy_bytes"]), p, ctx, dma=False)
 
 
 def predict_ce_copy(rec: dict, p: CostParams, ctx: Context) -> float:
     """Copy-engine copy slowdown beside the victim (ficco §IV-D2, Fig. 9 right)."""
-    return _copy_slowdown(rec, _ce_comm(rec), float(rec["bytes"]), p, ctx, dma=True)
+    return _copy_slowdown(rec, ctx.of_record("ce_comm", rec, _ce_comm), float(rec["bytes"]), p, ctx, dma=True)
 
 
 @dataclass(frozen=True)

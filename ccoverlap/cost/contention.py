@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TypeGuard
+from typing import NamedTuple, TypeGuard
 
 from ccoverlap.catalog.hardware import ClusterSpec, GPUSpec
 from ccoverlap.cost.comm import DEFAULT_CHANNELS, DEFAULT_CHUNK, DEFAULT_THREADS, REDUCING
@@ -152,13 +152,46 @@ def clock_fraction(busy_sms: float, gpu: GPUSpec, params: CostParams) -> float:
 def launch_tile(spec: GemmSpec, gpu: GPUSpec, params: CostParams) -> tuple[int, int]:
     """The ``(tile_m, tile_n)`` the GEMM runs with alone: the library chooses it at launch for
     the whole GPU, and keeps it when communication later holds some of the SMs."""
+    return _at_launch(spec, gpu, params)[1]
+
+
+class _AtLaunch(NamedTuple):
+    """What a GEMM's time under contention scales: its time alone, its launch tile, its time
+    alone at that tile, and its clock-weighted waves per wave alone."""
+
+    alone_s: float
+    tile: tuple[int, int]
+    at_tile_alone_s: float
+    waves_alone: float
+
+
+_AT_LAUNCH: dict[tuple, tuple[GPUSpec, _AtLaunch]] = {}
+_AT_LAUNCH_MAX = 65536
+
+
+def _at_launch(spec: GemmSpec, gpu: GPUSpec, params: CostParams) -> _AtLaunch:
+    """:class:`_AtLaunch` of the GEMM, cached like the GEMM times themselves (a fit or a plan
+    asks for one GEMM beside many communication configurations; the GPU is keyed by identity
+    and kept alive with its entry, as it is not hashable)."""
+    key = (spec, id(gpu), params)
+    hit = _AT_LAUNCH.get(key)
+    if hit is not None and hit[0] is gpu:
+        return hit[1]
     best: tuple[float, tuple[int, int]] | None = None
     for tm, tn, eff in tile_candidates(params):
         t = gemm_time_s(spec, gpu, params, tile=(tm, tn)) / eff
         if best is None or t < best[0]:
             best = (t, (tm, tn))
     assert best is not None
-    return best[1]
+    tile = best[1]
+    tiles = math.ceil(spec.m / tile[0]) * math.ceil(spec.n / tile[1]) * spec.batch
+    out = _AtLaunch(gemm_time_s(spec, gpu, params), tile, gemm_time_s(spec, gpu, params, tile=tile),
+                    _clocked_waves(tiles, float(gpu.sms), gpu, params)
+                    / gemm_waves(tiles, gpu.sms, params.gemm_tiles_per_sm))
+    if len(_AT_LAUNCH) >= _AT_LAUNCH_MAX:
+        _AT_LAUNCH.clear()
+    _AT_LAUNCH[key] = (gpu, out)
+    return out
 
 
 def _clocked_waves(tiles: int, sms_gemm: float, gpu: GPUSpec, params: CostParams) -> float:
@@ -183,16 +216,14 @@ def gemm_time_under_s(spec: GemmSpec, gpu: GPUSpec, params: CostParams, *, sms_a
     ``hbm_bytes_per_s_available`` and ``l2_pollution`` (lagom eqs. 4-6): its stand-alone time
     × the slowdown at its :func:`launch_tile` (waves at that tile's block count) × the ratio of
     clock-weighted waves beside and alone (:func:`clock_fraction`)."""
-    alone = gemm_time_s(spec, gpu, params)
-    tile = launch_tile(spec, gpu, params)
-    at_tile_alone = gemm_time_s(spec, gpu, params, tile=tile)
+    a = _at_launch(spec, gpu, params)
+    tile = a.tile
     at_tile_under = gemm_time_s(spec, gpu, params, tile=tile, sms_available=sms_available,
                                 hbm_bytes_per_s_available=hbm_bytes_per_s_available, l2_pollution=l2_pollution)
     tiles = math.ceil(spec.m / tile[0]) * math.ceil(spec.n / tile[1]) * spec.batch
     sms_gemm = min(max(float(sms_available), 1.0), float(gpu.sms))
-    w_alone = _clocked_waves(tiles, float(gpu.sms), gpu, params) / gemm_waves(tiles, gpu.sms, params.gemm_tiles_per_sm)
     w_under = _clocked_waves(tiles, sms_gemm, gpu, params) / gemm_waves(tiles, sms_gemm, params.gemm_tiles_per_sm)
-    return alone * (at_tile_under / at_tile_alone) * (w_under / w_alone)
+    return a.alone_s * (at_tile_under / a.at_tile_alone_s) * (w_under / a.waves_alone)
 
 
 def compute_time_under_s(spec: Spec, gpu: GPUSpec, params: CostParams, *, sms_taken: float,

@@ -394,6 +394,15 @@ class CostParams:
             if getattr(self, name) > 1:
                 raise ConfigError(f"cost parameter {name} is a fraction, must be <= 1, got {getattr(self, name)}")
 
+    def __hash__(self) -> int:
+        """Hash of the field values, computed once per instance: the model's memo tables key on
+        the parameters, and a fit looks the same instance up hundreds of thousands of times."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, float]:
         """All fields as a plain ``{name: number}`` mapping (JSON-ready)."""

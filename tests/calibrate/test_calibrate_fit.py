@@ -206,3 +206,21 @@ def test_peer_copies_are_kept_but_not_modelled(gpu, truth):
     recs = [{"kind": "copy", "engine": "ce", "direction": "p2p", "bytes": MiB, "time_s": 1e-5},
             {"kind": "copy", "engine": "ce", "direction": "h2d", "bytes": MiB, "time_s": 3e-5}]
     assert [o.group for o in F.observations(recs)] == ["copy_ce"]
+
+
+def test_record_specs_are_memoised_by_identity_not_by_value():
+    """The fit builds a record's specs once per record; two records with equal keys but other
+    values are two records (the memo is keyed by identity and checks it)."""
+    from ccoverlap.catalog.hardware import GPUS
+
+    ctx = F.make_context(GPUS["H100-SXM"])
+    a = {"m": 128, "n": 256, "k": 64, "dtype": "bf16"}
+    b = dict(a, m=256)
+    calls = []
+
+    def build(rec):
+        calls.append(rec["m"])
+        return rec["m"]
+
+    assert [ctx.of_record("g", r, build) for r in (a, b, a, b)] == [128, 256, 128, 256]
+    assert calls == [128, 256]

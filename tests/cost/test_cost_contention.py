@@ -314,3 +314,29 @@ def test_one_wave_gemm_beside_24_channels_becomes_two_waves():
     beside_flat = compute_time_under_s(gemm, gpu, flat, sms_taken=24, hbm_taken=0, l2_fraction=0, sharers=1)
     alone_flat = compute_time_under_s(gemm, gpu, flat, sms_taken=0, hbm_taken=0, l2_fraction=0, sharers=1)
     assert beside_flat / alone_flat == pytest.approx(2.0, rel=0.02)
+
+
+def test_cached_launch_figures_follow_the_params_and_the_gpu():
+    """A GEMM's stand-alone time and launch tile under contention are cached per (spec, GPU,
+    params): asking again under other params or another GPU gives what a cold cache gives."""
+    from ccoverlap.catalog.hardware import get_gpu
+    from ccoverlap.cost import contention as ct
+    from ccoverlap.cost.params import default_params
+
+    gemm = GemmSpec(m=4096, n=4096, k=4096)
+    h100, a100 = get_gpu("H100-SXM"), get_gpu("A100-80GB-SXM")
+    cases = [(h100, default_params(h100)), (h100, default_params(h100).with_overrides(gemm_tile_n=128)),
+             (a100, default_params(a100)), (h100, default_params(h100).with_overrides(gemm_peak_fraction=0.5))]
+
+    def under(gpu, p):
+        return (ct.launch_tile(gemm, gpu, p),
+                ct.gemm_time_under_s(gemm, gpu, p, sms_available=gpu.sms - 16, hbm_bytes_per_s_available=1e12,
+                                     l2_pollution=0.1))
+
+    warm = [under(g, p) for g, p in cases]
+    cold = []
+    for g, p in cases:
+        ct._AT_LAUNCH.clear()
+        cold.append(under(g, p))
+    assert warm == cold
+    assert len({w[1] for w in warm}) == len(cases)  # each case its own figure: the key is not too coarse

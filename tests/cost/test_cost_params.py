@@ -95,3 +95,19 @@ def test_causal_attention_factor_follows_the_fa3_paper_figure():
     assert math.isclose(t_c / t_nc, 370 / 333, rel_tol=1e-6)
     assert attention_time_s(AttentionSpec(**spec, causal_len=8192), a100, default_params(a100)) == \
         attention_time_s(AttentionSpec(**spec), a100, default_params(a100))
+
+
+def test_hash_follows_the_values_and_survives_copies():
+    """The hash is cached per instance but is a function of the field values: equal parameters
+    built apart, copied or pickled hash alike; a changed field is a different dict key."""
+    import pickle
+
+    p = CostParams()
+    _ = hash(p)  # caches it on p
+    same = CostParams.from_dict(p.to_dict())
+    assert same == p and hash(same) == hash(p)
+    back = pickle.loads(pickle.dumps(p))
+    assert back == p and hash(back) == hash(p)
+    other = p.with_overrides(gemm_peak_fraction=p.gemm_peak_fraction / 2)
+    assert other != p and {p: 1, other: 2}[other] == 2
+    assert "_hash" not in p.to_dict()
