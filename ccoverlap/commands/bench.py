@@ -498,14 +498,15 @@ def _result_rows(b: _RankBench, scheds: list[str], parts: Parts, slowest: list[l
 
 def _what_ran(b: _RankBench, sched: str) -> tuple[str, dict[str, Any] | None]:
     """The concrete schedule ``sched`` ran (``auto`` and ``tune`` pick one) and what tune measured."""
-    from ccoverlap.runtime.tuning import resolve
+    from ccoverlap.runtime.tuning import decision_engine, resolve
 
     chosen: str = sched
     tune_info: dict[str, Any] | None = None
     if sched in ("auto", "tune") and b.op != "all_to_all_matmul":
         kind = "ag" if b.op == "all_gather_matmul" else "rs"
         a = b.x.detach().reshape(-1, b.cfg["k"])
-        dec = resolve(kind, a, b.w.detach().t(), None, sched, comm_engine=b.cfg["comm_engine"])  # cached
+        # the op's own decision (cached), under the engine it was decided for
+        dec = resolve(kind, a, b.w.detach().t(), None, sched, comm_engine=decision_engine(kind, b.cfg["comm_engine"]))
         chosen = dec.schedule
         tune_info = _tune_info(dec) if sched == "tune" else None
     elif sched == "tune":

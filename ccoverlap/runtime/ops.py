@@ -41,7 +41,7 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.runtime import checks, comm
 from ccoverlap.runtime.blocks import gathered_shape, gemm_operand, rank_blocks, weight_grad
 from ccoverlap.runtime.schedules import SCHEDULES, ag_matmul, matmul_rs
-from ccoverlap.runtime.tuning import is_decided, register_op, resolve
+from ccoverlap.runtime.tuning import decision_engine, is_decided, register_op, resolve
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -191,7 +191,7 @@ def start_check(
     kind = "ag" if op == "all_gather_matmul" else "rs"
     k = x.shape[-1] if x.dim() else 0
     rows = x.numel() // k if k else 0
-    key_engine = comm_engine if kind == "ag" else "sm"  # a reduce-scatter is decided for c10d (copy engines cannot add)
+    key_engine = decision_engine(kind, comm_engine)
     decided = int(schedule in ("auto", "tune") and weight.dim() == 2 and is_decided(
         kind, (rows, k), (weight.shape[1], weight.shape[0]), x.dtype, x.device, group, schedule, key_engine))
     rules = [*_COMMON_RULES, checks.per_rank(_local_linear_checks), checks.same_dtype("x", "weight")]
@@ -405,7 +405,7 @@ def matmul_reduce_scatter(
         "rs", x2d.shape, b.shape, x2d.dtype, x2d.device, group, schedule
     ):
         engine[0] = finish()  # deciding auto/tune communicates: the check must be over first
-    fwd, bwd = _concrete("rs", x2d, b, group, schedule, "sm")
+    fwd, bwd = _concrete("rs", x2d, b, group, schedule, decision_engine("rs", comm_engine))
 
     def gate() -> None:  # otherwise the check ends after the first local GEMM, before the first collective
         engine[0] = finish()

@@ -196,6 +196,14 @@ def _file_key(key: tuple, device: torch.device) -> str:
     return f"{kind}|a={list(a)}|b={list(b)}|{str(dtype).replace('torch.', '')}|{name}|P={p}|{backend}|{engine}"
 
 
+def decision_engine(kind: str, comm_engine: str) -> str:
+    """The communication engine ``auto`` / ``tune`` decide an op's schedule for, which keys its
+    decision: the requested one for an all-gather (``"ag"``), c10d's (``"sm"``) for a
+    reduce-scatter and an all-to-all (copy engines cannot add; the requested engine applies to
+    the backward's all-gather only)."""
+    return comm_engine if kind == "ag" else "sm"
+
+
 def is_decided(
     kind: str, a_shape: Sequence[int], b_shape: Sequence[int], dtype: torch.dtype, device: torch.device,
     group: ProcessGroup | None, schedule: str, comm_engine: str = "sm",

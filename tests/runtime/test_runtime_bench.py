@@ -113,3 +113,29 @@ def test_plan_bench_pairs_torch_and_ccoverlap_on_one_plan(workload):
     paired = sorted(a / b for a, b in zip(rows["ccoverlap"]["times_s"], rows["torch"]["times_s"]))
     assert ratio == pytest.approx(paired[1])
     assert "async-tp not run" in format_table([res])
+
+
+def test_what_ran_looks_up_the_decision_under_the_engine_it_was_made_for(monkeypatch):
+    """A matmul-reduce-scatter decides its schedule for c10d whatever ``--comm-engine`` says (copy
+    engines cannot add): bench reports that decision, and does not ask for one under "dma" (a
+    cache miss, which would decide, or tune, a second time)."""
+    import torch
+
+    from ccoverlap.commands import bench
+    from ccoverlap.runtime import tuning
+
+    asked = []
+
+    def fake_resolve(kind, a, b, group, schedule, *, comm_engine="sm", **_):
+        asked.append((kind, comm_engine))
+        return tuning.Decision("ring", schedule, "stand-in")
+
+    monkeypatch.setattr(tuning, "resolve", fake_resolve)
+    for op, engine, want in (("matmul_reduce_scatter", "dma", ("rs", "sm")),
+                             ("all_gather_matmul", "dma", ("ag", "dma")),
+                             ("matmul_reduce_scatter", "sm", ("rs", "sm"))):
+        b = bench._RankBench(rank=0, world=2, cfg={"op": op, "k": 8, "comm_engine": engine}, backend="gloo",
+                             device=torch.device("cpu"), dtype=torch.float32, threads=1, gen=torch.Generator(),
+                             x=torch.zeros(4, 8), w=torch.zeros(4, 8))
+        assert bench._what_ran(b, "auto") == ("ring", None)
+        assert asked[-1] == want
