@@ -144,10 +144,7 @@ def default_registry() -> StrategyRegistry:
     Lagom and the AutoCCL baseline (lagom §3; from the knobs as given, so their rows against
     ``as-given`` are what NCCL tuning alone buys) and Lagom from the best knobs (both levers),
     Centauri (its partition and scheduling tiers), FiCCO (§V-C schedules for TP+SP pairs)."""
-
-    # the strategies are frozen dataclasses (read-only name / summary) while the Strategy protocol
-    # declares plain, settable attributes: mypy rejects them until the protocol's are read-only
-    return StrategyRegistry([LAGOM, AUTOCCL, LAGOM_WITH_KNOBS, CENTAURI, FICCO])  # type: ignore[list-item]
+    return StrategyRegistry([LAGOM, AUTOCCL, LAGOM_WITH_KNOBS, CENTAURI, FICCO])
 
 
 def strategy_start(strategy: Strategy, as_given: Workload, best: Workload) -> Workload:

@@ -470,8 +470,11 @@ class Strategy(Protocol):
     and ``weight`` (relative cost, a scheduling hint: heavier groups start first; default 1).
     """
 
-    name: str
-    summary: str
+    @property
+    def name(self) -> str: ...  # read-only: strategies are frozen dataclasses
+
+    @property
+    def summary(self) -> str: ...
 
     def run(self, planner: Planner, start: Workload) -> StrategyResult | None: ...
 
