@@ -34,6 +34,7 @@ NODE8 = GroupSpec(name="tp", size=8, local_size=8)
 TWO_NODES = GroupSpec(name="dp", size=16, local_size=8)
 GiB = 1 << 30
 MiB = 1 << 20
+KiB = 1 << 10
 
 
 def coll(c, nbytes, group=NODE8, **cfg):
@@ -266,6 +267,44 @@ def test_p2p_intra_faster_than_inter_and_above_wire_time():
     # NCCL's 2 network channels a peer, each bounded by its proxy (vidur h100_dgx send_recv: 36 GB/s)
     reach = min(H100.inter.bandwidth_bytes_per_s * PH.link_efficiency_network, 2 * PH.net_channel_bytes_per_s)
     assert inter < 1.3 * m / reach
+
+
+def test_p2p_over_nvlink_reaches_the_link_rate():
+    """A large send/recv on one NVSwitch node is a one-hop pipeline through NCCL's 8 buffer
+    slots: no ring to fill and drain, handshakes hidden behind the other slots, so it reaches
+    the link's line rate x efficiency (vidur h100_dgx send_recv: 347 GB/s at 64 MiB, 0.77 of
+    450); a collective's chunk pipeline losses (~10% there) do not apply."""
+    m = 64 * MiB
+    t = p2p_time_s(P2PSpec(bytes=m, inter_node=False), H100, PH)
+    link = H100.intra.bandwidth_bytes_per_s * PH.link_efficiency_nvlink
+    assert m / link < t < 1.03 * m / link + 20e-6
+
+
+def test_p2p_chunks_stall_only_when_the_slots_cannot_hide_the_handshake():
+    """With 8 slots a chunk's flag round trip is hidden while filling the other 7 takes
+    longer; 256-byte chunks cannot hide a 1 us round trip and slow a 64 MiB send down, and a
+    send of no more than 8 chunks a channel never waits."""
+    from ccoverlap.cost.comm import NCCL_STEPS, p2p_chunk_efficiency
+
+    assert p2p_chunk_efficiency(8 * MiB, 512 * KiB, 25e9, "simple", PH) == 1.0
+    assert p2p_chunk_efficiency(NCCL_STEPS * 256, 256, 25e9, "simple", PH) == 1.0
+    assert p2p_chunk_efficiency(1 * MiB, 256, 25e9, "simple", PH) < 0.05
+    m = 64 * MiB
+    tiny = p2p_time_s(P2PSpec(bytes=m, inter_node=False, config=CommConfig(chunk_bytes=256)), H100, PH)
+    assert tiny > 5 * p2p_time_s(P2PSpec(bytes=m, inter_node=False), H100, PH)
+
+
+def test_p2p_protocol_is_ll_up_to_nccl_s_threshold():
+    """NCCL sends up to NCCL_P2P_LL_THRESHOLD (16 KiB) with LL, larger with Simple; an explicit
+    protocol wins."""
+    from ccoverlap.cost.comm import p2p_profile
+
+    assert p2p_profile(P2PSpec(bytes=16 * KiB, inter_node=False), H100, PH).config.protocol == "ll"
+    assert p2p_profile(P2PSpec(bytes=16 * KiB + 1, inter_node=False), H100, PH).config.protocol == "simple"
+    forced = P2PSpec(bytes=4 * KiB, inter_node=True, config=CommConfig(protocol="simple"))
+    assert p2p_profile(forced, H100, PH).config.protocol == "simple"
+    ll = p2p_time_s(P2PSpec(bytes=4 * KiB, inter_node=True), H100, PH)
+    assert ll < p2p_time_s(forced, H100, PH)
 
 
 def test_dma_collectives():
