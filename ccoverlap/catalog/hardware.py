@@ -237,11 +237,6 @@ _ALIASES = {"h100": "H100-SXM", "h100-sxm5": "H100-SXM", "h200-sxm": "H200", "a1
 #  [LAT]   one-hop latencies: NCCL's tuning model uses a few microseconds per step for NVLink and
 #          PCIe and ~5-10 µs for IB (nccl src/graph/tuning.cc base latencies); values here are
 #          those orders of magnitude and are replaced by calibration.
-#  [NDRLAT] FITTED: 14.2 µs per Simple-protocol step between nodes (LL a quarter of it,
-#          params.proto_ll_latency_factor) on the fit half of the corpus table
-#          vidur_h100_dgx_send_recv's 2-node rows (one GPU on each of 2 DGX H100 nodes: 17-20 µs
-#          for a send of 2-64 KiB), jointly with the H100's other communication parameters
-#          (`python benchmarks/fit_collectives.py`; validation.collectives.FIT). It was 5 µs [LAT].
 #  [TCPXOLAT] FITTED: 262 µs per Simple step (65 µs LL) over GPUDirect-TCPXO, with
 #          link_efficiency_ethernet 0.89 on the H100, on the fit half of the corpus table
 #          nccl_tests_a3mega_h100_2x8_all_reduce (a 2 x 8 all-reduce of 8 B-4 KiB takes 123-147 µs
@@ -258,8 +253,7 @@ NVSWITCH_H100 = LinkSpec(fabric="nvswitch", bandwidth_bytes_per_s=450 * GB, late
 NVSWITCH_A100 = LinkSpec(fabric="nvswitch", bandwidth_bytes_per_s=300 * GB, latency_s=2.0e-6, source="[NVL3][LAT]")
 PCIE4 = LinkSpec(fabric="pcie", bandwidth_bytes_per_s=31.5 * GB, latency_s=3.0e-6, source="[PCIe4][LAT]")
 IF_MESH = LinkSpec(fabric="full_mesh", bandwidth_bytes_per_s=448 * GB, latency_s=2.0e-6, source="[IF][LAT]")
-IB_NDR_PER_GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=50 * GB, latency_s=14.2e-6,
-                          source="[NDR][NDRLAT]")
+IB_NDR_PER_GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=50 * GB, latency_s=5.0e-6, source="[NDR][LAT]")
 IB_HDR_PER_GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=25 * GB, latency_s=5.0e-6, source="[HDR][LAT]")
 # lagom §4.1 cluster B: 2 nodes x 8 A40, PCIe 4.0 inside, 100 Gb/s InfiniBand between nodes:
 # one 100 Gb/s NIC = 12.5 GB/s per direction, shared by the node's 8 GPUs.

@@ -611,10 +611,23 @@ def back_to_back_time_s(seconds: float, params: CostParams, cluster: ClusterSpec
     return max(seconds, host)
 
 
+def p2p_network_latency_s(link: LinkSpec) -> float:
+    """Seconds a send/recv between nodes waits on the network besides its bytes: two one-way
+    hops of ``link``, whatever the protocol. NCCL's network transport is a rendezvous: the
+    receiver posts its buffer (address and key) into the sender's FIFO across the network, and
+    the sender writes the data only once that post has arrived (src/transport/net_ib.cc,
+    ncclIbIrecv / ncclIbIsend), so a lone message pays the receiver's post and its own data
+    hop. A hop's time is the NIC's and proxy's, not the protocol's flag handling, so LL does
+    not shorten it (vidur h100_dgx send_recv between 2 nodes: 17-19 us at 2-10 KiB, sent with
+    LL, as at 18-64 KiB with Simple)."""
+    return 2.0 * link.latency_s
+
+
 def p2p_profile(spec: P2PSpec, cluster: ClusterSpec, params: CostParams | None = None) -> CommProfile:
     """A send/recv of ``spec.bytes`` alone: ``M/B + α`` (plus launch) on the intra-node link
     or the GPU's NIC share, ``B`` limited by channels as for collectives and by its buffer
-    slots (:func:`p2p_chunk_efficiency`). An unset protocol is NCCL's: LL up to
+    slots (:func:`p2p_chunk_efficiency`); between nodes ``α`` is the rendezvous of
+    :func:`p2p_network_latency_s`. An unset protocol is NCCL's: LL up to
     :data:`P2P_LL_THRESHOLD` bytes, Simple above."""
     p = checked_inputs("p2p_time_s", spec, P2PSpec, cluster, params)
     link = cluster.inter if spec.inter_node else cluster.intra
@@ -637,6 +650,8 @@ def p2p_profile(spec: P2PSpec, cluster: ClusterSpec, params: CostParams | None =
     if m == 0:
         return CommProfile(p.comm_base_latency_s, 0.0, level, cfg, "direct")
     bw, lat = _level(link, 1.0 if spec.inter_node else _intra_share(cluster, 1), m, cfg, p, p2p=True)
+    if spec.inter_node:
+        lat = p2p_network_latency_s(link)
     return CommProfile(p.comm_base_latency_s + p2p_transfer_time_s(m, bw, lat), m, level, cfg, "direct")
 
 

@@ -226,12 +226,10 @@ def cluster_value(cluster: ClusterSpec, name: str) -> float:
 #: comm_host_issue_s is what a cluster without one gets). NVLink
 #: efficiency on H100 / A100 and the network's are large-message figures (nccl-tests#212,
 #: #290; DGX A100 ~230 of 300 GB/s): the H100 / A100 tables stop at 64 MiB, where NCCL's rings
-#: are still ramping up, so they do not refit them. H100 ``inter_latency_s``: the InfiniBand
-#: hop of dgx-h100, which its 2-node send/recv rows measure.
+#: are still ramping up, so they do not refit them.
 #: A40: its table reaches 4 GiB, and a bridged pair's NVLink rate is fitted there.
 FIT = {
-    "H100-SXM": ["comm_host_issue_s", "link_efficiency_pcie", "net_channel_bytes_per_s", "nvls_latency_s",
-                 "inter_latency_s"],
+    "H100-SXM": ["comm_host_issue_s", "link_efficiency_pcie", "net_channel_bytes_per_s", "nvls_latency_s"],
     "A100-80GB-SXM": ["comm_host_issue_s", "link_efficiency_pcie"],
     "A40": ["comm_host_issue_s", "link_efficiency_nvlink", "link_efficiency_pcie", "pcie_socket_crossing_fraction"],
 }

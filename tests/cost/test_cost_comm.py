@@ -301,10 +301,21 @@ def test_p2p_protocol_is_ll_up_to_nccl_s_threshold():
 
     assert p2p_profile(P2PSpec(bytes=16 * KiB, inter_node=False), H100, PH).config.protocol == "ll"
     assert p2p_profile(P2PSpec(bytes=16 * KiB + 1, inter_node=False), H100, PH).config.protocol == "simple"
-    forced = P2PSpec(bytes=4 * KiB, inter_node=True, config=CommConfig(protocol="simple"))
+    forced = P2PSpec(bytes=4 * KiB, inter_node=False, config=CommConfig(protocol="simple"))
     assert p2p_profile(forced, H100, PH).config.protocol == "simple"
-    ll = p2p_time_s(P2PSpec(bytes=4 * KiB, inter_node=True), H100, PH)
-    assert ll < p2p_time_s(forced, H100, PH)
+    ll = p2p_time_s(P2PSpec(bytes=4 * KiB, inter_node=False), H100, PH)
+    assert ll < p2p_time_s(forced, H100, PH)  # LL's shorter NVLink step
+
+
+def test_a_send_between_nodes_waits_for_the_receiver_s_post():
+    """A lone send/recv between nodes pays two network hops (the receiver's buffer post, then
+    the data) whatever the protocol: NCCL's network transport is a rendezvous."""
+    from ccoverlap.cost.comm import p2p_network_latency_s
+
+    assert p2p_network_latency_s(H100.inter) == 2 * H100.inter.latency_s
+    small = p2p_time_s(P2PSpec(bytes=2 * KiB, inter_node=True), H100, PH)
+    assert small >= PH.comm_base_latency_s + 2 * H100.inter.latency_s
+    assert small > p2p_time_s(P2PSpec(bytes=2 * KiB, inter_node=False), H100, PH) + H100.inter.latency_s
 
 
 def test_dma_collectives():
