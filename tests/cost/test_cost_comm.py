@@ -421,3 +421,24 @@ def test_ring_over_bridged_pairs_crosses_pcie_and_sockets():
     busbw = {n: bus_bandwidth("all_reduce", GiB, n, collective_time_s(
         coll("all_reduce", GiB, group=GroupSpec(name="tp", size=n, local_size=n)), a40, pa)) for n in (2, 4, 8)}
     assert busbw[4] > busbw[2] > busbw[8]
+
+
+def test_back_to_back_floor_is_the_cluster_s_host_when_it_has_one():
+    """A benchmark loop runs no faster than the node's host issues calls: the cluster's
+    ``host_issue_s`` where given (a cluster file may set it), else the GPU's default; a
+    negative or non-numeric value in a file is one ConfigError."""
+    from ccoverlap.catalog.hardware import cluster_from_dict
+    from ccoverlap.cost.comm import back_to_back_time_s
+
+    own = dataclasses.replace(H100, host_issue_s=50e-6)
+    assert back_to_back_time_s(10e-6, PH, own) == 50e-6
+    assert back_to_back_time_s(10e-6, PH, dataclasses.replace(H100, host_issue_s=0.0)) == PH.comm_host_issue_s
+    assert back_to_back_time_s(10e-6, PH) == PH.comm_host_issue_s
+    assert back_to_back_time_s(80e-6, PH, own) == 80e-6
+    base = {"name": "c", "gpu": "H100-SXM", "nodes": 1, "gpus_per_node": 8,
+            "intra": {"fabric": "nvswitch", "bandwidth_bytes_per_s": 450e9, "latency_s": 2e-6},
+            "inter": {"fabric": "roce", "bandwidth_bytes_per_s": 50e9, "latency_s": 6e-6}}
+    assert cluster_from_dict({**base, "host_issue_s": 3e-5}).host_issue_s == 3e-5
+    for bad in (-1.0, "x"):
+        with pytest.raises(ConfigError, match="host_issue_s"):
+            cluster_from_dict({**base, "host_issue_s": bad})
