@@ -234,7 +234,10 @@ class CostParams:
     # eager torch.distributed loops give NCCL kernels of 4-8 GPUs 20-42 us (H100) and ~60 us
     # (A100) up to ~1 MiB, where NCCL's own latency model gives ~10 us. Used where the corpus
     # is judged (comm.back_to_back_time_s); a training step's host time is the simulator's.
-    # fit: the collective corpus' fit half (`python benchmarks/fit_collectives.py`).
+    # The time is the node's host's: a catalog cluster whose tables measure it carries its own
+    # (ClusterSpec.host_issue_s, catalog [HOST]); this GPU-wide value is for the others.
+    # fit: the collective corpus' fit half (`python benchmarks/fit_collectives.py`), over the
+    # GPU's tables with each cluster's own value set aside.
     comm_host_issue_s: float = 33.5e-6  # H100 fit (A100, A40 below)
     # Every chunk step of a channel pays this handshake (flag write / poll), seconds: small
     # chunks C pay it more often (lagom §3.2, Fig. 3c). assumption; fit: C sweep.
