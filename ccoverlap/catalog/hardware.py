@@ -94,7 +94,10 @@ class LinkSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
-    """``nodes`` × ``gpus_per_node`` GPUs; ``intra`` inside a node, ``inter`` between nodes."""
+    """``nodes`` × ``gpus_per_node`` GPUs; ``intra`` inside a node, ``inter`` between nodes.
+    ``host_issue_s``: seconds the node's host (CPU, driver, eager PyTorch) takes to issue one
+    collective, the floor of a loop of back-to-back calls (:func:`ccoverlap.cost.comm.back_to_back_time_s`);
+    0 when not measured for this node: the GPU's default ``comm_host_issue_s`` then."""
 
     name: str
     gpu: GPUSpec
@@ -102,6 +105,7 @@ class ClusterSpec:
     gpus_per_node: Count
     intra: LinkSpec
     inter: LinkSpec
+    host_issue_s: NonNegative = 0.0
 
     def __post_init__(self) -> None:
         check_fields(self, f"cluster {short(self.name)}")
@@ -233,6 +237,18 @@ _ALIASES = {"h100": "H100-SXM", "h100-sxm5": "H100-SXM", "h200-sxm": "H200", "a1
 #  [LAT]   one-hop latencies: NCCL's tuning model uses a few microseconds per step for NVLink and
 #          PCIe and ~5-10 µs for IB (nccl src/graph/tuning.cc base latencies); values here are
 #          those orders of magnitude and are replaced by calibration.
+#  [TCPXOLAT] FITTED: 262 µs per Simple step (65 µs LL) over GPUDirect-TCPXO, with
+#          link_efficiency_ethernet 0.89 on the H100, on the fit half of the corpus table
+#          nccl_tests_a3mega_h100_2x8_all_reduce (a 2 x 8 all-reduce of 8 B-4 KiB takes 123-147 µs
+#          there, against ~40 µs on one NVSwitch node; validation.collectives.FIT_CLUSTER). The
+#          traffic crosses a user-space TCP stack on the host, not an RDMA NIC.
+#  [HOST]  FITTED: seconds the node's host takes to issue one collective from eager PyTorch
+#          (ClusterSpec.host_issue_s), the floor of microsoft/vidur's back-to-back torch.distributed
+#          loops, on the fit half of each cluster's vidur all-reduce table with its GPU's other
+#          parameters fixed (`python benchmarks/fit_collectives.py`; FIT_CLUSTER): DGX H100 37.3 µs,
+#          the Azure 4 x H100 NVL VM 28.3 µs, DGX A100 50.3 µs, the Azure 4 x A100 PCIe VM 59.4 µs.
+#          The hosts differ (Xeon 8480C in a DGX H100, EPYC 7742 in a DGX A100, EPYC VMs on
+#          Azure), which the GPU's one value (params.comm_host_issue_s) could not follow.
 NVSWITCH_H100 = LinkSpec(fabric="nvswitch", bandwidth_bytes_per_s=450 * GB, latency_s=2.0e-6, source="[NVL4][LAT]")
 NVSWITCH_A100 = LinkSpec(fabric="nvswitch", bandwidth_bytes_per_s=300 * GB, latency_s=2.0e-6, source="[NVL3][LAT]")
 PCIE4 = LinkSpec(fabric="pcie", bandwidth_bytes_per_s=31.5 * GB, latency_s=3.0e-6, source="[PCIe4][LAT]")
@@ -282,23 +298,26 @@ IB_2X400G_PER_NODE_8GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=2 
 #           node (1,600 Gb/s), GPU-to-NIC traffic over GPUDirect-TCPXO (Ethernet): 25 GB/s per
 #           direction per GPU. The nccl-tests table of the collective corpus
 #           (nccl_tests_a3mega_h100_2x8_all_reduce) ran on two such nodes.
-TCPXO_200G_PER_GPU = LinkSpec(fabric="ethernet", bandwidth_bytes_per_s=25 * GB, latency_s=5.0e-6, source="[A3M][LAT]")
+TCPXO_200G_PER_GPU = LinkSpec(fabric="ethernet", bandwidth_bytes_per_s=25 * GB, latency_s=262e-6,
+                              source="[A3M][TCPXOLAT]")
 
 CLUSTERS: dict[str, ClusterSpec] = {
     "dgx-h100": ClusterSpec(name="dgx-h100", gpu=GPUS["H100-SXM"], nodes=1, gpus_per_node=8,
-                            intra=NVSWITCH_H100, inter=IB_NDR_PER_GPU),
+                            intra=NVSWITCH_H100, inter=IB_NDR_PER_GPU, host_issue_s=37.3e-6),  # [HOST]
     "hgx-h200": ClusterSpec(name="hgx-h200", gpu=GPUS["H200"], nodes=1, gpus_per_node=8,
                             intra=NVSWITCH_H100, inter=IB_NDR_PER_GPU),
     "dgx-a100": ClusterSpec(name="dgx-a100", gpu=GPUS["A100-80GB-SXM"], nodes=1, gpus_per_node=8,
-                            intra=NVSWITCH_A100, inter=IB_HDR_PER_GPU),
+                            intra=NVSWITCH_A100, inter=IB_HDR_PER_GPU, host_issue_s=50.3e-6),  # [HOST]
     "a40-pcie": ClusterSpec(name="a40-pcie", gpu=GPUS["A40"], nodes=2, gpus_per_node=8,
                             intra=PCIE4, inter=IB_100G_PER_NODE_8GPU),
     "a40-nvlink": ClusterSpec(name="a40-nvlink", gpu=GPUS["A40"], nodes=2, gpus_per_node=8,
                               intra=NVLINK_PAIRS_A40, inter=IB_2X400G_PER_NODE_8GPU),
     "a100-pcie-nvlink-pairs": ClusterSpec(name="a100-pcie-nvlink-pairs", gpu=GPUS["A100-80GB-SXM"], nodes=1,
-                                          gpus_per_node=4, intra=NVLINK_PAIRS_A100_PCIE, inter=IB_HDR_PER_GPU),
+                                          gpus_per_node=4, intra=NVLINK_PAIRS_A100_PCIE, inter=IB_HDR_PER_GPU,
+                                          host_issue_s=59.4e-6),  # [HOST]
     "h100-nvl-nvlink-pairs": ClusterSpec(name="h100-nvl-nvlink-pairs", gpu=GPUS["H100-SXM"], nodes=1,
-                                         gpus_per_node=4, intra=NVLINK_PAIRS_H100_NVL, inter=IB_NDR_PER_GPU),
+                                         gpus_per_node=4, intra=NVLINK_PAIRS_H100_NVL, inter=IB_NDR_PER_GPU,
+                                         host_issue_s=28.3e-6),  # [HOST]
     "a3-mega": ClusterSpec(name="a3-mega", gpu=GPUS["H100-SXM"], nodes=2, gpus_per_node=8,
                            intra=NVSWITCH_H100, inter=TCPXO_200G_PER_GPU),
     "mi300x": ClusterSpec(name="mi300x", gpu=GPUS["MI300X"], nodes=1, gpus_per_node=8,

@@ -222,6 +222,36 @@ def chunk_efficiency(bytes_per_channel: float, chunk_bytes: float, channel_bw: f
     return 1.0 / (1.0 + params.chunk_pipeline_depth / k + sigma * channel_bw / c)
 
 
+#: Buffer slots of one NCCL connection (``NCCL_STEPS`` in src/include/device.h, 8 since NCCL 2.4):
+#: a sender may have this many chunks posted before it waits for the receiver.
+NCCL_STEPS = 8
+
+
+#: Largest send/recv NCCL runs with the LL protocol; larger ones run Simple (NCCL_P2P_LL_THRESHOLD,
+#: default 16384 bytes, src/enqueue.cc).
+P2P_LL_THRESHOLD = 16384
+
+
+def p2p_chunk_efficiency(bytes_per_channel: float, chunk_bytes: float, channel_bw: float, protocol: str,
+                         params: CostParams) -> float:
+    """Fraction of the channel bandwidth a send/recv keeps after chunking: a one-hop pipeline
+    through :data:`NCCL_STEPS` buffer slots. The first ``NCCL_STEPS`` chunks of a channel go
+    out without waiting; after that the sender posts a chunk while the receiver empties the
+    other slots, so a slot's flag round trip σ (``chunk_step_overhead_s``, scaled by the
+    protocol's latency factor) stalls it only by what exceeds the time to fill the other
+    ``NCCL_STEPS − 1`` slots: with ``k`` chunks a channel,
+    ``1 / (1 + max(0, k − NCCL_STEPS)/k · max(0, σ·b_ch/C − (NCCL_STEPS − 1)))``. There is no
+    ring to fill and drain (a collective's ``chunk_pipeline_depth``): the tail is the
+    receiver's local copy of the last chunk."""
+    if bytes_per_channel <= 0 or chunk_bytes <= 0 or channel_bw <= 0:
+        return 1.0
+    c = min(float(chunk_bytes), bytes_per_channel)
+    k = math.ceil(bytes_per_channel / c)
+    sigma = params.chunk_step_overhead_s * proto_latency_factor(protocol, params)
+    stall = max(0.0, sigma * channel_bw / c - (NCCL_STEPS - 1))
+    return 1.0 / (1.0 + max(0, k - NCCL_STEPS) / k * stall)
+
+
 # ----------------------------------------------------------------------------- config defaults
 
 def _check_group(group: GroupSpec, cluster: ClusterSpec) -> None:
@@ -371,7 +401,10 @@ def _level(link: LinkSpec, share: float, nbytes_wire: float, cfg: CommConfig,
         raise ValueError(f"the cost model needs a resolved NCCL configuration, got {cfg}")
     bw = effective_link_bandwidth(link.bandwidth_bytes_per_s * share, link.fabric, channels, threads, protocol, params,
                                   p2p=p2p)
-    eta = chunk_efficiency(nbytes_wire / channels, chunk, bw / channels, protocol, params)
+    if p2p:
+        eta = p2p_chunk_efficiency(nbytes_wire / channels, chunk, bw / channels, protocol, params)
+    else:
+        eta = chunk_efficiency(nbytes_wire / channels, chunk, bw / channels, protocol, params)
     return bw * eta, link.latency_s * proto_latency_factor(protocol, params)
 
 
@@ -565,29 +598,47 @@ def collective_time_s(spec: CollectiveSpec, cluster: ClusterSpec, params: CostPa
     return collective_profile(spec, cluster, params).time_s
 
 
-def back_to_back_time_s(seconds: float, params: CostParams) -> float:
+def back_to_back_time_s(seconds: float, params: CostParams, cluster: ClusterSpec | None = None) -> float:
     """Seconds per call of a loop of identical collectives that alone take ``seconds`` on the
     GPU, as benchmarks time them (nccl-tests' per-iteration time, the NCCL kernel durations of
     a torch.distributed loop): a collective waits for every rank's call, so the loop runs no
-    faster than the hosts issue them, ``max(seconds, comm_host_issue_s)``. (A sender of a
-    send/recv runs ahead of its receiver up to NCCL's buffer and is not held to it.) Inside a
-    training step the host's issue time is the simulator's, not part of the op's GPU time."""
-    return max(seconds, params.comm_host_issue_s)
+    faster than the hosts issue them, ``max(seconds, host issue time)``: the ``cluster``'s
+    ``host_issue_s`` where its catalog entry gives one (a property of the node's host), else
+    ``params.comm_host_issue_s``. (A sender of a send/recv runs ahead of its receiver up to
+    NCCL's buffer and is not held to it.) Inside a training step the host's issue time is the
+    simulator's, not part of the op's GPU time."""
+    host = cluster.host_issue_s if cluster is not None and cluster.host_issue_s > 0 else params.comm_host_issue_s
+    return max(seconds, host)
+
+
+def p2p_network_latency_s(link: LinkSpec) -> float:
+    """Seconds a send/recv between nodes waits on the network besides its bytes: two one-way
+    hops of ``link``, whatever the protocol. NCCL's network transport is a rendezvous: the
+    receiver posts its buffer (address and key) into the sender's FIFO across the network, and
+    the sender writes the data only once that post has arrived (src/transport/net_ib.cc,
+    ncclIbIrecv / ncclIbIsend), so a lone message pays the receiver's post and its own data
+    hop. A hop's time is the NIC's and proxy's, not the protocol's flag handling, so LL does
+    not shorten it (vidur h100_dgx send_recv between 2 nodes: 17-19 us at 2-10 KiB, sent with
+    LL, as at 18-64 KiB with Simple)."""
+    return 2.0 * link.latency_s
 
 
 def p2p_profile(spec: P2PSpec, cluster: ClusterSpec, params: CostParams | None = None) -> CommProfile:
     """A send/recv of ``spec.bytes`` alone: ``M/B + α`` (plus launch) on the intra-node link
-    or the GPU's NIC share, ``B`` limited by channels/chunks as for collectives."""
+    or the GPU's NIC share, ``B`` limited by channels as for collectives and by its buffer
+    slots (:func:`p2p_chunk_efficiency`); between nodes ``α`` is the rendezvous of
+    :func:`p2p_network_latency_s`. An unset protocol is NCCL's: LL up to
+    :data:`P2P_LL_THRESHOLD` bytes, Simple above."""
     p = checked_inputs("p2p_time_s", spec, P2PSpec, cluster, params)
     link = cluster.inter if spec.inter_node else cluster.intra
     level = frozenset({"inter" if spec.inter_node else "intra"})
     m = float(spec.bytes)
     d = default_p2p_config(spec.inter_node, cluster)
     c = spec.config
+    proto = c.protocol or ("ll" if m <= P2P_LL_THRESHOLD else "simple")
     cfg = CommConfig(channels=c.channels or d.channels, threads=c.threads or d.threads,
-                     protocol=c.protocol or "simple", algorithm="direct",
-                     chunk_bytes=c.chunk_bytes or (DEFAULT_CHUNK[c.protocol] if c.protocol not in (None, "simple")
-                                                   else d.chunk_bytes))
+                     protocol=proto, algorithm="direct",
+                     chunk_bytes=c.chunk_bytes or (DEFAULT_CHUNK[proto] if proto != "simple" else d.chunk_bytes))
     if spec.transport == "dma":
         if spec.inter_node:
             raise ConfigError("transport='dma' needs an intra-node peer (copy engines do not drive the NIC)")
@@ -599,6 +650,8 @@ def p2p_profile(spec: P2PSpec, cluster: ClusterSpec, params: CostParams | None =
     if m == 0:
         return CommProfile(p.comm_base_latency_s, 0.0, level, cfg, "direct")
     bw, lat = _level(link, 1.0 if spec.inter_node else _intra_share(cluster, 1), m, cfg, p, p2p=True)
+    if spec.inter_node:
+        lat = p2p_network_latency_s(link)
     return CommProfile(p.comm_base_latency_s + p2p_transfer_time_s(m, bw, lat), m, level, cfg, "direct")
 
 

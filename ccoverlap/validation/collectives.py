@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +116,7 @@ def predict_s(case: Case, params: CostParams | None = None) -> float:
         return p2p_time_s(P2PSpec(bytes=case.nbytes, inter_node=case.nodes > 1), case.cluster, p)
     group = GroupSpec(name="corpus", size=case.gpus, local_size=case.gpus // case.nodes)
     spec = CollectiveSpec(collective=case.collective, bytes=case.nbytes, group=group)  # type: ignore[arg-type]
-    return back_to_back_time_s(collective_time_s(spec, case.cluster, p), p)
+    return back_to_back_time_s(collective_time_s(spec, case.cluster, p), p, case.cluster)
 
 
 @dataclass(frozen=True)
@@ -192,14 +192,41 @@ def validate_corpus(split: str = "held-out", *, root: Path | None = None, names:
 FIT_BOUNDS = {"comm_base_latency_s": (0.0, 100e-6), "comm_host_issue_s": (0.0, 200e-6),
               "link_efficiency_nvlink": (0.3, 1.0), "chunk_pipeline_depth": (0.0, 40.0),
               "link_efficiency_pcie": (0.2, 1.0), "link_efficiency_network": (0.2, 1.0),
+              "link_efficiency_ethernet": (0.2, 1.0),
               "nvls_latency_s": (0.0, 200e-6), "pcie_socket_crossing_fraction": (0.05, 1.0), "channel_bytes_per_s": (5e9, 100e9),
-              "net_channel_bytes_per_s": (2e9, 100e9)}
+              "net_channel_bytes_per_s": (2e9, 100e9),
+              "host_issue_s": (0.0, 200e-6), "inter_latency_s": (0.0, 500e-6)}
+
+#: fitted names that are properties of a catalog cluster, not of a GPU's CostParams: the host
+#: issue time of its nodes (``ClusterSpec.host_issue_s``) and the one-hop latency of the fabric
+#: between its nodes (``ClusterSpec.inter.latency_s``)
+CLUSTER_FIELDS = ("host_issue_s", "inter_latency_s")
 
 
-#: GPU -> the parameters its tables decide (benchmarks/fit_collectives.py fits these). NVLink
+def with_cluster_value(cluster: ClusterSpec, name: str, value: float) -> ClusterSpec:
+    """``cluster`` with one of :data:`CLUSTER_FIELDS` set to ``value``."""
+    if name == "host_issue_s":
+        return replace(cluster, host_issue_s=value)
+    if name == "inter_latency_s":
+        return replace(cluster, inter=replace(cluster.inter, latency_s=value))
+    raise ConfigError(f"{name!r} is not a cluster field; expected one of {CLUSTER_FIELDS}")
+
+
+def cluster_value(cluster: ClusterSpec, name: str) -> float:
+    """The value of one of :data:`CLUSTER_FIELDS` in ``cluster``."""
+    if name == "host_issue_s":
+        return cluster.host_issue_s
+    if name == "inter_latency_s":
+        return cluster.inter.latency_s
+    raise ConfigError(f"{name!r} is not a cluster field; expected one of {CLUSTER_FIELDS}")
+
+
+#: GPU -> the parameters its tables decide (benchmarks/fit_collectives.py fits these, over the
+#: GPU's tables with each cluster's own host issue time set aside: the GPU's
+#: comm_host_issue_s is what a cluster without one gets). NVLink
 #: efficiency on H100 / A100 and the network's are large-message figures (nccl-tests#212,
 #: #290; DGX A100 ~230 of 300 GB/s): the H100 / A100 tables stop at 64 MiB, where NCCL's rings
-#: are still ramping up, so they do not refit them
+#: are still ramping up, so they do not refit them.
 #: A40: its table reaches 4 GiB, and a bridged pair's NVLink rate is fitted there.
 FIT = {
     "H100-SXM": ["comm_host_issue_s", "link_efficiency_pcie", "net_channel_bytes_per_s", "nvls_latency_s"],
@@ -207,20 +234,35 @@ FIT = {
     "A40": ["comm_host_issue_s", "link_efficiency_nvlink", "link_efficiency_pcie", "pcie_socket_crossing_fraction"],
 }
 
+#: catalog cluster -> what its own tables decide once its GPU's parameters are fitted (FIT):
+#: the host issue time of nodes whose tables were timed in eager PyTorch (vidur; the A40
+#: table replays a CUDA graph and keeps the GPU's value), and for a3-mega the latency and
+#: efficiency of GPUDirect-TCPXO between its nodes (its only Ethernet fabric).
+FIT_CLUSTER = {
+    "dgx-h100": ["host_issue_s"],
+    "h100-nvl-nvlink-pairs": ["host_issue_s"],
+    "dgx-a100": ["host_issue_s"],
+    "a100-pcie-nvlink-pairs": ["host_issue_s"],
+    "a3-mega": ["inter_latency_s", "link_efficiency_ethernet"],
+}
 
-#: tables judged but not fitted on, and why: none of the parameters fitted per GPU is what
-#: they measure, and their rows would pull those of their GPU's other tables
+
+#: tables left out of their GPU's fit (FIT), and why: none of the parameters fitted per GPU is
+#: what they measure, and their rows would pull those of their GPU's other tables. They are
+#: fitted on their own cluster's values (FIT_CLUSTER).
 NOT_FITTED = {
-    "nccl_tests_a3mega_h100_2x8_all_reduce": "GPUDirect-TCPXO between the nodes: its efficiency, hop latency "
-                                             "and NCCL's tree share there are not fitted (assumptions)",
+    "nccl_tests_a3mega_h100_2x8_all_reduce": "GPUDirect-TCPXO between the nodes: its hop latency and efficiency "
+                                             "are the cluster's (FIT_CLUSTER), not the H100's",
 }
 
 
 def fit_params(cases: list[Case], names: list[str], base: CostParams) -> dict[str, float]:
     """Values of ``names`` (keys of :data:`FIT_BOUNDS`) minimising the squared log time ratio
-    over ``cases`` (all of one GPU: one value per GPU type), starting from ``base``. The loss is
-    robust (soft L1 beyond 10%): a few rows far off (a launch-bound small size) do not pull the
-    fit away from the rest, as the targets are medians."""
+    over ``cases`` (all of one GPU: one value per GPU type; a name of :data:`CLUSTER_FIELDS`
+    is set in every case's cluster, so fit those on one cluster's cases), starting from
+    ``base`` and the cases' clusters. The loss is robust (soft L1 beyond 10%): a few rows far
+    off (a launch-bound small size) do not pull the fit away from the rest, as the targets are
+    medians."""
     from scipy.optimize import least_squares
 
     unknown = [n for n in names if n not in FIT_BOUNDS]
@@ -231,11 +273,20 @@ def fit_params(cases: list[Case], names: list[str], base: CostParams) -> dict[st
     scale = [FIT_BOUNDS[n][1] for n in names]
     lo = [FIT_BOUNDS[n][0] / s for n, s in zip(names, scale)]
     hi = [FIT_BOUNDS[n][1] / s for n, s in zip(names, scale)]
-    x0 = [min(max(getattr(base, n) / s, lo_ + 1e-6), hi_ - 1e-6) for n, s, lo_, hi_ in zip(names, scale, lo, hi)]
+    start = [cluster_value(cases[0].cluster, n) if n in CLUSTER_FIELDS else getattr(base, n) for n in names]
+    x0 = [min(max(v / s, lo_ + 1e-6), hi_ - 1e-6) for v, s, lo_, hi_ in zip(start, scale, lo, hi)]
 
     def resid(x: Any) -> list[float]:
-        p = base.with_overrides(**{n: float(v) * s for n, v, s in zip(names, x, scale)})
-        return [math.log(predict_s(c, p) / c.measured_s) for c in cases]
+        values = {n: float(v) * s for n, v, s in zip(names, x, scale)}
+        p = base.with_overrides(**{n: v for n, v in values.items() if n not in CLUSTER_FIELDS})
+        out = []
+        for c in cases:
+            cl = c.cluster
+            for n in CLUSTER_FIELDS:
+                if n in values:
+                    cl = with_cluster_value(cl, n, values[n])
+            out.append(math.log(predict_s(replace(c, cluster=cl), p) / c.measured_s))
+        return out
 
     # the model has flat stretches (max, algorithm choice): start also from the middle of the
     # bounds and keep the better end point

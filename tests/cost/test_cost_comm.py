@@ -34,6 +34,7 @@ NODE8 = GroupSpec(name="tp", size=8, local_size=8)
 TWO_NODES = GroupSpec(name="dp", size=16, local_size=8)
 GiB = 1 << 30
 MiB = 1 << 20
+KiB = 1 << 10
 
 
 def coll(c, nbytes, group=NODE8, **cfg):
@@ -268,6 +269,55 @@ def test_p2p_intra_faster_than_inter_and_above_wire_time():
     assert inter < 1.3 * m / reach
 
 
+def test_p2p_over_nvlink_reaches_the_link_rate():
+    """A large send/recv on one NVSwitch node is a one-hop pipeline through NCCL's 8 buffer
+    slots: no ring to fill and drain, handshakes hidden behind the other slots, so it reaches
+    the link's line rate x efficiency (vidur h100_dgx send_recv: 347 GB/s at 64 MiB, 0.77 of
+    450); a collective's chunk pipeline losses (~10% there) do not apply."""
+    m = 64 * MiB
+    t = p2p_time_s(P2PSpec(bytes=m, inter_node=False), H100, PH)
+    link = H100.intra.bandwidth_bytes_per_s * PH.link_efficiency_nvlink
+    assert m / link < t < 1.03 * m / link + 20e-6
+
+
+def test_p2p_chunks_stall_only_when_the_slots_cannot_hide_the_handshake():
+    """With 8 slots a chunk's flag round trip is hidden while filling the other 7 takes
+    longer; 256-byte chunks cannot hide a 1 us round trip and slow a 64 MiB send down, and a
+    send of no more than 8 chunks a channel never waits."""
+    from ccoverlap.cost.comm import NCCL_STEPS, p2p_chunk_efficiency
+
+    assert p2p_chunk_efficiency(8 * MiB, 512 * KiB, 25e9, "simple", PH) == 1.0
+    assert p2p_chunk_efficiency(NCCL_STEPS * 256, 256, 25e9, "simple", PH) == 1.0
+    assert p2p_chunk_efficiency(1 * MiB, 256, 25e9, "simple", PH) < 0.05
+    m = 64 * MiB
+    tiny = p2p_time_s(P2PSpec(bytes=m, inter_node=False, config=CommConfig(chunk_bytes=256)), H100, PH)
+    assert tiny > 5 * p2p_time_s(P2PSpec(bytes=m, inter_node=False), H100, PH)
+
+
+def test_p2p_protocol_is_ll_up_to_nccl_s_threshold():
+    """NCCL sends up to NCCL_P2P_LL_THRESHOLD (16 KiB) with LL, larger with Simple; an explicit
+    protocol wins."""
+    from ccoverlap.cost.comm import p2p_profile
+
+    assert p2p_profile(P2PSpec(bytes=16 * KiB, inter_node=False), H100, PH).config.protocol == "ll"
+    assert p2p_profile(P2PSpec(bytes=16 * KiB + 1, inter_node=False), H100, PH).config.protocol == "simple"
+    forced = P2PSpec(bytes=4 * KiB, inter_node=False, config=CommConfig(protocol="simple"))
+    assert p2p_profile(forced, H100, PH).config.protocol == "simple"
+    ll = p2p_time_s(P2PSpec(bytes=4 * KiB, inter_node=False), H100, PH)
+    assert ll < p2p_time_s(forced, H100, PH)  # LL's shorter NVLink step
+
+
+def test_a_send_between_nodes_waits_for_the_receiver_s_post():
+    """A lone send/recv between nodes pays two network hops (the receiver's buffer post, then
+    the data) whatever the protocol: NCCL's network transport is a rendezvous."""
+    from ccoverlap.cost.comm import p2p_network_latency_s
+
+    assert p2p_network_latency_s(H100.inter) == 2 * H100.inter.latency_s
+    small = p2p_time_s(P2PSpec(bytes=2 * KiB, inter_node=True), H100, PH)
+    assert small >= PH.comm_base_latency_s + 2 * H100.inter.latency_s
+    assert small > p2p_time_s(P2PSpec(bytes=2 * KiB, inter_node=False), H100, PH) + H100.inter.latency_s
+
+
 def test_dma_collectives():
     m = 256 * MiB
     dma = collective_profile(CollectiveSpec(collective="all_gather", bytes=m, group=NODE8, transport="dma"), H100, PH)
@@ -371,3 +421,24 @@ def test_ring_over_bridged_pairs_crosses_pcie_and_sockets():
     busbw = {n: bus_bandwidth("all_reduce", GiB, n, collective_time_s(
         coll("all_reduce", GiB, group=GroupSpec(name="tp", size=n, local_size=n)), a40, pa)) for n in (2, 4, 8)}
     assert busbw[4] > busbw[2] > busbw[8]
+
+
+def test_back_to_back_floor_is_the_cluster_s_host_when_it_has_one():
+    """A benchmark loop runs no faster than the node's host issues calls: the cluster's
+    ``host_issue_s`` where given (a cluster file may set it), else the GPU's default; a
+    negative or non-numeric value in a file is one ConfigError."""
+    from ccoverlap.catalog.hardware import cluster_from_dict
+    from ccoverlap.cost.comm import back_to_back_time_s
+
+    own = dataclasses.replace(H100, host_issue_s=50e-6)
+    assert back_to_back_time_s(10e-6, PH, own) == 50e-6
+    assert back_to_back_time_s(10e-6, PH, dataclasses.replace(H100, host_issue_s=0.0)) == PH.comm_host_issue_s
+    assert back_to_back_time_s(10e-6, PH) == PH.comm_host_issue_s
+    assert back_to_back_time_s(80e-6, PH, own) == 80e-6
+    base = {"name": "c", "gpu": "H100-SXM", "nodes": 1, "gpus_per_node": 8,
+            "intra": {"fabric": "nvswitch", "bandwidth_bytes_per_s": 450e9, "latency_s": 2e-6},
+            "inter": {"fabric": "roce", "bandwidth_bytes_per_s": 50e9, "latency_s": 6e-6}}
+    assert cluster_from_dict({**base, "host_issue_s": 3e-5}).host_issue_s == 3e-5
+    for bad in (-1.0, "x"):
+        with pytest.raises(ConfigError, match="host_issue_s"):
+            cluster_from_dict({**base, "host_issue_s": bad})

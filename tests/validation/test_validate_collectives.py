@@ -16,13 +16,16 @@ from ccoverlap.cost.params import default_params
 from ccoverlap.errors import ConfigError
 from ccoverlap.validation.collectives import (
     FIT,
+    FIT_CLUSTER,
     KIND,
     Case,
+    cluster_value,
     fit_params,
     predict_s,
     report_lines,
     table_cases,
     validate_corpus,
+    with_cluster_value,
 )
 
 META = """source: {repository: example/bench, path: t.csv, commit: abc, licence: MIT}
@@ -152,6 +155,53 @@ def test_shipped_defaults_are_the_fit_of_the_fit_half():
     for name, value in got.items():
         assert value == pytest.approx(getattr(base, name), abs=0.02 if name.startswith(("link", "pcie")) else 1e-6)
     assert statistics.median(abs(predict_s(c) / c.measured_s - 1) for c in table_cases(t, "fit")) < 0.15
+
+
+def test_a_cluster_s_own_host_issue_time_is_its_loops_floor():
+    """A small all-reduce in a loop is held to the host issue time of the cluster's nodes where
+    the catalog gives one, else to the GPU's comm_host_issue_s: two clusters of one GPU differ."""
+    dgx, pairs = get_cluster("dgx-h100"), get_cluster("h100-nvl-nvlink-pairs")
+    p = default_params(dgx.gpu)
+    assert dgx.host_issue_s > 0 and pairs.host_issue_s > 0 and dgx.host_issue_s != pairs.host_issue_s
+    small = Case("t", dgx, "all_reduce", 2, 1, 1024.0, 1.0)
+    assert predict_s(small) == pytest.approx(dgx.host_issue_s)
+    assert predict_s(Case("t", pairs, "all_reduce", 2, 1, 1024.0, 1.0)) == pytest.approx(pairs.host_issue_s)
+    bare = with_cluster_value(dgx, "host_issue_s", 0.0)
+    assert predict_s(Case("t", bare, "all_reduce", 2, 1, 1024.0, 1.0)) == pytest.approx(p.comm_host_issue_s)
+
+
+def test_cluster_fields_are_read_and_set():
+    c = get_cluster("a3-mega")
+    assert cluster_value(with_cluster_value(c, "inter_latency_s", 7e-6), "inter_latency_s") == 7e-6
+    assert cluster_value(with_cluster_value(c, "host_issue_s", 9e-6), "host_issue_s") == 9e-6
+    with pytest.raises(ConfigError, match="not a cluster field"):
+        with_cluster_value(c, "gemm_peak_fraction", 1.0)
+
+
+def test_fit_recovers_a_cluster_s_inter_node_latency():
+    """2-node rows made with a 40 us hop between the nodes are fitted back to it, the cluster
+    field set in every case's cluster."""
+    truth = with_cluster_value(get_cluster("dgx-h100", nodes=2), "inter_latency_s", 40e-6)
+    p = default_params(truth.gpu)
+    cases = []
+    for m in (4 << 10, 256 << 10, 4 << 20):
+        made = predict_s(Case("t", truth, "send_recv", 2, 2, float(m), 1.0), p)
+        cases.append(Case("t", get_cluster("dgx-h100", nodes=2), "send_recv", 2, 2, float(m), made))
+    got = fit_params(cases, ["inter_latency_s"], p)
+    assert got["inter_latency_s"] == pytest.approx(40e-6, rel=0.02)
+
+
+@pytest.mark.parametrize("cluster", ["dgx-h100", "a3-mega"])
+def test_shipped_cluster_values_are_the_fit_of_their_fit_half(cluster):
+    """The catalog's host issue time of dgx-h100 and a3-mega's TCPXO hop latency and Ethernet
+    efficiency are what the fit script returns on their tables' fit half (as written there)."""
+    c = get_cluster(cluster)
+    base = default_params(c.gpu)
+    cases = [x for t in load_kind(KIND) for x in table_cases(t, "fit") if x.cluster.name == cluster]
+    got = fit_params(cases, FIT_CLUSTER[cluster], base)
+    for name, value in got.items():
+        shipped = cluster_value(c, name) if name in ("host_issue_s", "inter_latency_s") else getattr(base, name)
+        assert value == pytest.approx(shipped, rel=0.01)
 
 
 def test_cli_bad_table_is_one_line_and_json_says_so(tmp_path, monkeypatch, capsys):
