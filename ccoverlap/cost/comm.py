@@ -615,8 +615,9 @@ def p2p_network_latency_s(link: LinkSpec) -> float:
     """Seconds a send/recv between nodes waits on the network besides its bytes: two one-way
     hops of ``link``, whatever the protocol. NCCL's network transport is a rendezvous: the
     receiver posts its buffer (address and key) into the sender's FIFO across the network, and
-    the sender writes the data only once that post has arrived (src/transport/net_ib.cc,
-    ncclIbIrecv / ncclIbIsend), so a lone message pays the receiver's post and its own data
+    the sender writes the data only once that post has arrived (NVIDIA/nccl
+    src/transport/net_ib.cc: ncclIbIrecv writes the slot with ncclIbPostFifo, ncclIbIsend
+    waits for it), so a lone message pays the receiver's post and its own data
     hop. A hop's time is the NIC's and proxy's, not the protocol's flag handling, so LL does
     not shorten it (vidur h100_dgx send_recv between 2 nodes: 17-19 us at 2-10 KiB, sent with
     LL, as at 18-64 KiB with Simple)."""
