@@ -48,7 +48,7 @@ DataParallel = Literal["ddp", "fsdp"]
 PPSchedule = Literal["gpipe", "1f1b", "interleaved", "dualpipe"]
 Recompute = Literal["none", "selective", "full"]
 CPImpl = Literal["ring", "allgather"]
-TPOverlap = Literal["none", "chunked", "symm_mem"]
+TPOverlap = Literal["none", "chunked", "symm_mem", "userbuffers"]
 #: Element width in bytes (1 = fp8, 2 = bf16 / fp16, 4 = fp32, 8 = fp64).
 DtypeBytes = Literal[1, 2, 4, 8]
 if TYPE_CHECKING:  # the checker sees the plain types; at run time they carry msgspec's bounds
@@ -376,7 +376,10 @@ class OverlapKnobs:
     ``tp_overlap``: ``"chunked"`` decomposes AG+GEMM and GEMM+RS (or +AR) into ``tp_chunks``
     pieces pipelined on two streams; ``"symm_mem"`` is PyTorch's async TP (symmetric-memory
     fused all-gather+matmul / matmul+reduce-scatter, with sequence parallelism): one step per
-    TP rank, each moving one shard by a copy-engine peer copy (:mod:`ccoverlap.parallel.tp`). ``ep_overlap``: split each micro-batch in two and
+    TP rank, each moving one shard by a copy-engine peer copy; ``"userbuffers"`` is
+    TransformerEngine's userbuffers overlap (Megatron-Core ``--tp-comm-overlap``, with sequence
+    parallelism): ring-exchange copy-engine all-gathers, reduce-scatters pipelined in 4 pieces
+    on 16 SMs, bulk overlaps in backward (:mod:`ccoverlap.parallel.tp`). ``ep_overlap``: split each micro-batch in two and
     overlap one half's all-to-all with the other half's compute (DualPipe / two-batch
     overlap). ``pp_p2p_overlap``: pipeline sends/receives on their own streams (False:
     blocking on the compute stream). ``overlap_grad_reduce``: DDP gradient buckets are
@@ -466,7 +469,7 @@ class OverlapKnobs:
 
 #: Operations per micro-batch and layer of a simulated step (forward + backward, compute and
 #: communication), measured on the step builder: 21-41 without TP overlap (DDP/FSDP, PP, CP,
-#: MoE); TP overlap adds ~14 per chunk (chunked) or per TP rank (symm_mem); EP overlap doubles it.
+#: MoE); TP overlap adds ~14 per chunk (chunked) or per TP rank (symm_mem, userbuffers); EP overlap doubles it.
 OPS_PER_LAYER = 48
 OPS_PER_TP_PIECE = 16
 

@@ -52,6 +52,36 @@ The GEMMs of all steps run on the compute stream in step order (the source's two
 let two steps' GEMMs overlap each other, which is not modelled); the peer copies run on the
 ``tp`` stream one after another ("cp from different streams cannot overlap").
 
+``tp_overlap="userbuffers"`` is TransformerEngine's userbuffers overlap as Megatron-Core's
+``--tp-comm-overlap`` runs it, with sequence parallelism and the TP group inside one node.
+Source: TransformerEngine v1.7 (the release whose ``initialize_ub(shape, tp_size, ...)``
+Megatron-Core r0.8.0's ``megatron/training/initialize.py`` calls, with ``ub_cfgs = {}``
+unless ``--tp-comm-overlap-cfg`` is given), ``transformer_engine/pytorch/module/base.py``
+(``initialize_ub``: methods ``ring_exchange`` for ``qkv_fprop, fc1_fprop, proj_dgrad,
+fc2_dgrad``, ``pipeline`` for ``proj_fprop, fc2_fprop``, ``bulk`` for ``qkv_dgrad, qkv_wgrad,
+fc1_dgrad, fc1_wgrad``; ``add_ub(num_sm=16, ...)``, ``num_splits=4`` for pipeline) and
+``transformer_engine/pytorch/csrc/comm_gemm_overlap.h``:
+
+* ring exchange (:func:`fwd_ag_gemm`, and the output-gradient all-gather + dgrad of
+  :func:`bwd_row`), ``UbufP2PCommOverlap::split_overlap_ag`` with ``use_ce = 1``: ``tp``
+  steps; step ``i`` runs the GEMM on the shard in hand (the local one first) while the same
+  shard is sent to the next rank and the next one received from the previous rank by
+  ``cudaMemcpyAsync`` into the peer's registered buffer (a copy engine: :class:`P2PSpec`
+  with ``transport="dma"``); the send of step ``i`` waits for the receive of step ``i-1``
+  and GEMM ``i+1`` for that receive. The layer norm writes the forward input straight into
+  the buffer; the backward copies the local output gradient into it first
+  (``copy_input_to_ubuf``, a device copy). The wgrad reads the gathered buffer.
+* pipeline (:func:`fwd_gemm_reduce`), ``UbufCommOverlap::split_overlap_rs``: the GEMM in
+  ``num_splits`` = 4 pieces along the tokens, each piece's reduce-scatter on the
+  communication stream after its GEMM, by userbuffers' SM kernels on ``num_sm`` = 16
+  thread blocks (the last piece on ``UB_MAX_SM`` = 32): a collective on that many channels.
+* bulk (:func:`bwd_col`), ``UbufCommOverlap::bulk_overlap``: the saved input copied into the
+  buffer and all-gathered (16 SMs) beside the dgrad, then the dgrad reduce-scattered (16 SMs)
+  beside the wgrad -- the order the plain mode already has.
+
+``set_sm_margin`` is 0 by default, so the GEMMs keep every SM; TE's three GEMM streams, which
+let consecutive pieces' GEMMs overlap, are not modelled (the GEMMs run in step order).
+
 With ``fp8`` the linear GEMMs run on FP8 operands (``LayerCtx.gemm``) and the framework
 profile decides which inputs / output gradients need their own cast kernel (``_cast``). TP
 reductions stay in the compute dtype; the all-gathers the profile lists in
@@ -73,16 +103,29 @@ local index of the op the next step should depend on. ``ctx`` is a
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import pointwise as pw
-from ccoverlap.specs import CopySpec, P2PSpec
+from ccoverlap.parallel.context import linear_kind
+from ccoverlap.specs import CommConfig, CopySpec, P2PSpec
 
 if TYPE_CHECKING:
     from ccoverlap.parallel.context import LayerCtx
     from ccoverlap.parallel.segment import Dep, Segment
-    from ccoverlap.specs import Collective
+    from ccoverlap.specs import Collective, CollectiveSpec
+
+#: TransformerEngine v1.7 userbuffers defaults (``tp_overlap="userbuffers"``): thread blocks
+#: (one SM each) of the SM-driven pipeline / bulk collectives, ``add_ub(num_sm=16, ...)`` in
+#: transformer_engine/pytorch/module/base.py ``initialize_ub``.
+UB_NUM_SM = 16
+#: GEMM + reduce-scatter pieces of the ``pipeline`` method: ``num_splits=4 if method ==
+#: "pipeline"`` (same function).
+UB_PIPELINE_SPLITS = 4
+#: Thread blocks of the last pipeline piece's reduce-scatter: ``_ub_comm->sms = UB_MAX_SM``
+#: with ``#define UB_MAX_SM 32`` in transformer_engine/pytorch/csrc/comm_gemm_overlap.h.
+UB_MAX_SM = 32
 
 
 def _cast(seg: Segment, ctx: LayerCtx, src: Dep, name: str, direction: str, rows: int, cols: int,
@@ -122,6 +165,29 @@ def _symm_mem(ctx: LayerCtx) -> bool:
     return True
 
 
+def _userbuffers(ctx: LayerCtx, name: str) -> bool:
+    """Whether linear ``name``'s TP communication runs as TransformerEngine's userbuffers
+    overlap. It overlaps the sequence-parallel all-gathers / reduce-scatters (Megatron-LM
+    asserts sequence parallelism with ``--tp-comm-overlap``) over peers' buffers mapped inside
+    one node, for TE's layers only: qkv, proj, fc1, fc2 (``initialize_ub``'s buffer names), not
+    the LM head (Megatron-Core's own ``ColumnParallelLinear``, plain collectives)."""
+    if not (ctx.tp > 1 and ctx.tp_overlap == "userbuffers"):
+        return False
+    if not ctx.sp:
+        raise ConfigError(f"tp_overlap 'userbuffers' needs sequence_parallel with tp={ctx.tp} (TransformerEngine's "
+                          "userbuffers overlap gathers and scatters the sequence-parallel activations)")
+    if ctx.layout.tp.nodes > 1:
+        raise ConfigError(f"tp_overlap 'userbuffers' needs the TP group inside one node (tp={ctx.tp} spans "
+                          f"{ctx.layout.tp.nodes} nodes; userbuffers maps peers' buffers over the intra-node fabric)")
+    return linear_kind(name) != "lm_head"
+
+
+def _ub_coll(ctx: LayerCtx, collective: Collective, nbytes: float, sms: int = UB_NUM_SM) -> CollectiveSpec:
+    """A userbuffers SM-driven collective on the TP group: ``nbytes`` as :meth:`LayerCtx.coll`,
+    on ``sms`` thread blocks (channels) whatever the NCCL knobs say (it is not NCCL)."""
+    return replace(ctx.coll(collective, nbytes, "tp"), config=CommConfig(channels=sms), transport="sm")
+
+
 def _peer_copy(ctx: LayerCtx, nbytes: float) -> P2PSpec:
     """One peer's shard pulled from its symmetric-memory buffer by ``Tensor.copy_``: a
     copy-engine transfer over the intra-node fabric (``nbytes`` bytes)."""
@@ -145,6 +211,23 @@ def _symm_ag_consume(seg: Segment, ctx: LayerCtx, src: Dep, name: str, rows: int
     return done[-1]
 
 
+def _ub_ring_ag(seg: Segment, ctx: LayerCtx, src: Dep, name: str, rows: int, k: int,
+                consume: Callable[[int, Dep], int], elem_bytes: int) -> int:
+    """TransformerEngine's ring-exchange all-gather + GEMM (``split_overlap_ag``, copy engine)
+    over a ``[rows, k]`` local shard of ``elem_bytes`` bytes per element: the local shard's
+    consumer, then for each of the ``tp - 1`` further steps the copy of one shard to the next
+    rank (``tp`` stream, each after the previous one) and the consumer of the received shard.
+    ``consume(step, dep)`` appends one step's consumer op(s) depending on ``dep`` and returns
+    the last one. Returns the last consumer's index."""
+    nbytes = rows * k * elem_bytes
+    last = consume(0, src)
+    prev: Dep = src
+    for s in range(1, ctx.tp):
+        prev = seg.add(f"{name}_ub_cp{s}", _peer_copy(ctx, nbytes), "tp", deps=(prev,))
+        last = consume(s, prev)
+    return last
+
+
 def fwd_ag_gemm(seg: Segment, ctx: LayerCtx, src: Dep, name: str, n: int, k: int, tensor: str = "") -> int:
     """Column-parallel GEMM [T, k] x [k, n] in forward, preceded by the SP all-gather of its
     input (T·k elements of ``LayerCtx.tp_gather_bytes(name, "input_ag")`` bytes, the gathered
@@ -157,6 +240,10 @@ def fwd_ag_gemm(seg: Segment, ctx: LayerCtx, src: Dep, name: str, n: int, k: int
     if _symm_mem(ctx):
         rows = ctx.local_tokens
         return _symm_ag_consume(seg, ctx, src, name, rows, k, lambda s, dep: seg.add(
+            f"{name}{s}", ctx.gemm(rows, n, k, name), deps=(dep,), tensor=tensor), d)
+    if _userbuffers(ctx, name):
+        rows = ctx.local_tokens
+        return _ub_ring_ag(seg, ctx, src, name, rows, k, lambda s, dep: seg.add(
             f"{name}{s}", ctx.gemm(rows, n, k, name), deps=(dep,), tensor=tensor), d)
     c = _chunks(ctx, T)
     if c == 1:
@@ -181,6 +268,8 @@ def fwd_gemm_reduce(seg: Segment, ctx: LayerCtx, src: Dep, name: str, n: int, k:
         return seg.add(name, gemm, deps=(src, *deps))
     if _symm_mem(ctx):
         return _symm_gemm_rs(seg, ctx, src, name, n, k, deps)
+    if _userbuffers(ctx, name):
+        return _ub_gemm_rs(seg, ctx, src, name, n, k, deps)
     coll: Collective = "reduce_scatter" if ctx.sp else "all_reduce"
     c = _chunks(ctx, T)
     if c == 1:
@@ -191,6 +280,23 @@ def fwd_gemm_reduce(seg: Segment, ctx: LayerCtx, src: Dep, name: str, n: int, k:
     for i in range(c):
         g = seg.add(f"{name}{i}", ctx.gemm(mc, n, k, name), deps=(src, *deps))
         r = seg.add(f"{name}_{'rs' if ctx.sp else 'ar'}{i}", ctx.coll(coll, mc * n * d, "tp"), "tp", deps=(g,))
+    return r
+
+
+def _ub_gemm_rs(seg: Segment, ctx: LayerCtx, src: Dep, name: str, n: int, k: int,
+                deps: tuple[Dep, ...] = ()) -> int:
+    """TransformerEngine's pipelined GEMM + reduce-scatter (``split_overlap_rs``): the GEMM in
+    :data:`UB_PIPELINE_SPLITS` pieces along the tokens, each piece's reduce-scatter (userbuffers
+    SM kernels on :data:`UB_NUM_SM` thread blocks, the last on :data:`UB_MAX_SM`) on the ``tp``
+    stream after its GEMM. Returns the index of the last reduce-scatter."""
+    T, d = ctx.tokens, ctx.d
+    c = max(1, min(UB_PIPELINE_SPLITS, T))
+    mc = _split(T, c)
+    r = -1
+    for i in range(c):
+        g = seg.add(f"{name}{i}", ctx.gemm(mc, n, k, name), deps=(src, *deps))
+        sms = UB_MAX_SM if i == c - 1 else UB_NUM_SM
+        r = seg.add(f"{name}_rs{i}", _ub_coll(ctx, "reduce_scatter", mc * n * d, sms), "tp", deps=(g,))
     return r
 
 
@@ -230,7 +336,7 @@ def bwd_row(seg: Segment, ctx: LayerCtx, src: Dep, name: str, n: int, k: int, te
     if fp8_gather:
         src = _cast(seg, ctx, src, name, "bwd", ctx.local_tokens, n)
 
-    def cast_gathered(dep: int, rows: int) -> Dep:
+    def cast_gathered(dep: Dep, rows: int) -> Dep:
         return dep if fp8_gather else _cast(seg, ctx, dep, name, "bwd", rows, n)
     if _symm_mem(ctx):
         rows = ctx.local_tokens
@@ -239,6 +345,17 @@ def bwd_row(seg: Segment, ctx: LayerCtx, src: Dep, name: str, n: int, k: int, te
             g = cast_gathered(dep, rows)
             return seg.add(f"{name}_dgrad{s}", ctx.gemm(rows, k, n, name), deps=(g,))
         dg = _symm_ag_consume(seg, ctx, src, f"{name}_grad", rows, n, dgrad, d)
+        seg.add(f"{name}_wgrad", wgrad, deps=(dg,), tensor=tensor)
+        return dg
+    if _userbuffers(ctx, name):
+        rows = ctx.local_tokens
+        if not fp8_gather:  # copy_input_to_ubuf: the local bf16 gradient into the registered buffer
+            src = seg.add(f"{name}_grad_ub_copy", CopySpec(bytes=float(rows * n * d)), "tp", deps=(src,))
+
+        def ub_dgrad(s: int, dep: Dep) -> int:
+            g = cast_gathered(dep, rows)
+            return seg.add(f"{name}_dgrad{s}", ctx.gemm(rows, k, n, name), deps=(g,))
+        dg = _ub_ring_ag(seg, ctx, src, f"{name}_grad", rows, n, ub_dgrad, d)
         seg.add(f"{name}_wgrad", wgrad, deps=(dg,), tensor=tensor)
         return dg
     c = _chunks(ctx, T)
@@ -261,10 +378,15 @@ def bwd_col(seg: Segment, ctx: LayerCtx, src: int, gemms: list[tuple[str, int, i
     every dgrad, then the reduce-scatter (SP) / all-reduce of dX on the TP stream while the
     wgrads run. Returns the index of the op producing the reduced dX."""
     T, d = ctx.tokens, ctx.d
+    ub = _userbuffers(ctx, gemms[0][0])
     ag = None
     if ctx.tp > 1 and ctx.sp and not ctx.fw.tp_sp_save_gathered_input:
         ab = ctx.tp_gather_bytes(gemms[0][0], "input_ag")
-        ag = seg.add("input_ag", ctx.coll("all_gather", T * in_dim * ab, "tp"), "tp", deps=(src,))
+        if ub:  # bulk: copy_input_to_ubuf of the saved [T/t, in_dim] input, then the SM all-gather
+            cp = seg.add("input_ub_copy", CopySpec(bytes=float(ctx.local_tokens * in_dim * ab)), "tp", deps=(src,))
+            ag = seg.add("input_ag", _ub_coll(ctx, "all_gather", T * in_dim * ab), "tp", deps=(cp,))
+        else:
+            ag = seg.add("input_ag", ctx.coll("all_gather", T * in_dim * ab, "tp"), "tp", deps=(src,))
     dg = src
     for name, n, k, _ in gemms:
         g = _cast(seg, ctx, src, name, "bwd", T, n)
@@ -272,7 +394,8 @@ def bwd_col(seg: Segment, ctx: LayerCtx, src: int, gemms: list[tuple[str, int, i
     out = dg
     if ctx.tp > 1:
         coll: Collective = "reduce_scatter" if ctx.sp else "all_reduce"
-        out = seg.add(f"dgrad_{'rs' if ctx.sp else 'ar'}", ctx.coll(coll, T * in_dim * d, "tp"), "tp", deps=(dg,))
+        spec = _ub_coll(ctx, coll, T * in_dim * d) if ub else ctx.coll(coll, T * in_dim * d, "tp")
+        out = seg.add(f"dgrad_{'rs' if ctx.sp else 'ar'}", spec, "tp", deps=(dg,))
     for name, n, k, tensor in gemms:
         seg.add(f"{name}_wgrad", ctx.gemm(k, n, T, name),
                 deps=() if ag is None else (ag,), tensor=tensor)

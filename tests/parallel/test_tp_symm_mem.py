@@ -119,7 +119,7 @@ def test_only_the_tp_ops_change():
 
 
 def test_bad_mode_is_one_clear_error():
-    with pytest.raises(ConfigError, match=r"tp_overlap must be one of \['none', 'chunked', 'symm_mem'\], got 'async'"):
+    with pytest.raises(ConfigError, match=r"tp_overlap must be one of \['none', 'chunked', 'symm_mem', 'userbuffers'\], got 'async'"):
         OverlapKnobs(tp_overlap="async")
 
 
