@@ -16,8 +16,8 @@ The backward overlaps in the last row are what Megatron-LM's
 ``LinearWithGradAccumulationAndAsyncCommunication`` does by default. ``tp_overlap="chunked"``
 additionally decomposes the forward AG+GEMM and GEMM+RS/AR pairs, and the backward
 AG+dgrad pair, into ``tp_chunks`` pieces along the token dimension, so that piece ``i+1``'s
-communication runs while piece ``i`` computes (TransformerEngine's userbuffers overlap; the
-"shard-based overlap" of FiCCO §II-B).
+communication runs while piece ``i`` computes (the "shard-based overlap" of FiCCO §II-B, with
+NCCL collectives; TransformerEngine's own schedule is ``tp_overlap="userbuffers"`` below).
 
 ``tp_overlap="symm_mem"`` is PyTorch's async TP as torchtitan enables it
 (``torch._inductor.config._micro_pipeline_tp`` + ``enable_symm_mem_for_group``), with sequence
