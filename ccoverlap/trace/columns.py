@@ -116,6 +116,9 @@ def _shape_hash(grid: Any, block: Any) -> int:
     return zlib.crc32(f"{grid}{block}".encode()) if grid is not None else 0
 
 
+_SHAPE_KEY = b"|".join
+
+
 def _num(v: Any) -> bool:
     return (v.__class__ is int or v.__class__ is float) and -1e300 < v < 1e300
 
@@ -153,7 +156,7 @@ class Columns:
         self.float_ts = False
         self._cat_ids: dict[Any, int] = {}
         self._cat_list: list[Any] = []
-        self._shapes: dict[tuple[bytes, bytes], int] = {}
+        self._shapes: dict[bytes, int] = {}
         self._comm_cache: dict[Any, bool] = {}
         self._prepared: tuple[list[Event], _Groups, list[int]] | None = None
 
@@ -567,7 +570,9 @@ class Columns:
         grids, blocks = list(map(_A_GRID, args)), list(map(_A_BLOCK, args))
         if grids[0].__class__ is not Raw:             # the tolerant path: decoded values
             return np.array([_shape_hash(g, b) for g, b in zip(grids, blocks)], dtype=np.int64)
-        keys = list(zip(map(bytes, grids), map(bytes, blocks)))
+        # one bytes key per event, "grid|block": unambiguous, as each side is one whole JSON value
+        # (none is a longer value's start followed by "|"); bytes cache their hash, tuples do not
+        keys = list(map(_SHAPE_KEY, zip(grids, blocks)))
         cache = self._shapes
         new = set(keys).difference(cache)
         if len(cache) + len(new) > 65536:           # too many distinct shapes: no cache
