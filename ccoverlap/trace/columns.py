@@ -353,11 +353,10 @@ class Columns:
         are counted and dropped."""
         ts_l = list(map(_E_TS, evs))
         ts = _floats(ts_l)                              # a missing ts reads NaN: rejected below
-        dur_l = list(map(_E_DUR, evs))
-        try:
-            dur = np.fromiter(dur_l, dtype=np.float64, count=len(dur_l))     # numbers only: one pass
-        except TypeError:                                                   # a missing dur (None) reads 0
-            dur = _floats([0 if d is None else d for d in dur_l])
+        dur = _floats(list(map(_E_DUR, evs)))
+        missing = np.isnan(dur)         # a missing dur (None; a NaN never gets here): 0 µs
+        if missing.any():
+            dur[missing] = 0.0
         ok = (dur >= 0) & (dur < 1e15) & (ts > -1e18) & (ts < 1e18)
         if not ok.all():
             for s in np.asarray(seq)[~ok].tolist():
