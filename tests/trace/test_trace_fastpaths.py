@@ -103,3 +103,12 @@ def test_launch_shape_hashes_are_those_of_the_decoded_grid_and_block(tmp_path):
     got = dict(zip((raw.names[n] for n in raw.k_nid), raw.k_shape.tolist()))
     assert [got[f"k{i}"] for i in range(len(shapes))] == [_shape_hash(g, b) for g, b in shapes]
     assert len({got["k1"], got["k2"], got["k3"], got["k4"]}) == 3      # 1,23 and 12,3 hash alike (as before)
+
+
+def test_the_contention_median_is_numpys():
+    from ccoverlap.trace.contention import _median_of
+
+    rng = np.random.default_rng(7)
+    for n in list(range(1, 12)) + [100, 101]:
+        for a in (rng.random(n) * 1e-3, rng.integers(0, 4, n) * 1e-6, np.full(n, 1e-5)):
+            assert _median_of(a) == float(np.median(a)), a      # exactly: the same two values, the same mean
