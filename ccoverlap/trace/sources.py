@@ -81,8 +81,8 @@ class _Gunzip(io.RawIOBase):
     a read in the trace reader), so a bomb costs at most one read past the limit.
 
     zlib reads the gzip format itself (``wbits=31``: header, deflate data, and the trailer's CRC-32
-    and length checked as it inflates - no second pass over the output for the CRC, as
-    :mod:`gzip` makes); members written one after another are read as one stream, zero bytes
+    and length checked as it inflates), without :mod:`gzip`'s separate CRC call and io buffers
+    between it and the reader; members written one after another are read as one stream, zero bytes
     between them skipped, as :mod:`gzip` does. A file that ends inside a member raises EOFError,
     a bad header, deflate stream or trailer ``zlib.error``."""
 
