@@ -303,9 +303,15 @@ class _Buffer:
         """Append at least ``need`` bytes' worth of text (False at end of file)."""
         if self.eof:
             return False
-        parts = []
+        self.take(self.read(need))
+        return True
+
+    def read(self, need: int) -> list[str]:
+        """At least ``need`` bytes' worth of the text that follows the window, decoded but not yet
+        added to it (fewer at the end of the file; nothing once it has ended)."""
+        parts: list[str] = []
         got = 0
-        while got < need:
+        while got < need and not self.eof:
             data = self.fh.read(CHUNK_BYTES)
             if not data:
                 parts.append(self.dec.decode(b"", final=True))
@@ -313,9 +319,18 @@ class _Buffer:
                 break
             got += len(data)
             parts.append(self.dec.decode(data))
+        return parts
+
+    def take(self, parts: list[str]) -> None:
+        """Add text read by :meth:`read` to the window."""
         self.buf = "".join([self.buf, *parts])       # one copy of the window, not two
         self.work += len(self.buf)
-        return True
+
+    def skip_to(self, parts: list[str], k: int) -> None:
+        """Make the window the text after ``parts[-1][:k]``: the window so far and ``parts`` up to
+        there were consumed (as one batch)."""
+        self.base += len(self.buf) + sum(map(len, parts[:-1])) + k
+        self.buf = parts[-1][k:]
 
     def drop_all(self) -> None:
         """Forget the text read so far (it was all consumed)."""
@@ -586,10 +601,31 @@ class EventStream:
             return
         while True:
             i = b.compact(i)
+            tried = False
+            if not b.eof and len(b.buf) - i < BATCH_CHARS:
+                # the next batch straight from the new text: the window's rest, the new parts up to
+                # the last boundary of the last one, joined once (not into the window, then sliced,
+                # then joined again); anything else goes through the window below
+                parts = b.read(BATCH_CHARS - (len(b.buf) - i))
+                last = parts[-1] if parts else ""
+                k = _last_boundary(last, 0, len(last) - 1)
+                if k > 0:
+                    text = "".join(["[", b.buf[i:], *parts[:-1], last[:k], "]"])
+                    b.work += len(text)
+                    batch = self._decode_text(text)
+                    if batch is not None:
+                        b.skip_to(parts, k + 1)             # after the ','
+                        i = _WS.match(b.buf).end()
+                        index += len(batch)
+                        self.count = index
+                        yield batch
+                        continue
+                    tried = True        # the same text, up to the same boundary, failed: event by event
+                b.take(parts)
             b.ensure(i, BATCH_CHARS)
             buf = b.buf
             k = _last_boundary(buf, i, len(buf) - 1)
-            if k > i:
+            if k > i and not tried:
                 batch = self._decode_batch(buf, i, k)
                 if batch is not None:
                     index += len(batch)
@@ -624,7 +660,10 @@ class EventStream:
     def _decode_batch(self, buf: str, i: int, k: int) -> list[Any] | None:
         """Events of ``buf[i:k]`` (complete events separated by commas) or None when that text holds
         a bad event (or the cut fell inside a string): the caller then goes event by event."""
-        text = "".join(("[", buf[i:k], "]"))        # two copies of the text, not three
+        return self._decode_text("".join(("[", buf[i:k], "]")))
+
+    def _decode_text(self, text: str) -> list[Any] | None:
+        """:meth:`_decode_batch` of ``text``, the events already wrapped in ``[`` ``]``."""
         if _BATCH is not None:
             try:
                 batch = _BATCH.decode(text)

@@ -209,3 +209,26 @@ def test_local_engine_uses_the_cores_it_is_given(monkeypatch):
     assert isinstance(eng.local_engine(8, big - 1), SerialEngine)   # too little data to pay for a worker
     monkeypatch.setattr(eng.os, "sched_getaffinity", lambda pid: {3}, raising=False)
     assert isinstance(eng.local_engine(8, big), SerialEngine)   # one core
+
+
+_AS_PROGRAM = """
+import atexit, runpy, sys
+atexit.register(lambda: sys.stderr.write("teardown ran\\n"))
+sys.argv = ["ccoverlap"] + sys.argv[1:]
+runpy.run_module("ccoverlap", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_analyze_as_a_program_skips_the_teardown_and_loses_no_output(jobs, capsys):
+    job = FIXTURES / "synthetic" / "two_steps"
+    assert main(["analyze", str(job), "--json", "--jobs", jobs]) == 0      # from Python: returns
+    expected = capsys.readouterr().out
+    run = subprocess.run([sys.executable, "-c", _AS_PROGRAM, "analyze", str(job), "--json", "--jobs", jobs],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == expected                   # every byte flushed before the process ends
+    assert "teardown ran" not in run.stderr         # os._exit: the interpreter's teardown is skipped
+    failed = subprocess.run([sys.executable, "-c", _AS_PROGRAM, "analyze", str(job / "missing.json")],
+                            capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 2 and "teardown ran" in failed.stderr     # an error ends the usual way

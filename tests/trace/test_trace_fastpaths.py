@@ -85,3 +85,30 @@ def test_factorize_equals_numpy_unique():
         got = _factorize_pairs(dev, stream)
         want = np.unique(np.stack([dev, stream]), axis=1, return_inverse=True)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1].reshape(-1))
+
+
+def test_launch_shape_hashes_are_those_of_the_decoded_grid_and_block(tmp_path):
+    # the typed path keys its cache on the raw text "grid|block": shapes whose texts run together
+    # the same way ("1" "23" / "12" "3", "10" and none / "1" "0") still get their own hash
+    from ccoverlap.trace import load
+    from ccoverlap.trace.columns import _shape_hash
+
+    shapes = [([64, 1, 1], [128, 1, 1]), (1, 23), (12, 3), (10, None), (1, 0), ("a|b", "c"), ("a", "b|c"),
+              ([64, 1, 1], [128, 1, 1]), (None, None)]
+    ks = []
+    for i, (g, b) in enumerate(shapes):
+        args = {k: v for k, v in (("grid", g), ("block", b)) if v is not None}
+        ks.append(kernel(f"k{i}", 100 * i, 10, **args))
+    raw = load.load_trace(write(trace(ks), tmp_path / "shapes.json"))
+    got = dict(zip((raw.names[n] for n in raw.k_nid), raw.k_shape.tolist()))
+    assert [got[f"k{i}"] for i in range(len(shapes))] == [_shape_hash(g, b) for g, b in shapes]
+    assert len({got["k1"], got["k2"], got["k3"], got["k4"]}) == 3      # 1,23 and 12,3 hash alike (as before)
+
+
+def test_the_contention_median_is_numpys():
+    from ccoverlap.trace.contention import _median_of
+
+    rng = np.random.default_rng(7)
+    for n in list(range(1, 12)) + [100, 101]:
+        for a in (rng.random(n) * 1e-3, rng.integers(0, 4, n) * 1e-6, np.full(n, 1e-5)):
+            assert _median_of(a) == float(np.median(a)), a      # exactly: the same two values, the same mean

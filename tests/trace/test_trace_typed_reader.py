@@ -102,3 +102,33 @@ def test_analyze_starts_no_blas_threads(tmp_path):
     run = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stderr.endswith("threads=1 env=1"), run.stderr[-300:]
+
+
+@pytest.mark.parametrize("chunk", [17, 64, 301])
+def test_batches_cut_anywhere_in_the_text_give_every_event_once(tmp_path, monkeypatch, chunk):
+    # small reads and batches: the batch boundary lands in every kind of place, also inside
+    # a name that holds the text of a boundary ("},{")
+    ops = [{"ph": "X", "cat": "cpu_op", "name": f"op }},{{ #{i}", "pid": 1, "tid": 1, "ts": 10 + i, "dur": 1}
+           for i in range(40)]
+    p = write(_doc(ops), tmp_path / "cut.json")
+    expected = json.loads(p.read_text())["traceEvents"]
+    whole = _result(p)
+    monkeypatch.setattr(jsonstream, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(jsonstream, "BATCH_CHARS", 3 * chunk)
+    evs = _batches(p)
+    assert len(evs) == len(expected) - 1
+    names = [e.name for e in evs if e.__class__ in (jsonstream.TraceEvent, jsonstream.LooseEvent)]
+    assert names == [e["name"] for e in expected[:-1] if e.get("ph") == "X"]
+    assert _result(p) == whole
+
+
+def test_an_event_without_dur_is_an_instant_on_both_readers(tmp_path, monkeypatch):
+    # a complete event whose dur is missing or null lasts 0 µs (typed reader and tolerant reader alike)
+    ops = [{"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 100, "tid": 100, "ts": 20},
+           {"ph": "X", "cat": "cpu_op", "name": "aten::zeros", "pid": 100, "tid": 100, "ts": 30, "dur": None}]
+    p = write(_doc(ops), tmp_path / "nodur.json")
+    raw = load.load_trace(p)
+    by_name = {raw.names[n]: d for n, d in zip(raw.c_nid.tolist(), raw.c_dur.tolist())}
+    assert by_name["aten::empty"] == 0 and by_name["aten::zeros"] == 0 and by_name["aten::mm"] == 3
+    assert raw.n_malformed == 0
+    _same_as_the_standard_library_reader(p, monkeypatch)
