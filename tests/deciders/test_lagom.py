@@ -14,7 +14,7 @@ import pytest
 
 from ccoverlap.catalog.hardware import get_cluster
 from ccoverlap.cost import CostModel
-from ccoverlap.deciders.lagom.group import (
+from ccoverlap.nccl.groups import (
     Computation,
     OverlapCollective,
     OverlapGroup,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from ccoverlap.catalog.hardware import get_cluster
-from ccoverlap.deciders.lagom.group import Computation, OverlapCollective, OverlapGroup
+from ccoverlap.nccl.groups import Computation, OverlapCollective, OverlapGroup
 from ccoverlap.deciders.lagom.space import TuningSpace
 from ccoverlap.deciders.lagom.tune import lagom_tune
 from ccoverlap.errors import ConfigError
