@@ -27,8 +27,8 @@ from ccoverlap.outputs import check_out_dir, path_name
 if TYPE_CHECKING:
     from ccoverlap.catalog.hardware import ClusterSpec
     from ccoverlap.cost.model import CostModel
-    from ccoverlap.nccl.groups import OverlapGroup
     from ccoverlap.deciders.lagom.tune import GroupTuning
+    from ccoverlap.nccl.groups import OverlapGroup
     from ccoverlap.nccl.plan import CommKey
     from ccoverlap.predict.workload import Workload
     from ccoverlap.specs import CommConfig

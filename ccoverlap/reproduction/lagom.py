@@ -139,10 +139,10 @@ def _pick_group(groups: Sequence[OverlapGroup], pattern: object) -> OverlapGroup
 
 
 def _group_case(case: Case) -> Outcome:
-    from ccoverlap.nccl.groups import overlap_groups_from_step
     from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
     from ccoverlap.deciders.lagom.space import nccl_default_configs
     from ccoverlap.deciders.lagom.tune import lagom_tune
+    from ccoverlap.nccl.groups import overlap_groups_from_step
     from ccoverlap.predict.strategy import Planner
     from ccoverlap.predict.workload import workload_from_mapping
 

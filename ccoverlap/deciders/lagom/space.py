@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from ccoverlap.config import short
 from ccoverlap.cost.comm import ll128_enabled
+from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.groups import OverlapGroup, require_group
 from ccoverlap.nccl.profile import Profiler, ProfileResult
-from ccoverlap.errors import ConfigError
 from ccoverlap.specs import CollectiveSpec, CommConfig
 from ccoverlap.types import ProgressFn
 

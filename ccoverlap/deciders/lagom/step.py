@@ -35,12 +35,12 @@ from functools import partial
 from typing import TYPE_CHECKING, cast
 
 from ccoverlap.config import short
-from ccoverlap.nccl.groups import COMM_STREAM, OverlapCollective, OverlapGroup, overlap_groups_from_step
-from ccoverlap.nccl.profile import Profiler
 from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
 from ccoverlap.deciders.lagom.space import TuneResult, autoccl_tune
 from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.groups import COMM_STREAM, OverlapCollective, OverlapGroup, overlap_groups_from_step
 from ccoverlap.nccl.plan import CommKey, CommPlan, comm_keys
+from ccoverlap.nccl.profile import Profiler
 from ccoverlap.predict.strategy import FunctionStrategy, Planner, planner_workload, workload_key
 from ccoverlap.specs import CollectiveSpec, CommConfig
 

@@ -58,8 +58,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ccoverlap.nccl.groups import OverlapGroup, require_group
-from ccoverlap.nccl.profile import Profiler, ProfileResult
 from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
 from ccoverlap.deciders.lagom.space import (
     ProfileCounter,
@@ -76,6 +74,8 @@ from ccoverlap.deciders.lagom.space import (
     start_configs,
     with_config,
 )
+from ccoverlap.nccl.groups import OverlapGroup, require_group
+from ccoverlap.nccl.profile import Profiler, ProfileResult
 from ccoverlap.specs import CommConfig
 
 if TYPE_CHECKING:
