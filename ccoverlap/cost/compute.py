@@ -27,6 +27,7 @@ As the GEMM libraries do, the model picks the fastest of the main tile and its h
 from __future__ import annotations
 
 import math
+from typing import Generic, TypeVar
 
 from ccoverlap.catalog.hardware import GPUSpec
 from ccoverlap.cost.params import CostParams, causal_attention_factor, checked_inputs
@@ -165,23 +166,48 @@ def _gemv_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw:
     return max(nbytes / (bw * params.gemm_gemv_efficiency), spec.flops / rate), nbytes
 
 
-_GEMM_CACHE: dict[tuple, tuple[GPUSpec, tuple[float, float]]] = {}
-_GEMM_CACHE_MAX = 65536
+_V = TypeVar("_V")
+
+
+class GpuMemo(Generic[_V]):
+    """A bounded memo of a pure model function of one GPU: ``key`` (hashable arguments) and the
+    GPU, which is keyed by identity and kept alive with its entry (GPUSpec holds a dict, so is
+    not hashable; a live object's id is not reused). Cleared whole when it reaches
+    ``max_entries``. Values are never None."""
+
+    def __init__(self, max_entries: int = 65536) -> None:
+        self._entries: dict[tuple, tuple[GPUSpec, _V]] = {}
+        self._max = max_entries
+
+    def get(self, key: tuple, gpu: GPUSpec) -> _V | None:
+        """The value stored for ``key`` on ``gpu``, or None."""
+        hit = self._entries.get(key + (id(gpu),))
+        return hit[1] if hit is not None and hit[0] is gpu else None
+
+    def put(self, key: tuple, gpu: GPUSpec, value: _V) -> _V:
+        """Store ``value`` for ``key`` on ``gpu``; returns it."""
+        if len(self._entries) >= self._max:
+            self._entries.clear()
+        self._entries[key + (id(gpu),)] = (gpu, value)
+        return value
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        self._entries.clear()
+
+
+_GEMM_MEMO: GpuMemo[tuple[float, float]] = GpuMemo()
 
 
 def _gemm_best(spec: GemmSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: float, acc: bool,
                l2: float, tile: tuple[int, int] | None) -> tuple[float, float]:
-    """:func:`_gemm_search`, cached: the planner asks for the same shapes many times (the GPU is
-    keyed by identity and kept alive with its entry; GPUSpec holds a dict, so is not hashable)."""
-    key = (spec, id(gpu), p, sms, bw, acc, l2, tile)
-    hit = _GEMM_CACHE.get(key)
-    if hit is not None and hit[0] is gpu:
-        return hit[1]
-    if len(_GEMM_CACHE) >= _GEMM_CACHE_MAX:
-        _GEMM_CACHE.clear()
-    out = _gemm_search(spec, gpu, p, sms, bw, acc, l2, tile)
-    _GEMM_CACHE[key] = (gpu, out)
-    return out
+    """:func:`_gemm_search`, cached (:class:`GpuMemo`): the planner asks for the same shapes
+    many times."""
+    key = (spec, p, sms, bw, acc, l2, tile)
+    hit = _GEMM_MEMO.get(key, gpu)
+    if hit is not None:
+        return hit
+    return _GEMM_MEMO.put(key, gpu, _gemm_search(spec, gpu, p, sms, bw, acc, l2, tile))
 
 
 def _gemm_search(spec: GemmSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: float, acc: bool,
