@@ -601,27 +601,12 @@ class EventStream:
             return
         while True:
             i = b.compact(i)
-            tried = False
-            if not b.eof and len(b.buf) - i < BATCH_CHARS:
-                # the next batch straight from the new text: the window's rest, the new parts up to
-                # the last boundary of the last one, joined once (not into the window, then sliced,
-                # then joined again); anything else goes through the window below
-                parts = b.read(BATCH_CHARS - (len(b.buf) - i))
-                last = parts[-1] if parts else ""
-                k = _last_boundary(last, 0, len(last) - 1)
-                if k > 0:
-                    text = "".join(["[", b.buf[i:], *parts[:-1], last[:k], "]"])
-                    b.work += len(text)
-                    batch = self._decode_text(text)
-                    if batch is not None:
-                        b.skip_to(parts, k + 1)             # after the ','
-                        i = _WS.match(b.buf).end()
-                        index += len(batch)
-                        self.count = index
-                        yield batch
-                        continue
-                    tried = True        # the same text, up to the same boundary, failed: event by event
-                b.take(parts)
+            batch, i, tried = self._fresh_batch(i)
+            if batch is not None:
+                index += len(batch)
+                self.count = index
+                yield batch
+                continue
             b.ensure(i, BATCH_CHARS)
             buf = b.buf
             k = _last_boundary(buf, i, len(buf) - 1)
@@ -656,6 +641,31 @@ class EventStream:
                                     f"{b.base + k2}")
                 raise StreamError(f"expected ',' or ']' after event #{index - 1} at offset {b.base + k2}, "
                                   f"found {c!r}")
+
+    def _fresh_batch(self, i: int) -> tuple[list[Any] | None, int, bool]:
+        """The next batch straight from newly read text, when the window holds less than a batch
+        after ``i``: the window's rest and the new parts up to the last boundary of the last one,
+        joined once (not into the window, then sliced, then joined again). Returns ``(batch,
+        position after it, tried)``; with no batch the text read is in the window and the
+        position unchanged, and ``tried`` says that text failed to decode up to that boundary
+        (the caller then goes event by event rather than decode it again)."""
+        b = self._b
+        if b.eof or len(b.buf) - i >= BATCH_CHARS:
+            return None, i, False
+        parts = b.read(BATCH_CHARS - (len(b.buf) - i))
+        last = parts[-1] if parts else ""
+        k = _last_boundary(last, 0, len(last) - 1)
+        if k <= 0:
+            b.take(parts)
+            return None, i, False
+        text = "".join(["[", b.buf[i:], *parts[:-1], last[:k], "]"])
+        b.work += len(text)
+        batch = self._decode_text(text)
+        if batch is None:
+            b.take(parts)
+            return None, i, True
+        b.skip_to(parts, k + 1)             # after the ','
+        return batch, _WS.match(b.buf).end(), False
 
     def _decode_batch(self, buf: str, i: int, k: int) -> list[Any] | None:
         """Events of ``buf[i:k]`` (complete events separated by commas) or None when that text holds
