@@ -81,7 +81,7 @@ REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 #  protocol  the fastest of those NCCL enables (ll128_enabled: LL128 only on compute capability
 #            7.0 / 8.0 / 9.0 with NVLink rings, NCCL v2.18.3 src/graph/tuning.cc).
 DEFAULT_CHANNELS = {"nvswitch": 16, "nvlink_pair": 8, "pcie": 2, "full_mesh": 32,
-                    "infiniband": 2, "roce": 2, "ethernet": 2}
+                    "infiniband": 2, "roce": 2, "efa": 2, "ethernet": 2}
 DEFAULT_P2P_INTER_CHANNELS = 2
 DEFAULT_THREADS = 512
 DEFAULT_CHUNK = {"simple": 2 * MiB, "ll": 32 * KiB, "ll128": 512 * KiB}
@@ -90,7 +90,7 @@ DEFAULT_CHUNK = {"simple": 2 * MiB, "ll": 32 * KiB, "ll128": 512 * KiB}
 #            NCCL_P2P_PCI_CHUNKSIZE and NCCL_P2P_NET_CHUNKSIZE 128 KiB over PCIe and the network).
 DEFAULT_P2P_CHUNK = {"nvlink": 512 * KiB, "other": 128 * KiB}
 LL128_FABRICS = ("nvswitch", "nvlink_pair", "full_mesh")
-NETWORK_FABRICS = ("infiniband", "roce", "ethernet")  # NCCL/RCCL enable LL128 by default only there
+NETWORK_FABRICS = ("infiniband", "roce", "efa", "ethernet")  # NCCL/RCCL enable LL128 by default only there
 
 
 # ----------------------------------------------------------------------------- closed forms
@@ -266,7 +266,8 @@ def ll128_enabled(group: GroupSpec, cluster: ClusterSpec) -> bool:
     """Whether the collective library enables LL128 for ``group`` by default (NCCL v2.18.3
     ``src/graph/tuning.cc``): only on GPUs where it is tested (``GPUSpec.ll128_default``:
     compute capability 7.0 / 8.0 / 9.0; A40 is 8.6) and only when the ring's intra-node hops
-    are NVLink (``typeIntra <= PATH_NVB``), crossing nodes over InfiniBand / RoCE. NVLink
+    are NVLink (``typeIntra <= PATH_NVB``), crossing nodes over InfiniBand / RoCE or AWS EFA
+    (GPUDirect RDMA through NCCL's network plugin). NVLink
     bridges join pairs of GPUs (``nvlink_pair``): a ring over more than 2 GPUs of the node
     also crosses PCIe between the pairs, so it does not qualify."""
     if not cluster.gpu.ll128_default:
@@ -275,7 +276,7 @@ def ll128_enabled(group: GroupSpec, cluster: ClusterSpec) -> bool:
     if group.nodes > 1:
         fabrics.append(cluster.inter.fabric)
     nvlink = [f for f in fabrics if f in LL128_FABRICS]
-    if not nvlink or not all(f in LL128_FABRICS or f in ("infiniband", "roce") for f in fabrics):
+    if not nvlink or not all(f in LL128_FABRICS or f in ("infiniband", "roce", "efa") for f in fabrics):
         return False
     return not (cluster.intra.fabric == "nvlink_pair" and group.local_size > 2)
 

@@ -193,6 +193,12 @@ class CostParams:
     link_efficiency_xgmi: float = 0.80
     link_efficiency_network: float = 0.93
     link_efficiency_ethernet: float = 0.89
+    # AWS EFA (catalog fabric "efa": an RDMA transport NCCL drives through the aws-ofi-nccl plugin):
+    # the achieved fraction of the EFA line rate. FITTED per GPU, with its EFA cluster's hop
+    # latency (catalog [EFALAT]; validation.collectives.FIT_CLUSTER), on the fit half of that
+    # cluster's table: H100 0.76 on 2 x p5.48xlarge (nccl_tests_aws_p5_h100_2x8_all_reduce: 256 GB/s
+    # algbw at 16 GiB through NCCL's tree on 400 GB/s of EFA a node); A100 below.
+    link_efficiency_efa: float = 0.76
     # Where a ring joins NVLink-bridged pairs across two CPU sockets (catalog LinkSpec
     # pairs_per_socket), the fraction of the in-socket PCIe rate it keeps: the traffic between
     # the sockets goes through the CPUs' own link (NVIDIA/nccl-tests#74: on a dual-socket EPYC
@@ -476,6 +482,8 @@ class CostParams:
             return self.link_efficiency_xgmi
         if fabric in ("infiniband", "roce"):
             return self.link_efficiency_network
+        if fabric == "efa":
+            return self.link_efficiency_efa
         return self.link_efficiency_ethernet
 
 
@@ -560,6 +568,9 @@ _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
                       "gemm_misaligned_efficiency": 0.5, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
                       "link_efficiency_nvlink": 0.78, "link_efficiency_pcie": 0.42,  # [COMM]
                       "comm_host_issue_s": 54.0e-6,  # [COMM]
+                      # FITTED with aws-p4d's hop latency on nccl_tests_aws_p4d_a100_2x8_all_reduce's
+                      # fit half (NCCL 2.8.3 over 4 x 100 Gb/s EFA a node: 32.7 GB/s busbw at 1 GiB)
+                      "link_efficiency_efa": 0.37,
                       "host_link_bytes_per_s": 25e9,
                       # forward: [KFIT] on attention/pytorch-126122-a100's fit half (FA2 0.61, cuDNN
                       # 0.58; the FA2 paper's figures read ~0.65); backward: [FA2]

@@ -192,7 +192,7 @@ def validate_corpus(split: str = "held-out", *, root: Path | None = None, names:
 FIT_BOUNDS = {"comm_base_latency_s": (0.0, 100e-6), "comm_host_issue_s": (0.0, 200e-6),
               "link_efficiency_nvlink": (0.3, 1.0), "chunk_pipeline_depth": (0.0, 40.0),
               "link_efficiency_pcie": (0.2, 1.0), "link_efficiency_network": (0.2, 1.0),
-              "link_efficiency_ethernet": (0.2, 1.0),
+              "link_efficiency_ethernet": (0.2, 1.0), "link_efficiency_efa": (0.2, 1.0),
               "nvls_latency_s": (0.0, 200e-6), "pcie_socket_crossing_fraction": (0.05, 1.0), "channel_bytes_per_s": (5e9, 100e9),
               "net_channel_bytes_per_s": (2e9, 100e9),
               "host_issue_s": (0.0, 200e-6), "inter_latency_s": (0.0, 500e-6)}
@@ -244,6 +244,8 @@ FIT_CLUSTER = {
     "dgx-a100": ["host_issue_s"],
     "a100-pcie-nvlink-pairs": ["host_issue_s"],
     "a3-mega": ["inter_latency_s", "link_efficiency_ethernet"],
+    "aws-p5": ["inter_latency_s", "link_efficiency_efa"],
+    "aws-p4d": ["inter_latency_s", "link_efficiency_efa"],
 }
 
 
@@ -253,6 +255,12 @@ FIT_CLUSTER = {
 NOT_FITTED = {
     "nccl_tests_a3mega_h100_2x8_all_reduce": "GPUDirect-TCPXO between the nodes: its hop latency and efficiency "
                                              "are the cluster's (FIT_CLUSTER), not the H100's",
+    "nccl_tests_aws_p5_h100_2x8_all_reduce": "AWS EFA between the nodes: its hop latency and the H100's EFA "
+                                             "efficiency are fitted on the cluster's rows (FIT_CLUSTER)",
+    "nccl_tests_aws_p4d_a100_2x8_all_reduce": "AWS EFA between the nodes: its hop latency and the A100's EFA "
+                                              "efficiency are fitted on the cluster's rows (FIT_CLUSTER)",
+    "nccl_tests_h100_nvswitch_1x8_all_reduce": "a check of NVLS at 128 MiB-4 GiB, whose efficiency is a cited "
+                                               "large-message figure: judged, not fitted",
 }
 
 
