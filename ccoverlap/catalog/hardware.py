@@ -318,8 +318,17 @@ TCPXO_200G_PER_GPU = LinkSpec(fabric="ethernet", bandwidth_bytes_per_s=25 * GB, 
 #           p5 and 167-169 us on p4d, against ~40 us on one NVSwitch node. Far above EFA's wire
 #           latency: the step is the proxy thread's and the libfabric plugin's, not the wire's.
 EFA_P5_PER_GPU = LinkSpec(fabric="efa", bandwidth_bytes_per_s=50 * GB, latency_s=152e-6, source="[EFA][P5][EFALAT]")
-EFA_P4D_PER_GPU = LinkSpec(fabric="efa", bandwidth_bytes_per_s=50 * GB / 8, latency_s=362e-6,
+EFA_P4D_PER_GPU = LinkSpec(fabric="efa", bandwidth_bytes_per_s=50 * GB / 8, latency_s=365e-6,
                            source="[EFA][P4D][EFALAT]")
+
+#  [NDV5]  Azure ND H100 v5 (learn.microsoft.com, "ND H100 v5-series"): 8 x H100 80GB SXM on
+#           NVSwitch, 8 x 400 Gb/s NDR InfiniBand (ConnectX-7) a VM, one per GPU [NDR].
+#  [NDV4]  Azure NDm A100 v4 (learn.microsoft.com, "NDm A100 v4-series"): 8 x A100 80GB SXM on
+#           NVSwitch, 8 x 200 Gb/s HDR InfiniBand a VM, one per GPU [HDR].
+#  [NCCLT] FITTED: the floor of an nccl-tests loop of all-reduces on the ND A100 v4 node (a C loop,
+#           no PyTorch), 44.4 us, on the fit half of azure_nd_a100_v4_1x8_all_reduce
+#           (validation.collectives.FIT_CLUSTER; 42-51 us from 8 KiB to 1 MiB there). The ND H100 v5
+#           table ran NVLS at every size, whose time stays above any floor: it does not decide one.
 
 CLUSTERS: dict[str, ClusterSpec] = {
     "dgx-h100": ClusterSpec(name="dgx-h100", gpu=GPUS["H100-SXM"], nodes=1, gpus_per_node=8,
@@ -344,6 +353,10 @@ CLUSTERS: dict[str, ClusterSpec] = {
                           intra=NVSWITCH_H100, inter=EFA_P5_PER_GPU),
     "aws-p4d": ClusterSpec(name="aws-p4d", gpu=GPUS["A100-80GB-SXM"], nodes=2, gpus_per_node=8,
                            intra=NVSWITCH_A100, inter=EFA_P4D_PER_GPU),
+    "azure-nd-h100-v5": ClusterSpec(name="azure-nd-h100-v5", gpu=GPUS["H100-SXM"], nodes=1, gpus_per_node=8,
+                                    intra=NVSWITCH_H100, inter=IB_NDR_PER_GPU),  # [NDV5]
+    "azure-nd-a100-v4": ClusterSpec(name="azure-nd-a100-v4", gpu=GPUS["A100-80GB-SXM"], nodes=1, gpus_per_node=8,
+                                    intra=NVSWITCH_A100, inter=IB_HDR_PER_GPU, host_issue_s=44.4e-6),  # [NDV4][NCCLT]
     "mi300x": ClusterSpec(name="mi300x", gpu=GPUS["MI300X"], nodes=1, gpus_per_node=8,
                           intra=IF_MESH, inter=IB_NDR_PER_GPU),
 }

@@ -263,9 +263,12 @@ class CostParams:
     # 275 GB/s x 9/8 / 450 GB/s = 0.69. 0 = the GPU has no NVLS (Ampere, A40, MI300X).
     nvls_link_efficiency: float = 0.69
     # Fixed seconds an NVLS all-reduce pays on top of comm_base_latency_s (multicast object set
-    # up, switch round trips; NCCL's tuner uses NVLS only for large messages). fit: vidur
-    # h100_dgx all-reduce, fit half (`python benchmarks/fit_collectives.py`).
-    nvls_latency_s: float = 62.0e-6
+    # up, switch round trips). FITTED (`python benchmarks/fit_collectives.py`) on the fit halves of
+    # vidur's h100_dgx all-reduce (NVLS where NCCL chose it, 16-64 MiB) and of an nccl-tests run
+    # forced to NVLS at every size on 8 x H100 (Azure ND H100 v5, NCCL 2.18.5:
+    # azure_nd_h100_v5_1x8_all_reduce, 27-45 us from 4 KiB to 2 MiB). It was 62 us fitted on
+    # vidur's rows alone, which see NVLS only inside its bandwidth ramp.
+    nvls_latency_s: float = 27.5e-6
     # Copy-engine (DMA) transport: fraction of link rate a cudaMemcpyPeerAsync / hipMemcpy
     # reaches, bandwidth of one copy engine, and per-copy issue+completion latency
     # (ficco §IV-D, DMA-latte: DMA is latency-bound for small copies). assumption; fit:
@@ -570,7 +573,7 @@ _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
                       "comm_host_issue_s": 54.0e-6,  # [COMM]
                       # FITTED with aws-p4d's hop latency on nccl_tests_aws_p4d_a100_2x8_all_reduce's
                       # fit half (NCCL 2.8.3 over 4 x 100 Gb/s EFA a node: 32.7 GB/s busbw at 1 GiB)
-                      "link_efficiency_efa": 0.37,
+                      "link_efficiency_efa": 0.53,
                       "host_link_bytes_per_s": 25e9,
                       # forward: [KFIT] on attention/pytorch-126122-a100's fit half (FA2 0.61, cuDNN
                       # 0.58; the FA2 paper's figures read ~0.65); backward: [FA2]
