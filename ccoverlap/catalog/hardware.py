@@ -312,7 +312,7 @@ TCPXO_200G_PER_GPU = LinkSpec(fabric="ethernet", bandwidth_bytes_per_s=25 * GB, 
 #           50 GB/s a node, 6.25 GB/s per direction per GPU. The catalog's A100 80GB SXM stands in
 #           for the 40GB part (same GA100 chip and NVLink; use this cluster for communication).
 #  [EFALAT] FITTED: the time NCCL's step across EFA takes, 152 us a Simple step on 2 x p5.48xlarge
-#           (38 us LL) and 362 us on 2 x p4d.24xlarge (90 us LL; NCCL 2.8.3), with the GPU's
+#           (38 us LL) and 365 us on 2 x p4d.24xlarge (91 us LL; NCCL 2.8.3), with the GPU's
 #           link_efficiency_efa, on the fit half of each cluster's nccl-tests table
 #           (validation.collectives.FIT_CLUSTER): a 2 x 8 all-reduce of 8 B-2 KiB takes 77-88 us on
 #           p5 and 167-169 us on p4d, against ~40 us on one NVSwitch node. Far above EFA's wire

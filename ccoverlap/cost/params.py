@@ -572,7 +572,8 @@ _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
                       "link_efficiency_nvlink": 0.78, "link_efficiency_pcie": 0.42,  # [COMM]
                       "comm_host_issue_s": 54.0e-6,  # [COMM]
                       # FITTED with aws-p4d's hop latency on nccl_tests_aws_p4d_a100_2x8_all_reduce's
-                      # fit half (NCCL 2.8.3 over 4 x 100 Gb/s EFA a node: 32.7 GB/s busbw at 1 GiB)
+                      # fit half (NCCL 2.8.3 over 4 x 100 Gb/s EFA a node: 32.7 GB/s busbw at 1 GiB,
+                      # through the ring NCCL's tuner picks there: comm.tuner_time_s)
                       "link_efficiency_efa": 0.53,
                       "host_link_bytes_per_s": 25e9,
                       # forward: [KFIT] on attention/pytorch-126122-a100's fit half (FA2 0.61, cuDNN
