@@ -31,7 +31,10 @@ in which every GPU uses its own NIC share. On a full mesh (MI300X) each peer is 
 so groups smaller than the node, and point-to-point transfers, reach only the links to their
 peers (ficco §III-C). Where NVLink bridges join pairs of GPUs (``nvlink_pair``), a ring over
 more than the pair also crosses the PCIe path between pairs (:func:`ring_intra_link`), which
-then bounds it at the PCIe efficiency. The DMA path (``transport="dma"``) copies pieces
+then bounds it at the PCIe efficiency. Across nodes the algorithm is chosen as NCCL's tuner rates it
+(:func:`tuner_time_s`: a tree at 0.45 of the ring's bus bandwidth where there is no NVLS-Tree)
+and timed physically; a ring's latency pays the network only on its node-crossing steps
+(:func:`ring_latency_s`). The DMA path (``transport="dma"``) copies pieces
 peer to peer with copy engines: no SMs, no reductions, intra-node only (ficco §IV-B, §IV-D).
 """
 
@@ -291,7 +294,7 @@ def nvls_enabled(group: GroupSpec, cluster: ClusterSpec, params: CostParams) -> 
     """Whether NCCL can run an all-reduce of ``group`` with NVLink SHARP: one NVSwitch node of
     a GPU with NVLS (``params.nvls_link_efficiency`` > 0: Hopper), more than 2 ranks (NCCL
     v2.18+ ``src/graph/tuning.cc`` and ``nvls.cc``: NVLS needs the multicast fabric; 2 ranks
-    gain nothing). Multi-node NVLS-Tree is not modelled."""
+    gain nothing). Across nodes, NVLS-Tree: :func:`nvls_tree_enabled`."""
     return (params.nvls_link_efficiency > 0 and cluster.intra.fabric == "nvswitch" and group.nodes == 1
             and group.size > 2)
 
