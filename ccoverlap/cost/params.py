@@ -193,6 +193,12 @@ class CostParams:
     link_efficiency_xgmi: float = 0.80
     link_efficiency_network: float = 0.93
     link_efficiency_ethernet: float = 0.89
+    # AWS EFA (catalog fabric "efa": an RDMA transport NCCL drives through the aws-ofi-nccl plugin):
+    # the achieved fraction of the EFA line rate. FITTED per GPU, with its EFA cluster's hop
+    # latency (catalog [EFALAT]; validation.collectives.FIT_CLUSTER), on the fit half of that
+    # cluster's table: H100 0.76 on 2 x p5.48xlarge (nccl_tests_aws_p5_h100_2x8_all_reduce: 256 GB/s
+    # algbw at 16 GiB through NCCL's tree on 400 GB/s of EFA a node); A100 below.
+    link_efficiency_efa: float = 0.76
     # Where a ring joins NVLink-bridged pairs across two CPU sockets (catalog LinkSpec
     # pairs_per_socket), the fraction of the in-socket PCIe rate it keeps: the traffic between
     # the sockets goes through the CPUs' own link (NVIDIA/nccl-tests#74: on a dual-socket EPYC
@@ -257,9 +263,12 @@ class CostParams:
     # 275 GB/s x 9/8 / 450 GB/s = 0.69. 0 = the GPU has no NVLS (Ampere, A40, MI300X).
     nvls_link_efficiency: float = 0.69
     # Fixed seconds an NVLS all-reduce pays on top of comm_base_latency_s (multicast object set
-    # up, switch round trips; NCCL's tuner uses NVLS only for large messages). fit: vidur
-    # h100_dgx all-reduce, fit half (`python benchmarks/fit_collectives.py`).
-    nvls_latency_s: float = 62.0e-6
+    # up, switch round trips). FITTED (`python benchmarks/fit_collectives.py`) on the fit halves of
+    # vidur's h100_dgx all-reduce (NVLS where NCCL chose it, 16-64 MiB) and of an nccl-tests run
+    # forced to NVLS at every size on 8 x H100 (Azure ND H100 v5, NCCL 2.18.5:
+    # azure_nd_h100_v5_1x8_all_reduce, 27-45 us from 4 KiB to 2 MiB). It was 62 us fitted on
+    # vidur's rows alone, which see NVLS only inside its bandwidth ramp.
+    nvls_latency_s: float = 27.5e-6
     # Copy-engine (DMA) transport: fraction of link rate a cudaMemcpyPeerAsync / hipMemcpy
     # reaches, bandwidth of one copy engine, and per-copy issue+completion latency
     # (ficco §IV-D, DMA-latte: DMA is latency-bound for small copies). assumption; fit:
@@ -476,6 +485,8 @@ class CostParams:
             return self.link_efficiency_xgmi
         if fabric in ("infiniband", "roce"):
             return self.link_efficiency_network
+        if fabric == "efa":
+            return self.link_efficiency_efa
         return self.link_efficiency_ethernet
 
 
@@ -560,6 +571,10 @@ _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
                       "gemm_misaligned_efficiency": 0.5, "gemm_tile_k": 32, "channel_bytes_per_s": 30e9,
                       "link_efficiency_nvlink": 0.78, "link_efficiency_pcie": 0.42,  # [COMM]
                       "comm_host_issue_s": 54.0e-6,  # [COMM]
+                      # FITTED with aws-p4d's hop latency on nccl_tests_aws_p4d_a100_2x8_all_reduce's
+                      # fit half (NCCL 2.8.3 over 4 x 100 Gb/s EFA a node: 32.7 GB/s busbw at 1 GiB,
+                      # through the ring NCCL's tuner picks there: comm.tuner_time_s)
+                      "link_efficiency_efa": 0.53,
                       "host_link_bytes_per_s": 25e9,
                       # forward: [KFIT] on attention/pytorch-126122-a100's fit half (FA2 0.61, cuDNN
                       # 0.58; the FA2 paper's figures read ~0.65); backward: [FA2]
