@@ -90,7 +90,12 @@ def _forked_map(fn: Callable, items: list, workers: int) -> Iterator:
         _flush_std_streams()            # else a worker would write this process's pending output again
         for _ in range(workers):
             r, w = os.pipe()
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:             # no process to be had: this pipe is nobody's
+                os.close(r)
+                os.close(w)
+                raise
             if pid == 0:                # the worker: never returns
                 os.close(r)
                 _forked_worker(fn, items, counter, w, inbox.fds())

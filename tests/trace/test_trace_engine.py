@@ -282,3 +282,17 @@ def test_what_workers_print_is_written_once_and_the_parents_pending_output_not_a
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("before") == 1
     assert sorted(out.stdout.replace("before ", "").splitlines()) == [f"item {i}" for i in range(6)]
+
+
+def test_a_fork_that_fails_is_raised_and_leaves_no_pipe_open(monkeypatch):
+    from ccoverlap.workers import pool
+
+    def no_fork() -> int:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    before = set(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    monkeypatch.setattr(pool.os, "fork", no_fork)
+    with pytest.raises(OSError, match="temporarily unavailable"):
+        list(LocalEngine(2).map(abs, range(4)))
+    if before is not None:
+        assert set(os.listdir("/proc/self/fd")) <= before
