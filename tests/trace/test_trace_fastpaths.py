@@ -5,7 +5,9 @@
   powers of ten, values that round up to the next power, zeros, non-finite);
 * ``write_json``'s ``comm_kernels`` rows, written as text column by column, against
   ``json.dumps(to_dict(), indent=2)``;
-* the factorisations of the kernel kinds and the (device, stream) pairs against ``np.unique``.
+* the factorisations of the kernel kinds and the (device, stream) pairs against ``np.unique``;
+* the contention medians (one rank's, and pooled over ranks for all kernels at once) against
+  ``np.median``.
 """
 
 from __future__ import annotations
@@ -112,3 +114,47 @@ def test_the_contention_median_is_numpys():
     for n in list(range(1, 12)) + [100, 101]:
         for a in (rng.random(n) * 1e-3, rng.integers(0, 4, n) * 1e-6, np.full(n, 1e-5)):
             assert _median_of(a) == float(np.median(a)), a      # exactly: the same two values, the same mean
+
+
+def test_the_pooled_contention_medians_are_numpys():
+    """Per kernel, the median of the distinct durations each repeated its count (taken for all
+    kernels at once) is ``np.median`` of the durations written out, to the last bit; counts of
+    zero (a duration seen only overlapped) are skipped over."""
+    from ccoverlap.trace.contention import _medians
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        groups = [np.unique(rng.integers(1, 40, rng.integers(1, 9)) * 1e-6 * rng.random()) for _ in range(5)]
+        counts = [rng.integers(0, 4, len(g)) for g in groups]
+        for c in counts:
+            c[rng.integers(len(c))] += 1                     # every group has at least one sample
+        values, cnt = np.concatenate(groups), np.concatenate(counts)
+        cut = np.cumsum([0] + [len(g) for g in groups[:-1]])
+        got = _medians(values, cnt, cut, np.add.reduceat(cnt, cut))
+        want = [float(np.median(np.repeat(g, c))) for g, c in zip(groups, counts)]
+        assert got.tolist() == want, (groups, counts)
+
+
+def test_pooled_contention_merges_ranks_as_they_come_or_at_the_end_alike():
+    """The ranks' (kernel, duration) rows merged when they outnumber the merged ones or all at
+    the end: the same rows, the same result."""
+    from ccoverlap.trace import contention as ct
+
+    rng = np.random.default_rng(5)
+
+    def rank(r: int) -> dict:
+        key = rng.integers(0, 3, 50)
+        return {"per_rank": {"slowdown": 1.0, "time_lost_s": 0.0, "kernels": 0}, "over_time_s": 1e-3,
+                "labels": [f"k{(r + j) % 4}" for j in range(3)], "key": key,
+                "dur_s": rng.integers(10, 20, 50) * 1e-6, "n_alone": rng.integers(0, 3, 50),
+                "n_over": rng.integers(0, 3, 50)}
+
+    ranks = [rank(r) for r in range(6)]
+    every, once = ct.PooledContention(), ct.PooledContention()
+    for r, s in enumerate(ranks):
+        every.add(r, s)
+        every.cols      # noqa: B018 - merged after every rank
+        once.add(r, s)
+    assert {k: v.tolist() for k, v in every.cols.items()} == {k: v.tolist() for k, v in once.cols.items()}
+    assert every.result(min_samples=2) == once.result(min_samples=2)
+    assert once.result(min_samples=2).kernels      # the comparison is not empty
