@@ -211,17 +211,23 @@ def test_results_larger_than_a_pipe_come_back_whole(monkeypatch):
     assert [r[0] for r in got] == list(range(9)) and [r[-1] for r in got] == list(range(9))
 
 
-def _slow(x: int) -> int:
-    time.sleep(0.05)
-    return x
-
-
 def test_a_map_left_early_leaves_no_worker_behind():
-    it = LocalEngine(3).map(_slow, range(40))
-    assert next(it) == 0
-    it.close()                                       # the workers are stopped and reaped
-    with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)                   # no child left to reap
+    # in a fresh interpreter: the test process itself may have children of other tests
+    code = ("import os, time\n"
+            "from ccoverlap.workers.pool import LocalEngine\n"
+            "def slow(x):\n"
+            "    time.sleep(0.01)\n"
+            "    return x\n"
+            "it = LocalEngine(3).map(slow, range(40))\n"
+            "assert next(it) == 0\n"
+            "it.close()\n"                                  # the workers are stopped and reaped
+            "try:\n"
+            "    os.waitpid(-1, os.WNOHANG)\n"
+            "except ChildProcessError:\n"
+            "    print('no child left')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "no child left"
 
 
 def test_local_engine_starts_its_workers_without_multiprocessing():
