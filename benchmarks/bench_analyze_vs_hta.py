@@ -11,7 +11,8 @@ process, ours and HTA's alternating (``--pairs`` pairs):
 
 With ``--baseline CMD`` (another ``ccoverlap`` executable, e.g. an older checkout's) each round
 also runs ``CMD analyze DIR --json``, and HTA / baseline and baseline / ours are printed as well:
-a before/after comparison from the same rounds.
+a before/after comparison from the same rounds. Every other round runs the tools in reverse
+order, so that the one that runs right after HTA is not always the same.
 
 Per run: wall seconds, CPU seconds of the process and its children (``wait4`` rusage), and the
 peak memory of the whole process tree, sampled every 20 ms from ``/proc/PID/smaps_rollup`` (both
@@ -223,9 +224,12 @@ def main(argv=None) -> int:
                 raise SystemExit("--baseline prints a different --json document than --ours on this job")
         runs = {k: [] for k in cmds}
         load0 = os.getloadavg()
-        for _ in range(args.pairs):
-            for k, cmd in cmds.items():
-                runs[k].append(run(cmd))
+        names = list(cmds)
+        for i in range(args.pairs):
+            # every other round in reverse (ours, hta, base; base, hta, ours; ...): the tool that runs
+            # right after HTA (750 MiB, 18 s of CPU on both cores) is not always the same one
+            for k in (names if i % 2 == 0 else names[::-1]):
+                runs[k].append(run(cmds[k]))
         load1 = os.getloadavg()
     print(f"{args.ranks} ranks of {args.source.name}; {args.pairs} alternating pairs, medians; CPUs {os.cpu_count()}; "
           f"load average before {load0[0]:.2f}, after {load1[0]:.2f}")

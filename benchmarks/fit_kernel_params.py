@@ -14,6 +14,9 @@ from ccoverlap.validation.kernels import fit_params
 
 GEMM = ["gemm_peak_fraction", "gemm_small_tile_efficiency", "gemm_tile_overhead_ksteps", "gemm_mem_overlap",
         "gemm_gemv_efficiency"]
+#: Hopper's GEMMs are persistent kernels (docs/model.md "Kernels"): one more GEMM parameter there
+PERSISTENT = ["gemm_persistent_overhead_fraction"]
+HOPPER = ("H100-SXM", "H200")
 MEMORY = ["mem_rowwise_efficiency", "mem_rowwise_latency_s", "mem_rowwise_blocks_per_sm", "mem_l2_capacity_fraction",
           "mem_l2_bandwidth_ratio"]
 ATTENTION = ["attention_tile_overhead_iters", "attention_causal_efficiency"]
@@ -27,8 +30,8 @@ def main() -> None:
     ap.add_argument("--kind", action="append", choices=("gemm", "memory", "attention"))
     args = ap.parse_args()
     for kind in args.kind or ["gemm", "memory", "attention"]:
-        names = {"gemm": GEMM, "memory": MEMORY, "attention": ATTENTION}[kind]
         for gpu in args.gpu or GPUS[kind]:
+            names = {"gemm": GEMM + (PERSISTENT if gpu in HOPPER else []), "memory": MEMORY, "attention": ATTENTION}[kind]
             vals = fit_params(gpu, kind, names)
             print(f"{kind} {gpu}: " + ", ".join(f"{k}={v:.4g}" for k, v in vals.items()), flush=True)
 

@@ -45,6 +45,11 @@ OWN_JSON_ERRORS = ("analyze", "validate")
 #: (unless the environment says otherwise). On import it starts one per CPU, which spin for a
 #: while: about 40 ms of CPU before the first trace is read, on two cores.
 NO_BLAS_THREADS = ("analyze",)
+#: Commands whose process, run as the program (not ``main([...])`` from Python), ends with
+#: ``os._exit`` once its output is flushed: the interpreter's teardown (freeing every module and
+#: object one by one) costs ``analyze`` about 28 ms of CPU after its work is done, on one core
+#: while the other idles. Only with the local engine: Ray's shutdown runs at exit.
+FAST_EXIT = ("analyze",)
 
 
 def _closest(word: str, choices: Iterable[str]) -> str | None:
@@ -147,6 +152,15 @@ def _stdout_is_devnull() -> bool:
     return (out.st_dev, out.st_ino) == (null.st_dev, null.st_ino)
 
 
+def _exit_now(code: int) -> NoReturn:
+    """End the process with ``code`` at once, skipping the interpreter's teardown: every output is
+    flushed first, the worker processes are already joined and nothing else waits for exit."""
+    sys.stderr.flush()
+    if "logging" in sys.modules:        # its handlers flush at exit (nothing imports it on this path)
+        sys.modules["logging"].shutdown()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit code (0 ok, 2 error, 130 interrupted). When the first
     argument names a command, only that command's module is imported."""
@@ -162,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         code = int(args.run(args) or 0)
         sys.stdout.flush()
+        if argv is None and args.command in FAST_EXIT and getattr(args, "engine", "local") == "local":
+            _exit_now(code)
         return code
     except BrokenPipeError:
         return _quiet_broken_pipe()

@@ -5,7 +5,7 @@ The one place the project turns a user's mapping into a typed object: hardware
 (:func:`ccoverlap.catalog.hardware.cluster_from_dict`), models (:func:`ccoverlap.catalog.models.model_from_dict`),
 parallel / batch configurations and overlap knobs (:mod:`ccoverlap.parallel.config`,
 :mod:`ccoverlap.predict.workload`), runs files (:mod:`ccoverlap.validation.reader`) and overlap
-groups (:mod:`ccoverlap.deciders.lagom.group`) all go through :func:`check_keys` /
+groups (:mod:`ccoverlap.nccl.groups`) all go through :func:`check_keys` /
 :func:`typed` / :func:`dataclass_from_mapping`:
 
 * an unknown field is reported the same way everywhere, with the closest known name:

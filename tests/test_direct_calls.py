@@ -24,11 +24,11 @@ from ccoverlap.cost import CostModel, collective_time_s, copy_time_s, default_co
 from ccoverlap.cost.compute import memory_time_s
 from ccoverlap.deciders.centauri import decide as centauri
 from ccoverlap.deciders.ficco import heuristic as ficco_heuristic
-from ccoverlap.deciders.lagom.group import load_overlap_group
 from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
 from ccoverlap.deciders.lagom.step import tune_step
 from ccoverlap.deciders.lagom.tune import lagom_tune, tune_group
 from ccoverlap.errors import CCOverlapError, ConfigError, TraceError
+from ccoverlap.nccl.groups import load_overlap_group
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step, estimate_memory
 from ccoverlap.parallel import layer_activation_bytes as lab
 from ccoverlap.predict.strategy import Planner

@@ -62,6 +62,10 @@ CITED_COMMITS = {
     "pytorch/ao": ("46b879641", "0e0fba8f"),
     "foundation-model-stack/fms-fsdp": ("0d319983c4",),
     "openxla/xla": ("71feeddf7cc3c9c7878eee18ea43c983631e6e84",),
+    "aws-ia/terraform-aws-eks-blueprints": ("0426f2b931b66214634386896cb170d0bf68cdb9",),
+    "aws-samples/aws-efa-eks": ("043dbe748fad5c4a6842cd2135c097fbaafe4a95",),
+    "Azure/AI-benchmarking-guide": ("f350e7e65b82cfcb9220b32b582bc34342d9c1a6",
+                                    "3bb66cacc25632d8ece36bc1d5128c5ea886a60b"),
 }
 REPO_REF = re.compile(r"github\.com/|\b(?:" + "|".join(UPSTREAM_OWNERS) + r")/[A-Za-z0-9_.-]+")
 CONTEXT_LINES = 3

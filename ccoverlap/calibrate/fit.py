@@ -506,12 +506,18 @@ def _fit_gemm(obs: list[Observation], bounds: dict[str, tuple[float, float]], ba
               tile_choices: Iterable[tuple[int, int, int]]) -> tuple[CostParams, dict[str, Any]]:
     """The GEMM stage, on GEMMs alone and split ones (the pieces are GEMMs too): every tile
     shape / CTAs-per-SM choice, continuous fields fitted for each (a coarse pre-fit ranks the
-    choices; the three best are refined)."""
+    choices; the three best are refined). The pre-fit fits the per-tile overhead with the peak:
+    ranked with the base's overhead, a tile shape can lose to one whose wave count suits a
+    wrong overhead (the true tile of a GPU 3.5 K steps from an H100 default of 8.1)."""
     coarse = []
+    limits = {"gemm_peak_fraction": (0.1, 1.0), "gemm_tile_overhead_ksteps": (0.0, 16.0), **bounds}
+    pre = ["gemm_peak_fraction"] + [n for n in ("gemm_tile_overhead_ksteps",) if n in bounds]
+    lo, hi = [limits[n][0] for n in pre], [limits[n][1] for n in pre]
     for tm, tn, t in tile_choices:
         p0 = base.with_overrides(gemm_tile_m=tm, gemm_tile_n=tn, gemm_tiles_per_sm=t)
-        fn = _residual_fn(obs, ["gemm_peak_fraction"], p0, ctx)
-        res = least_squares(fn, [p0.gemm_peak_fraction], [0.1], [1.0], max_iter=15)
+        fn = _residual_fn(obs, pre, p0, ctx)
+        x0 = [min(max(float(getattr(p0, n)), a), b) for n, a, b in zip(pre, lo, hi)]
+        res = least_squares(fn, x0, lo, hi, max_iter=15)
         coarse.append((res.cost, (tm, tn, t)))
     coarse.sort()
     best = None

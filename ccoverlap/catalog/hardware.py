@@ -32,7 +32,7 @@ GB = 1e9
 TB = 1e12
 MiB = 1 << 20
 
-Fabric = Literal["nvswitch", "pcie", "full_mesh", "nvlink_pair", "infiniband", "roce", "ethernet"]
+Fabric = Literal["nvswitch", "pcie", "full_mesh", "nvlink_pair", "infiniband", "roce", "efa", "ethernet"]
 FABRICS = get_args(Fabric)
 
 
@@ -301,6 +301,35 @@ IB_2X400G_PER_NODE_8GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=2 
 TCPXO_200G_PER_GPU = LinkSpec(fabric="ethernet", bandwidth_bytes_per_s=25 * GB, latency_s=262e-6,
                               source="[A3M][TCPXOLAT]")
 
+#  [EFA]   AWS Elastic Fabric Adapter: an RDMA transport (SRD) that NCCL drives through the
+#           aws-ofi-nccl network plugin with GPUDirect RDMA ("via NET/AWS Libfabric/0/GDRDMA" in
+#           the p4d NCCL log of the corpus table nccl_tests_aws_p4d_a100_2x8_all_reduce).
+#  [P5]    AWS EC2 P5 (p5.48xlarge, aws.amazon.com/ec2/instance-types/p5): 8 x H100 SXM on
+#           NVSwitch, 3,200 Gb/s of EFA a node (32 EFA interfaces) = 400 Gb/s = 50 GB/s per
+#           direction per GPU.
+#  [P4D]   AWS EC2 P4d (p4d.24xlarge, aws.amazon.com/ec2/instance-types/p4): 8 x A100 40GB SXM on
+#           NVSwitch (600 GB/s bidirectional per GPU), 400 Gb/s of EFA a node (4 x 100 Gb/s) =
+#           50 GB/s a node, 6.25 GB/s per direction per GPU. The catalog's A100 80GB SXM stands in
+#           for the 40GB part (same GA100 chip and NVLink; use this cluster for communication).
+#  [EFALAT] FITTED: the time NCCL's step across EFA takes, 152 us a Simple step on 2 x p5.48xlarge
+#           (38 us LL) and 365 us on 2 x p4d.24xlarge (91 us LL; NCCL 2.8.3), with the GPU's
+#           link_efficiency_efa, on the fit half of each cluster's nccl-tests table
+#           (validation.collectives.FIT_CLUSTER): a 2 x 8 all-reduce of 8 B-2 KiB takes 77-88 us on
+#           p5 and 167-169 us on p4d, against ~40 us on one NVSwitch node. Far above EFA's wire
+#           latency: the step is the proxy thread's and the libfabric plugin's, not the wire's.
+EFA_P5_PER_GPU = LinkSpec(fabric="efa", bandwidth_bytes_per_s=50 * GB, latency_s=152e-6, source="[EFA][P5][EFALAT]")
+EFA_P4D_PER_GPU = LinkSpec(fabric="efa", bandwidth_bytes_per_s=50 * GB / 8, latency_s=365e-6,
+                           source="[EFA][P4D][EFALAT]")
+
+#  [NDV5]  Azure ND H100 v5 (learn.microsoft.com, "ND H100 v5-series"): 8 x H100 80GB SXM on
+#           NVSwitch, 8 x 400 Gb/s NDR InfiniBand (ConnectX-7) a VM, one per GPU [NDR].
+#  [NDV4]  Azure NDm A100 v4 (learn.microsoft.com, "NDm A100 v4-series"): 8 x A100 80GB SXM on
+#           NVSwitch, 8 x 200 Gb/s HDR InfiniBand a VM, one per GPU [HDR].
+#  [NCCLT] FITTED: the floor of an nccl-tests loop of all-reduces on the ND A100 v4 node (a C loop,
+#           no PyTorch), 44.4 us, on the fit half of azure_nd_a100_v4_1x8_all_reduce
+#           (validation.collectives.FIT_CLUSTER; 42-51 us from 8 KiB to 1 MiB there). The ND H100 v5
+#           table ran NVLS at every size, whose time stays above any floor: it does not decide one.
+
 CLUSTERS: dict[str, ClusterSpec] = {
     "dgx-h100": ClusterSpec(name="dgx-h100", gpu=GPUS["H100-SXM"], nodes=1, gpus_per_node=8,
                             intra=NVSWITCH_H100, inter=IB_NDR_PER_GPU, host_issue_s=37.3e-6),  # [HOST]
@@ -320,6 +349,14 @@ CLUSTERS: dict[str, ClusterSpec] = {
                                          host_issue_s=28.3e-6),  # [HOST]
     "a3-mega": ClusterSpec(name="a3-mega", gpu=GPUS["H100-SXM"], nodes=2, gpus_per_node=8,
                            intra=NVSWITCH_H100, inter=TCPXO_200G_PER_GPU),
+    "aws-p5": ClusterSpec(name="aws-p5", gpu=GPUS["H100-SXM"], nodes=2, gpus_per_node=8,
+                          intra=NVSWITCH_H100, inter=EFA_P5_PER_GPU),
+    "aws-p4d": ClusterSpec(name="aws-p4d", gpu=GPUS["A100-80GB-SXM"], nodes=2, gpus_per_node=8,
+                           intra=NVSWITCH_A100, inter=EFA_P4D_PER_GPU),
+    "azure-nd-h100-v5": ClusterSpec(name="azure-nd-h100-v5", gpu=GPUS["H100-SXM"], nodes=1, gpus_per_node=8,
+                                    intra=NVSWITCH_H100, inter=IB_NDR_PER_GPU),  # [NDV5]
+    "azure-nd-a100-v4": ClusterSpec(name="azure-nd-a100-v4", gpu=GPUS["A100-80GB-SXM"], nodes=1, gpus_per_node=8,
+                                    intra=NVSWITCH_A100, inter=IB_HDR_PER_GPU, host_issue_s=44.4e-6),  # [NDV4][NCCLT]
     "mi300x": ClusterSpec(name="mi300x", gpu=GPUS["MI300X"], nodes=1, gpus_per_node=8,
                           intra=IF_MESH, inter=IB_NDR_PER_GPU),
 }

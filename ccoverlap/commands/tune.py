@@ -27,8 +27,8 @@ from ccoverlap.outputs import check_out_dir, path_name
 if TYPE_CHECKING:
     from ccoverlap.catalog.hardware import ClusterSpec
     from ccoverlap.cost.model import CostModel
-    from ccoverlap.deciders.lagom.group import OverlapGroup
     from ccoverlap.deciders.lagom.tune import GroupTuning
+    from ccoverlap.nccl.groups import OverlapGroup
     from ccoverlap.nccl.plan import CommKey
     from ccoverlap.predict.workload import Workload
     from ccoverlap.specs import CommConfig
@@ -61,7 +61,7 @@ def _cost_model(cluster: ClusterSpec, calibration: str | None) -> CostModel:
 
 def _groups(args: argparse.Namespace) -> tuple[list[OverlapGroup], CostModel, str, Workload | None]:
     """(groups, cost model, description of where they came from, the workload or None)."""
-    from ccoverlap.deciders.lagom.group import load_overlap_group, overlap_groups_from_workload
+    from ccoverlap.nccl.groups import load_overlap_group, overlap_groups_from_workload
 
     if args.group:
         cluster = None

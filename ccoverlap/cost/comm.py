@@ -31,7 +31,10 @@ in which every GPU uses its own NIC share. On a full mesh (MI300X) each peer is 
 so groups smaller than the node, and point-to-point transfers, reach only the links to their
 peers (ficco §III-C). Where NVLink bridges join pairs of GPUs (``nvlink_pair``), a ring over
 more than the pair also crosses the PCIe path between pairs (:func:`ring_intra_link`), which
-then bounds it at the PCIe efficiency. The DMA path (``transport="dma"``) copies pieces
+then bounds it at the PCIe efficiency. Across nodes the algorithm is chosen as NCCL's tuner rates it
+(:func:`tuner_time_s`: a tree at 0.45 of the ring's bus bandwidth where there is no NVLS-Tree)
+and timed physically; a ring's latency pays the network only on its node-crossing steps
+(:func:`ring_latency_s`). The DMA path (``transport="dma"``) copies pieces
 peer to peer with copy engines: no SMs, no reductions, intra-node only (ficco §IV-B, §IV-D).
 """
 
@@ -81,7 +84,7 @@ REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 #  protocol  the fastest of those NCCL enables (ll128_enabled: LL128 only on compute capability
 #            7.0 / 8.0 / 9.0 with NVLink rings, NCCL v2.18.3 src/graph/tuning.cc).
 DEFAULT_CHANNELS = {"nvswitch": 16, "nvlink_pair": 8, "pcie": 2, "full_mesh": 32,
-                    "infiniband": 2, "roce": 2, "ethernet": 2}
+                    "infiniband": 2, "roce": 2, "efa": 2, "ethernet": 2}
 DEFAULT_P2P_INTER_CHANNELS = 2
 DEFAULT_THREADS = 512
 DEFAULT_CHUNK = {"simple": 2 * MiB, "ll": 32 * KiB, "ll128": 512 * KiB}
@@ -90,7 +93,7 @@ DEFAULT_CHUNK = {"simple": 2 * MiB, "ll": 32 * KiB, "ll128": 512 * KiB}
 #            NCCL_P2P_PCI_CHUNKSIZE and NCCL_P2P_NET_CHUNKSIZE 128 KiB over PCIe and the network).
 DEFAULT_P2P_CHUNK = {"nvlink": 512 * KiB, "other": 128 * KiB}
 LL128_FABRICS = ("nvswitch", "nvlink_pair", "full_mesh")
-NETWORK_FABRICS = ("infiniband", "roce", "ethernet")  # NCCL/RCCL enable LL128 by default only there
+NETWORK_FABRICS = ("infiniband", "roce", "efa", "ethernet")  # NCCL/RCCL enable LL128 by default only there
 
 
 # ----------------------------------------------------------------------------- closed forms
@@ -266,7 +269,8 @@ def ll128_enabled(group: GroupSpec, cluster: ClusterSpec) -> bool:
     """Whether the collective library enables LL128 for ``group`` by default (NCCL v2.18.3
     ``src/graph/tuning.cc``): only on GPUs where it is tested (``GPUSpec.ll128_default``:
     compute capability 7.0 / 8.0 / 9.0; A40 is 8.6) and only when the ring's intra-node hops
-    are NVLink (``typeIntra <= PATH_NVB``), crossing nodes over InfiniBand / RoCE. NVLink
+    are NVLink (``typeIntra <= PATH_NVB``), crossing nodes over InfiniBand / RoCE or AWS EFA
+    (GPUDirect RDMA through NCCL's network plugin). NVLink
     bridges join pairs of GPUs (``nvlink_pair``): a ring over more than 2 GPUs of the node
     also crosses PCIe between the pairs, so it does not qualify."""
     if not cluster.gpu.ll128_default:
@@ -275,7 +279,7 @@ def ll128_enabled(group: GroupSpec, cluster: ClusterSpec) -> bool:
     if group.nodes > 1:
         fabrics.append(cluster.inter.fabric)
     nvlink = [f for f in fabrics if f in LL128_FABRICS]
-    if not nvlink or not all(f in LL128_FABRICS or f in ("infiniband", "roce") for f in fabrics):
+    if not nvlink or not all(f in LL128_FABRICS or f in ("infiniband", "roce", "efa") for f in fabrics):
         return False
     return not (cluster.intra.fabric == "nvlink_pair" and group.local_size > 2)
 
@@ -290,7 +294,7 @@ def nvls_enabled(group: GroupSpec, cluster: ClusterSpec, params: CostParams) -> 
     """Whether NCCL can run an all-reduce of ``group`` with NVLink SHARP: one NVSwitch node of
     a GPU with NVLS (``params.nvls_link_efficiency`` > 0: Hopper), more than 2 ranks (NCCL
     v2.18+ ``src/graph/tuning.cc`` and ``nvls.cc``: NVLS needs the multicast fabric; 2 ranks
-    gain nothing). Multi-node NVLS-Tree is not modelled."""
+    gain nothing). Across nodes, NVLS-Tree: :func:`nvls_tree_enabled`."""
     return (params.nvls_link_efficiency > 0 and cluster.intra.fabric == "nvswitch" and group.nodes == 1
             and group.size > 2)
 
@@ -301,6 +305,37 @@ def nvls_all_reduce_time_s(nbytes: float, n: int, bw: float, latency: float) -> 
     if n <= 1:
         return 0.0
     return (1.0 + 1.0 / n) * nbytes / bw + latency
+
+
+def nvls_tree_enabled(group: GroupSpec, cluster: ClusterSpec, params: CostParams) -> bool:
+    """Whether NCCL (>= 2.18) can run an all-reduce of ``group`` across nodes as NVLS-Tree: NVLink
+    SHARP inside each NVSwitch node of a GPU with NVLS, a tree between the nodes on every GPU's
+    NIC. The model's hierarchical tree (:func:`_flat_time`) stands in for it."""
+    return (params.nvls_link_efficiency > 0 and cluster.intra.fabric == "nvswitch" and group.nodes > 1
+            and group.local_size > 1)
+
+
+#: The fraction of its channels' bus bandwidth at which NCCL's tuner rates a tree's algorithm
+#: bandwidth (a ring's: n / (2(n−1)) of it): tree busBw × 0.9, then × 0.5 to algorithm bandwidth
+#: (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel). NCCL picks the algorithm by these
+#: ratings, so across nodes it runs a ring for large all-reduces even where a tree would move
+#: the bytes faster.
+NCCL_TREE_RATED_FRACTION = 0.9 * 0.5
+
+
+def tuner_time_s(prof: CommProfile, spec: CollectiveSpec, cluster: ClusterSpec, params: CostParams) -> float:
+    """The time by which the algorithm is chosen: the profile's own, except for a tree all-reduce
+    across nodes without NVLS-Tree (:func:`nvls_tree_enabled`), which NCCL's tuner rates at
+    :data:`NCCL_TREE_RATED_FRACTION` of the ring's bus bandwidth on the same channels, plus the
+    tree's latency (2·log2(nodes) network steps, 2·(ranks a node − 1) node steps)."""
+    group = spec.group
+    if (prof.algorithm != "tree" or group.nodes <= 1 or spec.collective != "all_reduce"
+            or nvls_tree_enabled(group, cluster, params)):
+        return prof.time_s
+    cfg, m = prof.config, float(spec.bytes)
+    bw, li, lo = _ring_across_nodes(bus_bandwidth_factor("all_reduce", group.size) * m, group, cluster, cfg, params)
+    lat = 2 * math.ceil(math.log2(group.nodes)) * lo + 2 * (group.local_size - 1) * li
+    return params.comm_base_latency_s + lat + m / (NCCL_TREE_RATED_FRACTION * bw)
 
 
 def _allowed_algorithms(collective: str, group: GroupSpec, cluster: ClusterSpec | None = None,
@@ -415,10 +450,14 @@ def _flat_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg:
     wire = bus_bandwidth_factor(coll, n) * m
     mesh = _intra_share(cluster, local - 1)
     intra = ring_intra_link(cluster, local, params)
-    if alg == "nvls":
+    if alg == "nvls":  # the switch's traffic runs through the channels' chunk pipeline, as a ring's does
         bw = cluster.intra.bandwidth_bytes_per_s * params.nvls_link_efficiency
+        nvls_wire = (1.0 + 1.0 / n) * m
+        channels = cfg.channels or DEFAULT_CHANNELS["nvswitch"]  # NVLS runs Simple only: its chunk
+        chunk = cfg.chunk_bytes if cfg.protocol == "simple" and cfg.chunk_bytes else DEFAULT_CHUNK["simple"]
+        bw *= chunk_efficiency(nvls_wire / channels, chunk, bw / channels, "simple", params)
         t = nvls_all_reduce_time_s(m, n, bw, params.nvls_latency_s)
-        return t, (1.0 + 1.0 / n) * m, frozenset({"intra"})
+        return t, nvls_wire, frozenset({"intra"})
     if nodes == 1:
         bw, lat = _level(intra, mesh, wire, cfg, params)
         if alg == "tree":
@@ -442,14 +481,33 @@ def _flat_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg:
             t_bw = max(t_bw, m / bi)
             lat += 2 * (local - 1) * li
         return t_bw / params.tree_bw_efficiency + lat, wire, levels
-    # flat ring across nodes: each node boundary is crossed once per direction, through the
-    # node's NICs (local_size per-GPU shares); every step waits for the slowest hop
+    # flat ring across nodes: the bytes move at the slowest hop's rate, and a chunk's way round
+    # the ring adds each hop's latency (ring_latency_s)
+    bw, li, lo = _ring_across_nodes(wire, group, cluster, cfg, params)
+    return _RING_FORMS[coll](m, n, bw, 0.0) + ring_latency_s(coll, n, nodes, li, lo), wire, levels
+
+
+def _ring_across_nodes(wire: float, group: GroupSpec, cluster: ClusterSpec, cfg: CommConfig,
+                       params: CostParams) -> tuple[float, float, float]:
+    """(bytes/s, intra-node step latency, inter-node step latency) of a ring over ``group``
+    across nodes: each node boundary is crossed once per direction, through the node's NICs
+    (``local_size`` per-GPU shares), so the ring runs at the slower of them and the node's link."""
+    local = group.local_size
     bo, lo = _level(cluster.inter, float(local), wire, cfg, params)
-    bw, lat = bo, lo
-    if local > 1:
-        bi, li = _level(intra, mesh, wire, cfg, params)
-        bw, lat = min(bi, bo), max(li, lo)
-    return _RING_FORMS[coll](m, n, bw, lat), wire, levels
+    if local == 1:
+        return bo, lo, lo
+    bi, li = _level(ring_intra_link(cluster, local, params), _intra_share(cluster, local - 1), wire, cfg, params)
+    return min(bi, bo), li, lo
+
+
+def ring_latency_s(coll: str, n: int, nodes: int, intra_latency: float, inter_latency: float) -> float:
+    """Seconds of latency a ring over ``n`` ranks on ``nodes`` nodes adds: its steps, of which
+    those that cross a node boundary pay the network's latency and the rest the node's
+    (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel: ``(nsteps − nInterSteps)·intraLat +
+    nInterSteps·interLat``, with 2(n−1) steps of which 2(nodes−1) between nodes for an
+    all-reduce, n−1 and nodes−1 for the others)."""
+    steps, inter = (2 * (n - 1), 2 * (nodes - 1)) if coll == "all_reduce" else (n - 1, nodes - 1)
+    return (steps - inter) * intra_latency + inter * inter_latency
 
 
 def _hier_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg: CommConfig,
@@ -579,6 +637,7 @@ def collective_profile(spec: CollectiveSpec, cluster: ClusterSpec,
                           f"{group.size} ranks on {group.nodes} node(s) has none")
     algs = (c.algorithm,) if c.algorithm != "auto" else _allowed_algorithms(spec.collective, group, cluster, p)
     best: CommProfile | None = None
+    best_rated = math.inf
     for proto in protos:
         chunk = c.chunk_bytes if c.chunk_bytes is not None else DEFAULT_CHUNK[proto]
         cfg = CommConfig(channels=channels, threads=threads, chunk_bytes=chunk, protocol=proto, algorithm="auto")
@@ -586,8 +645,9 @@ def collective_profile(spec: CollectiveSpec, cluster: ClusterSpec,
             if alg == "nvls" and proto != "simple" and c.algorithm == "auto":
                 continue  # NCCL runs NVLS with the Simple protocol only
             prof = _one(spec, cluster, p, replace(cfg, algorithm=alg), alg)
-            if best is None or prof.time_s < best.time_s:
-                best = prof
+            rated = tuner_time_s(prof, spec, cluster, p)
+            if best is None or rated < best_rated:
+                best, best_rated = prof, rated
     assert best is not None
     return best
 

@@ -15,7 +15,10 @@ the HBM bytes the wave moves (its A row-panels and B column-panels, shared acros
 tiles through L2, plus its output tiles, read too when accumulating), and B the HBM bandwidth
 left to it. ``overlap = 0`` is eq. 6 verbatim (θ + D/B); the default hides most of the
 shorter term, as multistage pipelines do. The kernel time is ``Σ_waves f + launch overhead``
-(eq. 4). Contention enters through ``sms_available`` (eq. 5) and ``hbm_bytes_per_s_available``
+(eq. 4). On Hopper the kernels are persistent (one CTA per SM looping over tiles): the tile
+prologue / epilogue is paid whole in the first wave only, each later wave paying
+``gemm_persistent_overhead_fraction`` of it (the next tile's loads start under the last one's
+stores). Contention enters through ``sms_available`` (eq. 5) and ``hbm_bytes_per_s_available``
 (eq. 6's B̄ − V).
 
 Decomposition loss (ficco §IV-C1) falls out of the same terms: splitting M leaves partial
@@ -27,6 +30,7 @@ As the GEMM libraries do, the model picks the fastest of the main tile and its h
 from __future__ import annotations
 
 import math
+from typing import Generic, TypeVar
 
 from ccoverlap.catalog.hardware import GPUSpec
 from ccoverlap.cost.params import CostParams, causal_attention_factor, checked_inputs
@@ -127,28 +131,36 @@ def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw:
     ksteps = math.ceil(k_piece / tk)
     per_sm_flops = (gpu.flops_for(spec.dtype_bytes) * params.gemm_peak_fraction
                     * params.sustained_clock_fraction / gpu.sms)
-    tile_s = 2.0 * tm * tn * tk * (ksteps + params.gemm_tile_overhead_ksteps) / (per_sm_flops * eff)
+    kstep_s = 2.0 * tm * tn * tk / (per_sm_flops * eff)
+    o_first = params.gemm_tile_overhead_ksteps
+    o_next = o_first * params.gemm_persistent_overhead_fraction  # a persistent CTA's later tiles
     dt = spec.dtype_bytes
     out_dt = 4.0 if split > 1 else dt * (2.0 if accumulate else 1.0)
     ov = params.gemm_mem_overlap
 
-    def wave_time(active: float) -> tuple[float, float]:
-        resident = min(tpsm, math.ceil(active / sms - _EPS))  # CTAs sharing one SM in this wave
-        theta = max(resident, 1) * tile_s
+    def wave_time(active: float, theta: float) -> tuple[float, float]:
+        """One wave of ``active`` tiles whose busiest SM computes for ``theta`` seconds."""
         shared, unshared = _wave_bytes(active, tiles_m, tiles_n, tm, tn, k_piece, dt, out_dt)
         # L2 pollution grows the traffic, never past every tile reading its own panels
         d = min(shared * (1.0 + l2_pollution), max(shared, unshared))
         mem = d / bw
         return max(theta, mem) + (1.0 - ov) * min(theta, mem), d
 
+    def theta_of(active: float, overhead: float) -> float:
+        resident = min(tpsm, math.ceil(active / sms - _EPS))  # CTAs sharing one SM in this wave
+        return max(resident, 1) * (ksteps + overhead) * kstep_s
+
     full = min(float(tiles), slots)
-    f_full, d_full = wave_time(full)
+    last = tiles - (waves - 1) * full
+    o_last = o_first if waves == 1 else o_next
+    f_last, d_last = wave_time(last, theta_of(last, o_last))
     if waves == 1:
-        t, d = f_full, d_full
+        t, d = f_last, d_last
     else:
-        last = tiles - (waves - 1) * full
-        f_last, d_last = wave_time(last)
-        t, d = (waves - 1) * f_full + f_last, (waves - 1) * d_full + d_last
+        f_first, d_first = wave_time(full, theta_of(full, o_first))
+        f_next, d_next = wave_time(full, theta_of(full, o_next))
+        t = f_first + (waves - 2) * f_next + f_last
+        d = d_first + (waves - 2) * d_next + d_last
     if split > 1:  # reduce the fp32 partials: read them, write C (in the kernel or a second one)
         red = spec.batch * spec.m * spec.n * (4.0 * split + dt * (2.0 if accumulate else 1.0))
         t, d = t + red / (bw * l2_bandwidth_gain(red, gpu, params)), d + red
@@ -165,23 +177,48 @@ def _gemv_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw:
     return max(nbytes / (bw * params.gemm_gemv_efficiency), spec.flops / rate), nbytes
 
 
-_GEMM_CACHE: dict[tuple, tuple[GPUSpec, tuple[float, float]]] = {}
-_GEMM_CACHE_MAX = 65536
+_V = TypeVar("_V")
+
+
+class GpuMemo(Generic[_V]):
+    """A bounded memo of a pure model function of one GPU: ``key`` (hashable arguments) and the
+    GPU, which is keyed by identity and kept alive with its entry (GPUSpec holds a dict, so is
+    not hashable; a live object's id is not reused). Cleared whole when it reaches
+    ``max_entries``. Values are never None."""
+
+    def __init__(self, max_entries: int = 65536) -> None:
+        self._entries: dict[tuple, tuple[GPUSpec, _V]] = {}
+        self._max = max_entries
+
+    def get(self, key: tuple, gpu: GPUSpec) -> _V | None:
+        """The value stored for ``key`` on ``gpu``, or None."""
+        hit = self._entries.get(key + (id(gpu),))
+        return hit[1] if hit is not None and hit[0] is gpu else None
+
+    def put(self, key: tuple, gpu: GPUSpec, value: _V) -> _V:
+        """Store ``value`` for ``key`` on ``gpu``; returns it."""
+        if len(self._entries) >= self._max:
+            self._entries.clear()
+        self._entries[key + (id(gpu),)] = (gpu, value)
+        return value
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        self._entries.clear()
+
+
+_GEMM_MEMO: GpuMemo[tuple[float, float]] = GpuMemo()
 
 
 def _gemm_best(spec: GemmSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: float, acc: bool,
                l2: float, tile: tuple[int, int] | None) -> tuple[float, float]:
-    """:func:`_gemm_search`, cached: the planner asks for the same shapes many times (the GPU is
-    keyed by identity and kept alive with its entry; GPUSpec holds a dict, so is not hashable)."""
-    key = (spec, id(gpu), p, sms, bw, acc, l2, tile)
-    hit = _GEMM_CACHE.get(key)
-    if hit is not None and hit[0] is gpu:
-        return hit[1]
-    if len(_GEMM_CACHE) >= _GEMM_CACHE_MAX:
-        _GEMM_CACHE.clear()
-    out = _gemm_search(spec, gpu, p, sms, bw, acc, l2, tile)
-    _GEMM_CACHE[key] = (gpu, out)
-    return out
+    """:func:`_gemm_search`, cached (:class:`GpuMemo`): the planner asks for the same shapes
+    many times."""
+    key = (spec, p, sms, bw, acc, l2, tile)
+    hit = _GEMM_MEMO.get(key, gpu)
+    if hit is not None:
+        return hit
+    return _GEMM_MEMO.put(key, gpu, _gemm_search(spec, gpu, p, sms, bw, acc, l2, tile))
 
 
 def _gemm_search(spec: GemmSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: float, acc: bool,

@@ -50,7 +50,7 @@ from typing import NamedTuple, TypeGuard
 
 from ccoverlap.catalog.hardware import ClusterSpec, GPUSpec
 from ccoverlap.cost.comm import DEFAULT_CHANNELS, DEFAULT_CHUNK, DEFAULT_THREADS, REDUCING
-from ccoverlap.cost.compute import attention_time_s, gemm_time_s, gemm_waves, memory_time_s, tile_candidates
+from ccoverlap.cost.compute import GpuMemo, attention_time_s, gemm_time_s, gemm_waves, memory_time_s, tile_candidates
 from ccoverlap.cost.params import CostParams
 from ccoverlap.specs import AttentionSpec, CollectiveSpec, CopySpec, GemmSpec, MemorySpec, P2PSpec, Spec
 
@@ -156,42 +156,36 @@ def launch_tile(spec: GemmSpec, gpu: GPUSpec, params: CostParams) -> tuple[int, 
 
 
 class _AtLaunch(NamedTuple):
-    """What a GEMM's time under contention scales: its time alone, its launch tile, its time
-    alone at that tile, and its clock-weighted waves per wave alone."""
+    """What a GEMM's time under contention scales: its time alone, its launch tile and that
+    tile's count, its time alone at that tile, and its clock-weighted waves per wave alone."""
 
     alone_s: float
     tile: tuple[int, int]
+    tiles: int
     at_tile_alone_s: float
     waves_alone: float
 
 
-_AT_LAUNCH: dict[tuple, tuple[GPUSpec, _AtLaunch]] = {}
-_AT_LAUNCH_MAX = 65536
+_AT_LAUNCH: GpuMemo[_AtLaunch] = GpuMemo()
 
 
 def _at_launch(spec: GemmSpec, gpu: GPUSpec, params: CostParams) -> _AtLaunch:
-    """:class:`_AtLaunch` of the GEMM, cached like the GEMM times themselves (a fit or a plan
-    asks for one GEMM beside many communication configurations; the GPU is keyed by identity
-    and kept alive with its entry, as it is not hashable)."""
-    key = (spec, id(gpu), params)
-    hit = _AT_LAUNCH.get(key)
-    if hit is not None and hit[0] is gpu:
-        return hit[1]
-    best: tuple[float, tuple[int, int]] | None = None
+    """:class:`_AtLaunch` of the GEMM, cached like the GEMM times themselves (:class:`GpuMemo`:
+    a fit or a plan asks for one GEMM beside many communication configurations)."""
+    hit = _AT_LAUNCH.get((spec, params), gpu)
+    if hit is not None:
+        return hit
+    best: tuple[float, tuple[int, int], float] | None = None
     for tm, tn, eff in tile_candidates(params):
-        t = gemm_time_s(spec, gpu, params, tile=(tm, tn)) / eff
-        if best is None or t < best[0]:
-            best = (t, (tm, tn))
+        t = gemm_time_s(spec, gpu, params, tile=(tm, tn))
+        if best is None or t / eff < best[0]:
+            best = (t / eff, (tm, tn), t)
     assert best is not None
-    tile = best[1]
+    _, tile, at_tile = best
     tiles = math.ceil(spec.m / tile[0]) * math.ceil(spec.n / tile[1]) * spec.batch
-    out = _AtLaunch(gemm_time_s(spec, gpu, params), tile, gemm_time_s(spec, gpu, params, tile=tile),
-                    _clocked_waves(tiles, float(gpu.sms), gpu, params)
-                    / gemm_waves(tiles, gpu.sms, params.gemm_tiles_per_sm))
-    if len(_AT_LAUNCH) >= _AT_LAUNCH_MAX:
-        _AT_LAUNCH.clear()
-    _AT_LAUNCH[key] = (gpu, out)
-    return out
+    waves_alone = _clocked_waves(tiles, float(gpu.sms), gpu, params) / gemm_waves(tiles, gpu.sms, params.gemm_tiles_per_sm)
+    return _AT_LAUNCH.put((spec, params), gpu,
+                          _AtLaunch(gemm_time_s(spec, gpu, params), tile, tiles, at_tile, waves_alone))
 
 
 def _clocked_waves(tiles: int, sms_gemm: float, gpu: GPUSpec, params: CostParams) -> float:
@@ -217,12 +211,10 @@ def gemm_time_under_s(spec: GemmSpec, gpu: GPUSpec, params: CostParams, *, sms_a
     × the slowdown at its :func:`launch_tile` (waves at that tile's block count) × the ratio of
     clock-weighted waves beside and alone (:func:`clock_fraction`)."""
     a = _at_launch(spec, gpu, params)
-    tile = a.tile
-    at_tile_under = gemm_time_s(spec, gpu, params, tile=tile, sms_available=sms_available,
+    at_tile_under = gemm_time_s(spec, gpu, params, tile=a.tile, sms_available=sms_available,
                                 hbm_bytes_per_s_available=hbm_bytes_per_s_available, l2_pollution=l2_pollution)
-    tiles = math.ceil(spec.m / tile[0]) * math.ceil(spec.n / tile[1]) * spec.batch
     sms_gemm = min(max(float(sms_available), 1.0), float(gpu.sms))
-    w_under = _clocked_waves(tiles, sms_gemm, gpu, params) / gemm_waves(tiles, sms_gemm, params.gemm_tiles_per_sm)
+    w_under = _clocked_waves(a.tiles, sms_gemm, gpu, params) / gemm_waves(a.tiles, sms_gemm, params.gemm_tiles_per_sm)
     return a.alone_s * (at_tile_under / a.at_tile_alone_s) * (w_under / a.waves_alone)
 
 

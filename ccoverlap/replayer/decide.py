@@ -21,11 +21,11 @@ import numpy as np
 
 from ccoverlap.catalog.hardware import ClusterSpec
 from ccoverlap.deciders.centauri.rules import operation_level
-from ccoverlap.deciders.lagom.group import Computation, OverlapCollective, OverlapGroup
 from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
 from ccoverlap.deciders.lagom.space import nccl_default_configs
 from ccoverlap.deciders.lagom.tune import lagom_tune
 from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.groups import Computation, OverlapCollective, OverlapGroup
 from ccoverlap.predict.evaluate import cost_model_for_cluster
 from ccoverlap.replayer.graph import E_COLL, GPU
 from ccoverlap.replayer.job import JobGraph

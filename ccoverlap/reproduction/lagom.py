@@ -36,7 +36,7 @@ from ccoverlap.errors import ConfigError
 from ccoverlap.reproduction.suite import Case, Outcome
 
 if TYPE_CHECKING:
-    from ccoverlap.deciders.lagom.group import OverlapGroup
+    from ccoverlap.nccl.groups import OverlapGroup
     from ccoverlap.specs import CommConfig
 
 KINDS = ("step", "range", "group", "contention")
@@ -139,10 +139,10 @@ def _pick_group(groups: Sequence[OverlapGroup], pattern: object) -> OverlapGroup
 
 
 def _group_case(case: Case) -> Outcome:
-    from ccoverlap.deciders.lagom.group import overlap_groups_from_step
     from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
     from ccoverlap.deciders.lagom.space import nccl_default_configs
     from ccoverlap.deciders.lagom.tune import lagom_tune
+    from ccoverlap.nccl.groups import overlap_groups_from_step
     from ccoverlap.predict.strategy import Planner
     from ccoverlap.predict.workload import workload_from_mapping
 
@@ -176,7 +176,7 @@ def _chunk_kib(config: CommConfig) -> int:
 
 
 def _bytes(v: object) -> int:
-    from ccoverlap.deciders.lagom.group import parse_bytes
+    from ccoverlap.nccl.groups import parse_bytes
 
     return int(parse_bytes(v, "chunk"))
 

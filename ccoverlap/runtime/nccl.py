@@ -37,7 +37,7 @@ from ccoverlap.specs import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-    from ccoverlap.deciders.lagom.group import OverlapGroup
+    from ccoverlap.nccl.groups import OverlapGroup
     from ccoverlap.sim.simulator import SupportsDuration
 
 __all__ = ["load_nccl_env", "apply_nccl_env", "load_process_groups", "process_group_options",

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol, TypeVar
 
-from ccoverlap.deciders.lagom.group import ComputeSpec, OverlapGroup
-from ccoverlap.deciders.lagom.profiler import ProfileResult, computation_spec
 from ccoverlap.errors import CCOverlapError, ConfigError
 from ccoverlap.nccl.apply import call_settings, pinned_options, process_values, tuner_csv_text
+from ccoverlap.nccl.groups import ComputeSpec, OverlapGroup
 from ccoverlap.nccl.plan import CommKey
+from ccoverlap.nccl.profile import ProfileResult, computation_spec
 from ccoverlap.sim.simulator import SupportsDuration
 from ccoverlap.specs import CollectiveSpec, CommConfig
 

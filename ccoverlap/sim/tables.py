@@ -98,25 +98,33 @@ def _columns(ops: list) -> tuple[list, list, list, list, list, list[int], list[i
 
 def _streams(rank_arr: np.ndarray, stream_names: list) -> tuple[np.ndarray, np.ndarray, list, list]:
     """Streams as integer ids in first-use order of (rank, stream): (stream id per op,
-    position per op in its stream's queue, rank per stream, queue of op ids per stream)."""
+    position per op in its stream's queue, rank per stream, queue of op ids per stream).
+
+    One stable sort of the (rank, stream) keys groups each stream's ops in issue order; the
+    keys are small integers (a radix sort where they fit 16 bits), and each group's first
+    op gives its first use."""
     n = len(stream_names)
     name_code = {s: c for c, s in enumerate(dict.fromkeys(stream_names))}
     key = rank_arr * len(name_code) + np.fromiter(map(name_code.__getitem__, stream_names), dtype=np.int64,
                                                   count=n)
-    _, first_use, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if key.min() < 0 or key.max() >= 2 * n + (1 << 16):  # sparse or negative ranks: number the keys densely
+        key = np.unique(key, return_inverse=True)[1].reshape(-1)
+    n_keys = int(key.max()) + 1
+    order = np.argsort(key.astype(np.uint16) if n_keys <= 1 << 16 else key, kind="stable")
+    count_k = np.bincount(key, minlength=n_keys)
+    first_k = np.concatenate(([0], np.cumsum(count_k)[:-1]))  # each key's first slot in ``order``
+    present = np.flatnonzero(count_k)
+    first_use = order[first_k[present]]  # each present key's first op
     by_first_use = np.argsort(first_use, kind="stable")
-    renumber = np.empty(len(first_use), dtype=np.int64)
-    renumber[by_first_use] = np.arange(len(first_use))
-    sarr = renumber[inverse.reshape(-1)]
+    keys = present[by_first_use]  # the key of each stream id
+    renumber = np.empty(n_keys, dtype=np.int64)
+    renumber[keys] = np.arange(len(keys))
+    sarr = renumber[key]
     stream_rank = rank_arr[first_use[by_first_use]].tolist()
-    n_streams = len(first_use)
-    order = np.argsort(sarr, kind="stable")
-    counts = np.bincount(sarr, minlength=n_streams)
-    firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n) - np.repeat(firsts, counts)
+    pos[order] = np.arange(n) - np.repeat(first_k, count_k)
     order_l = order.tolist()
-    queues = [order_l[a:a + c] for a, c in zip(firsts.tolist(), counts.tolist())]
+    queues = [order_l[a:a + c] for a, c in zip(first_k[keys].tolist(), count_k[keys].tolist())]
     return sarr, pos, stream_rank, queues
 
 

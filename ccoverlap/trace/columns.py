@@ -116,6 +116,9 @@ def _shape_hash(grid: Any, block: Any) -> int:
     return zlib.crc32(f"{grid}{block}".encode()) if grid is not None else 0
 
 
+_SHAPE_KEY = b"|".join
+
+
 def _num(v: Any) -> bool:
     return (v.__class__ is int or v.__class__ is float) and -1e300 < v < 1e300
 
@@ -153,9 +156,9 @@ class Columns:
         self.float_ts = False
         self._cat_ids: dict[Any, int] = {}
         self._cat_list: list[Any] = []
-        self._shapes: dict[tuple[bytes, bytes], int] = {}
+        self._shapes: dict[bytes, int] = {}
         self._comm_cache: dict[Any, bool] = {}
-        self._prepared: tuple[list[Event], _Groups, list[int]] | None = None
+        self._prepared: tuple[list[Event], _Groups, list[int], dict[Any, list[Any]]] | None = None
 
     # ------------------------------------------------------------------ interning
     def intern(self, names: list[str]) -> np.ndarray:
@@ -211,12 +214,14 @@ class Columns:
         which names are collective)."""
         self._prepared = None
         groups, meta = self._partition(batch)
+        names: dict[Any, list[Any]] = {}       # the CPU ops' names, read once for here and _cpu_ops
         for cat, (evs, _) in groups.items():
             if cat in CPU_OP_CATS and not self.keep_op_args:
-                evs = list(compress(evs, self._comm_flags(list(map(_E_NAME, evs)))))
+                names[cat] = list(map(_E_NAME, evs))
+                evs = list(compress(evs, self._comm_flags(names[cat])))
             if evs and not resolve_args(evs, launch=cat in RUNTIME_CATS):
                 return False
-        self._prepared = (batch, groups, meta)
+        self._prepared = (batch, groups, meta, names)
         return True
 
     def _comm_flags(self, names: list[Any]) -> Iterator[bool]:
@@ -235,6 +240,7 @@ class Columns:
             return
         tolerant = batch[0].__class__ is LooseEvent or None in batch
         groups: Mapping[Any, tuple[list[Event], _Seq]]
+        names: dict[Any, list[Any]] = {}
         if tolerant:
             groups = self._partition_tolerant(batch, base)
         else:
@@ -244,7 +250,7 @@ class Columns:
                     raise ValueError("event args that the typed decoder cannot read")
                 prepared, self._prepared = self._prepared, None
             assert prepared is not None      # prepare() returned True: it set _prepared
-            _, typed, meta = prepared
+            _, typed, meta, names = prepared
             for i in meta:
                 self._meta(batch[i])
             groups = {cat: (evs, idx + base) for cat, (evs, idx) in typed.items()}
@@ -256,15 +262,15 @@ class Columns:
                 evs, seq = self._sanitize(evs, seq, cat)
                 if not evs:
                     continue
-            ts, dur, evs, seq = self._times(evs, seq)
-            if not evs:
+            ts, dur, kept, seq = self._times(evs, seq)
+            if not kept:
                 continue
             if cat in CPU_OP_CATS:
-                self._cpu_ops(cat, evs, seq, ts, dur)
+                self._cpu_ops(cat, kept, seq, ts, dur, names.get(cat) if kept is evs else None)
             elif cat in RUNTIME_CATS:
-                self._launches(evs, seq, ts, dur)
+                self._launches(kept, seq, ts, dur)
             else:
-                self._others(cat, evs, seq, ts, dur)
+                self._others(cat, kept, seq, ts, dur)
 
     def _partition(self, batch: list[Event]) -> tuple[_Groups, list[int]]:
         """A typed batch's complete events by category with their indices in the batch (events of
@@ -347,10 +353,10 @@ class Columns:
         are counted and dropped."""
         ts_l = list(map(_E_TS, evs))
         ts = _floats(ts_l)                              # a missing ts reads NaN: rejected below
-        dur_l = list(map(_E_DUR, evs))
-        if None in dur_l:
-            dur_l = [0 if d is None else d for d in dur_l]
-        dur = _floats(dur_l)
+        dur = _floats(list(map(_E_DUR, evs)))
+        missing = np.isnan(dur)         # a missing dur (None; a NaN never gets here): 0 µs
+        if missing.any():
+            dur[missing] = 0.0
         ok = (dur >= 0) & (dur < 1e15) & (ts > -1e18) & (ts < 1e18)
         if not ok.all():
             for s in np.asarray(seq)[~ok].tolist():
@@ -364,8 +370,10 @@ class Columns:
             self.float_ts = True
         return ts, dur, evs, seq
 
-    def _cpu_ops(self, cat: Hashable, evs: list[Event], seq: _Seq, ts: np.ndarray, dur: np.ndarray) -> None:
-        names = list(map(_E_NAME, evs))
+    def _cpu_ops(self, cat: Hashable, evs: list[Event], seq: _Seq, ts: np.ndarray, dur: np.ndarray,
+                 names: list[Any] | None = None) -> None:
+        """CPU ops and user annotations (``names``: their names when already read)."""
+        names = list(map(_E_NAME, evs)) if names is None else names
         if None in names:
             named = [i for i, n in enumerate(names) if n is not None]
             for i in set(range(len(names))) - set(named):
@@ -567,7 +575,9 @@ class Columns:
         grids, blocks = list(map(_A_GRID, args)), list(map(_A_BLOCK, args))
         if grids[0].__class__ is not Raw:             # the tolerant path: decoded values
             return np.array([_shape_hash(g, b) for g, b in zip(grids, blocks)], dtype=np.int64)
-        keys = list(zip(map(bytes, grids), map(bytes, blocks)))
+        # one bytes key per event, "grid|block": unambiguous, as each side is one whole JSON value
+        # (none is a longer value's start followed by "|"); bytes cache their hash, tuples do not
+        keys = list(map(_SHAPE_KEY, zip(grids, blocks)))
         cache = self._shapes
         new = set(keys).difference(cache)
         if len(cache) + len(new) > 65536:           # too many distinct shapes: no cache

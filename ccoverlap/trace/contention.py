@@ -128,6 +128,14 @@ def _factor(keys: _Keys, use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return labels[present[order]], pos[codes]
 
 
+def _median_of(a: np.ndarray) -> float:
+    """The median of a small array without NaN, as ``np.median`` gives it (the mean of the two middle
+    values when their count is even) at a tenth of its fixed cost: a rank asks for hundreds."""
+    s = np.sort(a)
+    h = len(s) // 2
+    return float(s[h]) if len(s) % 2 else float((s[h - 1] + s[h]) / 2)
+
+
 def _aggregate(keys: _Keys, d: np.ndarray, alone: np.ndarray, over: np.ndarray, min_samples: int,
                min_duration_s: float = 10e-6) -> Contention:
     """Per-kernel and time-weighted slowdown of the samples ``d`` (s), ``alone`` / ``over`` masks."""
@@ -144,7 +152,7 @@ def _aggregate(keys: _Keys, d: np.ndarray, alone: np.ndarray, over: np.ndarray, 
             da, do = du[rows][au[rows]], du[rows][ou[rows]]
             if len(da) < min_samples or len(do) < min_samples:
                 continue
-            ma, mo = float(np.median(da)), float(np.median(do))
+            ma, mo = _median_of(da), _median_of(do)
             if ma < min_duration_s - _NOISE_S:   # launch jitter and µs rounding dominate tiny kernels
                 continue
             kernels.append(KernelContention(
@@ -217,14 +225,26 @@ def _count(key: np.ndarray, dur: np.ndarray, na: np.ndarray, no: np.ndarray) -> 
 
 class PooledContention:
     """Contention pooled over ranks from :func:`rank_samples` results, added one rank at a time
-    (memory: the distinct (kernel, duration) pairs of the job, not its kernels)."""
+    (memory: the distinct (kernel, duration) pairs of the job, not its kernels: the ranks' rows are
+    merged once they outnumber the merged rows, and at the end)."""
 
     def __init__(self) -> None:
         self.label_ids: dict[str, int] = {}
         self.labels: list[str] = []
-        self.cols = _count(np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64))
+        self._merged = _count(np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64))
+        self._pending: list[dict] = []
+        self._pending_rows = 0
         self.over_time_s = 0.0
         self.per_rank: dict[int, dict] = {}
+
+    @property
+    def cols(self) -> dict:
+        """The (kernel, duration) rows of every rank added so far, merged (sorted by key, then duration)."""
+        if self._pending:
+            parts = [self._merged, *self._pending]
+            self._merged = _count(*(np.concatenate([c[k] for c in parts]) for k in ("key", "dur_s", "n_alone", "n_over")))
+            self._pending, self._pending_rows = [], 0
+        return self._merged
 
     def add(self, rank: int, s: dict) -> None:
         """Fold one rank's samples in."""
@@ -239,36 +259,16 @@ class PooledContention:
                 self.labels.append(lab)
             ids.append(self.label_ids[lab])
         key = np.asarray(ids, dtype=np.int64)[s["key"]]
-        c = self.cols
-        self.cols = _count(np.concatenate([c["key"], key]), np.concatenate([c["dur_s"], s["dur_s"]]),
-                           np.concatenate([c["n_alone"], s["n_alone"]]), np.concatenate([c["n_over"], s["n_over"]]))
+        self._pending.append({"key": key, "dur_s": s["dur_s"], "n_alone": s["n_alone"], "n_over": s["n_over"]})
+        self._pending_rows += len(key)
+        if self._pending_rows > max(len(self._merged["key"]), 1 << 16):
+            self.cols       # noqa: B018 - merges the pending rows: memory stays about the distinct pairs
 
     def result(self, min_samples: int = 3, min_duration_s: float = 10e-6) -> Contention:
         """The pooled :class:`Contention` (same rules as for one rank)."""
         if not self.per_rank:
             return Contention(1.0, 0.0, 0.0, [], note="no ranks")
-        c = self.cols
-        kernels: list[KernelContention] = []
-        order = sorted(range(len(self.labels)), key=self.labels.__getitem__)   # label order, as np.unique
-        bounds = {}
-        if len(c["key"]):
-            cut = np.flatnonzero(np.r_[True, c["key"][1:] != c["key"][:-1]])
-            ends = np.r_[cut[1:], len(c["key"])]
-            bounds = {int(c["key"][a]): (a, b) for a, b in zip(cut, ends)}
-        for g in order:
-            if g not in bounds:
-                continue
-            a, b = bounds[g]
-            v, na, no = c["dur_s"][a:b], c["n_alone"][a:b], c["n_over"][a:b]
-            n_a, n_o = int(na.sum()), int(no.sum())
-            if n_a < min_samples or n_o < min_samples:
-                continue
-            ma, mo = _median(v, na), _median(v, no)
-            if ma < min_duration_s - _NOISE_S:
-                continue
-            kernels.append(KernelContention(
-                name=self.labels[g].split("\x00")[0], n_alone=n_a, n_overlapped=n_o, median_alone_s=ma,
-                median_overlapped_s=mo, slowdown=mo / ma, time_lost_s=float(np.sum(v * no) - n_o * ma)))
+        kernels = self._kernels(self.cols, min_samples, min_duration_s)
         if not kernels:
             note = ("no compute kernel ran both alone and overlapped with communication"
                     if self.over_time_s > 0 else "no compute ran overlapped with communication")
@@ -285,13 +285,39 @@ class PooledContention:
         out.per_rank = dict(self.per_rank)
         return out
 
+    def _kernels(self, c: dict, min_samples: int, min_duration_s: float) -> list[KernelContention]:
+        """The kernels compared (label order, as ``np.unique`` gives it): per kernel the counts by
+        one ``reduceat`` and the medians by one ``searchsorted`` over the whole columns."""
+        if not len(c["key"]):
+            return []
+        v, na, no = c["dur_s"], c["n_alone"], c["n_over"]
+        cut = np.flatnonzero(np.r_[True, c["key"][1:] != c["key"][:-1]])
+        ends = np.r_[cut[1:], len(c["key"])]
+        n_a, n_o = np.add.reduceat(na, cut), np.add.reduceat(no, cut)
+        ok = (n_a >= max(min_samples, 1)) & (n_o >= max(min_samples, 1))
+        med_a, med_o = _medians(v, na, cut, n_a), _medians(v, no, cut, n_o)
+        bounds = {int(c["key"][a]): g for g, a in enumerate(cut.tolist())}
+        kernels: list[KernelContention] = []
+        for lab in sorted(range(len(self.labels)), key=self.labels.__getitem__):
+            g = bounds.get(lab)
+            if g is None or not ok[g]:
+                continue
+            ma, mo = float(med_a[g]), float(med_o[g])
+            if ma < min_duration_s - _NOISE_S:
+                continue
+            a, b, n = cut[g], ends[g], int(n_o[g])
+            kernels.append(KernelContention(
+                name=self.labels[lab].split("\x00")[0], n_alone=int(n_a[g]), n_overlapped=n, median_alone_s=ma,
+                median_overlapped_s=mo, slowdown=mo / ma, time_lost_s=float(np.sum(v[a:b] * no[a:b]) - n * ma)))
+        return kernels
 
-def _median(values: np.ndarray, counts: np.ndarray) -> float:
-    """Median of ``values`` (sorted ascending) each repeated ``counts`` times (numpy's definition)."""
-    n = int(counts.sum())
+
+def _medians(values: np.ndarray, counts: np.ndarray, cut: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Per group (rows ``cut[g]`` up to the next cut, ``values`` ascending in each, ``n[g]`` their
+    summed ``counts``, at least 1) the median of its values each repeated ``counts`` times - numpy's
+    definition, the mean of the two middle ones when ``n`` is even: for all groups at once."""
     cum = np.cumsum(counts)
-    hi = values[int(np.searchsorted(cum, n // 2 + 1))]
-    if n % 2:
-        return float(hi)
-    lo = values[int(np.searchsorted(cum, n // 2))]
-    return float(np.mean(np.array([lo, hi])))
+    base = np.r_[0, cum][cut]                   # rows before the group
+    hi = values[np.minimum(np.searchsorted(cum, base + n // 2 + 1), len(values) - 1)]
+    lo = values[np.minimum(np.searchsorted(cum, base + np.maximum(n // 2, 1)), len(values) - 1)]
+    return np.where(n % 2 == 1, hi, (lo + hi) / 2)

@@ -12,10 +12,10 @@ worker reads its rank straight from the store and the driver never holds the byt
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import re
+import zlib
 from pathlib import Path
 from types import ModuleType
 from typing import Any, BinaryIO, TypeGuard, Union
@@ -70,22 +70,55 @@ RATIO_FREE_BYTES = 16 * 2**20
 MAX_GZIP_BYTES = 32 * 2**30
 
 
+#: Compressed bytes read from the file at a time.
+_PACKED_READ = 1 << 16
+
+
 class _Gunzip(io.RawIOBase):
     """A gzip stream over a compressed file object that stops with :class:`TraceError` once the
     output passes :data:`MAX_GZIP_RATIO` times the compressed bytes read (beyond
     :data:`RATIO_FREE_BYTES`) or :data:`MAX_GZIP_BYTES` in all, checked at every read (256 KiB
-    a read in the trace reader), so a bomb costs at most one read past the limit."""
+    a read in the trace reader), so a bomb costs at most one read past the limit.
+
+    zlib reads the gzip format itself (``wbits=31``: header, deflate data, and the trailer's CRC-32
+    and length checked as it inflates), without :mod:`gzip`'s separate CRC call and io buffers
+    between it and the reader; members written one after another are read as one stream, zero bytes
+    between them skipped, as :mod:`gzip` does. A file that ends inside a member raises EOFError,
+    a bad header, deflate stream or trailer ``zlib.error``."""
 
     def __init__(self, source: Source, raw: BinaryIO) -> None:
         self.source, self.raw = source, raw
-        self.gz = gzip.GzipFile(fileobj=raw, mode="rb")
+        self.z = zlib.decompressobj(wbits=31)
         self.out = 0
 
     def readable(self) -> bool:
         return True
 
+    def _inflate(self, n: int) -> bytes:
+        """Up to ``n`` more bytes of the text (b"" at the end of the file)."""
+        z = self.z
+        while True:
+            if z.eof:                               # a member ended: another may follow
+                tail = z.unused_data.lstrip(b"\0")
+                while not tail:
+                    packed = self.raw.read(_PACKED_READ)
+                    if not packed:
+                        return b""
+                    tail = packed.lstrip(b"\0")
+                self.z = z = zlib.decompressobj(wbits=31)
+                data = z.decompress(tail, n)
+            elif z.unconsumed_tail:
+                data = z.decompress(z.unconsumed_tail, n)
+            else:
+                packed = self.raw.read(_PACKED_READ)
+                if not packed:
+                    raise EOFError("compressed file ended before the end-of-stream marker was reached")
+                data = z.decompress(packed, n)
+            if data:
+                return data
+
     def read(self, n: int = -1) -> bytes:
-        data = self.gz.read(n if n is not None and n >= 0 else 1 << 20)
+        data = self._inflate(n if n is not None and n > 0 else 1 << 20)
         self.out += len(data)
         if self.out > RATIO_FREE_BYTES:
             packed = max(self.raw.tell(), 1)
@@ -107,9 +140,8 @@ class _Gunzip(io.RawIOBase):
 
     def close(self) -> None:
         try:
-            self.gz.close()
-        finally:
             self.raw.close()
+        finally:
             super().close()
 
 

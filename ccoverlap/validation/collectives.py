@@ -3,12 +3,14 @@
 Each table of kind ``collective`` (:mod:`ccoverlap.corpus.tables`) holds measured times of
 one collective library on one kind of node, a row per measurement::
 
-    cluster,collective,gpus,nodes,nbytes,time_s[,busbw_gbs]
+    cluster,collective,gpus,nodes,nbytes,time_s[,busbw_gbs][,algorithm]
 
 ``cluster`` is a catalog cluster (``ccoverlap list clusters``), ``collective`` one of the
 cost model's collectives or ``send_recv`` (a point-to-point transfer between 2 GPUs),
 ``gpus`` the ranks, ``nodes`` the nodes they span (an equal share a node), ``nbytes`` the
-message size as nccl-tests' ``size`` and ``time_s`` the measured seconds. Every row is
+message size as nccl-tests' ``size`` and ``time_s`` the measured seconds; an optional
+``algorithm`` column names the algorithm the run forced (``NCCL_ALGO``: ``ring``, ``tree`` or
+``nvls``; empty or absent: NCCL's own choice). Every row is
 predicted with :func:`ccoverlap.cost.comm.collective_time_s` / :func:`~ccoverlap.cost.comm.p2p_time_s`
 at NCCL's default knobs and the cluster GPU's default parameters; the error is
 ``predicted / measured - 1``.
@@ -31,10 +33,10 @@ from typing import Any
 from ccoverlap.catalog.hardware import ClusterSpec, get_cluster
 from ccoverlap.config import short
 from ccoverlap.corpus.tables import Table, load_kind, load_table
-from ccoverlap.cost.comm import back_to_back_time_s, collective_time_s, p2p_time_s
+from ccoverlap.cost.comm import ALGORITHMS, back_to_back_time_s, collective_time_s, p2p_time_s
 from ccoverlap.cost.params import CostParams, default_params
 from ccoverlap.errors import ConfigError
-from ccoverlap.specs import COLLECTIVES, CollectiveSpec, GroupSpec, P2PSpec
+from ccoverlap.specs import COLLECTIVES, CollectiveSpec, CommConfig, GroupSpec, P2PSpec
 
 KIND = "collective"
 MiB = 1 << 20
@@ -57,6 +59,7 @@ class Case:
     nodes: int
     nbytes: float
     measured_s: float
+    algorithm: str = "auto"
 
     @property
     def size_class(self) -> str:
@@ -103,8 +106,25 @@ def table_cases(table: Table, split: str = "held-out") -> list[Case]:
         if coll == P2P and gpus != 2:
             raise ConfigError(f"{where}: send_recv rows are between 2 GPUs, got {gpus}")
         out.append(Case(table.name, cluster.with_nodes(max(cluster.nodes, nodes)), coll, gpus, nodes,
-                        _positive(row, "nbytes", where), _positive(row, "time_s", where)))
+                        _positive(row, "nbytes", where), _positive(row, "time_s", where),
+                        _algorithm(row, coll, where)))
     return out
+
+
+#: what an ``algorithm`` cell may name (NCCL_ALGO values the cost model has)
+FORCED_ALGORITHMS = ("ring", "tree", "nvls")
+
+
+def _algorithm(row: dict[str, Any], coll: str, where: str) -> str:
+    """The row's forced algorithm (``"auto"`` where the column is absent or empty)."""
+    value = str(row.get("algorithm", "") or "").strip().lower()
+    if not value:
+        return "auto"
+    if value not in FORCED_ALGORITHMS or value not in ALGORITHMS:
+        raise ConfigError(f"{where}: algorithm must be one of {FORCED_ALGORITHMS} or empty, got {short(value)}")
+    if coll == P2P:
+        raise ConfigError(f"{where}: a send_recv row has no algorithm to force, got {short(value)}")
+    return value
 
 
 def predict_s(case: Case, params: CostParams | None = None) -> float:
@@ -115,7 +135,8 @@ def predict_s(case: Case, params: CostParams | None = None) -> float:
     if case.collective == P2P:  # the sender's time: it runs ahead of its receiver's issue
         return p2p_time_s(P2PSpec(bytes=case.nbytes, inter_node=case.nodes > 1), case.cluster, p)
     group = GroupSpec(name="corpus", size=case.gpus, local_size=case.gpus // case.nodes)
-    spec = CollectiveSpec(collective=case.collective, bytes=case.nbytes, group=group)  # type: ignore[arg-type]
+    spec = CollectiveSpec(collective=case.collective, bytes=case.nbytes, group=group,  # type: ignore[arg-type]
+                          config=CommConfig(algorithm=case.algorithm))
     return back_to_back_time_s(collective_time_s(spec, case.cluster, p), p, case.cluster)
 
 
@@ -192,7 +213,7 @@ def validate_corpus(split: str = "held-out", *, root: Path | None = None, names:
 FIT_BOUNDS = {"comm_base_latency_s": (0.0, 100e-6), "comm_host_issue_s": (0.0, 200e-6),
               "link_efficiency_nvlink": (0.3, 1.0), "chunk_pipeline_depth": (0.0, 40.0),
               "link_efficiency_pcie": (0.2, 1.0), "link_efficiency_network": (0.2, 1.0),
-              "link_efficiency_ethernet": (0.2, 1.0),
+              "link_efficiency_ethernet": (0.2, 1.0), "link_efficiency_efa": (0.2, 1.0),
               "nvls_latency_s": (0.0, 200e-6), "pcie_socket_crossing_fraction": (0.05, 1.0), "channel_bytes_per_s": (5e9, 100e9),
               "net_channel_bytes_per_s": (2e9, 100e9),
               "host_issue_s": (0.0, 200e-6), "inter_latency_s": (0.0, 500e-6)}
@@ -226,7 +247,8 @@ def cluster_value(cluster: ClusterSpec, name: str) -> float:
 #: comm_host_issue_s is what a cluster without one gets). NVLink
 #: efficiency on H100 / A100 and the network's are large-message figures (nccl-tests#212,
 #: #290; DGX A100 ~230 of 300 GB/s): the H100 / A100 tables stop at 64 MiB, where NCCL's rings
-#: are still ramping up, so they do not refit them.
+#: are still ramping up, so they do not refit them. H100's NVLS latency is fitted on vidur's
+#: DGX H100 rows and on an nccl-tests run forced to NVLS at every size (Azure ND H100 v5).
 #: A40: its table reaches 4 GiB, and a bridged pair's NVLink rate is fitted there.
 FIT = {
     "H100-SXM": ["comm_host_issue_s", "link_efficiency_pcie", "net_channel_bytes_per_s", "nvls_latency_s"],
@@ -237,13 +259,18 @@ FIT = {
 #: catalog cluster -> what its own tables decide once its GPU's parameters are fitted (FIT):
 #: the host issue time of nodes whose tables were timed in eager PyTorch (vidur; the A40
 #: table replays a CUDA graph and keeps the GPU's value), and for a3-mega the latency and
-#: efficiency of GPUDirect-TCPXO between its nodes (its only Ethernet fabric).
+#: efficiency of GPUDirect-TCPXO between its nodes (its only Ethernet fabric); for aws-p5 /
+#: aws-p4d the step latency of AWS EFA between their nodes and their GPU's EFA efficiency (one
+#: EFA cluster per GPU); for azure-nd-a100-v4 the floor of an nccl-tests loop on its node.
 FIT_CLUSTER = {
     "dgx-h100": ["host_issue_s"],
     "h100-nvl-nvlink-pairs": ["host_issue_s"],
     "dgx-a100": ["host_issue_s"],
     "a100-pcie-nvlink-pairs": ["host_issue_s"],
     "a3-mega": ["inter_latency_s", "link_efficiency_ethernet"],
+    "aws-p5": ["inter_latency_s", "link_efficiency_efa"],
+    "aws-p4d": ["inter_latency_s", "link_efficiency_efa"],
+    "azure-nd-a100-v4": ["host_issue_s"],
 }
 
 
@@ -253,6 +280,14 @@ FIT_CLUSTER = {
 NOT_FITTED = {
     "nccl_tests_a3mega_h100_2x8_all_reduce": "GPUDirect-TCPXO between the nodes: its hop latency and efficiency "
                                              "are the cluster's (FIT_CLUSTER), not the H100's",
+    "nccl_tests_aws_p5_h100_2x8_all_reduce": "AWS EFA between the nodes: its hop latency and the H100's EFA "
+                                             "efficiency are fitted on the cluster's rows (FIT_CLUSTER)",
+    "nccl_tests_aws_p4d_a100_2x8_all_reduce": "AWS EFA between the nodes: its hop latency and the A100's EFA "
+                                              "efficiency are fitted on the cluster's rows (FIT_CLUSTER)",
+    "azure_nd_a100_v4_1x8_all_reduce": "a check of the A100 one-node fit on nccl-tests (8 KiB to 8 GiB): judged, "
+                                       "not fitted; only its node's host issue time is (FIT_CLUSTER)",
+    "nccl_tests_h100_nvswitch_1x8_all_reduce": "a check of NVLS at 128 MiB-4 GiB, whose efficiency is a cited "
+                                               "large-message figure: judged, not fitted",
 }
 
 

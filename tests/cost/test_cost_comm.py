@@ -23,6 +23,7 @@ from ccoverlap.cost import (
     ring_reduce_scatter_time_s,
     tree_all_reduce_time_s,
 )
+from ccoverlap.cost.comm import nvls_all_reduce_time_s
 from ccoverlap.errors import ConfigError
 from ccoverlap.specs import COLLECTIVES, CollectiveSpec, CommConfig, CopySpec, GroupSpec, P2PSpec
 
@@ -163,7 +164,10 @@ def test_default_config_follows_nccl_defaults():
     assert default_comm_config("all_reduce", NODE8, H100, nbytes=GiB).protocol == "simple"
     # on H100 NVLS (Simple only) takes the large all-reduces
     assert default_comm_config("all_reduce", NODE8, H100, nbytes=GiB).algorithm == "nvls"
-    assert default_comm_config("all_reduce", TWO_NODES, A40, nbytes=GiB).algorithm == "tree"
+    # across nodes NCCL's tuner rates its tree at 0.45 of the ring's bus bandwidth: the tree takes
+    # small all-reduces (log latency), the ring the large ones
+    assert default_comm_config("all_reduce", TWO_NODES, A40, nbytes=8 * KiB).algorithm == "tree"
+    assert default_comm_config("all_reduce", TWO_NODES, A40, nbytes=GiB).algorithm == "ring"
     # NCCL enables LL128 on NVLink, not on PCIe
     assert default_comm_config("all_reduce", TWO_NODES, A40, nbytes=8 * MiB).protocol != "ll128"
 
@@ -391,14 +395,18 @@ def test_default_params_follow_the_clusters_gpu():
 
 
 def test_nvls_all_reduce_closed_form_and_where_it_applies():
-    """NVLS (NVLink SHARP): (1 + 1/n)·M / (line × nvls_link_efficiency) + latencies, on one
-    NVSwitch node of a GPU with NVLS only; 8 x H100 at 4 GiB reaches the ~480 GB/s busbw
-    NVIDIA/nccl-tests#212 reports."""
+    """NVLS (NVLink SHARP): (1 + 1/n)·M / (line × nvls_link_efficiency × chunk pipeline
+    efficiency of its 16 channels' 2 MiB chunks) + latencies, on one NVSwitch node of a GPU
+    with NVLS only; 8 x H100 at 4 GiB reaches the ~480 GB/s busbw NVIDIA/nccl-tests#212 reports."""
+    from ccoverlap.cost.comm import chunk_efficiency
+
     m = 4 * GiB
     t = collective_time_s(coll("all_reduce", m, algorithm="nvls", protocol="simple"), H100, PH)
     bw = H100.intra.bandwidth_bytes_per_s * PH.nvls_link_efficiency
+    eta = chunk_efficiency(9 / 8 * m / 16, 2 * MiB, bw / 16, "simple", PH)
     fixed = PH.comm_base_latency_s + PH.nvls_latency_s
-    assert t == pytest.approx(9 / 8 * m / bw + fixed)
+    assert 0.98 < eta < 1.0
+    assert t == pytest.approx(9 / 8 * m / (bw * eta) + fixed)
     assert bus_bandwidth("all_reduce", m, 8, t) == pytest.approx(480e9, rel=0.03)
     with pytest.raises(ConfigError, match="nvls"):
         collective_time_s(coll("all_reduce", m, algorithm="nvls"), CLUSTERS["dgx-a100"])
@@ -442,3 +450,47 @@ def test_back_to_back_floor_is_the_cluster_s_host_when_it_has_one():
     for bad in (-1.0, "x"):
         with pytest.raises(ConfigError, match="host_issue_s"):
             cluster_from_dict({**base, "host_issue_s": bad})
+
+
+# ------------------------------------------------------------------ across nodes, as NCCL tunes it
+
+def test_ring_latency_pays_the_network_only_on_steps_that_cross_nodes():
+    """NCCL's ring latency (src/graph/tuning.cc): 2(n-1) steps of an all-reduce, 2(nodes-1) of
+    them between nodes: 16 ranks on 2 nodes pay 28 node steps and 2 network steps."""
+    from ccoverlap.cost.comm import ring_latency_s
+
+    assert ring_latency_s("all_reduce", 16, 2, 1e-6, 100e-6) == pytest.approx(28e-6 + 200e-6)
+    assert ring_latency_s("all_gather", 16, 2, 1e-6, 100e-6) == pytest.approx(14e-6 + 100e-6)
+    assert ring_latency_s("all_reduce", 4, 4, 1e-6, 100e-6) == pytest.approx(600e-6)  # one GPU a node
+    # a latency-bound ring across two nodes is no longer 30 network steps long
+    slow = dataclasses.replace(H100.with_nodes(2), inter=dataclasses.replace(H100.inter, latency_s=100e-6))
+    t = collective_time_s(coll("all_reduce", 1024, group=TWO_NODES, algorithm="ring", protocol="simple"), slow, PH)
+    assert t < 10 * 100e-6
+
+
+def test_across_nodes_the_tree_is_chosen_as_nccl_rates_it():
+    """Without NVLS-Tree (A100), NCCL's tuner rates a tree across nodes at 0.9 x 0.5 of the
+    ring's bus bandwidth, so a large 2 x 8 all-reduce runs as a ring even where the model's tree
+    would move the bytes faster; on H100 NVSwitch nodes (NVLS-Tree) the tree stays."""
+    a100 = CLUSTERS["dgx-a100"].with_nodes(2)
+    pa = default_params(a100.gpu)
+    big = coll("all_reduce", GiB, group=TWO_NODES)
+    tree = collective_time_s(coll("all_reduce", GiB, group=TWO_NODES, algorithm="tree"), a100, pa)
+    ring = collective_time_s(coll("all_reduce", GiB, group=TWO_NODES, algorithm="ring"), a100, pa)
+    assert tree < ring
+    prof = collective_profile(big, a100, pa)
+    assert prof.algorithm == "ring" and prof.time_s == pytest.approx(ring)
+    assert collective_profile(coll("all_reduce", 4 * KiB, group=TWO_NODES), a100, pa).algorithm == "tree"
+    h100 = H100.with_nodes(2)
+    assert collective_profile(big, h100, PH).algorithm == "tree"
+
+
+def test_nvls_runs_through_the_chunk_pipeline_with_simple_chunks():
+    """An NVLS all-reduce of a few chunks a channel is slower than its line-rate form, and its
+    protocol does not change it (NVLS is Simple only)."""
+    m = 16 * MiB
+    nvls = collective_time_s(coll("all_reduce", m, algorithm="nvls"), H100, PH)
+    line = PH.comm_base_latency_s + nvls_all_reduce_time_s(
+        m, 8, H100.intra.bandwidth_bytes_per_s * PH.nvls_link_efficiency, PH.nvls_latency_s)
+    assert nvls > 1.1 * line
+    assert collective_time_s(coll("all_reduce", m, algorithm="nvls", protocol="ll"), H100, PH) == pytest.approx(nvls)

@@ -296,8 +296,10 @@ def test_power_capped_clock_hand_checked():
 def test_one_wave_gemm_beside_24_channels_becomes_two_waves():
     """The forum's tail effect by hand: 132 tiles of 128 x 256 fill an H100's 132 SMs in one
     wave; with 24 SMs held the GEMM runs 108 tiles, then 24. The first wave runs at the
-    full-load clock, the second (24 + 24 SMs busy) at the boost clock: (1 + 0.76) / 1 = 1.76x
-    the one-wave time when compute-bound (the L2 and bandwidth terms add ~0 here)."""
+    full-load clock, the second (24 + 24 SMs busy) at the boost clock, and as the kernel is
+    persistent it pays only a quarter of the tile prologue / epilogue: ~1.71x the one-wave time
+    (the forum measured 1.70x; without the power cap ~1.94x, a second wave a little shorter
+    than the first)."""
     from ccoverlap.catalog.hardware import get_gpu
     from ccoverlap.cost.contention import compute_time_under_s, launch_tile
     from ccoverlap.cost.params import default_params
@@ -308,12 +310,12 @@ def test_one_wave_gemm_beside_24_channels_becomes_two_waves():
     assert launch_tile(gemm, gpu, p) == (128, 256)
     alone = compute_time_under_s(gemm, gpu, p, sms_taken=0, hbm_taken=0, l2_fraction=0, sharers=1)
     beside = compute_time_under_s(gemm, gpu, p, sms_taken=24, hbm_taken=0, l2_fraction=0, sharers=1)
-    assert beside / alone == pytest.approx(1.76, rel=0.02)
-    # without the power cap the second wave costs a full one: 2x
+    assert beside / alone == pytest.approx(1.71, rel=0.02)
+    # without the power cap the second wave costs nearly a full one
     flat = p.with_overrides(full_load_clock_fraction=1.0)
     beside_flat = compute_time_under_s(gemm, gpu, flat, sms_taken=24, hbm_taken=0, l2_fraction=0, sharers=1)
     alone_flat = compute_time_under_s(gemm, gpu, flat, sms_taken=0, hbm_taken=0, l2_fraction=0, sharers=1)
-    assert beside_flat / alone_flat == pytest.approx(2.0, rel=0.02)
+    assert beside_flat / alone_flat == pytest.approx(1.94, rel=0.02)
 
 
 def test_cached_launch_figures_follow_the_params_and_the_gpu():

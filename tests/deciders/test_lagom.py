@@ -14,16 +14,6 @@ import pytest
 
 from ccoverlap.catalog.hardware import get_cluster
 from ccoverlap.cost import CostModel
-from ccoverlap.deciders.lagom.group import (
-    Computation,
-    OverlapCollective,
-    OverlapGroup,
-    equivalent_spec,
-    load_overlap_group,
-    overlap_group_from_mapping,
-    overlap_groups_from_step,
-    parse_bytes,
-)
 from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
 from ccoverlap.deciders.lagom.space import (
     TuningSpace,
@@ -34,6 +24,16 @@ from ccoverlap.deciders.lagom.space import (
 )
 from ccoverlap.deciders.lagom.tune import INITIAL_H, lagom_tune, metric_h, minimum_config, step_config, tune_group
 from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.groups import (
+    Computation,
+    OverlapCollective,
+    OverlapGroup,
+    equivalent_spec,
+    load_overlap_group,
+    overlap_group_from_mapping,
+    overlap_groups_from_step,
+    parse_bytes,
+)
 from ccoverlap.sim.graph import OpGraph
 from ccoverlap.sim.simulator import simulate
 from ccoverlap.specs import CollectiveSpec, CommConfig, GemmSpec, GroupSpec, MemorySpec

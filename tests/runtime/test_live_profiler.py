@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 
 from ccoverlap.catalog.hardware import get_cluster
-from ccoverlap.deciders.lagom.group import Computation, OverlapCollective, OverlapGroup
 from ccoverlap.deciders.lagom.space import TuningSpace
 from ccoverlap.deciders.lagom.tune import lagom_tune
 from ccoverlap.errors import ConfigError
 from ccoverlap.nccl.apply import match_row, parse_tuner_csv
+from ccoverlap.nccl.groups import Computation, OverlapCollective, OverlapGroup
 from ccoverlap.nccl.plan import CommKey
 from ccoverlap.runtime.profiler import LiveNCCLProfiler, ProfilerUnavailable, rank_blocks
 from ccoverlap.specs import CollectiveSpec, CommConfig, GemmSpec, GroupSpec

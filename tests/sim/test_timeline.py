@@ -11,6 +11,7 @@ from ccoverlap.sim.chrome_trace import write_chrome_traces
 from ccoverlap.sim.timeline import (
     Timeline,
     TimelineBuilder,
+    all_rank_metrics,
     intersection_length,
     merge_intervals,
     rank_metrics,
@@ -100,3 +101,14 @@ def test_chrome_trace_has_kineto_layout(tmp_path):
 def test_timeline_rejects_unknown_kind():
     with pytest.raises(ValueError, match="kind"):
         Timeline(rank=[0], stream=["s"], kind=["gpu"], name=["x"], start_s=[0.0], end_s=[1.0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["compute", "comm", "memcpy"]),
+                          st.floats(0.0, 10.0), st.floats(0.0, 3.0)), min_size=1, max_size=30),
+       st.none() | st.tuples(st.floats(0.0, 5.0), st.floats(5.0, 12.0)))
+def test_all_rank_metrics_equals_rank_metrics_of_each_rank(items, window):
+    # ranks interleaved in row order: grouping the rows by rank must keep each rank's order
+    tl = _tl([(r, "s", k, s, s + d) for r, k, s, d in items])
+    want = [rank_metrics(tl, r, window=window) for r in tl.ranks()]
+    assert all_rank_metrics(tl, window=window) == want

@@ -198,6 +198,48 @@ def test_a_worker_that_dies_is_an_error_not_a_hang():
         list(LocalEngine(2).map(_die_in_a_worker, [(os.getpid(), 0, x) for x in range(20)]))
 
 
+def _big_result(x: int) -> bytes:
+    if os.getpid() == int(os.environ["CCOVERLAP_TEST_PARENT"]):
+        time.sleep(0.2)      # the parent is busy while the workers send results larger than a pipe holds
+    return bytes([x]) * (3 << 20)
+
+
+def test_results_larger_than_a_pipe_come_back_whole(monkeypatch):
+    monkeypatch.setenv("CCOVERLAP_TEST_PARENT", str(os.getpid()))
+    got = list(LocalEngine(3).map(_big_result, range(9)))
+    assert [len(r) for r in got] == [3 << 20] * 9
+    assert [r[0] for r in got] == list(range(9)) and [r[-1] for r in got] == list(range(9))
+
+
+def test_a_map_left_early_leaves_no_worker_behind():
+    # in a fresh interpreter: the test process itself may have children of other tests
+    code = ("import os, time\n"
+            "from ccoverlap.workers.pool import LocalEngine\n"
+            "def slow(x):\n"
+            "    time.sleep(0.01)\n"
+            "    return x\n"
+            "it = LocalEngine(3).map(slow, range(40))\n"
+            "assert next(it) == 0\n"
+            "it.close()\n"                                  # the workers are stopped and reaped
+            "try:\n"
+            "    os.waitpid(-1, os.WNOHANG)\n"
+            "except ChildProcessError:\n"
+            "    print('no child left')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "no child left"
+
+
+def test_local_engine_starts_its_workers_without_multiprocessing():
+    code = ("import sys\n"
+            "from ccoverlap.workers.pool import LocalEngine\n"
+            "assert list(LocalEngine(3).map(abs, range(-9, 9))) == [abs(x) for x in range(-9, 9)]\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'multiprocessing'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 def test_local_engine_uses_the_cores_it_is_given(monkeypatch):
     from ccoverlap.workers import pool as eng
 
@@ -209,3 +251,54 @@ def test_local_engine_uses_the_cores_it_is_given(monkeypatch):
     assert isinstance(eng.local_engine(8, big - 1), SerialEngine)   # too little data to pay for a worker
     monkeypatch.setattr(eng.os, "sched_getaffinity", lambda pid: {3}, raising=False)
     assert isinstance(eng.local_engine(8, big), SerialEngine)   # one core
+
+
+_AS_PROGRAM = """
+import atexit, runpy, sys
+atexit.register(lambda: sys.stderr.write("teardown ran\\n"))
+sys.argv = ["ccoverlap"] + sys.argv[1:]
+runpy.run_module("ccoverlap", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_analyze_as_a_program_skips_the_teardown_and_loses_no_output(jobs, capsys):
+    job = FIXTURES / "synthetic" / "two_steps"
+    assert main(["analyze", str(job), "--json", "--jobs", jobs]) == 0      # from Python: returns
+    expected = capsys.readouterr().out
+    run = subprocess.run([sys.executable, "-c", _AS_PROGRAM, "analyze", str(job), "--json", "--jobs", jobs],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == expected                   # every byte flushed before the process ends
+    assert "teardown ran" not in run.stderr         # os._exit: the interpreter's teardown is skipped
+    failed = subprocess.run([sys.executable, "-c", _AS_PROGRAM, "analyze", str(job / "missing.json")],
+                            capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 2 and "teardown ran" in failed.stderr     # an error ends the usual way
+
+
+def test_what_workers_print_is_written_once_and_the_parents_pending_output_not_again():
+    code = ("import sys\n"
+            "from ccoverlap.workers.pool import LocalEngine\n"
+            "def say(x):\n"
+            "    print(f'item {x}')\n"
+            "    return x\n"
+            "sys.stdout.write('before ')\n"               # pending in this process's buffer at the fork
+            "assert list(LocalEngine(3).map(say, range(6))) == list(range(6))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("before") == 1
+    assert sorted(out.stdout.replace("before ", "").splitlines()) == [f"item {i}" for i in range(6)]
+
+
+def test_a_fork_that_fails_is_raised_and_leaves_no_pipe_open(monkeypatch):
+    from ccoverlap.workers import pool
+
+    def no_fork() -> int:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    before = set(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    monkeypatch.setattr(pool.os, "fork", no_fork)
+    with pytest.raises(OSError, match="temporarily unavailable"):
+        list(LocalEngine(2).map(abs, range(4)))
+    if before is not None:
+        assert set(os.listdir("/proc/self/fd")) <= before

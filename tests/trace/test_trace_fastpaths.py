@@ -5,7 +5,9 @@
   powers of ten, values that round up to the next power, zeros, non-finite);
 * ``write_json``'s ``comm_kernels`` rows, written as text column by column, against
   ``json.dumps(to_dict(), indent=2)``;
-* the factorisations of the kernel kinds and the (device, stream) pairs against ``np.unique``.
+* the factorisations of the kernel kinds and the (device, stream) pairs against ``np.unique``;
+* the contention medians (one rank's, and pooled over ranks for all kernels at once) against
+  ``np.median``.
 """
 
 from __future__ import annotations
@@ -85,3 +87,74 @@ def test_factorize_equals_numpy_unique():
         got = _factorize_pairs(dev, stream)
         want = np.unique(np.stack([dev, stream]), axis=1, return_inverse=True)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1].reshape(-1))
+
+
+def test_launch_shape_hashes_are_those_of_the_decoded_grid_and_block(tmp_path):
+    # the typed path keys its cache on the raw text "grid|block": shapes whose texts run together
+    # the same way ("1" "23" / "12" "3", "10" and none / "1" "0") still get their own hash
+    from ccoverlap.trace import load
+    from ccoverlap.trace.columns import _shape_hash
+
+    shapes = [([64, 1, 1], [128, 1, 1]), (1, 23), (12, 3), (10, None), (1, 0), ("a|b", "c"), ("a", "b|c"),
+              ([64, 1, 1], [128, 1, 1]), (None, None)]
+    ks = []
+    for i, (g, b) in enumerate(shapes):
+        args = {k: v for k, v in (("grid", g), ("block", b)) if v is not None}
+        ks.append(kernel(f"k{i}", 100 * i, 10, **args))
+    raw = load.load_trace(write(trace(ks), tmp_path / "shapes.json"))
+    got = dict(zip((raw.names[n] for n in raw.k_nid), raw.k_shape.tolist()))
+    assert [got[f"k{i}"] for i in range(len(shapes))] == [_shape_hash(g, b) for g, b in shapes]
+    assert len({got["k1"], got["k2"], got["k3"], got["k4"]}) == 3      # 1,23 and 12,3 hash alike (as before)
+
+
+def test_the_contention_median_is_numpys():
+    from ccoverlap.trace.contention import _median_of
+
+    rng = np.random.default_rng(7)
+    for n in list(range(1, 12)) + [100, 101]:
+        for a in (rng.random(n) * 1e-3, rng.integers(0, 4, n) * 1e-6, np.full(n, 1e-5)):
+            assert _median_of(a) == float(np.median(a)), a      # exactly: the same two values, the same mean
+
+
+def test_the_pooled_contention_medians_are_numpys():
+    """Per kernel, the median of the distinct durations each repeated its count (taken for all
+    kernels at once) is ``np.median`` of the durations written out, to the last bit; counts of
+    zero (a duration seen only overlapped) are skipped over."""
+    from ccoverlap.trace.contention import _medians
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        groups = [np.unique(rng.integers(1, 40, rng.integers(1, 9)) * 1e-6 * rng.random()) for _ in range(5)]
+        counts = [rng.integers(0, 4, len(g)) for g in groups]
+        for c in counts:
+            c[rng.integers(len(c))] += 1                     # every group has at least one sample
+        values, cnt = np.concatenate(groups), np.concatenate(counts)
+        cut = np.cumsum([0] + [len(g) for g in groups[:-1]])
+        got = _medians(values, cnt, cut, np.add.reduceat(cnt, cut))
+        want = [float(np.median(np.repeat(g, c))) for g, c in zip(groups, counts)]
+        assert got.tolist() == want, (groups, counts)
+
+
+def test_pooled_contention_merges_ranks_as_they_come_or_at_the_end_alike():
+    """The ranks' (kernel, duration) rows merged when they outnumber the merged ones or all at
+    the end: the same rows, the same result."""
+    from ccoverlap.trace import contention as ct
+
+    rng = np.random.default_rng(5)
+
+    def rank(r: int) -> dict:
+        key = rng.integers(0, 3, 50)
+        return {"per_rank": {"slowdown": 1.0, "time_lost_s": 0.0, "kernels": 0}, "over_time_s": 1e-3,
+                "labels": [f"k{(r + j) % 4}" for j in range(3)], "key": key,
+                "dur_s": rng.integers(10, 20, 50) * 1e-6, "n_alone": rng.integers(0, 3, 50),
+                "n_over": rng.integers(0, 3, 50)}
+
+    ranks = [rank(r) for r in range(6)]
+    every, once = ct.PooledContention(), ct.PooledContention()
+    for r, s in enumerate(ranks):
+        every.add(r, s)
+        every.cols      # noqa: B018 - merged after every rank
+        once.add(r, s)
+    assert {k: v.tolist() for k, v in every.cols.items()} == {k: v.tolist() for k, v in once.cols.items()}
+    assert every.result(min_samples=2) == once.result(min_samples=2)
+    assert once.result(min_samples=2).kernels      # the comparison is not empty

@@ -316,3 +316,31 @@ def test_keep_op_args_keeps_every_ops_external_id_and_shapes(tmp_path):
     assert raw.c_ext[mm] == 7 and raw.c_ext[add] == 9
     assert raw.infos[raw.c_args[mm]]["Input Dims"] == [[4, 8], [8, 2]]
     assert raw.c_args[add] == -1
+
+
+def test_gzip_members_one_after_another_read_as_one_stream(tmp_path):
+    # gzip allows several members in one file (``cat a.gz b.gz``), zero bytes between them
+    text = json.dumps(trace(_two_kernels(), rank=1, world=2)).encode()
+    cut = len(text) // 3
+    joined = tmp_path / "joined.json.gz"
+    joined.write_bytes(gzip.compress(text[:cut]) + b"\0" * 7 + gzip.compress(text[cut:]) + b"\0" * 3)
+    a = load.load_trace(joined)
+    b = load.load_trace(write(trace(_two_kernels(), rank=1, world=2), tmp_path / "whole.json.gz"))
+    assert np.array_equal(a.k_ts, b.k_ts) and len(a.k_ts) == 2 and a.rank == 1
+
+
+@pytest.mark.parametrize("damage", ["crc", "length", "garbage after", "cut in the trailer"])
+def test_a_damaged_gzip_trailer_or_tail_is_a_broken_stream(tmp_path, damage):
+    full = bytearray(gzip.compress(json.dumps(trace(_two_kernels())).encode()))
+    if damage == "crc":
+        full[-8] ^= 0xFF
+    elif damage == "length":
+        full[-1] ^= 0x01
+    elif damage == "garbage after":
+        full += b"this is not gzip"
+    else:
+        full = full[:-3]
+    path = tmp_path / "damaged.json.gz"
+    path.write_bytes(bytes(full))
+    with pytest.raises(TraceError, match=r"damaged.json.gz: broken gzip stream"):
+        load.load_trace(path)

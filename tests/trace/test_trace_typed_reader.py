@@ -102,3 +102,95 @@ def test_analyze_starts_no_blas_threads(tmp_path):
     run = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stderr.endswith("threads=1 env=1"), run.stderr[-300:]
+
+
+@pytest.mark.parametrize("chunk", [17, 64, 301])
+def test_batches_cut_anywhere_in_the_text_give_every_event_once(tmp_path, monkeypatch, chunk):
+    # small reads and batches: the batch boundary lands in every kind of place, also inside
+    # a name that holds the text of a boundary ("},{")
+    ops = [{"ph": "X", "cat": "cpu_op", "name": f"op }},{{ #{i}", "pid": 1, "tid": 1, "ts": 10 + i, "dur": 1}
+           for i in range(40)]
+    p = write(_doc(ops), tmp_path / "cut.json")
+    expected = json.loads(p.read_text())["traceEvents"]
+    whole = _result(p)
+    monkeypatch.setattr(jsonstream, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(jsonstream, "BATCH_CHARS", 3 * chunk)
+    evs = _batches(p)
+    assert len(evs) == len(expected) - 1
+    names = [e.name for e in evs if e.__class__ in (jsonstream.TraceEvent, jsonstream.LooseEvent)]
+    assert names == [e["name"] for e in expected[:-1] if e.get("ph") == "X"]
+    assert _result(p) == whole
+
+
+def test_an_event_without_dur_is_an_instant_on_both_readers(tmp_path, monkeypatch):
+    # a complete event whose dur is missing or null lasts 0 µs (typed reader and tolerant reader alike)
+    ops = [{"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 100, "tid": 100, "ts": 20},
+           {"ph": "X", "cat": "cpu_op", "name": "aten::zeros", "pid": 100, "tid": 100, "ts": 30, "dur": None}]
+    p = write(_doc(ops), tmp_path / "nodur.json")
+    raw = load.load_trace(p)
+    by_name = {raw.names[n]: d for n, d in zip(raw.c_nid.tolist(), raw.c_dur.tolist())}
+    assert by_name["aten::empty"] == 0 and by_name["aten::zeros"] == 0 and by_name["aten::mm"] == 3
+    assert raw.n_malformed == 0
+    _same_as_the_standard_library_reader(p, monkeypatch)
+
+
+def _ops_with(name_of, n: int = 5000) -> list[dict]:
+    # 5000 ops: more than the reader's first read (CHUNK_BYTES when the module was loaded), which
+    # holds the header; the batches after it are read as CHUNK_BYTES / BATCH_CHARS say
+    return [{"ph": "X", "cat": "cpu_op", "name": name_of(i), "pid": 1, "tid": 1, "ts": 10 + i, "dur": 1,
+             "args": {"External id": i, "note": "x" * (i % 7)}} for i in range(n)]
+
+
+def _read_both_ways(path: Path, monkeypatch, chunk: int) -> tuple[list, list, str, str]:
+    """Names of the complete events and the analysis: read in small chunks (the batches handed to
+    msgspec as bytes while the text is ASCII: some are) and read as text only (no bytes batches)."""
+    as_bytes = []
+    decode = jsonstream.EventStream._decode_text
+
+    def spy(self, text):
+        as_bytes.append(text.__class__ is bytes)
+        return decode(self, text)
+
+    with monkeypatch.context() as m:
+        m.setattr(jsonstream, "CHUNK_BYTES", chunk)
+        m.setattr(jsonstream, "BATCH_CHARS", 3 * chunk)
+        m.setattr(jsonstream.EventStream, "_decode_text", spy)
+        small = [e.name for e in _batches(path) if e.__class__ in (jsonstream.TraceEvent, jsonstream.LooseEvent)]
+        small_result = _result(path)
+        assert any(as_bytes) and not all(as_bytes)
+        m.setattr(jsonstream.EventStream, "_fresh_batch", jsonstream.EventStream._fresh_text_batch)
+        as_bytes.clear()
+        text = [e.name for e in _batches(path) if e.__class__ in (jsonstream.TraceEvent, jsonstream.LooseEvent)]
+        text_result = _result(path)
+        assert not any(as_bytes)
+    return small, text, small_result, text_result
+
+
+@pytest.mark.parametrize("chunk", [61, 4099])
+def test_batches_read_as_bytes_give_what_batches_read_as_text_give(tmp_path, monkeypatch, chunk):
+    # ASCII, then names that are not (2- and 4-byte characters, cut by the chunks anywhere): the
+    # batches before them go to msgspec as bytes, the rest as text - the same events either way
+    doc = _doc(_ops_with(lambda i: f"op{i}" if i < 4000 else f"op{i} é\U0001f600"))
+    p = tmp_path / "utf8.json"
+    p.write_bytes(json.dumps(doc, ensure_ascii=False).encode())
+    assert not p.read_bytes().isascii()
+    expected = [e["name"] for e in doc["traceEvents"][:-1] if e.get("ph") == "X"]
+    small, text, small_result, text_result = _read_both_ways(p, monkeypatch, chunk)
+    assert small == text == expected
+    assert small_result == text_result
+
+
+def test_a_byte_that_is_not_utf8_in_args_never_read_costs_its_event_in_a_bytes_batch(tmp_path, monkeypatch):
+    # msgspec does not look inside args it keeps as raw text: the batch is not ASCII, so it is read
+    # as text, and the event holding the byte is skipped, as when the whole file is text
+    text = json.dumps(_doc(_ops_with(lambda i: f"op{i}"))).encode()
+    at = text.index(b'"name": "op4500"')
+    bad = text[:at] + text[at:].replace(b'"note": "xxxxx"}', b'"note": "xx\xffxx"}', 1)
+    assert bad != text
+    p = tmp_path / "badarg.json"
+    p.write_bytes(bad)
+    small, text_names, small_result, text_result = _read_both_ways(p, monkeypatch, 997)
+    assert small == text_names
+    assert [n for n in small if n.startswith("op")] == [f"op{i}" for i in range(5000) if i != 4506]   # it held it
+    assert small_result == text_result
+    assert "0xff is not UTF-8" in small_result

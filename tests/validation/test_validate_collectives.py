@@ -191,10 +191,11 @@ def test_fit_recovers_a_cluster_s_inter_node_latency():
     assert got["inter_latency_s"] == pytest.approx(40e-6, rel=0.02)
 
 
-@pytest.mark.parametrize("cluster", ["dgx-h100", "a3-mega"])
+@pytest.mark.parametrize("cluster", ["dgx-h100", "a3-mega", "aws-p5", "aws-p4d", "azure-nd-a100-v4"])
 def test_shipped_cluster_values_are_the_fit_of_their_fit_half(cluster):
-    """The catalog's host issue time of dgx-h100 and a3-mega's TCPXO hop latency and Ethernet
-    efficiency are what the fit script returns on their tables' fit half (as written there)."""
+    """The catalog's host issue time of dgx-h100, a3-mega's TCPXO hop latency and Ethernet
+    efficiency, and the EFA hop latency and efficiency of aws-p5 / aws-p4d are what the fit
+    script returns on their tables' fit half (as written there)."""
     c = get_cluster(cluster)
     base = default_params(c.gpu)
     cases = [x for t in load_kind(KIND) for x in table_cases(t, "fit") if x.cluster.name == cluster]
@@ -215,3 +216,115 @@ def test_cli_bad_table_is_one_line_and_json_says_so(tmp_path, monkeypatch, capsy
     assert main(["validate", "collectives", "--json", "--split", "all"]) == 2
     out = json.loads(capsys.readouterr().out)
     assert out["split"] == "all" and out["groups"] == [] and "time_s must be a positive" in out["error"]
+
+
+#: the public nccl-tests tables across nodes over AWS EFA and on one NVSwitch node, by name:
+#: (catalog cluster, GPU, rows, GPUs, nodes)
+NCCL_TESTS_TABLES = {
+    "nccl_tests_aws_p5_h100_2x8_all_reduce": ("aws-p5", "H100-SXM", 32, 16, 2),
+    "nccl_tests_aws_p4d_a100_2x8_all_reduce": ("aws-p4d", "A100-80GB-SXM", 28, 16, 2),
+    "nccl_tests_h100_nvswitch_1x8_all_reduce": ("dgx-h100", "H100-SXM", 6, 8, 1),
+    "azure_nd_h100_v5_1x8_all_reduce": ("azure-nd-h100-v5", "H100-SXM", 22, 8, 1),
+    "azure_nd_a100_v4_1x8_all_reduce": ("azure-nd-a100-v4", "A100-80GB-SXM", 21, 8, 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NCCL_TESTS_TABLES))
+def test_nccl_tests_tables_are_read_with_their_source_and_counted(name):
+    """Each table loads with its source (repository, path, commit, licence, url), maps every row
+    to its catalog cluster, and every row is judged in one of its two halves."""
+    cluster, gpu, rows, gpus, nodes = NCCL_TESTS_TABLES[name]
+    t = next(t for t in load_kind(KIND) if t.name == name)
+    assert t.gpu == gpu and len(t.rows) == rows
+    assert t.source.repository and t.source.path and t.source.commit and t.source.licence
+    assert t.source.url.startswith("https://github.com/")
+    cases = table_cases(t, "all")
+    assert {c.cluster.name for c in cases} == {cluster}
+    assert {(c.gpus, c.nodes) for c in cases} == {(gpus, nodes)}
+    # nccl-tests' busbw column agrees with the kept time (2(n-1)/n x size / time), to its rounding
+    for r in t.rows:
+        busbw = r["nbytes"] / r["time_s"] * 2 * (gpus - 1) / gpus / 1e9
+        assert busbw == pytest.approx(r["busbw_gbs"], abs=0.011 + 0.002 * busbw)
+    held = [g for g in validate_corpus("held-out", names=[name])]
+    assert sum(g.n for g in held) == len(t.half("held-out")) > 0
+
+
+def test_efa_step_sets_a_small_all_reduce_across_p5_nodes():
+    """A 2 x 8 all-reduce of 8 B-1 KiB on two p5.48xlarge takes 77-88 us (the p5 table): the
+    time of NCCL's step across EFA, not the wire's few microseconds. The model, with the EFA
+    hop fitted on the table's fit half, stays within 20% of every such row."""
+    t = next(t for t in load_kind(KIND) if t.name == "nccl_tests_aws_p5_h100_2x8_all_reduce")
+    small = [c for c in table_cases(t, "all") if c.nbytes <= 1024]
+    assert len(small) == 8
+    for c in small:
+        assert 0.8 < predict_s(c) / c.measured_s < 1.2
+
+
+def test_efa_links_take_the_gpu_s_efa_efficiency():
+    """A cluster whose nodes talk over EFA reaches its GPU's link_efficiency_efa of the EFA line,
+    not InfiniBand's: a large 2-node all-reduce on aws-p5 slows as that efficiency falls."""
+    p5 = get_cluster("aws-p5")
+    p = default_params(p5.gpu)
+    assert p.link_efficiency("efa") == p.link_efficiency_efa != p.link_efficiency("infiniband")
+    big = Case("t", p5, "all_reduce", 16, 2, float(1 << 30), 1.0)
+    assert predict_s(big, p.with_overrides(link_efficiency_efa=0.4)) > 1.5 * predict_s(big, p)
+
+
+@pytest.mark.parametrize("name", ["nccl_tests_aws_p5_h100_2x8_all_reduce", "nccl_tests_aws_p4d_a100_2x8_all_reduce"])
+def test_efa_tables_meet_the_multi_node_target_on_their_held_out_half(name):
+    (group,) = validate_corpus("held-out", names=[name])
+    assert group.size_class == "multi-node" and group.ok
+
+
+def test_the_h100_nvls_latency_is_the_fit_of_the_fit_half():
+    """params.nvls_latency_s (H100) is what the fit script returns over the H100 tables' fit
+    halves (vidur's and the forced-NVLS nccl-tests run), with the other H100 values."""
+    from ccoverlap.validation.collectives import NOT_FITTED
+
+    base = default_params(get_cluster("dgx-h100").gpu)
+    cases = [c for t in load_kind(KIND) if t.gpu == "H100-SXM" and t.name not in NOT_FITTED
+             for c in table_cases(t, "fit")]
+    cases = [Case(c.table, with_cluster_value(c.cluster, "host_issue_s", 0.0), c.collective, c.gpus, c.nodes,
+                  c.nbytes, c.measured_s, c.algorithm) for c in cases]
+    assert {c.table for c in cases} >= {"azure_nd_h100_v5_1x8_all_reduce", "vidur_h100_dgx_all_reduce"}
+    got = fit_params(cases, FIT["H100-SXM"], base)
+    assert got["nvls_latency_s"] == pytest.approx(base.nvls_latency_s, rel=0.02)
+
+
+ALG_META = META.replace("split_key", "notes: forced\nsplit_key")
+
+
+def test_a_forced_algorithm_column_is_what_the_row_is_predicted_with(tmp_path):
+    """An ``algorithm`` cell (NCCL_ALGO as run) forces that algorithm; an empty one leaves the
+    model's choice. A small 8 x H100 all-reduce forced to NVLS pays NVLS's fixed latency."""
+    d = tmp_path / KIND
+    d.mkdir(parents=True)
+    (d / "t.yaml").write_text(META)
+    (d / "t.csv").write_text("cluster,collective,gpus,nodes,nbytes,time_s,algorithm\n"
+                             "azure-nd-h100-v5,all_reduce,8,1,1048576,1e-4,nvls\n"
+                             "azure-nd-h100-v5,all_reduce,8,1,1048576,1e-4,\n")
+    from ccoverlap.corpus.tables import load_table
+
+    forced, free = table_cases(load_table(KIND, "t", root=tmp_path), "all")
+    assert (forced.algorithm, free.algorithm) == ("nvls", "auto")
+    p = default_params(forced.cluster.gpu)
+    assert collective_nvls_floor(p) < predict_s(forced)
+    assert predict_s(free) < predict_s(forced)
+
+
+def collective_nvls_floor(p):
+    return p.comm_base_latency_s + p.nvls_latency_s
+
+
+@pytest.mark.parametrize("row, message", [
+    ("dgx-h100,all_reduce,8,1,1024,1e-5,bogus\n", "algorithm must be one of"),
+    ("dgx-h100,send_recv,2,1,1024,1e-5,ring\n", "no algorithm to force"),
+    ("dgx-a100,all_reduce,8,1,1024,1e-5,nvls\n", "needs one NVSwitch node of a GPU with NVLink SHARP"),
+])
+def test_a_bad_forced_algorithm_is_one_clear_error(tmp_path, row, message):
+    d = tmp_path / KIND
+    d.mkdir(parents=True)
+    (d / "t.yaml").write_text(META)
+    (d / "t.csv").write_text("cluster,collective,gpus,nodes,nbytes,time_s,algorithm\n" + row)
+    with pytest.raises(ConfigError, match=message):
+        validate_corpus("all", root=tmp_path)

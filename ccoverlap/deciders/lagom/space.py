@@ -4,7 +4,7 @@ collective for its own speed, and exhaustive search over a discretised space.
 
 A configuration is a :class:`~ccoverlap.specs.CommConfig` ``s_j = (algorithm, protocol, NC,
 NT, C)`` (lagom Table 1). Every search here works through a
-:class:`~ccoverlap.deciders.lagom.profiler.Profiler` and counts its profiling steps. No torch.
+:class:`~ccoverlap.nccl.profile.Profiler` and counts its profiling steps. No torch.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from ccoverlap.config import short
 from ccoverlap.cost.comm import ll128_enabled
-from ccoverlap.deciders.lagom.group import OverlapGroup, require_group
-from ccoverlap.deciders.lagom.profiler import Profiler, ProfileResult
 from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.groups import OverlapGroup, require_group
+from ccoverlap.nccl.profile import Profiler, ProfileResult
 from ccoverlap.specs import CollectiveSpec, CommConfig
 from ccoverlap.types import ProgressFn
 

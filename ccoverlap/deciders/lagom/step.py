@@ -4,7 +4,7 @@ A step holds many collectives; a tuner tells them apart as NCCL's tuner interfac
 process group, collective type and message size (a :class:`~ccoverlap.nccl.plan.CommKey`). Both
 methods decide a :class:`~ccoverlap.nccl.plan.CommPlan` (one row per key) from the step's overlap
 groups (lagom §3.1: the computations of one (phase, layer, micro-batch) window and the
-collectives beside them, :func:`~ccoverlap.deciders.lagom.group.overlap_groups_from_step`):
+collectives beside them, :func:`~ccoverlap.nccl.groups.overlap_groups_from_step`):
 
 * every main overlap group is tuned collective by collective (``lagom``: Algorithms 1-2 on
   the group's makespan, lagom §3.3-3.4; ``autoccl``: each collective for its own time,
@@ -35,11 +35,12 @@ from functools import partial
 from typing import TYPE_CHECKING, cast
 
 from ccoverlap.config import short
-from ccoverlap.deciders.lagom.group import COMM_STREAM, OverlapCollective, OverlapGroup, overlap_groups_from_step
-from ccoverlap.deciders.lagom.profiler import Profiler, SimulatedProfiler
+from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
 from ccoverlap.deciders.lagom.space import TuneResult, autoccl_tune
 from ccoverlap.errors import ConfigError
+from ccoverlap.nccl.groups import COMM_STREAM, OverlapCollective, OverlapGroup, overlap_groups_from_step
 from ccoverlap.nccl.plan import CommKey, CommPlan, comm_keys
+from ccoverlap.nccl.profile import Profiler
 from ccoverlap.predict.strategy import FunctionStrategy, Planner, planner_workload, workload_key
 from ccoverlap.specs import CollectiveSpec, CommConfig
 

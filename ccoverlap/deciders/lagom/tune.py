@@ -1,14 +1,14 @@
 """Lagom: co-tune the NCCL configurations of the collectives in an overlap group (lagom §3).
 
 For an overlap group (``M`` computations, ``N`` collectives on two streams, see
-:mod:`ccoverlap.deciders.lagom.group`) Lagom chooses ``s_j = (algorithm, protocol, NC, NT, C)`` for every
+:mod:`ccoverlap.nccl.groups`) Lagom chooses ``s_j = (algorithm, protocol, NC, NT, C)`` for every
 collective to minimise the makespan ``Z = max(X, Y)`` of eq. (1) — not each collective's own
 time. Communication resources speed communication up but slow the computation beside it
 (eqs. 4-6: NC SMs taken from the GEMM's waves, NC x C bytes in flight taking memory
 bandwidth), so in a computation-bound group the best configuration gives communication
 *fewer* resources than NCCL's default.
 
-The search (§3.3-3.4), all on a :class:`~ccoverlap.deciders.lagom.profiler.Profiler` (simulated or live):
+The search (§3.3-3.4), all on a :class:`~ccoverlap.nccl.profile.Profiler` (simulated or live):
 
 * implementation parameters (algorithm, protocol) are fixed first per collective, as in
   AutoCCL's divide and conquer (§2.2, §3.4 "we integrate the proposed algorithms into
@@ -58,8 +58,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ccoverlap.deciders.lagom.group import OverlapGroup, require_group
-from ccoverlap.deciders.lagom.profiler import Profiler, ProfileResult, SimulatedProfiler
+from ccoverlap.deciders.lagom.profiler import SimulatedProfiler
 from ccoverlap.deciders.lagom.space import (
     ProfileCounter,
     ProgressFn,
@@ -75,6 +74,8 @@ from ccoverlap.deciders.lagom.space import (
     start_configs,
     with_config,
 )
+from ccoverlap.nccl.groups import OverlapGroup, require_group
+from ccoverlap.nccl.profile import Profiler, ProfileResult
 from ccoverlap.specs import CommConfig
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""Overlap groups: the unit Lagom tunes (lagom §3.1).
+"""Overlap groups: collectives overlapped with computations, the unit whose NCCL configurations
+are tuned together (lagom §3.1).
 
 An overlap group is ``M`` computations serialized on the compute stream and ``N`` collectives
 serialized on one communication stream, all issued together, each collective with its own
