@@ -33,7 +33,12 @@ class GemmSpec:
     """C[m, n] = A[m, k] @ B[k, n], ``batch`` independent times; operands ``dtype_bytes`` wide.
 
     ``accumulate`` marks a piece of a K-split GEMM that adds into an existing C (reads C as
-    well as writing it: the extra traffic of ficco §IV-C's K-decomposition)."""
+    well as writing it: the extra traffic of ficco §IV-C's K-decomposition).
+
+    ``packed_pieces`` > 1 marks one of that many equal pieces (cut along M) whose kernels are
+    issued on several compute streams, so that one piece's last partial wave fills with the
+    next piece's tiles: each piece is charged 1 / ``packed_pieces`` of the pieces' tiles run
+    together (wave quantisation on their sum, not per piece; :func:`ccoverlap.cost.compute.gemm_time_s`)."""
 
     m: Dim
     n: Dim
@@ -42,6 +47,7 @@ class GemmSpec:
     dtype_bytes: ElementBytes = 2
     accumulate: bool = False
     host_kernels: Dim0 = 0  # kernels eager PyTorch dispatches from the host for this op (0: not host-bound)
+    packed_pieces: Dim = 1  # equal M-pieces whose waves pack across compute streams (1: runs alone)
 
     def __post_init__(self) -> None:
         check_fields(self, "GEMM")

@@ -30,6 +30,7 @@ As the GEMM libraries do, the model picks the fastest of the main tile and its h
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Generic, TypeVar
 
 from ccoverlap.catalog.hardware import GPUSpec
@@ -115,11 +116,12 @@ def is_misaligned(spec: GemmSpec) -> bool:
 
 def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw: float,
                accumulate: bool, l2_pollution: float, tm: int, tn: int, eff: float,
-               split: int = 1) -> tuple[float, float]:
+               split: int = 1, pieces: int = 1) -> tuple[float, float]:
     """``(seconds without launch overhead, HBM bytes)`` of the GEMM run as ``tm x tn`` tiles with
     per-SM efficiency ``eff``, its K cut into ``split`` pieces run side by side (split-K: fp32
     partials written and reduced once more, from L2 as far as they fit in it:
-    :func:`l2_bandwidth_gain`)."""
+    :func:`l2_bandwidth_gain`). ``pieces`` > 1: the GEMM is that many kernels' tiles packed
+    into one run of waves (:func:`_packed_first_waves`)."""
     tpsm = params.gemm_tiles_per_sm
     tk = params.gemm_tile_k
     tiles_m = math.ceil(spec.m / tm)
@@ -152,19 +154,32 @@ def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw:
 
     full = min(float(tiles), slots)
     last = tiles - (waves - 1) * full
-    o_last = o_first if waves == 1 else o_next
+    first = _packed_first_waves(tiles, slots, waves, pieces)
+    o_last = o_first if waves <= first else o_next
     f_last, d_last = wave_time(last, theta_of(last, o_last))
     if waves == 1:
         t, d = f_last, d_last
     else:
         f_first, d_first = wave_time(full, theta_of(full, o_first))
         f_next, d_next = wave_time(full, theta_of(full, o_next))
-        t = f_first + (waves - 2) * f_next + f_last
-        d = d_first + (waves - 2) * d_next + d_last
+        n_first = min(first, waves - 1)
+        t = n_first * f_first + (waves - 1 - n_first) * f_next + f_last
+        d = n_first * d_first + (waves - 1 - n_first) * d_next + d_last
     if split > 1:  # reduce the fp32 partials: read them, write C (in the kernel or a second one)
         red = spec.batch * spec.m * spec.n * (4.0 * split + dt * (2.0 if accumulate else 1.0))
         t, d = t + red / (bw * l2_bandwidth_gain(red, gpu, params)), d + red
     return t, d
+
+
+def _packed_first_waves(tiles: int, slots: float, waves: int, pieces: int) -> int:
+    """Waves of a run that pay the whole tile prologue / epilogue: 1 for one kernel (a
+    persistent CTA pays it on its first tile only); for ``pieces`` kernels packed together each
+    kernel's CTAs pay it again on their first tiles, ``min(piece tiles, slots)`` of them per
+    piece, i.e. ``ceil(pieces × that / slots)`` waves' worth (at most ``waves``)."""
+    if pieces <= 1:
+        return 1
+    per_piece = min(tiles / pieces, slots)
+    return max(1, min(waves, math.ceil(pieces * per_piece / slots - _EPS)))
 
 
 def _gemv_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw: float,
@@ -224,7 +239,12 @@ def _gemm_best(spec: GemmSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: floa
 def _gemm_search(spec: GemmSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: float, acc: bool,
                l2: float, tile: tuple[int, int] | None) -> tuple[float, float]:
     """The fastest of the library's kernels for the GEMM (tiles x split-K, gemv, the misaligned
-    fallback's derating); cached: the planner asks for the same shapes many times."""
+    fallback's derating); cached: the planner asks for the same shapes many times. A piece of
+    ``spec.packed_pieces`` > 1 is charged that share of the pieces run together (M times the
+    pieces, :class:`~ccoverlap.specs.GemmSpec`)."""
+    pieces = spec.packed_pieces
+    if pieces > 1:
+        spec = replace(spec, m=spec.m * pieces, packed_pieces=1)
     eff0 = p.gemm_misaligned_efficiency if is_misaligned(spec) else 1.0
     cands = [(tile[0], tile[1], 1.0)] if tile is not None else tile_candidates(p)
     best: tuple[float, float] | None = None
@@ -237,7 +257,7 @@ def _gemm_search(spec: GemmSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: fl
         splits = [1] if tile is not None else _split_k_candidates(tiles, slots, ksteps, p.gemm_max_split_k,
                                                                   bool(p.gemm_split_k_any_count))
         for split in splits:
-            t, d = _gemm_eval(spec, gpu, p, sms, bw, acc, l2, tm, tn, eff * eff0, split)
+            t, d = _gemm_eval(spec, gpu, p, sms, bw, acc, l2, tm, tn, eff * eff0, split, pieces)
             if best is None or t < best[0]:
                 best = (t, d)
     assert best is not None
@@ -245,7 +265,7 @@ def _gemm_search(spec: GemmSpec, gpu: GPUSpec, p: CostParams, sms: float, bw: fl
         g = _gemv_eval(spec, gpu, p, sms, bw, acc)
         if g[0] < best[0]:
             best = g
-    return best
+    return best[0] / pieces, best[1] / pieces
 
 
 def gemm_profile(spec: GemmSpec, gpu: GPUSpec, params: CostParams | None = None, *,

@@ -182,10 +182,16 @@ def _at_launch(spec: GemmSpec, gpu: GPUSpec, params: CostParams) -> _AtLaunch:
             best = (t / eff, (tm, tn), t)
     assert best is not None
     _, tile, at_tile = best
-    tiles = math.ceil(spec.m / tile[0]) * math.ceil(spec.n / tile[1]) * spec.batch
+    tiles = _run_tiles(spec, *tile)
     waves_alone = _clocked_waves(tiles, float(gpu.sms), gpu, params) / gemm_waves(tiles, gpu.sms, params.gemm_tiles_per_sm)
     return _AT_LAUNCH.put((spec, params), gpu,
                           _AtLaunch(gemm_time_s(spec, gpu, params), tile, tiles, at_tile, waves_alone))
+
+
+def _run_tiles(spec: GemmSpec, tm: int, tn: int) -> int:
+    """Tiles of ``tm x tn`` in the run of waves the GEMM belongs to: its own, or those of all
+    ``packed_pieces`` pieces packed together (:class:`~ccoverlap.specs.GemmSpec`)."""
+    return math.ceil(spec.m * spec.packed_pieces / tm) * math.ceil(spec.n / tn) * spec.batch
 
 
 def _clocked_waves(tiles: int, sms_gemm: float, gpu: GPUSpec, params: CostParams) -> float:
@@ -261,6 +267,6 @@ def dispatch_delay_s(spec: Spec, gpu: GPUSpec, params: CostParams) -> float:
     if not isinstance(spec, GemmSpec):
         return 0.0
     tm, tn = launch_tile(spec, gpu, params)
-    tiles = math.ceil(spec.m / tm) * math.ceil(spec.n / tn) * spec.batch
+    tiles = _run_tiles(spec, tm, tn)
     waves = gemm_waves(tiles, gpu.sms, params.gemm_tiles_per_sm)
     return gemm_time_s(spec, gpu, params) * (waves - 1) / waves

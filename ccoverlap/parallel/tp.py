@@ -79,8 +79,12 @@ fc1_dgrad, fc1_wgrad``; ``add_ub(num_sm=16, ...)``, ``num_splits=4`` for pipelin
   buffer and all-gathered (16 SMs) beside the dgrad, then the dgrad reduce-scattered (16 SMs)
   beside the wgrad -- the order the plain mode already has.
 
-``set_sm_margin`` is 0 by default, so the GEMMs keep every SM; TE's three GEMM streams, which
-let consecutive pieces' GEMMs overlap, are not modelled (the GEMMs run in step order).
+``set_sm_margin`` is 0 by default, so the GEMMs keep every SM. TE issues the pieces' GEMMs of
+the ring exchange and of the pipeline round-robin on its compute streams
+(``_stream_compute[i % _stream_compute.size()]``, :data:`UB_COMPUTE_STREAMS` of them), so a
+piece's last, partial wave runs beside the next piece's first wave: the pieces' GEMMs are
+charged wave quantisation on the sum of their tiles, each piece its share
+(``GemmSpec.packed_pieces``), still in step order behind their copies.
 
 With ``fp8`` the linear GEMMs run on FP8 operands (``LayerCtx.gemm``) and the framework
 profile decides which inputs / output gradients need their own cast kernel (``_cast``). TP
@@ -114,7 +118,7 @@ from ccoverlap.specs import CommConfig, CopySpec, P2PSpec
 if TYPE_CHECKING:
     from ccoverlap.parallel.context import LayerCtx
     from ccoverlap.parallel.segment import Dep, Segment
-    from ccoverlap.specs import Collective, CollectiveSpec
+    from ccoverlap.specs import Collective, CollectiveSpec, GemmSpec
 
 #: TransformerEngine v1.7 userbuffers defaults (``tp_overlap="userbuffers"``): thread blocks
 #: (one SM each) of the SM-driven pipeline / bulk collectives, ``add_ub(num_sm=16, ...)`` in
@@ -126,6 +130,11 @@ UB_PIPELINE_SPLITS = 4
 #: Thread blocks of the last pipeline piece's reduce-scatter: ``_ub_comm->sms = UB_MAX_SM``
 #: with ``#define UB_MAX_SM 32`` in transformer_engine/pytorch/csrc/comm_gemm_overlap.h.
 UB_MAX_SM = 32
+#: Compute streams the ring-exchange / pipeline GEMM pieces are issued on, round-robin:
+#: ``num_max_streams = NVTE_COMM_OVERLAP_MAX_STREAMS = 3`` in TransformerEngine v1.7's
+#: transformer_engine/pytorch/csrc/comm_gemm_overlap.h (``_stream_compute``), which
+#: ``initialize_ub`` does not change.
+UB_COMPUTE_STREAMS = 3
 
 
 def _cast(seg: Segment, ctx: LayerCtx, src: Dep, name: str, direction: str, rows: int, cols: int,
@@ -188,6 +197,14 @@ def _ub_coll(ctx: LayerCtx, collective: Collective, nbytes: float, sms: int = UB
     return replace(ctx.coll(collective, nbytes, "tp"), config=CommConfig(channels=sms), transport="sm")
 
 
+def _ub_gemm(ctx: LayerCtx, m: int, n: int, k: int, name: str, pieces: int) -> GemmSpec:
+    """One of ``pieces`` userbuffers GEMM pieces [m, k] x [k, n]: with more than one compute
+    stream (:data:`UB_COMPUTE_STREAMS`) their waves pack, so each is charged its share of the
+    pieces' tiles together (``packed_pieces``); on one stream it runs alone."""
+    spec = ctx.gemm(m, n, k, name)
+    return replace(spec, packed_pieces=pieces) if min(UB_COMPUTE_STREAMS, pieces) > 1 else spec
+
+
 def _peer_copy(ctx: LayerCtx, nbytes: float) -> P2PSpec:
     """One peer's shard pulled from its symmetric-memory buffer by ``Tensor.copy_``: a
     copy-engine transfer over the intra-node fabric (``nbytes`` bytes)."""
@@ -244,7 +261,7 @@ def fwd_ag_gemm(seg: Segment, ctx: LayerCtx, src: Dep, name: str, n: int, k: int
     if _userbuffers(ctx, name):
         rows = ctx.local_tokens
         return _ub_ring_ag(seg, ctx, src, name, rows, k, lambda s, dep: seg.add(
-            f"{name}{s}", ctx.gemm(rows, n, k, name), deps=(dep,), tensor=tensor), d)
+            f"{name}{s}", _ub_gemm(ctx, rows, n, k, name, ctx.tp), deps=(dep,), tensor=tensor), d)
     c = _chunks(ctx, T)
     if c == 1:
         ag = seg.add(f"{name}_ag", ctx.coll("all_gather", T * k * d, "tp"), "tp", deps=(src,))
@@ -294,7 +311,7 @@ def _ub_gemm_rs(seg: Segment, ctx: LayerCtx, src: Dep, name: str, n: int, k: int
     mc = _split(T, c)
     r = -1
     for i in range(c):
-        g = seg.add(f"{name}{i}", ctx.gemm(mc, n, k, name), deps=(src, *deps))
+        g = seg.add(f"{name}{i}", _ub_gemm(ctx, mc, n, k, name, c), deps=(src, *deps))
         sms = UB_MAX_SM if i == c - 1 else UB_NUM_SM
         r = seg.add(f"{name}_rs{i}", _ub_coll(ctx, "reduce_scatter", mc * n * d, sms), "tp", deps=(g,))
     return r
@@ -354,7 +371,7 @@ def bwd_row(seg: Segment, ctx: LayerCtx, src: Dep, name: str, n: int, k: int, te
 
         def ub_dgrad(s: int, dep: Dep) -> int:
             g = cast_gathered(dep, rows)
-            return seg.add(f"{name}_dgrad{s}", ctx.gemm(rows, k, n, name), deps=(g,))
+            return seg.add(f"{name}_dgrad{s}", _ub_gemm(ctx, rows, k, n, name, ctx.tp), deps=(g,))
         dg = _ub_ring_ag(seg, ctx, src, f"{name}_grad", rows, n, ub_dgrad, d)
         seg.add(f"{name}_wgrad", wgrad, deps=(dg,), tensor=tensor)
         return dg

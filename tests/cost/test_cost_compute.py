@@ -253,3 +253,28 @@ def test_persistent_kernels_are_hopper_only():
         assert default_params(GPUS[name]).gemm_persistent_overhead_fraction == 1.0
     with pytest.raises(ConfigError, match="gemm_persistent_overhead_fraction"):
         CostParams(gemm_persistent_overhead_fraction=1.5)
+
+
+def test_packed_pieces_pay_wave_quantisation_on_their_tiles_together():
+    """Pieces issued on several compute streams (TransformerEngine's userbuffers GEMMs): each
+    is charged its share of the pieces' tiles run as one run of waves. 512 x 9216 at 128 x 256
+    is 144 tiles, one wave of 132 SMs and 12 tiles over: alone a piece pays two waves; 8
+    packed pieces are 1152 tiles, 9 waves (8.7 full), so about 0.55 of a piece alone."""
+    piece = GemmSpec(m=512, n=9216, k=18432)
+    packed = GemmSpec(m=512, n=9216, k=18432, packed_pieces=8)
+    alone, share = gemm_time_s(piece, H100, P), gemm_time_s(packed, H100, P)
+    whole = gemm_time_s(GemmSpec(m=8 * 512, n=9216, k=18432), H100, P)
+    launch = P.kernel_launch_overhead_s
+    assert share < 0.7 * alone
+    # the whole GEMM's waves, but each piece's CTAs pay the full tile prologue on their first tile
+    assert whole / 8 < share < (whole - launch) / 8 + launch + 0.05 * whole / 8
+    # pieces of exactly one wave each (12 x 11 tiles on 132 SMs) leave no partial wave to fill,
+    # and each piece's CTAs still pay the whole prologue: packing gains nothing
+    exact = GemmSpec(m=128 * 12, n=256 * 11, k=8192)
+    packed4 = GemmSpec(m=128 * 12, n=256 * 11, k=8192, packed_pieces=4)
+    assert gemm_time_s(packed4, H100, P, tile=TILE) == pytest.approx(gemm_time_s(exact, H100, P, tile=TILE), rel=1e-9)
+
+
+def test_packed_pieces_must_be_a_positive_count():
+    with pytest.raises(ConfigError, match="packed_pieces"):
+        GemmSpec(m=512, n=512, k=512, packed_pieces=0)

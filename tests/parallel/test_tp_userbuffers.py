@@ -16,7 +16,8 @@ from parallel_helpers import cluster
 from ccoverlap.catalog.models import get_model
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel import BatchConfig, OverlapKnobs, ParallelConfig, build_step
-from ccoverlap.parallel.tp import UB_MAX_SM, UB_NUM_SM, UB_PIPELINE_SPLITS
+from ccoverlap.parallel import tp as tp_module
+from ccoverlap.parallel.tp import UB_COMPUTE_STREAMS, UB_MAX_SM, UB_NUM_SM, UB_PIPELINE_SPLITS
 from ccoverlap.specs import CollectiveSpec, CopySpec, GemmSpec, P2PSpec
 
 L8 = get_model("Llama-3-8B")
@@ -144,6 +145,39 @@ def test_simulated_ring_copies_run_beside_the_gemm_steps_and_hide_tp_communicati
             busy |= (grid >= a) & (grid < b)
         return float(np.mean(~busy) * (hi - lo))
     assert exposed_fwd_tp(ub) < 0.5 * exposed_fwd_tp(build(SP4, "none"))
+
+
+def test_pieces_on_te_compute_streams_pack_their_waves(ub):
+    """TE issues the ring-exchange and pipeline GEMM pieces round-robin on 3 compute streams:
+    each ring piece is one of ``tp`` packed pieces, each pipeline piece one of 4; the bulk
+    GEMMs (one kernel each) and the LM head are not pieces."""
+    assert UB_COMPUTE_STREAMS == 3  # NVTE_COMM_OVERLAP_MAX_STREAMS in TransformerEngine v1.7
+    fwd, bwd = layer(ub), layer(ub, "bwd")
+    assert {by_name(fwd, f"{n}{s}").spec.packed_pieces for n in ("qkv", "mlp_fc1") for s in range(TP)} == {TP}
+    assert {by_name(fwd, f"{n}{i}").spec.packed_pieces for n in ("proj", "mlp_fc2")
+            for i in range(UB_PIPELINE_SPLITS)} == {UB_PIPELINE_SPLITS}
+    assert {by_name(bwd, f"{n}_dgrad{s}").spec.packed_pieces for n in ("proj", "mlp_fc2") for s in range(TP)} == {TP}
+    assert {o.spec.packed_pieces for o in bwd if o.name.endswith("_wgrad") or o.name in ("qkv_dgrad", "mlp_fc1_dgrad")} == {1}
+    assert {o.spec.packed_pieces for o in ub.graph.ops if o.name.startswith("lm_head") and isinstance(o.spec, GemmSpec)} == {1}
+
+
+def test_packed_pieces_shorten_the_simulated_layer(ub, monkeypatch):
+    """The wave packing in simulation: Llama-3-8B's qkv piece is 1024 x 1536 (48 tiles of
+    128 x 256 on 132 SMs, a third of a wave); on one compute stream each piece pays its own
+    partial wave, on TE's three the 4 pieces share 192 tiles' waves, so the forward is shorter."""
+    from ccoverlap.cost import CostModel
+    from ccoverlap.sim.simulator import simulate
+
+    def fwd_s(sg):
+        tl = simulate(sg.graph, CostModel(cluster(SP4.world_size)))
+        sel = [i for i, o in enumerate(sg.graph.ops) if o.rank == 0 and o.phase == "fwd" and o.layer == 3
+               and o.microbatch == 0]
+        return float(max(tl.end_s[sel]) - min(tl.start_s[sel]))
+    packed = fwd_s(ub)
+    monkeypatch.setattr(tp_module, "UB_COMPUTE_STREAMS", 1)
+    one_stream = build(SP4, "userbuffers")
+    assert {o.spec.packed_pieces for o in one_stream.graph.ops if isinstance(o.spec, GemmSpec)} == {1}
+    assert packed < 0.97 * fwd_s(one_stream)
 
 
 @pytest.mark.parametrize("p", [ParallelConfig(tp=1, dp=2)])
