@@ -21,6 +21,10 @@ prologue / epilogue is paid whole in the first wave only, each later wave paying
 stores). Contention enters through ``sms_available`` (eq. 5) and ``hbm_bytes_per_s_available``
 (eq. 6's B̄ − V).
 
+A GEMM piece marked ``packed_pieces`` (pieces issued on several compute streams, as
+TransformerEngine's userbuffers overlap issues them) is charged its share of the pieces' tiles
+run as one sequence of waves, each piece's CTAs paying the whole prologue on their first tiles.
+
 Decomposition loss (ficco §IV-C1) falls out of the same terms: splitting M leaves partial
 waves and more launches; splitting K shortens the tile main loop against a fixed
 prologue/epilogue and adds the accumulate traffic (read C, write C) of every piece.
