@@ -130,10 +130,11 @@ UB_PIPELINE_SPLITS = 4
 #: Thread blocks of the last pipeline piece's reduce-scatter: ``_ub_comm->sms = UB_MAX_SM``
 #: with ``#define UB_MAX_SM 32`` in transformer_engine/pytorch/csrc/comm_gemm_overlap.h.
 UB_MAX_SM = 32
-#: Compute streams the ring-exchange / pipeline GEMM pieces are issued on, round-robin:
-#: ``num_max_streams = NVTE_COMM_OVERLAP_MAX_STREAMS = 3`` in TransformerEngine v1.7's
-#: transformer_engine/pytorch/csrc/comm_gemm_overlap.h (``_stream_compute``), which
-#: ``initialize_ub`` does not change.
+#: Compute streams the ring-exchange / pipeline GEMM pieces are issued on, round-robin
+#: (``_stream_compute[i % _stream_compute.size()]``): ``initialize_ub`` passes
+#: ``num_max_streams=_NUM_MAX_UB_STREAMS`` (``= 3``, transformer_engine/pytorch/module/base.py)
+#: and transformer_engine/pytorch/csrc/comm_gemm_overlap.h creates
+#: ``min(num_max_streams, num_splits)`` of them (TransformerEngine v1.7).
 UB_COMPUTE_STREAMS = 3
 
 

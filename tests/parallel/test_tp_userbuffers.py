@@ -151,7 +151,7 @@ def test_pieces_on_te_compute_streams_pack_their_waves(ub):
     """TE issues the ring-exchange and pipeline GEMM pieces round-robin on 3 compute streams:
     each ring piece is one of ``tp`` packed pieces, each pipeline piece one of 4; the bulk
     GEMMs (one kernel each) and the LM head are not pieces."""
-    assert UB_COMPUTE_STREAMS == 3  # NVTE_COMM_OVERLAP_MAX_STREAMS in TransformerEngine v1.7
+    assert UB_COMPUTE_STREAMS == 3  # _NUM_MAX_UB_STREAMS in TransformerEngine v1.7's module/base.py
     fwd, bwd = layer(ub), layer(ub, "bwd")
     assert {by_name(fwd, f"{n}{s}").spec.packed_pieces for n in ("qkv", "mlp_fc1") for s in range(TP)} == {TP}
     assert {by_name(fwd, f"{n}{i}").spec.packed_pieces for n in ("proj", "mlp_fc2")
