@@ -342,3 +342,25 @@ def test_cached_launch_figures_follow_the_params_and_the_gpu():
         cold.append(under(g, p))
     assert warm == cold
     assert len({w[1] for w in warm}) == len(cases)  # each case its own figure: the key is not too coarse
+
+
+def test_a_packed_gemm_piece_waits_out_the_waves_of_all_pieces_packed_with_it():
+    """A userbuffers piece (``packed_pieces`` > 1) shares its run of waves with the other pieces:
+    a communication kernel launched beside it waits for SMs as long as that run's waves before
+    its last, counted on all pieces' tiles, not on the piece's own."""
+    from dataclasses import replace
+
+    from ccoverlap.cost.compute import gemm_time_s, gemm_waves
+    from ccoverlap.cost.contention import dispatch_delay_s, launch_tile
+    from ccoverlap.cost.params import default_params
+
+    gpu = get_cluster("dgx-h100").gpu
+    p = default_params(gpu)
+    alone = GemmSpec(m=512, n=9216, k=18432)
+    packed = replace(alone, packed_pieces=8)
+    tm, tn = launch_tile(packed, gpu, p)
+    waves = gemm_waves(math.ceil(512 * 8 / tm) * math.ceil(9216 / tn), gpu.sms, p.gemm_tiles_per_sm)
+    assert waves > 2
+    assert dispatch_delay_s(packed, gpu, p) == pytest.approx(gemm_time_s(packed, gpu, p) * (waves - 1) / waves)
+    own = gemm_waves(math.ceil(512 / tm) * math.ceil(9216 / tn), gpu.sms, p.gemm_tiles_per_sm)
+    assert own < waves  # counted on the piece alone, the wait would be shorter
