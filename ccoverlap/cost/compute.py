@@ -77,12 +77,13 @@ def _split_k_candidates(tiles: int, slots: float, ksteps: int, max_split: int,
                         any_count: bool = False) -> list[int]:
     """K-splits worth trying: 1, and powers of two while the split tiles still fit in about
     one wave and each piece keeps at least 8 K steps (cuBLAS / CUTLASS split-K and stream-K).
-    ``any_count`` (cuBLASLt's split-K on Ampere): a GEMM of under one wave of tiles tries every
-    count up to ``max_split``, its pieces running in as many waves as they need (64 tiles on 108
-    SMs: 5 ways are 320 pieces in 3 nearly full waves)."""
+    ``any_count`` (cuBLASLt's split-K on Ampere): every count up to ``max_split``, whatever the
+    number of tiles, its pieces running in as many waves as they need (64 tiles on 108 SMs:
+    5 ways are 320 pieces in 3 nearly full waves; 128 tiles, a wave and a fifth: 5 ways are
+    640 pieces in 6 waves, the last nearly full)."""
     out = [1]
     s = 2
-    while s <= max_split and (tiles * s <= slots or (any_count and tiles < slots)) and ksteps // s >= 8:
+    while s <= max_split and (tiles * s <= slots or any_count) and ksteps // s >= 8:
         out.append(s)
         s = s + 1 if any_count else s * 2
     return out

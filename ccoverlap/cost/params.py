@@ -81,9 +81,10 @@ class CostParams:
     # run side by side and reduce their fp32 partials (cuBLAS split-K / CUTLASS stream-K). The
     # model tries powers of two up to it. assumption (cuBLASLt's split-K heuristics go to 16-32).
     gemm_max_split_k: int = 16
-    # 1: a GEMM of under one wave of tiles may split K any number of ways (2, 3, ...,
-    # gemm_max_split_k), its pieces filling one or more waves, as cuBLASLt's split-K does on
-    # Ampere (e.g. 32 output tiles on 108 SMs run as 3 x 32 pieces, not 2 x 32); 0: powers of two
+    # 1: a GEMM may split K any number of ways (2, 3, ..., gemm_max_split_k), its pieces filling
+    # one or more waves, as cuBLASLt's split-K does on Ampere (e.g. 32 output tiles on 108 SMs
+    # run as 3 x 32 pieces, not 2 x 32; 256 tiles, a partial third wave, as 7 x 256 pieces in
+    # nearly full waves); 0: powers of two
     # while the pieces fit in one wave. Per GPU type (_GPU_OVERRIDES, [SPLITK]); a switch, not fitted.
     gemm_split_k_any_count: int = 0
     # Matrix-vector-like GEMMs (min(m, n) <= this) may run as gemv / small batched kernels that
@@ -525,6 +526,13 @@ class CostParams:
 #          8.4%; refitting gemm_mem_overlap alone (0.645 -> 0.680) moves the nccl-1428 contention
 #          fit row (1.76x -> 1.73x) that l2_pollution_penalty is fitted on. On H100, H200 and
 #          A40 the switch does not help the held-out half (H100 6.2%/9.1% -> 6.4%/9.3%): 0 there.
+#          Past one wave too (a partial last wave split K any number of ways): 64 of the 78
+#          vidur-a100 fit rows it changes move closer (256x8192x8192: 184.5 us measured, 200 ->
+#          187 us), held-out A100 GEMMs 5.4%/7.1% -> 5.3%/6.9%. Refitting the five GEMM fields
+#          with it (fit_kernel_params.py: peak 0.830, tile overhead 1.46 K steps, overlap 0.666,
+#          gemv 0.228) gives 4.9%/6.7% held-out but takes `validate published` from 8.2%/-0.2%
+#          to 8.3%/-0.7% and the nccl-1428 contention row (1.76x) to 2.66x: not taken, the
+#          earlier fit kept.
 #  [PERSIST] gemm_persistent_overhead_fraction 1 (every wave pays the tile overhead) where the
 #          GEMM kernels are not persistent: Ampere (A100, A40) and MI300X (not fitted). H200: its
 #          fit half refitted with the field gives 1.0 (its tile overhead is 1.09 K steps, little
