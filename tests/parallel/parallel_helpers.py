@@ -43,3 +43,21 @@ def compute_busy_s(tl, rank: int) -> float:
     return float(np.sum(e - s))
 
 
+
+
+def validate_error_of_tp_run(tmp_path, capsys, *, parallel: dict, knobs: dict, framework: str) -> tuple[int, str]:
+    """Exit code and stderr of ``ccoverlap validate`` on a runs file of two copies of one
+    Llama-3-8B run on one DGX H100 node with ``parallel``, ``knobs`` and ``framework``."""
+    import copy
+
+    import yaml
+
+    from ccoverlap.cli import main
+
+    run = {"name": "tp-run", "source": "test", "assumptions": [], "model": "Llama-3-8B", "cluster": "dgx-h100",
+           "nodes": 1, "parallel": parallel, "batch": {"global_batch": 1, "micro_batch": 1, "seq_len": 4096},
+           "knobs": knobs, "framework": framework, "measured": {"tokens_per_s_per_gpu": 1000}, "subset": "fit"}
+    p = tmp_path / "runs.yaml"
+    p.write_text(yaml.safe_dump({"runs": [run, dict(copy.deepcopy(run), name="tp-run-2")]}))
+    code = main(["validate", str(p), "--quiet"])
+    return code, capsys.readouterr().err.strip()

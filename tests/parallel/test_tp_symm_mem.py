@@ -4,11 +4,8 @@ not apply (tp=1, no sequence parallelism, ``tp_overlap="none"``)."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
-import yaml
-from parallel_helpers import cluster
+from parallel_helpers import cluster, validate_error_of_tp_run
 
 from ccoverlap.catalog.models import get_model
 from ccoverlap.errors import ConfigError
@@ -124,16 +121,9 @@ def test_bad_mode_is_one_clear_error():
 
 
 def test_bad_mode_in_a_runs_file_exits_2_with_one_line(tmp_path, capsys):
-    from ccoverlap.cli import main
-    run = {"name": "tt-tp", "source": "test", "assumptions": [], "model": "Llama-3-8B", "cluster": "dgx-h100",
-           "nodes": 1, "parallel": {"tp": 8, "dp": 1, "sequence_parallel": True},
-           "batch": {"global_batch": 1, "micro_batch": 1, "seq_len": 4096},
-           "knobs": {"tp_overlap": "async"}, "framework": "torchtitan-compile",
-           "measured": {"tokens_per_s_per_gpu": 1000}, "subset": "fit"}
-    p = tmp_path / "runs.yaml"
-    p.write_text(yaml.safe_dump({"runs": [run, dict(copy.deepcopy(run), name="tt-tp2")]}))
-    assert main(["validate", str(p), "--quiet"]) == 2
-    err = capsys.readouterr().err.strip()
+    code, err = validate_error_of_tp_run(tmp_path, capsys, parallel={"tp": 8, "dp": 1, "sequence_parallel": True},
+                                         knobs={"tp_overlap": "async"}, framework="torchtitan-compile")
+    assert code == 2
     assert "\n" not in err and "Traceback" not in err and "tp_overlap must be one of" in err
 
 

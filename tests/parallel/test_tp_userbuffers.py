@@ -6,12 +6,9 @@ are one ConfigError."""
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
-import yaml
-from parallel_helpers import cluster
+from parallel_helpers import cluster, validate_error_of_tp_run
 
 from ccoverlap.catalog.models import get_model
 from ccoverlap.errors import ConfigError
@@ -204,14 +201,7 @@ def test_a_tp_group_across_nodes_is_refused_with_one_message():
 
 
 def test_bad_config_in_a_runs_file_exits_2_with_one_line(tmp_path, capsys):
-    from ccoverlap.cli import main
-    run = {"name": "mc-tp", "source": "test", "assumptions": [], "model": "Llama-3-8B", "cluster": "dgx-h100",
-           "nodes": 1, "parallel": {"tp": 8, "dp": 1, "sequence_parallel": False},
-           "batch": {"global_batch": 1, "micro_batch": 1, "seq_len": 4096},
-           "knobs": {"tp_overlap": "userbuffers"}, "framework": "megatron-core",
-           "measured": {"tokens_per_s_per_gpu": 1000}, "subset": "fit"}
-    p = tmp_path / "runs.yaml"
-    p.write_text(yaml.safe_dump({"runs": [run, dict(copy.deepcopy(run), name="mc-tp2")]}))
-    assert main(["validate", str(p), "--quiet"]) == 2
-    err = capsys.readouterr().err.strip()
+    code, err = validate_error_of_tp_run(tmp_path, capsys, parallel={"tp": 8, "dp": 1, "sequence_parallel": False},
+                                         knobs={"tp_overlap": "userbuffers"}, framework="megatron-core")
+    assert code == 2
     assert "\n" not in err and "Traceback" not in err and "needs sequence_parallel" in err

@@ -211,6 +211,13 @@ def test_results_larger_than_a_pipe_come_back_whole(monkeypatch):
     assert [r[0] for r in got] == list(range(9)) and [r[-1] for r in got] == list(range(9))
 
 
+def _in_fresh_python(code: str) -> str:
+    """What ``code`` prints, run in a new interpreter (which must exit 0)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
 def test_a_map_left_early_leaves_no_worker_behind():
     # in a fresh interpreter: the test process itself may have children of other tests
     code = ("import os, time\n"
@@ -225,9 +232,7 @@ def test_a_map_left_early_leaves_no_worker_behind():
             "    os.waitpid(-1, os.WNOHANG)\n"
             "except ChildProcessError:\n"
             "    print('no child left')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "no child left"
+    assert _in_fresh_python(code) == "no child left"
 
 
 def test_local_engine_starts_its_workers_without_multiprocessing():
@@ -235,9 +240,7 @@ def test_local_engine_starts_its_workers_without_multiprocessing():
             "from ccoverlap.workers.pool import LocalEngine\n"
             "assert list(LocalEngine(3).map(abs, range(-9, 9))) == [abs(x) for x in range(-9, 9)]\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'multiprocessing'))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert _in_fresh_python(code) == "[]"
 
 
 def test_local_engine_uses_the_cores_it_is_given(monkeypatch):
