@@ -44,22 +44,14 @@ class _Total(Protocol):
     def match(self, string: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str]: ...
 
 
-class _TotalBytes(Protocol):
-    """:class:`_Total` over bytes."""
-
-    def match(self, string: bytes, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[bytes]: ...
-
-
 CHUNK_BYTES = 1 << 18
 MAX_VALUE_CHARS = 32 << 20          # one event / header value: 32 Mi characters at most
 BATCH_CHARS = 2 * CHUNK_BYTES      # text decoded per batch: fewer, larger batches (a fixed cost per batch)
 _WS = cast(_Total, re.compile(r"[ \t\n\r]*"))
-_WS_BYTES = cast(_TotalBytes, re.compile(rb"[ \t\n\r]*"))
 _SURROGATE = re.compile("[\udc80-\udcff]")
 _NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 _UNREADABLE = object()      # a header value that is valid JSON but cannot be built
 _STR_WINDOW = 1 << 16
-_DEC_IDLE = (b"", 0)        # the UTF-8 decoder's state with nothing pending, the byte-order mark decided
 _STR_BODY = cast(_Total, re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL))   # a string's text up to its closing quote
 _STRUCT = re.compile(r'["{}\[\]]')          # what opens or closes a value outside strings
 _SEP = re.compile(r"[ \t\n\r]*([,\]}:])")
@@ -329,39 +321,6 @@ class _Buffer:
             parts.append(self.dec.decode(data))
         return parts
 
-    def read_raw(self, need: int) -> tuple[list[bytes], bool]:
-        """At least ``need`` bytes that follow the window, as read (not decoded, not added to it),
-        and whether the file ended. Only when the decoder holds nothing (no part of a character,
-        the byte-order mark decided): the window followed by these bytes is then the text."""
-        parts: list[bytes] = []
-        got = 0
-        while got < need:
-            data = self.fh.read(CHUNK_BYTES)
-            if not data:
-                return parts, True
-            got += len(data)
-            parts.append(data)
-        return parts, False
-
-    def raw_ready(self) -> bool:
-        """Whether :meth:`read_raw` may be used: the decoder holds no part of a character and has
-        decided the byte-order mark."""
-        return not self.eof and self.dec.getstate() == _DEC_IDLE
-
-    def take_raw(self, parts: list[bytes], end: bool) -> None:
-        """Add bytes read by :meth:`read_raw` to the window, decoded (``end``: the file ended)."""
-        text = [self.dec.decode(p) for p in parts]
-        if end:
-            text.append(self.dec.decode(b"", final=True))
-            self.eof = True
-        self.take(text)
-
-    def skip_to_raw(self, parts: list[bytes], k: int) -> None:
-        """:meth:`skip_to` for bytes of :meth:`read_raw` whose text up to ``parts[-1][:k]`` is ASCII
-        (so that characters are bytes) and was consumed; the rest is decoded into the window."""
-        self.base += len(self.buf) + sum(map(len, parts[:-1])) + k
-        self.buf = self.dec.decode(parts[-1][k:])
-
     def take(self, parts: list[str]) -> None:
         """Add text read by :meth:`read` to the window."""
         self.buf = "".join([self.buf, *parts])       # one copy of the window, not two
@@ -436,7 +395,6 @@ class EventStream:
         self.has_events = False
         self.events_not_list = False
         self.count = 0                # events seen in the list (skipped ones included)
-        self._ascii = True            # every batch so far ASCII: batches go to msgspec as bytes
 
     # ------------------------------------------------------------------ primitives
     def _skip_ws(self, i: int) -> int:
@@ -685,44 +643,12 @@ class EventStream:
                                   f"found {c!r}")
 
     def _fresh_batch(self, i: int) -> tuple[list[Any] | None, int, bool]:
-        """The next batch straight from newly read bytes, when the window holds less than a batch
-        after ``i``: the window's rest and the new bytes up to the last event boundary of the last
-        chunk, joined once and handed to msgspec as bytes (not decoded into text and joined as
-        text). Only while the text is ASCII (then characters are bytes and no byte can be invalid
-        UTF-8 that msgspec would not look at); once a batch is not, the file's remaining batches are
-        read as text (:meth:`_fresh_text_batch`). Returns ``(batch, position after it, tried)``;
-        with no batch the bytes read are in the window (decoded) and the position unchanged, and
-        ``tried`` says that text failed to decode up to that boundary (the caller then goes event
-        by event rather than decode it again)."""
-        b = self._b
-        if not self._ascii or _BATCH is None or not b.raw_ready():
-            return self._fresh_text_batch(i)
-        if len(b.buf) - i >= BATCH_CHARS:
-            return None, i, False
-        parts, end = b.read_raw(BATCH_CHARS - (len(b.buf) - i))
-        last = parts[-1] if parts and not end else b""
-        k = _last_boundary_bytes(last)
-        if k <= 0:
-            b.take_raw(parts, end)
-            return None, i, False
-        rest = b.buf[i:]
-        text = b"".join([b"[", rest.encode("utf-8", "surrogateescape"), *parts[:-1], last[:k], b"]"])
-        if not text.isascii():
-            self._ascii = False
-            b.take_raw(parts, end)
-            return None, i, False
-        b.work += len(text)
-        batch = self._decode_text(text)
-        if batch is None:
-            b.take_raw(parts, end)
-            return None, i, True
-        b.skip_to_raw(parts, k + 1)         # after the ','
-        return batch, _WS.match(b.buf).end(), False
-
-    def _fresh_text_batch(self, i: int) -> tuple[list[Any] | None, int, bool]:
-        """:meth:`_fresh_batch` for text that is not ASCII (or without msgspec): the window's rest
-        and the newly decoded parts up to the last boundary of the last one, joined once (not into
-        the window, then sliced, then joined again)."""
+        """The next batch straight from newly read text, when the window holds less than a batch
+        after ``i``: the window's rest and the new parts up to the last boundary of the last one,
+        joined once (not into the window, then sliced, then joined again). Returns ``(batch,
+        position after it, tried)``; with no batch the text read is in the window and the
+        position unchanged, and ``tried`` says that text failed to decode up to that boundary
+        (the caller then goes event by event rather than decode it again)."""
         b = self._b
         if b.eof or len(b.buf) - i >= BATCH_CHARS:
             return None, i, False
@@ -746,9 +672,8 @@ class EventStream:
         a bad event (or the cut fell inside a string): the caller then goes event by event."""
         return self._decode_text("".join(("[", buf[i:k], "]")))
 
-    def _decode_text(self, text: str | bytes) -> list[Any] | None:
-        """:meth:`_decode_batch` of ``text``, the events already wrapped in ``[`` ``]`` (bytes:
-        ASCII text)."""
+    def _decode_text(self, text: str) -> list[Any] | None:
+        """:meth:`_decode_batch` of ``text``, the events already wrapped in ``[`` ``]``."""
         if _BATCH is not None:
             try:
                 batch = _BATCH.decode(text)
@@ -758,8 +683,6 @@ class EventStream:
                 pass            # NaN, wrong types, bad JSON ...: the tolerant stdlib path decides
             except UnicodeEncodeError:
                 return None     # a byte that is not UTF-8: event by event, that event skipped
-        if isinstance(text, bytes):
-            text = text.decode("ascii")     # checked ASCII by the caller
         if _SURROGATE.search(text):
             return None
         try:
@@ -811,20 +734,6 @@ def _last_boundary(buf: str, lo: int, hi: int) -> int:
         if j < len(buf) and buf[j] == "{":
             return k + 1
         if k <= lo:
-            return -1
-
-
-def _last_boundary_bytes(buf: bytes) -> int:
-    """:func:`_last_boundary` in bytes, over the whole of ``buf``."""
-    k = len(buf) - 1
-    while True:
-        k = buf.rfind(b"},", 0, k)
-        if k < 0:
-            return -1
-        j = _WS_BYTES.match(buf, k + 2).end()
-        if buf[j:j + 1] == b"{":
-            return k + 1
-        if k <= 0:
             return -1
 
 

@@ -141,56 +141,38 @@ def _ops_with(name_of, n: int = 5000) -> list[dict]:
              "args": {"External id": i, "note": "x" * (i % 7)}} for i in range(n)]
 
 
-def _read_both_ways(path: Path, monkeypatch, chunk: int) -> tuple[list, list, str, str]:
-    """Names of the complete events and the analysis: read in small chunks (the batches handed to
-    msgspec as bytes while the text is ASCII: some are) and read as text only (no bytes batches)."""
-    as_bytes = []
-    decode = jsonstream.EventStream._decode_text
-
-    def spy(self, text):
-        as_bytes.append(text.__class__ is bytes)
-        return decode(self, text)
-
+def _read_in_chunks(path: Path, monkeypatch, chunk: int) -> tuple[list, str]:
+    """Names of the complete events and the analysis, the file read ``chunk`` bytes at a time."""
     with monkeypatch.context() as m:
         m.setattr(jsonstream, "CHUNK_BYTES", chunk)
         m.setattr(jsonstream, "BATCH_CHARS", 3 * chunk)
-        m.setattr(jsonstream.EventStream, "_decode_text", spy)
-        small = [e.name for e in _batches(path) if e.__class__ in (jsonstream.TraceEvent, jsonstream.LooseEvent)]
-        small_result = _result(path)
-        assert any(as_bytes) and not all(as_bytes)
-        m.setattr(jsonstream.EventStream, "_fresh_batch", jsonstream.EventStream._fresh_text_batch)
-        as_bytes.clear()
-        text = [e.name for e in _batches(path) if e.__class__ in (jsonstream.TraceEvent, jsonstream.LooseEvent)]
-        text_result = _result(path)
-        assert not any(as_bytes)
-    return small, text, small_result, text_result
+        names = [e.name for e in _batches(path) if e.__class__ in (jsonstream.TraceEvent, jsonstream.LooseEvent)]
+        return names, _result(path)
 
 
 @pytest.mark.parametrize("chunk", [61, 4099])
-def test_batches_read_as_bytes_give_what_batches_read_as_text_give(tmp_path, monkeypatch, chunk):
-    # ASCII, then names that are not (2- and 4-byte characters, cut by the chunks anywhere): the
-    # batches before them go to msgspec as bytes, the rest as text - the same events either way
+def test_characters_cut_by_the_reads_anywhere_give_the_same_events(tmp_path, monkeypatch, chunk):
+    # ASCII, then names that are not (2- and 4-byte characters, cut by the chunks anywhere)
     doc = _doc(_ops_with(lambda i: f"op{i}" if i < 4000 else f"op{i} é\U0001f600"))
     p = tmp_path / "utf8.json"
     p.write_bytes(json.dumps(doc, ensure_ascii=False).encode())
     assert not p.read_bytes().isascii()
     expected = [e["name"] for e in doc["traceEvents"][:-1] if e.get("ph") == "X"]
-    small, text, small_result, text_result = _read_both_ways(p, monkeypatch, chunk)
-    assert small == text == expected
-    assert small_result == text_result
+    small, small_result = _read_in_chunks(p, monkeypatch, chunk)
+    assert small == expected
+    assert small_result == _result(p)
 
 
-def test_a_byte_that_is_not_utf8_in_args_never_read_costs_its_event_in_a_bytes_batch(tmp_path, monkeypatch):
-    # msgspec does not look inside args it keeps as raw text: the batch is not ASCII, so it is read
-    # as text, and the event holding the byte is skipped, as when the whole file is text
+def test_a_byte_that_is_not_utf8_in_args_never_read_costs_its_event(tmp_path, monkeypatch):
+    # msgspec does not look inside args it keeps as raw text: the event holding the byte is still
+    # skipped, however the reads cut the file
     text = json.dumps(_doc(_ops_with(lambda i: f"op{i}"))).encode()
     at = text.index(b'"name": "op4500"')
     bad = text[:at] + text[at:].replace(b'"note": "xxxxx"}', b'"note": "xx\xffxx"}', 1)
     assert bad != text
     p = tmp_path / "badarg.json"
     p.write_bytes(bad)
-    small, text_names, small_result, text_result = _read_both_ways(p, monkeypatch, 997)
-    assert small == text_names
+    small, small_result = _read_in_chunks(p, monkeypatch, 997)
     assert [n for n in small if n.startswith("op")] == [f"op{i}" for i in range(5000) if i != 4506]   # it held it
-    assert small_result == text_result
+    assert small_result == _result(p)
     assert "0xff is not UTF-8" in small_result
