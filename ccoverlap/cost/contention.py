@@ -266,7 +266,6 @@ def dispatch_delay_s(spec: Spec, gpu: GPUSpec, params: CostParams) -> float:
     time × (W - 1) / W (the waves before its last); 0 for a one-wave GEMM and for other ops."""
     if not isinstance(spec, GemmSpec):
         return 0.0
-    tm, tn = launch_tile(spec, gpu, params)
-    tiles = _run_tiles(spec, tm, tn)
-    waves = gemm_waves(tiles, gpu.sms, params.gemm_tiles_per_sm)
-    return gemm_time_s(spec, gpu, params) * (waves - 1) / waves
+    a = _at_launch(spec, gpu, params)
+    waves = gemm_waves(a.tiles, gpu.sms, params.gemm_tiles_per_sm)
+    return a.alone_s * (waves - 1) / waves
