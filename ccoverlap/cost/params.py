@@ -526,7 +526,8 @@ class CostParams:
 
 
 # ----------------------------------------------------------------------------- defaults per GPU
-# Per-GPU overrides of the class defaults (which are the H100 values). Sources:
+# Per-GPU overrides of the class defaults (which are the H100 values, less the H100 SXM's power-limiter
+# fit [POWER], which moves its GEMM fields and is kept to that GPU). Sources:
 #  [KFIT]  FITTED on the declared fit half of the kernel corpus (ccoverlap/data/corpus: gemm/vidur-a100,
 #          vidur-a40, h200-sweep; memory/vidur-a100, vidur-a40) by benchmarks/fit_kernel_params.py
 #          (Nelder-Mead on mean |log(pred/measured)|), judged on the held-out half by
