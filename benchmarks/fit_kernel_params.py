@@ -17,6 +17,9 @@ GEMM = ["gemm_peak_fraction", "gemm_small_tile_efficiency", "gemm_tile_overhead_
 #: Hopper's GEMMs are persistent kernels (docs/model.md "Kernels"): one more GEMM parameter there
 PERSISTENT = ["gemm_persistent_overhead_fraction"]
 HOPPER = ("H100-SXM", "H200")
+#: the power limiter and the serial split-K fixup (docs/model.md "Kernels"), fitted where seen: H100 SXM
+POWER = ["gemm_power_clock_fraction", "gemm_power_settle_s", "gemm_split_k_fixup_s"]
+POWER_GPUS = ("H100-SXM",)
 MEMORY = ["mem_rowwise_efficiency", "mem_rowwise_latency_s", "mem_rowwise_blocks_per_sm", "mem_l2_capacity_fraction",
           "mem_l2_bandwidth_ratio"]
 ATTENTION = ["attention_tile_overhead_iters", "attention_causal_efficiency"]
@@ -31,7 +34,8 @@ def main() -> None:
     args = ap.parse_args()
     for kind in args.kind or ["gemm", "memory", "attention"]:
         for gpu in args.gpu or GPUS[kind]:
-            names = {"gemm": GEMM + (PERSISTENT if gpu in HOPPER else []), "memory": MEMORY, "attention": ATTENTION}[kind]
+            gemm = GEMM + (PERSISTENT if gpu in HOPPER else []) + (POWER if gpu in POWER_GPUS else [])
+            names = {"gemm": gemm, "memory": MEMORY, "attention": ATTENTION}[kind]
             vals = fit_params(gpu, kind, names)
             print(f"{kind} {gpu}: " + ", ".join(f"{k}={v:.4g}" for k, v in vals.items()), flush=True)
 

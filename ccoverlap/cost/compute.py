@@ -119,6 +119,26 @@ def is_misaligned(spec: GemmSpec) -> bool:
     return spec.n % align != 0 or spec.k % align != 0
 
 
+def power_settled_s(t_full_clock: float, floor: float, settle_s: float) -> float:
+    """Seconds a kernel takes whose work takes ``t_full_clock`` seconds at the clock it starts
+    at, when the power limiter pulls the clock from there toward ``floor`` x that clock with
+    time constant ``settle_s`` (clock(t) = floor + (1 - floor) e^(-t / settle_s)): the T with
+    ``floor T + (1 - floor) settle_s (1 - e^(-T / settle_s)) = t_full_clock`` (Newton's method;
+    ``t_full_clock`` when ``floor`` is 1, ``t_full_clock / floor`` when ``settle_s`` is 0)."""
+    if floor >= 1.0 or t_full_clock <= 0:
+        return t_full_clock
+    if settle_s <= 0:
+        return t_full_clock / floor
+    t = t_full_clock
+    for _ in range(60):  # the left side is increasing and concave in T: Newton from below converges
+        decay = math.exp(-t / settle_s)
+        step = (floor * t + (1.0 - floor) * settle_s * (1.0 - decay) - t_full_clock) / (floor + (1.0 - floor) * decay)
+        t -= step
+        if abs(step) <= 1e-12 * t:
+            break
+    return t
+
+
 def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw: float,
                accumulate: bool, l2_pollution: float, tm: int, tn: int, eff: float,
                split: int = 1, pieces: int = 1) -> tuple[float, float]:
@@ -126,7 +146,22 @@ def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw:
     per-SM efficiency ``eff``, its K cut into ``split`` pieces run side by side (split-K: fp32
     partials written and reduced once more, from L2 as far as they fit in it:
     :func:`l2_bandwidth_gain`). ``pieces`` > 1: the GEMM is that many kernels' tiles packed
-    into one run of waves (:func:`_packed_first_waves`)."""
+    into one run of waves (:func:`_packed_first_waves`). A GEMM long enough for the power
+    limiter to act (``gemm_power_clock_fraction`` < ``sustained_clock_fraction``) computes at
+    the clock it averages over its run (:func:`power_settled_s`); its memory traffic does not
+    slow."""
+    t, d = _gemm_eval_at(spec, gpu, params, sms, bw, accumulate, l2_pollution, tm, tn, eff, split, pieces, 1.0)
+    floor = min(1.0, params.gemm_power_clock_fraction / params.sustained_clock_fraction)
+    if floor < 1.0:
+        clock = t / power_settled_s(t, floor, params.gemm_power_settle_s)
+        t, d = _gemm_eval_at(spec, gpu, params, sms, bw, accumulate, l2_pollution, tm, tn, eff, split, pieces, clock)
+    return t, d
+
+
+def _gemm_eval_at(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw: float,
+                  accumulate: bool, l2_pollution: float, tm: int, tn: int, eff: float,
+                  split: int, pieces: int, clock: float) -> tuple[float, float]:
+    """:func:`_gemm_eval` with the SMs at ``clock`` x the parameters' clock."""
     tpsm = params.gemm_tiles_per_sm
     tk = params.gemm_tile_k
     tiles_m = math.ceil(spec.m / tm)
@@ -137,7 +172,7 @@ def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw:
     k_piece = math.ceil(spec.k / split)
     ksteps = math.ceil(k_piece / tk)
     per_sm_flops = (gpu.flops_for(spec.dtype_bytes) * params.gemm_peak_fraction
-                    * params.sustained_clock_fraction / gpu.sms)
+                    * params.sustained_clock_fraction * clock / gpu.sms)
     kstep_s = 2.0 * tm * tn * tk / (per_sm_flops * eff)
     o_first = params.gemm_tile_overhead_ksteps
     o_next = o_first * params.gemm_persistent_overhead_fraction  # a persistent CTA's later tiles
@@ -173,6 +208,7 @@ def _gemm_eval(spec: GemmSpec, gpu: GPUSpec, params: CostParams, sms: float, bw:
     if split > 1:  # reduce the fp32 partials: read them, write C (in the kernel or a second one)
         red = spec.batch * spec.m * spec.n * (4.0 * split + dt * (2.0 if accumulate else 1.0))
         t, d = t + red / (bw * l2_bandwidth_gain(red, gpu, params)), d + red
+        t += (split - 1) * params.gemm_split_k_fixup_s  # the pieces of a tile fold in one after another
     return t, d
 
 

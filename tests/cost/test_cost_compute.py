@@ -1,5 +1,7 @@
 """GEMM waves (lagom eq. 5), decomposition loss (ficco §IV-C1), attention / memory rooflines."""
 
+import math
+
 import pytest
 
 from ccoverlap.catalog.hardware import GPUS
@@ -21,6 +23,7 @@ from ccoverlap.specs import AttentionSpec, GemmSpec, MemorySpec
 H100 = GPUS["H100-SXM"]
 P = default_params(H100, sustained=False)  # the clock the kernel parameters were fitted at
 TILE = (P.gemm_tile_m, P.gemm_tile_n)
+_P_CLOCK_HELD = P.with_overrides(gemm_power_clock_fraction=1.0)
 
 
 def test_wave_count_is_eq5():
@@ -151,11 +154,13 @@ def test_sustained_clock_scales_tensor_work_not_hbm_bandwidth():
     """``sustained_clock_fraction`` c divides the compute-bound time of GEMMs and attention by
     c (the launch overhead is a fixed cost; a GEMM's partly hidden memory term, eq. 6 with
     ``gemm_mem_overlap``, does not scale, hence the 1% tolerance) and leaves a memory-bound
-    kernel's time alone."""
+    kernel's time alone. (The GEMM without the power limiter, which takes a long GEMM to its
+    limited clock whatever clock it starts at: test_long_gemms_run_at_the_power_limited_clock_on_h100.)"""
     slow = P.with_overrides(sustained_clock_fraction=0.8)
     launch = P.kernel_launch_overhead_s
     g = GemmSpec(m=8192, n=8192, k=8192)  # compute-bound
-    ratio = (gemm_time_s(g, H100, slow) - launch) / (gemm_time_s(g, H100, P) - launch)
+    free, free_slow = (q.with_overrides(gemm_power_clock_fraction=1.0) for q in (P, slow))
+    ratio = (gemm_time_s(g, H100, free_slow) - launch) / (gemm_time_s(g, H100, free) - launch)
     assert 0.99 / 0.8 < ratio <= 1 / 0.8 + 1e-12
     a = AttentionSpec(flops=4e13, bytes=1e8)  # compute-bound flash kernel
     assert (attention_time_s(a, H100, slow) - launch) == pytest.approx((attention_time_s(a, H100, P) - launch) / 0.8,
@@ -250,7 +255,8 @@ def test_persistent_gemm_pays_the_tile_overhead_once_per_sm():
     # first tile only; later waves pay gemm_persistent_overhead_fraction of it. A compute-bound
     # GEMM of four whole waves (4 x 132 tiles of 128 x 256, k = 8192): exactly three waves'
     # hidden overhead shorter than the same GEMM with every wave paying it.
-    p1 = P.with_overrides(gemm_persistent_overhead_fraction=1.0, gemm_mem_overlap=1.0, gemm_small_tile_efficiency=0.0)
+    p1 = P.with_overrides(gemm_persistent_overhead_fraction=1.0, gemm_mem_overlap=1.0, gemm_small_tile_efficiency=0.0,
+                          gemm_power_clock_fraction=1.0)  # the clock held: the overhead alone
     p0 = p1.with_overrides(gemm_persistent_overhead_fraction=0.25)
     spec = GemmSpec(m=4 * 128 * 12, n=256 * 11, k=8192)  # 48 x 11 = 528 tiles = 4 waves on 132 SMs
     kstep = 2.0 * 128 * 256 * 64 / (H100.flops_for(2) * p1.gemm_peak_fraction * p1.sustained_clock_fraction / H100.sms)
@@ -276,6 +282,7 @@ def test_packed_pieces_pay_wave_quantisation_on_their_tiles_together():
     is charged its share of the pieces' tiles run as one run of waves. 512 x 9216 at 128 x 256
     is 144 tiles, one wave of 132 SMs and 12 tiles over: alone a piece pays two waves; 8
     packed pieces are 1152 tiles, 9 waves (8.7 full), so about 0.55 of a piece alone."""
+    P = _P_CLOCK_HELD  # the wave count alone (a packed run is longer: the power limiter takes more)
     piece = GemmSpec(m=512, n=9216, k=18432)
     packed = GemmSpec(m=512, n=9216, k=18432, packed_pieces=8)
     alone, share = gemm_time_s(piece, H100, P), gemm_time_s(packed, H100, P)
@@ -294,3 +301,58 @@ def test_packed_pieces_pay_wave_quantisation_on_their_tiles_together():
 def test_packed_pieces_must_be_a_positive_count():
     with pytest.raises(ConfigError, match="packed_pieces"):
         GemmSpec(m=512, n=512, k=512, packed_pieces=0)
+
+
+def test_power_settled_time_is_the_work_at_the_mean_clock():
+    from ccoverlap.cost.compute import power_settled_s
+    assert power_settled_s(1e-3, 1.0, 1e-4) == 1e-3            # no limiter
+    assert power_settled_s(1e-3, 0.8, 0.0) == pytest.approx(1e-3 / 0.8)  # limited from the start
+    tau = 1e-4
+    for work in (1e-6, 1e-5, 1e-4, 1e-3, 1e-2):
+        t = power_settled_s(work, 0.8, tau)
+        # the clock's integral over the run is the work: c T + (1 - c) tau (1 - e^(-T/tau))
+        assert 0.8 * t + 0.2 * tau * (1 - math.exp(-t / tau)) == pytest.approx(work, rel=1e-9)
+        assert work < t < work / 0.8
+    assert power_settled_s(1e-6, 0.8, tau) < 1.01e-6            # a short kernel keeps its clock
+    assert power_settled_s(1e-1, 0.8, tau) == pytest.approx(1e-1 / 0.8, rel=1e-3)  # a long one runs at c
+
+
+def test_long_gemms_run_at_the_power_limited_clock_on_h100():
+    # vidur's H100 GEMMs of 0.5-3 ms ran 13-16% slower than the model without the limiter while
+    # those of 30-200 us agreed within 1% (docs/model.md "Kernels"): a long compute-bound GEMM
+    # slows by close to 1 / gemm_power_clock_fraction, a short one hardly at all
+    off = P.with_overrides(gemm_power_clock_fraction=1.0)
+    assert P.gemm_power_clock_fraction < 0.85 and P.gemm_power_settle_s > 0
+    long_gemm = GemmSpec(m=8192, n=8192, k=8192)
+    short_gemm = GemmSpec(m=1024, n=1024, k=1024)
+    slow_long = gemm_time_s(long_gemm, H100, P) / gemm_time_s(long_gemm, H100, off)
+    slow_short = gemm_time_s(short_gemm, H100, P) / gemm_time_s(short_gemm, H100, off)
+    assert 1.0 / P.gemm_power_clock_fraction * 0.93 < slow_long <= 1.0 / P.gemm_power_clock_fraction
+    assert 1.0 <= slow_short < 1.03
+    # in a training step the clock starts at the sustained clock: only the rest of the way is lost
+    s = default_params(H100)
+    assert s.sustained_clock_fraction > s.gemm_power_clock_fraction
+    step = gemm_time_s(long_gemm, H100, s) / gemm_time_s(long_gemm, H100, s.with_overrides(gemm_power_clock_fraction=1.0))
+    assert step == pytest.approx(s.sustained_clock_fraction / s.gemm_power_clock_fraction, rel=0.07)
+    # GPUs where no limiter was seen keep the clock
+    for name in ("A100-80GB-SXM", "A40", "H200", "MI300X"):
+        assert default_params(GPUS[name]).gemm_power_clock_fraction == 1.0
+    with pytest.raises(ConfigError, match="gemm_power_clock_fraction"):
+        CostParams(gemm_power_clock_fraction=1.2)
+    with pytest.raises(ConfigError, match="gemm_power_clock_fraction"):
+        CostParams(gemm_power_clock_fraction=0.0)
+
+
+def test_split_k_pieces_fold_in_one_after_another():
+    # gemm_split_k_fixup_s per K piece past the first: a skinny GEMM of long K (split 2-16 ways)
+    # pays it once per extra piece, a GEMM that does not split pays nothing
+    spec = GemmSpec(m=64, n=1024, k=16384)
+    base = P.with_overrides(gemm_split_k_fixup_s=0.0, gemm_power_clock_fraction=1.0)
+    for split in (2, 4, 8):
+        forced = base.with_overrides(gemm_max_split_k=split, gemm_small_tile_efficiency=0.0)
+        t0 = gemm_time_s(spec, H100, forced, tile=None)
+        t1 = gemm_time_s(spec, H100, forced.with_overrides(gemm_split_k_fixup_s=1e-6), tile=None)
+        assert 0 < t1 - t0 <= (split - 1) * 1e-6 + 1e-15
+    big = GemmSpec(m=8192, n=8192, k=4096)  # 2048 tiles: never split
+    assert gemm_time_s(big, H100, base) == gemm_time_s(big, H100, base.with_overrides(gemm_split_k_fixup_s=1e-6))
+    assert P.gemm_split_k_fixup_s > 0

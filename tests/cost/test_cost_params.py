@@ -7,6 +7,7 @@ import pytest
 
 from ccoverlap.catalog.hardware import GPUS
 from ccoverlap.cost import CostParams, default_params
+from ccoverlap.cost.params import _GPU_OVERRIDES
 from ccoverlap.errors import ConfigError
 
 
@@ -66,8 +67,11 @@ def test_save_then_load(tmp_path):
 
 def test_defaults_differ_per_gpu():
     h100, a40, mi = (default_params(GPUS[n]) for n in ("H100-SXM", "A40", "MI300X"))
-    assert default_params(GPUS["H100-SXM"], sustained=False) == CostParams()
-    assert h100 == CostParams(sustained_clock_fraction=0.865)  # a training step's clock, measured
+    # the class defaults are the H100 SXM's, less its power-limiter fit ([POWER] in params.py)
+    power = _GPU_OVERRIDES["H100-SXM"]
+    assert power["gemm_power_clock_fraction"] < 1.0 and CostParams().gemm_power_clock_fraction == 1.0
+    assert default_params(GPUS["H100-SXM"], sustained=False) == CostParams(**power)
+    assert h100 == CostParams(**power, sustained_clock_fraction=0.865)  # a training step's clock, measured
     assert a40.gemm_tile_n < h100.gemm_tile_n  # GA102 has less shared memory
     assert mi.gemm_tile_m == 256 and mi.gemm_peak_fraction < h100.gemm_peak_fraction
 
