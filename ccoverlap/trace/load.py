@@ -33,7 +33,6 @@ import gc
 import gzip
 import json
 import os
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +46,7 @@ from ccoverlap.trace.columns import Columns
 from ccoverlap.trace.consistency import check_times
 from ccoverlap.trace.jsonstream import EventStream, StreamError, Truncated
 from ccoverlap.trace.rank_assign import assign_ranks, rank_from_meta
-from ccoverlap.trace.sources import Source, as_source, discover_url, file_name, is_url, open_binary
+from ccoverlap.trace.sources import GZIP_ERRORS, Source, as_source, discover_url, file_name, is_url, open_binary
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 HEADER_KEYS = ("distributedInfo", "deviceProperties", "displayTimeUnit", "baseTimeNanoseconds",
@@ -211,6 +210,10 @@ def _sniff(path: Source) -> None:
 
 # ----------------------------------------------------------------------------- parsing
 
+#: What reading a gzip trace raises when its stream is cut or damaged.
+_BROKEN_GZIP: tuple[type[Exception], ...] = (EOFError, gzip.BadGzipFile, *GZIP_ERRORS)
+
+
 def load_trace(path: str | os.PathLike[str], *, keep_cpu_ops: bool = True, keep_runtime: bool = False,
                keep_op_args: bool = False) -> RawTrace:
     """Stream one trace file into a :class:`RawTrace`.
@@ -248,7 +251,7 @@ def load_trace(path: str | os.PathLike[str], *, keep_cpu_ops: bool = True, keep_
         raise TraceError(f"{path}: invalid JSON ({str(exc)[:200]})") from None
     except json.JSONDecodeError as exc:
         raise TraceError(f"{path}: invalid JSON ({exc.msg} at offset {exc.pos})") from None
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+    except _BROKEN_GZIP as exc:
         raise TraceError(f"{path}: broken gzip stream ({exc or 'compressed file ended early'})") from None
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not UTF-8 text ({exc.reason})") from None

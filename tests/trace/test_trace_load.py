@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import string
+import zlib
 
 import numpy as np
 import pytest
@@ -21,7 +22,16 @@ def _two_kernels():
     return [kernel("gemm", 0, 100), nccl("all_reduce", 50, 100)]
 
 
-def test_loads_json_and_gz_identically(tmp_path):
+@pytest.fixture(params=["isal", "zlib"])
+def inflater(request, monkeypatch):
+    """The gzip checks run once with ISA-L's inflater (where installed) and once with zlib's."""
+    from ccoverlap.trace import sources
+    module = pytest.importorskip("isal.isal_zlib") if request.param == "isal" else zlib
+    monkeypatch.setattr(sources, "_inflate_lib", module)
+    return module
+
+
+def test_loads_json_and_gz_identically(tmp_path, inflater):
     doc = trace(_two_kernels(), rank=1, world=2)
     a = load.load_trace(write(doc, tmp_path / "a.json"))
     b = load.load_trace(write(doc, tmp_path / "b.json.gz"))
@@ -318,7 +328,7 @@ def test_keep_op_args_keeps_every_ops_external_id_and_shapes(tmp_path):
     assert raw.c_args[add] == -1
 
 
-def test_gzip_members_one_after_another_read_as_one_stream(tmp_path):
+def test_gzip_members_one_after_another_read_as_one_stream(tmp_path, inflater):
     # gzip allows several members in one file (``cat a.gz b.gz``), zero bytes between them
     text = json.dumps(trace(_two_kernels(), rank=1, world=2)).encode()
     cut = len(text) // 3
@@ -330,7 +340,7 @@ def test_gzip_members_one_after_another_read_as_one_stream(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["crc", "length", "garbage after", "cut in the trailer"])
-def test_a_damaged_gzip_trailer_or_tail_is_a_broken_stream(tmp_path, damage):
+def test_a_damaged_gzip_trailer_or_tail_is_a_broken_stream(tmp_path, damage, inflater):
     full = bytearray(gzip.compress(json.dumps(trace(_two_kernels())).encode()))
     if damage == "crc":
         full[-8] ^= 0xFF
@@ -344,3 +354,9 @@ def test_a_damaged_gzip_trailer_or_tail_is_a_broken_stream(tmp_path, damage):
     path.write_bytes(bytes(full))
     with pytest.raises(TraceError, match=r"damaged.json.gz: broken gzip stream"):
         load.load_trace(path)
+
+
+def test_gzip_traces_are_inflated_by_isal_where_it_is_installed():
+    from ccoverlap.trace import sources
+    isal_zlib = pytest.importorskip("isal.isal_zlib")
+    assert sources._inflate_lib is isal_zlib and isal_zlib.error in sources.GZIP_ERRORS
