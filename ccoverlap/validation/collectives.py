@@ -313,6 +313,10 @@ NOT_FITTED = {
     "dgxc_benchmarking_h100_1x8_all_reduce": "a check of the H100 model on one NVSwitch node over 8 B-16 GiB "
                                              "(nccl-tests, NCCL's own choices): judged, not fitted; its small "
                                              "sizes are a C loop's, below dgx-h100's eager-PyTorch floor",
+    "nccl_tests_cluster_h100_1x8_collectives": "a check of the one-node H100 model on all-reduce, all-gather, "
+                                               "reduce-scatter and all-to-all at 32 MiB-16 GiB: judged, not fitted",
+    "nccl_tests_cluster_h100_10x8_collectives": "a check of the model across 10 H100 nodes (1-8 GPUs a node) "
+                                                "on an unnamed 400 Gb/s-a-GPU network: judged, not fitted",
 }
 
 

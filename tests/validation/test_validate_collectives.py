@@ -370,3 +370,45 @@ def test_the_dgxc_table_is_a_c_loop_and_its_large_sizes_meet_their_target():
     assert {c.issuer for c in table_cases(t, "all")} == {"nccl-tests"}
     large = [g for g in validate_corpus("held-out", names=[name]) if g.size_class == ">= 16 MiB"]
     assert len(large) == 1 and large[0].ok
+
+
+#: xxrjun/nccl-tests-cluster's H100 runs, by name: (rows, {(GPUs, nodes)}, collectives)
+CLUSTER_RUN_TABLES = {
+    "nccl_tests_cluster_h100_1x8_collectives": (80, {(8, 1), (4, 1)}),
+    "nccl_tests_cluster_h100_10x8_collectives": (160, {(10, 10), (20, 10), (40, 10), (80, 10)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTER_RUN_TABLES))
+def test_cluster_run_tables_are_read_with_their_source_and_judged(name):
+    """Each table of the 8 x H100 cluster's nccl-tests runs loads with its source, holds
+    all-reduce, all-gather, reduce-scatter and all-to-all rows of the shapes it names (nccl-tests'
+    busbw agreeing with the kept time for each collective's factor), is a C loop, and is judged
+    on its held-out half in four groups."""
+    from ccoverlap.cost.comm import bus_bandwidth_factor
+
+    rows, shapes = CLUSTER_RUN_TABLES[name]
+    t = next(t for t in load_kind(KIND) if t.name == name)
+    assert t.source.repository == "xxrjun/nccl-tests-cluster" and t.source.licence == "Apache-2.0"
+    assert t.source.commit and t.source.path and t.source.url.startswith("https://github.com/")
+    cases = table_cases(t, "all")
+    assert len(cases) == rows and {(c.gpus, c.nodes) for c in cases} == shapes
+    assert {c.collective for c in cases} == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}
+    assert {c.issuer for c in cases} == {"nccl-tests"} and {c.cluster.name for c in cases} == {"dgx-h100"}
+    for c, r in zip(cases, t.rows):
+        busbw = c.nbytes / c.measured_s * bus_bandwidth_factor(c.collective, c.gpus) / 1e9
+        assert busbw == pytest.approx(r["busbw_gbs"], abs=0.011 + 0.002 * busbw)
+    groups = validate_corpus("held-out", names=[name])
+    assert len(groups) == 4 and sum(g.n for g in groups) == len(t.half("held-out"))
+
+
+def test_one_gpu_a_node_reaches_one_nic_across_ten_nodes():
+    """With one GPU on each of 10 nodes every collective of the cluster run levels off at one
+    400 Gb/s NIC's rate (48.7-48.9 GB/s busbw): the table's own evidence of a NIC a GPU."""
+    t = next(t for t in load_kind(KIND) if t.name == "nccl_tests_cluster_h100_10x8_collectives")
+    peak = {}
+    for r in t.rows:
+        if r["gpus"] == 10 and r["collective"] != "all_to_all":
+            peak[r["collective"]] = max(peak.get(r["collective"], 0.0), r["busbw_gbs"])
+    assert set(peak) == {"all_reduce", "all_gather", "reduce_scatter"}
+    assert all(46.0 < v < 50.0 for v in peak.values())
