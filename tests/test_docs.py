@@ -66,6 +66,10 @@ CITED_COMMITS = {
     "aws-samples/aws-efa-eks": ("043dbe748fad5c4a6842cd2135c097fbaafe4a95",),
     "Azure/AI-benchmarking-guide": ("f350e7e65b82cfcb9220b32b582bc34342d9c1a6",
                                     "3bb66cacc25632d8ece36bc1d5128c5ea886a60b"),
+    "NVIDIA/dgxc-benchmarking": ("841f5466cd86b66abd48049e839c563776f6d716",
+                                 "8e77d607c06f8c8603568ba7e49e65f8ff88c1b8"),
+    "xxrjun/nccl-tests-cluster": ("455de4f8dee2fa94cd4044a7109fd8c576f9e6c1",
+                                  "56089cacb75b9a7ace5065cc9754b2a4ec53467d"),
 }
 REPO_REF = re.compile(r"github\.com/|\b(?:" + "|".join(UPSTREAM_OWNERS) + r")/[A-Za-z0-9_.-]+")
 CONTEXT_LINES = 3

@@ -6,6 +6,7 @@ per GPU, ``α`` seconds per step) — the textbook costs of Thakur et al. / NCCL
 * ring all-reduce            2(n−1)/n · M/B + 2(n−1)·α
 * ring all-gather / RS       (n−1)/n · M/B + (n−1)·α
 * double binary tree AR      2(n−1)/n · M/B + 2·ceil(log2 n)·α   (full bandwidth, log latency)
+  (NCCL's tree is a chain inside a node: one node's tree pays 2(n−1)·α, :func:`chain_all_reduce_latency_s`)
 * pairwise all-to-all        (n−1)/n · M/B + (n−1)·α
 * pipelined chain bcast/red  M/B + (n−1)·α
 * point-to-point             M/B + α
@@ -126,6 +127,17 @@ def tree_all_reduce_time_s(nbytes: float, n: int, bw: float, latency: float) -> 
     if n <= 1:
         return 0.0
     return 2.0 * (n - 1) / n * nbytes / bw + 2.0 * math.ceil(math.log2(n)) * latency
+
+
+def chain_all_reduce_latency_s(local: int, nodes: int, intra_latency: float, inter_latency: float) -> float:
+    """Seconds of latency NCCL's tree all-reduce adds over ``nodes`` nodes of ``local`` ranks: a
+    chain through each node's ranks, up and back down (2·(local − 1) node steps), and a double
+    binary tree across the nodes (2·ceil(log2 nodes) network steps). NVIDIA/nccl
+    src/graph/tuning.cc (ncclTopoTuneModel) rates the tree's latency so,
+    ``2·((nRanks/nNodes − 1)·intraLat + log2i(nNodes)·interLat)``, and builds its intra-node
+    part as a chain (src/graph/connect.cc, the tree's up/down links inside a node): on one
+    node the tree has as many steps as a ring."""
+    return 2 * (local - 1) * intra_latency + 2 * math.ceil(math.log2(nodes)) * inter_latency
 
 
 def pairwise_all_to_all_time_s(nbytes: float, n: int, bw: float, latency: float) -> float:
@@ -334,7 +346,7 @@ def tuner_time_s(prof: CommProfile, spec: CollectiveSpec, cluster: ClusterSpec, 
         return prof.time_s
     cfg, m = prof.config, float(spec.bytes)
     bw, li, lo = _ring_across_nodes(bus_bandwidth_factor("all_reduce", group.size) * m, group, cluster, cfg, params)
-    lat = 2 * math.ceil(math.log2(group.nodes)) * lo + 2 * (group.local_size - 1) * li
+    lat = chain_all_reduce_latency_s(group.local_size, group.nodes, li, lo)
     return params.comm_base_latency_s + lat + m / (NCCL_TREE_RATED_FRACTION * bw)
 
 
@@ -460,8 +472,9 @@ def _flat_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg:
         return t, nvls_wire, frozenset({"intra"})
     if nodes == 1:
         bw, lat = _level(intra, mesh, wire, cfg, params)
-        if alg == "tree":
-            return tree_all_reduce_time_s(m, n, bw * params.tree_bw_efficiency, lat), wire, frozenset({"intra"})
+        if alg == "tree":  # NCCL's tree is a chain inside the node
+            t = wire / (bw * params.tree_bw_efficiency) + chain_all_reduce_latency_s(n, 1, lat, 0.0)
+            return t, wire, frozenset({"intra"})
         return _RING_FORMS[coll](m, n, bw, lat), wire, frozenset({"intra"})
     levels = frozenset({"intra", "inter"}) if local > 1 else frozenset({"inter"})
     if coll == "all_to_all":  # every GPU sends its own off-node share through its own NIC share
@@ -475,12 +488,11 @@ def _flat_time(coll: str, m: float, group: GroupSpec, cluster: ClusterSpec, cfg:
         inter_wire = bus_bandwidth_factor("all_reduce", nodes) * m
         bo, lo = _level(cluster.inter, float(local), inter_wire, cfg, params)
         t_bw = inter_wire / bo
-        lat = 2 * math.ceil(math.log2(nodes)) * lo
+        li = 0.0
         if local > 1:
             bi, li = _level(cluster.intra, _intra_share(cluster, 1), m, cfg, params)  # chain: one peer
             t_bw = max(t_bw, m / bi)
-            lat += 2 * (local - 1) * li
-        return t_bw / params.tree_bw_efficiency + lat, wire, levels
+        return t_bw / params.tree_bw_efficiency + chain_all_reduce_latency_s(local, nodes, li, lo), wire, levels
     # flat ring across nodes: the bytes move at the slowest hop's rate, and a chunk's way round
     # the ring adds each hop's latency (ring_latency_s)
     bw, li, lo = _ring_across_nodes(wire, group, cluster, cfg, params)

@@ -3,14 +3,15 @@
 Each table of kind ``collective`` (:mod:`ccoverlap.corpus.tables`) holds measured times of
 one collective library on one kind of node, a row per measurement::
 
-    cluster,collective,gpus,nodes,nbytes,time_s[,busbw_gbs][,algorithm]
+    cluster,collective,gpus,nodes,nbytes,time_s[,busbw_gbs][,algorithm][,issuer]
 
 ``cluster`` is a catalog cluster (``ccoverlap list clusters``), ``collective`` one of the
 cost model's collectives or ``send_recv`` (a point-to-point transfer between 2 GPUs),
 ``gpus`` the ranks, ``nodes`` the nodes they span (an equal share a node), ``nbytes`` the
 message size as nccl-tests' ``size`` and ``time_s`` the measured seconds; an optional
 ``algorithm`` column names the algorithm the run forced (``NCCL_ALGO``: ``ring``, ``tree`` or
-``nvls``; empty or absent: NCCL's own choice). Every row is
+``nvls``; empty or absent: NCCL's own choice); an optional ``issuer`` column names the program
+whose loop issued the calls where it matters to the floor (:data:`ISSUERS`). Every row is
 predicted with :func:`ccoverlap.cost.comm.collective_time_s` / :func:`~ccoverlap.cost.comm.p2p_time_s`
 at NCCL's default knobs and the cluster GPU's default parameters; the error is
 ``predicted / measured - 1``.
@@ -60,6 +61,7 @@ class Case:
     nbytes: float
     measured_s: float
     algorithm: str = "auto"
+    issuer: str = ""
 
     @property
     def size_class(self) -> str:
@@ -107,7 +109,7 @@ def table_cases(table: Table, split: str = "held-out") -> list[Case]:
             raise ConfigError(f"{where}: send_recv rows are between 2 GPUs, got {gpus}")
         out.append(Case(table.name, cluster.with_nodes(max(cluster.nodes, nodes)), coll, gpus, nodes,
                         _positive(row, "nbytes", where), _positive(row, "time_s", where),
-                        _algorithm(row, coll, where)))
+                        _algorithm(row, coll, where), _issuer(row, where)))
     return out
 
 
@@ -127,17 +129,37 @@ def _algorithm(row: dict[str, Any], coll: str, where: str) -> str:
     return value
 
 
+#: what an ``issuer`` cell may name: ``nccl-tests``, a C loop calling NCCL directly. Its host cost
+#: a call (NCCL's enqueue and one kernel launch) is not the eager-PyTorch issue time a catalog
+#: cluster's ``host_issue_s`` (and a GPU's ``comm_host_issue_s``) is fitted as, and it stays
+#: below the GPU's time of the collective: an nccl-tests loop of 8-byte all-reduces on one
+#: 8 x H100 node takes 13.0 us a call (dgxc_benchmarking_h100_1x8_all_reduce), against the
+#: 37 us floor of eager PyTorch's loops on the same kind of node. Such rows are predicted at
+#: the collective's own time. Empty or absent: the row is held to the floor.
+ISSUERS = ("nccl-tests",)
+
+
+def _issuer(row: dict[str, Any], where: str) -> str:
+    """The row's issuer (``""`` where the column is absent or empty)."""
+    value = str(row.get("issuer", "") or "").strip().lower()
+    if value and value not in ISSUERS:
+        raise ConfigError(f"{where}: issuer must be one of {ISSUERS} or empty, got {short(value)}")
+    return value
+
+
 def predict_s(case: Case, params: CostParams | None = None) -> float:
     """The cost model's seconds a call for ``case`` as the tables measure it, a loop of calls:
-    a collective no faster than the host issues it (:func:`ccoverlap.cost.comm.back_to_back_time_s`),
-    a send/recv as its sender sees it (``params`` default: the cluster GPU's)."""
+    a collective no faster than the host issues it (:func:`ccoverlap.cost.comm.back_to_back_time_s`;
+    a row issued by a C loop, :data:`ISSUERS`, at its own time), a send/recv as its sender
+    sees it (``params`` default: the cluster GPU's)."""
     p = params if params is not None else default_params(case.cluster.gpu)
     if case.collective == P2P:  # the sender's time: it runs ahead of its receiver's issue
         return p2p_time_s(P2PSpec(bytes=case.nbytes, inter_node=case.nodes > 1), case.cluster, p)
     group = GroupSpec(name="corpus", size=case.gpus, local_size=case.gpus // case.nodes)
     spec = CollectiveSpec(collective=case.collective, bytes=case.nbytes, group=group,  # type: ignore[arg-type]
                           config=CommConfig(algorithm=case.algorithm))
-    return back_to_back_time_s(collective_time_s(spec, case.cluster, p), p, case.cluster)
+    alone = collective_time_s(spec, case.cluster, p)
+    return alone if case.issuer == "nccl-tests" else back_to_back_time_s(alone, p, case.cluster)
 
 
 @dataclass(frozen=True)
@@ -288,6 +310,13 @@ NOT_FITTED = {
                                        "not fitted; only its node's host issue time is (FIT_CLUSTER)",
     "nccl_tests_h100_nvswitch_1x8_all_reduce": "a check of NVLS at 128 MiB-4 GiB, whose efficiency is a cited "
                                                "large-message figure: judged, not fitted",
+    "dgxc_benchmarking_h100_1x8_all_reduce": "a check of the H100 model on one NVSwitch node over 8 B-16 GiB "
+                                             "(nccl-tests, NCCL's own choices): judged, not fitted; its small "
+                                             "sizes are a C loop's, below dgx-h100's eager-PyTorch floor",
+    "nccl_tests_cluster_h100_1x8_collectives": "a check of the one-node H100 model on all-reduce, all-gather, "
+                                               "reduce-scatter and all-to-all at 32 MiB-16 GiB: judged, not fitted",
+    "nccl_tests_cluster_h100_10x8_collectives": "a check of the model across 10 H100 nodes (1-8 GPUs a node) "
+                                                "on an unnamed 400 Gb/s-a-GPU network: judged, not fitted",
 }
 
 

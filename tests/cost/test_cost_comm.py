@@ -23,7 +23,7 @@ from ccoverlap.cost import (
     ring_reduce_scatter_time_s,
     tree_all_reduce_time_s,
 )
-from ccoverlap.cost.comm import nvls_all_reduce_time_s
+from ccoverlap.cost.comm import chain_all_reduce_latency_s, nvls_all_reduce_time_s
 from ccoverlap.errors import ConfigError
 from ccoverlap.specs import COLLECTIVES, CollectiveSpec, CommConfig, CopySpec, GroupSpec, P2PSpec
 
@@ -148,12 +148,28 @@ def test_auto_protocol_and_algorithm_pick_the_fastest():
         assert auto == pytest.approx(min(forced))
 
 
-def test_tree_wins_small_ring_wins_large_on_one_node():
-    small = {al: collective_time_s(coll("all_reduce", 8192, algorithm=al, protocol="simple"), H100, PH)
+def test_one_node_tree_is_a_chain_with_a_ring_s_steps():
+    """NCCL's tree is a chain inside a node (tuning.cc: 2·(ranks a node − 1) node steps): on one
+    8-GPU node a small tree all-reduce pays the 14 steps of a ring, not a binary tree's 6, so
+    it does not beat the ring; across 16 nodes its log-depth network part wins small sizes."""
+    lat = H100.intra.latency_s
+    small = {al: collective_time_s(coll("all_reduce", 8, algorithm=al, protocol="simple"), H100, PH)
              for al in ("ring", "tree")}
+    assert PH.comm_base_latency_s + 14 * lat < small["tree"] < PH.comm_base_latency_s + 15 * lat
+    assert small["ring"] <= small["tree"]
     big = {al: collective_time_s(coll("all_reduce", GiB, algorithm=al, protocol="simple"), H100, PH)
            for al in ("ring", "tree")}
-    assert small["tree"] < small["ring"] and big["ring"] < big["tree"]
+    assert big["ring"] < big["tree"]
+    many = GroupSpec(name="dp", size=128, local_size=8)
+    wide = {al: collective_time_s(coll("all_reduce", 8192, many, algorithm=al, protocol="simple"),
+                                  H100.with_nodes(16), PH) for al in ("ring", "tree")}
+    assert wide["tree"] < wide["ring"]
+
+
+def test_chain_all_reduce_latency_counts_node_and_network_steps():
+    assert chain_all_reduce_latency_s(8, 1, 1e-6, 5e-6) == pytest.approx(14e-6)
+    assert chain_all_reduce_latency_s(8, 4, 1e-6, 5e-6) == pytest.approx(14e-6 + 4 * 5e-6)
+    assert chain_all_reduce_latency_s(1, 2, 1e-6, 5e-6) == pytest.approx(2 * 5e-6)
 
 
 def test_default_config_follows_nccl_defaults():

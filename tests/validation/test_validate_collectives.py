@@ -224,6 +224,7 @@ NCCL_TESTS_TABLES = {
     "nccl_tests_aws_p5_h100_2x8_all_reduce": ("aws-p5", "H100-SXM", 32, 16, 2),
     "nccl_tests_aws_p4d_a100_2x8_all_reduce": ("aws-p4d", "A100-80GB-SXM", 28, 16, 2),
     "nccl_tests_h100_nvswitch_1x8_all_reduce": ("dgx-h100", "H100-SXM", 6, 8, 1),
+    "dgxc_benchmarking_h100_1x8_all_reduce": ("dgx-h100", "H100-SXM", 32, 8, 1),
     "azure_nd_h100_v5_1x8_all_reduce": ("azure-nd-h100-v5", "H100-SXM", 22, 8, 1),
     "azure_nd_a100_v4_1x8_all_reduce": ("azure-nd-a100-v4", "A100-80GB-SXM", 21, 8, 1),
 }
@@ -328,3 +329,86 @@ def test_a_bad_forced_algorithm_is_one_clear_error(tmp_path, row, message):
     (d / "t.csv").write_text("cluster,collective,gpus,nodes,nbytes,time_s,algorithm\n" + row)
     with pytest.raises(ConfigError, match=message):
         validate_corpus("all", root=tmp_path)
+
+
+def test_an_nccl_tests_issuer_is_not_held_to_the_eager_pytorch_floor(tmp_path):
+    """A row whose ``issuer`` is nccl-tests (a C loop calling NCCL) is predicted at the
+    collective's own time; the same row without the column is held to dgx-h100's floor, the
+    issue time of an eager-PyTorch loop (37 us, far above a small all-reduce's GPU time)."""
+    d = tmp_path / KIND
+    d.mkdir(parents=True)
+    (d / "t.yaml").write_text(META)
+    (d / "t.csv").write_text("cluster,collective,gpus,nodes,nbytes,time_s,issuer\n"
+                             "dgx-h100,all_reduce,8,1,1024,1.5e-5,nccl-tests\n"
+                             "dgx-h100,all_reduce,8,1,1024,1.5e-5,\n")
+    from ccoverlap.corpus.tables import load_table
+
+    c_loop, eager = table_cases(load_table(KIND, "t", root=tmp_path), "all")
+    assert (c_loop.issuer, eager.issuer) == ("nccl-tests", "")
+    floor = get_cluster("dgx-h100").host_issue_s
+    assert predict_s(eager) == pytest.approx(floor)
+    assert predict_s(c_loop) < 0.5 * floor
+
+
+def test_a_bad_issuer_is_one_clear_error(tmp_path):
+    d = tmp_path / KIND
+    d.mkdir(parents=True)
+    (d / "t.yaml").write_text(META)
+    (d / "t.csv").write_text("cluster,collective,gpus,nodes,nbytes,time_s,issuer\n"
+                             "dgx-h100,all_reduce,8,1,1024,1e-5,mpi\n")
+    with pytest.raises(ConfigError, match="issuer must be one of"):
+        validate_corpus("all", root=tmp_path)
+
+
+def test_the_dgxc_table_is_a_c_loop_and_its_large_sizes_meet_their_target():
+    """NVIDIA/dgxc-benchmarking's one-node 8 x H100 all-reduce (8 B-16 GiB, NCCL's own choices):
+    every row is marked as nccl-tests' loop, and its held-out rows at >= 16 MiB (NVLS from 32 MiB)
+    meet the 10% target."""
+    name = "dgxc_benchmarking_h100_1x8_all_reduce"
+    t = next(t for t in load_kind(KIND) if t.name == name)
+    assert t.source.repository == "NVIDIA/dgxc-benchmarking" and t.source.licence == "MIT"
+    assert {c.issuer for c in table_cases(t, "all")} == {"nccl-tests"}
+    large = [g for g in validate_corpus("held-out", names=[name]) if g.size_class == ">= 16 MiB"]
+    assert len(large) == 1 and large[0].ok
+
+
+#: xxrjun/nccl-tests-cluster's H100 runs, by name: (rows, {(GPUs, nodes)}, collectives)
+CLUSTER_RUN_TABLES = {
+    "nccl_tests_cluster_h100_1x8_collectives": (80, {(8, 1), (4, 1)}),
+    "nccl_tests_cluster_h100_10x8_collectives": (160, {(10, 10), (20, 10), (40, 10), (80, 10)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTER_RUN_TABLES))
+def test_cluster_run_tables_are_read_with_their_source_and_judged(name):
+    """Each table of the 8 x H100 cluster's nccl-tests runs loads with its source, holds
+    all-reduce, all-gather, reduce-scatter and all-to-all rows of the shapes it names (nccl-tests'
+    busbw agreeing with the kept time for each collective's factor), is a C loop, and is judged
+    on its held-out half in four groups."""
+    from ccoverlap.cost.comm import bus_bandwidth_factor
+
+    rows, shapes = CLUSTER_RUN_TABLES[name]
+    t = next(t for t in load_kind(KIND) if t.name == name)
+    assert t.source.repository == "xxrjun/nccl-tests-cluster" and t.source.licence == "Apache-2.0"
+    assert t.source.commit and t.source.path and t.source.url.startswith("https://github.com/")
+    cases = table_cases(t, "all")
+    assert len(cases) == rows and {(c.gpus, c.nodes) for c in cases} == shapes
+    assert {c.collective for c in cases} == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}
+    assert {c.issuer for c in cases} == {"nccl-tests"} and {c.cluster.name for c in cases} == {"dgx-h100"}
+    for c, r in zip(cases, t.rows):
+        busbw = c.nbytes / c.measured_s * bus_bandwidth_factor(c.collective, c.gpus) / 1e9
+        assert busbw == pytest.approx(r["busbw_gbs"], abs=0.011 + 0.002 * busbw)
+    groups = validate_corpus("held-out", names=[name])
+    assert len(groups) == 4 and sum(g.n for g in groups) == len(t.half("held-out"))
+
+
+def test_one_gpu_a_node_reaches_one_nic_across_ten_nodes():
+    """With one GPU on each of 10 nodes every collective of the cluster run levels off at one
+    400 Gb/s NIC's rate (48.7-48.9 GB/s busbw): the table's own evidence of a NIC a GPU."""
+    t = next(t for t in load_kind(KIND) if t.name == "nccl_tests_cluster_h100_10x8_collectives")
+    peak = {}
+    for r in t.rows:
+        if r["gpus"] == 10 and r["collective"] != "all_to_all":
+            peak[r["collective"]] = max(peak.get(r["collective"], 0.0), r["busbw_gbs"])
+    assert set(peak) == {"all_reduce", "all_gather", "reduce_scatter"}
+    assert all(46.0 < v < 50.0 for v in peak.values())
