@@ -204,11 +204,13 @@ def text_lines(rep: dict[str, Any]) -> list[str]:
 
 
 def fit_params(gpu_name: str, kind: str, names: list[str], split: str = "fit",
-               root: Path | None = None) -> dict[str, float]:
+               root: Path | None = None, start: dict[str, float] | None = None) -> dict[str, float]:
     """Fit the cost parameters ``names`` of ``gpu_name`` on the ``split`` half of the corpus
     tables of ``kind`` on that GPU: Nelder-Mead on the mean |log(predicted / measured)| (the mean
     of each table's mean, so a large table does not drown a small one), from the
-    GPU's defaults, in log space. Returns ``{name: value}`` (fractions kept in [0.01, 1])."""
+    GPU's defaults, in log space. ``start``: starting values that replace the defaults (a
+    parameter whose default is 0 or 1-as-off cannot leave it by factors: seed it here).
+    Returns ``{name: value}`` (fractions kept in [0.01, 1])."""
     import numpy as np
     from scipy.optimize import minimize
 
@@ -219,7 +221,10 @@ def fit_params(gpu_name: str, kind: str, names: list[str], split: str = "fit",
     if not rows:
         raise ConfigError(f"no {kind} rows on {gpu.name} in split {split!r} to fit on")
     # search in log space around the defaults: every parameter moves by factors, whatever its unit
-    x0 = np.array([max(float(getattr(base, n)), 1e-9) for n in names])
+    unknown = sorted(set(start or {}) - set(names))
+    if unknown:
+        raise ConfigError(f"fit_params: start values for parameters not fitted: {', '.join(unknown)}")
+    x0 = np.array([max(float((start or {}).get(n, getattr(base, n))), 1e-9) for n in names])
     fractions = {n for n in names if n.endswith(("fraction", "efficiency", "overlap"))}
 
     def params_of(u: np.ndarray) -> CostParams:

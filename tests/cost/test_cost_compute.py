@@ -233,7 +233,7 @@ def test_a100_splits_k_past_one_wave_to_fill_the_last_one():
     """Ampere's any-count split-K is not only for GEMMs of under one wave: 256x8192 is 256
     tiles of 64x128 on 108 SMs, two full waves and a third of one; split K ways, its pieces fill
     their waves nearly whole. The corpus's vidur A100 fit rows 256x8192x8192 (184.5 us) and
-    256x5120x5120 (71.0 us) ran within 8% of that, the unsplit kernel's time 8% and 20% over."""
+    256x5120x5120 (71.0 us) ran within 8% of that, the unsplit kernel's time 4% and 10% over."""
     a100 = GPUS["A100-80GB-SXM"]
     p = default_params(a100, sustained=False)
     pow2 = p.with_overrides(gemm_split_k_any_count=0)
@@ -241,7 +241,7 @@ def test_a100_splits_k_past_one_wave_to_fill_the_last_one():
         spec = GemmSpec(m=m, n=n, k=k)
         t_any, t_pow2 = gemm_time_s(spec, a100, p), gemm_time_s(spec, a100, pow2)
         assert t_any == pytest.approx(measured, rel=0.08)
-        assert t_pow2 > 1.07 * measured
+        assert t_pow2 > 1.03 * measured
         assert t_pow2 > 1.05 * t_any
 
 
@@ -334,13 +334,31 @@ def test_long_gemms_run_at_the_power_limited_clock_on_h100():
     assert s.sustained_clock_fraction > s.gemm_power_clock_fraction
     step = gemm_time_s(long_gemm, H100, s) / gemm_time_s(long_gemm, H100, s.with_overrides(gemm_power_clock_fraction=1.0))
     assert step == pytest.approx(s.sustained_clock_fraction / s.gemm_power_clock_fraction, rel=0.07)
-    # GPUs where no limiter was seen keep the clock
-    for name in ("A100-80GB-SXM", "A40", "H200", "MI300X"):
+    # GPUs where no limiter was fitted keep the clock
+    for name in ("A40", "H200", "MI300X"):
         assert default_params(GPUS[name]).gemm_power_clock_fraction == 1.0
     with pytest.raises(ConfigError, match="gemm_power_clock_fraction"):
         CostParams(gemm_power_clock_fraction=1.2)
     with pytest.raises(ConfigError, match="gemm_power_clock_fraction"):
         CostParams(gemm_power_clock_fraction=0.0)
+
+
+def test_long_gemms_run_at_the_power_limited_clock_on_a100():
+    # the A100's fit half (docs/model.md "Kernels"): GEMMs of 32-256 us ran 2-5% faster than the
+    # model at one clock, those past 0.5 ms 1-3% slower; fitted, a long GEMM runs at
+    # gemm_power_clock_fraction of the clock short ones start at (1410 MHz, the datasheet's peak)
+    a100 = GPUS["A100-80GB-SXM"]
+    p = default_params(a100)
+    assert 0.75 < p.gemm_power_clock_fraction < 0.9 and p.gemm_power_settle_s > 0
+    assert p.sustained_clock_fraction == 1.0  # no sustained clock measured: a step starts at the boost clock
+    off = p.with_overrides(gemm_power_clock_fraction=1.0)
+    long_gemm, short_gemm = GemmSpec(m=8192, n=8192, k=8192), GemmSpec(m=1024, n=1024, k=1024)
+    slow_long = gemm_time_s(long_gemm, a100, p) / gemm_time_s(long_gemm, a100, off)
+    slow_short = gemm_time_s(short_gemm, a100, p) / gemm_time_s(short_gemm, a100, off)
+    assert 1.0 / p.gemm_power_clock_fraction * 0.95 < slow_long <= 1.0 / p.gemm_power_clock_fraction
+    assert 1.0 <= slow_short < 1.1
+    # and its split-K pieces fold in one after another, as on the H100
+    assert p.gemm_split_k_fixup_s > 0
 
 
 def test_split_k_pieces_fold_in_one_after_another():
