@@ -56,6 +56,12 @@ def test_screened_plan_picks_what_the_exact_plan_picks(w):
     assert fast.best_workload.batch == w.batch
     moved: set[str] = set()  # strategies whose screened choice differs (below)
     for e, f in zip(exact.strategies, fast.strategies):
+        if f.name == "applicable" and f.decision["of"] in moved:  # what the user can set of that row
+            # that row's screened settings differ, so what the user can set of it may rank on
+            # either side of lagom's at a near-tie (docs/planner.md): either row, the step within 1%
+            assert {f.decision["of"], e.decision["of"]} <= {"lagom", "knobs+lagom"}
+            assert f.step_time_s == pytest.approx(e.step_time_s, rel=1e-2)
+            continue
         assert f.knobs == e.knobs, f.name
         if w is PIPE and f.name == "lagom" and _configs(f.note) != _configs(e.note):
             # the difference a share threshold can leave (docs/planner.md): Lagom tunes the
@@ -77,10 +83,6 @@ def test_screened_plan_picks_what_the_exact_plan_picks(w):
             assert {r["collective"] for r in differ} == {"all_gather"}
             assert f.step_time_s == pytest.approx(e.step_time_s, rel=1e-2)
             moved.add(f.name)
-            continue
-        if f.name == "applicable" and f.decision["of"] in moved:  # what the user can set of that row
-            assert f.decision["of"] == e.decision["of"]
-            assert f.step_time_s == pytest.approx(e.step_time_s, rel=1e-2)
             continue
         if f.name in ("lagom", "autoccl", "knobs+lagom"):
             assert _configs(f.note) == _configs(e.note), f.name
