@@ -110,10 +110,7 @@ def test_a_bad_row_is_one_clear_error(tmp_path, row, message):
 
 
 def test_a_table_without_the_columns_is_one_clear_error(tmp_path):
-    d = tmp_path / KIND
-    d.mkdir()
-    (d / "t.yaml").write_text(META.replace("[collective, gpus, nodes, nbytes]", "[op]"))
-    (d / "t.csv").write_text("op,size\nar,1\n")
+    _write_table(tmp_path, "op,size\nar,1\n", META.replace("[collective, gpus, nodes, nbytes]", "[op]"))
     with pytest.raises(ConfigError, match=r"collective table t: missing column\(s\) cluster, collective"):
         validate_corpus("all", root=tmp_path)
 
@@ -295,18 +292,28 @@ def test_the_h100_nvls_latency_is_the_fit_of_the_fit_half():
 ALG_META = META.replace("split_key", "notes: forced\nsplit_key")
 
 
+def _write_table(tmp_path, csv: str, meta: str = META):
+    """One corpus table ``t`` under ``tmp_path`` with ``csv`` as its rows (header first)."""
+    d = tmp_path / KIND
+    d.mkdir(parents=True)
+    (d / "t.yaml").write_text(meta)
+    (d / "t.csv").write_text(csv)
+
+
+def _table_cases(tmp_path, csv: str):
+    """The cases of a one-table corpus written by :func:`_write_table`, every row."""
+    from ccoverlap.corpus.tables import load_table
+
+    _write_table(tmp_path, csv)
+    return table_cases(load_table(KIND, "t", root=tmp_path), "all")
+
+
 def test_a_forced_algorithm_column_is_what_the_row_is_predicted_with(tmp_path):
     """An ``algorithm`` cell (NCCL_ALGO as run) forces that algorithm; an empty one leaves the
     model's choice. A small 8 x H100 all-reduce forced to NVLS pays NVLS's fixed latency."""
-    d = tmp_path / KIND
-    d.mkdir(parents=True)
-    (d / "t.yaml").write_text(META)
-    (d / "t.csv").write_text("cluster,collective,gpus,nodes,nbytes,time_s,algorithm\n"
-                             "azure-nd-h100-v5,all_reduce,8,1,1048576,1e-4,nvls\n"
-                             "azure-nd-h100-v5,all_reduce,8,1,1048576,1e-4,\n")
-    from ccoverlap.corpus.tables import load_table
-
-    forced, free = table_cases(load_table(KIND, "t", root=tmp_path), "all")
+    forced, free = _table_cases(tmp_path, "cluster,collective,gpus,nodes,nbytes,time_s,algorithm\n"
+                                          "azure-nd-h100-v5,all_reduce,8,1,1048576,1e-4,nvls\n"
+                                          "azure-nd-h100-v5,all_reduce,8,1,1048576,1e-4,\n")
     assert (forced.algorithm, free.algorithm) == ("nvls", "auto")
     p = default_params(forced.cluster.gpu)
     assert collective_nvls_floor(p) < predict_s(forced)
@@ -323,10 +330,7 @@ def collective_nvls_floor(p):
     ("dgx-a100,all_reduce,8,1,1024,1e-5,nvls\n", "needs one NVSwitch node of a GPU with NVLink SHARP"),
 ])
 def test_a_bad_forced_algorithm_is_one_clear_error(tmp_path, row, message):
-    d = tmp_path / KIND
-    d.mkdir(parents=True)
-    (d / "t.yaml").write_text(META)
-    (d / "t.csv").write_text("cluster,collective,gpus,nodes,nbytes,time_s,algorithm\n" + row)
+    _write_table(tmp_path, "cluster,collective,gpus,nodes,nbytes,time_s,algorithm\n" + row)
     with pytest.raises(ConfigError, match=message):
         validate_corpus("all", root=tmp_path)
 
@@ -335,15 +339,9 @@ def test_an_nccl_tests_issuer_is_not_held_to_the_eager_pytorch_floor(tmp_path):
     """A row whose ``issuer`` is nccl-tests (a C loop calling NCCL) is predicted at the
     collective's own time; the same row without the column is held to dgx-h100's floor, the
     issue time of an eager-PyTorch loop (37 us, far above a small all-reduce's GPU time)."""
-    d = tmp_path / KIND
-    d.mkdir(parents=True)
-    (d / "t.yaml").write_text(META)
-    (d / "t.csv").write_text("cluster,collective,gpus,nodes,nbytes,time_s,issuer\n"
-                             "dgx-h100,all_reduce,8,1,1024,1.5e-5,nccl-tests\n"
-                             "dgx-h100,all_reduce,8,1,1024,1.5e-5,\n")
-    from ccoverlap.corpus.tables import load_table
-
-    c_loop, eager = table_cases(load_table(KIND, "t", root=tmp_path), "all")
+    c_loop, eager = _table_cases(tmp_path, "cluster,collective,gpus,nodes,nbytes,time_s,issuer\n"
+                                           "dgx-h100,all_reduce,8,1,1024,1.5e-5,nccl-tests\n"
+                                           "dgx-h100,all_reduce,8,1,1024,1.5e-5,\n")
     assert (c_loop.issuer, eager.issuer) == ("nccl-tests", "")
     floor = get_cluster("dgx-h100").host_issue_s
     assert predict_s(eager) == pytest.approx(floor)
@@ -351,11 +349,8 @@ def test_an_nccl_tests_issuer_is_not_held_to_the_eager_pytorch_floor(tmp_path):
 
 
 def test_a_bad_issuer_is_one_clear_error(tmp_path):
-    d = tmp_path / KIND
-    d.mkdir(parents=True)
-    (d / "t.yaml").write_text(META)
-    (d / "t.csv").write_text("cluster,collective,gpus,nodes,nbytes,time_s,issuer\n"
-                             "dgx-h100,all_reduce,8,1,1024,1e-5,mpi\n")
+    _write_table(tmp_path, "cluster,collective,gpus,nodes,nbytes,time_s,issuer\n"
+                           "dgx-h100,all_reduce,8,1,1024,1e-5,mpi\n")
     with pytest.raises(ConfigError, match="issuer must be one of"):
         validate_corpus("all", root=tmp_path)
 
