@@ -113,13 +113,18 @@ def table_cases(table: Table, split: str = "held-out") -> list[Case]:
     return out
 
 
+def _cell(row: dict[str, Any], column: str) -> str:
+    """An optional column's cell, lower case (``""`` where the column is absent or the cell empty)."""
+    return str(row.get(column, "") or "").strip().lower()
+
+
 #: what an ``algorithm`` cell may name (NCCL_ALGO values the cost model has)
 FORCED_ALGORITHMS = ("ring", "tree", "nvls")
 
 
 def _algorithm(row: dict[str, Any], coll: str, where: str) -> str:
     """The row's forced algorithm (``"auto"`` where the column is absent or empty)."""
-    value = str(row.get("algorithm", "") or "").strip().lower()
+    value = _cell(row, "algorithm")
     if not value:
         return "auto"
     if value not in FORCED_ALGORITHMS or value not in ALGORITHMS:
@@ -141,7 +146,7 @@ ISSUERS = ("nccl-tests",)
 
 def _issuer(row: dict[str, Any], where: str) -> str:
     """The row's issuer (``""`` where the column is absent or empty)."""
-    value = str(row.get("issuer", "") or "").strip().lower()
+    value = _cell(row, "issuer")
     if value and value not in ISSUERS:
         raise ConfigError(f"{where}: issuer must be one of {ISSUERS} or empty, got {short(value)}")
     return value
@@ -159,7 +164,7 @@ def predict_s(case: Case, params: CostParams | None = None) -> float:
     spec = CollectiveSpec(collective=case.collective, bytes=case.nbytes, group=group,  # type: ignore[arg-type]
                           config=CommConfig(algorithm=case.algorithm))
     alone = collective_time_s(spec, case.cluster, p)
-    return alone if case.issuer == "nccl-tests" else back_to_back_time_s(alone, p, case.cluster)
+    return alone if case.issuer in ISSUERS else back_to_back_time_s(alone, p, case.cluster)
 
 
 @dataclass(frozen=True)
