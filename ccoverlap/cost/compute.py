@@ -60,16 +60,18 @@ def gemm_waves(tiles: int, sms_available: float, tiles_per_sm: int = 1) -> int:
 
 def tile_candidates(params: CostParams) -> list[tuple[int, int, float]]:
     """The CTA tiles a GEMM library picks from: the main tile and tiles halved in one or both
-    dimensions, each halving costing
-    ``gemm_small_tile_efficiency`` of the per-SM rate (less reuse in shared memory)."""
+    dimensions, each at ``gemm_small_tile_efficiency`` of the per-SM rate per halving of its
+    operand reuse ``tm·tn / (tm + tn)`` (FLOPs per byte loaded into shared memory; params.py
+    [REUSE]): 128x128 keeps 3/4 of 128x256's reuse, 64x256 3/5, 64x128 1/2."""
     tm, tn, s = params.gemm_tile_m, params.gemm_tile_n, params.gemm_small_tile_efficiency
     cands = {(tm, tn): 1.0}
+    reuse = tm * tn / (tm + tn)
     if s > 0:
         for i in range(2):
             for j in range(2):
                 x, y = tm >> i, tn >> j
                 if (i or j) and x >= 16 and y >= 16:
-                    cands[(x, y)] = s ** (i + j)
+                    cands[(x, y)] = s ** math.log2(reuse * (x + y) / (x * y))
     return [(x, y, e) for (x, y), e in cands.items()]
 
 

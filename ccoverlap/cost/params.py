@@ -59,9 +59,11 @@ class CostParams:
     gemm_tile_k: int = 64
     gemm_tiles_per_sm: int = 1
     # Libraries also ship half-size tiles (tile_m x tile_n/2, tile_m/2 x tile_n, ...) and pick one
-    # per shape; each halving costs this much per-SM efficiency (lower reuse in shared memory).
-    # 0 disables the smaller tiles. assumption; fit: GEMM sweep of skinny shapes.
-    gemm_small_tile_efficiency: float = 0.754  # FITTED (H100 SXM), see gemm_peak_fraction
+    # per shape; a smaller tile loads more operand bytes per FLOP (its reuse, tm*tn/(tm+tn),
+    # is lower) and runs at this per-SM efficiency for each halving of that reuse: s ** log2(main
+    # tile's reuse / its reuse) (H100: 128x128 at s^0.42, 64x256 at s^0.74, 64x128 at s). 0
+    # disables the smaller tiles. [REUSE]
+    gemm_small_tile_efficiency: float = 0.571  # FITTED (H100 SXM), see gemm_peak_fraction
     # Per-tile prologue/epilogue (pipeline fill, output store), in units of main-loop K steps:
     # a tile with K/tile_k steps costs (K/tile_k + this) steps. Makes small-K (K-split) GEMMs
     # inefficient (ficco §IV-C1). assumption; fit: GEMM sweep over K.
@@ -86,12 +88,12 @@ class CostParams:
     # gemm_power_clock_fraction: the clock a power-limited GEMM settles to, as a fraction of the
     # clock of short loops (the boost clock); 1: no limiter (the class default). In a training
     # step the clock starts at sustained_clock_fraction and c is the rest of the way down.
-    # H100 SXM: FITTED 0.782, A100: FITTED 0.887 ([POWER]); measured elsewhere: 1485-1530 of 1980 MHz (0.75-0.77)
+    # H100 SXM: FITTED 0.778 ([REUSE]), A100: FITTED 0.887 ([POWER]); measured elsewhere: 1485-1530 of 1980 MHz (0.75-0.77)
     # through a back-to-back GEMM on this project's H200 (full_load_clock_fraction below),
     # 1980 -> 1575 MHz (0.795) on H800/H100 GEMMs past the power limit (deepseek-ai/DeepGEMM#120).
     gemm_power_clock_fraction: float = 1.0
     # Time constant of that clock drop, seconds (0 with gemm_power_clock_fraction < 1: every
-    # GEMM runs at the limited clock). H100 SXM: FITTED 141 us, A100 257 us ([POWER]). For scale: on a B200,
+    # GEMM runs at the limited clock). H100 SXM: FITTED 142 us ([REUSE]), A100 257 us ([POWER]). For scale: on a B200,
     # back-to-back kernels lose their clock after ~5 ms of sustained compute
     # (flashinfer-ai/flashinfer#2899, 1965 -> ~1580 MHz); a loop timing one kernel repeats it, so
     # the loop's busy time is a multiple of the kernel's and the constant per kernel is shorter.
@@ -104,7 +106,7 @@ class CostParams:
     # fold their fp32 partial tiles into it one after another (a serial reduction behind a
     # semaphore, as CUTLASS's serial split-K and stream-K fixups do), each a store and a load of
     # the partial tile through L2 that the next piece waits for. 0: the partials reduce in
-    # parallel. fit: GEMM corpus rows split 2-16 ways ([POWER]: H100 SXM 0.45 us, A100 0.13 us).
+    # parallel. fit: GEMM corpus rows split 2-16 ways ([POWER], [REUSE]: H100 SXM 0.43 us, A100 0.13 us).
     gemm_split_k_fixup_s: float = 0.0
     # 1: a GEMM may split K any number of ways (2, 3, ..., gemm_max_split_k), its pieces filling
     # one or more waves, as cuBLASLt's split-K does on Ampere (e.g. 32 output tiles on 108 SMs
@@ -595,6 +597,16 @@ class CostParams:
 #          other four GEMM fields too gives 4.6% / 6.2% held-out (from an earlier start) but
 #          takes the nccl-1428 fit row from 1.76x to 1.70x: not taken. A40, H200 and MI300X
 #          keep 1 (not fitted).
+#  [REUSE] A smaller tile's per-SM rate follows its operand reuse (the FLOPs per byte it loads
+#          into shared memory, tm*tn/(tm+tn)), not the count of halvings: 128x128 keeps 75% of
+#          128x256's reuse, 64x256 60%, 64x128 50%, where one value per halving charged 128x128
+#          and 64x256 alike. On the H100's fit half the model's GEMMs on 128x128 tiles were 4-9%
+#          too slow (mean signed error, per table) and those on 64x256 tiles 6-10% too fast. Refitted with every
+#          H100 SXM GEMM field (benchmarks/fit_kernel_params.py): s 0.756 per halving -> 0.571
+#          per halving of reuse (128x128 0.79, 64x256 0.66, 64x128 0.57); fit-half mean |log
+#          error| 0.0655 -> 0.0641; held-out H100 GEMM rows 5.1% / 7.4% -> 5.0% / 7.3% median /
+#          mean |error|. A100 and A40 (s = 1) are unchanged; the H200's fitted 0.984 and the
+#          MI300X's assumed 0.621 are kept (the H200's tiles move < 1%).
 #  [A100]  cuBLAS bf16 large GEMMs ~260-280 of 312 TFLOP/s and NCCL ring busbw ~230 of 300 GB/s on
 #          DGX A100 are the commonly reported figures (assumption until calibrated); Ampere
 #          kernels use a 32-deep K step.
@@ -634,10 +646,10 @@ class CostParams:
 #          25-31 us for a 16-GCD all-reduce of 8 B-1 KB and 34-35 us for an all-gather of
 #          64 B-8 KB (ROCm/rccl#929, #930).
 _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
-    "H100-SXM": {"gemm_power_clock_fraction": 0.782, "gemm_power_settle_s": 1.41e-4,  # [POWER]
-                 "gemm_split_k_fixup_s": 4.5e-7, "gemm_peak_fraction": 1.0, "gemm_small_tile_efficiency": 0.756,
-                 "gemm_tile_overhead_ksteps": 9.47, "gemm_mem_overlap": 0.891, "gemm_gemv_efficiency": 0.683,
-                 "gemm_persistent_overhead_fraction": 0.237},
+    "H100-SXM": {"gemm_power_clock_fraction": 0.778, "gemm_power_settle_s": 1.42e-4,  # [POWER]
+                 "gemm_split_k_fixup_s": 4.34e-7, "gemm_peak_fraction": 1.0, "gemm_small_tile_efficiency": 0.571,
+                 "gemm_tile_overhead_ksteps": 9.84, "gemm_mem_overlap": 0.894, "gemm_gemv_efficiency": 0.688,
+                 "gemm_persistent_overhead_fraction": 0.209},
     # [KFIT] FBGEMM's H100 500 W GEMM loops (fit half: the FP8 rows) run 0.735 of the clock behind
     # the power-scaled peak the catalog assumes for this part (fitted from the class defaults)
     "H100-96GB-HBM2e-500W": {"sustained_clock_fraction": 0.735},
