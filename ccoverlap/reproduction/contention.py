@@ -5,7 +5,7 @@ per source) is one measured slowdown: a kernel's time beside another / its time 
 beside a reference configuration, ``channels_ref``). ``side`` says whose time: ``compute``
 (the GEMM / attention slowed by communication), ``comm`` (the communication slowed by the
 GEMM) or ``share`` (the share of a copy-engine copy's time spent outside the transfer; the
-model's ``dma_copy_latency_s`` over its copy time). ``role``: ``judge`` rows are compared with the model (match: the modelled time ratio
+model's ``dma_copy_outside_fraction`` x ``dma_copy_latency_s`` over its copy time). ``role``: ``judge`` rows are compared with the model (match: the modelled time ratio
 within 30% of the measured one), ``fit`` rows are shown but not counted (a parameter was
 fitted on them), ``info`` rows whose setting the source does not state are listed with the
 reason, never modelled.
@@ -102,7 +102,8 @@ def modelled_ratio(row: dict[str, Any]) -> float:
     model = _model(row)
     if row["side"] == "share":  # a copy-engine peer copy: share of its time outside the transfer
         copy = P2PSpec(bytes=int(row["comm_bytes"]), inter_node=False, transport="dma")
-        return model.params.dma_copy_latency_s / model.alone_s(copy)
+        p = model.params
+        return p.dma_copy_outside_fraction * p.dma_copy_latency_s / model.alone_s(copy)
     if row["transport"] == "standin":
         return _standin_ratio(row, model)
     if row["victim"] != "gemm":

@@ -91,6 +91,32 @@ def test_h200_gemm_side_at_nccl_channel_counts(rows):
     assert all(r.measured < 1.07 and r.verdict == "match" for r in gemm)
 
 
+def test_dma_latte_shares_judged_with_the_fraction_fitted_on_1kb(rows):
+    """params.py [DMALAT]: the share of an SDMA peer copy outside its transfer, fitted on the
+    1 KB row (71%), judges the seven other sizes (64 KB-16 MB: 54% down to 2%)."""
+    dma = {k[1]: r for k, r in rows.items() if k[0] == "dma-latte-phases"}
+    assert dma["copy-1KB-outside-transfer"].role == "fit"
+    assert dma["copy-1KB-outside-transfer"].modelled == pytest.approx(0.71, abs=0.01)
+    judged = [r for r in dma.values() if r.role == "judge"]
+    assert len(judged) == 7 and all(r.verdict == "match" for r in judged)
+    shares = [dma[f"copy-{s}-outside-transfer"].modelled for s in ("1KB", "64KB", "1MB", "16MB")]
+    assert shares == sorted(shares, reverse=True)
+
+
+def test_the_outside_fraction_splits_the_copy_time_and_does_not_change_it():
+    from ccoverlap.catalog.hardware import get_cluster
+    from ccoverlap.cost.model import CostModel
+    from ccoverlap.cost.params import default_params
+    from ccoverlap.specs import P2PSpec
+
+    cluster = get_cluster("mi300x")
+    copy = P2PSpec(bytes=1 << 20, inter_node=False, transport="dma")
+    p = default_params(cluster.gpu)
+    assert p.dma_copy_outside_fraction == pytest.approx(0.71)
+    times = {CostModel(cluster, p.with_overrides(dma_copy_outside_fraction=f)).alone_s(copy) for f in (0.3, 0.71, 1.0)}
+    assert len(times) == 1
+
+
 def test_info_rows_are_never_modelled_and_fit_rows_never_counted(rows):
     s = summary(list(rows.values()))
     assert all(r.modelled is None for r in rows.values() if r.role == "info")
