@@ -237,8 +237,8 @@ _ALIASES = {"h100": "H100-SXM", "h100-sxm5": "H100-SXM", "h200-sxm": "H200", "a1
 #  [LAT]   one-hop latencies: NCCL's tuning model uses a few microseconds per step for NVLink and
 #          PCIe and ~5-10 µs for IB (nccl src/graph/tuning.cc base latencies); values here are
 #          those orders of magnitude and are replaced by calibration.
-#  [TCPXOLAT] FITTED: 262 µs per Simple step (65 µs LL) over GPUDirect-TCPXO, with
-#          link_efficiency_ethernet 0.89 on the H100, on the fit half of the corpus table
+#  [TCPXOLAT] FITTED: 169 µs per Simple step (63 µs LL, the H100's LL step 0.374 of Simple's)
+#          over GPUDirect-TCPXO, with link_efficiency_ethernet 0.752 on the H100, on the fit half of the corpus table
 #          nccl_tests_a3mega_h100_2x8_all_reduce (a 2 x 8 all-reduce of 8 B-4 KiB takes 123-147 µs
 #          there, against ~40 µs on one NVSwitch node; validation.collectives.FIT_CLUSTER). The
 #          traffic crosses a user-space TCP stack on the host, not an RDMA NIC.
@@ -246,7 +246,7 @@ _ALIASES = {"h100": "H100-SXM", "h100-sxm5": "H100-SXM", "h200-sxm": "H200", "a1
 #          (ClusterSpec.host_issue_s), the floor of microsoft/vidur's back-to-back torch.distributed
 #          loops, on the fit half of each cluster's vidur all-reduce table with its GPU's other
 #          parameters fixed (`python benchmarks/fit_collectives.py`; FIT_CLUSTER): DGX H100 37.3 µs,
-#          the Azure 4 x H100 NVL VM 28.3 µs, DGX A100 50.3 µs, the Azure 4 x A100 PCIe VM 59.4 µs.
+#          the Azure 4 x H100 NVL VM 27.8 µs, DGX A100 50.3 µs, the Azure 4 x A100 PCIe VM 59.4 µs.
 #          The hosts differ (Xeon 8480C in a DGX H100, EPYC 7742 in a DGX A100, EPYC VMs on
 #          Azure), which the GPU's one value (params.comm_host_issue_s) could not follow.
 NVSWITCH_H100 = LinkSpec(fabric="nvswitch", bandwidth_bytes_per_s=450 * GB, latency_s=2.0e-6, source="[NVL4][LAT]")
@@ -298,7 +298,7 @@ IB_2X400G_PER_NODE_8GPU = LinkSpec(fabric="infiniband", bandwidth_bytes_per_s=2 
 #           node (1,600 Gb/s), GPU-to-NIC traffic over GPUDirect-TCPXO (Ethernet): 25 GB/s per
 #           direction per GPU. The nccl-tests table of the collective corpus
 #           (nccl_tests_a3mega_h100_2x8_all_reduce) ran on two such nodes.
-TCPXO_200G_PER_GPU = LinkSpec(fabric="ethernet", bandwidth_bytes_per_s=25 * GB, latency_s=262e-6,
+TCPXO_200G_PER_GPU = LinkSpec(fabric="ethernet", bandwidth_bytes_per_s=25 * GB, latency_s=169e-6,
                               source="[A3M][TCPXOLAT]")
 
 #  [EFA]   AWS Elastic Fabric Adapter: an RDMA transport (SRD) that NCCL drives through the
@@ -311,13 +311,13 @@ TCPXO_200G_PER_GPU = LinkSpec(fabric="ethernet", bandwidth_bytes_per_s=25 * GB, 
 #           NVSwitch (600 GB/s bidirectional per GPU), 400 Gb/s of EFA a node (4 x 100 Gb/s) =
 #           50 GB/s a node, 6.25 GB/s per direction per GPU. The catalog's A100 80GB SXM stands in
 #           for the 40GB part (same GA100 chip and NVLink; use this cluster for communication).
-#  [EFALAT] FITTED: the time NCCL's step across EFA takes, 152 us a Simple step on 2 x p5.48xlarge
-#           (38 us LL) and 365 us on 2 x p4d.24xlarge (91 us LL; NCCL 2.8.3), with the GPU's
+#  [EFALAT] FITTED: the time NCCL's step across EFA takes, 96 us a Simple step on 2 x p5.48xlarge
+#           (36 us LL) and 365 us on 2 x p4d.24xlarge (91 us LL; NCCL 2.8.3), with the GPU's
 #           link_efficiency_efa, on the fit half of each cluster's nccl-tests table
 #           (validation.collectives.FIT_CLUSTER): a 2 x 8 all-reduce of 8 B-2 KiB takes 77-88 us on
 #           p5 and 167-169 us on p4d, against ~40 us on one NVSwitch node. Far above EFA's wire
 #           latency: the step is the proxy thread's and the libfabric plugin's, not the wire's.
-EFA_P5_PER_GPU = LinkSpec(fabric="efa", bandwidth_bytes_per_s=50 * GB, latency_s=152e-6, source="[EFA][P5][EFALAT]")
+EFA_P5_PER_GPU = LinkSpec(fabric="efa", bandwidth_bytes_per_s=50 * GB, latency_s=96.1e-6, source="[EFA][P5][EFALAT]")
 EFA_P4D_PER_GPU = LinkSpec(fabric="efa", bandwidth_bytes_per_s=50 * GB / 8, latency_s=365e-6,
                            source="[EFA][P4D][EFALAT]")
 
@@ -346,7 +346,7 @@ CLUSTERS: dict[str, ClusterSpec] = {
                                           host_issue_s=59.4e-6),  # [HOST]
     "h100-nvl-nvlink-pairs": ClusterSpec(name="h100-nvl-nvlink-pairs", gpu=GPUS["H100-SXM"], nodes=1,
                                          gpus_per_node=4, intra=NVLINK_PAIRS_H100_NVL, inter=IB_NDR_PER_GPU,
-                                         host_issue_s=28.3e-6),  # [HOST]
+                                         host_issue_s=27.8e-6),  # [HOST]
     "a3-mega": ClusterSpec(name="a3-mega", gpu=GPUS["H100-SXM"], nodes=2, gpus_per_node=8,
                            intra=NVSWITCH_H100, inter=TCPXO_200G_PER_GPU),
     "aws-p5": ClusterSpec(name="aws-p5", gpu=GPUS["H100-SXM"], nodes=2, gpus_per_node=8,

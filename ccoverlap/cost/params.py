@@ -228,13 +228,13 @@ class CostParams:
     link_efficiency_pcie: float = 0.44
     link_efficiency_xgmi: float = 0.80
     link_efficiency_network: float = 0.93
-    link_efficiency_ethernet: float = 0.89
+    link_efficiency_ethernet: float = 0.752
     # AWS EFA (catalog fabric "efa": an RDMA transport NCCL drives through the aws-ofi-nccl plugin):
     # the achieved fraction of the EFA line rate. FITTED per GPU, with its EFA cluster's hop
     # latency (catalog [EFALAT]; validation.collectives.FIT_CLUSTER), on the fit half of that
     # cluster's table: H100 0.76 on 2 x p5.48xlarge (nccl_tests_aws_p5_h100_2x8_all_reduce: 256 GB/s
     # algbw at 16 GiB through NCCL's tree on 400 GB/s of EFA a node); A100 below.
-    link_efficiency_efa: float = 0.76
+    link_efficiency_efa: float = 0.736
     # Where a ring joins NVLink-bridged pairs across two CPU sockets (catalog LinkSpec
     # pairs_per_socket), the fraction of the in-socket PCIe rate it keeps: the traffic between
     # the sockets goes through the CPUs' own link (NVIDIA/nccl-tests#74: on a dual-socket EPYC
@@ -642,6 +642,16 @@ class CostParams:
 #          benchmarks; 256x256 macro tiles; ~4.0-4.3 of 5.3 TB/s HBM3; one SDMA engine per
 #          xGMI link at ~50 GB/s (ficco §IV-B1, 64 GB/s links); DMA all-gather / all-to-all 4.5x /
 #          2.5x RCCL's time at latency-bound sizes (DMA-Latte, arXiv:2511.06605v1).
+#  [LLSTEP] H100 SXM: proto_ll_latency_factor 0.374 (class default 0.25), FITTED with the H100's
+#          other communication values on the fit halves of its collective tables, among them the
+#          one-node nccl-tests sweep of NVIDIA/dgxc-benchmarking (8 B-16 GiB, NCCL's own
+#          choices), whose small all-reduces (64 B-512 KiB: 15-21 us) are LL rings:
+#          6 us + 14 steps x 0.75 us (`python benchmarks/fit_collectives.py --gpu H100-SXM`).
+#          NCCL's tuning model rates an NVLink ring step 0.6 us in LL, 3.4 us in Simple
+#          (src/graph/tuning.cc). The two-node H100 clusters' step latencies refitted with it
+#          (a3-mega 262 -> 169 us a Simple step, aws-p5 152 -> 96 us; their LL steps 65 -> 63
+#          and 38 -> 36 us). Held-out dgxc rows below 16 MiB: 16.5% / -21.2% -> 9.0% / -6.0%
+#          median / mean signed error.
 #  [DMALAT] MI300X: dma_copy_outside_fraction 0.71, FITTED on the 1 KB row of AMD-DMA-Latte's
 #          copy-phase breakdown (contention corpus table dma-latte-phases, role fit): a 1 KB
 #          SDMA peer copy spends 71% of its time outside the transfer (control, schedule,
@@ -662,7 +672,8 @@ _GPU_OVERRIDES: dict[str, dict[str, Any]] = {
     "H100-SXM": {"gemm_power_clock_fraction": 0.778, "gemm_power_settle_s": 1.42e-4,  # [POWER]
                  "gemm_split_k_fixup_s": 4.34e-7, "gemm_peak_fraction": 1.0, "gemm_small_tile_efficiency": 0.571,
                  "gemm_tile_overhead_ksteps": 9.84, "gemm_mem_overlap": 0.894, "gemm_gemv_efficiency": 0.688,
-                 "gemm_persistent_overhead_fraction": 0.209},
+                 "gemm_persistent_overhead_fraction": 0.209,
+                 "proto_ll_latency_factor": 0.374},  # [LLSTEP]
     # [KFIT] FBGEMM's H100 500 W GEMM loops (fit half: the FP8 rows) run 0.735 of the clock behind
     # the power-scaled peak the catalog assumes for this part (fitted from the class defaults)
     "H100-96GB-HBM2e-500W": {"sustained_clock_fraction": 0.735},

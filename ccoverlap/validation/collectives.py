@@ -243,7 +243,8 @@ FIT_BOUNDS = {"comm_base_latency_s": (0.0, 100e-6), "comm_host_issue_s": (0.0, 2
               "link_efficiency_ethernet": (0.2, 1.0), "link_efficiency_efa": (0.2, 1.0),
               "nvls_latency_s": (0.0, 200e-6), "pcie_socket_crossing_fraction": (0.05, 1.0), "channel_bytes_per_s": (5e9, 100e9),
               "net_channel_bytes_per_s": (2e9, 100e9),
-              "host_issue_s": (0.0, 200e-6), "inter_latency_s": (0.0, 500e-6)}
+              "host_issue_s": (0.0, 200e-6), "inter_latency_s": (0.0, 500e-6),
+              "proto_ll_latency_factor": (0.05, 1.0)}
 
 #: fitted names that are properties of a catalog cluster, not of a GPU's CostParams: the host
 #: issue time of its nodes (``ClusterSpec.host_issue_s``) and the one-hop latency of the fabric
@@ -275,10 +276,13 @@ def cluster_value(cluster: ClusterSpec, name: str) -> float:
 #: efficiency on H100 / A100 and the network's are large-message figures (nccl-tests#212,
 #: #290; DGX A100 ~230 of 300 GB/s): the H100 / A100 tables stop at 64 MiB, where NCCL's rings
 #: are still ramping up, so they do not refit them. H100's NVLS latency is fitted on vidur's
-#: DGX H100 rows and on an nccl-tests run forced to NVLS at every size (Azure ND H100 v5).
+#: DGX H100 rows and on an nccl-tests run forced to NVLS at every size (Azure ND H100 v5); its
+#: LL step (proto_ll_latency_factor) on the small all-reduces of the dgxc nccl-tests sweep, LL
+#: rings issued by a C loop, the only H100 rows where the LL step shows.
 #: A40: its table reaches 4 GiB, and a bridged pair's NVLink rate is fitted there.
 FIT = {
-    "H100-SXM": ["comm_host_issue_s", "link_efficiency_pcie", "net_channel_bytes_per_s", "nvls_latency_s"],
+    "H100-SXM": ["comm_host_issue_s", "link_efficiency_pcie", "net_channel_bytes_per_s", "nvls_latency_s",
+                 "proto_ll_latency_factor"],
     "A100-80GB-SXM": ["comm_host_issue_s", "link_efficiency_pcie"],
     "A40": ["comm_host_issue_s", "link_efficiency_nvlink", "link_efficiency_pcie", "pcie_socket_crossing_fraction"],
 }
@@ -315,9 +319,6 @@ NOT_FITTED = {
                                        "not fitted; only its node's host issue time is (FIT_CLUSTER)",
     "nccl_tests_h100_nvswitch_1x8_all_reduce": "a check of NVLS at 128 MiB-4 GiB, whose efficiency is a cited "
                                                "large-message figure: judged, not fitted",
-    "dgxc_benchmarking_h100_1x8_all_reduce": "a check of the H100 model on one NVSwitch node over 8 B-16 GiB "
-                                             "(nccl-tests, NCCL's own choices): judged, not fitted; its small "
-                                             "sizes are a C loop's, below dgx-h100's eager-PyTorch floor",
     "nccl_tests_cluster_h100_1x8_collectives": "a check of the one-node H100 model on all-reduce, all-gather, "
                                                "reduce-scatter and all-to-all at 32 MiB-16 GiB: judged, not fitted",
     "nccl_tests_cluster_h100_10x8_collectives": "a check of the model across 10 H100 nodes (1-8 GPUs a node) "
