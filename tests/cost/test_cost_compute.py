@@ -374,3 +374,20 @@ def test_split_k_pieces_fold_in_one_after_another():
     big = GemmSpec(m=8192, n=8192, k=4096)  # 2048 tiles: never split
     assert gemm_time_s(big, H100, base) == gemm_time_s(big, H100, base.with_overrides(gemm_split_k_fixup_s=1e-6))
     assert P.gemm_split_k_fixup_s > 0
+
+
+def test_smaller_tiles_run_at_their_operand_reuse():
+    """params.py [REUSE]: a tile's per-SM rate is gemm_small_tile_efficiency per halving of its
+    reuse tm*tn/(tm+tn) against the main tile's: on 128x256, 128x128 keeps 3/4 of the reuse,
+    64x256 3/5, 64x128 1/2, so 128x128 runs faster than 64x256 though each halves one side."""
+    from ccoverlap.cost.compute import tile_candidates
+
+    s = 0.5
+    eff = {(tm, tn): e for tm, tn, e in tile_candidates(P.with_overrides(gemm_tile_m=128, gemm_tile_n=256,
+                                                                         gemm_small_tile_efficiency=s))}
+    assert eff[(128, 256)] == 1.0
+    assert eff[(128, 128)] == pytest.approx(s ** math.log2(4 / 3))
+    assert eff[(64, 256)] == pytest.approx(s ** math.log2(5 / 3))
+    assert eff[(64, 128)] == pytest.approx(s)
+    assert eff[(128, 128)] > eff[(64, 256)] > eff[(64, 128)]
+    assert [t[:2] for t in tile_candidates(P.with_overrides(gemm_small_tile_efficiency=0.0))] == [TILE]
