@@ -33,11 +33,12 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from ccoverlap.catalog.hardware import get_gpu
 from ccoverlap.corpus.tables import load_kind
 from ccoverlap.cost import CostModel
 from ccoverlap.predict.evaluate import build_workload_step
 from ccoverlap.specs import CollectiveSpec, GemmSpec, MemorySpec
-from ccoverlap.validation.kernels import judge_corpus
+from ccoverlap.validation.kernels import judge_table
 from ccoverlap.validation.predict import cost_params_for, predict_run, workload_for
 from ccoverlap.validation.reader import PUBLISHED, RunSpec, load_runs
 
@@ -119,10 +120,13 @@ def best_node_busbw(gpu: str) -> float:
 def corpus_gemm_errors(gpu: str) -> list[tuple[int, int, int, float]]:
     """(m, n, k, predicted / measured - 1) of every batch-1 corpus GEMM row of ``gpu``."""
     out = []
-    for row in judge_corpus("all", kinds=("gemm",)):
-        batch, m, n, k = (int(x) for x in row.label.split("x"))
-        if row.gpu == gpu and batch == 1:
-            out.append((m, n, k, row.predicted_s / row.measured_s - 1.0))
+    for table in load_kind("gemm"):
+        if get_gpu(table.gpu).name != gpu:
+            continue
+        for row in judge_table(table, "all"):
+            batch, m, n, k = (int(x) for x in row.label.split("x"))
+            if batch == 1:
+                out.append((m, n, k, row.error))
     return out
 
 
