@@ -97,6 +97,11 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
 * ``fsdp_pp_deferred_sync``: with pipeline parallelism, FSDP gradients are accumulated
   unsharded over the micro-batches and reduce-scattered after the stage's last backward, and
   parameters stay gathered between micro-batches (``torch.distributed.pipelining``).
+* ``loss_bytes_per_logit`` (optional): bytes per logit (token x local vocabulary entry) the
+  loss holds at its peak, the logits included; the other micro-batches in flight keep their
+  fp32 (log-)softmax (4 bytes). Unset: the compute-dtype logits and the fp32 softmax for every
+  micro-batch in flight (Megatron-LM's vocab-parallel cross entropy, which works in place).
+  :mod:`ccoverlap.parallel.memory`.
 * ``fsdp_flat_param``: FSDP1's ``FlatParameter`` (``use_orig_params=False``): the unit's
   gradients are concatenated into the flat gradient by autograd on the compute stream, the
   unsharded gradient is pre-divided and the shard post-divided around the reduce-scatter
@@ -176,6 +181,7 @@ class FrameworkProfile:
     fsdp_reduce_dtype: str = "fp32"
     fsdp_flat_param: bool = False
     fsdp_pp_deferred_sync: bool = False
+    loss_bytes_per_logit: float | None = None
     sources: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -222,6 +228,11 @@ class FrameworkProfile:
                 raise ConfigError(f"{where}: rope_bytes must be [bytes per element (positive), kernels "
                                   f"(positive integer)], got {rb!r}")
             object.__setattr__(self, "rope_bytes", (float(rb[0]), int(rb[1])))
+        lb = self.loss_bytes_per_logit
+        if lb is not None:
+            if isinstance(lb, bool) or not isinstance(lb, (int, float)) or not 0 < lb < float("inf"):
+                raise ConfigError(f"{where}: loss_bytes_per_logit must be a positive number of bytes, got {lb!r}")
+            object.__setattr__(self, "loss_bytes_per_logit", float(lb))
         for f in ("optimizer_bytes_per_param", "grad_clip_bytes_per_param", "fp8_weight_cast_bytes"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):

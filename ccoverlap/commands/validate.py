@@ -162,7 +162,7 @@ def _run_collectives(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """Check the options, predict every selected run, print the table or JSON; 2 when no run could be predicted."""
-    from ccoverlap.validation.compare import summarize, summarize_groups
+    from ccoverlap.validation.compare import summarize, summarize_groups, summarize_memory
     from ccoverlap.validation.reader import load_runs
 
     path = runs_path(args.runs_file)
@@ -175,10 +175,11 @@ def _run(args: argparse.Namespace) -> int:
     groups = summarize_groups(rows)
     if len(groups) < 2:
         groups = {}  # one group says nothing the all-runs line does not
+    memory = summarize_memory(rows)
     if args.json:
-        _print_json(args, path, rows, names, summary, parts, groups, fit_report, rf.problems)
+        _print_json(args, path, rows, names, summary, parts, groups, fit_report, rf.problems, memory)
     else:
-        _print_text(args, path, rows, names, summary, parts, groups, fit_report, rf.problems)
+        _print_text(args, path, rows, names, summary, parts, groups, fit_report, rf.problems, memory)
     if not any(r.ok for r in rows):
         sys.stderr.write(f"ccoverlap validate: error: no run of {path} could be predicted "
                          f"(first problem: {rows[0].run.name}: {rows[0].problem})\n")
@@ -273,13 +274,16 @@ def _subset_summaries(args: argparse.Namespace, rows: list[Row], names: list[str
 
 def _print_json(args: argparse.Namespace, path: Path, rows: list[Row], names: list[str] | None, summary: Summary,
                 parts: dict[str, Summary], groups: dict[str, Summary], fit_report: dict[str, Any] | None,
-                problems: list[str]) -> None:
-    """The ``--json`` report: one JSON object on stdout."""
+                problems: list[str], memory: Summary | None = None) -> None:
+    """The ``--json`` report: one JSON object on stdout (``memory``: the peak-memory summary
+    over the runs that state a measured peak, when any does)."""
     payload: dict[str, Any] = {"runs_file": str(path), "parameters": "fitted" if names else
                ("calibration " + ", ".join(args.calibration) if args.calibration else "defaults (nothing fitted)"),
                "summary": summary.to_dict(), "subsets": {k: v.to_dict() for k, v in parts.items()},
                "groups": {k: v.to_dict() for k, v in groups.items()},
                "runs": [r.to_dict() for r in rows], "invalid_runs": problems}
+    if memory is not None:
+        payload["memory_summary"] = memory.to_dict()
     if fit_report:
         payload["fit"] = fit_report
     json.dump(payload, sys.stdout, indent=2, default=str)
@@ -301,9 +305,10 @@ def _say(con: Console | None, line: str = "") -> None:
 
 def _print_text(args: argparse.Namespace, path: Path, rows: list[Row], names: list[str] | None, summary: Summary,
                 parts: dict[str, Summary], groups: dict[str, Summary], fit_report: dict[str, Any] | None,
-                problems: list[str]) -> None:
-    """The text (or ``--markdown``) report: the per-run table, the summaries, the fit and the
-    runs of the file not read."""
+                problems: list[str], memory: Summary | None = None) -> None:
+    """The text (or ``--markdown``) report: the per-run table, the summaries (``memory``: the
+    peak memory per GPU against the runs that state it), the fit and the runs of the file not
+    read."""
     from ccoverlap.validation.compare import format_details, markdown_table, print_runs
 
     md = args.markdown
@@ -328,6 +333,11 @@ def _print_text(args: argparse.Namespace, path: Path, rows: list[Row], names: li
         _say(con, f"{'**' if md else ''}by group{'**' if md else ''} (a bias one framework or cluster shares shows here)")
         for label, s in groups.items():
             _say(con, bullet + s.line(label))
+    if memory is not None:
+        _say(con)
+        _say(con, f"{'**' if md else ''}peak memory per GPU{'**' if md else ''} (predicted total against the "
+                  "measured peak the source reports; nothing fitted)")
+        _say(con, bullet + memory.line("memory"))
     if fit_report:
         _say(con)
         for gpu, vals in fit_report["values"].items():

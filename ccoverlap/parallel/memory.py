@@ -57,6 +57,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from ccoverlap.catalog.frameworks import FrameworkProfile, get_framework
 from ccoverlap.config import short
 from ccoverlap.errors import ConfigError
 from ccoverlap.parallel.config import BatchConfig, OverlapKnobs, validate
@@ -102,26 +103,55 @@ class MemoryEstimate:
 
 
 def layer_activation_bytes(model: ModelSpec, parallel: ParallelConfig, micro_batch: int, seq_len: int, layer: int, *,
-                           flash_attention: bool = True, sp_save_gathered_input: bool = False) -> float:
+                           flash_attention: bool | None = None, sp_save_gathered_input: bool | None = None,
+                           framework: str | FrameworkProfile | None = None) -> float:
     """Activation bytes one layer keeps for backward, per micro-batch, on one rank
-    (Korthikanti et al. 2022, generalised; see module doc). ``sp_save_gathered_input``: with
-    sequence parallelism the QKV / fc1 inputs are kept all-gathered (``[T, h]``, PyTorch
-    DTensor TP; the framework profile's ``tp_sp_save_gathered_input``) instead of as the
-    ``[T/t, h]`` shard Megatron-LM keeps. ``micro_batch`` sequences of ``seq_len`` tokens;
-    ``layer`` from 0 to ``model.layers - 1``. ConfigError when ``parallel`` does not fit
-    ``model`` (:func:`ccoverlap.parallel.config.validate`) or a size is out of range."""
+    (Korthikanti et al. 2022, generalised; see module doc). ``framework`` (a profile or its
+    name; default ``megatron-core``) decides flash attention, what ``recompute="selective"``
+    keeps (:func:`_op_sac_bytes` for ``selective_recompute: op``) and
+    ``sp_save_gathered_input``: with sequence parallelism the QKV / fc1 inputs are kept
+    all-gathered (``[T, h]``, PyTorch DTensor TP) instead of as the ``[T/t, h]`` shard
+    Megatron-LM keeps; ``flash_attention`` / ``sp_save_gathered_input`` given here override the
+    profile's. ``micro_batch`` sequences of ``seq_len`` tokens; ``layer`` from 0 to
+    ``model.layers - 1``. ConfigError when ``parallel`` does not fit ``model``
+    (:func:`ccoverlap.parallel.config.validate`) or a size is out of range."""
     BatchConfig(global_batch=1, micro_batch=micro_batch, seq_len=seq_len)  # the sizes: checked as a batch's
     validate(model, parallel)
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < model.layers:
         raise ConfigError(f"layer must be an integer from 0 to {model.layers - 1} ({model.name} has "
                           f"{model.layers} layers), got {short(layer)}")
-    return _layer_activation_bytes(model, parallel, micro_batch, seq_len, layer, flash_attention=flash_attention,
-                                   sp_save_gathered_input=sp_save_gathered_input)
+    ms = _memory_style(get_framework(framework), flash_attention, sp_save_gathered_input)
+    return _layer_activation_bytes(model, parallel, micro_batch, seq_len, layer, ms)
 
 
-def _layer_activation_bytes(model: ModelSpec, parallel: ParallelConfig, micro_batch: int, seq_len: int, layer: int, *,
-                            flash_attention: bool, sp_save_gathered_input: bool) -> float:
+@dataclass(frozen=True)
+class _MemoryStyle:
+    """What a framework profile decides about memory (:func:`_memory_style`)."""
+
+    flash_attention: bool = True
+    sp_save_gathered_input: bool = False
+    selective: str = "attention"  # the profile's selective_recompute
+    loss_bytes_per_logit: float | None = None  # None: the compute dtype's logits + fp32 softmax
+    deferred_grad_bytes: int = 0  # > 0: pp FSDP gradients accumulated unsharded at this many bytes
+
+
+def _memory_style(fw: FrameworkProfile, flash_attention: bool | None = None,
+                  sp_save_gathered_input: bool | None = None) -> _MemoryStyle:
+    """The memory-relevant entries of ``fw``; explicit flags override the profile's."""
+    return _MemoryStyle(
+        flash_attention=fw.flash if flash_attention is None else bool(flash_attention),
+        sp_save_gathered_input=(fw.tp_sp_save_gathered_input if sp_save_gathered_input is None
+                                else bool(sp_save_gathered_input)),
+        selective=fw.selective_recompute, loss_bytes_per_logit=fw.loss_bytes_per_logit,
+        deferred_grad_bytes=fw.fsdp_reduce_bytes if fw.fsdp_pp_deferred_sync else 0)
+
+
+def _layer_activation_bytes(model: ModelSpec, parallel: ParallelConfig, micro_batch: int, seq_len: int, layer: int,
+                            ms: _MemoryStyle) -> float:
     """:func:`layer_activation_bytes` of arguments already checked."""
+    if parallel.recompute == "selective" and ms.selective == "op":
+        return _op_sac_bytes(model, parallel, micro_batch * seq_len, layer)
+    flash_attention, sp_save_gathered_input = ms.flash_attention, ms.sp_save_gathered_input
     t = parallel.tp
     sp = parallel.sequence_parallel and t > 1
     d = parallel.dtype_bytes
@@ -159,24 +189,56 @@ def _layer_activation_bytes(model: ModelSpec, parallel: ParallelConfig, micro_ba
     return rep + split
 
 
+def _op_sac_bytes(model: ModelSpec, parallel: ParallelConfig, T: int, layer: int) -> float:
+    """Bytes one layer keeps under per-op selective activation checkpointing (torchtitan's
+    ``selective_ac_option = "op"``, ``_apply_ac_to_transformer_block``): the block's input, the
+    outputs of ``aten.mm`` except every second one of the block (in call order Q, K, V, output
+    projection, then the MLP's gate, up and down projections, or fc1 and fc2), the flash
+    attention output with its fp32 log-sum-exp, and with sequence parallelism the two
+    reduce-scatter outputs; everything element-wise is recomputed. FP8 linears count alike (the
+    policy's dispatch mode sees their ``aten.mm`` before the float8 tensor subclass turns it
+    into ``torch._scaled_mm``). MoE layers keep the router's logits; grouped expert GEMMs are not ``aten.mm``."""
+    t = parallel.tp
+    sp = parallel.sequence_parallel and t > 1
+    d = parallel.dtype_bytes
+    Tl = T / t if sp else T
+    h = model.hidden
+    kept = d * Tl * h  # the checkpointed block's input
+    kept += d * T * model.q_dim / t + 4.0 * T * model.heads / t  # attention output and log-sum-exp
+    if sp:
+        kept += 2 * d * Tl * h  # reduce-scatter outputs of the two row-parallel projections
+    mm = [model.q_dim / t, model.kv_dim / t, model.kv_dim / t, h]  # output widths, call order
+    if model.is_moe_layer(layer):
+        mm.append(model.experts)  # the router's linear; the experts' GEMMs are grouped
+    else:
+        f = model.ffn_hidden / t
+        mm += [f] * (model.mlp_mats - 1) + [h]
+    return kept + sum(d * T * w for w in mm[0::2])  # the 1st, 3rd, 5th ... mm of the block
+
+
 def _rank_layers(model: ModelSpec, parallel: ParallelConfig, sched: Schedule, rank: int) -> tuple[list[list[str]], int]:
     chunks = [stage_units(model, sched.stages, sched.stage_of(rank, c)) for c in range(len(sched.chunk_stage[rank]))]
     return chunks, model.layers // sched.stages
 
 
 def estimate_memory(model: ModelSpec, parallel: ParallelConfig, batch: BatchConfig, cluster: ClusterSpec,
-                    knobs: OverlapKnobs | None = None, *, flash_attention: bool = True,
-                    sp_save_gathered_input: bool = False) -> MemoryEstimate:
+                    knobs: OverlapKnobs | None = None, *, flash_attention: bool | None = None,
+                    sp_save_gathered_input: bool | None = None,
+                    framework: str | FrameworkProfile | None = None) -> MemoryEstimate:
     """Memory per GPU for ``model`` under ``parallel`` / ``batch`` on ``cluster`` (bytes).
 
     ``knobs`` (OverlapKnobs) sets the DDP bucket size and the FSDP gathered units;
-    ``flash_attention`` and ``sp_save_gathered_input`` are the framework profile's (see
-    :func:`layer_activation_bytes`); see the module docstring for every term and its source.
-    ConfigError when the arguments are not a ModelSpec, ParallelConfig, BatchConfig,
-    ClusterSpec and OverlapKnobs that fit together (:func:`ccoverlap.parallel.config.validate`)."""
+    ``framework`` (a profile or its name; default ``megatron-core``) decides what a layer keeps
+    (:func:`layer_activation_bytes`, whose ``flash_attention`` and ``sp_save_gathered_input``
+    overrides these are), the loss's buffers (``loss_bytes_per_logit``) and, with pipeline
+    parallelism, FSDP gradients accumulated unsharded (``fsdp_pp_deferred_sync``); see the
+    module docstring for every term and its source. ConfigError when the arguments are not a
+    ModelSpec, ParallelConfig, BatchConfig, ClusterSpec and OverlapKnobs that fit together
+    (:func:`ccoverlap.parallel.config.validate`)."""
 
     knobs = OverlapKnobs() if knobs is None else knobs
     validate(model, parallel, batch, cluster, knobs)
+    ms = _memory_style(get_framework(framework), flash_attention, sp_save_gathered_input)
     p = parallel
     M = batch.microbatches(p.dp)
     sched = make_schedule(p.pp_schedule, p.pp, M, p.virtual_stages, p.pp_group)
@@ -186,7 +248,7 @@ def estimate_memory(model: ModelSpec, parallel: ParallelConfig, batch: BatchConf
         model=model, p=p, batch=batch, knobs=knobs,
         sched=sched, microbatches=M, d=d, seq_local=seq_local, T=batch.micro_batch * seq_local, sp=p.sequence_parallel and p.tp > 1,
         shard=p.dp_shard if p.data_parallel == "fsdp" else p.dp_cp, ag_bytes=1 if p.fp8_param_allgather else d,
-        flash_attention=flash_attention, sp_save_gathered_input=sp_save_gathered_input,
+        style=ms,
     )  # fmt: skip
     capacity = float(cluster.gpu.memory_bytes)
     usable = capacity * (1.0 - MEMORY_RESERVE_FRACTION)
@@ -218,8 +280,7 @@ class _MemoryInputs:
     sp: bool  # sequence parallelism in effect (tp > 1)
     shard: int  # ranks the dense model states are sharded over
     ag_bytes: int  # bytes per element of a gathered FSDP unit
-    flash_attention: bool
-    sp_save_gathered_input: bool
+    style: _MemoryStyle  # what the framework profile decides
 
 
 def _rank_memory(c: _MemoryInputs, r: int) -> tuple:
@@ -272,7 +333,10 @@ def _model_state_bytes(c: _MemoryInputs, dense: int, expert: int,
             comm = c.ag_bytes * sum(alive)
         else:
             comm = c.ag_bytes * sum(unit_params)
-        comm += GRAD_BYTES * max(unit_params)  # unsharded gradients of the unit being reduced
+        if p.pp > 1 and c.style.deferred_grad_bytes:  # every unit's unsharded gradient, accumulated
+            comm += c.style.deferred_grad_bytes * sum(unit_params)  # over the micro-batches
+        else:
+            comm += GRAD_BYTES * max(unit_params)  # unsharded gradients of the unit being reduced
     else:
         weights = float(d * n_local)
         grads = float(GRAD_BYTES * n_local)
@@ -287,19 +351,23 @@ def _activation_bytes(c: _MemoryInputs, r: int, chunks: list[list[str]], per_chu
     # activations: in-flight chunk-micro-batches x layers per chunk (first chunk's layers)
     live = in_flight(c.sched, r)
     layers = [layer_index(u) for u in chunks[0] if layer_index(u) >= 0]
-    per_layer = max(_layer_activation_bytes(model, p, batch.micro_batch, c.seq_local, li,
-                                           flash_attention=c.flash_attention,
-                                           sp_save_gathered_input=c.sp_save_gathered_input) for li in layers)
+    per_layer = max(_layer_activation_bytes(model, p, batch.micro_batch, c.seq_local, li, c.style) for li in layers)
     act = live * per_chunk * per_layer
-    if p.recompute == "full":
+    if p.recompute == "full" or (p.recompute == "selective" and c.style.selective == "op"):
+        # the layer being recomputed before its backward holds all its activations at once
         full = type(p)(**{**p.to_dict(), "recompute": "none"})
-        act += max(_layer_activation_bytes(model, full, batch.micro_batch, c.seq_local, li,
-                                          flash_attention=c.flash_attention,
-                                          sp_save_gathered_input=c.sp_save_gathered_input) for li in layers)
+        act += max(_layer_activation_bytes(model, full, batch.micro_batch, c.seq_local, li, c.style) for li in layers)
     stages = [c.sched.stage_of(r, ch) for ch in range(len(chunks))]
     Tl = T / p.tp if c.sp else T
-    if c.sched.stages - 1 in stages:  # logits (bf16) and fp32 softmax kept for the loss backward
-        act += min(live, c.microbatches) * (T * model.vocab / p.tp * (d + 4) + 2 * d * Tl * model.hidden)
+    if c.sched.stages - 1 in stages:  # the loss's logit buffers, and the final norm's input and output
+        logits = T * model.vocab / p.tp
+        held = min(live, c.microbatches)
+        per = c.style.loss_bytes_per_logit
+        if per is None:  # logits (compute dtype) and fp32 softmax kept for each micro-batch's backward
+            act += held * logits * (d + 4)
+        else:  # the loss's peak once; the fp32 (log-)softmax kept for the other micro-batches
+            act += logits * (per + 4.0 * (held - 1))
+        act += held * 2 * d * Tl * model.hidden
     if 0 in stages:
         act += live * d * Tl * model.hidden
     return act, live, per_layer

@@ -519,5 +519,5 @@ def step_totals(model: ModelSpec, parallel: ParallelConfig, batch: BatchConfig, 
     tokens = batch.global_batch * batch.seq_len
     fw = get_framework(framework)
     memory = estimate_memory(model, parallel, batch, cluster, knobs or OverlapKnobs(),
-                             flash_attention=fw.flash, sp_save_gathered_input=fw.tp_sp_save_gathered_input)
+                             framework=fw)
     return tokens, model.flops_per_token(batch.seq_len) * tokens, memory

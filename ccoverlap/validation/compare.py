@@ -46,6 +46,15 @@ class Row:
             return math.nan
         return (self.prediction.step_time_s - self.measured_s) / self.measured_s * 100.0
 
+    @property
+    def memory_error_pct(self) -> float:
+        """(predicted - measured) / measured peak memory per GPU x 100; NaN without a prediction
+        or a measured ``memory_gib``."""
+        mem = self.run.measurement.memory_gib
+        if self.prediction is None or not mem:
+            return math.nan
+        return (self.prediction.peak_memory_bytes / 2**30 - mem) / mem * 100.0
+
     def to_dict(self) -> dict:
         r, p = self.run, self.prediction
         d: dict[str, Any] = {
@@ -61,6 +70,7 @@ class Row:
             d.update(predicted_step_time_s=p.step_time_s, error_pct=self.error_pct, compute_s=p.compute_s,
                      comm_s=p.comm_s, exposed_comm_s=p.exposed_comm_s, predicted_mfu=p.mfu,
                      predicted_peak_memory_gib=p.peak_memory_bytes / 2**30, fits_memory=p.fits_memory,
+                     memory_error_pct=None if math.isnan(self.memory_error_pct) else self.memory_error_pct,
                      simulation_s=p.seconds, notes=list(p.notes))
         return d
 
@@ -99,6 +109,23 @@ def summarize(rows: Iterable[Row]) -> Summary:
     worst = max(ok, key=lambda r: abs(r.error_pct))
     return Summary(len(ok), len(rows), sum(abs(e) for e in errs) / len(errs), sum(errs) / len(errs),
                    worst.run.name, worst.error_pct)
+
+
+def summarize_memory(rows: Iterable[Row]) -> Summary | None:
+    """Mean |error|, mean signed error and the worst run of the predicted peak memory per GPU
+    (:func:`ccoverlap.parallel.memory.estimate_memory`) against the runs' measured
+    ``memory_gib``, over the predicted runs that state one; None when none does. ``total``
+    counts the runs that state a measured peak."""
+    rows = [r for r in rows if r.run.measurement.memory_gib]
+    if not rows:
+        return None
+    ok = [r for r in rows if r.ok]
+    if not ok:
+        return Summary(0, len(rows), math.nan, math.nan, "", math.nan)
+    errs = [r.memory_error_pct for r in ok]
+    worst = max(ok, key=lambda r: abs(r.memory_error_pct))
+    return Summary(len(ok), len(rows), sum(abs(e) for e in errs) / len(errs), sum(errs) / len(errs),
+                   worst.run.name, worst.memory_error_pct)
 
 
 def summarize_groups(rows: Iterable[Row]) -> dict[str, Summary]:
@@ -212,7 +239,9 @@ def format_details(r: Row) -> str:
     else:
         lines.append(f"  predicted: {p.step_time_s:.4f} s ({r.error_pct:+.1f}%), compute {p.compute_s:.4f} s, "
                      f"comm {p.comm_s:.4f} s, exposed comm {p.exposed_comm_s:.4f} s, MFU {p.mfu:.1%}, "
-                     f"peak memory {p.peak_memory_bytes / 2**30:.1f} GiB{'' if p.fits_memory else ' (does not fit)'}, "
+                     f"peak memory {p.peak_memory_bytes / 2**30:.1f} GiB{'' if p.fits_memory else ' (does not fit)'}"
+                     + ("" if math.isnan(r.memory_error_pct) else f" ({r.memory_error_pct:+.1f}% of the measured)")
+                     + ", "
                      f"simulated in {p.seconds:.2f} s")
         lines += [f"  note: {n}" for n in p.notes]
     return "\n".join(lines)

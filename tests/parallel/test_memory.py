@@ -105,3 +105,56 @@ def test_step_graph_carries_the_estimate():
     assert sg.memory == estimate_memory(m, p, bt, cluster(8))
     d = sg.memory.to_dict()
     assert d["total_bytes"] == sg.memory.total_bytes and isinstance(d["per_rank_total"], list)
+
+
+def test_per_op_selective_recompute_keeps_every_other_matmul():
+    """torchtitan's per-op selective AC (profile ``selective_recompute: op``): a Llama layer
+    keeps its input, the 1st, 3rd, 5th and 7th matmul outputs (Q, V, gate, down projection),
+    the attention output and its fp32 log-sum-exp; with SP also the two reduce-scatter outputs
+    and the block input as a [T/t, h] shard. Megatron-LM's selective (attention core) keeps
+    more; with recompute 'none' the profiles agree."""
+    m = get_model("Llama-3-8B")
+    T, hid, q, kv, f, heads = 4096, m.hidden, m.q_dim, m.kv_dim, m.ffn_hidden, m.heads
+    sel = ParallelConfig(recompute="selective")
+    op = layer_activation_bytes(m, sel, 1, T, 0, framework="torchtitan")
+    assert op == 2 * T * (hid + q + kv + f + hid) + 2 * T * q + 4 * T * heads
+    assert op < layer_activation_bytes(m, sel, 1, T, 0, framework="megatron-core")
+    t = 4
+    sp = ParallelConfig(tp=t, sequence_parallel=True, recompute="selective")
+    want = 2 * T / t * hid + 2 * T * (q + kv + f) / t + 2 * T * hid + 2 * T * q / t + 4 * T * heads / t
+    assert layer_activation_bytes(m, sp, 1, T, 0, framework="torchtitan") == pytest.approx(want + 2 * 2 * T / t * hid)
+    none = ParallelConfig()
+    assert (layer_activation_bytes(m, none, 1, T, 0, framework="torchtitan")
+            == layer_activation_bytes(m, none, 1, T, 0, framework="megatron-core"))
+
+
+def test_loss_buffers_and_deferred_pipeline_gradients_follow_the_profile():
+    """torchtitan's loss (F.cross_entropy on fp32 logits) peaks at 12 bytes a logit where
+    Megatron-LM's in-place vocab-parallel loss holds 6; with pipeline parallelism
+    torchtitan's FSDP accumulates every unit's gradient unsharded in fp32 over the
+    micro-batches (``fsdp_pp_deferred_sync``)."""
+    m = get_model("Llama-3-8B")
+    T = 4096
+    bt = BatchConfig(global_batch=8, micro_batch=1, seq_len=T)
+    p = ParallelConfig(dp=8, data_parallel="fsdp")
+    tt = estimate_memory(m, p, bt, cluster(8), framework="torchtitan")
+    mc = estimate_memory(m, p, bt, cluster(8), framework="megatron-core")
+    assert tt.activations_bytes - mc.activations_bytes == pytest.approx(T * m.vocab * (12 - 6))
+    assert tt.comm_buffers_bytes == mc.comm_buffers_bytes
+
+    pp = ParallelConfig(pp=4, dp=2, data_parallel="fsdp")
+    bt = BatchConfig(global_batch=8, micro_batch=1, seq_len=T)
+    tt = estimate_memory(m, pp, bt, cluster(8), framework="torchtitan")
+    mc = estimate_memory(m, pp, bt, cluster(8), framework="megatron-core")
+    stage = (tt.weights_bytes * 2) / 4  # fp32 shard over dp = 2 -> the stage's parameters
+    largest_unit = get_model("Llama-3-8B").vocab * m.hidden  # the embedding (or LM head) unit
+    assert tt.comm_buffers_bytes - mc.comm_buffers_bytes == pytest.approx(4 * stage - 4 * largest_unit, rel=1e-6)
+
+
+def test_framework_profile_rejects_a_bad_loss_entry():
+    from ccoverlap.catalog.frameworks import profile_from_mapping
+    from ccoverlap.errors import ConfigError
+
+    for bad in (0, -3, "twelve", True, float("inf")):
+        with pytest.raises(ConfigError, match="loss_bytes_per_logit must be a positive number of bytes"):
+            profile_from_mapping({"name": "x", "entries": {"loss_bytes_per_logit": {"value": bad, "source": "s"}}}, "x")

@@ -229,3 +229,36 @@ def test_summary_by_group_matches_each_groups_rows(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["groups"] == {}
     assert main(["validate", str(p1), "--quiet"]) == 0
     assert "by group" not in capsys.readouterr().out
+
+
+def test_memory_summary_compares_the_stated_peaks_only(tmp_path, capsys):
+    """Runs that state a measured peak (``memory_gib``) get the predicted peak's error per run
+    and a summary over those runs only (JSON ``memory_summary``, a text block); a file where no
+    run states one prints neither."""
+    a = dict(copy.deepcopy(RUN_A), measured={"tokens_per_s_per_gpu": 331, "memory_gib": 60.0})
+    b = dict(copy.deepcopy(RUN_B), measured={"tokens_per_s_per_gpu": 353, "memory_gib": 40.0})
+    c = dict(copy.deepcopy(RUN_A), name="no-memory")
+    p = write(tmp_path, [a, b, c])
+    assert main(["validate", str(p), "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["name"]: r for r in out["runs"]}
+    errs = []
+    for name, gib in (("tt-llama3-70b", 60.0), ("tt-llama2-70b", 40.0)):
+        want = (rows[name]["predicted_peak_memory_gib"] / gib - 1) * 100
+        assert rows[name]["memory_error_pct"] == pytest.approx(want)
+        errs.append(want)
+    assert rows["no-memory"]["memory_error_pct"] is None
+    m = out["memory_summary"]
+    assert (m["runs_predicted"], m["runs"]) == (2, 2)
+    assert m["mean_signed_error_pct"] == pytest.approx(sum(errs) / 2)
+    assert m["mean_abs_error_pct"] == pytest.approx(sum(map(abs, errs)) / 2)
+
+    assert main(["validate", str(p), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "peak memory per GPU" in text and f"memory: mean |error| {m['mean_abs_error_pct']:.1f}%" in text
+
+    p1 = write(tmp_path, [c], name="none.yaml")
+    assert main(["validate", str(p1), "--json", "--quiet"]) == 0
+    assert "memory_summary" not in json.loads(capsys.readouterr().out)
+    assert main(["validate", str(p1), "--quiet"]) == 0
+    assert "peak memory per GPU" not in capsys.readouterr().out
