@@ -1,8 +1,9 @@
 """Where a published run's predicted step time goes, and which term could carry its error.
 
-Per run of the shipped published set (``ccoverlap validate published``) whose name starts with
-``--prefix``: the measured and predicted step, the predicted time of one simulated rank's ops
-each alone, by term (GEMMs, memory-bound kernels, the tensor-parallel all-reduces inside a node,
+Per run of the shipped published set (``ccoverlap validate published``, or the runs file
+``--runs``) whose name starts with ``--prefix``: the measured and predicted step, the predicted
+time of one simulated rank's ops each alone, by term (GEMMs, memory-bound kernels, fused
+attention kernels, the tensor-parallel all-reduces inside a node,
 every other collective or send/recv; ``batched`` is the part of the GEMMs' time in
 batched GEMMs, an unfused attention's), the rest of the step (pipeline bubble, waits), and two
 checks of the terms against measurements:
@@ -23,7 +24,7 @@ rates a ring all-reduce on one 8 x A100 NVSwitch node faster with LL128 than wit
 
 Usage::
 
-    python benchmarks/published_breakdown.py [--prefix ptdp] [--nccl-2021]
+    python benchmarks/published_breakdown.py [--prefix ptdp] [--runs FILE] [--nccl-2021]
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from ccoverlap.catalog.hardware import get_gpu
 from ccoverlap.corpus.tables import load_kind
 from ccoverlap.cost import CostModel
 from ccoverlap.predict.evaluate import build_workload_step
-from ccoverlap.specs import CollectiveSpec, GemmSpec, MemorySpec
+from ccoverlap.specs import AttentionSpec, CollectiveSpec, GemmSpec, MemorySpec
 from ccoverlap.validation.kernels import judge_table
 from ccoverlap.validation.predict import cost_params_for, predict_run, workload_for
 from ccoverlap.validation.reader import PUBLISHED, RunSpec, load_runs
@@ -88,6 +89,7 @@ class Breakdown:
     gemm_s: float = 0.0
     batched_gemm_s: float = 0.0  # the part of gemm_s in GEMMs of batch > 1 (unfused attention)
     memory_s: float = 0.0
+    attention_s: float = 0.0  # fused (flash) attention kernels
     tp_s: float = 0.0
     other_comm_s: float = 0.0
     tp_floor_s: float = 0.0
@@ -97,7 +99,7 @@ class Breakdown:
     @property
     def rest_s(self) -> float:
         """The step beyond its ops' own times: pipeline bubble and waits."""
-        return self.predicted_s - self.gemm_s - self.memory_s - self.tp_s - self.other_comm_s
+        return self.predicted_s - self.gemm_s - self.memory_s - self.attention_s - self.tp_s - self.other_comm_s
 
     @property
     def floor_s(self) -> float:
@@ -158,6 +160,8 @@ def breakdown(run: RunSpec, busbw: float, rows: list[tuple[int, int, int, float]
                 out.near_error_s += t * err
         elif isinstance(spec, MemorySpec):
             out.memory_s += t
+        elif isinstance(spec, AttentionSpec):
+            out.attention_s += t
         elif isinstance(spec, CollectiveSpec) and spec.group.nodes == 1 and spec.group.size > 1 \
                 and spec.group.name == "tp":
             out.tp_s += t
@@ -172,6 +176,7 @@ def main() -> None:
     """Print the table for the runs named by ``--prefix``."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prefix", default="ptdp", help="runs whose name starts with this (default: ptdp)")
+    ap.add_argument("--runs", default=str(PUBLISHED), help="runs file (default: the published set)")
     ap.add_argument("--nccl-2021", action="store_true",
                     help="print NCCL v2.8.4 / v2.9.6's LL128 / Simple crossover on an A100 node instead")
     args = ap.parse_args()
@@ -180,8 +185,8 @@ def main() -> None:
             m = NCCL_2021_A100.crossover_bytes(n)
             print(f"{n} GPUs: LL128 rated faster below {m / 1e6:.2f} MB ({m / 2**20:.2f} MiB), Simple above")
         return
-    runs = [r for r in load_runs(PUBLISHED).runs if r.name.startswith(args.prefix)]
-    print(f"{'run':26} {'measured':>8} {'pred':>7} {'err':>6} {'gemm':>6} {'batched':>7} {'memory':>6} {'tp ar':>6} "
+    runs = [r for r in load_runs(args.runs).runs if r.name.startswith(args.prefix)]
+    print(f"{'run':26} {'measured':>8} {'pred':>7} {'err':>6} {'gemm':>6} {'batched':>7} {'memory':>6} {'attn':>6} {'tp ar':>6} "
           f"{'other':>6} {'rest':>6} {'tp floor':>8} {'at floor':>8} {'err':>6} {'GEMM corpus':>11} {'of':>4}")
     cache: dict[str, tuple[float, list[tuple[int, int, int, float]]]] = {}
     for run in runs:
@@ -192,7 +197,8 @@ def main() -> None:
         b = breakdown(run, busbw, rows)
         near = b.near_error_s / b.near_weight_s if b.near_weight_s else float("nan")
         print(f"{run.name:26} {b.measured_s:8.3f} {b.predicted_s:7.3f} {100 * (b.predicted_s / b.measured_s - 1):+5.1f}% "
-              f"{b.gemm_s:6.3f} {b.batched_gemm_s:7.3f} {b.memory_s:6.3f} {b.tp_s:6.3f} {b.other_comm_s:6.3f} {b.rest_s:6.3f} "
+              f"{b.gemm_s:6.3f} {b.batched_gemm_s:7.3f} {b.memory_s:6.3f} {b.attention_s:6.3f} {b.tp_s:6.3f} {b.other_comm_s:6.3f} "
+              f"{b.rest_s:6.3f} "
               f"{b.tp_floor_s:8.3f} {b.floor_s:8.3f} {100 * (b.floor_s / b.measured_s - 1):+5.1f}% "
               f"{100 * near:+10.1f}% {100 * b.near_weight_s / max(b.gemm_s, 1e-12):3.0f}%")
 

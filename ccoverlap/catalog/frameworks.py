@@ -109,7 +109,8 @@ Entries (see :class:`FrameworkProfile` for types and defaults):
   (:mod:`ccoverlap.parallel.fsdp`).
 
 A profile is chosen by name (``megatron-lm-2021``, ``megatron-core``, ``torchtitan`` (eager),
-``torchtitan-compile`` (torch.compile per block), ``torchtitan-fused-rmsnorm`` (eager with the
+``torchtitan-compile`` (torch.compile per block), ``torchtitan-compile-2025`` (blocks and loss
+compiled, fused AdamW), ``torchtitan-fused-rmsnorm`` (eager with the
 Triton RMSNorm), ``fms-fsdp``, ``deepspeed``, ``megatron-bridge`` (megatron-core with NVIDIA
 Megatron-Bridge's benchmark settings)) or by a path to a YAML / JSON / TOML file with the
 same schema.
