@@ -2,15 +2,22 @@
 
 Model states (bytes per local parameter):
 
-* DDP, Megatron-LM mixed precision: bf16 weights (``dtype_bytes``), fp32 main gradients (4),
-  fp32 master weights + Adam moments (12): 18 bytes; with ``distributed_optimizer`` the 12
-  are divided by dp (ZeRO-1; Megatron-LM's "6 + 12/d").
+* DDP, Megatron-LM mixed precision: bf16 weights (``dtype_bytes``), main gradients in the
+  framework profile's ``ddp_reduce_dtype`` (fp32: 4; ``param``: the compute dtype, as
+  Megatron-LM in fp16 without ``--accumulate-allreduce-grads-in-fp32``), fp32 master weights
+  + Adam moments (12): 18 bytes with fp32 gradients; with ``distributed_optimizer`` the 12 are
+  divided by dp (ZeRO-1; Megatron-LM's "6 + 12/d").
 * FSDP (ZeRO-3): fp32 sharded parameters (they are the master copy), fp32 sharded gradients
   and moments: 16 / dp bytes (HSDP with ``distributed_optimizer``, ZeRO-1/2 across the
   replicas: the shard in the compute dtype, fp32 gradients, fp32 master and moments over
   ``1/dp_replicate`` of the shard), plus communication buffers: the unsharded bf16 units alive
   (the ``min(limit_all_gathers, prefetch + 1)`` largest units; every unit with
-  ``reshard_after_forward=False``) and one unit's unsharded fp32 gradients.
+  ``reshard_after_forward=False``) and one unit's unsharded gradients in the profile's
+  ``fsdp_reduce_dtype`` (every unit's, with pipeline parallelism under
+  ``fsdp_pp_deferred_sync``).
+
+The loss holds the profile's ``loss_bytes_per_logit`` at its peak (unset: the compute-dtype
+logits and an fp32 softmax, for every micro-batch in flight on the last stage).
 
 Other buffers: DDP, the bucket being reduced and the next (2 × ``bucket_cap_mb``; gradients
 themselves live in one contiguous buffer, as Megatron-LM's, so buckets are views); pipeline
@@ -133,6 +140,8 @@ class _MemoryStyle:
     selective: str = "attention"  # the profile's selective_recompute
     loss_bytes_per_logit: float | None = None  # None: the compute dtype's logits + fp32 softmax
     deferred_grad_bytes: int = 0  # > 0: pp FSDP gradients accumulated unsharded at this many bytes
+    ddp_grad_bytes: int = GRAD_BYTES  # replicated weights' gradient buffer (ddp_reduce_dtype); 0: the compute dtype
+    fsdp_grad_bytes: int = GRAD_BYTES  # a gathered unit's unsharded gradient (fsdp_reduce_dtype)
 
 
 def _memory_style(fw: FrameworkProfile, flash_attention: bool | None = None,
@@ -143,7 +152,8 @@ def _memory_style(fw: FrameworkProfile, flash_attention: bool | None = None,
         sp_save_gathered_input=(fw.tp_sp_save_gathered_input if sp_save_gathered_input is None
                                 else bool(sp_save_gathered_input)),
         selective=fw.selective_recompute, loss_bytes_per_logit=fw.loss_bytes_per_logit,
-        deferred_grad_bytes=fw.fsdp_reduce_bytes if fw.fsdp_pp_deferred_sync else 0)
+        deferred_grad_bytes=fw.fsdp_reduce_bytes if fw.fsdp_pp_deferred_sync else 0,
+        ddp_grad_bytes=GRAD_BYTES if fw.ddp_reduce_dtype == "fp32" else 0, fsdp_grad_bytes=fw.fsdp_reduce_bytes)
 
 
 def _layer_activation_bytes(model: ModelSpec, parallel: ParallelConfig, micro_batch: int, seq_len: int, layer: int,
@@ -336,10 +346,10 @@ def _model_state_bytes(c: _MemoryInputs, dense: int, expert: int,
         if p.pp > 1 and c.style.deferred_grad_bytes:  # every unit's unsharded gradient, accumulated
             comm += c.style.deferred_grad_bytes * sum(unit_params)  # over the micro-batches
         else:
-            comm += GRAD_BYTES * max(unit_params)  # unsharded gradients of the unit being reduced
+            comm += c.style.fsdp_grad_bytes * max(unit_params)  # unsharded gradients of the unit being reduced
     else:
         weights = float(d * n_local)
-        grads = float(GRAD_BYTES * n_local)
+        grads = float((c.style.ddp_grad_bytes or d) * n_local)  # main gradients in the reduce dtype
         optim = 12.0 * (sharded if p.distributed_optimizer else n_local)
         comm = 2.0 * knobs.bucket_cap_mb * MiB if p.dp_cp > 1 else 0.0
     return weights, grads, optim, comm

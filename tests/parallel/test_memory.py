@@ -158,3 +158,21 @@ def test_framework_profile_rejects_a_bad_loss_entry():
     for bad in (0, -3, "twelve", True, float("inf")):
         with pytest.raises(ConfigError, match="loss_bytes_per_logit must be a positive number of bytes"):
             profile_from_mapping({"name": "x", "entries": {"loss_bytes_per_logit": {"value": bad, "source": "s"}}}, "x")
+
+
+def test_gradient_buffers_follow_the_profiles_reduce_dtype():
+    """Replicated weights keep their main gradients in the profile's ``ddp_reduce_dtype``
+    (Megatron-LM 2021 in fp16: the parameter dtype; Megatron-Core with bf16: fp32); a gathered
+    FSDP unit's unsharded gradient is in ``fsdp_reduce_dtype`` (fms-fsdp: bf16)."""
+    m = get_model("Llama-3-8B")
+    bt = BatchConfig(global_batch=8, micro_batch=1, seq_len=2048)
+    ddp = ParallelConfig(dp=8)
+    old = estimate_memory(m, ddp, bt, cluster(8), framework="megatron-lm-2021")
+    new = estimate_memory(m, ddp, bt, cluster(8), framework="megatron-core")
+    assert new.gradients_bytes == pytest.approx(2 * old.gradients_bytes)  # 4 bytes against 2
+    fsdp = ParallelConfig(dp=8, data_parallel="fsdp")
+    fms = estimate_memory(m, fsdp, bt, cluster(8), framework="fms-fsdp")
+    mc = estimate_memory(m, fsdp, bt, cluster(8), framework="megatron-core")
+    largest_unit = m.vocab * m.hidden
+    # the largest unit: the LM head (and the final norm beside it)
+    assert mc.comm_buffers_bytes - fms.comm_buffers_bytes == pytest.approx(2 * largest_unit, rel=1e-4)
