@@ -79,6 +79,9 @@ class ParallelConfig:
     ``"fsdp"`` (ZeRO-3: parameters, gradients and optimizer state sharded over dp; with HSDP,
     ``dp_replicate > 1``, ``distributed_optimizer`` makes the replicas ZeRO-1/2: the gradient
     shard is reduce-scattered across them and the updated shard all-gathered back).
+    ``shard_gradients`` (with ``distributed_optimizer`` and DDP): each rank keeps only its
+    shard of the gradients once they are reduce-scattered (DeepSpeed ZeRO stage 2), where
+    Megatron-LM's distributed optimizer keeps the whole gradient buffer; it changes memory only.
     ``recompute``: activation recomputation (Korthikanti et al., 2022): ``"selective"``
     recomputes the attention core, ``"full"`` the whole layer from its input.
     ``dtype_bytes``: width of weights / activations in compute (2 = bf16).
@@ -91,6 +94,8 @@ class ParallelConfig:
     sequence_parallel: bool = False
     data_parallel: DataParallel = "ddp"
     distributed_optimizer: bool = False
+    # ZeRO-2: with distributed_optimizer, only this rank's gradient shard is kept (memory only)
+    shard_gradients: bool = False
     pp_schedule: PPSchedule = "1f1b"
     virtual_stages: SmallCount = 1
     # interleaved schedule: micro-batches launched together per model chunk (0 = pp, Megatron-LM's)
@@ -124,6 +129,9 @@ class ParallelConfig:
         elif self.dp_replicate > 1 and self.dp_replicate == self.dp * self.cp:
             problems.append(f"dp_replicate={self.dp_replicate} leaves shard groups of one rank: that is DDP, "
                             f"use data_parallel='ddp' (HSDP needs dp x cp / dp_replicate >= 2)")
+        if self.shard_gradients and (self.data_parallel != "ddp" or not self.distributed_optimizer):
+            problems.append("shard_gradients=True (ZeRO-2) needs data_parallel='ddp' with distributed_optimizer=True "
+                            "(FSDP shards gradients already)")
         if self.distributed_optimizer and self.data_parallel == "fsdp" and self.dp_replicate == 1:
             problems.append("distributed_optimizer=True with data_parallel='fsdp' shards the optimizer across HSDP "
                             "replicas (ZeRO-1/2 over dp_replicate): it needs dp_replicate > 1")

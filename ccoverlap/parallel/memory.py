@@ -6,7 +6,8 @@ Model states (bytes per local parameter):
   framework profile's ``ddp_reduce_dtype`` (fp32: 4; ``param``: the compute dtype, as
   Megatron-LM in fp16 without ``--accumulate-allreduce-grads-in-fp32``), fp32 master weights
   + Adam moments (12): 18 bytes with fp32 gradients; with ``distributed_optimizer`` the 12 are
-  divided by dp (ZeRO-1; Megatron-LM's "6 + 12/d").
+  divided by dp (ZeRO-1; Megatron-LM's "6 + 12/d"), and with ``shard_gradients`` the
+  gradients too (ZeRO-2).
 * FSDP (ZeRO-3): fp32 sharded parameters (they are the master copy), fp32 sharded gradients
   and moments: 16 / dp bytes (HSDP with ``distributed_optimizer``, ZeRO-1/2 across the
   replicas: the shard in the compute dtype, fp32 gradients, fp32 master and moments over
@@ -349,7 +350,8 @@ def _model_state_bytes(c: _MemoryInputs, dense: int, expert: int,
             comm += c.style.fsdp_grad_bytes * max(unit_params)  # unsharded gradients of the unit being reduced
     else:
         weights = float(d * n_local)
-        grads = float((c.style.ddp_grad_bytes or d) * n_local)  # main gradients in the reduce dtype
+        # main gradients in the reduce dtype; ZeRO-2 keeps this rank's shard of them only
+        grads = float((c.style.ddp_grad_bytes or d) * (sharded if p.shard_gradients else n_local))
         optim = 12.0 * (sharded if p.distributed_optimizer else n_local)
         comm = 2.0 * knobs.bucket_cap_mb * MiB if p.dp_cp > 1 else 0.0
     return weights, grads, optim, comm

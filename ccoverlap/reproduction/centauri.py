@@ -77,10 +77,11 @@ BASELINES: dict[str, Baseline] = {
     "zero2": Baseline(
         summary="ZeRO-1/2 (DeepSpeed defaults)",
         knobs={"overlap_grad_reduce": False, "overlap_param_gather": False},
-        parallel={"distributed_optimizer": True},
+        parallel={"distributed_optimizer": True, "shard_gradients": True},
         source="DeepSpeed v0.9.0 stages 1-2: gradients reduce-scattered, optimizer states partitioned, updated "
                "partitions all-gathered at the end of step(); overlap_comm defaults to false below stage 3, so the "
-               "reductions run on the compute stream (zero/config.py overlap_comm_valid, stage_1_and_2.py)"),
+               "reductions run on the compute stream (zero/config.py overlap_comm_valid, stage_1_and_2.py); "
+               "stage 2 keeps each rank's gradient partition only (stage_1_and_2.py partition_gradients)"),
     "zero123": Baseline(
         summary="ZeRO-3 (gathers at the hooks) in the FSDP group + ZeRO-1/2 across the DP replicas",
         knobs={"fsdp_fetch": "parameter", "overlap_param_gather": False},

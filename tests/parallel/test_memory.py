@@ -176,3 +176,21 @@ def test_gradient_buffers_follow_the_profiles_reduce_dtype():
     largest_unit = m.vocab * m.hidden
     # the largest unit: the LM head (and the final norm beside it)
     assert mc.comm_buffers_bytes - fms.comm_buffers_bytes == pytest.approx(2 * largest_unit, rel=1e-4)
+
+
+def test_zero2_keeps_only_this_ranks_gradient_shard():
+    """``shard_gradients`` (ZeRO-2) divides the gradients by dp on top of the distributed
+    optimizer's sharded optimizer state; it needs DDP with ``distributed_optimizer``."""
+    from ccoverlap.errors import ConfigError
+
+    m = get_model("Llama-3-8B")
+    bt = BatchConfig(global_batch=16, micro_batch=1, seq_len=2048)
+    z1 = estimate_memory(m, ParallelConfig(dp=16, distributed_optimizer=True), bt, cluster(16))
+    z2 = estimate_memory(m, ParallelConfig(dp=16, distributed_optimizer=True, shard_gradients=True), bt, cluster(16))
+    assert z2.gradients_bytes == pytest.approx(z1.gradients_bytes / 16)
+    assert z2.optimizer_bytes == z1.optimizer_bytes and z2.weights_bytes == z1.weights_bytes
+    for bad in ({"dp": 16, "shard_gradients": True},
+                {"dp": 16, "data_parallel": "fsdp", "shard_gradients": True}):
+        with pytest.raises(ConfigError, match="shard_gradients=True .ZeRO-2. needs data_parallel='ddp' with "
+                                              "distributed_optimizer=True"):
+            ParallelConfig(**bad)
