@@ -373,13 +373,17 @@ def _activation_bytes(c: _MemoryInputs, r: int, chunks: list[list[str]], per_chu
     Tl = T / p.tp if c.sp else T
     if c.sched.stages - 1 in stages:  # the loss's logit buffers, and the final norm's input and output
         logits = T * model.vocab / p.tp
-        held = min(live, c.microbatches)
+        last = tuple(ch for ch, st in enumerate(stages) if st == c.sched.stages - 1)
+        held = min(in_flight(c.sched, r, last), c.microbatches)  # the last stage's own micro-batches
         per = c.style.loss_bytes_per_logit
         if per is None:  # logits (compute dtype) and fp32 softmax kept for each micro-batch's backward
             act += held * logits * (d + 4)
         else:  # the loss's peak once; the fp32 (log-)softmax kept for the other micro-batches
             act += logits * (per + 4.0 * (held - 1))
-        act += held * 2 * d * Tl * model.hidden
+        # the final norm's input, and its output as the LM head keeps it (gathered to [T, h]
+        # where the profile's TP saves a column-parallel linear's gathered input)
+        Tin = T if c.sp and c.style.sp_save_gathered_input else Tl
+        act += held * d * (Tl + Tin) * model.hidden
     if 0 in stages:
         act += live * d * Tl * model.hidden
     return act, live, per_layer

@@ -183,11 +183,13 @@ def _dualpipe(P: int, M: int) -> tuple:
     return tuple(orders)
 
 
-def in_flight(schedule: Schedule, rank: int) -> int:
+def in_flight(schedule: Schedule, rank: int, chunks: tuple[int, ...] | None = None) -> int:
     """Most micro-batch chunks whose forward has run on ``rank`` but not their backward
-    (activation memory multiplier, in chunk units)."""
+    (activation memory multiplier, in chunk units); only those of ``chunks`` when given."""
     live = peak = 0
-    for kind, _, _ in schedule.orders[rank]:
+    for kind, _, chunk in schedule.orders[rank]:
+        if chunks is not None and chunk not in chunks:
+            continue
         live += 1 if kind == "F" else -1
         peak = max(peak, live)
     return peak

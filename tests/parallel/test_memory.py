@@ -194,3 +194,24 @@ def test_zero2_keeps_only_this_ranks_gradient_shard():
         with pytest.raises(ConfigError, match="shard_gradients=True .ZeRO-2. needs data_parallel='ddp' with "
                                               "distributed_optimizer=True"):
             ParallelConfig(**bad)
+
+
+def test_loss_buffers_count_the_last_stages_own_micro_batches():
+    """The loss's buffers on the last pipeline stage are held for that stage's micro-batches in
+    flight (1F1B: one; GPipe: all), not for every chunk the rank holds: two models that differ
+    only in their vocabulary differ on the last rank by the LM head's states (2 + 4 + 12 bytes
+    a parameter) and the logits' 6 bytes per held micro-batch."""
+    from ccoverlap.parallel.pp import in_flight, make_schedule
+
+    base = {"hidden": 1024, "ffn_hidden": 4096, "heads": 8, "layers": 8, "seq_len": 1024, "gated_mlp": False,
+            "norm": "layernorm", "tied_embeddings": False}
+    small, big = (model_from_dict({**base, "name": f"v{v}", "vocab": v}) for v in (32000, 64000))
+    T, M = 1024, 8
+    bt = BatchConfig(global_batch=M, micro_batch=1, seq_len=T)
+    il = make_schedule("interleaved", 4, M, 2, 0)
+    assert in_flight(il, 3, (1,)) < in_flight(il, 3)  # the last chunk holds fewer than the rank
+    for sched, held in (("1f1b", 1), ("gpipe", M), ("interleaved", in_flight(il, 3, (1,)))):
+        p = ParallelConfig(pp=4, dp=1, pp_schedule=sched, virtual_stages=2 if sched == "interleaved" else 1)
+        a, b = (estimate_memory(m, p, bt, cluster(4)).per_rank_total[3] for m in (small, big))
+        dv = 64000 - 32000
+        assert b - a == pytest.approx(dv * 1024 * (2 + 4 + 12) + held * T * dv * (2 + 4)), sched
