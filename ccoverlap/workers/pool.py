@@ -102,7 +102,11 @@ def _forked_map(fn: Callable, items: list, workers: int) -> Iterator:
             os.close(w)
             inbox.add(r, pid)
         while (i := counter.claim(len(items))) is not None:
-            done[i] = fn(items[i])
+            replaced = _whole_lines()   # this process computes items too, beside its workers
+            try:
+                done[i] = fn(items[i])
+            finally:
+                _restore_streams(replaced)
             inbox.read(done, 0)
             while out in done:
                 yield done.pop(out)
@@ -162,6 +166,7 @@ def _forked_worker(fn: Callable, items: list, counter: _Counter, w: int, inherit
 
         for fd in inherited:            # the parent's ends of the other workers' pipes
             os.close(fd)
+        _whole_lines()
         sender = _Sender(w)
         while (i := counter.claim(len(items))) is not None:
             try:
@@ -176,6 +181,41 @@ def _forked_worker(fn: Callable, items: list, counter: _Counter, w: int, inherit
     finally:
         _flush_std_streams()            # what fn printed
         os._exit(code)
+
+
+def _whole_lines() -> dict[str, Any]:
+    """Unbuffered stdout / stderr (``python -u``, ``PYTHONUNBUFFERED``) made line-buffered, so
+    that each line ``fn`` prints reaches the shared stream in one write: unbuffered, ``print``
+    writes its text and its newline separately, and another process's line can land between
+    them. Returns the streams replaced (name -> the original), for :func:`_restore_streams`."""
+    import io
+    import sys
+
+    replaced: dict[str, Any] = {}
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not getattr(stream, "write_through", False):
+            continue                    # buffered: flushed whole at a worker's end
+        try:
+            raw = io.FileIO(stream.fileno(), "w", closefd=False)
+        except (AttributeError, OSError, ValueError):
+            continue                    # not a file (a test's capture): left as it is
+        replaced[name] = stream
+        setattr(sys, name, io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding,
+                                            errors=stream.errors, line_buffering=True))
+    return replaced
+
+
+def _restore_streams(replaced: dict[str, Any]) -> None:
+    """Flush the line-buffered streams :func:`_whole_lines` made and put the originals back."""
+    import sys
+
+    for name, original in replaced.items():
+        try:
+            getattr(sys, name).flush()
+        except (OSError, ValueError):
+            pass
+        setattr(sys, name, original)
 
 
 def _flush_std_streams() -> None:
