@@ -99,16 +99,20 @@ class Summary:
                 "worst_error_pct": self.worst_pct}
 
 
-def summarize(rows: Iterable[Row]) -> Summary:
-    """Mean |error|, mean signed error and the worst run over ``rows`` that have a prediction."""
-    rows = list(rows)
+def _summary_of(rows: list[Row], error: Callable[[Row], float]) -> Summary:
+    """The :class:`Summary` of ``error(row)`` (percent) over the predicted ``rows``."""
     ok = [r for r in rows if r.ok]
     if not ok:
         return Summary(0, len(rows), math.nan, math.nan, "", math.nan)
-    errs = [r.error_pct for r in ok]
-    worst = max(ok, key=lambda r: abs(r.error_pct))
+    errs = [error(r) for r in ok]
+    worst = max(ok, key=lambda r: abs(error(r)))
     return Summary(len(ok), len(rows), sum(abs(e) for e in errs) / len(errs), sum(errs) / len(errs),
-                   worst.run.name, worst.error_pct)
+                   worst.run.name, error(worst))
+
+
+def summarize(rows: Iterable[Row]) -> Summary:
+    """Mean |error|, mean signed error and the worst run over ``rows`` that have a prediction."""
+    return _summary_of(list(rows), lambda r: r.error_pct)
 
 
 def summarize_memory(rows: Iterable[Row]) -> Summary | None:
@@ -116,16 +120,8 @@ def summarize_memory(rows: Iterable[Row]) -> Summary | None:
     (:func:`ccoverlap.parallel.memory.estimate_memory`) against the runs' measured
     ``memory_gib``, over the predicted runs that state one; None when none does. ``total``
     counts the runs that state a measured peak."""
-    rows = [r for r in rows if r.run.measurement.memory_gib]
-    if not rows:
-        return None
-    ok = [r for r in rows if r.ok]
-    if not ok:
-        return Summary(0, len(rows), math.nan, math.nan, "", math.nan)
-    errs = [r.memory_error_pct for r in ok]
-    worst = max(ok, key=lambda r: abs(r.memory_error_pct))
-    return Summary(len(ok), len(rows), sum(abs(e) for e in errs) / len(errs), sum(errs) / len(errs),
-                   worst.run.name, worst.memory_error_pct)
+    stated = [r for r in rows if r.run.measurement.memory_gib]
+    return _summary_of(stated, lambda r: r.memory_error_pct) if stated else None
 
 
 def summarize_groups(rows: Iterable[Row]) -> dict[str, Summary]:

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ccoverlap.catalog import frameworks
 from ccoverlap.catalog.frameworks import get_framework
 from ccoverlap.cli import main
 from ccoverlap.validation.reader import load_runs
 
-ROOT = Path(__file__).resolve().parents[2]
-RUNS = ROOT / "benchmarks" / "torchtitan_h200.yaml"
-PROFILE = ROOT / "ccoverlap" / "data" / "frameworks" / "torchtitan-compile-2025.yaml"
+RUNS = Path(__file__).resolve().parents[2] / "benchmarks" / "torchtitan_h200.yaml"
+PROFILE = Path(frameworks.__file__).resolve().parents[1] / "data" / "frameworks" / "torchtitan-compile-2025.yaml"
 
 
 def test_runs_file_cites_pinned_commits_and_is_never_fitted_on():
