@@ -2,7 +2,8 @@
 
 Per run: the measured step time (converted from what the source reports by its own FLOP rule),
 the predicted one, the error, and the predicted compute / communication / exposed
-communication; then mean |error|, mean signed error and the worst run. ``--fit PARAMS
+communication; then mean |error|, mean signed error and the worst run, and the same for the
+predicted peak memory per GPU over the runs that state a measured one (``memory_gib``). ``--fit PARAMS
 --fit-on SUBSET`` fits named physical cost parameters on the runs of that declared subset,
 reports the error on the others (held out) and writes the calibration file that
 ``plan`` / ``simulate --calibration`` read. The published set shipped with ccoverlap is
