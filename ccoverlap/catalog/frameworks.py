@@ -259,6 +259,11 @@ class FrameworkProfile:
         """Bytes per gradient element FSDP reduces in (``fsdp_reduce_dtype``)."""
         return 4 if self.fsdp_reduce_dtype == "fp32" else 2
 
+    def ddp_grad_bytes(self, param_bytes: int) -> int:
+        """Bytes per main-gradient element of replicated weights (``ddp_reduce_dtype``): 4 for
+        fp32 main gradients, else the parameters' ``param_bytes``."""
+        return 4 if self.ddp_reduce_dtype == "fp32" else param_bytes
+
     def to_dict(self) -> dict:
         """Entry name -> value (sources left out)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}

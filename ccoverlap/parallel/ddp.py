@@ -117,7 +117,7 @@ class DDPHook:
         self.param_ag: dict[tuple, int] = {}  # (chunk, unit) -> all-gather op its forward waits for
         rule = em.framework.ddp_buckets
         # bytes per reduced gradient element: fp32 main grads, or the parameter dtype
-        self.gb = GRAD_BYTES if em.framework.ddp_reduce_dtype == "fp32" else p.dtype_bytes
+        self.gb = em.framework.ddp_grad_bytes(p.dtype_bytes)
         self.last_post: int | None = None  # last copy-back kernel (ddp_coalesce_copies)
         for chunk, units in chunks:
             cap: float = em.knobs.bucket_cap_mb

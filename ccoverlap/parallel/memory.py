@@ -134,33 +134,26 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelConfig, micro_bat
 
 @dataclass(frozen=True)
 class _MemoryStyle:
-    """What a framework profile decides about memory (:func:`_memory_style`)."""
+    """The framework profile memory follows, with the two flags a caller may override."""
 
-    flash_attention: bool = True
-    sp_save_gathered_input: bool = False
-    selective: str = "attention"  # the profile's selective_recompute
-    loss_bytes_per_logit: float | None = None  # None: the compute dtype's logits + fp32 softmax
-    deferred_grad_bytes: int = 0  # > 0: pp FSDP gradients accumulated unsharded at this many bytes
-    ddp_grad_bytes: int = GRAD_BYTES  # replicated weights' gradient buffer (ddp_reduce_dtype); 0: the compute dtype
-    fsdp_grad_bytes: int = GRAD_BYTES  # a gathered unit's unsharded gradient (fsdp_reduce_dtype)
+    fw: FrameworkProfile
+    flash_attention: bool
+    sp_save_gathered_input: bool
 
 
 def _memory_style(fw: FrameworkProfile, flash_attention: bool | None = None,
                   sp_save_gathered_input: bool | None = None) -> _MemoryStyle:
-    """The memory-relevant entries of ``fw``; explicit flags override the profile's."""
+    """``fw``, with explicit flags overriding the profile's."""
     return _MemoryStyle(
-        flash_attention=fw.flash if flash_attention is None else bool(flash_attention),
+        fw=fw, flash_attention=fw.flash if flash_attention is None else bool(flash_attention),
         sp_save_gathered_input=(fw.tp_sp_save_gathered_input if sp_save_gathered_input is None
-                                else bool(sp_save_gathered_input)),
-        selective=fw.selective_recompute, loss_bytes_per_logit=fw.loss_bytes_per_logit,
-        deferred_grad_bytes=fw.fsdp_reduce_bytes if fw.fsdp_pp_deferred_sync else 0,
-        ddp_grad_bytes=GRAD_BYTES if fw.ddp_reduce_dtype == "fp32" else 0, fsdp_grad_bytes=fw.fsdp_reduce_bytes)
+                                else bool(sp_save_gathered_input)))
 
 
 def _layer_activation_bytes(model: ModelSpec, parallel: ParallelConfig, micro_batch: int, seq_len: int, layer: int,
                             ms: _MemoryStyle) -> float:
     """:func:`layer_activation_bytes` of arguments already checked."""
-    if parallel.recompute == "selective" and ms.selective == "op":
+    if parallel.recompute == "selective" and ms.fw.selective_recompute == "op":
         return _op_sac_bytes(model, parallel, micro_batch * seq_len, layer)
     flash_attention, sp_save_gathered_input = ms.flash_attention, ms.sp_save_gathered_input
     t = parallel.tp
@@ -344,14 +337,14 @@ def _model_state_bytes(c: _MemoryInputs, dense: int, expert: int,
             comm = c.ag_bytes * sum(alive)
         else:
             comm = c.ag_bytes * sum(unit_params)
-        if p.pp > 1 and c.style.deferred_grad_bytes:  # every unit's unsharded gradient, accumulated
-            comm += c.style.deferred_grad_bytes * sum(unit_params)  # over the micro-batches
+        if p.pp > 1 and c.style.fw.fsdp_pp_deferred_sync:  # every unit's unsharded gradient, accumulated
+            comm += c.style.fw.fsdp_reduce_bytes * sum(unit_params)  # over the micro-batches
         else:
-            comm += c.style.fsdp_grad_bytes * max(unit_params)  # unsharded gradients of the unit being reduced
+            comm += c.style.fw.fsdp_reduce_bytes * max(unit_params)  # unsharded gradients of the unit being reduced
     else:
         weights = float(d * n_local)
         # main gradients in the reduce dtype; ZeRO-2 keeps this rank's shard of them only
-        grads = float((c.style.ddp_grad_bytes or d) * (sharded if p.shard_gradients else n_local))
+        grads = float(c.style.fw.ddp_grad_bytes(d) * (sharded if p.shard_gradients else n_local))
         optim = 12.0 * (sharded if p.distributed_optimizer else n_local)
         comm = 2.0 * knobs.bucket_cap_mb * MiB if p.dp_cp > 1 else 0.0
     return weights, grads, optim, comm
@@ -365,7 +358,7 @@ def _activation_bytes(c: _MemoryInputs, r: int, chunks: list[list[str]], per_chu
     layers = [layer_index(u) for u in chunks[0] if layer_index(u) >= 0]
     per_layer = max(_layer_activation_bytes(model, p, batch.micro_batch, c.seq_local, li, c.style) for li in layers)
     act = live * per_chunk * per_layer
-    if p.recompute == "full" or (p.recompute == "selective" and c.style.selective == "op"):
+    if p.recompute == "full" or (p.recompute == "selective" and c.style.fw.selective_recompute == "op"):
         # the layer being recomputed before its backward holds all its activations at once
         full = type(p)(**{**p.to_dict(), "recompute": "none"})
         act += max(_layer_activation_bytes(model, full, batch.micro_batch, c.seq_local, li, c.style) for li in layers)
@@ -375,7 +368,7 @@ def _activation_bytes(c: _MemoryInputs, r: int, chunks: list[list[str]], per_chu
         logits = T * model.vocab / p.tp
         last = tuple(ch for ch, st in enumerate(stages) if st == c.sched.stages - 1)
         held = min(in_flight(c.sched, r, last), c.microbatches)  # the last stage's own micro-batches
-        per = c.style.loss_bytes_per_logit
+        per = c.style.fw.loss_bytes_per_logit
         if per is None:  # logits (compute dtype) and fp32 softmax kept for each micro-batch's backward
             act += held * logits * (d + 4)
         else:  # the loss's peak once; the fp32 (log-)softmax kept for the other micro-batches

@@ -210,11 +210,8 @@ def _restore_streams(replaced: dict[str, Any]) -> None:
     """Flush the line-buffered streams :func:`_whole_lines` made and put the originals back."""
     import sys
 
+    _flush_std_streams()
     for name, original in replaced.items():
-        try:
-            getattr(sys, name).flush()
-        except (OSError, ValueError):
-            pass
         setattr(sys, name, original)
 
 
